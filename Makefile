@@ -1,0 +1,55 @@
+# bpfbench build. `make build` needs only Go and gcc (the generated eBPF
+# objects are committed); `make generate` needs clang, llvm and libbpf-dev.
+GO        ?= go
+BIN       ?= bin
+PREFIX    ?= /usr/local
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS   := -X github.com/bpfbench/bpfbench/internal/version.Version=$(VERSION) \
+             -X github.com/bpfbench/bpfbench/internal/version.Revision=$(REVISION)
+export CGO_ENABLED := 1
+
+.PHONY: all build generate test test-privileged lint bench demo install clean check-generated
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/bpfbench ./tools/bpfbench
+	@if [ -d tools/llmsim ]; then $(GO) build -trimpath -o $(BIN)/llmsim ./tools/llmsim; fi
+	@if [ -f tools/cudastub/Makefile ]; then $(MAKE) -C tools/cudastub OUT=$(abspath $(BIN)); fi
+
+# Regenerate the committed bpf2go bindings (*_bpfel.go, *_bpfel.o).
+generate:
+	$(GO) generate ./collectors/...
+
+# Fails when the committed generated files differ from what `make generate` produces.
+check-generated: generate
+	@git diff --exit-code -- collectors/ || { echo "generated files are stale: run make generate and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- collectors/)" || { git status --porcelain -- collectors/; echo "untracked generated files: commit them"; exit 1; }
+
+# The README's test command. Privileged tests skip when not root unless
+# BPFBENCH_REQUIRE_PRIVILEGED=1, which turns the skips into failures.
+test: build
+	$(GO) test -count=1 -timeout 30m ./...
+
+lint:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+bench: build
+	$(GO) test -run '^$$' -bench . -benchtime 3s ./collectors/...
+
+demo: build
+	$(BIN)/bpfbench demo
+
+install: build
+	install -D -m 0755 $(BIN)/bpfbench $(DESTDIR)$(PREFIX)/bin/bpfbench
+	install -D -m 0644 systemd/bpfbench.service $(DESTDIR)/etc/systemd/system/bpfbench.service
+	install -D -m 0644 systemd/bpfbench.sysusers $(DESTDIR)/usr/lib/sysusers.d/bpfbench.conf
+	install -D -m 0644 systemd/bpfbench.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/bpfbench.conf
+	@if [ ! -e $(DESTDIR)/etc/bpfbench/config.yaml ]; then install -D -m 0644 systemd/config.yaml $(DESTDIR)/etc/bpfbench/config.yaml; fi
+
+clean:
+	rm -rf $(BIN)
