@@ -1,0 +1,109 @@
+// Package bpfutil holds what every collector does the same way: preparing
+// the kernel file systems, explaining load errors, reading per-CPU counters
+// and draining ring buffers.
+package bpfutil
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+)
+
+// TracefsPath is where tracefs is expected.
+const TracefsPath = "/sys/kernel/tracing"
+
+// EnsureFilesystems mounts tracefs and bpffs when they are missing, as
+// uprobes and tracepoints need tracefs and pinning needs bpffs.
+func EnsureFilesystems() error {
+	if err := ensureMount(TracefsPath, "tracefs", "nodev"); err != nil {
+		return err
+	}
+	return ensureMount("/sys/fs/bpf", "bpf", "bpf")
+}
+
+func ensureMount(path, fstype, source string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err == nil {
+		magic := map[string]int64{"tracefs": unix.TRACEFS_MAGIC, "bpf": unix.BPF_FS_MAGIC}[fstype]
+		if st.Type == magic {
+			return nil
+		}
+	}
+	if err := unix.Mount(source, path, fstype, 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+		return fmt.Errorf("mounting %s at %s: %w (mount it with: mount -t %s %s %s)", fstype, path, err, fstype, source, path)
+	}
+	return nil
+}
+
+// PrivilegeHint is the fix for a permission error on the bpf syscall.
+const PrivilegeHint = "run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE (e.g. AmbientCapabilities= in the systemd unit)"
+
+// LoadError explains an error from loading a collection: verifier errors
+// carry the full log, permission errors name the fix.
+func LoadError(what string, err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("loading %s: verifier rejected the program: %+v", what, ve)
+	}
+	if errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("loading %s: %w (%s)", what, err, PrivilegeHint)
+	}
+	return fmt.Errorf("loading %s: %w", what, err)
+}
+
+// SumPerCPU sums a per-CPU uint64 value.
+func SumPerCPU(m *ebpf.Map, key uint32) (uint64, error) {
+	var vals []uint64
+	if err := m.Lookup(key, &vals); err != nil {
+		return 0, fmt.Errorf("reading %s[%d]: %w", m.String(), key, err)
+	}
+	var s uint64
+	for _, v := range vals {
+		s += v
+	}
+	return s, nil
+}
+
+// DrainRing reads records from rd until it is flushed (every record
+// written before the flush is delivered) or closed, casting each record
+// to *T (zero-copy, length-checked) and passing it to fn. The pointer is
+// only valid during the call. Records shorter than T count as decode errors.
+func DrainRing[T any](rd *ringbuf.Reader, decodeErrors *atomic.Uint64, fn func(*T)) error {
+	var rec ringbuf.Record
+	size := int(unsafe.Sizeof(*new(T)))
+	for {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, ringbuf.ErrFlushed) {
+				return nil
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
+			return fmt.Errorf("reading ring buffer: %w", err)
+		}
+		if len(rec.RawSample) < size {
+			decodeErrors.Add(1)
+			continue
+		}
+		fn((*T)(unsafe.Pointer(&rec.RawSample[0])))
+	}
+}
+
+// CString converts a NUL-padded C char array to a string.
+func CString[T ~int8 | ~uint8](b []T) string {
+	var sb strings.Builder
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		sb.WriteByte(byte(c))
+	}
+	return sb.String()
+}

@@ -1,0 +1,305 @@
+package sched
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testproc"
+)
+
+func TestMain(m *testing.M) {
+	testproc.Register("sleep", childSleep)
+	testproc.Register("spin2", childSpin2)
+	testproc.Register("odirect", childODirect)
+	testproc.Main()
+	os.Exit(m.Run())
+}
+
+// childSleep sleeps 20 ms fifty times on one thread.
+func childSleep(_ []string, ready func(...int), wait func()) {
+	runtime.LockOSThread()
+	ready(unix.Gettid())
+	wait()
+	for range 50 {
+		ts := unix.NsecToTimespec(int64(20 * time.Millisecond))
+		for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+		}
+	}
+}
+
+// childSpin2 runs two CPU-bound threads pinned to CPU 0 for 2 s.
+func childSpin2(_ []string, ready func(...int), wait func()) {
+	var set unix.CPUSet
+	set.Set(0)
+	tids := make(chan int, 2)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				panic(err)
+			}
+			tids <- unix.Gettid()
+			<-start
+			end := time.Now().Add(2 * time.Second)
+			for time.Now().Before(end) {
+				for i := 0; i < 10000; i++ {
+				}
+			}
+		}()
+	}
+	a, b := <-tids, <-tids
+	ready(a, b)
+	wait()
+	close(start)
+	wg.Wait()
+}
+
+// childODirect reads args[1] blocks of 4 KiB with O_DIRECT from args[0].
+func childODirect(args []string, ready func(...int), wait func()) {
+	runtime.LockOSThread()
+	n, _ := strconv.Atoi(args[1])
+	f, err := os.OpenFile(args[0], os.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		panic(err)
+	}
+	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		panic(err)
+	}
+	ready(unix.Gettid())
+	wait()
+	for i := range n {
+		if _, err := unix.Pread(int(f.Fd()), buf, int64(i%2048)*4096); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// session starts a collector streaming events of pid into an Aggregator.
+func session(t *testing.T, pid int) (*Collector, *Aggregator, func()) {
+	t.Helper()
+	agg := NewAggregator()
+	c := New(Config{OnEvent: agg.Add})
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatalf("start: %+v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if err := c.SetTarget(uint32(pid), 1, true); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	stop := func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		if n, _ := c.Lost(); n != 0 {
+			t.Errorf("%d events lost", n)
+		}
+	}
+	return c, agg, stop
+}
+
+func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
+
+func TestSleepIsInterruptibleOffCPU(t *testing.T) {
+	privtest.Require(t)
+	child := testproc.Start(t, "sleep")
+	_, agg, stop := session(t, child.Pid())
+	child.Go(t)
+	child.Wait(t, 10*time.Second)
+	stop()
+	th, ok := agg.Thread(uint32(child.Tids[0]))
+	if !ok {
+		t.Fatalf("no events for thread %d", child.Tids[0])
+	}
+	t.Logf("sleeping thread: %+v", th)
+	if !within(th.OffCPU.Sleep, 1.0, 0.10) {
+		t.Errorf("off-CPU sleep = %.3fs, want 1s within 10%%", th.OffCPU.Sleep)
+	}
+	if th.RunqueueSeconds > 0.1 {
+		t.Errorf("run-queue time %.3fs of a sleeping thread, want small", th.RunqueueSeconds)
+	}
+	if th.OffCPU.IOWait != 0 {
+		t.Errorf("io_wait %.3fs, want 0", th.OffCPU.IOWait)
+	}
+}
+
+func TestTwoThreadsOnOneCPUWaitHalfTheTime(t *testing.T) {
+	privtest.Require(t)
+	child := testproc.Start(t, "spin2")
+	_, agg, stop := session(t, child.Pid())
+	start := time.Now()
+	child.Go(t)
+	child.Wait(t, 20*time.Second)
+	wall := time.Since(start).Seconds()
+	stop()
+	for _, tid := range child.Tids {
+		th, ok := agg.Thread(uint32(tid))
+		if !ok {
+			t.Fatalf("no events for thread %d", tid)
+		}
+		t.Logf("spinning thread: %+v (wall %.2fs)", th, wall)
+		if !within(th.RunqueueSeconds, 1.0, 0.20) {
+			t.Errorf("thread %d run-queue wait %.3fs, want half of 2s within 20%%", tid, th.RunqueueSeconds)
+		}
+		if !within(th.OffCPU.Preempted, 1.0, 0.20) {
+			t.Errorf("thread %d preempted off-CPU %.3fs, want about 1s", tid, th.OffCPU.Preempted)
+		}
+	}
+	s := agg.Summary(0)
+	if s.RunqueueLatency.Count == 0 || s.RunqueueLatency.P99 < s.RunqueueLatency.P50 || s.RunqueueLatency.Max < s.RunqueueLatency.P99 {
+		t.Errorf("inconsistent latency summary %+v", s.RunqueueLatency)
+	}
+}
+
+// loopDevice attaches a loop device over a new file and returns its path.
+func loopDevice(t *testing.T, size int64) string {
+	t.Helper()
+	if _, err := exec.LookPath("losetup"); err != nil {
+		privtest.Skip(t, "losetup not installed (apt-get install mount)")
+	}
+	img := filepath.Join(t.TempDir(), "disk.img")
+	f, err := os.Create(img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for i := int64(0); i < size; i += int64(len(buf)) {
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	if err != nil {
+		privtest.Skip(t, "no loop device: "+strings.TrimSpace(string(out)))
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() { _ = exec.Command("losetup", "-d", dev).Run() })
+	return dev
+}
+
+func TestODirectReadsAreIOWait(t *testing.T) {
+	privtest.Require(t)
+	dev := loopDevice(t, 8<<20)
+	child := testproc.Start(t, "odirect", dev, "500")
+	_, agg, stop := session(t, child.Pid())
+	child.Go(t)
+	child.Wait(t, 30*time.Second)
+	stop()
+	th, ok := agg.Thread(uint32(child.Tids[0]))
+	if !ok {
+		t.Fatalf("no events for thread %d", child.Tids[0])
+	}
+	t.Logf("reading thread: %+v", th)
+	if th.OffCPU.IOWait <= 0 {
+		t.Errorf("io_wait = %v, want > 0 for O_DIRECT reads of %s", th.OffCPU.IOWait, dev)
+	}
+}
+
+func TestHostWideHistogramsAndTargets(t *testing.T) {
+	privtest.Require(t)
+	child := testproc.Start(t, "sleep")
+	c := New(Config{HostWide: true})
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatalf("start: %+v", err)
+	}
+	defer c.Close()
+	if err := c.SetTarget(uint32(child.Pid()), 3, false); err != nil {
+		t.Fatal(err)
+	}
+	child.Go(t)
+	child.Wait(t, 10*time.Second)
+	all, err := c.RunqueueHist(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt, err := c.RunqueueHist(3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleep, err := c.OffCPUHist(3, Sleep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("host-wide runq count %d, target %d, target sleep count %d sum %.3fs", all.Count, tgt.Count, sleep.Count, float64(sleep.SumNs)/1e9)
+	if all.Count <= tgt.Count || tgt.Count < 50 {
+		t.Errorf("host-wide count %d should exceed the target's %d (>= 50 wakeups)", all.Count, tgt.Count)
+	}
+	if sleep.Count < 50 || float64(sleep.SumNs)/1e9 < 0.9 {
+		t.Errorf("target sleep: %d intervals, %.3fs; want >= 50 and >= 0.9s", sleep.Count, float64(sleep.SumNs)/1e9)
+	}
+	if err := c.SetTarget(1, 0, false); err == nil {
+		t.Error("slot 0 accepted as a target slot")
+	}
+}
+
+func TestCloseReleasesEverything(t *testing.T) {
+	privtest.Require(t)
+	c := New(Config{})
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatalf("start: %+v", err)
+	}
+	progs, links := c.ProgramIDs(), c.LinkIDs()
+	if len(progs) != 3 || len(links) != 3 {
+		t.Fatalf("loaded %d programs and %d links, want 3 and 3", len(progs), len(links))
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	AssertReleased(t, progs, links)
+}
+
+// AssertReleased fails t when any of the programs or links still exists.
+func AssertReleased(t *testing.T, progs []ebpf.ProgramID, links []link.ID) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, id := range progs {
+		for {
+			p, err := ebpf.NewProgramFromID(id)
+			if errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if err == nil {
+				p.Close()
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("program %d still loaded after Close", id)
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, id := range links {
+		l, err := link.NewFromID(id)
+		if err == nil {
+			l.Close()
+			t.Errorf("link %d still attached after Close", id)
+		}
+	}
+}

@@ -1,0 +1,140 @@
+package sched
+
+import (
+	"sort"
+	"sync"
+
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
+	"github.com/bpfbench/bpfbench/internal/hist"
+)
+
+// Latency summarizes a latency distribution in seconds.
+type Latency struct {
+	Count uint64  `json:"count"`
+	P50   float64 `json:"p50"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+	Sum   float64 `json:"sum"`
+}
+
+// OffCPU is off-CPU time in seconds by the state the thread left in.
+type OffCPU struct {
+	Preempted float64 `json:"preempted"`
+	IOWait    float64 `json:"io_wait"`
+	Sleep     float64 `json:"sleep"`
+}
+
+// Thread is one thread's share of a summary.
+type Thread struct {
+	Tid             uint32  `json:"tid"`
+	Comm            string  `json:"comm"`
+	RunqueueSeconds float64 `json:"runqueue_seconds"`
+	RunqueueCount   uint64  `json:"runqueue_count"`
+	OffCPU          OffCPU  `json:"offcpu_seconds"`
+}
+
+// Summary is the `sched` section of `bpfbench attach`.
+type Summary struct {
+	RunqueueLatency Latency  `json:"runqueue_latency_seconds"`
+	OffCPU          OffCPU   `json:"offcpu_seconds"`
+	Threads         []Thread `json:"threads,omitempty"`
+}
+
+type threadAgg struct {
+	comm     string
+	runqNs   uint64
+	runqN    uint64
+	offcpuNs [NumStates]uint64
+}
+
+// Aggregator turns a target's events into a Summary with bounded memory
+// (a log-linear histogram and one record per thread). It is safe for
+// concurrent use.
+type Aggregator struct {
+	mu       sync.Mutex
+	runq     hist.LogLinear
+	offcpuNs [NumStates]uint64
+	threads  map[uint32]*threadAgg
+}
+
+// NewAggregator returns an empty aggregator.
+func NewAggregator() *Aggregator { return &Aggregator{threads: map[uint32]*threadAgg{}} }
+
+// Add accounts one event.
+func (a *Aggregator) Add(e *Event) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := a.threads[e.Tid]
+	if t == nil {
+		t = &threadAgg{comm: bpfutil.CString(e.Comm[:])}
+		a.threads[e.Tid] = t
+	}
+	if e.HasRunq != 0 {
+		a.runq.Add(e.RunqNs)
+		t.runqNs += e.RunqNs
+		t.runqN++
+	}
+	if s := State(e.State); s < NumStates {
+		a.offcpuNs[s] += e.OffcpuNs
+		t.offcpuNs[s] += e.OffcpuNs
+	}
+}
+
+// Reset forgets everything (for per-interval views).
+func (a *Aggregator) Reset() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.runq.Reset()
+	a.offcpuNs = [NumStates]uint64{}
+	clear(a.threads)
+}
+
+func secs(ns uint64) float64 { return float64(ns) / 1e9 }
+
+func offcpuOf(ns [NumStates]uint64) OffCPU {
+	return OffCPU{Preempted: secs(ns[Preempted]), IOWait: secs(ns[IOWait]), Sleep: secs(ns[Sleep])}
+}
+
+// Summary reports what was aggregated, with up to maxThreads threads
+// ordered by run-queue time (all when maxThreads <= 0).
+func (a *Aggregator) Summary(maxThreads int) Summary {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := Summary{
+		RunqueueLatency: Latency{
+			Count: a.runq.Count(),
+			P50:   a.runq.Quantile(0.50) / 1e9,
+			P99:   a.runq.Quantile(0.99) / 1e9,
+			Max:   secs(a.runq.Max()),
+			Sum:   a.runq.Sum() / 1e9,
+		},
+		OffCPU: offcpuOf(a.offcpuNs),
+	}
+	for tid, t := range a.threads {
+		s.Threads = append(s.Threads, Thread{
+			Tid: tid, Comm: t.comm,
+			RunqueueSeconds: secs(t.runqNs), RunqueueCount: t.runqN,
+			OffCPU: offcpuOf(t.offcpuNs),
+		})
+	}
+	sort.Slice(s.Threads, func(i, j int) bool {
+		if s.Threads[i].RunqueueSeconds != s.Threads[j].RunqueueSeconds {
+			return s.Threads[i].RunqueueSeconds > s.Threads[j].RunqueueSeconds
+		}
+		return s.Threads[i].Tid < s.Threads[j].Tid
+	})
+	if maxThreads > 0 && len(s.Threads) > maxThreads {
+		s.Threads = s.Threads[:maxThreads]
+	}
+	return s
+}
+
+// Thread returns one thread's figures, if it was seen.
+func (a *Aggregator) Thread(tid uint32) (Thread, bool) {
+	for _, t := range a.Summary(0).Threads {
+		if t.Tid == tid {
+			return t, true
+		}
+	}
+	return Thread{}, false
+}
