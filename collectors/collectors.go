@@ -1,0 +1,87 @@
+// Package collectors defines the two shapes every collector takes: a
+// Section of an on-call session (`bpfbench attach`, `bpfbench run`), which
+// follows one process and streams discrete events, and a Host collector of
+// the daemon, which aggregates in the kernel for the whole host and for
+// configured targets and is read by Prometheus.
+//
+// Both share one lifecycle: Start loads and attaches (and releases what it
+// took when it fails), Run works until its context is done, Close releases
+// everything and is idempotent. Callers build every collector first, fail
+// fast, run them together and close them in reverse order.
+package collectors
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Lifecycle is the lifecycle shared by every collector.
+type Lifecycle interface {
+	// Start loads and attaches. On error it has released what it took.
+	Start(ctx context.Context) error
+	// Run works until ctx is done, then returns nil (or a run-time error).
+	Run(ctx context.Context) error
+	// Close releases every link, program and map. It is idempotent.
+	Close() error
+}
+
+// Options are what a session knows about its target.
+type Options struct {
+	// Pid is the target process (its tgid); every thread of it is followed.
+	Pid int
+	// Port restricts network sections to connections on this local port (0: all).
+	Port int
+	// CUDALibs overrides the CUDA libraries found in the target's maps.
+	CUDALibs []string
+	// Interval is the period of the interval view.
+	Interval time.Duration
+	Logger   *slog.Logger
+}
+
+// Section is one collector's part of a session on one process.
+type Section interface {
+	Lifecycle
+	// Name is the section's key in the JSON summary ("sched", "tcp", ...).
+	Name() string
+	// WriteInterval writes the compact view of the interval that just
+	// ended (one or a few lines, no trailing blank line) and starts a new one.
+	WriteInterval(w io.Writer)
+	// WriteSummary writes the human-readable end-of-session summary.
+	WriteSummary(w io.Writer)
+	// Summary is the section's JSON value for the whole session.
+	Summary() any
+	// Lost is the number of events the kernel could not hand over plus
+	// those userspace could not decode.
+	Lost() uint64
+}
+
+// ErrNotApplicable says a section has nothing to follow in this target
+// (say, no CUDA library mapped). The session reports it in the section and
+// carries on with the others.
+var ErrNotApplicable = errors.New("not applicable to this process")
+
+// Host is a collector of the daemon: host-wide aggregates in the kernel and
+// per-target aggregates under slots 1..MaxTargets-1, exported on /metrics.
+type Host interface {
+	Lifecycle
+	prometheus.Collector
+	// Name is the collector's name ("sched", "blockio", ...).
+	Name() string
+	// SetTarget aggregates process tgid under target slot idx.
+	SetTarget(tgid uint32, idx uint32) error
+	// DeleteTarget stops following tgid.
+	DeleteTarget(tgid uint32) error
+	// Losses reports events the kernel could not queue and records
+	// userspace could not decode; the daemon exports both.
+	Losses() (lost, decodeErrors uint64)
+}
+
+// TargetNames gives the name of each target slot, for metric labels. Slot
+// 0 is the host. It is set by the daemon before the first scrape and read
+// by collectors during scrapes; implementations must copy it when they keep it.
+type TargetNames func() map[uint32]string
