@@ -68,7 +68,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	err := c.run(ctx, args[1:], stdout, stderr)
 	var ee exitError
+	var ue usageError
 	switch {
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "bpfbench %s: %v\n", args[0], err)
+		return 2
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):

@@ -1,0 +1,271 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/prometheus/client_golang/prometheus"
+	promcollectors "github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/exporter-toolkit/web"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/internal/version"
+)
+
+// HostFactory builds one of the daemon's collectors.
+type HostFactory struct {
+	Name string
+	// Required collectors stop the daemon from starting when they fail;
+	// the others are logged and left out.
+	Required bool
+	New      func(*slog.Logger, collectors.TargetNames) collectors.Host
+}
+
+// Daemon runs host collectors and serves their metrics.
+type Daemon struct {
+	cfg       Config
+	log       *slog.Logger
+	factories []HostFactory
+	hosts     []collectors.Host
+	reg       *prometheus.Registry
+
+	mu       sync.Mutex
+	assigned map[uint32]uint32 // tgid -> slot, as set in the kernel
+	counts   map[uint32]int    // slot -> processes
+
+	listening chan net.Addr
+}
+
+// New returns a daemon for cfg.
+func New(cfg Config, logger *slog.Logger, factories []HostFactory) *Daemon {
+	return &Daemon{
+		cfg: cfg, log: logger.With("component", "daemon"), factories: factories,
+		reg: prometheus.NewRegistry(), assigned: map[uint32]uint32{}, counts: map[uint32]int{},
+		listening: make(chan net.Addr, 1),
+	}
+}
+
+// Registry is the daemon's metrics registry.
+func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
+
+// Listening delivers the address /metrics is served on, once.
+func (d *Daemon) Listening() <-chan net.Addr { return d.listening }
+
+// targetNames labels the slots: 0 is the host.
+func (d *Daemon) targetNames() map[uint32]string {
+	out := map[uint32]string{0: "host"}
+	for i, t := range d.cfg.Targets {
+		out[uint32(i+1)] = t.Name
+	}
+	return out
+}
+
+// Start builds and starts every collector, failing fast; on error it
+// closes what it started.
+func (d *Daemon) Start(ctx context.Context) error {
+	for _, f := range d.factories {
+		h := f.New(d.log, d.targetNames)
+		if err := h.Start(ctx); err != nil {
+			if f.Required {
+				d.Close()
+				return fmt.Errorf("starting the %s collector: %w", f.Name, err)
+			}
+			d.log.Warn("collector unavailable", "collector", f.Name, "err", err)
+			continue
+		}
+		d.hosts = append(d.hosts, h)
+		progs, links := kernelIDs(h)
+		d.log.Info("collector started", "collector", f.Name, "programs", progs, "links", links)
+	}
+	d.reg.MustRegister(
+		promcollectors.NewGoCollector(),
+		promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}),
+		d,
+	)
+	for _, h := range d.hosts {
+		if err := d.reg.Register(h); err != nil {
+			d.Close()
+			return fmt.Errorf("registering the %s metrics: %w", h.Name(), err)
+		}
+	}
+	return nil
+}
+
+// kernelIDs reports a collector's program and link IDs when it exposes them.
+func kernelIDs(h collectors.Host) (progs []ebpf.ProgramID, links []link.ID) {
+	type objects interface {
+		ProgramIDs() []ebpf.ProgramID
+		LinkIDs() []link.ID
+	}
+	if o, ok := h.(objects); ok {
+		return o.ProgramIDs(), o.LinkIDs()
+	}
+	return nil, nil
+}
+
+// Run resolves targets on every refresh and serves /metrics until ctx is done.
+func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error {
+	if listen == "" {
+		listen = d.cfg.ListenAddress
+	}
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w (another exporter on this port? choose one with --web.listen-address)", listen, err)
+	}
+	d.listening <- l.Addr()
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelError), Registry: d.reg,
+	}))
+	landing, err := web.NewLandingPage(web.LandingConfig{
+		Name: "bpfbench", Description: "eBPF observability for LLM inference servers",
+		Version: version.Version, Links: []web.LandingLinks{{Address: "/metrics", Text: "Metrics"}},
+	})
+	if err != nil {
+		return err
+	}
+	mux.Handle("/", landing)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	no := false
+	flags := &web.FlagConfig{WebListenAddresses: &[]string{listen}, WebSystemdSocket: &no, WebConfigFile: &webConfig}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		d.log.Info("serving metrics", "address", l.Addr().String(), "web_config", webConfig)
+		if err := web.Serve(l, srv, flags, d.log); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("serving metrics: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	for _, h := range d.hosts {
+		g.Go(func() error { return h.Run(gctx) })
+	}
+	g.Go(func() error {
+		t := time.NewTicker(d.cfg.RefreshInterval)
+		defer t.Stop()
+		for {
+			d.refresh()
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-t.C:
+			}
+		}
+	})
+	return g.Wait()
+}
+
+// refresh matches targets against /proc and updates every collector.
+func (d *Daemon) refresh() {
+	if len(d.cfg.Targets) == 0 {
+		return
+	}
+	want, err := Resolver{Targets: d.cfg.Targets}.Resolve()
+	if err != nil {
+		d.log.Warn("resolving targets", "err", err)
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for tgid, slot := range want {
+		if d.assigned[tgid] == slot {
+			continue
+		}
+		for _, h := range d.hosts {
+			if err := h.SetTarget(tgid, slot); err != nil {
+				d.log.Warn("adding target process", "collector", h.Name(), "pid", tgid, "err", err)
+			}
+		}
+		d.assigned[tgid] = slot
+	}
+	for tgid := range d.assigned {
+		if _, ok := want[tgid]; ok {
+			continue
+		}
+		for _, h := range d.hosts {
+			if err := h.DeleteTarget(tgid); err != nil {
+				d.log.Warn("removing target process", "collector", h.Name(), "pid", tgid, "err", err)
+			}
+		}
+		delete(d.assigned, tgid)
+	}
+	clear(d.counts)
+	for _, slot := range d.assigned {
+		d.counts[slot]++
+	}
+}
+
+// Close closes the collectors in reverse order. It is idempotent.
+func (d *Daemon) Close() error {
+	var errs []error
+	for i := len(d.hosts) - 1; i >= 0; i-- {
+		if err := d.hosts[i].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("closing %s: %w", d.hosts[i].Name(), err))
+		}
+	}
+	d.hosts = nil
+	return errors.Join(errs...)
+}
+
+var (
+	buildInfoDesc = prometheus.NewDesc("bpfbench_build_info",
+		"A metric with a constant 1 value labeled by version, revision and goversion of bpfbench.",
+		[]string{"version", "revision", "goversion"}, nil)
+	lostDesc = prometheus.NewDesc("bpfbench_ringbuf_lost_events_total",
+		"Events the kernel could not put in a collector's ring buffer.", []string{"collector"}, nil)
+	decodeDesc = prometheus.NewDesc("bpfbench_decode_errors_total",
+		"Ring buffer records a collector could not decode.", []string{"collector"}, nil)
+	targetProcsDesc = prometheus.NewDesc("bpfbench_target_processes",
+		"Processes currently matched by each configured target.", []string{"target"}, nil)
+	upDesc = prometheus.NewDesc("bpfbench_collector_up",
+		"Whether a collector is loaded and attached (1) or unavailable on this host (0).", []string{"collector"}, nil)
+)
+
+// Describe implements prometheus.Collector for the daemon's own metrics.
+func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
+	ch <- buildInfoDesc
+	ch <- lostDesc
+	ch <- decodeDesc
+	ch <- targetProcsDesc
+	ch <- upDesc
+}
+
+// Collect implements prometheus.Collector for the daemon's own metrics.
+func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(buildInfoDesc, prometheus.GaugeValue, 1, version.Version, version.Revision, version.GoVersion)
+	up := map[string]bool{}
+	for _, h := range d.hosts {
+		lost, dec := h.Losses()
+		ch <- prometheus.MustNewConstMetric(lostDesc, prometheus.CounterValue, float64(lost), h.Name())
+		ch <- prometheus.MustNewConstMetric(decodeDesc, prometheus.CounterValue, float64(dec), h.Name())
+		up[h.Name()] = true
+	}
+	for _, f := range d.factories {
+		v := 0.0
+		if up[f.Name] {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(upDesc, prometheus.GaugeValue, v, f.Name)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for i, t := range d.cfg.Targets {
+		ch <- prometheus.MustNewConstMetric(targetProcsDesc, prometheus.GaugeValue, float64(d.counts[uint32(i+1)]), t.Name)
+	}
+}

@@ -1,0 +1,265 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
+	"github.com/bpfbench/bpfbench/internal/caps"
+)
+
+// Status of a readiness check.
+type Status string
+
+// The statuses, from best to worst.
+const (
+	OK   Status = "ok"
+	Warn Status = "warn"
+	Fail Status = "fail"
+)
+
+// Check is one line of `bpfbench check`.
+type Check struct {
+	Status Status `json:"status"`
+	Name   string `json:"name"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// TracepointSet names the tracepoints a collector attaches to: tp_btf names
+// ("sched_switch") or classic "group/name" tracepoints. Optional ones only
+// warn when missing (the collector attaches the rest).
+type TracepointSet struct {
+	Collector string
+	Required  []string
+	Optional  []string
+}
+
+// MinKernel is the oldest kernel with everything the collectors use
+// (ring buffers 5.8, task storage in tracing programs 5.11).
+var MinKernel = [2]int{5, 11}
+
+// Readiness runs every check. The daemon can run when none fails.
+func Readiness(sets []TracepointSet) []Check {
+	var out []Check
+	add := func(c Check) { out = append(out, c) }
+
+	add(checkKernel())
+	add(checkBTF())
+	privileged := caps.CanTrace()
+	if privileged {
+		add(Check{OK, "privileges", "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) are effective", ""})
+	} else {
+		add(Check{Fail, "privileges", "neither CAP_SYS_ADMIN nor CAP_BPF with CAP_PERFMON is effective", caps.Hint})
+	}
+	add(checkBPFSyscall())
+	add(checkMap("ring buffer", ebpf.RingBuf, "kernel 5.8 or later"))
+	add(checkMap("task storage", ebpf.TaskStorage, "kernel 5.11 or later with CONFIG_BPF_LSM or CONFIG_BPF_SYSCALL"))
+	add(checkTracefs())
+	for _, s := range sets {
+		for _, tp := range s.Required {
+			add(checkTracepoint(s.Collector, tp, true))
+		}
+		for _, tp := range s.Optional {
+			add(checkTracepoint(s.Collector, tp, false))
+		}
+	}
+	add(checkPMU("uprobe", true, "a kernel with CONFIG_UPROBE_EVENTS=y (CUDA probes need it)"))
+	add(checkPMU("kprobe", false, "not used by bpfbench; nothing to do"))
+	add(checkFentry())
+	add(checkLibrary("nvml", "libnvidia-ml.so.1", "install the NVIDIA driver to get GPU metrics; bpfbench runs without them"))
+	add(checkLibrary("libcuda", "libcuda.so.1", "CUDA probes attach to the libcuda a process maps; none is installed system-wide"))
+	return out
+}
+
+// Ready reports whether no check failed.
+func Ready(cs []Check) bool {
+	for _, c := range cs {
+		if c.Status == Fail {
+			return false
+		}
+	}
+	return true
+}
+
+func kernelRelease() (string, [2]int) {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown", [2]int{}
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	var v [2]int
+	parts := strings.SplitN(rel, ".", 3)
+	if len(parts) >= 2 {
+		v[0], _ = strconv.Atoi(parts[0])
+		minor := parts[1]
+		if i := strings.IndexFunc(minor, func(r rune) bool { return r < '0' || r > '9' }); i >= 0 {
+			minor = minor[:i]
+		}
+		v[1], _ = strconv.Atoi(minor)
+	}
+	return rel, v
+}
+
+func checkKernel() Check {
+	rel, v := kernelRelease()
+	if v[0] > MinKernel[0] || (v[0] == MinKernel[0] && v[1] >= MinKernel[1]) {
+		return Check{OK, "kernel", fmt.Sprintf("%s (>= %d.%d needed)", rel, MinKernel[0], MinKernel[1]), ""}
+	}
+	return Check{Fail, "kernel", fmt.Sprintf("%s is older than %d.%d", rel, MinKernel[0], MinKernel[1]), "upgrade the kernel"}
+}
+
+func checkBTF() Check {
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return Check{Fail, "btf", "/sys/kernel/btf/vmlinux is missing", "use a kernel built with CONFIG_DEBUG_INFO_BTF=y"}
+	}
+	if _, err := btf.LoadKernelSpec(); err != nil {
+		return Check{Fail, "btf", "reading kernel BTF: " + err.Error(), "use a kernel built with CONFIG_DEBUG_INFO_BTF=y"}
+	}
+	return Check{OK, "btf", "/sys/kernel/btf/vmlinux", ""}
+}
+
+func checkBPFSyscall() Check {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	if err != nil {
+		fix := caps.Hint
+		if errors.Is(err, unix.ENOSYS) {
+			fix = "use a kernel built with CONFIG_BPF_SYSCALL=y"
+		}
+		return Check{Fail, "bpf syscall", "creating a map: " + err.Error(), fix}
+	}
+	m.Close()
+	return Check{OK, "bpf syscall", "maps can be created", ""}
+}
+
+func checkMap(name string, t ebpf.MapType, fix string) Check {
+	if err := features.HaveMapType(t); err != nil {
+		return Check{Fail, name, err.Error(), fix}
+	}
+	return Check{OK, name, "supported", ""}
+}
+
+func checkTracefs() Check {
+	if err := bpfutil.EnsureFilesystems(); err != nil {
+		return Check{Warn, "tracefs", err.Error(), "mount -t tracefs nodev " + bpfutil.TracefsPath}
+	}
+	return Check{OK, "tracefs", "mounted at " + bpfutil.TracefsPath, ""}
+}
+
+var nopProgram = asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}
+
+// checkTracepoint loads and attaches a no-op program to the tracepoint:
+// the only proof that the collector's own attach will work.
+func checkTracepoint(collector, tp string, required bool) Check {
+	name := "tracepoint " + tp
+	bad := Fail
+	fix := "use a kernel that has this tracepoint; the " + collector + " collector needs it"
+	if !required {
+		bad = Warn
+		fix = "the " + collector + " collector works without it, with less detail"
+	}
+	var l link.Link
+	if group, ev, ok := strings.Cut(tp, "/"); ok {
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.TracePoint, License: "GPL", Instructions: nopProgram})
+		if err != nil {
+			return Check{bad, name, "loading a probe program: " + err.Error(), caps.Hint}
+		}
+		defer p.Close()
+		l, err = link.Tracepoint(group, ev, p, nil)
+		if err != nil {
+			return Check{bad, name, err.Error(), fix}
+		}
+	} else {
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: tp,
+			License: "GPL", Instructions: nopProgram,
+		})
+		if err != nil {
+			return Check{bad, name, "tp_btf load: " + err.Error(), fix}
+		}
+		defer p.Close()
+		l, err = link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			return Check{bad, name, "tp_btf attach: " + err.Error(), fix}
+		}
+		name = "tp_btf " + tp
+	}
+	l.Close()
+	return Check{OK, name, collector + ": loads and attaches", ""}
+}
+
+func checkPMU(name string, required bool, fix string) Check {
+	p := "/sys/bus/event_source/devices/" + name + "/type"
+	if _, err := os.Stat(p); err != nil {
+		if required {
+			return Check{Warn, name + "s", "not supported by this kernel (" + p + " missing)", fix}
+		}
+		return Check{Warn, name + "s", "not supported by this kernel", fix}
+	}
+	return Check{OK, name + "s", "supported", ""}
+}
+
+func checkFentry() Check {
+	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTo: "do_nanosleep",
+		License: "GPL", Instructions: nopProgram,
+	})
+	if err != nil {
+		why := shortErr(err)
+		if errors.Is(err, unix.EPERM) {
+			why = "the kernel refuses to load fentry programs (EPERM)"
+		}
+		return Check{Warn, "fentry", "not available: " + why, "not used by bpfbench; nothing to do"}
+	}
+	p.Close()
+	return Check{OK, "fentry", "supported", ""}
+}
+
+func shortErr(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// libraryDirs are searched after ldconfig's cache.
+var libraryDirs = []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/local/cuda/lib64", "/usr/local/nvidia/lib64"}
+
+// FindLibrary returns the path of a shared library, or "".
+func FindLibrary(soname string) string {
+	if out, err := exec.Command("ldconfig", "-p").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 4 && f[0] == soname && strings.Contains(line, "x86-64") {
+				return f[len(f)-1]
+			}
+		}
+	}
+	for _, d := range libraryDirs {
+		p := filepath.Join(d, soname)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+func checkLibrary(name, soname, fix string) Check {
+	if p := FindLibrary(soname); p != "" {
+		return Check{OK, name, p, ""}
+	}
+	return Check{Warn, name, soname + " not found", fix}
+}

@@ -1,0 +1,34 @@
+package main
+
+import (
+	"log/slog"
+
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/collectors/sched"
+	"github.com/bpfbench/bpfbench/daemon"
+)
+
+// sessionSections are the sections of `attach` and `run`, in start order.
+func sessionSections() []daemon.SectionFactory {
+	return []daemon.SectionFactory{
+		{Name: "sched", Required: true, New: func(o collectors.Options) (collectors.Section, error) {
+			return sched.NewSection(o), nil
+		}},
+	}
+}
+
+// tracepointSets are the tracepoints `bpfbench check` tries, per collector.
+func tracepointSets() []daemon.TracepointSet {
+	return []daemon.TracepointSet{
+		{Collector: "sched", Required: sched.Tracepoints},
+	}
+}
+
+// hostCollectors are the daemon's collectors, in start order.
+func hostCollectors() []daemon.HostFactory {
+	return []daemon.HostFactory{
+		{Name: "sched", Required: true, New: func(l *slog.Logger, n collectors.TargetNames) collectors.Host {
+			return sched.NewHost(l, n)
+		}},
+	}
+}
