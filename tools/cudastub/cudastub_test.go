@@ -1,0 +1,509 @@
+package cudastub_test
+
+import (
+	"bufio"
+	"bytes"
+	"debug/elf"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ebitengine/purego"
+)
+
+// binDir holds the stub built once for the whole test binary.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "cudastub-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	out, err := exec.Command("make", "-s", "-C", ".", "OUT="+dir).CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building the stub with make: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// result is the JSON the driver program prints.
+type result struct {
+	API            string            `json:"api"`
+	Lib            string            `json:"lib"`
+	PID            int               `json:"pid"`
+	Launch         string            `json:"launch"`
+	Sync           string            `json:"sync"`
+	Grid           [3]uint32         `json:"grid"`
+	Block          [3]uint32         `json:"block"`
+	KernelUS       float64           `json:"kernel_us"`
+	Rounds         uint64            `json:"rounds"`
+	Launches       uint64            `json:"launches"`
+	Syncs          uint64            `json:"syncs"`
+	Allocs         uint64            `json:"allocs"`
+	AllocErrors    uint64            `json:"alloc_errors"`
+	AllocErrorCode int               `json:"alloc_error_code"`
+	Frees          uint64            `json:"frees"`
+	Copies         uint64            `json:"copies"`
+	CopyBytes      uint64            `json:"copy_bytes"`
+	Calls          map[string]uint64 `json:"calls"`
+	Errors         map[string]uint64 `json:"errors"`
+	Unexpected     uint64            `json:"unexpected_errors"`
+	SyncWallNS     uint64            `json:"sync_wall_ns"`
+	SyncMaxNS      uint64            `json:"sync_max_ns"`
+	SyncNS         []uint64          `json:"sync_ns"`
+	LaunchWallNS   uint64            `json:"launch_wall_ns"`
+	StartNS        uint64            `json:"start_ns"`
+	EndNS          uint64            `json:"end_ns"`
+	ElapsedNS      uint64            `json:"elapsed_ns"`
+	LaunchesPerSec float64           `json:"launches_per_second"`
+}
+
+func libFor(api string) string {
+	if api == "runtime" {
+		return filepath.Join(binDir, "libcudart.so.12")
+	}
+	return filepath.Join(binDir, "libcuda.so.1")
+}
+
+// runDriver runs cudastub-driver with args and env and decodes its JSON.
+// wantExit is the exit status the run must end with.
+func runDriver(t *testing.T, env []string, wantExit int, args ...string) result {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, "cudastub-driver"), args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("running cudastub-driver %v: %v", args, err)
+	}
+	if code != wantExit {
+		t.Fatalf("cudastub-driver %v: exit status %d, want %d\nstderr: %s", args, code, wantExit, stderr.String())
+	}
+	return decode(t, stdout.Bytes())
+}
+
+func decode(t *testing.T, b []byte) result {
+	t.Helper()
+	var r result
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatalf("decoding the driver's JSON: %v\n%s", err, b)
+	}
+	return r
+}
+
+func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want }
+
+// driverAPI and runtimeAPI name the calls of each API by role.
+var names = map[string]map[string]string{
+	"driver": {
+		"kernel": "cuLaunchKernel", "ex": "cuLaunchKernelEx", "graph": "cuGraphLaunch",
+		"stream": "cuStreamSynchronize", "device": "cuCtxSynchronize", "event": "cuEventSynchronize",
+		"alloc": "cuMemAlloc_v2", "free": "cuMemFree_v2",
+		"htod": "cuMemcpyHtoD_v2", "dtoh": "cuMemcpyDtoH_v2",
+	},
+	"runtime": {
+		"kernel": "cudaLaunchKernel", "ex": "cudaLaunchKernelExC", "graph": "cudaGraphLaunch",
+		"stream": "cudaStreamSynchronize", "device": "cudaDeviceSynchronize", "event": "cudaEventSynchronize",
+		"alloc": "cudaMalloc", "free": "cudaFree",
+		"htod": "cudaMemcpy", "dtoh": "cudaMemcpy",
+	},
+}
+
+// The ground truth the uprobe tests rely on: exact counts, the failing
+// allocation, and synchronize time equal to the kernels' time.
+func TestGroundTruth(t *testing.T) {
+	const (
+		launches = 40
+		syncs    = 4
+		allocs   = 5
+		kernelUS = 2000
+	)
+	for _, api := range []string{"driver", "runtime"} {
+		for _, launch := range []string{"kernel", "ex", "graph"} {
+			for _, sync := range []string{"stream", "device", "event"} {
+				// Sequential: parallel runs on a small machine wake late.
+				t.Run(api+"/"+launch+"/"+sync, func(t *testing.T) {
+					r := runDriver(t, nil, 0, "--api", api, "--lib", libFor(api),
+						"--launches", fmt.Sprint(launches), "--syncs", fmt.Sprint(syncs),
+						"--launch", launch, "--sync", sync,
+						"--allocs", fmt.Sprint(allocs), "--fail-alloc",
+						"--kernel-us", fmt.Sprint(kernelUS), "--grid", "4,2,1", "--block", "256,1,1")
+					n := names[api]
+					if r.Launches != launches || r.Calls[n[launch]] != launches {
+						t.Errorf("launches %d, %s calls %d, want %d", r.Launches, n[launch], r.Calls[n[launch]], launches)
+					}
+					if r.Syncs != syncs || r.Calls[n[sync]] != syncs {
+						t.Errorf("syncs %d, %s calls %d, want %d", r.Syncs, n[sync], r.Calls[n[sync]], syncs)
+					}
+					if r.Allocs != allocs || r.Calls[n["alloc"]] != allocs {
+						t.Errorf("allocs %d, %s calls %d, want %d", r.Allocs, n["alloc"], r.Calls[n["alloc"]], allocs)
+					}
+					if r.AllocErrors != 1 || r.Errors[n["alloc"]] != 1 || r.AllocErrorCode != 2 {
+						t.Errorf("alloc errors %d (%s %d), code %d; want 1 error with code 2", r.AllocErrors, n["alloc"], r.Errors[n["alloc"]], r.AllocErrorCode)
+					}
+					if r.Frees != allocs-1 || r.Calls[n["free"]] != allocs-1 {
+						t.Errorf("frees %d, want %d", r.Frees, allocs-1)
+					}
+					if len(r.Errors) != 1 || r.Unexpected != 0 {
+						t.Errorf("errors %v, unexpected %d; want only the failing allocation", r.Errors, r.Unexpected)
+					}
+					if r.Grid != [3]uint32{4, 2, 1} || r.Block != [3]uint32{256, 1, 1} {
+						t.Errorf("grid %v block %v", r.Grid, r.Block)
+					}
+					want := float64(launches * kernelUS * 1000)
+					if !within(float64(r.SyncWallNS), want, 0.10) {
+						t.Errorf("sync wall time %v, want %v within 10%%", time.Duration(r.SyncWallNS), time.Duration(want))
+					}
+					for i, d := range r.SyncNS {
+						// Never early; late by at most 5 ms, a wakeup
+						// delayed on a busy machine.
+						if float64(d) < 0.99*want/syncs || float64(d) > want/syncs+5e6 {
+							t.Errorf("sync %d took %v, want %v (+5ms)", i, time.Duration(d), time.Duration(want/syncs))
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestSpinMode(t *testing.T) {
+	r := runDriver(t, nil, 0, "--lib", libFor("driver"), "--launches", "10", "--syncs", "2",
+		"--kernel-us", "1000", "--mode", "spin")
+	if !within(float64(r.SyncWallNS), 10e6, 0.10) {
+		t.Errorf("spin sync wall time %v, want 10ms within 10%%", time.Duration(r.SyncWallNS))
+	}
+}
+
+// A kernel name sleep_<N>us sets that kernel's time; stream 0 and a NULL
+// function work, as the simulated server uses them.
+func TestDefaultStream(t *testing.T) {
+	for _, api := range []string{"driver", "runtime"} {
+		r := runDriver(t, nil, 0, "--api", api, "--lib", libFor(api), "--default-stream",
+			"--launches", "5", "--kernel-us", "1000")
+		if r.Launches != 5 || !within(float64(r.SyncWallNS), 5e6, 0.10) {
+			t.Errorf("%s default stream: %d launches, sync %v", api, r.Launches, time.Duration(r.SyncWallNS))
+		}
+	}
+}
+
+func TestCopies(t *testing.T) {
+	// 25 MB at 25 GB/s: 1 ms per copy, 2 copies per --copies.
+	for _, api := range []string{"driver", "runtime"} {
+		r := runDriver(t, []string{"CUDASTUB_COPY_GBPS=25"}, 0, "--api", api, "--lib", libFor(api),
+			"--launches", "0", "--syncs", "0", "--allocs", "1", "--copies", "4", "--copy-bytes", "25000000")
+		if r.Copies != 8 || r.CopyBytes != 8*25000000 {
+			t.Errorf("%s: copies %d bytes %d", api, r.Copies, r.CopyBytes)
+		}
+		if api == "driver" && (r.Calls["cuMemcpyHtoD_v2"] != 4 || r.Calls["cuMemcpyDtoH_v2"] != 4) {
+			t.Errorf("driver copy calls %v", r.Calls)
+		}
+		if api == "runtime" && r.Calls["cudaMemcpy"] != 8 {
+			t.Errorf("runtime copy calls %v", r.Calls)
+		}
+		if r.ElapsedNS < 8e6 {
+			t.Errorf("%s: 8 synchronous copies of 1ms took %v", api, time.Duration(r.ElapsedNS))
+		}
+	}
+	// Async copies do not block; the synchronize waits for them.
+	r := runDriver(t, []string{"CUDASTUB_COPY_GBPS=25"}, 0, "--lib", libFor("driver"),
+		"--launches", "0", "--syncs", "1", "--copies", "2", "--copy-bytes", "25000000", "--async-copies")
+	if r.Calls["cuMemcpyHtoDAsync_v2"] != 2 || r.Calls["cuMemcpyDtoHAsync_v2"] != 2 {
+		t.Errorf("async copy calls %v", r.Calls)
+	}
+	if !within(float64(r.SyncWallNS), 4e6, 0.10) {
+		t.Errorf("sync after 4 async copies of 1ms: %v", time.Duration(r.SyncWallNS))
+	}
+}
+
+// Running out of CUDASTUB_MEM_BYTES fails an allocation that is not the magic
+// size; the driver reports it as unexpected and exits 1.
+func TestMemoryLimit(t *testing.T) {
+	for _, api := range []string{"driver", "runtime"} {
+		r := runDriver(t, []string{"CUDASTUB_MEM_BYTES=3145728"}, 1, "--api", api, "--lib", libFor(api),
+			"--launches", "0", "--syncs", "0", "--allocs", "4", "--alloc-bytes", "1048576")
+		if r.Allocs != 4 || r.AllocErrors != 1 || r.AllocErrorCode != 2 || r.Frees != 3 {
+			t.Errorf("%s: allocs %d errors %d code %d frees %d", api, r.Allocs, r.AllocErrors, r.AllocErrorCode, r.Frees)
+		}
+	}
+}
+
+func TestRate(t *testing.T) {
+	r := runDriver(t, nil, 0, "--lib", libFor("driver"), "--launches", "50", "--rate", "500", "--kernel-us", "0")
+	// 50 launches at 500/s: the 50th starts 98 ms after the first.
+	if r.ElapsedNS < 98e6 || r.LaunchesPerSec > 520 {
+		t.Errorf("50 launches at 500/s took %v (%.0f/s)", time.Duration(r.ElapsedNS), r.LaunchesPerSec)
+	}
+}
+
+func TestWaitStart(t *testing.T) {
+	for _, how := range []string{"stdin", "signal"} {
+		t.Run(how, func(t *testing.T) {
+			cmd := exec.Command(filepath.Join(binDir, "cudastub-driver"), "--lib", libFor("driver"),
+				"--launches", "3", "--wait-start", "--kernel-us", "100")
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stdout bytes.Buffer
+			cmd.Stdout = &stdout
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer cmd.Process.Kill()
+			line, err := bufio.NewReader(stderr).ReadString('\n')
+			if err != nil || !strings.Contains(line, fmt.Sprintf("ready pid=%d", cmd.Process.Pid)) {
+				t.Fatalf("ready line %q, %v", line, err)
+			}
+			// The library is mapped before the calls begin.
+			maps, err := os.ReadFile(fmt.Sprintf("/proc/%d/maps", cmd.Process.Pid))
+			if err != nil || !bytes.Contains(maps, []byte("libcuda.so.1")) {
+				t.Errorf("libcuda.so.1 not mapped while waiting (%v)", err)
+			}
+			time.Sleep(50 * time.Millisecond)
+			if stdout.Len() != 0 {
+				t.Fatalf("the driver ran before it was started: %s", stdout.String())
+			}
+			if how == "stdin" {
+				_, err = stdin.Write([]byte{'\n'})
+			} else {
+				err = cmd.Process.Signal(syscall.SIGUSR1)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			go io.Copy(io.Discard, stderr)
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("driver: %v", err)
+			}
+			if r := decode(t, stdout.Bytes()); r.Launches != 3 || r.PID != cmd.Process.Pid {
+				t.Errorf("launches %d pid %d", r.Launches, r.PID)
+			}
+		})
+	}
+}
+
+func TestLoop(t *testing.T) {
+	cmd := exec.Command(filepath.Join(binDir, "cudastub-driver"), "--lib", libFor("driver"),
+		"--loop", "--launches", "10", "--kernel-us", "50")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("driver after SIGTERM: %v", err)
+	}
+	r := decode(t, stdout.Bytes())
+	if r.Rounds < 2 || r.Launches < 20 || r.Calls["cuLaunchKernel"] != r.Launches {
+		t.Errorf("loop: %d rounds, %d launches, calls %v", r.Rounds, r.Launches, r.Calls)
+	}
+
+	r = runDriver(t, nil, 0, "--lib", libFor("driver"), "--loop", "--duration-ms", "100",
+		"--launches", "100", "--syncs", "0", "--kernel-us", "0")
+	if r.ElapsedNS < 100e6 || r.Launches < 100 {
+		t.Errorf("--duration-ms 100: elapsed %v, %d launches", time.Duration(r.ElapsedNS), r.Launches)
+	}
+}
+
+// Every API symbol is a function of its own, exported with default
+// visibility, so that uprobes on two symbols never share an address.
+func TestExportedSymbols(t *testing.T) {
+	want := map[string][]string{
+		"libcuda.so.1": {"cuInit", "cuDriverGetVersion", "cuDeviceGet", "cuDeviceGetCount",
+			"cuCtxCreate_v2", "cuCtxDestroy_v2", "cuModuleLoad", "cuModuleGetFunction",
+			"cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch", "cuMemcpyHtoD_v2",
+			"cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2",
+			"cuMemcpyAsync", "cuMemcpy", "cuStreamCreate", "cuStreamSynchronize", "cuCtxSynchronize",
+			"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuMemAlloc_v2", "cuMemFree_v2",
+			"cuMemAllocAsync", "cuGetErrorString"},
+		"libcudart.so.12": {"cudaLaunchKernel", "cudaMemcpy", "cudaMemcpyAsync",
+			"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMalloc", "cudaFree",
+			"cudaGraphLaunch", "cudaGetErrorString"},
+	}
+	for lib, syms := range want {
+		f, err := elf.Open(filepath.Join(binDir, lib))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		soname, err := f.DynString(elf.DT_SONAME)
+		if err != nil || len(soname) != 1 || soname[0] != lib {
+			t.Errorf("%s: SONAME %v (%v)", lib, soname, err)
+		}
+		dyn, err := f.DynamicSymbols()
+		if err != nil {
+			t.Fatal(err)
+		}
+		byName := map[string]elf.Symbol{}
+		byAddr := map[uint64]string{}
+		for _, s := range dyn {
+			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF {
+				continue
+			}
+			byName[s.Name] = s
+			if other, dup := byAddr[s.Value]; dup {
+				t.Errorf("%s: %s and %s share address %#x", lib, other, s.Name, s.Value)
+			}
+			byAddr[s.Value] = s.Name
+		}
+		for _, name := range syms {
+			s, ok := byName[name]
+			if !ok {
+				t.Errorf("%s does not export %s", lib, name)
+				continue
+			}
+			if elf.ST_BIND(s.Info) != elf.STB_GLOBAL || elf.ST_VISIBILITY(s.Other) != elf.STV_DEFAULT || s.Size == 0 {
+				t.Errorf("%s: %s bind %v visibility %v size %d", lib, name, elf.ST_BIND(s.Info), elf.ST_VISIBILITY(s.Other), s.Size)
+			}
+		}
+		for name := range byName {
+			if strings.HasPrefix(name, "stub_") {
+				t.Errorf("%s leaks internal symbol %s", lib, name)
+			}
+		}
+	}
+}
+
+// The simulated server calls the driver API from Go through purego with the
+// real signatures, on stream 0 and with a NULL or looked-up function.
+func TestPuregoDriverAPI(t *testing.T) {
+	// A private copy: a library already loaded by an earlier run of this
+	// test in the same process would already be initialized.
+	lib := filepath.Join(t.TempDir(), "libcuda.so.1")
+	b, err := os.ReadFile(libFor("driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lib, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h, err := purego.Dlopen(lib, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		cuInit              func(flags uint32) int32
+		cuDeviceGet         func(dev *int32, ordinal int32) int32
+		cuCtxCreate         func(ctx *uintptr, flags uint32, dev int32) int32
+		cuModuleLoadData    func(mod *uintptr, image *byte) int32
+		cuModuleGetFunction func(f *uintptr, mod uintptr, name string) int32
+		cuMemAlloc          func(p *uint64, bytes uint64) int32
+		cuMemFree           func(p uint64) int32
+		cuLaunchKernel      func(f uintptr, gx, gy, gz, bx, by, bz, shmem uint32, stream uintptr, params, extra uintptr) int32
+		cuStreamSynchronize func(stream uintptr) int32
+		cuMemcpyHtoD        func(dst uint64, src *byte, n uint64) int32
+		cuMemcpyDtoH        func(dst *byte, src uint64, n uint64) int32
+		cuGetErrorString    func(code int32, s **byte) int32
+		setKernelUS         func(us float64)
+		kernelUS            func() float64
+	)
+	purego.RegisterLibFunc(&cuInit, h, "cuInit")
+	purego.RegisterLibFunc(&cuDeviceGet, h, "cuDeviceGet")
+	purego.RegisterLibFunc(&cuCtxCreate, h, "cuCtxCreate_v2")
+	purego.RegisterLibFunc(&cuModuleLoadData, h, "cuModuleLoadData")
+	purego.RegisterLibFunc(&cuModuleGetFunction, h, "cuModuleGetFunction")
+	purego.RegisterLibFunc(&cuMemAlloc, h, "cuMemAlloc_v2")
+	purego.RegisterLibFunc(&cuMemFree, h, "cuMemFree_v2")
+	purego.RegisterLibFunc(&cuLaunchKernel, h, "cuLaunchKernel")
+	purego.RegisterLibFunc(&cuStreamSynchronize, h, "cuStreamSynchronize")
+	purego.RegisterLibFunc(&cuMemcpyHtoD, h, "cuMemcpyHtoD_v2")
+	purego.RegisterLibFunc(&cuMemcpyDtoH, h, "cuMemcpyDtoH_v2")
+	purego.RegisterLibFunc(&cuGetErrorString, h, "cuGetErrorString")
+	purego.RegisterLibFunc(&setKernelUS, h, "cudastub_set_kernel_us")
+	purego.RegisterLibFunc(&kernelUS, h, "cudastub_kernel_us")
+
+	var dev int32
+	if rc := cuDeviceGet(&dev, 0); rc != 3 {
+		t.Errorf("cuDeviceGet before cuInit = %d, want CUDA_ERROR_NOT_INITIALIZED (3)", rc)
+	}
+	must := func(what string, rc int32) {
+		t.Helper()
+		if rc != 0 {
+			t.Fatalf("%s = %d", what, rc)
+		}
+	}
+	must("cuInit", cuInit(0))
+	must("cuDeviceGet", cuDeviceGet(&dev, 0))
+	var ctx, mod, fn uintptr
+	must("cuCtxCreate_v2", cuCtxCreate(&ctx, 0, dev))
+	image := []byte("image\x00")
+	must("cuModuleLoadData", cuModuleLoadData(&mod, &image[0]))
+	must("cuModuleGetFunction", cuModuleGetFunction(&fn, mod, "sleep_3000us"))
+	setKernelUS(2000)
+	if got := kernelUS(); got != 2000 {
+		t.Errorf("cudastub_kernel_us = %v after setting 2000", got)
+	}
+
+	var p uint64
+	must("cuMemAlloc_v2", cuMemAlloc(&p, 4096))
+	buf := make([]byte, 4096)
+	must("cuMemcpyHtoD_v2", cuMemcpyHtoD(p, &buf[0], uint64(len(buf))))
+
+	// Two 2 ms kernels with a NULL function and one 3 ms kernel by name, on
+	// stream 0; the grid arguments are checked, so the stack arguments
+	// (blockDimZ onwards) must arrive intact.
+	must("cuLaunchKernel NULL", cuLaunchKernel(0, 8, 1, 1, 128, 1, 1, 0, 0, 0, 0))
+	must("cuLaunchKernel NULL", cuLaunchKernel(0, 8, 1, 1, 128, 1, 1, 0, 0, 0, 0))
+	must("cuLaunchKernel sleep_3000us", cuLaunchKernel(fn, 8, 1, 1, 128, 1, 1, 0, 0, 0, 0))
+	if rc := cuLaunchKernel(0, 8, 1, 1, 128, 1, 0, 0, 0, 0, 0); rc != 1 {
+		t.Errorf("cuLaunchKernel with blockDimZ 0 = %d, want CUDA_ERROR_INVALID_VALUE (1)", rc)
+	}
+	start := time.Now()
+	must("cuStreamSynchronize", cuStreamSynchronize(0))
+	if d := time.Since(start); !within(float64(d), 7e6, 0.15) {
+		t.Errorf("cuStreamSynchronize(0) waited %v, want 7ms", d)
+	}
+	must("cuMemcpyDtoH_v2", cuMemcpyDtoH(&buf[0], p, uint64(len(buf))))
+	must("cuMemFree_v2", cuMemFree(p))
+	if rc := cuMemFree(p); rc != 1 {
+		t.Errorf("second cuMemFree_v2 = %d, want CUDA_ERROR_INVALID_VALUE (1)", rc)
+	}
+	if rc := cuMemAlloc(&p, 0xDEADBEEF); rc != 2 {
+		t.Errorf("cuMemAlloc_v2(0xDEADBEEF) = %d, want CUDA_ERROR_OUT_OF_MEMORY (2)", rc)
+	}
+	var s *byte
+	must("cuGetErrorString", cuGetErrorString(2, &s))
+	if got := cString(s); got != "out of memory" {
+		t.Errorf("cuGetErrorString(2) = %q", got)
+	}
+}
+
+func cString(p *byte) string {
+	if p == nil {
+		return ""
+	}
+	var b []byte
+	for ptr := p; *ptr != 0; ptr = (*byte)(unsafeAdd(ptr, 1)) {
+		b = append(b, *ptr)
+	}
+	return string(b)
+}
