@@ -2,7 +2,6 @@ package sched
 
 import (
 	"context"
-	"errors"
 	"math"
 	"os"
 	"os/exec"
@@ -14,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
@@ -272,34 +269,5 @@ func TestCloseReleasesEverything(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	AssertReleased(t, progs, links)
-}
-
-// AssertReleased fails t when any of the programs or links still exists.
-func AssertReleased(t *testing.T, progs []ebpf.ProgramID, links []link.ID) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for _, id := range progs {
-		for {
-			p, err := ebpf.NewProgramFromID(id)
-			if errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			if err == nil {
-				p.Close()
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("program %d still loaded after Close", id)
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	for _, id := range links {
-		l, err := link.NewFromID(id)
-		if err == nil {
-			l.Close()
-			t.Errorf("link %d still attached after Close", id)
-		}
-	}
+	privtest.AssertReleased(t, progs, links)
 }
