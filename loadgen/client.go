@@ -1,0 +1,408 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Endpoints.
+const (
+	EndpointCompletions = "completions"
+	EndpointChat        = "chat"
+)
+
+// Request is one prompt to send.
+type Request struct {
+	Prompt    string
+	PromptLen int // input tokens, as far as the dataset knows
+	OutputLen int // max_tokens to ask for
+	// OffsetNs is the send time relative to the start of the run, for trace
+	// replay; -1 (or 0 outside a trace) when the arrival process decides.
+	OffsetNs int64
+}
+
+// Client sends streaming requests to one OpenAI-compatible server and
+// measures them. It is safe for concurrent use.
+type Client struct {
+	hc        *http.Client
+	url       string
+	endpoint  string
+	model     string
+	ignoreEOS bool
+	usage     bool
+	headers   http.Header
+	timeout   time.Duration
+	stall     time.Duration
+	extra     map[string]any
+	bufs      sync.Pool
+}
+
+// ClientOptions configure a Client.
+type ClientOptions struct {
+	Target       string // base URL, e.g. http://127.0.0.1:8000 (a /v1/... path is kept as is)
+	Endpoint     string // EndpointCompletions or EndpointChat
+	Model        string
+	IgnoreEOS    bool
+	IncludeUsage bool
+	Headers      http.Header
+	Timeout      time.Duration // total per request; 0 means none
+	StallTimeout time.Duration // longest silence within a response; 0 means none
+	NoKeepAlive  bool
+	ExtraBody    map[string]any
+	MaxConns     int
+}
+
+// NewClient returns a client for opts.
+func NewClient(opts ClientOptions) (*Client, error) {
+	u, err := EndpointURL(opts.Target, opts.Endpoint)
+	if err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   30 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		DisableKeepAlives:   opts.NoKeepAlive,
+		ReadBufferSize:      64 << 10,
+		WriteBufferSize:     16 << 10,
+		ForceAttemptHTTP2:   false,
+	}
+	c := &Client{
+		hc:        &http.Client{Transport: tr},
+		url:       u,
+		endpoint:  opts.Endpoint,
+		model:     opts.Model,
+		ignoreEOS: opts.IgnoreEOS,
+		usage:     opts.IncludeUsage,
+		headers:   opts.Headers,
+		timeout:   opts.Timeout,
+		stall:     opts.StallTimeout,
+		extra:     opts.ExtraBody,
+	}
+	c.bufs.New = func() any { return &readState{buf: make([]byte, 32<<10)} }
+	return c, nil
+}
+
+// EndpointURL builds the request URL from a base URL and an endpoint kind.
+func EndpointURL(target, endpoint string) (string, error) {
+	if target == "" {
+		return "", errors.New("no target URL: pass --target http://HOST:PORT")
+	}
+	if !strings.HasPrefix(target, "http://") && !strings.HasPrefix(target, "https://") {
+		target = "http://" + target
+	}
+	target = strings.TrimRight(target, "/")
+	path := ""
+	switch endpoint {
+	case EndpointCompletions, "":
+		path = "/v1/completions"
+	case EndpointChat:
+		path = "/v1/chat/completions"
+	default:
+		return "", fmt.Errorf("unknown endpoint %q: use completions or chat", endpoint)
+	}
+	if strings.HasSuffix(target, "/completions") {
+		return target, nil
+	}
+	if strings.HasSuffix(target, "/v1") {
+		return target + strings.TrimPrefix(path, "/v1"), nil
+	}
+	return target + path, nil
+}
+
+// Close releases idle connections.
+func (c *Client) Close() { c.hc.CloseIdleConnections() }
+
+type readState struct {
+	buf []byte
+	p   SSEParser
+	ci  ChunkInfo
+}
+
+// body builds the JSON request body.
+func (c *Client) body(r *Request) ([]byte, error) {
+	m := map[string]any{
+		"model":       c.model,
+		"stream":      true,
+		"temperature": 0.0,
+		"max_tokens":  r.OutputLen,
+	}
+	if c.usage {
+		m["stream_options"] = map[string]any{"include_usage": true}
+	}
+	if c.ignoreEOS {
+		m["ignore_eos"] = true
+	}
+	if c.endpoint == EndpointChat {
+		m["messages"] = []map[string]string{{"role": "user", "content": r.Prompt}}
+		m["max_completion_tokens"] = r.OutputLen
+	} else {
+		m["prompt"] = r.Prompt
+	}
+	for k, v := range c.extra {
+		m[k] = v
+	}
+	return json.Marshal(m)
+}
+
+// Do sends r and fills rec. rec.Index, RequestID, ScheduledNs and Warmup are
+// set by the caller; Do sets the rest. Failures are recorded in rec, never
+// returned.
+func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
+	rec.PromptLen = r.PromptLen
+	rec.MaxTokens = r.OutputLen
+	if cap(rec.ChunkNs) == 0 {
+		rec.ChunkNs = make([]int64, 0, r.OutputLen+2)
+	}
+	body, err := c.body(r)
+	if err != nil {
+		rec.fail(FailOther, fmt.Sprintf("encoding the request body: %v", err))
+		return
+	}
+	var cancelCause context.CancelCauseFunc
+	ctx, cancelCause = context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, c.timeout, errTimeout)
+		defer cancel()
+	}
+	// The trace hooks run on the transport's goroutines: publish through atomics.
+	var connNs, sentNs, firstNs atomic.Int64
+	var port atomic.Int32
+	var reused atomic.Bool
+	trace := &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			connNs.Store(Mono())
+			reused.Store(info.Reused)
+			if a, ok := info.Conn.LocalAddr().(*net.TCPAddr); ok {
+				port.Store(int32(a.Port))
+			}
+		},
+		WroteRequest:         func(httptrace.WroteRequestInfo) { sentNs.Store(Mono()) },
+		GotFirstResponseByte: func() { firstNs.Store(Mono()) },
+	}
+	publish := func() {
+		rec.ConnNs, rec.SentNs, rec.FirstByteNs = connNs.Load(), sentNs.Load(), firstNs.Load()
+		rec.LocalPort, rec.ConnReused = int(port.Load()), reused.Load()
+	}
+	defer publish()
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		rec.fail(FailOther, fmt.Sprintf("building the request: %v", err))
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	for k, v := range c.headers {
+		req.Header[k] = v
+	}
+	if rec.RequestID != "" {
+		req.Header.Set("X-Request-Id", rec.RequestID)
+	}
+
+	var stalled atomic.Bool
+	var stallTimer *time.Timer
+	if c.stall > 0 {
+		stallTimer = time.AfterFunc(c.stall, func() {
+			stalled.Store(true)
+			cancelCause(errStall)
+		})
+		defer stallTimer.Stop()
+	}
+
+	rec.StartNs = Mono()
+	resp, err := c.hc.Do(req)
+	publish()
+	if err != nil {
+		rec.EndNs = Mono()
+		rec.failErr(ctx, &stalled, err)
+		return
+	}
+	defer resp.Body.Close()
+	rec.Status = resp.StatusCode
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		rec.EndNs = Mono()
+		rec.fail(FailHTTPStatus, fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg))))
+		return
+	}
+
+	st := c.bufs.Get().(*readState)
+	defer c.bufs.Put(st)
+	st.p.Reset()
+	chat := c.endpoint == EndpointChat
+	var (
+		done, finished bool
+		lastCum        int
+		deltaOK        = true
+		sawDeltaUsage  bool
+		finalUsage     int
+		hasFinalUsage  bool
+	)
+	handle := func(ev SSEEvent, now int64) bool {
+		if len(ev.Data) == 6 && string(ev.Data) == "[DONE]" {
+			done = true
+			return true
+		}
+		if err := ParseChunk(ev.Data, &st.ci); err != nil {
+			rec.fail(FailMalformed, fmt.Sprintf("%v: %.200q", err, ev.Data))
+			return false
+		}
+		ci := &st.ci
+		if ci.Error {
+			rec.fail(FailStreamError, "error in stream: "+string(ci.ErrorMessage))
+			return false
+		}
+		if ci.Choices > 0 {
+			rec.ChunkNs = append(rec.ChunkNs, now)
+			rec.LastNs = now
+			rec.TextBytes += ci.TextBytes
+			if ci.Finished {
+				finished = true
+			}
+			if ci.HasUsage {
+				sawDeltaUsage = true
+				rec.ChunkTokens = append(rec.ChunkTokens, int32(ci.CompletionTokens-lastCum))
+				lastCum = ci.CompletionTokens
+			} else {
+				deltaOK = false
+			}
+		} else if ci.HasUsage {
+			finalUsage = ci.CompletionTokens
+			hasFinalUsage = true
+			rec.UsagePromptTokens = ci.PromptTokens
+		}
+		if chat && (ci.Choices > 0 || ci.HasUsage) {
+			rec.LastNs = now
+		}
+		return true
+	}
+
+	var readErr error
+loop:
+	for {
+		n, err := resp.Body.Read(st.buf)
+		now := Mono()
+		if n > 0 {
+			if stallTimer != nil {
+				stallTimer.Reset(c.stall)
+			}
+			st.p.Feed(st.buf[:n])
+			for {
+				ev, ok := st.p.Next()
+				if !ok {
+					break
+				}
+				if !handle(ev, now) {
+					break loop
+				}
+				if done {
+					break loop
+				}
+			}
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				readErr = err
+			}
+			if ev, ok, partial := st.p.Flush(); ok && !partial && rec.Failure == "" {
+				// A last event without its blank line: accept it if complete.
+				handle(ev, now)
+			}
+			break
+		}
+	}
+	rec.EndNs = Mono()
+	publish()
+	if rec.Failure != "" {
+		return
+	}
+	switch {
+	case readErr != nil:
+		rec.failErr(ctx, &stalled, readErr)
+		return
+	case !done && !finished:
+		rec.fail(FailCut, "stream ended before [DONE]")
+		return
+	case len(rec.ChunkNs) == 0:
+		rec.fail(FailNoTokens, "never received a chunk with output")
+		return
+	}
+	switch {
+	case hasFinalUsage && finalUsage > 0:
+		rec.OutputTokens = finalUsage
+		rec.TokenSource = TokensFromUsage
+	case sawDeltaUsage && deltaOK && lastCum > 0:
+		rec.OutputTokens = lastCum
+		rec.TokenSource = TokensFromDelta
+	default:
+		rec.OutputTokens = len(rec.ChunkNs)
+		rec.TokenSource = TokensFromChunks
+	}
+	if !(sawDeltaUsage && deltaOK) {
+		rec.ChunkTokens = nil
+	}
+	rec.Success = true
+}
+
+var (
+	errTimeout = errors.New("request timeout")
+	errStall   = errors.New("stall timeout")
+)
+
+func (r *Record) fail(kind, msg string) {
+	r.Success = false
+	r.Failure = kind
+	r.Error = msg
+}
+
+// failErr classifies a transport error.
+func (r *Record) failErr(ctx context.Context, stalled *atomic.Bool, err error) {
+	cause := context.Cause(ctx)
+	switch {
+	case stalled.Load() || errors.Is(cause, errStall):
+		r.fail(FailStall, fmt.Sprintf("no data for the stall timeout: %v", err))
+	case errors.Is(cause, errTimeout):
+		r.fail(FailTimeout, fmt.Sprintf("request timeout: %v", err))
+	case ctx.Err() != nil:
+		r.fail(FailCanceled, fmt.Sprintf("canceled: %v", err))
+	case isConnectErr(err) && r.FirstByteNs == 0 && r.SentNs == 0:
+		r.fail(FailConnect, err.Error())
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF):
+		r.fail(FailCut, fmt.Sprintf("connection cut mid-stream: %v", err))
+	default:
+		if r.FirstByteNs != 0 {
+			r.fail(FailCut, fmt.Sprintf("reading the stream: %v", err))
+		} else {
+			r.fail(FailOther, err.Error())
+		}
+	}
+}
+
+func isConnectErr(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns) || errors.Is(err, syscall.ECONNREFUSED)
+}

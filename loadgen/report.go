@@ -1,0 +1,246 @@
+package loadgen
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"sort"
+)
+
+// Backend returns vLLM's backend name for the endpoint.
+func (c *Config) Backend() string {
+	if c.Endpoint == EndpointChat {
+		return "openai-chat"
+	}
+	return "openai"
+}
+
+// Failure is one failed request, as listed in the result.
+type Failure struct {
+	Index     int    `json:"index"`
+	RequestID string `json:"request_id"`
+	Kind      string `json:"kind"`
+	Error     string `json:"error"`
+}
+
+// Failures lists the failed measured requests.
+func (r *Result) Failures() []Failure {
+	var out []Failure
+	for i := range r.Records {
+		rec := &r.Records[i]
+		if !rec.Success {
+			out = append(out, Failure{Index: rec.Index, RequestID: rec.RequestID, Kind: rec.Failure, Error: rec.Error})
+		}
+	}
+	return out
+}
+
+// JSON returns the result as vLLM's result JSON (same field names:
+// completed, failed, request_throughput, mean_ttft_ms, p99_itl_ms, ttfts,
+// itls, ...) with bpfbench's own data under "bpfbench": the clock anchor,
+// failure reasons, token sources and every per-request record with raw
+// monotonic timestamps.
+func (r *Result) JSON() map[string]any {
+	c := &r.Config
+	out := r.Metrics.Fields()
+	out["date"] = r.Date.Format("20060102-150405")
+	out["endpoint_type"] = c.Backend()
+	out["backend"] = c.Backend()
+	out["label"] = nilIfEmpty(c.Label)
+	out["model_id"] = c.Model
+	out["tokenizer_id"] = c.Model
+	out["num_prompts"] = len(r.Records)
+	if math.IsInf(c.Rate, 1) || c.Rate == 0 {
+		out["request_rate"] = "inf"
+	} else {
+		out["request_rate"] = c.Rate
+	}
+	if c.Constant {
+		out["burstiness"] = "inf"
+	} else {
+		out["burstiness"] = c.Burstiness
+	}
+	if c.MaxConcurrency > 0 {
+		out["max_concurrency"] = c.MaxConcurrency
+	} else {
+		out["max_concurrency"] = nil
+	}
+	n := len(r.Records)
+	inputLens := make([]int, n)
+	outputLens := make([]int, n)
+	ttfts := make([]float64, n)
+	itls := make([][]float64, n)
+	texts := make([]string, n)
+	errs := make([]string, n)
+	for i := range r.Records {
+		rec := &r.Records[i]
+		inputLens[i] = rec.PromptLen
+		itls[i] = []float64{}
+		errs[i] = rec.Error
+		if !rec.Success {
+			continue
+		}
+		outputLens[i] = rec.OutputTokens
+		ttfts[i] = float64(rec.TTFTNs()) / 1e9
+		for j := 1; j < len(rec.ChunkNs); j++ {
+			itls[i] = append(itls[i], float64(rec.ChunkNs[j]-rec.ChunkNs[j-1])/1e9)
+		}
+	}
+	out["input_lens"] = inputLens
+	out["output_lens"] = outputLens
+	out["ttfts"] = ttfts
+	out["itls"] = itls
+	out["generated_texts"] = texts
+	out["errors"] = errs
+	m := r.Metrics
+	bb := map[string]any{
+		"clock":              "CLOCK_MONOTONIC",
+		"anchor":             r.Anchor,
+		"start_ns":           r.StartNs,
+		"end_ns":             r.EndNs,
+		"target":             c.Target,
+		"endpoint":           c.Endpoint,
+		"percentiles":        c.Percentiles,
+		"goodput":            c.Goodput,
+		"failure_reasons":    m.Failures,
+		"failures":           r.Failures(),
+		"token_sources":      m.TokenSources,
+		"chunks":             m.Chunks,
+		"client_cpu_seconds": r.ClientCPU.Seconds(),
+		"mean_queue_ms":      m.Queue.Mean,
+		"max_queue_ms":       maxOf(m.Queue),
+		"warmup":             r.Warmup,
+		"records":            r.Records,
+	}
+	if cpu := r.ClientCPU.Seconds(); cpu > 0 {
+		bb["chunks_per_cpu_second"] = float64(m.Chunks) / cpu
+	}
+	out["bpfbench"] = bb
+	return out
+}
+
+func maxOf(d Dist) float64 {
+	v := 0.0
+	for _, p := range d.Percentiles {
+		v = math.Max(v, p.Value)
+	}
+	return v
+}
+
+func nilIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// WriteJSON writes the result JSON.
+func (r *Result) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	return enc.Encode(r.JSON())
+}
+
+// WriteFile writes the result JSON to path.
+func (r *Result) WriteFile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("writing result: %w", err)
+	}
+	if err := r.WriteJSON(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing result %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// WriteSummary prints the summary table with the sections of vLLM's.
+func (r *Result) WriteSummary(w io.Writer) {
+	m := r.Metrics
+	c := &r.Config
+	line := func(label string, v any) {
+		switch x := v.(type) {
+		case float64:
+			fmt.Fprintf(w, "%-40s %-10.2f\n", label, x)
+		default:
+			fmt.Fprintf(w, "%-40s %-10v\n", label, x)
+		}
+	}
+	header := func(s string, fill byte) {
+		pad := 50 - len(s)
+		left := pad / 2
+		b := make([]byte, 0, 50)
+		for i := 0; i < left; i++ {
+			b = append(b, fill)
+		}
+		b = append(b, s...)
+		for len(b) < 50 {
+			b = append(b, fill)
+		}
+		fmt.Fprintln(w, string(b))
+	}
+	header(" Serving Benchmark Result ", '=')
+	line("Successful requests:", m.Completed)
+	line("Failed requests:", m.Failed)
+	if c.MaxConcurrency > 0 {
+		line("Maximum request concurrency:", c.MaxConcurrency)
+	}
+	if !math.IsInf(c.Rate, 1) && c.Rate > 0 {
+		line("Request rate configured (RPS):", c.Rate)
+	}
+	line("Benchmark duration (s):", m.DurationS)
+	line("Total input tokens:", m.TotalInput)
+	line("Total generated tokens:", m.TotalOutput)
+	line("Request throughput (req/s):", m.RequestThroughput)
+	if m.HasGoodput {
+		line("Request goodput (req/s):", m.RequestGoodput)
+	}
+	line("Output token throughput (tok/s):", m.OutputThroughput)
+	line("Peak output token throughput (tok/s):", m.MaxOutputTokensPerS)
+	line("Peak concurrent requests:", float64(m.MaxConcurrentRequests))
+	line("Total Token throughput (tok/s):", m.TotalTokenThroughput)
+	for _, s := range []struct {
+		name, header string
+		d            *Dist
+	}{
+		{"TTFT", "Time to First Token", &m.TTFT},
+		{"TPOT", "Time per Output Token (excl. 1st token)", &m.TPOT},
+		{"ITL", "Inter-token Latency", &m.ITL},
+		{"E2EL", "End-to-end Latency", &m.E2EL},
+	} {
+		header(s.header, '-')
+		line("Mean "+s.name+" (ms):", s.d.Mean)
+		line("Median "+s.name+" (ms):", s.d.Median)
+		line("Std "+s.name+" (ms):", s.d.Std)
+		for _, pv := range s.d.Percentiles {
+			line("P"+pName(pv.P)+" "+s.name+" (ms):", pv.Value)
+		}
+	}
+	header(" bpfbench ", '-')
+	line("Mean client queue time (ms):", m.Queue.Mean)
+	srcs := make([]string, 0, len(m.TokenSources))
+	for k := range m.TokenSources {
+		srcs = append(srcs, k)
+	}
+	sort.Strings(srcs)
+	for _, k := range srcs {
+		line("Requests with tokens from "+k+":", m.TokenSources[k])
+	}
+	if cpu := r.ClientCPU.Seconds(); cpu > 0 {
+		line("Client CPU (s):", cpu)
+		line("Chunks per client CPU-second:", float64(m.Chunks)/cpu)
+	}
+	kinds := make([]string, 0, len(m.Failures))
+	for k := range m.Failures {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		line("Failed ("+k+"):", m.Failures[k])
+	}
+	if f := r.Failures(); len(f) > 0 {
+		fmt.Fprintf(w, "first failure: request %s: %s: %s\n", f[0].RequestID, f[0].Kind, f[0].Error)
+	}
+	fmt.Fprintln(w, "==================================================")
+}

@@ -1,0 +1,448 @@
+// Package loadgen is bpfbench's load generator for OpenAI-compatible
+// streaming servers (vLLM, SGLang, TGI, llama.cpp, Ollama). It records the
+// arrival of every streamed chunk on CLOCK_MONOTONIC, the clock of the
+// kernel's events, and the local TCP port of each request's connection, so
+// that a later stage can join client-side token gaps with what the kernel saw.
+// Its metrics follow the definitions of vLLM's benchmark client exactly.
+package loadgen
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config is one load run.
+type Config struct {
+	Target   string // base URL of the server, e.g. http://127.0.0.1:8000
+	Endpoint string // EndpointCompletions (default) or EndpointChat
+	Model    string
+	Label    string
+
+	// Rate is the request rate in requests/s; 0 or +Inf sends everything at
+	// once (closed loop when MaxConcurrency is set).
+	Rate float64
+	// Burstiness is vLLM's gamma shape: 1 is Poisson, < 1 burstier, > 1 smoother.
+	Burstiness float64
+	// Constant sends at exactly 1/Rate intervals.
+	Constant bool
+	// MaxConcurrency caps the requests in flight; 0 means no cap.
+	MaxConcurrency int
+	// NumRequests is the number of measured requests; with Duration set and
+	// NumRequests 0, requests are sent until Duration has passed.
+	NumRequests int
+	Duration    time.Duration
+	// Warmup requests are sent before the measured run and reported apart.
+	Warmup int
+
+	Dataset DatasetConfig
+	// TracePath replays a JSONL trace of {timestamp, input_len, output_len}:
+	// it gives both the prompts and the send times. TraceTimeUnit is "s" or "ms".
+	TracePath     string
+	TraceTimeUnit string
+	// Requests, when set (Go API only), are sent instead of a dataset; when
+	// any has OffsetNs > 0 the offsets are the send times (as a trace).
+	Requests []Request
+
+	// IgnoreEOS asks the server to generate exactly max_tokens. Like vLLM,
+	// the random dataset always sets it.
+	IgnoreEOS bool
+	// NoUsage leaves out stream_options.include_usage.
+	NoUsage bool
+	Seed    uint64
+
+	Timeout         time.Duration // per request, 0 for none
+	StallTimeout    time.Duration // longest silence within a response, 0 for none
+	RequestIDPrefix string
+	Headers         http.Header
+	NoKeepAlive     bool
+	ExtraBody       map[string]any
+
+	Percentiles []float64
+	Goodput     Goodput
+
+	// OnRecord, if set, is called as each request finishes, from the
+	// request's goroutine (it must be safe for concurrent use).
+	OnRecord func(*Record)
+	// Progress, if set, is called after each measured request with the
+	// number done and the total (0 when running for a duration).
+	Progress func(done, total int)
+}
+
+// DefaultConfig returns the defaults the flags use.
+func DefaultConfig() Config {
+	return Config{
+		Endpoint:    EndpointCompletions,
+		Model:       "llmsim",
+		Rate:        math.Inf(1),
+		Burstiness:  1,
+		NumRequests: 200,
+		Dataset: DatasetConfig{
+			Name:      DatasetRandom,
+			InputLen:  128,
+			OutputLen: 64,
+		},
+		TraceTimeUnit: "s",
+		Seed:          0,
+		Timeout:       6 * time.Hour,
+		Percentiles:   []float64{50, 90, 99},
+	}
+}
+
+// floatList is a comma-separated list of floats as a flag.Value.
+type floatList struct{ p *[]float64 }
+
+func (f floatList) String() string {
+	if f.p == nil {
+		return ""
+	}
+	s := make([]string, len(*f.p))
+	for i, v := range *f.p {
+		s[i] = strconv.FormatFloat(v, 'g', -1, 64)
+	}
+	return strings.Join(s, ",")
+}
+
+func (f floatList) Set(s string) error {
+	var out []float64
+	for _, x := range strings.Split(s, ",") {
+		x = strings.TrimSpace(x)
+		if x == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(x, 64)
+		if err != nil || v < 0 || v > 100 {
+			return fmt.Errorf("percentile %q: want a number in [0, 100]", x)
+		}
+		out = append(out, v)
+	}
+	*f.p = out
+	return nil
+}
+
+// headerFlag is a repeatable KEY=VALUE header flag.
+type headerFlag struct{ h *http.Header }
+
+func (f headerFlag) String() string { return "" }
+
+func (f headerFlag) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || strings.TrimSpace(k) == "" {
+		return fmt.Errorf("header %q: want KEY=VALUE", s)
+	}
+	if *f.h == nil {
+		*f.h = http.Header{}
+	}
+	f.h.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	return nil
+}
+
+// RegisterFlags defines the load flags on fs, with c's current values as
+// defaults (start from DefaultConfig()).
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Target, "target", c.Target, "base `URL` of the OpenAI-compatible server, e.g. http://127.0.0.1:8000")
+	fs.StringVar(&c.Endpoint, "endpoint", c.Endpoint, "API: completions (/v1/completions) or chat (/v1/chat/completions)")
+	fs.StringVar(&c.Model, "model", c.Model, "model name sent in requests")
+	fs.StringVar(&c.Label, "label", c.Label, "label stored in the result")
+	fs.Float64Var(&c.Rate, "rate", c.Rate, "request rate in requests/s; inf sends all at once (closed loop with --max-concurrency)")
+	fs.Float64Var(&c.Burstiness, "burstiness", c.Burstiness, "gamma shape of inter-arrival times: 1 Poisson, <1 burstier, >1 smoother")
+	fs.BoolVar(&c.Constant, "constant", c.Constant, "send at a constant rate instead of Poisson/gamma arrivals")
+	fs.IntVar(&c.MaxConcurrency, "max-concurrency", c.MaxConcurrency, "most requests in flight (0: no cap)")
+	fs.IntVar(&c.NumRequests, "num-requests", c.NumRequests, "number of measured requests (0 with --duration: until the duration has passed)")
+	fs.DurationVar(&c.Duration, "duration", c.Duration, "send requests for this long instead of a count")
+	fs.IntVar(&c.Warmup, "warmup", c.Warmup, "warm-up requests sent before the measured run")
+	fs.StringVar(&c.Dataset.Name, "dataset", c.Dataset.Name, "prompts: random, jsonl or sharegpt")
+	fs.StringVar(&c.Dataset.Path, "dataset-path", c.Dataset.Path, "file of the jsonl or sharegpt dataset")
+	fs.IntVar(&c.Dataset.InputLen, "input-len", c.Dataset.InputLen, "random dataset: input tokens per request")
+	fs.IntVar(&c.Dataset.OutputLen, "output-len", c.Dataset.OutputLen, "output tokens per request (random; default for jsonl records without one)")
+	fs.Float64Var(&c.Dataset.RangeRatio, "range-ratio", c.Dataset.RangeRatio, "random dataset: lengths uniform in [len*(1-r), len*(1+r)]")
+	fs.IntVar(&c.Dataset.ShareGPTOutputLen, "sharegpt-output-len", c.Dataset.ShareGPTOutputLen, "sharegpt: fixed output length (0: the reference answer's)")
+	fs.StringVar(&c.TracePath, "trace", c.TracePath, "replay a JSONL trace of {timestamp, input_len, output_len} (send times and lengths)")
+	fs.StringVar(&c.TraceTimeUnit, "trace-time-unit", c.TraceTimeUnit, "unit of the trace timestamps: s or ms")
+	fs.BoolVar(&c.IgnoreEOS, "ignore-eos", c.IgnoreEOS, "ask the server to ignore EOS (always on for the random dataset, as in vLLM)")
+	fs.BoolVar(&c.NoUsage, "no-usage", c.NoUsage, "do not ask for stream_options.include_usage")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed of arrivals and prompts")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "total timeout of one request")
+	fs.DurationVar(&c.StallTimeout, "stall-timeout", c.StallTimeout, "fail a request when no byte arrives for this long (0: never)")
+	fs.StringVar(&c.RequestIDPrefix, "request-id-prefix", c.RequestIDPrefix, "prefix of the x-request-id header (default: bench-<random>-)")
+	fs.Var(headerFlag{&c.Headers}, "header", "extra request header `KEY=VALUE` (repeatable)")
+	fs.BoolVar(&c.NoKeepAlive, "no-keepalive", c.NoKeepAlive, "open a new connection for every request")
+	fs.Var(floatList{&c.Percentiles}, "percentiles", "comma-separated percentiles to report, e.g. 50,90,99")
+	fs.Var(&c.Goodput, "goodput", "SLOs for goodput as ttft:MS,tpot:MS,e2el:MS")
+}
+
+// Validate checks the configuration.
+func (c *Config) Validate() error {
+	if _, err := EndpointURL(c.Target, c.Endpoint); err != nil {
+		return err
+	}
+	if c.Burstiness <= 0 {
+		return fmt.Errorf("burstiness %v: must be positive", c.Burstiness)
+	}
+	if c.Rate < 0 || math.IsNaN(c.Rate) {
+		return fmt.Errorf("rate %v: must be positive or inf", c.Rate)
+	}
+	if c.MaxConcurrency < 0 || c.NumRequests < 0 || c.Warmup < 0 || c.Duration < 0 {
+		return errors.New("counts and durations must not be negative")
+	}
+	if c.NumRequests == 0 && c.Duration == 0 && c.TracePath == "" && len(c.Requests) == 0 {
+		return errors.New("nothing to send: set --num-requests or --duration")
+	}
+	if c.Duration > 0 && c.NumRequests == 0 && math.IsInf(c.Rate, 1) && c.MaxConcurrency == 0 && c.TracePath == "" {
+		return errors.New("--duration at an infinite rate needs --max-concurrency (closed loop) or a --rate")
+	}
+	return nil
+}
+
+// Result is the outcome of a run.
+type Result struct {
+	Config Config
+	// Anchor ties the monotonic timestamps to wall-clock time.
+	Anchor Anchor
+	// StartNs and EndNs bound the measured run (monotonic ns).
+	StartNs, EndNs int64
+	Date           time.Time
+	// Records are the measured requests in send order; Warmup the warm-up ones.
+	Records []Record
+	Warmup  []Record
+	Metrics *Metrics
+	// ClientCPU is the CPU time (user+system) the whole process used during
+	// the measured run, from getrusage.
+	ClientCPU time.Duration
+}
+
+// DurationS is the run's duration in seconds (vLLM's benchmark_duration).
+func (r *Result) DurationS() float64 { return float64(r.EndNs-r.StartNs) / 1e9 }
+
+// plan returns the requests and their send offsets (-1: decided online).
+func (c *Config) plan() ([]Request, error) {
+	switch {
+	case len(c.Requests) > 0:
+		reqs := make([]Request, len(c.Requests))
+		copy(reqs, c.Requests)
+		return reqs, nil
+	case c.TracePath != "":
+		reqs, err := LoadTrace(c.TracePath, c.TraceTimeUnit, c.Dataset.OutputLen, c.Seed)
+		if err != nil {
+			return nil, err
+		}
+		if c.NumRequests > 0 && c.NumRequests < len(reqs) {
+			reqs = reqs[:c.NumRequests]
+		}
+		return reqs, nil
+	}
+	n := c.NumRequests
+	if n == 0 {
+		// Duration mode: enough prompts to cycle through.
+		n = 1024
+	}
+	return LoadDataset(c.Dataset, n, c.Seed)
+}
+
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// Run sends the load and measures it. Failed requests are recorded, not
+// returned as errors; an error means the run itself could not be made.
+func Run(ctx context.Context, cfg Config) (*Result, error) {
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = EndpointCompletions
+	}
+	if cfg.Burstiness == 0 {
+		cfg.Burstiness = 1
+	}
+	if cfg.Rate == 0 {
+		cfg.Rate = math.Inf(1)
+	}
+	if cfg.Percentiles == nil {
+		cfg.Percentiles = []float64{50, 90, 99}
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Dataset.Name == DatasetRandom || cfg.Dataset.Name == "" {
+		cfg.IgnoreEOS = true
+	}
+	if cfg.RequestIDPrefix == "" {
+		cfg.RequestIDPrefix = fmt.Sprintf("bench-%08x-", uint32(Mono()^int64(os.Getpid())<<16))
+	}
+	reqs, err := cfg.plan()
+	if err != nil {
+		return nil, err
+	}
+	client, err := NewClient(ClientOptions{
+		Target:       cfg.Target,
+		Endpoint:     cfg.Endpoint,
+		Model:        cfg.Model,
+		IgnoreEOS:    cfg.IgnoreEOS,
+		IncludeUsage: !cfg.NoUsage,
+		Headers:      cfg.Headers,
+		Timeout:      cfg.Timeout,
+		StallTimeout: cfg.StallTimeout,
+		NoKeepAlive:  cfg.NoKeepAlive,
+		ExtraBody:    cfg.ExtraBody,
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+
+	res := &Result{Config: cfg, Date: time.Now()}
+	if cfg.Warmup > 0 {
+		res.Warmup = make([]Record, cfg.Warmup)
+		var wg sync.WaitGroup
+		limit := make(chan struct{}, max(cfg.MaxConcurrency, 1)*4)
+		if cfg.MaxConcurrency > 0 {
+			limit = make(chan struct{}, cfg.MaxConcurrency)
+		}
+		for i := range res.Warmup {
+			limit <- struct{}{}
+			wg.Add(1)
+			go func(rec *Record) {
+				defer wg.Done()
+				defer func() { <-limit }()
+				rec.Warmup = true
+				rec.Index = -1
+				rec.RequestID = cfg.RequestIDPrefix + "warmup-" + strconv.Itoa(i)
+				rec.ScheduledNs = Mono()
+				client.Do(ctx, &reqs[0], rec)
+				if cfg.OnRecord != nil {
+					cfg.OnRecord(rec)
+				}
+			}(&res.Warmup[i])
+		}
+		wg.Wait()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
+
+	arr := NewArrivals(cfg.Rate, cfg.Burstiness, cfg.Constant, cfg.Seed)
+	var offsets []int64
+	durationMode := cfg.Duration > 0 && cfg.NumRequests == 0 && cfg.TracePath == "" && len(cfg.Requests) == 0
+	if !durationMode {
+		offsets = arr.Offsets(len(reqs))
+		// A trace, or Go API requests with offsets, fix the send times.
+		useOffsets := cfg.TracePath != ""
+		for _, r := range cfg.Requests {
+			if r.OffsetNs > 0 {
+				useOffsets = true
+			}
+		}
+		if useOffsets {
+			for i := range reqs {
+				offsets[i] = max(reqs[i].OffsetNs, 0)
+			}
+		}
+	}
+	total := len(reqs)
+	if durationMode {
+		total = 0
+	}
+	var sem chan struct{}
+	if cfg.MaxConcurrency > 0 {
+		sem = make(chan struct{}, cfg.MaxConcurrency)
+	}
+
+	var (
+		mu      sync.Mutex
+		records = make([]*Record, 0, len(reqs))
+		wg      sync.WaitGroup
+		done    atomic.Int64
+	)
+	res.Anchor = NewAnchor()
+	cpu0 := cpuTime()
+	start := Mono()
+	res.StartNs = start
+	var deadline int64
+	if cfg.Duration > 0 {
+		deadline = start + int64(cfg.Duration)
+	}
+	nextOffset := 0.0
+dispatch:
+	for i := 0; ; i++ {
+		if !durationMode && i >= len(reqs) {
+			break
+		}
+		var at int64
+		if durationMode {
+			at = start + int64(nextOffset*1e9)
+			nextOffset += arr.Next()
+		} else {
+			at = start + offsets[i]
+		}
+		if deadline > 0 && at >= deadline {
+			break
+		}
+		if !sleepUntil(at, ctx.Done()) {
+			break
+		}
+		if sem != nil {
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				break dispatch
+			}
+		}
+		if deadline > 0 && Mono() >= deadline {
+			if sem != nil {
+				<-sem
+			}
+			break
+		}
+		rec := &Record{
+			Index:       i,
+			RequestID:   cfg.RequestIDPrefix + strconv.Itoa(i),
+			ScheduledNs: at,
+		}
+		mu.Lock()
+		records = append(records, rec)
+		mu.Unlock()
+		req := &reqs[i%len(reqs)]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			client.Do(ctx, req, rec)
+			if sem != nil {
+				<-sem
+			}
+			if cfg.OnRecord != nil {
+				cfg.OnRecord(rec)
+			}
+			n := done.Add(1)
+			if cfg.Progress != nil {
+				cfg.Progress(int(n), total)
+			}
+		}()
+	}
+	wg.Wait()
+	res.EndNs = Mono()
+	res.ClientCPU = cpuTime() - cpu0
+	res.Records = make([]Record, len(records))
+	for i, r := range records {
+		res.Records[i] = *r
+	}
+	sort.Slice(res.Records, func(a, b int) bool { return res.Records[a].Index < res.Records[b].Index })
+	res.Metrics = ComputeMetrics(res.Records, res.DurationS(), cfg.Percentiles, cfg.Goodput)
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	return res, nil
+}

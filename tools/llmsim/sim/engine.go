@@ -1,0 +1,218 @@
+package sim
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// token is one generated token handed from the engine to a request handler.
+type token struct {
+	index  int    // 0-based position in the output
+	finish string // "" while generating, else "length" or "stop"
+	at     time.Time
+}
+
+// seq is one request inside the engine.
+type seq struct {
+	id        string
+	promptLen int
+	maxTokens int
+	ignoreEOS bool
+	out       chan token
+	arrival   time.Time
+	admitted  time.Time
+	prefilled bool
+	generated int
+	canceled  atomic.Bool
+	rng       uint64
+}
+
+// engine is a continuous-batching scheduler: a waiting queue, at most
+// MaxNumSeqs running sequences, and a loop of steps. A step prefills the
+// sequences admitted since the last one (cost proportional to their input
+// tokens) and decodes one token for every running sequence.
+type engine struct {
+	cfg     *Config
+	log     *slog.Logger
+	m       *metrics
+	mu      sync.Mutex
+	waiting []*seq
+	running []*seq
+	wake    chan struct{}
+	rng     *rand.Rand
+	io      *directReader
+	cuda    *cudaDriver
+	steps   atomic.Int64
+}
+
+func newEngine(cfg *Config, m *metrics, log *slog.Logger) *engine {
+	return &engine{cfg: cfg, m: m, log: log, wake: make(chan struct{}, 1), rng: rand.New(rand.NewPCG(cfg.Seed, 0x656e67))}
+}
+
+// submit queues s.
+func (e *engine) submit(s *seq) {
+	e.mu.Lock()
+	e.waiting = append(e.waiting, s)
+	e.m.waiting.Set(float64(len(e.waiting)))
+	e.mu.Unlock()
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// start opens the engine's devices on its own locked OS thread (a CUDA
+// context is bound to a thread) and runs the loop until ctx ends.
+func (e *engine) start(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if e.cfg.IOFile != "" {
+			r, err := openDirect(e.cfg.IOFile, e.cfg.IOBytes)
+			if err != nil {
+				errc <- err
+				return
+			}
+			e.io = r
+			defer r.close()
+		}
+		if e.cfg.CUDALib != "" {
+			d, err := openCUDA(e.cfg.CUDALib, uint32(max(e.cfg.CUDAKernelIters, 1)))
+			if err != nil {
+				errc <- err
+				return
+			}
+			e.cuda = d
+			defer d.close()
+		}
+		errc <- nil
+		e.loop(ctx)
+	}()
+	return <-errc
+}
+
+func (e *engine) loop(ctx context.Context) {
+	var ioErrLogged, cudaErrLogged bool
+	for {
+		e.mu.Lock()
+		for len(e.waiting) == 0 && len(e.running) == 0 {
+			e.mu.Unlock()
+			select {
+			case <-ctx.Done():
+				return
+			case <-e.wake:
+			}
+			e.mu.Lock()
+		}
+		// Drop canceled sequences, then admit from the queue.
+		live := e.running[:0]
+		for _, s := range e.running {
+			if !s.canceled.Load() {
+				live = append(live, s)
+			}
+		}
+		clear(e.running[len(live):])
+		e.running = live
+		now := time.Now()
+		for len(e.running) < e.cfg.MaxNumSeqs && len(e.waiting) > 0 {
+			s := e.waiting[0]
+			e.waiting[0] = nil
+			e.waiting = e.waiting[1:]
+			if s.canceled.Load() {
+				continue
+			}
+			s.admitted = now
+			e.m.queueTime.Observe(now.Sub(s.arrival).Seconds())
+			e.running = append(e.running, s)
+		}
+		if len(e.waiting) == 0 {
+			e.waiting = nil
+		}
+		batch := append([]*seq(nil), e.running...)
+		e.m.waiting.Set(float64(len(e.waiting)))
+		e.mu.Unlock()
+		e.m.running.Set(float64(len(batch)))
+		if len(batch) == 0 {
+			continue
+		}
+
+		// The step's cost.
+		var prefill time.Duration
+		decoding := 0
+		kvTokens := 0
+		for _, s := range batch {
+			if !s.prefilled {
+				prefill += e.cfg.PrefillBase + time.Duration(s.promptLen)*e.cfg.PrefillPerToken
+			} else {
+				decoding++
+			}
+			kvTokens += s.promptLen + s.generated
+		}
+		var decode time.Duration
+		if decoding > 0 {
+			decode = time.Duration(float64(e.cfg.DecodeStep) * (1 + e.cfg.BatchSlowdown*float64(decoding-1)))
+		}
+		d := prefill + decode
+		if e.cfg.Jitter > 0 {
+			d = time.Duration(float64(d) * (1 + e.cfg.Jitter*(2*e.rng.Float64()-1)))
+		}
+		stepStart := time.Now()
+		if e.cfg.Work == WorkSleep {
+			sleepUntil(stepStart.Add(d))
+		} else {
+			spinCPU(d)
+		}
+		if e.io != nil {
+			if err := e.io.read(); err != nil && !ioErrLogged {
+				e.log.Error("step IO", "err", err)
+				ioErrLogged = true
+			}
+		}
+		if e.cuda != nil {
+			if err := e.cuda.step(len(batch)); err != nil && !cudaErrLogged {
+				e.log.Error("step CUDA calls", "err", err)
+				cudaErrLogged = true
+			}
+		}
+		end := time.Now()
+		e.steps.Add(1)
+		e.m.stepDuration.Observe(end.Sub(stepStart).Seconds())
+		e.m.cacheUsage(float64(kvTokens) / float64(e.cfg.KVCacheTokens))
+
+		// Emit one token per sequence.
+		finished := 0
+		generated := 0
+		for _, s := range batch {
+			if s.canceled.Load() {
+				continue
+			}
+			if !s.prefilled {
+				s.prefilled = true
+				e.m.promptTokens.Add(float64(s.promptLen))
+			}
+			tok := token{index: s.generated, at: end}
+			s.generated++
+			generated++
+			switch {
+			case s.generated >= s.maxTokens:
+				tok.finish = "length"
+			case !s.ignoreEOS && e.cfg.EOSProb > 0 && e.rng.Float64() < e.cfg.EOSProb:
+				tok.finish = "stop"
+			}
+			// The channel holds every token the sequence can produce: the
+			// engine never waits for a slow client.
+			s.out <- tok
+			if tok.finish != "" {
+				s.canceled.Store(true) // leaves the batch at the next step
+				finished++
+			}
+		}
+		e.m.generationTokens.Add(float64(generated))
+	}
+}
