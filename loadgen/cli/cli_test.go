@@ -1,0 +1,112 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
+)
+
+func startSim(t *testing.T, mod func(*sim.Config)) string {
+	cfg := sim.DefaultConfig()
+	cfg.Work = sim.WorkSleep
+	cfg.DecodeStep = 2 * time.Millisecond
+	cfg.PrefillBase = time.Millisecond
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { ts.CloseClientConnections(); ts.Close(); s.Close() })
+	return ts.URL
+}
+
+func TestHelp(t *testing.T) {
+	var out, errb bytes.Buffer
+	if err := RunLoad(context.Background(), []string{"-h"}, &out, &errb); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("load -h: %v", err)
+	}
+	if !strings.Contains(errb.String(), "--target") && !strings.Contains(errb.String(), "-target") {
+		t.Errorf("load usage: %s", errb.String())
+	}
+	if err := RunSweep(context.Background(), []string{"-h"}, &out, &errb); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("sweep -h: %v", err)
+	}
+	if err := RunLoad(context.Background(), []string{"--num-requests", "3"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "--target") {
+		t.Errorf("load without target: %v", err)
+	}
+	if err := RunSweep(context.Background(), []string{"--target", "http://x"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "--slo") {
+		t.Errorf("sweep without slo: %v", err)
+	}
+}
+
+func TestRunLoadWritesVLLMJSON(t *testing.T) {
+	url := startSim(t, nil)
+	out := filepath.Join(t.TempDir(), "result.json")
+	var stdout, stderr bytes.Buffer
+	err := RunLoad(context.Background(), []string{"--target", url, "--endpoint", "chat", "--num-requests", "8", "--rate", "200",
+		"--input-len", "10", "--output-len", "4", "--percentiles", "50,99.9", "--goodput", "ttft:1000,tpot:1000", "--out", out}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	for _, s := range []string{"Serving Benchmark Result", "Successful requests:", "Mean TTFT (ms):", "P99.9 ITL (ms):", "Request goodput (req/s):"} {
+		if !strings.Contains(stdout.String(), s) {
+			t.Errorf("summary lacks %q:\n%s", s, stdout.String())
+		}
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["completed"].(float64) != 8 || m["failed"].(float64) != 0 || m["backend"] != "openai-chat" || m["request_goodput"].(float64) <= 0 {
+		t.Errorf("result: completed %v failed %v backend %v goodput %v", m["completed"], m["failed"], m["backend"], m["request_goodput"])
+	}
+	for _, k := range []string{"p50_ttft_ms", "p99.9_itl_ms", "mean_e2el_ms", "ttfts", "itls", "output_lens", "total_output_tokens", "bpfbench"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("result lacks %s", k)
+		}
+	}
+	recs := m["bpfbench"].(map[string]any)["records"].([]any)
+	r0 := recs[0].(map[string]any)
+	if r0["local_port"].(float64) == 0 || len(r0["chunk_ns"].([]any)) != 4 || r0["request_id"] == "" {
+		t.Errorf("record: %v", r0)
+	}
+}
+
+func TestRunSweep(t *testing.T) {
+	url := startSim(t, func(c *sim.Config) { c.MaxNumSeqs = 2 })
+	out := filepath.Join(t.TempDir(), "sweep.json")
+	var stdout, stderr bytes.Buffer
+	err := RunSweep(context.Background(), []string{"--target", url, "--slo", "p90_ttft_ms<=40", "--requests-per-step", "30",
+		"--output-len", "4", "--input-len", "4", "--step", "20", "--out", out}, &stdout, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "answer:") || !strings.Contains(stdout.String(), "step  1 probe") {
+		t.Errorf("output:\n%s", stdout.String())
+	}
+	var res struct {
+		Answer float64 `json:"answer"`
+		Steps  []any   `json:"steps"`
+	}
+	b, _ := os.ReadFile(out)
+	if err := json.Unmarshal(b, &res); err != nil || len(res.Steps) < 2 {
+		t.Errorf("sweep JSON: %v %s", err, b)
+	}
+}
