@@ -2,6 +2,7 @@ package sched
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -44,6 +45,7 @@ func childSpin2(_ []string, ready func(...int), wait func()) {
 	var set unix.CPUSet
 	set.Set(0)
 	tids := make(chan int, 2)
+	results := make(chan string, 2)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for range 2 {
@@ -54,13 +56,18 @@ func childSpin2(_ []string, ready func(...int), wait func()) {
 			if err := unix.SchedSetaffinity(0, &set); err != nil {
 				panic(err)
 			}
-			tids <- unix.Gettid()
+			tid := unix.Gettid()
+			tids <- tid
 			<-start
-			end := time.Now().Add(2 * time.Second)
+			t0 := time.Now()
+			end := t0.Add(2 * time.Second)
 			for time.Now().Before(end) {
 				for i := 0; i < 10000; i++ {
 				}
 			}
+			var ts unix.Timespec
+			_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+			results <- fmt.Sprintf("%d %d %d", tid, ts.Nano(), time.Since(t0).Nanoseconds())
 		}()
 	}
 	a, b := <-tids, <-tids
@@ -68,6 +75,10 @@ func childSpin2(_ []string, ready func(...int), wait func()) {
 	wait()
 	close(start)
 	wg.Wait()
+	close(results)
+	for r := range results {
+		fmt.Println(r)
+	}
 }
 
 // childODirect reads args[1] blocks of 4 KiB with O_DIRECT from args[0].
@@ -147,22 +158,31 @@ func TestTwoThreadsOnOneCPUWaitHalfTheTime(t *testing.T) {
 	privtest.Require(t)
 	child := testproc.Start(t, "spin2")
 	_, agg, stop := session(t, child.Pid())
-	start := time.Now()
 	child.Go(t)
-	child.Wait(t, 20*time.Second)
-	wall := time.Since(start).Seconds()
+	out := child.Wait(t, 20*time.Second)
 	stop()
-	for _, tid := range child.Tids {
+	// Each thread never sleeps, so the time it waited for the CPU is its
+	// wall time minus its own CPU time (CLOCK_THREAD_CPUTIME_ID). With
+	// nothing else on CPU 0 that is half the wall time; other load on the
+	// machine can only add to it, and the ground truth follows it.
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		var tid int
+		var cpuNs, wallNs float64
+		if _, err := fmt.Sscanf(line, "%d %f %f", &tid, &cpuNs, &wallNs); err != nil {
+			t.Fatalf("child result %q: %v", line, err)
+		}
 		th, ok := agg.Thread(uint32(tid))
 		if !ok {
 			t.Fatalf("no events for thread %d", tid)
 		}
-		t.Logf("spinning thread: %+v (wall %.2fs)", th, wall)
-		if !within(th.RunqueueSeconds, 1.0, 0.20) {
-			t.Errorf("thread %d run-queue wait %.3fs, want half of 2s within 20%%", tid, th.RunqueueSeconds)
+		truth := (wallNs - cpuNs) / 1e9
+		t.Logf("spinning thread %d: measured run-queue %.3fs, preempted %.3fs; ground truth %.3fs of %.3fs wall (half the wall: %.3fs)",
+			tid, th.RunqueueSeconds, th.OffCPU.Preempted, truth, wallNs/1e9, wallNs/2e9)
+		if !within(th.RunqueueSeconds, truth, 0.20) {
+			t.Errorf("thread %d run-queue wait %.3fs, want %.3fs within 20%%", tid, th.RunqueueSeconds, truth)
 		}
-		if !within(th.OffCPU.Preempted, 1.0, 0.20) {
-			t.Errorf("thread %d preempted off-CPU %.3fs, want about 1s", tid, th.OffCPU.Preempted)
+		if !within(th.OffCPU.Preempted, truth, 0.20) {
+			t.Errorf("thread %d preempted off-CPU %.3fs, want %.3fs within 20%%", tid, th.OffCPU.Preempted, truth)
 		}
 	}
 	s := agg.Summary(0)

@@ -58,6 +58,7 @@ type Child struct {
 	Tids  []int
 	stdin io.WriteCloser
 	done  chan error
+	rest  chan string // stdout after the ready line, at exit
 }
 
 // Start starts the child in mode with args and waits for its ready line.
@@ -77,13 +78,18 @@ func Start(t testing.TB, mode string, args ...string) *Child {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("starting child %s: %v", mode, err)
 	}
-	c := &Child{Cmd: cmd, stdin: stdin, done: make(chan error, 1)}
+	c := &Child{Cmd: cmd, stdin: stdin, done: make(chan error, 1), rest: make(chan string, 1)}
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-c.done
 	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	go func() { c.done <- cmd.Wait() }()
+	br := bufio.NewReader(stdout)
+	line, err := br.ReadString('\n')
+	go func() {
+		b, _ := io.ReadAll(br)
+		c.rest <- string(b)
+		c.done <- cmd.Wait()
+	}()
 	if err != nil || !strings.HasPrefix(line, "ready") {
 		t.Fatalf("child %s did not get ready: %q %v", mode, line, err)
 	}
@@ -105,16 +111,21 @@ func (c *Child) Go(t testing.TB) {
 	}
 }
 
-// Wait waits for the child to exit, failing the test after timeout.
-func (c *Child) Wait(t testing.TB, timeout time.Duration) {
+// Wait waits for the child to exit, failing the test after timeout, and
+// returns what it printed after its ready line.
+func (c *Child) Wait(t testing.TB, timeout time.Duration) string {
 	t.Helper()
 	select {
-	case err := <-c.done:
+	case out := <-c.rest:
+		c.rest <- out
+		err := <-c.done
 		c.done <- err
 		if err != nil {
 			t.Fatalf("child: %v", err)
 		}
+		return out
 	case <-time.After(timeout):
 		t.Fatalf("child did not exit within %v", timeout)
 	}
+	return ""
 }
