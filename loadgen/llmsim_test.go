@@ -105,8 +105,10 @@ func TestFixedTTFTAndITL(t *testing.T) {
 			if !within(m.ITL.Median, itl) || !within(m.TTFT.Median, ttft) {
 				t.Errorf("%s: metrics median TTFT %.3f ITL %.3f", ep, m.TTFT.Median, m.ITL.Median)
 			}
-			// TPOT = (E2EL - TTFT) / (tokens - 1) = ITL for evenly spaced tokens.
-			if !within(m.TPOT.Median, itl) {
+			// TPOT = (E2EL - TTFT) / (tokens - 1) = ITL for evenly spaced
+			// tokens; it averages each request's gaps, so outliers from a
+			// loaded machine move it: a sanity bound only.
+			if math.Abs(m.TPOT.Median-itl) > 0.25*itl {
 				t.Errorf("%s: median TPOT %.3f ms, want %.1f", ep, m.TPOT.Median, itl)
 			}
 		}

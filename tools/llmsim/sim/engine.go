@@ -48,6 +48,8 @@ type engine struct {
 	io      *directReader
 	cuda    *cudaDriver
 	steps   atomic.Int64
+	ioErrs  atomic.Int64
+	gpuErrs atomic.Int64
 }
 
 func newEngine(cfg *Config, m *metrics, log *slog.Logger) *engine {
@@ -169,15 +171,21 @@ func (e *engine) loop(ctx context.Context) {
 			spinCPU(d)
 		}
 		if e.io != nil {
-			if err := e.io.read(); err != nil && !ioErrLogged {
-				e.log.Error("step IO", "err", err)
-				ioErrLogged = true
+			if err := e.io.read(); err != nil {
+				e.ioErrs.Add(1)
+				if !ioErrLogged {
+					e.log.Error("step IO", "err", err)
+					ioErrLogged = true
+				}
 			}
 		}
 		if e.cuda != nil {
-			if err := e.cuda.step(len(batch)); err != nil && !cudaErrLogged {
-				e.log.Error("step CUDA calls", "err", err)
-				cudaErrLogged = true
+			if err := e.cuda.step(len(batch)); err != nil {
+				e.gpuErrs.Add(1)
+				if !cudaErrLogged {
+					e.log.Error("step CUDA calls", "err", err)
+					cudaErrLogged = true
+				}
 			}
 		}
 		end := time.Now()

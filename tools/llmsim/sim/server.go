@@ -239,6 +239,18 @@ func (s *Server) Handler() http.Handler { return s.mux }
 // Steps returns the number of engine steps run so far.
 func (s *Server) Steps() int64 { return s.eng.steps.Load() }
 
+// Stats are the engine's counters.
+type Stats struct {
+	Steps      int64 // engine steps run
+	IOErrors   int64 // failed --io-file reads
+	CUDAErrors int64 // steps whose CUDA calls failed
+}
+
+// Stats returns the engine's counters.
+func (s *Server) Stats() Stats {
+	return Stats{Steps: s.eng.steps.Load(), IOErrors: s.eng.ioErrs.Load(), CUDAErrors: s.eng.gpuErrs.Load()}
+}
+
 // Close stops the engine. It is idempotent.
 func (s *Server) Close() error {
 	s.once.Do(s.cancel)

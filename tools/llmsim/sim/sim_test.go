@@ -1,0 +1,174 @@
+package sim
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func start(t *testing.T, mod func(*Config)) (*Server, string) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Work = WorkSleep
+	cfg.DecodeStep = time.Millisecond
+	cfg.PrefillBase = time.Millisecond
+	cfg.EOSProb = 0
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() { ts.CloseClientConnections(); ts.Close(); s.Close() })
+	return s, ts.URL
+}
+
+// post sends body and returns the status, the X-Request-Id and the data lines.
+func post(t *testing.T, url, body string, hdr map[string]string) (int, string, []string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var data []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			data = append(data, d)
+		} else if sc.Text() != "" {
+			data = append(data, sc.Text())
+		}
+	}
+	return resp.StatusCode, resp.Header.Get("X-Request-Id"), data
+}
+
+func TestAPI(t *testing.T) {
+	_, url := start(t, nil)
+	code, id, data := post(t, url+"/v1/completions", `{"prompt":"a b c","max_tokens":5,"stream":true,"stream_options":{"include_usage":true},"ignore_eos":true}`, map[string]string{"X-Request-Id": "req-1"})
+	if code != 200 || id != "req-1" || len(data) != 7 || data[6] != "[DONE]" || !strings.Contains(data[5], `"completion_tokens":5`) || !strings.Contains(data[5], `"prompt_tokens":3`) || !strings.Contains(data[4], `"finish_reason":"length"`) {
+		t.Errorf("completions: %d %q %q", code, id, data)
+	}
+	// No include_usage: no usage chunk.
+	_, _, data = post(t, url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"hi there"}],"max_tokens":2,"stream":true}`, nil)
+	if len(data) != 3 || strings.Contains(strings.Join(data, ""), "usage") || !strings.Contains(data[0], `"role":"assistant"`) {
+		t.Errorf("chat: %q", data)
+	}
+	code, _, data = post(t, url+"/v1/completions", `{"prompt":"a","n":2,"stream":true}`, nil)
+	if code != 400 || !strings.Contains(strings.Join(data, ""), "n=2 is not supported") {
+		t.Errorf("n=2: %d %q", code, data)
+	}
+	code, _, data = post(t, url+"/v1/completions", `{"prompt":"a b","max_tokens":4}`, nil)
+	if code != 200 || !strings.Contains(strings.Join(data, ""), `"completion_tokens":4`) {
+		t.Errorf("non-streaming: %d %q", code, data)
+	}
+	for _, path := range []string{"/v1/models", "/health"} {
+		resp, err := http.Get(url + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Errorf("%s: %v %v", path, err, resp)
+		}
+		resp.Body.Close()
+	}
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, name := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc", "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket", "vllm:e2e_request_latency_seconds_count", "vllm:request_success_total"} {
+		if !strings.Contains(string(b), name) {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+}
+
+func TestEOSAndIgnoreEOS(t *testing.T) {
+	_, url := start(t, func(c *Config) { c.EOSProb = 1 })
+	_, _, data := post(t, url+"/v1/completions", `{"prompt":"a","max_tokens":6,"stream":true}`, nil)
+	if len(data) != 2 || !strings.Contains(data[0], `"finish_reason":"stop"`) {
+		t.Errorf("EOS: %q", data)
+	}
+	_, _, data = post(t, url+"/v1/completions", `{"prompt":"a","max_tokens":6,"stream":true,"ignore_eos":true}`, nil)
+	if len(data) != 7 {
+		t.Errorf("ignore_eos: %d chunks", len(data)-1)
+	}
+}
+
+func TestCPUWorkBurnsCPU(t *testing.T) {
+	s, url := start(t, func(c *Config) { c.Work = WorkCPU; c.DecodeStep = 5 * time.Millisecond; c.PrefillBase = 0; c.PrefillPerToken = 0 })
+	var ru0, ru1 unix.Rusage
+	unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	post(t, url+"/v1/completions", `{"prompt":"a","max_tokens":20,"stream":true,"ignore_eos":true}`, nil)
+	unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano() + ru1.Stime.Nano() - ru0.Stime.Nano())
+	// 19 decode steps of 5 ms of CPU time.
+	if cpu < 80*time.Millisecond || s.Stats().Steps < 20 {
+		t.Errorf("%v of CPU for 19 steps of 5 ms, %d steps", cpu, s.Stats().Steps)
+	}
+}
+
+func TestIOFile(t *testing.T) {
+	f, err := os.CreateTemp(t.TempDir(), "llmsim-io-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write(make([]byte, 256<<10))
+	f.Close()
+	_, err = openDirect(f.Name(), 64<<10)
+	if errors.Is(err, unix.EINVAL) {
+		t.Skip("O_DIRECT unsupported here:", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, url := start(t, func(c *Config) { c.IOFile = f.Name(); c.IOBytes = 64 << 10 })
+	post(t, url+"/v1/completions", `{"prompt":"a","max_tokens":10,"stream":true,"ignore_eos":true}`, nil)
+	if st := s.Stats(); st.IOErrors != 0 || st.Steps < 10 {
+		t.Errorf("stats %+v", st)
+	}
+}
+
+// TestCUDAStub drives the CUDA driver path against tools/cudastub, whose
+// kernels last CUDASTUB_KERNEL_US and whose synchronize waits for them.
+func TestCUDAStub(t *testing.T) {
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		t.Skip("purego on", runtime.GOARCH)
+	}
+	if _, err := exec.LookPath("cc"); err != nil {
+		t.Skip("no C compiler to build tools/cudastub")
+	}
+	out := t.TempDir()
+	cmd := exec.Command("make", "-s", "-C", "../../cudastub", "OUT="+out, filepath.Join(out, "libcuda.so.1"))
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Skipf("building tools/cudastub: %v\n%s", err, b)
+	}
+	t.Setenv("CUDASTUB_KERNEL_US", "3000")
+	s, url := start(t, func(c *Config) { c.CUDALib = filepath.Join(out, "libcuda.so.1"); c.DecodeStep = time.Millisecond })
+	t0 := time.Now()
+	post(t, url+"/v1/completions", `{"prompt":"a","max_tokens":10,"stream":true,"ignore_eos":true}`, nil)
+	el := time.Since(t0)
+	if st := s.Stats(); st.CUDAErrors != 0 || st.Steps < 10 {
+		t.Errorf("stats %+v", st)
+	}
+	// Ten steps, each waiting for a 3 ms kernel.
+	if el < 30*time.Millisecond {
+		t.Errorf("10 steps with 3 ms kernels took %v: the synchronize did not wait", el)
+	}
+}
