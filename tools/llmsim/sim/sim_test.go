@@ -112,7 +112,12 @@ func TestEOSAndIgnoreEOS(t *testing.T) {
 }
 
 func TestCPUWorkBurnsCPU(t *testing.T) {
-	s, url := start(t, func(c *Config) { c.Work = WorkCPU; c.DecodeStep = 5 * time.Millisecond; c.PrefillBase = 0; c.PrefillPerToken = 0 })
+	s, url := start(t, func(c *Config) {
+		c.Work = WorkCPU
+		c.DecodeStep = 5 * time.Millisecond
+		c.PrefillBase = 0
+		c.PrefillPerToken = 0
+	})
 	var ru0, ru1 unix.Rusage
 	unix.Getrusage(unix.RUSAGE_SELF, &ru0)
 	post(t, url+"/v1/completions", `{"prompt":"a","max_tokens":20,"stream":true,"ignore_eos":true}`, nil)
