@@ -1,0 +1,240 @@
+package correlate
+
+import (
+	"math"
+	"sort"
+	"strconv"
+)
+
+// Breakdown is the share of excess latency per cause name (including
+// "unexplained"), summing to 1 when there was excess.
+type Breakdown map[string]float64
+
+// Band aggregates intervals whose duration lies in a percentile band.
+type Band struct {
+	// FromMs and ToMs bound the band's interval durations (ToMs is +Inf
+	// for the top band, encoded as 0 in JSON by omission).
+	FromMs    float64   `json:"from_ms"`
+	ToMs      float64   `json:"to_ms,omitempty"`
+	Intervals int       `json:"intervals"`
+	ExcessMs  float64   `json:"excess_ms"`
+	Shares    Breakdown `json:"shares"`
+}
+
+// RequestBlame is one request's attribution.
+type RequestBlame struct {
+	Request       int       `json:"request"`
+	TTFTMs        float64   `json:"ttft_ms"`
+	TTFTShares    Breakdown `json:"ttft"`
+	ITLExcessMs   float64   `json:"itl_excess_ms"`
+	ITLShares     Breakdown `json:"itl"`
+	TopCause      string    `json:"top_cause"`
+	TotalExcessMs float64   `json:"total_excess_ms"`
+}
+
+// Summary is the `attribution` object of a run's result.
+type Summary struct {
+	BaselineITLMs  float64 `json:"baseline_itl_ms"`
+	BaselineTTFTMs float64 `json:"baseline_ttft_ms"`
+	// BaselineRates are each cause's normal active fraction of an interval.
+	BaselineRates Breakdown `json:"baseline_active_rates"`
+	TTFT          Breakdown `json:"ttft"`
+	// ITL maps "pXX" to the shares of the intervals at or above the XX-th
+	// percentile and below the next percentile listed ("all": every one).
+	ITL      map[string]Breakdown `json:"itl"`
+	ITLBands map[string]Band      `json:"itl_bands"`
+	Requests []RequestBlame       `json:"requests"`
+	// TopCause is the cause with the largest share of all excess.
+	TopCause string `json:"top_cause"`
+}
+
+func sharesOf(att [NumCauses + 1]int64) Breakdown {
+	var total int64
+	for _, v := range att {
+		total += v
+	}
+	out := Breakdown{}
+	for i, n := range causeNames {
+		if total > 0 {
+			out[n] = float64(att[i]) / float64(total)
+		} else {
+			out[n] = 0
+		}
+	}
+	return out
+}
+
+// top is the cause (not unexplained, unless nothing else) with the largest share.
+func top(b Breakdown) string {
+	best, bestV := "unexplained", 0.0
+	for _, n := range causeNames[:NumCauses] {
+		if b[n] > bestV {
+			best, bestV = n, b[n]
+		}
+	}
+	if b["unexplained"] > bestV {
+		return "unexplained"
+	}
+	return best
+}
+
+func addAtt(dst *[NumCauses + 1]int64, src [NumCauses + 1]int64) {
+	for i := range dst {
+		dst[i] += src[i]
+	}
+}
+
+// percentileOf returns the p-th percentile (0..100) of sorted values,
+// interpolating linearly as numpy does.
+func percentileOf(sorted []int64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	r := p / 100 * float64(len(sorted)-1)
+	lo := int(math.Floor(r))
+	hi := int(math.Ceil(r))
+	f := r - float64(lo)
+	return float64(sorted[lo])*(1-f) + float64(sorted[hi])*f
+}
+
+// Summarize aggregates blames per request, for all TTFTs, and per ITL
+// percentile band (percentiles ascending, e.g. 50, 90, 99).
+func Summarize(blames []Blame, base Baseline, percentiles []float64) Summary {
+	s := Summary{
+		BaselineITLMs: float64(base.ITLNs) / 1e6, BaselineTTFTMs: float64(base.TTFTNs) / 1e6,
+		BaselineRates: Breakdown{}, ITL: map[string]Breakdown{}, ITLBands: map[string]Band{},
+	}
+	for c := Cause(0); c < NumCauses; c++ {
+		s.BaselineRates[c.String()] = base.Rate[c]
+	}
+	type reqAgg struct {
+		ttft, itl [NumCauses + 1]int64
+		ttftMs    float64
+	}
+	reqs := map[int]*reqAgg{}
+	var ttftAtt, itlAtt, allAtt [NumCauses + 1]int64
+	var itls []int64
+	for _, b := range blames {
+		r := reqs[b.Request]
+		if r == nil {
+			r = &reqAgg{}
+			reqs[b.Request] = r
+		}
+		addAtt(&allAtt, b.AttributedNs)
+		if b.Index == 0 {
+			addAtt(&ttftAtt, b.AttributedNs)
+			addAtt(&r.ttft, b.AttributedNs)
+			r.ttftMs = float64(b.Duration()) / 1e6
+		} else {
+			addAtt(&itlAtt, b.AttributedNs)
+			addAtt(&r.itl, b.AttributedNs)
+			itls = append(itls, b.Duration())
+		}
+	}
+	s.TTFT = sharesOf(ttftAtt)
+	s.ITL["all"] = sharesOf(itlAtt)
+	s.TopCause = top(sharesOf(allAtt))
+
+	sort.Slice(itls, func(i, j int) bool { return itls[i] < itls[j] })
+	ps := append([]float64(nil), percentiles...)
+	sort.Float64s(ps)
+	bounds := make([]float64, len(ps))
+	for i, p := range ps {
+		bounds[i] = percentileOf(itls, p)
+	}
+	bandAtt := make([][NumCauses + 1]int64, len(ps))
+	bandN := make([]int, len(ps))
+	for _, b := range blames {
+		if b.Index == 0 {
+			continue
+		}
+		d := float64(b.Duration())
+		for i := len(ps) - 1; i >= 0; i-- {
+			if d >= bounds[i] {
+				addAtt(&bandAtt[i], b.AttributedNs)
+				bandN[i]++
+				break
+			}
+		}
+	}
+	for i, p := range ps {
+		name := "p" + strconv.FormatFloat(p, 'f', -1, 64)
+		sh := sharesOf(bandAtt[i])
+		s.ITL[name] = sh
+		var ex int64
+		for _, v := range bandAtt[i] {
+			ex += v
+		}
+		band := Band{FromMs: bounds[i] / 1e6, Intervals: bandN[i], ExcessMs: float64(ex) / 1e6, Shares: sh}
+		if i+1 < len(ps) {
+			band.ToMs = bounds[i+1] / 1e6
+		}
+		s.ITLBands[name] = band
+	}
+
+	ids := make([]int, 0, len(reqs))
+	for id := range reqs {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	for _, id := range ids {
+		r := reqs[id]
+		var ex, tot int64
+		var both [NumCauses + 1]int64
+		addAtt(&both, r.ttft)
+		addAtt(&both, r.itl)
+		for _, v := range r.itl {
+			ex += v
+		}
+		for _, v := range both {
+			tot += v
+		}
+		s.Requests = append(s.Requests, RequestBlame{
+			Request: id, TTFTMs: r.ttftMs, TTFTShares: sharesOf(r.ttft),
+			ITLExcessMs: float64(ex) / 1e6, ITLShares: sharesOf(r.itl),
+			TopCause: top(sharesOf(both)), TotalExcessMs: float64(tot) / 1e6,
+		})
+	}
+	return s
+}
+
+// EstimateBaseline derives a baseline from a window of intervals and the
+// activity during them: the median TTFT, the median gap, and each cause's
+// median active fraction over the gaps. Medians keep a perturbation that
+// touches fewer than half of the intervals out of the baseline.
+func EstimateBaseline(ivs []Interval, acts []Activity) Baseline {
+	e := NewEngine(Baseline{})
+	for _, a := range acts {
+		e.AddActivity(a)
+	}
+	var ttfts, gaps []int64
+	var rates [NumCauses][]float64
+	for _, iv := range ivs {
+		if iv.Index == 0 {
+			ttfts = append(ttfts, iv.Duration())
+			continue
+		}
+		if iv.Duration() <= 0 {
+			continue
+		}
+		gaps = append(gaps, iv.Duration())
+		for c := Cause(0); c < NumCauses; c++ {
+			rates[c] = append(rates[c], float64(e.union(c, iv.Start, iv.End, iv.Port))/float64(iv.Duration()))
+		}
+	}
+	sort.Slice(ttfts, func(i, j int) bool { return ttfts[i] < ttfts[j] })
+	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
+	b := Baseline{TTFTNs: int64(percentileOf(ttfts, 50)), ITLNs: int64(percentileOf(gaps, 50))}
+	for c := range rates {
+		sort.Float64s(rates[c])
+		if n := len(rates[c]); n > 0 {
+			r := rates[c]
+			if n%2 == 1 {
+				b.Rate[c] = r[n/2]
+			} else {
+				b.Rate[c] = (r[n/2-1] + r[n/2]) / 2
+			}
+		}
+	}
+	return b
+}
