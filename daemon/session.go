@@ -125,7 +125,7 @@ func (s *Session) Start(ctx context.Context) error {
 				return fmt.Errorf("starting %s: %w", sec.Name(), err)
 			}
 			s.log.Info("section unavailable", "section", sec.Name(), "err", err)
-			s.unavailable[sec.Name()] = err.Error()
+			s.unavailable[sec.Name()] = strings.TrimPrefix(err.Error(), collectors.ErrNotApplicable.Error()+": ")
 			continue
 		}
 		started = append(started, sec)

@@ -4,15 +4,21 @@ import (
 	"log/slog"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/collectors/gpu"
 	"github.com/bpfbench/bpfbench/collectors/sched"
 	"github.com/bpfbench/bpfbench/daemon"
 )
 
 // sessionSections are the sections of `attach` and `run`, in start order.
+// Only the scheduler is required; the others report why they are
+// unavailable (no NVML, no CUDA library mapped, ...) and the session goes on.
 func sessionSections() []daemon.SectionFactory {
 	return []daemon.SectionFactory{
 		{Name: "sched", Required: true, New: func(o collectors.Options) (collectors.Section, error) {
 			return sched.NewSection(o), nil
+		}},
+		{Name: "gpu", New: func(o collectors.Options) (collectors.Section, error) {
+			return gpu.NewSection(o), nil
 		}},
 	}
 }
@@ -29,6 +35,9 @@ func hostCollectors() []daemon.HostFactory {
 	return []daemon.HostFactory{
 		{Name: "sched", Required: true, New: func(l *slog.Logger, n collectors.TargetNames) collectors.Host {
 			return sched.NewHost(l, n)
+		}},
+		{Name: "gpu", New: func(l *slog.Logger, _ collectors.TargetNames) collectors.Host {
+			return gpu.NewHost(l, gpu.DefaultInterval)
 		}},
 	}
 }
