@@ -41,6 +41,42 @@ type Options struct {
 	// Interval is the period of the interval view.
 	Interval time.Duration
 	Logger   *slog.Logger
+	// Recorder, when set, receives every discrete event of the session as
+	// a Span, for correlation and the timeline (`bpfbench run`).
+	Recorder Recorder
+}
+
+// SpanKind says what a Span of a session's timeline is.
+type SpanKind uint8
+
+// The span kinds.
+const (
+	SpanRunqueue SpanKind = iota // a thread runnable, waiting for a CPU
+	SpanOffCPU                   // a thread off CPU; Detail is its state (preempted, io_wait, sleep)
+	SpanBlockIO                  // a block request of the target in flight; Detail is device and op
+	SpanCUDA                     // a CUDA call; Detail is its name
+	SpanTCP                      // a TCP episode of a connection; Detail says which
+)
+
+// Span is one interval of the target's timeline, CLOCK_MONOTONIC ns.
+type Span struct {
+	Kind       SpanKind
+	Start, End int64
+	Tid        uint32
+	// Port is the peer's port for TCP spans: the client's port when the
+	// target is the server.
+	Port   uint16
+	Detail string
+	// Blocking marks time the target waited: io_wait off-CPU intervals,
+	// blocking CUDA calls, backpressure and retransmission episodes.
+	Blocking bool
+	Bytes    uint64
+}
+
+// Recorder receives spans from the sections' reader goroutines; it must be
+// safe for concurrent use and quick.
+type Recorder interface {
+	Record(Span)
 }
 
 // Section is one collector's part of a session on one process.

@@ -27,6 +27,9 @@ func NewSection(opts collectors.Options) *Section {
 		OnEvent: func(e *Event) {
 			s.total.Add(e)
 			s.interval.Add(e)
+			if opts.Recorder != nil {
+				record(opts.Recorder, e)
+			}
 		},
 	})
 	return s
@@ -107,5 +110,17 @@ func Dur(sec float64) string {
 		return fmt.Sprintf("%.1fms", sec*1e3)
 	default:
 		return fmt.Sprintf("%.2fs", sec)
+	}
+}
+
+// record turns an event into the run-queue and off-CPU spans it closes.
+func record(r collectors.Recorder, e *Event) {
+	end := int64(e.Ts)
+	if e.HasRunq != 0 && e.RunqNs > 0 {
+		r.Record(collectors.Span{Kind: collectors.SpanRunqueue, Start: end - int64(e.RunqNs), End: end, Tid: e.Tid, Blocking: true})
+	}
+	if st := State(e.State); st < NumStates && e.OffcpuNs > 0 {
+		r.Record(collectors.Span{Kind: collectors.SpanOffCPU, Start: end - int64(e.OffcpuNs), End: end, Tid: e.Tid,
+			Detail: st.String(), Blocking: st == IOWait})
 	}
 }
