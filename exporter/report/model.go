@@ -1,0 +1,176 @@
+// Package report reads and writes a run directory's result.json and renders
+// it as report.html (one self-contained page) and as a terminal summary.
+//
+// result.json is the load generator's vLLM-compatible result (flat vLLM
+// field names: completed, request_throughput, mean_ttft_ms, ttfts, itls,
+// ..., and bpfbench's per-request records under "bpfbench") with these
+// keys added by `bpfbench run`: attribution, collectors, collection,
+// timeline, phases and diagnosis.
+package report
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/bpfbench/bpfbench/correlate"
+)
+
+// Check is one readiness line (as `bpfbench check` prints it).
+type Check struct {
+	Status string `json:"status"`
+	Name   string `json:"name"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix,omitempty"`
+}
+
+// Collection says what the kernel side saw and how complete it is.
+type Collection struct {
+	Pid  int    `json:"pid"`
+	Comm string `json:"comm"`
+	// Started and Stopped are wall-clock times of the collection; the
+	// offsets are seconds since the load generator's start.
+	Started        time.Time `json:"started"`
+	Stopped        time.Time `json:"stopped"`
+	StartedOffsetS float64   `json:"started_offset_seconds"`
+	StoppedOffsetS float64   `json:"stopped_offset_seconds"`
+	// StoppedReason says why collection ended ("load finished", "target
+	// pid 123 exited 12.5 s into the run", ...).
+	StoppedReason string `json:"stopped_reason"`
+	LostEvents    uint64 `json:"lost_events"`
+	Spans         uint64 `json:"spans"`
+	SpansDropped  uint64 `json:"spans_dropped"`
+	// Unavailable names sections that could not run, with the reason.
+	Unavailable map[string]string `json:"unavailable,omitempty"`
+	Readiness   []Check           `json:"readiness,omitempty"`
+}
+
+// TimelinePoint is one second (or bucket) of the run.
+type TimelinePoint struct {
+	// T is the bucket's start, seconds since the load generator's start.
+	T                     float64 `json:"t"`
+	OutputTokensPerSecond float64 `json:"output_tokens_per_second"`
+	CompletedRequests     int     `json:"completed_requests"`
+	P50ITLMs              float64 `json:"p50_itl_ms"`
+	P99ITLMs              float64 `json:"p99_itl_ms"`
+	P50TTFTMs             float64 `json:"p50_ttft_ms"`
+	// CausesMs is the excess latency attributed to each cause (and
+	// "unexplained") among intervals ending in this bucket, in ms.
+	CausesMs map[string]float64 `json:"causes_ms"`
+}
+
+// Phase is one part of a phased scenario (`bpfbench demo`).
+type Phase struct {
+	Name      string  `json:"name"`
+	StartS    float64 `json:"start_seconds"`
+	EndS      float64 `json:"end_seconds"`
+	Requests  int     `json:"requests"`
+	P50ITLMs  float64 `json:"p50_itl_ms"`
+	P99ITLMs  float64 `json:"p99_itl_ms"`
+	P99TTFTMs float64 `json:"p99_ttft_ms"`
+	TopCause  string  `json:"top_cause"`
+	// ITLP99 and TTFT are the shares of excess latency per cause in the
+	// phase's slowest 1% of gaps and in its TTFTs.
+	ITLP99 correlate.Breakdown `json:"itl_p99"`
+	ITLAll correlate.Breakdown `json:"itl_all"`
+	TTFT   correlate.Breakdown `json:"ttft"`
+}
+
+// Document is a parsed result.json.
+type Document struct {
+	// Load holds every other key of result.json: the load generator's
+	// vLLM-compatible fields and its "bpfbench" records.
+	Load        map[string]json.RawMessage `json:"-"`
+	Attribution *correlate.Summary         `json:"attribution,omitempty"`
+	// Collectors holds each section's summary, as `attach --output json` has it.
+	Collectors map[string]json.RawMessage `json:"collectors,omitempty"`
+	Collection *Collection                `json:"collection,omitempty"`
+	Timeline   []TimelinePoint            `json:"timeline,omitempty"`
+	Phases     []Phase                    `json:"phases,omitempty"`
+	// Diagnosis is a short plain-language reading of the run.
+	Diagnosis []string `json:"diagnosis,omitempty"`
+}
+
+var ownKeys = []string{"attribution", "collectors", "collection", "timeline", "phases", "diagnosis"}
+
+// MarshalJSON writes the load fields and the added keys as one object.
+func (d *Document) MarshalJSON() ([]byte, error) {
+	out := make(map[string]any, len(d.Load)+len(ownKeys))
+	for k, v := range d.Load {
+		out[k] = v
+	}
+	type own Document
+	b, err := json.Marshal((*own)(d))
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, err
+	}
+	for k, v := range m {
+		out[k] = v
+	}
+	return json.Marshal(out)
+}
+
+// UnmarshalJSON splits result.json into the added keys and Load.
+func (d *Document) UnmarshalJSON(b []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	type own Document
+	if err := json.Unmarshal(b, (*own)(d)); err != nil {
+		return err
+	}
+	for _, k := range ownKeys {
+		delete(m, k)
+	}
+	d.Load = m
+	return nil
+}
+
+// Float reads a numeric load field (vLLM name), or 0.
+func (d *Document) Float(key string) float64 {
+	var f float64
+	if raw, ok := d.Load[key]; ok {
+		_ = json.Unmarshal(raw, &f)
+	}
+	return f
+}
+
+// Floats reads an array load field such as "ttfts" or "itls" (seconds).
+func (d *Document) Floats(key string) []float64 {
+	var fs []float64
+	if raw, ok := d.Load[key]; ok {
+		_ = json.Unmarshal(raw, &fs)
+	}
+	return fs
+}
+
+// ReadFile reads a result.json.
+func ReadFile(path string) (*Document, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	var d Document
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("%s is not a bpfbench result: %w", path, err)
+	}
+	return &d, nil
+}
+
+// WriteFile writes d as result.json.
+func (d *Document) WriteFile(path string) error {
+	b, err := json.MarshalIndent(d, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
