@@ -1,0 +1,372 @@
+// SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause
+/*
+ * TCP collector: per-connection window, congestion and retransmit state of
+ * target processes, and zero-window episodes (the peer advertising a zero
+ * receive window: backpressure from a slow reader).
+ *
+ * Sockets are followed by socket cookie in `socks`. Userspace adds the
+ * sockets of a target it finds through socket diag (inode -> /proc/<pid>/fd),
+ * and the target's listening ports in `listen_ports`: connections accepted
+ * on them are followed from the moment they are established, before
+ * userspace polls.
+ *
+ * tcp_probe runs for every segment received in ESTABLISHED state: it
+ * snapshots cwnd, ssthresh, the windows, srtt and packets in flight, and
+ * reads the window the peer advertises in this very segment to start and
+ * end zero-window episodes. tcp_retransmit_skb counts retransmits and
+ * inet_sock_set_state reports open, state changes and close.
+ *
+ * Aggregates per target slot (per-CPU array; slot 0 is host-wide for
+ * retransmits and srtt): retransmits, zero-window time and episodes, and a
+ * log2 srtt histogram sampled per received segment. Discrete events of
+ * streamed targets go through the ring buffer; failed reservations are
+ * counted per CPU in `lost`.
+ */
+#include "bpfbench.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+#define AF_INET 2
+#define AF_INET6 10
+#define IPPROTO_TCP 6
+#define TCP_ESTABLISHED_STATE 1
+#define TCP_CLOSE_STATE 7
+
+enum ev_kind {
+	EV_OPEN = 0,         /* became ESTABLISHED */
+	EV_CLOSE = 1,        /* went to CLOSE; counters are final */
+	EV_STATE = 2,        /* another state change */
+	EV_RETRANSMIT = 3,   /* one segment retransmitted */
+	EV_ZW_START = 4,     /* the peer's window went to zero */
+	EV_ZW_END = 5,       /* the peer's window opened; duration_ns is the episode */
+	EV_CWND = 6,         /* snd_cwnd moved by a quarter or more since the last report */
+};
+
+struct event {
+	__u64 ts;          /* CLOCK_MONOTONIC ns */
+	__u64 cookie;      /* socket cookie */
+	__u64 duration_ns; /* EV_ZW_END, EV_CLOSE of an open episode */
+	__u64 zw_total_ns; /* zero-window time of the connection so far */
+	__u8 saddr[16];    /* local address (IPv4 in the first 4 bytes) */
+	__u8 daddr[16];    /* remote address */
+	__u16 sport;       /* local port, host order */
+	__u16 dport;       /* remote port, host order */
+	__u16 family;
+	__u8 kind;      /* enum ev_kind */
+	__u8 state;     /* new TCP state (EV_OPEN, EV_CLOSE, EV_STATE) */
+	__u8 old_state; /* previous TCP state */
+	__u8 pad[3];
+	__u32 target;   /* target slot */
+	__u32 snd_cwnd;
+	__u32 prev_cwnd; /* EV_CWND: the cwnd last reported */
+	__u32 ssthresh;
+	__u32 snd_wnd;   /* peer's receive window, bytes */
+	__u32 rcv_wnd;   /* our receive window, bytes */
+	__u32 srtt_us;
+	__u32 in_flight; /* packets */
+	__u32 retrans;   /* retransmits of the connection so far */
+	__u32 snd_wnd_min;
+	__u32 pad2;
+};
+
+/* Force BTF emission for bpf2go -type. */
+const struct event *unused_event __attribute__((unused));
+
+/* A followed socket: its target and running state. */
+struct sock_info {
+	__u64 zw_start;    /* start of the open zero-window episode, 0 if none */
+	__u64 zw_total_ns; /* closed episodes */
+	__u64 zw_episodes;
+	__u32 idx;   /* target slot */
+	__u32 flags; /* TARGET_* */
+	__u32 retrans;
+	__u32 snd_wnd_min; /* userspace starts it at ~0 */
+	__u32 last_cwnd;   /* cwnd last reported in an event */
+	__u32 snd_cwnd;
+	__u32 ssthresh;
+	__u32 snd_wnd;
+	__u32 rcv_wnd;
+	__u32 srtt_us;
+	__u32 in_flight;
+	__u32 pad;
+};
+
+struct listen_key {
+	__u32 netns; /* network namespace inode */
+	__u16 port;  /* host order */
+	__u16 pad;
+};
+
+struct tstats {
+	__u64 srtt[HIST_SLOTS];
+	__u64 srtt_count;
+	__u64 srtt_sum_ns;
+	__u64 retrans;
+	__u64 zw_ns;
+	__u64 zw_episodes;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct sock_info);
+} socks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, struct listen_key);
+	__type(value, struct target);
+} listen_ports SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, struct tstats);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 22);
+} events SEC(".maps");
+
+/* Events the ring buffer could not take, per CPU. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost SEC(".maps");
+
+/* Set by userspace before load: aggregate retransmits and srtt of every
+ * socket under slot 0 (the daemon) or only followed sockets (a session). */
+volatile const bool host_wide = true;
+
+/* Set by userspace before load: the reader polls the ring on a ticker and
+ * is only woken when more than this many bytes wait. */
+volatile const __u64 wakeup_bytes = 1 << 20;
+
+static __always_inline struct tstats *tstats_of(__u32 idx)
+{
+	if (idx >= MAX_TARGETS)
+		return 0;
+	return bpf_map_lookup_elem(&stats, &idx);
+}
+
+static __always_inline void count_lost(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&lost, &zero);
+	if (n)
+		(*n)++;
+}
+
+static __always_inline void emit(struct sock *sk, struct sock_info *si,
+				 __u64 cookie, __u64 now, __u8 kind,
+				 __u8 state, __u8 old_state, __u64 duration)
+{
+	if (!(si->flags & TARGET_STREAM))
+		return;
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost();
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts = now;
+	e->cookie = cookie;
+	e->duration_ns = duration;
+	e->zw_total_ns = si->zw_total_ns;
+	__u16 family = sk->__sk_common.skc_family;
+	e->family = family;
+	if (family == AF_INET6) {
+		__builtin_memcpy(e->saddr, &sk->__sk_common.skc_v6_rcv_saddr, 16);
+		__builtin_memcpy(e->daddr, &sk->__sk_common.skc_v6_daddr, 16);
+	} else {
+		__u32 s = sk->__sk_common.skc_rcv_saddr;
+		__u32 d = sk->__sk_common.skc_daddr;
+		__builtin_memcpy(e->saddr, &s, 4);
+		__builtin_memcpy(e->daddr, &d, 4);
+	}
+	e->sport = sk->__sk_common.skc_num;
+	e->dport = __builtin_bswap16(sk->__sk_common.skc_dport);
+	e->kind = kind;
+	e->state = state;
+	e->old_state = old_state;
+	e->target = si->idx;
+	e->snd_cwnd = si->snd_cwnd;
+	e->prev_cwnd = si->last_cwnd;
+	e->ssthresh = si->ssthresh;
+	e->snd_wnd = si->snd_wnd;
+	e->rcv_wnd = si->rcv_wnd;
+	e->srtt_us = si->srtt_us;
+	e->in_flight = si->in_flight;
+	e->retrans = si->retrans;
+	e->snd_wnd_min = si->snd_wnd_min;
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+}
+
+static __always_inline void snapshot(struct sock *sk, struct sock_info *si)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return;
+	si->snd_cwnd = tp->snd_cwnd;
+	si->ssthresh = tp->snd_ssthresh;
+	si->snd_wnd = tp->snd_wnd;
+	si->rcv_wnd = tp->rcv_wnd;
+	si->srtt_us = tp->srtt_us >> 3;
+	__u32 left = tp->sacked_out + tp->lost_out;
+	__u32 out = tp->packets_out;
+	si->in_flight = (out > left ? out - left : 0) + tp->retrans_out;
+}
+
+SEC("tp_btf/tcp_probe")
+int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
+{
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	if (!si) {
+		if (host_wide) {
+			struct tstats *ts = tstats_of(0);
+			if (ts) {
+				__u64 srtt = (__u64)(tp->srtt_us >> 3) * 1000;
+				__u32 s = hist_slot(srtt);
+				if (s < HIST_SLOTS)
+					ts->srtt[s]++;
+				ts->srtt_count++;
+				ts->srtt_sum_ns += srtt;
+			}
+		}
+		return 0;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	snapshot(sk, si);
+	__u64 srtt = (__u64)si->srtt_us * 1000;
+	__u32 s = hist_slot(srtt);
+	__u32 idxs[2] = { 0, si->idx };
+	for (int i = host_wide ? 0 : 1; i < 2; i++) {
+		struct tstats *ts = tstats_of(idxs[i]);
+		if (!ts)
+			continue;
+		if (s < HIST_SLOTS)
+			ts->srtt[s]++;
+		ts->srtt_count++;
+		ts->srtt_sum_ns += srtt;
+	}
+
+	/* The window the peer advertises in this segment. */
+	struct tcphdr th;
+	unsigned char *head = skb->head;
+	__u16 thoff = skb->transport_header;
+	if (bpf_probe_read_kernel(&th, sizeof(th), head + thoff) == 0 && th.ack &&
+	    !th.syn) {
+		__u32 wscale = BPF_CORE_READ_BITFIELD_PROBED(tp, rx_opt.snd_wscale);
+		__u32 wnd = (__u32)__builtin_bswap16(th.window) << (wscale & 15);
+		if (wnd < si->snd_wnd_min)
+			si->snd_wnd_min = wnd;
+		if (wnd == 0 && !si->zw_start) {
+			si->zw_start = now;
+			si->zw_episodes++;
+			struct tstats *ts = tstats_of(si->idx);
+			if (ts)
+				ts->zw_episodes++;
+			emit(sk, si, cookie, now, EV_ZW_START, 0, 0, 0);
+		} else if (wnd > 0 && si->zw_start) {
+			__u64 d = now > si->zw_start ? now - si->zw_start : 0;
+			si->zw_total_ns += d;
+			si->zw_start = 0;
+			struct tstats *ts = tstats_of(si->idx);
+			if (ts)
+				ts->zw_ns += d;
+			emit(sk, si, cookie, now, EV_ZW_END, 0, 0, d);
+		}
+	}
+
+	__u32 last = si->last_cwnd, cwnd = si->snd_cwnd;
+	__u32 diff = cwnd > last ? cwnd - last : last - cwnd;
+	if (last == 0 || diff * 4 >= last) {
+		emit(sk, si, cookie, now, EV_CWND, 0, 0, 0);
+		si->last_cwnd = cwnd;
+	}
+	return 0;
+}
+
+SEC("tp_btf/tcp_retransmit_skb")
+int BPF_PROG(tcp_retransmit_skb, struct sock *sk, struct sk_buff *skb)
+{
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
+	if (host_wide) {
+		struct tstats *ts = tstats_of(0);
+		if (ts)
+			ts->retrans++;
+	}
+	if (!si)
+		return 0;
+	si->retrans++;
+	struct tstats *ts = tstats_of(si->idx);
+	if (ts)
+		ts->retrans++;
+	snapshot(sk, si);
+	emit(sk, si, cookie, bpf_ktime_get_ns(), EV_RETRANSMIT, 0, 0, 0);
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
+{
+	if (sk->sk_protocol != IPPROTO_TCP)
+		return 0;
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	__u64 now = bpf_ktime_get_ns();
+	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
+	if (!si && newstate == TCP_ESTABLISHED_STATE) {
+		/* A connection accepted on a followed listening port. */
+		struct listen_key lk = {
+			.netns = sk->__sk_common.skc_net.net->ns.inum,
+			.port = sk->__sk_common.skc_num,
+		};
+		struct target *t = bpf_map_lookup_elem(&listen_ports, &lk);
+		if (!t)
+			return 0;
+		struct sock_info n = {
+			.idx = t->idx,
+			.flags = t->flags,
+			.snd_wnd_min = 0xffffffff,
+		};
+		bpf_map_update_elem(&socks, &cookie, &n, BPF_NOEXIST);
+		si = bpf_map_lookup_elem(&socks, &cookie);
+	}
+	if (!si)
+		return 0;
+	if (newstate == TCP_ESTABLISHED_STATE) {
+		snapshot(sk, si);
+		emit(sk, si, cookie, now, EV_OPEN, newstate, oldstate, 0);
+		return 0;
+	}
+	if (newstate != TCP_CLOSE_STATE) {
+		emit(sk, si, cookie, now, EV_STATE, newstate, oldstate, 0);
+		return 0;
+	}
+	__u64 d = 0;
+	if (si->zw_start) {
+		d = now > si->zw_start ? now - si->zw_start : 0;
+		si->zw_total_ns += d;
+		si->zw_start = 0;
+		struct tstats *ts = tstats_of(si->idx);
+		if (ts)
+			ts->zw_ns += d;
+	}
+	emit(sk, si, cookie, now, EV_CLOSE, newstate, oldstate, d);
+	bpf_map_delete_elem(&socks, &cookie);
+	return 0;
+}

@@ -1,0 +1,279 @@
+package tcp
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/internal/clock"
+)
+
+func monoNow() uint64 { return uint64(clock.Now()) }
+
+// Conn is what is known of one followed connection: the kernel's
+// per-segment state (from the tracepoints) and the last tcp_info read
+// through socket diag.
+type Conn struct {
+	Cookie uint64
+	Local  netip.AddrPort
+	Remote netip.AddrPort
+	Target uint32
+	Closed bool
+
+	SrttUs    uint32
+	SndCwnd   uint32
+	Ssthresh  uint32
+	SndWndMin uint32 // ^0 when no window was seen
+	// Retransmits is the larger of the tracepoint count and tcp_info's total_retrans.
+	Retransmits uint32
+	// ZeroWindowNs is the time the peer advertised a zero window,
+	// including an episode still open at the last read.
+	ZeroWindowNs       uint64
+	ZeroWindowEpisodes uint64
+
+	// From tcp_info, at InfoTime.
+	InfoTime      time.Time
+	RwndLimited   time.Duration
+	SndbufLimited time.Duration
+	Busy          time.Duration
+	NotsentBytes  uint32
+	BytesSent     uint64
+	BytesReceived uint64
+}
+
+func (c *Conn) minWnd(w uint32) {
+	if w < c.SndWndMin {
+		c.SndWndMin = w
+	}
+}
+
+func (c *Conn) fromEvent(e *Event) {
+	c.SrttUs, c.SndCwnd, c.Ssthresh = e.SrttUs, e.SndCwnd, e.Ssthresh
+	c.minWnd(e.SndWndMin)
+	if Kind(e.Kind) == ZeroWindowStart {
+		c.minWnd(0)
+	}
+	c.Retransmits = max(c.Retransmits, e.Retrans)
+	c.ZeroWindowNs = max(c.ZeroWindowNs, e.ZwTotalNs)
+	if Kind(e.Kind) == Close {
+		c.Closed = true
+	}
+}
+
+func (c *Conn) fromKernel(v *tcpSockInfo, now uint64) {
+	if v.SrttUs != 0 {
+		c.SrttUs, c.SndCwnd, c.Ssthresh = v.SrttUs, v.SndCwnd, v.Ssthresh
+	}
+	c.minWnd(v.SndWndMin)
+	c.Retransmits = max(c.Retransmits, v.Retrans)
+	zw := v.ZwTotalNs
+	if v.ZwStart != 0 && now > v.ZwStart {
+		zw += now - v.ZwStart
+	}
+	c.ZeroWindowNs = max(c.ZeroWindowNs, zw)
+	c.ZeroWindowEpisodes = max(c.ZeroWindowEpisodes, v.ZwEpisodes)
+}
+
+func (c *Conn) fromInfo(s diagSocket, now time.Time) {
+	ti := s.info
+	if ti == nil {
+		return
+	}
+	c.InfoTime = now
+	c.SrttUs, c.SndCwnd, c.Ssthresh = ti.Rtt, ti.Snd_cwnd, ti.Snd_ssthresh
+	c.Retransmits = max(c.Retransmits, ti.Total_retrans)
+	c.minWnd(ti.Snd_wnd)
+	c.RwndLimited = time.Duration(ti.Rwnd_limited) * time.Microsecond
+	c.SndbufLimited = time.Duration(ti.Sndbuf_limited) * time.Microsecond
+	c.Busy = time.Duration(ti.Busy_time) * time.Microsecond
+	c.NotsentBytes = ti.Notsent_bytes
+	c.BytesSent = ti.Bytes_sent
+	c.BytesReceived = ti.Bytes_received
+}
+
+// EpisodeKind says what held a connection back.
+type EpisodeKind uint8
+
+// The episode kinds.
+const (
+	// ZeroWindow: the peer advertised a zero receive window from Start to
+	// End (End == 0 while it is still open).
+	ZeroWindow EpisodeKind = iota
+	// Retransmission: a segment was retransmitted at Start (== End).
+	Retransmission
+	// CwndReduction and CwndGrowth: snd_cwnd moved from PrevCwnd to
+	// SndCwnd at Start (== End).
+	CwndReduction
+	CwndGrowth
+)
+
+func (k EpisodeKind) String() string {
+	switch k {
+	case ZeroWindow:
+		return "zero_window"
+	case Retransmission:
+		return "retransmit"
+	case CwndReduction:
+		return "cwnd_reduction"
+	}
+	return "cwnd_growth"
+}
+
+// Episode is a discrete network event of one connection on the
+// CLOCK_MONOTONIC timeline, with the connection's 4-tuple so that it can
+// be joined with the request that used the connection.
+type Episode struct {
+	Kind       EpisodeKind
+	Start, End int64 // CLOCK_MONOTONIC ns; End == 0: still open
+	Local      netip.AddrPort
+	Remote     netip.AddrPort
+	Cookie     uint64
+	Target     uint32
+	SndCwnd    uint32
+	PrevCwnd   uint32
+	SndWnd     uint32
+	SrttUs     uint32
+}
+
+// EpisodeOf decodes the episode an event starts, ends or is.
+func EpisodeOf(e *Event) (Episode, bool) {
+	ep := Episode{
+		Local: e.Local(), Remote: e.Remote(), Cookie: e.Cookie, Target: e.Target,
+		SndCwnd: e.SndCwnd, PrevCwnd: e.PrevCwnd, SndWnd: e.SndWnd, SrttUs: e.SrttUs,
+		Start: int64(e.Ts), End: int64(e.Ts),
+	}
+	switch Kind(e.Kind) {
+	case ZeroWindowStart:
+		ep.Kind, ep.End = ZeroWindow, 0
+	case ZeroWindowEnd:
+		ep.Kind, ep.Start = ZeroWindow, int64(e.Ts-e.DurationNs)
+	case Close:
+		if e.DurationNs == 0 {
+			return Episode{}, false
+		}
+		ep.Kind, ep.Start = ZeroWindow, int64(e.Ts-e.DurationNs)
+	case Retransmit:
+		ep.Kind = Retransmission
+	case CwndChange:
+		if e.PrevCwnd == 0 {
+			return Episode{}, false // the first report of a connection
+		}
+		ep.Kind = CwndGrowth
+		if e.SndCwnd < e.PrevCwnd {
+			ep.Kind = CwndReduction
+		}
+	default:
+		return Episode{}, false
+	}
+	return ep, true
+}
+
+const tcpListen = 10 // TCP_LISTEN
+
+// diagSocket is one TCP socket of a target, from socket diag.
+type diagSocket struct {
+	cookie        uint64
+	netns         uint32
+	state         uint8
+	local, remote netip.AddrPort
+	info          *netlink.TCPInfo
+}
+
+// socketInodes lists the socket inodes pid holds open.
+func socketInodes(pid int) (map[uint32]bool, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("listing the sockets of pid %d: %w", pid, err)
+	}
+	out := map[uint32]bool{}
+	for _, e := range ents {
+		l, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		if s, ok := strings.CutPrefix(l, "socket:["); ok {
+			if n, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 32); err == nil {
+				out[uint32(n)] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// netnsOf lists the network namespaces of pid's threads: inode -> a path to it.
+func netnsOf(pid int) map[uint32]string {
+	out := map[uint32]string{}
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, t := range tasks {
+		p := fmt.Sprintf("/proc/%d/task/%s/ns/net", pid, t.Name())
+		var st unix.Stat_t
+		if unix.Stat(p, &st) == nil {
+			if _, ok := out[uint32(st.Ino)]; !ok {
+				out[uint32(st.Ino)] = p
+			}
+		}
+	}
+	return out
+}
+
+func addrOf(ip []byte, port uint16) netip.AddrPort {
+	a, _ := netip.AddrFromSlice(ip)
+	return netip.AddrPortFrom(a.Unmap(), port)
+}
+
+// targetSockets lists pid's TCP sockets with their tcp_info, in every
+// network namespace its threads are in.
+func targetSockets(pid int) ([]diagSocket, error) {
+	inodes, err := socketInodes(pid)
+	if err != nil {
+		return nil, err
+	}
+	if len(inodes) == 0 {
+		return nil, nil
+	}
+	var out []diagSocket
+	for ino, path := range netnsOf(pid) {
+		ns, err := netns.GetFromPath(path)
+		if err != nil {
+			continue // the thread exited
+		}
+		h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
+		ns.Close()
+		if err != nil {
+			return nil, fmt.Errorf("opening socket diag in the network namespace of pid %d: %w", pid, err)
+		}
+		for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+			resp, err := h.SocketDiagTCPInfo(fam)
+			if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+				h.Close()
+				return nil, fmt.Errorf("reading TCP sockets through socket diag: %w", err)
+			}
+			for _, r := range resp {
+				m := r.InetDiagMsg
+				if m == nil || !inodes[m.INode] {
+					continue
+				}
+				out = append(out, diagSocket{
+					cookie: cookieOf(m.ID.Cookie),
+					netns:  ino,
+					state:  m.State,
+					local:  addrOf(m.ID.Source, m.ID.SourcePort),
+					remote: addrOf(m.ID.Destination, m.ID.DestinationPort),
+					info:   r.TCPInfo,
+				})
+			}
+		}
+		h.Close()
+	}
+	return out, nil
+}

@@ -1,0 +1,93 @@
+package tcp
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bpfbench/bpfbench/collectors"
+)
+
+// Host is the daemon's TCP collector: retransmits, zero-window time and
+// episodes and an srtt histogram per configured target, aggregated in the
+// kernel and read at scrape time; target="host" (slot 0) carries the
+// retransmits and srtt of every socket of the host.
+//
+// Cardinality: one series per configured target (at most MaxTargets-1)
+// plus the host, per metric. There is deliberately no per-connection
+// label (address, port, cookie): connections come and go by the
+// thousand; the per-connection view is the session's (`bpfbench attach`).
+type Host struct {
+	*Collector
+	names collectors.TargetNames
+	log   *slog.Logger
+
+	retrans, zwSeconds, zwEpisodes, srtt *prometheus.Desc
+}
+
+var _ collectors.Host = (*Host)(nil)
+
+// NewHost returns the daemon's TCP collector; names labels the slots.
+func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
+	c := New(Config{HostWide: true, Logger: logger})
+	l := []string{"target"}
+	return &Host{
+		Collector: c,
+		names:     names,
+		log:       c.log,
+		retrans: prometheus.NewDesc("bpfbench_tcp_retransmits_total",
+			"TCP segments retransmitted by a target's connections (target=\"host\": every socket of the host).", l, nil),
+		zwSeconds: prometheus.NewDesc("bpfbench_tcp_zero_window_seconds_total",
+			"Time a target's connections spent with the peer advertising a zero receive window (closed episodes).", l, nil),
+		zwEpisodes: prometheus.NewDesc("bpfbench_tcp_zero_window_episodes_total",
+			"Zero-window episodes of a target's connections (the peer's window went to zero).", l, nil),
+		srtt: prometheus.NewDesc("bpfbench_tcp_srtt_seconds",
+			"Smoothed round-trip time of a target's connections, sampled on every segment received (target=\"host\": every socket).", l, nil),
+	}
+}
+
+// Name is "tcp".
+func (h *Host) Name() string { return "tcp" }
+
+// SetTarget follows tgid's sockets under slot idx, without streaming.
+func (h *Host) SetTarget(tgid, idx uint32) error { return h.Collector.SetTarget(tgid, idx, false) }
+
+// Run refreshes the targets' sockets until ctx is done.
+func (h *Host) Run(ctx context.Context) error { return h.Collector.Run(ctx) }
+
+// Losses reports events the kernel could not queue and records userspace
+// could not decode.
+func (h *Host) Losses() (lost, decodeErrors uint64) {
+	lost, _ = h.Collector.Lost()
+	return lost, h.DecodeErrors()
+}
+
+// Describe sends the metric descriptions.
+func (h *Host) Describe(ch chan<- *prometheus.Desc) {
+	ch <- h.retrans
+	ch <- h.zwSeconds
+	ch <- h.zwEpisodes
+	ch <- h.srtt
+}
+
+// Collect reads the kernel's aggregates.
+func (h *Host) Collect(ch chan<- prometheus.Metric) {
+	for idx, name := range h.names() {
+		if idx >= MaxTargets {
+			continue
+		}
+		s, err := h.Stats(idx)
+		if err != nil {
+			h.log.Warn("reading tcp aggregates", "target", name, "err", err)
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(h.retrans, prometheus.CounterValue, float64(s.Retransmits), name)
+		ch <- prometheus.MustNewConstHistogram(h.srtt, s.Srtt.Count, float64(s.Srtt.SumNs)/1e9, s.Srtt.Buckets(), name)
+		if idx == 0 {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(h.zwSeconds, prometheus.CounterValue, float64(s.ZeroWindowNs)/1e9, name)
+		ch <- prometheus.MustNewConstMetric(h.zwEpisodes, prometheus.CounterValue, float64(s.ZeroWindowEpisodes), name)
+	}
+}

@@ -1,0 +1,158 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bpfbench/bpfbench/collectors"
+)
+
+// Connection is one connection in the `tcp` section. Window and
+// congestion figures are the last seen; srtt and cwnd come from tcp_info
+// when the connection was still open at the last refresh.
+type Connection struct {
+	Local                string  `json:"local"`
+	Remote               string  `json:"remote"`
+	SrttSeconds          float64 `json:"srtt_seconds"`
+	SndCwnd              uint32  `json:"snd_cwnd"`
+	SndWndMin            uint32  `json:"snd_wnd_min"`
+	Retransmits          uint32  `json:"retransmits"`
+	ZeroWindowSeconds    float64 `json:"zero_window_seconds"`
+	RwndLimitedSeconds   float64 `json:"rwnd_limited_seconds"`
+	SndbufLimitedSeconds float64 `json:"sndbuf_limited_seconds"`
+	BytesSent            uint64  `json:"bytes_sent"`
+	BytesReceived        uint64  `json:"bytes_received"`
+}
+
+// Summary is the `tcp` section of `bpfbench attach`.
+type Summary struct {
+	Connections []Connection `json:"connections"`
+}
+
+// ConnectionOf is the section's view of a connection.
+func ConnectionOf(c Conn) Connection {
+	wmin := c.SndWndMin
+	if wmin == ^uint32(0) {
+		wmin = 0
+	}
+	return Connection{
+		Local: c.Local.String(), Remote: c.Remote.String(),
+		SrttSeconds: float64(c.SrttUs) / 1e6, SndCwnd: c.SndCwnd, SndWndMin: wmin,
+		Retransmits: c.Retransmits, ZeroWindowSeconds: float64(c.ZeroWindowNs) / 1e9,
+		RwndLimitedSeconds: c.RwndLimited.Seconds(), SndbufLimitedSeconds: c.SndbufLimited.Seconds(),
+		BytesSent: c.BytesSent, BytesReceived: c.BytesReceived,
+	}
+}
+
+// Section is the TCP part of a session on one process.
+type Section struct {
+	*Collector
+	pid int
+}
+
+var _ collectors.Section = (*Section)(nil)
+
+// NewSection follows the TCP connections of opts.Pid, restricted to local
+// port opts.Port when it is not 0, refreshing them every opts.Interval.
+func NewSection(opts collectors.Options) (*Section, error) {
+	if opts.Pid <= 0 {
+		return nil, fmt.Errorf("tcp: target pid %d is not a process id", opts.Pid)
+	}
+	if opts.Port < 0 || opts.Port > 65535 {
+		return nil, fmt.Errorf("tcp: --port %d is out of range: give a local port in 1..65535, or 0 for every connection", opts.Port)
+	}
+	cfg := Config{Port: uint16(opts.Port), Logger: opts.Logger}
+	if opts.Interval > 0 {
+		cfg.RefreshInterval = opts.Interval
+	}
+	return &Section{Collector: New(cfg), pid: opts.Pid}, nil
+}
+
+// Name is "tcp".
+func (s *Section) Name() string { return "tcp" }
+
+// Start loads the programs and follows the process's sockets.
+func (s *Section) Start(ctx context.Context) error {
+	if err := s.Collector.Start(ctx); err != nil {
+		return err
+	}
+	if err := s.SetTarget(uint32(s.pid), 1, true); err != nil {
+		s.log.Warn("looking for the target's sockets", "pid", s.pid, "err", err)
+	}
+	return nil
+}
+
+// Lost counts ring buffer reservations that failed and undecodable records.
+func (s *Section) Lost() uint64 {
+	n, _ := s.Collector.Lost()
+	return n + s.DecodeErrors()
+}
+
+// Summary is the session's `tcp` JSON section; it refreshes first so that
+// tcp_info figures of open connections are current.
+func (s *Section) Summary() any {
+	if err := s.Refresh(); err != nil {
+		s.log.Debug("refreshing before the summary", "err", err)
+	}
+	return s.summary()
+}
+
+func (s *Section) summary() Summary {
+	conns := s.Connections()
+	sort.Slice(conns, func(i, j int) bool {
+		if conns[i].Local != conns[j].Local {
+			return conns[i].Local.String() < conns[j].Local.String()
+		}
+		return conns[i].Remote.String() < conns[j].Remote.String()
+	})
+	out := Summary{Connections: []Connection{}}
+	for _, c := range conns {
+		out.Connections = append(out.Connections, ConnectionOf(c))
+	}
+	return out
+}
+
+// WriteInterval writes one line with the totals over the connections.
+func (s *Section) WriteInterval(w io.Writer) {
+	sum := s.summary()
+	var retrans uint32
+	var zw, rwnd float64
+	var maxSrtt float64
+	for _, c := range sum.Connections {
+		retrans += c.Retransmits
+		zw += c.ZeroWindowSeconds
+		rwnd += c.RwndLimitedSeconds
+		maxSrtt = max(maxSrtt, c.SrttSeconds)
+	}
+	fmt.Fprintf(w, "tcp      conns=%-4d retrans=%-6d zero-window=%-8s rwnd-limited=%-8s max-srtt=%s\n",
+		len(sum.Connections), retrans, dur(zw), dur(rwnd), dur(maxSrtt))
+}
+
+// WriteSummary writes the end-of-session table.
+func (s *Section) WriteSummary(w io.Writer) {
+	sum := s.Summary().(Summary)
+	fmt.Fprintln(w, "TCP")
+	if len(sum.Connections) == 0 {
+		fmt.Fprintln(w, "  no connections")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "  local\tremote\tsrtt\tcwnd\tsnd_wnd min\tretrans\tzero window\trwnd limited\tsndbuf limited\tsent\treceived\t")
+	for _, c := range sum.Connections {
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t\n", c.Local, c.Remote, dur(c.SrttSeconds),
+			c.SndCwnd, c.SndWndMin, c.Retransmits, dur(c.ZeroWindowSeconds), dur(c.RwndLimitedSeconds),
+			dur(c.SndbufLimitedSeconds), c.BytesSent, c.BytesReceived)
+	}
+	tw.Flush()
+}
+
+func dur(sec float64) string {
+	if sec == 0 {
+		return "0"
+	}
+	return time.Duration(sec * 1e9).Round(time.Microsecond).String()
+}

@@ -1,0 +1,452 @@
+// Package tcp is the TCP collector: per-connection congestion window,
+// windows, srtt, retransmits, state changes and zero-window episodes of
+// target processes, from the tcp_probe, tcp_retransmit_skb and
+// inet_sock_set_state tp_btf tracepoints (bpf/tcp.bpf.c), enriched with the
+// kernel's own tcp_info (rwnd_limited, sndbuf_limited, busy time,
+// notsent bytes, bytes sent and received) through socket diag.
+//
+// A target's sockets are found through socket diag (each socket's inode,
+// in every network namespace the target's threads are in) and the
+// target's /proc/<pid>/fd, and followed by socket cookie; connections
+// accepted on the target's listening ports are followed by the kernel from
+// the moment they are established. Client connections a target opens
+// between two refreshes are followed from the next refresh on.
+package tcp
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
+	"github.com/bpfbench/bpfbench/internal/hist"
+)
+
+// Kind is the kind of an Event, as numbered by bpf/tcp.bpf.c.
+type Kind uint8
+
+// The event kinds.
+const (
+	Open            Kind = 0 // became ESTABLISHED
+	Close           Kind = 1 // went to CLOSE; counters are final
+	StateChange     Kind = 2 // another state change
+	Retransmit      Kind = 3 // one segment retransmitted
+	ZeroWindowStart Kind = 4 // the peer's advertised window went to zero
+	ZeroWindowEnd   Kind = 5 // the peer's window opened again
+	CwndChange      Kind = 6 // snd_cwnd moved by a quarter or more since the last report
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Open:
+		return "open"
+	case Close:
+		return "close"
+	case StateChange:
+		return "state"
+	case Retransmit:
+		return "retransmit"
+	case ZeroWindowStart:
+		return "zero_window_start"
+	case ZeroWindowEnd:
+		return "zero_window_end"
+	case CwndChange:
+		return "cwnd"
+	}
+	return fmt.Sprintf("kind%d", uint8(k))
+}
+
+// Event is one event of a followed connection, as the kernel wrote it. Ts
+// is CLOCK_MONOTONIC ns; the window and congestion fields are the
+// connection's state as of the last segment received.
+type Event = tcpEvent
+
+// Local is the connection's local address and port.
+func (e *Event) Local() netip.AddrPort { return addrPort(e.Family, e.Saddr, e.Sport) }
+
+// Remote is the connection's remote address and port.
+func (e *Event) Remote() netip.AddrPort { return addrPort(e.Family, e.Daddr, e.Dport) }
+
+func addrPort(family uint16, a [16]uint8, port uint16) netip.AddrPort {
+	if family == 10 { // AF_INET6
+		return netip.AddrPortFrom(netip.AddrFrom16(a).Unmap(), port)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(a[:4])), port)
+}
+
+// Tracepoints are the tracepoints the collector attaches to.
+var Tracepoints = []string{"inet_sock_set_state", "tcp_probe", "tcp_retransmit_skb"}
+
+// MaxTargets bounds the aggregate slots; index 0 is host-wide.
+const MaxTargets = 64
+
+// Config configures a Collector.
+type Config struct {
+	// HostWide aggregates retransmits and srtt of every socket under slot
+	// 0 (the daemon); otherwise only followed sockets count (a session).
+	HostWide bool
+	// Port follows only connections on this local port (0: all).
+	Port uint16
+	// RefreshInterval is how often Run looks for the targets' sockets
+	// (default 1 s).
+	RefreshInterval time.Duration
+	// RingBufferBytes sizes the event ring buffer (a power of two, default 4 MiB).
+	RingBufferBytes uint32
+	// PollInterval is how often the ring buffer is read (default 50 ms).
+	PollInterval time.Duration
+	// OnEvent receives each event of a streamed target from the reader
+	// goroutine. It must be quick; the pointer is valid during the call only.
+	OnEvent func(*Event)
+	// OnEpisode receives each decoded episode (zero window, retransmit,
+	// cwnd change) of a streamed target, from the reader goroutine.
+	OnEpisode func(Episode)
+	Logger    *slog.Logger
+
+	// rename attaches a program to another tracepoint (tests simulate a
+	// kernel that lacks one).
+	rename map[string]string
+}
+
+type targetInfo struct {
+	idx    uint32
+	stream bool
+}
+
+// Collector loads and runs the TCP programs and follows the sockets of
+// its targets.
+type Collector struct {
+	cfg       Config
+	log       *slog.Logger
+	set       *bpfutil.TracingSet
+	socks     *ebpf.Map
+	listen    *ebpf.Map
+	stats     *ebpf.Map
+	lost      *ebpf.Map
+	rd        *ringbuf.Reader
+	decodeErr atomic.Uint64
+	closeOnce sync.Once
+	closeErr  error
+
+	mu      sync.Mutex
+	targets map[uint32]targetInfo
+	conns   map[uint64]*Conn // by cookie
+	listens map[tcpListenKey]struct{}
+}
+
+// New returns a collector; Start loads it.
+func New(cfg Config) *Collector {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.RingBufferBytes == 0 {
+		cfg.RingBufferBytes = 4 << 20
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 50 * time.Millisecond
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = time.Second
+	}
+	return &Collector{
+		cfg: cfg, log: cfg.Logger.With("component", "tcp"),
+		targets: map[uint32]targetInfo{}, conns: map[uint64]*Conn{}, listens: map[tcpListenKey]struct{}{},
+	}
+}
+
+// Start loads the programs whose tracepoints the kernel has and attaches
+// them; missing tracepoints are logged and listed by Missing. On error it
+// releases everything it took.
+func (c *Collector) Start(context.Context) (err error) {
+	spec, err := loadTcp()
+	if err != nil {
+		return fmt.Errorf("reading the tcp eBPF object: %w", err)
+	}
+	if err := spec.Variables["host_wide"].Set(c.cfg.HostWide); err != nil {
+		return fmt.Errorf("configuring tcp: %w", err)
+	}
+	if err := spec.Variables["wakeup_bytes"].Set(uint64(c.cfg.RingBufferBytes / 4)); err != nil {
+		return fmt.Errorf("configuring tcp: %w", err)
+	}
+	spec.Maps[tcpMapEvents].MaxEntries = c.cfg.RingBufferBytes
+	c.set, err = bpfutil.LoadTracing("the tcp programs", spec, c.cfg.rename)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	for _, tp := range c.set.Missing() {
+		c.log.Warn("tracepoint missing in this kernel; carrying on without it", "tracepoint", tp)
+	}
+	if len(c.set.Attached()) == 0 {
+		return fmt.Errorf("attaching tcp: none of the tracepoints %v exists in this kernel", Tracepoints)
+	}
+	m := c.set.Coll.Maps
+	c.socks, c.listen, c.stats, c.lost = m[tcpMapSocks], m[tcpMapListenPorts], m[tcpMapStats], m[tcpMapLost]
+	if err := c.set.Attach(); err != nil {
+		return err
+	}
+	c.rd, err = ringbuf.NewReader(m[tcpMapEvents])
+	if err != nil {
+		return fmt.Errorf("opening the tcp ring buffer: %w", err)
+	}
+	c.log.Debug("attached", "programs", c.ProgramIDs(), "tracepoints", c.set.Attached(), "host_wide", c.cfg.HostWide)
+	return nil
+}
+
+// Missing lists the tracepoints this kernel lacks; the collector works
+// without them.
+func (c *Collector) Missing() []string {
+	if c.set == nil {
+		return nil
+	}
+	return c.set.Missing()
+}
+
+// Run refreshes the targets' sockets every RefreshInterval and drains the
+// ring buffer into OnEvent and OnEpisode until ctx is done (after
+// delivering what the kernel wrote until then) or Close.
+func (c *Collector) Run(ctx context.Context) error {
+	if c.rd == nil {
+		return errors.New("tcp collector not started")
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.rd.Flush() })
+	defer stop()
+	refreshDone := make(chan struct{})
+	rctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); <-refreshDone }()
+	go func() {
+		defer close(refreshDone)
+		tk := time.NewTicker(c.cfg.RefreshInterval)
+		defer tk.Stop()
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-tk.C:
+				if err := c.Refresh(); err != nil {
+					c.log.Warn("refreshing target sockets", "err", err)
+				}
+			}
+		}
+	}()
+	return bpfutil.PollRing(c.rd, c.cfg.PollInterval, &c.decodeErr, c.handle)
+}
+
+func (c *Collector) handle(e *Event) {
+	if c.cfg.OnEvent != nil {
+		c.cfg.OnEvent(e)
+	}
+	c.mu.Lock()
+	conn := c.conns[e.Cookie]
+	if conn == nil && Kind(e.Kind) != Close {
+		if c.cfg.Port == 0 || e.Sport == c.cfg.Port {
+			conn = &Conn{Cookie: e.Cookie, Local: e.Local(), Remote: e.Remote(), Target: e.Target, SndWndMin: ^uint32(0)}
+			c.conns[e.Cookie] = conn
+		}
+	}
+	if conn != nil {
+		conn.fromEvent(e)
+	}
+	c.mu.Unlock()
+	if c.cfg.OnEpisode != nil && (c.cfg.Port == 0 || e.Sport == c.cfg.Port) {
+		if ep, ok := EpisodeOf(e); ok {
+			c.cfg.OnEpisode(ep)
+		}
+	}
+}
+
+// Close detaches links before closing programs and maps. It is idempotent.
+func (c *Collector) Close() error {
+	c.closeOnce.Do(func() {
+		var errs []error
+		if c.rd != nil {
+			errs = append(errs, c.rd.Close())
+		}
+		if c.set != nil {
+			errs = append(errs, c.set.Close())
+		}
+		c.closeErr = errors.Join(errs...)
+	})
+	return c.closeErr
+}
+
+// SetTarget follows the TCP sockets of tgid under slot idx
+// (1..MaxTargets-1) and, with stream, sends their events through the ring
+// buffer. It looks for the target's sockets at once.
+func (c *Collector) SetTarget(tgid uint32, idx uint32, stream bool) error {
+	if idx == 0 || idx >= MaxTargets {
+		return fmt.Errorf("target slot %d out of range 1..%d", idx, MaxTargets-1)
+	}
+	c.mu.Lock()
+	c.targets[tgid] = targetInfo{idx: idx, stream: stream}
+	c.mu.Unlock()
+	return c.Refresh()
+}
+
+// DeleteTarget stops following tgid's new sockets. Deleting an unknown
+// tgid is not an error.
+func (c *Collector) DeleteTarget(tgid uint32) error {
+	c.mu.Lock()
+	delete(c.targets, tgid)
+	c.mu.Unlock()
+	return nil
+}
+
+// Refresh looks for the targets' sockets now: it follows the new ones in
+// the kernel and reads every followed connection's tcp_info.
+func (c *Collector) Refresh() error {
+	c.mu.Lock()
+	targets := make(map[uint32]targetInfo, len(c.targets))
+	for k, v := range c.targets {
+		targets[k] = v
+	}
+	c.mu.Unlock()
+	now := time.Now()
+	var errs []error
+	listens := map[tcpListenKey]struct{}{}
+	for pid, ti := range targets {
+		socks, err := targetSockets(int(pid))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		flags := uint32(0)
+		if ti.stream {
+			flags = 1
+		}
+		for _, s := range socks {
+			if s.state == tcpListen {
+				k := tcpListenKey{Netns: s.netns, Port: s.local.Port()}
+				listens[k] = struct{}{}
+				if err := c.listen.Put(k, tcpTarget{Idx: ti.idx, Flags: flags}); err != nil {
+					errs = append(errs, fmt.Errorf("following listening port %d: %w", k.Port, err))
+				}
+				continue
+			}
+			if c.cfg.Port != 0 && s.local.Port() != c.cfg.Port {
+				continue
+			}
+			v := tcpSockInfo{Idx: ti.idx, Flags: flags, SndWndMin: ^uint32(0)}
+			if err := c.socks.Update(s.cookie, v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+				errs = append(errs, fmt.Errorf("following socket %v -> %v: %w", s.local, s.remote, err))
+			}
+			c.mu.Lock()
+			conn := c.conns[s.cookie]
+			if conn == nil {
+				conn = &Conn{Cookie: s.cookie, Local: s.local, Remote: s.remote, Target: ti.idx, SndWndMin: ^uint32(0)}
+				c.conns[s.cookie] = conn
+			}
+			conn.fromInfo(s, now)
+			c.mu.Unlock()
+		}
+	}
+	// Forget listening ports the targets no longer have.
+	c.mu.Lock()
+	for k := range c.listens {
+		if _, ok := listens[k]; !ok {
+			_ = c.listen.Delete(k)
+		}
+	}
+	c.listens = listens
+	c.mu.Unlock()
+	c.readKernelState()
+	return errors.Join(errs...)
+}
+
+// readKernelState copies the kernel's per-connection state into the
+// connections still followed.
+func (c *Collector) readKernelState() {
+	var (
+		k  uint64
+		v  tcpSockInfo
+		ns = monoNow()
+	)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	it := c.socks.Iterate()
+	for it.Next(&k, &v) {
+		conn := c.conns[k]
+		if conn == nil {
+			continue
+		}
+		conn.fromKernel(&v, ns)
+	}
+}
+
+// Connections reports every connection followed so far (open or closed),
+// after a Refresh.
+func (c *Collector) Connections() []Conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]Conn, 0, len(c.conns))
+	for _, conn := range c.conns {
+		if c.cfg.Port != 0 && conn.Local.Port() != c.cfg.Port {
+			continue
+		}
+		out = append(out, *conn)
+	}
+	return out
+}
+
+// Stats is the in-kernel aggregate of one target slot.
+type Stats struct {
+	Retransmits        uint64
+	ZeroWindowNs       uint64
+	ZeroWindowEpisodes uint64
+	// Srtt is sampled once per segment received.
+	Srtt hist.Log2
+}
+
+// Stats reads the in-kernel aggregate of slot idx (0 = host-wide).
+func (c *Collector) Stats(idx uint32) (Stats, error) {
+	var per []tcpTstats
+	if err := c.stats.Lookup(idx, &per); err != nil {
+		return Stats{}, fmt.Errorf("reading tcp stats of slot %d: %w", idx, err)
+	}
+	var s Stats
+	for i := range per {
+		p := &per[i]
+		s.Retransmits += p.Retrans
+		s.ZeroWindowNs += p.ZwNs
+		s.ZeroWindowEpisodes += p.ZwEpisodes
+		s.Srtt.Add(hist.Log2{Slots: p.Srtt[:], Count: p.SrttCount, SumNs: p.SrttSumNs})
+	}
+	return s, nil
+}
+
+// Lost is the number of events the ring buffer could not take.
+func (c *Collector) Lost() (uint64, error) {
+	if c.lost == nil {
+		return 0, nil
+	}
+	return bpfutil.SumPerCPU(c.lost, 0)
+}
+
+// DecodeErrors is the number of ring buffer records too short to decode.
+func (c *Collector) DecodeErrors() uint64 { return c.decodeErr.Load() }
+
+// ProgramIDs are the kernel IDs of the loaded programs (for logs and leak checks).
+func (c *Collector) ProgramIDs() []ebpf.ProgramID { return c.set.ProgramIDs() }
+
+// LinkIDs are the kernel IDs of the attached links.
+func (c *Collector) LinkIDs() []link.ID { return c.set.LinkIDs() }
+
+func cookieOf(c [2]uint32) uint64 {
+	var b [8]byte
+	binary.NativeEndian.PutUint32(b[:4], c[0])
+	binary.NativeEndian.PutUint32(b[4:], c[1])
+	return binary.NativeEndian.Uint64(b[:])
+}

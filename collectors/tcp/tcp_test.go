@@ -1,0 +1,522 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testproc"
+)
+
+func TestMain(m *testing.M) {
+	testproc.Register("tcpserve", childServe)
+	testproc.Register("idle", func(_ []string, ready func(...int), wait func()) {
+		ready(unix.Gettid())
+		wait()
+	})
+	testproc.Main()
+	os.Exit(m.Run())
+}
+
+// childServe listens on args[1] inside network namespace args[0] ("" for
+// the current one) and sends 64 KiB to every client every args[2]
+// microseconds (0: as fast as it can). It prints its port through ready.
+func childServe(args []string, ready func(...int), wait func()) {
+	ln := make(chan net.Listener)
+	go func() {
+		runtime.LockOSThread() // this thread stays in the namespace
+		if args[0] != "" {
+			ns, err := netns.GetFromName(args[0])
+			if err != nil {
+				panic(err)
+			}
+			if err := netns.Set(ns); err != nil {
+				panic(err)
+			}
+		}
+		l, err := net.Listen("tcp4", args[1])
+		if err != nil {
+			panic(err)
+		}
+		ln <- l
+		select {}
+	}()
+	l := <-ln
+	pace, _ := strconv.Atoi(args[2])
+	ready(l.Addr().(*net.TCPAddr).Port)
+	wait()
+	buf := make([]byte, 64<<10)
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			for {
+				if pace > 0 {
+					time.Sleep(time.Duration(pace) * time.Microsecond)
+				}
+				if _, err := c.Write(buf); err != nil {
+					c.Close()
+					return
+				}
+			}
+		}()
+	}
+}
+
+// netPair is a pair of network namespaces joined by a veth pair: the server
+// side (10.x.y.1 on vethA in nsA) and the client side (10.x.y.2 in nsB).
+type netPair struct {
+	nsA, nsB   string
+	vethA      string
+	serverAddr string
+}
+
+func ipCmd(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+func newLink(t *testing.T) *netPair {
+	t.Helper()
+	if _, err := exec.LookPath("ip"); err != nil {
+		privtest.Skip(t, "ip not installed (apt-get install iproute2)")
+	}
+	id := os.Getpid()%100000 + 100000*0
+	l := &netPair{
+		nsA:   fmt.Sprintf("bbtcpA%d", id),
+		nsB:   fmt.Sprintf("bbtcpB%d", id),
+		vethA: fmt.Sprintf("bbva%d", id),
+	}
+	vethB := fmt.Sprintf("bbvb%d", id)
+	subnet := fmt.Sprintf("10.%d.%d", 100+id%100, (id/100)%250)
+	l.serverAddr = subnet + ".1"
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "del", l.nsA).Run()
+		_ = exec.Command("ip", "netns", "del", l.nsB).Run()
+	})
+	ipCmd(t, "netns", "add", l.nsA)
+	ipCmd(t, "netns", "add", l.nsB)
+	ipCmd(t, "link", "add", l.vethA, "netns", l.nsA, "type", "veth", "peer", "name", vethB, "netns", l.nsB)
+	ipCmd(t, "-n", l.nsA, "addr", "add", subnet+".1/24", "dev", l.vethA)
+	ipCmd(t, "-n", l.nsB, "addr", "add", subnet+".2/24", "dev", vethB)
+	for _, ns := range []string{l.nsA, l.nsB} {
+		ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+	}
+	ipCmd(t, "-n", l.nsA, "link", "set", l.vethA, "up")
+	ipCmd(t, "-n", l.nsB, "link", "set", vethB, "up")
+	return l
+}
+
+// shape puts a tbf qdisc on the server's side of the link, through netlink.
+func (l *netPair) shape(t *testing.T, rate uint64, limit, burst uint32) {
+	t.Helper()
+	ns, err := netns.GetFromName(l.nsA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	lk, err := h.LinkByName(l.vethA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &netlink.Tbf{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: lk.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
+		Rate:       rate,
+		Limit:      limit,
+		Buffer:     netlink.Xmittime(rate, burst),
+	}
+	if err := h.QdiscAdd(q); err != nil {
+		t.Fatalf("adding tbf to %s: %v", l.vethA, err)
+	}
+}
+
+// dial connects from the client namespace, with SO_RCVBUF rcvbuf when it is not 0.
+func (l *netPair) dial(t *testing.T, port int, rcvbuf int) *net.TCPConn {
+	t.Helper()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		runtime.LockOSThread()
+		// The thread is left in the client namespace and dies with the goroutine.
+		ns, err := netns.GetFromName(l.nsB)
+		if err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			ch <- res{nil, err}
+			return
+		}
+		d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+			if rcvbuf == 0 {
+				return nil
+			}
+			return rc.Control(func(fd uintptr) {
+				_ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, rcvbuf)
+			})
+		}}
+		c, err := d.Dial("tcp4", net.JoinHostPort(l.serverAddr, strconv.Itoa(port)))
+		ch <- res{c, err}
+	}()
+	r := <-ch
+	if r.err != nil {
+		t.Fatalf("dialing %s:%d: %v", l.serverAddr, port, r.err)
+	}
+	t.Cleanup(func() { r.c.Close() })
+	return r.c.(*net.TCPConn)
+}
+
+// drain reads c until it is closed.
+func drain(c net.Conn) { _, _ = io.Copy(io.Discard, c) }
+
+// episodes collects what OnEpisode delivers.
+type episodes struct {
+	mu  sync.Mutex
+	eps []Episode
+}
+
+func (e *episodes) add(ep Episode) {
+	e.mu.Lock()
+	e.eps = append(e.eps, ep)
+	e.mu.Unlock()
+}
+
+func (e *episodes) of(remote netip.AddrPort, kinds ...EpisodeKind) []Episode {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []Episode
+	for _, ep := range e.eps {
+		if ep.Local.Port() == 0 || ep.Remote != remote {
+			continue
+		}
+		for _, k := range kinds {
+			if ep.Kind == k {
+				out = append(out, ep)
+			}
+		}
+	}
+	return out
+}
+
+// run starts a collector in the background; stop returns after Run did.
+func run(t *testing.T, c *Collector) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("run: %v", err)
+		}
+		if n, _ := c.Lost(); n != 0 {
+			t.Errorf("%d events lost", n)
+		}
+	}
+}
+
+func connTo(t *testing.T, conns []Conn, client net.Conn) Conn {
+	t.Helper()
+	want := client.LocalAddr().(*net.TCPAddr).AddrPort()
+	for _, c := range conns {
+		if c.Remote.Addr().Unmap() == want.Addr().Unmap() && c.Remote.Port() == want.Port() {
+			return c
+		}
+	}
+	t.Fatalf("no connection to %v among %d followed", want, len(conns))
+	return Conn{}
+}
+
+// TestZeroWindowOfOneSlowReader: the target sends to two clients; one
+// stops reading. The zero-window episode and rwnd_limited time belong to
+// that connection alone.
+func TestZeroWindowOfOneSlowReader(t *testing.T) {
+	privtest.Require(t)
+	l := newLink(t)
+	// 64 KiB every 10 ms: a reader keeps up with it easily.
+	child := testproc.Start(t, "tcpserve", l.nsA, l.serverAddr+":0", "10000")
+	port := child.Tids[0]
+
+	sec, err := NewSection(collectors.Options{Pid: child.Pid(), Port: port, Interval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var eps episodes
+	sec.cfg.OnEpisode = eps.add
+	if err := sec.Start(context.Background()); err != nil {
+		t.Fatalf("start: %+v", err)
+	}
+	defer sec.Close()
+	stop := run(t, sec.Collector)
+	child.Go(t)
+
+	fast := l.dial(t, port, 0)
+	slow := l.dial(t, port, 16<<10)
+	go drain(fast)
+	time.Sleep(2 * time.Second)
+	if err := sec.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+
+	conns := sec.Connections()
+	f, s := connTo(t, conns, fast), connTo(t, conns, slow)
+	t.Logf("fast reader: %+v", ConnectionOf(f))
+	t.Logf("slow reader: %+v", ConnectionOf(s))
+	if s.ZeroWindowNs < uint64(time.Second) || s.ZeroWindowEpisodes == 0 {
+		t.Errorf("slow reader: zero window %v in %d episodes, want >= 1s", time.Duration(s.ZeroWindowNs), s.ZeroWindowEpisodes)
+	}
+	if s.RwndLimited < 500*time.Millisecond {
+		t.Errorf("slow reader: rwnd_limited %v, want >= 0.5s", s.RwndLimited)
+	}
+	if s.SndWndMin != 0 {
+		t.Errorf("slow reader: snd_wnd_min %d, want 0", s.SndWndMin)
+	}
+	if f.ZeroWindowNs != 0 || f.ZeroWindowEpisodes != 0 {
+		t.Errorf("fast reader: zero window %v in %d episodes, want none", time.Duration(f.ZeroWindowNs), f.ZeroWindowEpisodes)
+	}
+	if f.RwndLimited*10 > s.RwndLimited {
+		t.Errorf("fast reader rwnd_limited %v is not small next to the slow reader's %v", f.RwndLimited, s.RwndLimited)
+	}
+	slowAddr := slow.LocalAddr().(*net.TCPAddr).AddrPort()
+	fastAddr := fast.LocalAddr().(*net.TCPAddr).AddrPort()
+	zs := eps.of(slowAddr, ZeroWindow)
+	if len(zs) == 0 || zs[0].Start <= 0 || zs[0].Local.Port() != uint16(port) {
+		t.Errorf("zero-window episodes of the slow reader: %+v, want one starting on the CLOCK_MONOTONIC timeline", zs)
+	}
+	if zf := eps.of(fastAddr, ZeroWindow); len(zf) != 0 {
+		t.Errorf("zero-window episodes of the fast reader: %+v, want none", zf)
+	}
+
+	// The JSON section has both connections and nothing else.
+	sum := sec.Summary().(Summary)
+	if len(sum.Connections) != 2 {
+		t.Errorf("section has %d connections, want 2: %+v", len(sum.Connections), sum)
+	}
+	for _, c := range sum.Connections {
+		if c.Remote == slowAddr.String() && c.ZeroWindowSeconds < 1 {
+			t.Errorf("section: slow reader zero_window_seconds %v", c.ZeroWindowSeconds)
+		}
+		if c.Remote == fastAddr.String() && (c.ZeroWindowSeconds != 0 || c.BytesSent == 0) {
+			t.Errorf("section: fast reader %+v, want no zero window and bytes sent", c)
+		}
+	}
+}
+
+// TestShapedLink: tbf on the server's side raises srtt, reduces the
+// congestion window, and its small queue drops packets, which the sender
+// retransmits; the sender is busy the whole time.
+func TestShapedLink(t *testing.T) {
+	privtest.Require(t)
+	l := newLink(t)
+	child := testproc.Start(t, "tcpserve", l.nsA, l.serverAddr+":0", "0")
+	port := child.Tids[0]
+
+	var eps episodes
+	c := New(Config{OnEpisode: eps.add})
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatalf("start: %+v", err)
+	}
+	defer c.Close()
+	host := NewHost(nil, func() map[uint32]string { return map[uint32]string{0: "host", 2: "server"} })
+	if err := host.Start(context.Background()); err != nil {
+		t.Fatalf("host start: %+v", err)
+	}
+	defer host.Close()
+	if err := c.SetTarget(uint32(child.Pid()), 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.SetTarget(uint32(child.Pid()), 2); err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	child.Go(t)
+
+	free := l.dial(t, port, 0)
+	go drain(free)
+	time.Sleep(700 * time.Millisecond)
+	if err := c.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	base := connTo(t, c.Connections(), free)
+	free.Close()
+
+	l.shape(t, 250_000, 20_000, 3_000) // 2 Mbit/s, 20 kB queue: up to 80 ms
+	shaped := l.dial(t, port, 0)
+	go drain(shaped)
+	time.Sleep(3 * time.Second)
+	if err := c.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	sh := connTo(t, c.Connections(), shaped)
+	t.Logf("unshaped: %+v busy %v", ConnectionOf(base), base.Busy)
+	t.Logf("shaped:   %+v busy %v", ConnectionOf(sh), sh.Busy)
+
+	if sh.SrttUs < 10_000 || sh.SrttUs < 5*base.SrttUs {
+		t.Errorf("shaped srtt %dµs, want >= 10ms and >= 5x the unshaped %dµs", sh.SrttUs, base.SrttUs)
+	}
+	if sh.Busy < 2*time.Second {
+		t.Errorf("shaped sender busy %v, want >= 2s of 3s", sh.Busy)
+	}
+	if sh.SndbufLimited+sh.Busy == 0 {
+		t.Error("shaped sender shows neither sndbuf_limited nor busy time")
+	}
+	if sh.Retransmits == 0 {
+		t.Error("no retransmits through a 20 kB tbf queue")
+	}
+	shapedAddr := shaped.LocalAddr().(*net.TCPAddr).AddrPort()
+	rt := eps.of(shapedAddr, Retransmission)
+	red := eps.of(shapedAddr, CwndReduction)
+	t.Logf("shaped: %d retransmit episodes, %d cwnd reductions", len(rt), len(red))
+	if len(rt) == 0 || len(red) == 0 {
+		t.Errorf("shaped: %d retransmit episodes and %d cwnd reductions, want some of each", len(rt), len(red))
+	}
+	if sh.SndCwnd >= base.SndCwnd {
+		t.Errorf("shaped cwnd %d, want below the unshaped %d", sh.SndCwnd, base.SndCwnd)
+	}
+
+	st, err := host.Stats(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Retransmits == 0 || st.Srtt.Count == 0 {
+		t.Errorf("daemon aggregates of the target: %+v, want retransmits and srtt samples", st)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(host); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reg.Gather(); err != nil {
+		t.Errorf("gather: %v", err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	for _, p := range []int{-1, 65536, 100000} {
+		if _, err := NewSection(collectors.Options{Pid: 1, Port: p}); err == nil || !strings.Contains(err.Error(), "out of range") {
+			t.Errorf("port %d: err %v, want an out-of-range error", p, err)
+		}
+	}
+	if _, err := NewSection(collectors.Options{Pid: 0}); err == nil {
+		t.Error("pid 0 accepted")
+	}
+}
+
+// TestTargetWithoutSockets: an empty section, not an error.
+func TestTargetWithoutSockets(t *testing.T) {
+	privtest.Require(t)
+	child := testproc.Start(t, "idle")
+	sec, err := NewSection(collectors.Options{Pid: child.Pid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sec.Start(context.Background()); err != nil {
+		t.Fatalf("start: %+v", err)
+	}
+	defer sec.Close()
+	if err := sec.Refresh(); err != nil {
+		t.Errorf("refresh: %v", err)
+	}
+	sum := sec.Summary().(Summary)
+	if sum.Connections == nil || len(sum.Connections) != 0 {
+		t.Errorf("summary %+v, want an empty list", sum)
+	}
+}
+
+// TestMissingTracepoint simulates a kernel without tcp_retransmit_skb:
+// the collector names it and the other tracepoints still report.
+func TestMissingTracepoint(t *testing.T) {
+	privtest.Require(t)
+	child := testproc.Start(t, "tcpserve", "", "127.0.0.1:0", "0")
+	port := child.Tids[0]
+	var (
+		mu    sync.Mutex
+		kinds = map[Kind]int{}
+	)
+	c := New(Config{
+		rename:  map[string]string{"tcp_retransmit_skb": "tcp_retransmit_skb_gone"},
+		OnEvent: func(e *Event) { mu.Lock(); kinds[Kind(e.Kind)]++; mu.Unlock() },
+	})
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatalf("start: %+v", err)
+	}
+	defer c.Close()
+	if m := c.Missing(); len(m) != 1 || m[0] != "tcp_retransmit_skb_gone" {
+		t.Errorf("Missing() = %v, want [tcp_retransmit_skb_gone]", m)
+	}
+	if n := len(c.LinkIDs()); n != 2 {
+		t.Errorf("%d links, want 2", n)
+	}
+	if err := c.SetTarget(uint32(child.Pid()), 1, true); err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	child.Go(t)
+	conn, err := net.Dial("tcp4", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.CopyN(io.Discard, conn, 4<<20); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	time.Sleep(200 * time.Millisecond)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("events by kind: %v", kinds)
+	if kinds[Open] != 1 || kinds[Close] != 1 || kinds[CwndChange] == 0 {
+		t.Errorf("events by kind %v, want one open, one close and cwnd reports", kinds)
+	}
+}
+
+func TestCloseReleasesEverything(t *testing.T) {
+	privtest.Require(t)
+	c := New(Config{})
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatalf("start: %+v", err)
+	}
+	progs, links := c.ProgramIDs(), c.LinkIDs()
+	if len(progs) != 3 || len(links) != 3 {
+		t.Fatalf("loaded %d programs and %d links, want 3 and 3", len(progs), len(links))
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	privtest.AssertReleased(t, progs, links)
+}
