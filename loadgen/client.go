@@ -31,12 +31,21 @@ type Request struct {
 	// OffsetNs is the send time relative to the start of the run, for trace
 	// replay; -1 (or 0 outside a trace) when the arrival process decides.
 	OffsetNs int64
+	// SlowRead makes this request a slow-reading client: after its first
+	// chunk it stops reading for this long, on its own connection with a
+	// small receive buffer, so the server's side of the connection fills
+	// up and its peer window closes (receive backpressure).
+	SlowRead time.Duration
 }
+
+// slowReadRcvBuf is the receive buffer of a slow-reading request's socket.
+const slowReadRcvBuf = 4096
 
 // Client sends streaming requests to one OpenAI-compatible server and
 // measures them. It is safe for concurrent use.
 type Client struct {
 	hc        *http.Client
+	slow      *http.Client
 	url       string
 	endpoint  string
 	model     string
@@ -85,8 +94,24 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		WriteBufferSize:     16 << 10,
 		ForceAttemptHTTP2:   false,
 	}
+	slowTr := tr.Clone()
+	slowTr.DisableKeepAlives = true
+	slowTr.DialContext = (&net.Dialer{
+		Timeout: 30 * time.Second,
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, slowReadRcvBuf)
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		},
+	}).DialContext
 	c := &Client{
 		hc:        &http.Client{Transport: tr},
+		slow:      &http.Client{Transport: slowTr},
 		url:       u,
 		endpoint:  opts.Endpoint,
 		model:     opts.Model,
@@ -129,7 +154,10 @@ func EndpointURL(target, endpoint string) (string, error) {
 }
 
 // Close releases idle connections.
-func (c *Client) Close() { c.hc.CloseIdleConnections() }
+func (c *Client) Close() {
+	c.hc.CloseIdleConnections()
+	c.slow.CloseIdleConnections()
+}
 
 type readState struct {
 	buf []byte
@@ -229,8 +257,12 @@ func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
 		defer stallTimer.Stop()
 	}
 
+	hc := c.hc
+	if r.SlowRead > 0 {
+		hc = c.slow
+	}
 	rec.StartNs = Mono()
-	resp, err := c.hc.Do(req)
+	resp, err := hc.Do(req)
 	publish()
 	if err != nil {
 		rec.EndNs = Mono()
@@ -298,8 +330,22 @@ func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
 	}
 
 	var readErr error
+	paused := r.SlowRead <= 0
 loop:
 	for {
+		if !paused && len(rec.ChunkNs) > 0 {
+			paused = true
+			if stallTimer != nil {
+				stallTimer.Stop()
+			}
+			select {
+			case <-time.After(r.SlowRead):
+			case <-ctx.Done():
+			}
+			if stallTimer != nil {
+				stallTimer.Reset(c.stall)
+			}
+		}
 		n, err := resp.Body.Read(st.buf)
 		now := Mono()
 		if n > 0 {

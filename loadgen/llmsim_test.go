@@ -230,3 +230,45 @@ func TestClosedLoopConcurrency(t *testing.T) {
 		t.Errorf("%d requests in flight, cap 3", peak)
 	}
 }
+
+func TestSlowReadingRequest(t *testing.T) {
+	url := startSim(t, func(c *sim.Config) { c.DecodeStep = 2 * time.Millisecond; c.PrefillBase = time.Millisecond })
+	cfg := DefaultConfig()
+	cfg.Target = url
+	cfg.Requests = []Request{
+		{Prompt: "a b c", PromptLen: 3, OutputLen: 40, OffsetNs: -1},
+		{Prompt: "a b c", PromptLen: 3, OutputLen: 40, OffsetNs: -1, SlowRead: 300 * time.Millisecond},
+	}
+	cfg.NumRequests = 2
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Metrics.Failed != 0 {
+		t.Fatalf("failed: %+v", res.Failures())
+	}
+	maxGap := func(r *Record) time.Duration {
+		var g int64
+		for i := 1; i < len(r.ChunkNs); i++ {
+			g = max(g, r.ChunkNs[i]-r.ChunkNs[i-1])
+		}
+		return time.Duration(g)
+	}
+	var fast, slow *Record
+	for i := range res.Records {
+		if res.Records[i].OutputTokens != 40 {
+			t.Errorf("request %d: %d tokens", i, res.Records[i].OutputTokens)
+		}
+		if maxGap(&res.Records[i]) >= 300*time.Millisecond {
+			slow = &res.Records[i]
+		} else {
+			fast = &res.Records[i]
+		}
+	}
+	if slow == nil || fast == nil {
+		t.Fatalf("want one request with a 300 ms pause and one without")
+	}
+	if slow.LocalPort == fast.LocalPort {
+		t.Errorf("the slow reader shares port %d with another request", slow.LocalPort)
+	}
+}

@@ -185,7 +185,11 @@ func Operation(endpoint string) string {
 }
 
 // Export records one request as a span.
-func (e *Exporter) Export(cfg *loadgen.Config, r *loadgen.Record) {
+func (e *Exporter) Export(cfg *loadgen.Config, r *loadgen.Record) { e.ExportWith(cfg, r) }
+
+// ExportWith records one request as a span carrying extra attributes (the
+// attribution of `bpfbench run`).
+func (e *Exporter) ExportWith(cfg *loadgen.Config, r *loadgen.Record, extra ...attribute.KeyValue) {
 	if r.StartNs == 0 {
 		return
 	}
@@ -220,6 +224,7 @@ func (e *Exporter) Export(cfg *loadgen.Config, r *loadgen.Record) {
 	if r.Warmup {
 		attrs = append(attrs, attribute.Bool("bpfbench.warmup", true))
 	}
+	attrs = append(attrs, extra...)
 	if len(r.ChunkNs) > 0 {
 		attrs = append(attrs, attribute.Float64("gen_ai.server.time_to_first_token", float64(r.TTFTNs())/1e9))
 	}

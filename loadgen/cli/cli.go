@@ -284,3 +284,13 @@ func writeSweep(path string, r *loadgen.SweepResult) error {
 	}
 	return nil
 }
+
+// Progress returns a progress callback for loadgen.Config.Progress and a
+// finish function when w is a terminal, and nils otherwise.
+func Progress(w io.Writer) (update func(done, total int), finish func()) {
+	if !isTerminal(w) {
+		return nil, func() {}
+	}
+	bar := &progressBar{w: w}
+	return bar.update, bar.finish
+}
