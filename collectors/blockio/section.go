@@ -30,6 +30,12 @@ func NewSection(opts collectors.Options) (*Section, error) {
 		OnEvent: func(e *Event) {
 			s.total.Add(e)
 			s.interval.Add(e)
+			if r := opts.Recorder; r != nil {
+				r.Record(collectors.Span{
+					Kind: collectors.SpanBlockIO, Start: int64(e.Ts - e.QueueNs - e.ServiceNs), End: int64(e.Ts),
+					Tid: e.Tid, Detail: DevName(e.Dev) + " " + Op(e.Op).String(), Bytes: uint64(e.Bytes), Blocking: true,
+				})
+			}
 		},
 	})
 	return s, nil

@@ -66,6 +66,9 @@ func NewSection(opts collectors.Options) (*Section, error) {
 		return nil, fmt.Errorf("tcp: --port %d is out of range: give a local port in 1..65535, or 0 for every connection", opts.Port)
 	}
 	cfg := Config{Port: uint16(opts.Port), Logger: opts.Logger}
+	if r := opts.Recorder; r != nil {
+		cfg.OnEpisode = func(ep Episode) { recordEpisode(r, ep) }
+	}
 	if opts.Interval > 0 {
 		cfg.RefreshInterval = opts.Interval
 	}
@@ -155,4 +158,23 @@ func dur(sec float64) string {
 		return "0"
 	}
 	return time.Duration(sec * 1e9).Round(time.Microsecond).String()
+}
+
+// recordEpisode turns a finished episode into a span of the connection's
+// peer port: zero windows and retransmissions hold the sender back
+// (blocking); cwnd changes are marks.
+func recordEpisode(r collectors.Recorder, ep Episode) {
+	sp := collectors.Span{Kind: collectors.SpanTCP, Start: ep.Start, End: ep.End, Port: ep.Remote.Port(), Detail: ep.Kind.String()}
+	switch ep.Kind {
+	case ZeroWindow:
+		if ep.End == 0 {
+			return // still open: its end event closes it
+		}
+		sp.Blocking = true
+	case Retransmission:
+		// A retransmitted segment reaches the peer at least one RTT late.
+		sp.End = ep.Start + max(int64(ep.SrttUs)*1000, int64(200_000))
+		sp.Blocking = true
+	}
+	r.Record(sp)
 }

@@ -57,7 +57,7 @@ func TestMain(m *testing.M) {
 }
 
 // cli returns a command running this test binary as bpfbench.
-func cli(args ...string) *exec.Cmd {
+func cliCmd(args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(), envCLI+"=1")
 	return cmd
@@ -229,7 +229,7 @@ type daemonProc struct {
 
 func startDaemon(t *testing.T, args ...string) *daemonProc {
 	t.Helper()
-	cmd := cli(append([]string{"daemon", "--web.listen-address", "127.0.0.1:0", "--log.format", "json"}, args...)...)
+	cmd := cliCmd(append([]string{"daemon", "--web.listen-address", "127.0.0.1:0", "--log.format", "json"}, args...)...)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	if err := cmd.Start(); err != nil {

@@ -4,8 +4,10 @@ import (
 	"log/slog"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/collectors/blockio"
 	"github.com/bpfbench/bpfbench/collectors/gpu"
 	"github.com/bpfbench/bpfbench/collectors/sched"
+	"github.com/bpfbench/bpfbench/collectors/tcp"
 	"github.com/bpfbench/bpfbench/daemon"
 )
 
@@ -17,6 +19,12 @@ func sessionSections() []daemon.SectionFactory {
 		{Name: "sched", Required: true, New: func(o collectors.Options) (collectors.Section, error) {
 			return sched.NewSection(o), nil
 		}},
+		{Name: "blockio", New: func(o collectors.Options) (collectors.Section, error) {
+			return blockio.NewSection(o)
+		}},
+		{Name: "tcp", New: func(o collectors.Options) (collectors.Section, error) {
+			return tcp.NewSection(o)
+		}},
 		{Name: "gpu", New: func(o collectors.Options) (collectors.Section, error) {
 			return gpu.NewSection(o), nil
 		}},
@@ -27,6 +35,8 @@ func sessionSections() []daemon.SectionFactory {
 func tracepointSets() []daemon.TracepointSet {
 	return []daemon.TracepointSet{
 		{Collector: "sched", Required: sched.Tracepoints},
+		{Collector: "blockio", Optional: blockio.Tracepoints},
+		{Collector: "tcp", Optional: tcp.Tracepoints},
 	}
 }
 
@@ -35,6 +45,12 @@ func hostCollectors() []daemon.HostFactory {
 	return []daemon.HostFactory{
 		{Name: "sched", Required: true, New: func(l *slog.Logger, n collectors.TargetNames) collectors.Host {
 			return sched.NewHost(l, n)
+		}},
+		{Name: "blockio", New: func(l *slog.Logger, n collectors.TargetNames) collectors.Host {
+			return blockio.NewHost(l, n)
+		}},
+		{Name: "tcp", New: func(l *slog.Logger, n collectors.TargetNames) collectors.Host {
+			return tcp.NewHost(l, n)
 		}},
 		{Name: "gpu", New: func(l *slog.Logger, _ collectors.TargetNames) collectors.Host {
 			return gpu.NewHost(l, gpu.DefaultInterval)
