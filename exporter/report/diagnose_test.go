@@ -1,0 +1,110 @@
+package report
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/bpfbench/bpfbench/correlate"
+)
+
+func has(lines []string, sub string) bool {
+	for _, l := range lines {
+		if strings.Contains(l, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestDiagnoseFull(t *testing.T) {
+	lines := Diagnose(fullDocument())
+	for _, want := range []string{
+		"3 of 240 requests failed (1%): 3 http_status; first error: HTTP 503",
+		"inter-token gap is 407 ms (baseline 18.2 ms); 70% of its excess is the server's threads waiting for a CPU, 20% the disk, 10% unexplained.",
+		"Time to first token: median 61.8 ms",
+		`Phase "cpu contention": p99 inter-token gap 180 ms over 60 requests; top cause cpu_runqueue (80%`,
+		`Phase "slow client"`, "net_backpressure (85%",
+		"The kernel lost 12 events",
+		"The gpu section could not run (NVML not found",
+	} {
+		if !has(lines, want) {
+			t.Errorf("diagnosis lacks %q:\n%s", want, strings.Join(lines, "\n"))
+		}
+	}
+	if has(lines, "stopped before") {
+		t.Error("a normal stop reported as early")
+	}
+}
+
+func TestDiagnoseShapes(t *testing.T) {
+	if Diagnose(nil) != nil {
+		t.Error("nil document")
+	}
+	if l := Diagnose(emptyDocument()); len(l) != 1 || !strings.Contains(l[0], "no load figures") {
+		t.Errorf("empty: %q", l)
+	}
+	l := Diagnose(failedDocument())
+	if !has(l, "All 20 requests failed, so no latency was measured: 20 http_status; first error: connection refused.") ||
+		!has(l, "Collection stopped before the load ended (target pid 99 exited 1.2 s into the run)") || has(l, "inter-token gap") {
+		t.Errorf("all failed: %q", l)
+	}
+	l = Diagnose(missingSections())
+	for _, want := range []string{
+		"The cuda section could not run (no libcudart.so in the target's maps), so gpu_sync is never blamed.",
+		"The gpu section could not run (NVML not found).",
+		"target pid 4242 exited 31.5 s into the run", "lost 1234 events", "50 of 182,395 spans were dropped",
+	} {
+		if !has(l, want) {
+			t.Errorf("missing sections: lacks %q:\n%s", want, strings.Join(l, "\n"))
+		}
+	}
+	// no attribution at all: the load figures alone
+	d := fullDocument()
+	d.Attribution, d.Collection, d.Phases = nil, nil, nil
+	l = Diagnose(d)
+	if !has(l, "there is no attribution because the kernel side did not run") {
+		t.Errorf("load only: %q", l)
+	}
+	for _, line := range Diagnose(nanDocument()) {
+		if strings.Contains(line, "NaN") || strings.Contains(line, "Inf") {
+			t.Errorf("non-finite number: %q", line)
+		}
+	}
+}
+
+func TestDiagnoseNoExcess(t *testing.T) {
+	d := fullDocument()
+	zero := correlate.Breakdown{"cpu_runqueue": 0, "unexplained": 0}
+	d.Attribution.ITL["p99"] = zero
+	d.Attribution.TTFT = zero
+	l := Diagnose(d)
+	if !has(l, "no excess over the baseline was found in those gaps") || has(l, "Time to first token:") {
+		t.Errorf("no excess: %q", l)
+	}
+	d.Attribution.TopCause = "unexplained"
+	if l := Diagnose(d); !has(l, "not explained by the run queue") {
+		t.Errorf("unexplained top cause: %q", l)
+	}
+}
+
+func TestBlameText(t *testing.T) {
+	for _, c := range []struct {
+		b    correlate.Breakdown
+		want string
+	}{
+		{correlate.Breakdown{"io_block": 1}, "100% of its excess is the disk"},
+		{correlate.Breakdown{"gpu_sync": 0.25, "net_backpressure": 0.75}, "75% of its excess is the network (a client reading slowly or a full send buffer), 25% waiting on the GPU (blocking CUDA calls)"},
+		{correlate.Breakdown{"cpu_runqueue": 0.999, "io_block": 0.001}, "100% of its excess is the server's threads waiting for a CPU"},
+		{correlate.Breakdown{}, ""},
+		{correlate.Breakdown{"custom_cause": 2, "unexplained": 2}, "50% of its excess is unexplained, 50% custom cause"},
+	} {
+		if got := blameText(c.b); got != c.want {
+			t.Errorf("blameText(%v) = %q, want %q", c.b, got, c.want)
+		}
+	}
+	for in, want := range map[string]string{"p99": "99th", "p50": "50th", "p91": "91st", "p92": "92nd", "p93": "93rd", "p11": "11th", "p99.9": "99.9th"} {
+		if got := ordinal(in); got != want {
+			t.Errorf("ordinal(%s) = %s", in, got)
+		}
+	}
+}

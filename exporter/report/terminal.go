@@ -1,0 +1,177 @@
+package report
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/bpfbench/bpfbench/correlate"
+)
+
+// shortCause names the causes in the terminal table's header.
+var shortCause = map[string]string{
+	"cpu_runqueue": "cpu_runq", "io_block": "io_block", "gpu_sync": "gpu_sync",
+	"net_backpressure": "net_bp", "unexplained": "unexpl",
+}
+
+// WriteTerminal writes the run's summary for a terminal: the load figures,
+// the attribution per band as percentages, the phases, how complete the
+// collection was, and the diagnosis (d.Diagnosis, or Diagnose(d) when
+// empty).
+func WriteTerminal(w io.Writer, d *Document) error {
+	bw := bufio.NewWriter(w)
+	if d == nil {
+		d = &Document{}
+	}
+	title := "bpfbench run"
+	if t := d.ownString("target"); t != "" {
+		title += ": " + t
+	}
+	if m := d.loadString("model_id"); m != "" {
+		title += " · model " + m
+	}
+	if dt := d.runDate(); dt != "" {
+		title += " · " + dt
+	}
+	fmt.Fprintln(bw, title)
+	fmt.Fprintln(bw, strings.Repeat("=", min(len([]rune(title)), 78)))
+
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
+	completed, failed := d.Float("completed"), d.Float("failed")
+	fmt.Fprintf(tw, "Requests\t%s completed, %s failed in %s s\t(%s req/s)\n",
+		fmtNum(completed), fmtNum(failed), fmtNum(d.Float("duration")), fmtNum(d.Float("request_throughput")))
+	fmt.Fprintf(tw, "Tokens\t%s output tok/s, %s total tok/s\t\n", fmtNum(d.Float("output_throughput")), fmtNum(d.Float("total_token_throughput")))
+	if completed > 0 {
+		base := ""
+		if d.Attribution != nil && d.Attribution.BaselineTTFTMs > 0 {
+			base = "(baseline " + fmtMs(d.Attribution.BaselineTTFTMs) + ")"
+		}
+		fmt.Fprintf(tw, "TTFT\tp50 %s   p99 %s\t%s\n", fmtMs(d.Float("median_ttft_ms")), fmtMs(d.Float("p99_ttft_ms")), base)
+		base = ""
+		if d.Attribution != nil && d.Attribution.BaselineITLMs > 0 {
+			base = "(baseline " + fmtMs(d.Attribution.BaselineITLMs) + ")"
+		}
+		fmt.Fprintf(tw, "ITL\tp50 %s   p99 %s\t%s\n", fmtMs(d.Float("median_itl_ms")), fmtMs(d.Float("p99_itl_ms")), base)
+	}
+	tw.Flush()
+
+	if a := d.Attribution; a != nil {
+		keys := bandKeys(a)
+		var all []correlate.Breakdown
+		all = append(all, a.TTFT)
+		for _, k := range keys {
+			all = append(all, bandShares(a, k))
+		}
+		causes := causeOrder(all...)
+		fmt.Fprintln(bw)
+		fmt.Fprintln(bw, "Attribution (share of the excess over the baseline)")
+		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprint(tw, "band\t")
+		for _, c := range causes {
+			n := shortCause[c]
+			if n == "" {
+				n = c
+			}
+			fmt.Fprint(tw, n+"\t")
+		}
+		fmt.Fprint(tw, "gaps\texcess\t\n")
+		row := func(label string, b correlate.Breakdown, n string, excess string) {
+			fmt.Fprint(tw, label+"\t")
+			tot := sharesSum(b)
+			for _, c := range causes {
+				if tot <= 0 {
+					fmt.Fprint(tw, "–\t")
+					continue
+				}
+				fmt.Fprint(tw, fmtPct(finite(b[c])/tot)+"\t")
+			}
+			fmt.Fprint(tw, n+"\t"+excess+"\t\n")
+		}
+		row("TTFT", a.TTFT, "", "")
+		for i, k := range keys {
+			band, ok := a.ITLBands[k]
+			n, ex := "", ""
+			if ok {
+				n, ex = fmtNum(float64(band.Intervals)), fmtMs(band.ExcessMs)
+			}
+			label := k
+			if k != "all" {
+				label = bandLabel(keys, i)
+				label = strings.TrimSuffix(label, " gaps")
+			}
+			row(label, bandShares(a, k), n, ex)
+		}
+		tw.Flush()
+	}
+
+	if len(d.Phases) > 0 {
+		fmt.Fprintln(bw)
+		fmt.Fprintln(bw, "Phases")
+		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
+		fmt.Fprint(tw, "phase\tseconds\trequests\tITL p50\tITL p99\tTTFT p99\ttop cause\tshare of p99 excess\n")
+		for _, p := range d.Phases {
+			top := p.TopCause
+			if top == "" {
+				top = topOf(p.ITLP99)
+			}
+			share := "–"
+			if t := sharesSum(p.ITLP99); t > 0 && top != "" {
+				share = fmtPct(finite(p.ITLP99[top]) / t)
+			}
+			if top == "" {
+				top = "–"
+			}
+			fmt.Fprintf(tw, "%s\t%s–%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Name, fmtNum(p.StartS), fmtNum(p.EndS), p.Requests,
+				fmtMs(p.P50ITLMs), fmtMs(p.P99ITLMs), fmtMs(p.P99TTFTMs), top, share)
+		}
+		tw.Flush()
+	}
+
+	fmt.Fprintln(bw)
+	if c := d.Collection; c != nil {
+		who := fmt.Sprintf("pid %d", c.Pid)
+		if c.Comm != "" {
+			who += " (" + c.Comm + ")"
+		}
+		span := ""
+		if c.StoppedOffsetS > c.StartedOffsetS {
+			span = fmt.Sprintf(", %s–%s s", fmtNum(c.StartedOffsetS), fmtNum(c.StoppedOffsetS))
+		}
+		stop := c.StoppedReason
+		if stop == "" {
+			stop = "–"
+		}
+		fmt.Fprintf(bw, "Collection: %s%s; stopped: %s; %s lost events, %s of %s spans dropped\n", who, span, stop,
+			fmtNum(float64(c.LostEvents)), fmtNum(float64(c.SpansDropped)), fmtNum(float64(c.Spans+c.SpansDropped)))
+		for _, n := range sortedKeys(c.Unavailable) {
+			fmt.Fprintf(bw, "  unavailable: %s: %s\n", n, c.Unavailable[n])
+		}
+	} else {
+		fmt.Fprintln(bw, "Collection: none (load only)")
+	}
+
+	diag := d.Diagnosis
+	if len(diag) == 0 {
+		diag = Diagnose(d)
+	}
+	if len(diag) > 0 {
+		fmt.Fprintln(bw)
+		fmt.Fprintln(bw, "Diagnosis")
+		for _, l := range diag {
+			fmt.Fprintln(bw, "  - "+l)
+		}
+	}
+	return bw.Flush()
+}
+
+func sortedKeys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
