@@ -140,7 +140,7 @@ func buildView(d *Document) *htmlView {
 	}
 	v.Cards = append(v.Cards,
 		card{Label: "Requests", Value: fmtNum(completed) + " ok", Sub: fmtNum(failed) + " failed", Class: reqClass},
-		card{Label: "Output throughput", Value: fmtNum(round1(d.Float("output_throughput"))) + " tok/s", Sub: fmtNum(round2(d.Float("request_throughput"))) + " req/s"},
+		card{Label: "Output throughput", Value: oneDecimal(d.Float("output_throughput")) + " tok/s", Sub: fixed2(d.Float("request_throughput")) + " req/s"},
 		card{Label: "TTFT p50 / p99", Value: ms("median_ttft_ms"), Sub: "p99 " + ms("p99_ttft_ms")},
 		card{Label: "ITL p50 / p99", Value: ms("median_itl_ms"), Sub: "p99 " + ms("p99_itl_ms")},
 	)
@@ -399,4 +399,14 @@ func fixed2(f float64) string {
 		return "–"
 	}
 	return strconv.FormatFloat(f, 'f', 2, 64)
+}
+
+// oneDecimal formats a rate with one decimal and grouped thousands.
+func oneDecimal(f float64) string {
+	if !isFinite(f) {
+		return "–"
+	}
+	s := strconv.FormatFloat(f, 'f', 1, 64)
+	i := strings.IndexByte(s, '.')
+	return group(s[:i]) + s[i:]
 }
