@@ -1,0 +1,181 @@
+package cuda
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bpfbench/bpfbench/collectors"
+)
+
+// RescanInterval is how often the daemon rereads its targets' mappings,
+// to probe CUDA libraries loaded after the target was added (PyTorch
+// loads libcuda when CUDA is first used) and drop unmapped ones.
+var RescanInterval = 10 * time.Second
+
+// Host is the daemon's CUDA collector: per-target call counts, errors,
+// durations of blocking calls and copy bytes, aggregated in the kernel
+// and read at scrape time. Uprobes are per target process (the kernel
+// plants breakpoints only in targets' address spaces, so other processes
+// using the same library pay nothing).
+type Host struct {
+	*Collector
+	names collectors.TargetNames
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	targets map[uint32]uint32 // tgid -> slot
+
+	calls, durations, errs, copies *prometheus.Desc
+}
+
+var _ collectors.Host = (*Host)(nil)
+
+// NewHost returns the daemon's CUDA collector; names labels the slots.
+func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
+	c := New(Config{Logger: logger})
+	return &Host{
+		Collector: c,
+		names:     names,
+		log:       c.log,
+		targets:   map[uint32]uint32{},
+		calls: prometheus.NewDesc("bpfbench_cuda_calls_total",
+			"CUDA driver and runtime API calls of a target by call name (launches and asynchronous copies at entry, blocking calls at return).",
+			[]string{"target", "call"}, nil),
+		durations: prometheus.NewDesc("bpfbench_cuda_call_duration_seconds",
+			"Time a target's threads spent inside blocking CUDA calls (synchronizes, blocking copies, allocations, frees).",
+			[]string{"target", "call"}, nil),
+		errs: prometheus.NewDesc("bpfbench_cuda_errors_total",
+			"Blocking CUDA calls of a target that returned an error (a failed allocation is out of memory).",
+			[]string{"target", "call"}, nil),
+		copies: prometheus.NewDesc("bpfbench_cuda_copy_bytes_total",
+			"Bytes a target copied with CUDA memcpy calls by direction (unified: cuMemcpy or cudaMemcpyDefault, direction unknown).",
+			[]string{"target", "direction"}, nil),
+	}
+}
+
+// Name is "cuda".
+func (h *Host) Name() string { return "cuda" }
+
+// SetTarget aggregates tgid under slot idx and attaches to the CUDA
+// libraries it maps. A process without one is kept and rescanned: it may
+// load CUDA later.
+func (h *Host) SetTarget(tgid, idx uint32) error {
+	if err := h.Collector.SetTarget(tgid, idx, 0); err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.targets[tgid] = idx
+	h.mu.Unlock()
+	return h.scan(tgid)
+}
+
+func (h *Host) scan(tgid uint32) error {
+	libs, err := FindLibraries(int(tgid), nil)
+	var nm *NotMappedError
+	if errors.As(err, &nm) {
+		h.log.Debug("no CUDA library mapped yet", "pid", tgid)
+		_, err = h.Attach(tgid, nil, true)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	_, err = h.Attach(tgid, libs, true)
+	return err
+}
+
+// DeleteTarget stops following tgid and detaches its uprobes.
+func (h *Host) DeleteTarget(tgid uint32) error {
+	h.mu.Lock()
+	delete(h.targets, tgid)
+	h.mu.Unlock()
+	return h.Collector.DeleteTarget(tgid)
+}
+
+// Run rescans the targets' mappings every RescanInterval until ctx is done.
+func (h *Host) Run(ctx context.Context) error {
+	t := time.NewTicker(RescanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		h.mu.Lock()
+		tgids := make([]uint32, 0, len(h.targets))
+		for tgid := range h.targets {
+			tgids = append(tgids, tgid)
+		}
+		h.mu.Unlock()
+		sort.Slice(tgids, func(i, j int) bool { return tgids[i] < tgids[j] })
+		for _, tgid := range tgids {
+			if err := h.scan(tgid); err != nil {
+				h.log.Debug("rescanning CUDA libraries", "pid", tgid, "err", err)
+			}
+		}
+	}
+}
+
+// Losses reports events the kernel could not queue and records userspace
+// could not decode (the daemon streams nothing, so both stay 0).
+func (h *Host) Losses() (lost, decodeErrors uint64) {
+	lost, _ = h.Collector.Lost()
+	return lost, h.DecodeErrors()
+}
+
+// Describe sends the metric descriptions.
+func (h *Host) Describe(ch chan<- *prometheus.Desc) {
+	ch <- h.calls
+	ch <- h.durations
+	ch <- h.errs
+	ch <- h.copies
+}
+
+// Collect reads the kernel's aggregates of every target slot. Only calls
+// a target made appear, so a series per (target, call) at most.
+func (h *Host) Collect(ch chan<- prometheus.Metric) {
+	for idx, name := range h.names() {
+		if idx == 0 || idx >= MaxTargets {
+			continue
+		}
+		counts, err := h.Counts(idx)
+		if err != nil {
+			h.log.Warn("reading CUDA call counts", "target", name, "err", err)
+			continue
+		}
+		for i, c := range counts {
+			if c.Count == 0 {
+				continue
+			}
+			info := calls[i]
+			ch <- prometheus.MustNewConstMetric(h.calls, prometheus.CounterValue, float64(c.Count), name, info.Name)
+			if !info.Blocking {
+				continue
+			}
+			ch <- prometheus.MustNewConstMetric(h.errs, prometheus.CounterValue, float64(c.Errors), name, info.Name)
+			d, err := h.Durations(idx, Call(i))
+			if err != nil {
+				h.log.Warn("reading CUDA call durations", "target", name, "call", info.Name, "err", err)
+				continue
+			}
+			ch <- prometheus.MustNewConstHistogram(h.durations, d.Count, float64(d.SumNs)/1e9, d.Buckets(), name, info.Name)
+		}
+		copies, err := h.CopyBytes(idx)
+		if err != nil {
+			h.log.Warn("reading CUDA copy bytes", "target", name, "err", err)
+			continue
+		}
+		for d := HostToDevice; d < numDirections; d++ {
+			if copies[d] > 0 {
+				ch <- prometheus.MustNewConstMetric(h.copies, prometheus.CounterValue, float64(copies[d]), name, d.String())
+			}
+		}
+	}
+}

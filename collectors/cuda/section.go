@@ -1,0 +1,283 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/bpfbench/bpfbench/collectors"
+)
+
+// SectionConfig adds what a session may want beyond the summary.
+type SectionConfig struct {
+	// OnEvent receives every streamed event after the section counted it
+	// (for correlation: blocking calls are gpu_sync time). Same rules as
+	// Config.OnEvent.
+	OnEvent func(*Event)
+	// StreamLaunches also streams launches and asynchronous copies.
+	StreamLaunches bool
+}
+
+// Section is the CUDA part of a session on one process.
+type Section struct {
+	*Collector
+	pid      int
+	libs     []Library
+	flags    Flags
+	total    *Aggregator
+	interval *Aggregator
+
+	mu       sync.Mutex
+	live     bool
+	snap     snapshot
+	lastIntv []Counts
+}
+
+type snapshot struct {
+	counts []Counts
+	copies [numDirections]uint64
+	dims   []LaunchDims
+	libs   []Library
+}
+
+var _ collectors.Section = (*Section)(nil)
+
+// NewSection finds the CUDA libraries opts.Pid maps (or opts.CUDALibs).
+// Without any, the error wraps collectors.ErrNotApplicable and reads
+// "no CUDA library mapped by pid N".
+func NewSection(opts collectors.Options) (*Section, error) {
+	return NewSectionConfig(opts, SectionConfig{})
+}
+
+// NewSectionConfig is NewSection with the extras of cfg.
+func NewSectionConfig(opts collectors.Options, cfg SectionConfig) (*Section, error) {
+	if opts.Pid <= 0 {
+		return nil, fmt.Errorf("cuda: target pid %d is not a process id", opts.Pid)
+	}
+	libs, err := FindLibraries(opts.Pid, opts.CUDALibs)
+	if err != nil {
+		return nil, err
+	}
+	s := &Section{pid: opts.Pid, libs: libs, flags: StreamBlocking, total: NewAggregator(), interval: NewAggregator()}
+	if cfg.StreamLaunches {
+		s.flags = StreamAll
+	}
+	s.Collector = New(Config{
+		Logger: opts.Logger,
+		OnEvent: func(e *Event) {
+			s.total.Add(e)
+			s.interval.Add(e)
+			if cfg.OnEvent != nil {
+				cfg.OnEvent(e)
+			}
+		},
+	})
+	return s, nil
+}
+
+// Name is "cuda".
+func (s *Section) Name() string { return "cuda" }
+
+// Start loads the programs, targets the process and attaches to its
+// libraries. Libraries that cannot be probed are logged; none at all is
+// an error.
+func (s *Section) Start(ctx context.Context) error {
+	if err := s.Collector.Start(ctx); err != nil {
+		return err
+	}
+	if err := s.SetTarget(uint32(s.pid), 1, s.flags); err != nil {
+		s.Collector.Close()
+		return err
+	}
+	attached, err := s.Attach(uint32(s.pid), s.libs, false)
+	if len(attached) == 0 {
+		s.Collector.Close()
+		if err == nil {
+			err = &NotMappedError{Pid: s.pid}
+		}
+		return err
+	}
+	if err != nil {
+		s.log.Warn("some CUDA libraries could not be probed", "pid", s.pid, "err", err)
+	}
+	s.mu.Lock()
+	s.live = true
+	s.snap.libs = attached
+	s.mu.Unlock()
+	return nil
+}
+
+// Run streams events until ctx is done, then keeps the kernel's final
+// counters for the summary.
+func (s *Section) Run(ctx context.Context) error {
+	err := s.Collector.Run(ctx)
+	s.takeSnapshot()
+	return err
+}
+
+// Close keeps the final counters, then releases everything.
+func (s *Section) Close() error {
+	s.takeSnapshot()
+	s.mu.Lock()
+	s.live = false
+	s.mu.Unlock()
+	return s.Collector.Close()
+}
+
+func (s *Section) read() (snapshot, error) {
+	var sn snapshot
+	var err error
+	if sn.counts, err = s.Counts(1); err != nil {
+		return sn, err
+	}
+	if sn.copies, err = s.CopyBytes(1); err != nil {
+		return sn, err
+	}
+	if sn.dims, err = s.Collector.LaunchDims(1); err != nil {
+		return sn, err
+	}
+	sn.libs = s.Libraries(uint32(s.pid))
+	return sn, nil
+}
+
+func (s *Section) takeSnapshot() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.live {
+		return
+	}
+	if sn, err := s.read(); err == nil {
+		s.snap = sn
+	}
+}
+
+func (s *Section) current() snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live {
+		if sn, err := s.read(); err == nil {
+			s.snap = sn
+		}
+	}
+	return s.snap
+}
+
+// Lost counts ring buffer reservations that failed and undecodable records.
+func (s *Section) Lost() uint64 {
+	s.mu.Lock()
+	live := s.live
+	s.mu.Unlock()
+	var n uint64
+	if live {
+		n, _ = s.Collector.Lost()
+	}
+	return n + s.DecodeErrors()
+}
+
+// Aggregate is the session's summary with every launch shape.
+func (s *Section) Aggregate() Summary { return s.summary(0) }
+
+// Summary is the session's `cuda` JSON section.
+func (s *Section) Summary() any { return s.summary(10) }
+
+func (s *Section) summary(maxDims int) Summary {
+	sn := s.current()
+	sum := s.total.summarize(sn.counts, sn.copies, sn.dims, sn.libs, maxDims)
+	var oom uint64
+	for _, c := range sn.counts {
+		oom += c.OutOfMemory
+	}
+	if oom > sum.OutOfMemory.Count {
+		sum.OutOfMemory.Count = oom
+	}
+	return sum
+}
+
+// WriteInterval writes one line for the interval that just ended.
+func (s *Section) WriteInterval(w io.Writer) {
+	sn := s.current()
+	s.mu.Lock()
+	prev := s.lastIntv
+	s.lastIntv = sn.counts
+	s.mu.Unlock()
+	var byKind [5]uint64
+	var errs, oom uint64
+	for i, c := range sn.counts {
+		d := c
+		if i < len(prev) {
+			d.Count -= prev[i].Count
+			d.Errors -= prev[i].Errors
+			d.OutOfMemory -= prev[i].OutOfMemory
+		}
+		byKind[calls[i].Kind] += d.Count
+		errs += d.Errors
+		oom += d.OutOfMemory
+	}
+	var syncN uint64
+	var syncSum, syncMax float64
+	for i, info := range calls {
+		if info.Kind != Sync {
+			continue
+		}
+		if l := s.interval.Latency(Call(i)); l != nil {
+			syncN += l.Count
+			syncSum += l.Sum
+			syncMax = max(syncMax, l.Max)
+		}
+	}
+	s.interval.Reset()
+	fmt.Fprintf(w, "cuda   launch=%-7d sync=%-5d in-sync=%-8s max=%-8s copy=%-6d alloc=%-5d free=%-5d errors=%d oom=%d\n",
+		byKind[Launch], syncN, dur(syncSum), dur(syncMax), byKind[Copy], byKind[Alloc], byKind[Free], errs, oom)
+}
+
+// WriteSummary writes the end-of-session table.
+func (s *Section) WriteSummary(w io.Writer) {
+	sum := s.summary(5)
+	fmt.Fprintf(w, "CUDA\n  time in blocking calls: %s\n", dur(sum.BlockedSeconds))
+	for _, l := range sum.Libraries {
+		fmt.Fprintf(w, "  %s library %s (%d symbols probed", l.API, l.Path, l.Symbols)
+		if l.BuildID != "" {
+			fmt.Fprintf(w, ", build id %s", l.BuildID)
+		}
+		fmt.Fprintln(w, ")")
+	}
+	if len(sum.Calls) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "  call\tcount\terrors\tbytes\tp50\tp99\tmax\ttotal\t")
+		for _, c := range sum.Calls {
+			p50, p99, mx, tot := "-", "-", "-", "-"
+			if c.Duration != nil {
+				p50, p99, mx, tot = dur(c.Duration.P50), dur(c.Duration.P99), dur(c.Duration.Max), dur(c.Duration.Sum)
+			}
+			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", c.Name, c.Count, c.Errors, c.Bytes, p50, p99, mx, tot)
+		}
+		tw.Flush()
+	}
+	for _, d := range sum.Launches {
+		fmt.Fprintf(w, "  launches %s grid %v block %v: %d\n", d.Call, d.Grid, d.Block, d.Count)
+	}
+	if sum.OutOfMemory.Count > 0 {
+		fmt.Fprintf(w, "  out of memory: %d failed allocations\n", sum.OutOfMemory.Count)
+		for _, e := range sum.OutOfMemory.Events {
+			fmt.Fprintf(w, "    %s of %d bytes by tid %d: error %d\n", e.Call, e.Bytes, e.Tid, e.Code)
+		}
+	}
+}
+
+// dur formats seconds compactly: 0, 12µs, 3.4ms, 1.25s.
+func dur(sec float64) string {
+	switch {
+	case sec == 0:
+		return "0"
+	case sec < 1e-6:
+		return fmt.Sprintf("%.0fns", sec*1e9)
+	case sec < 1e-3:
+		return fmt.Sprintf("%.0fµs", sec*1e6)
+	case sec < 1:
+		return fmt.Sprintf("%.1fms", sec*1e3)
+	default:
+		return fmt.Sprintf("%.2fs", sec)
+	}
+}

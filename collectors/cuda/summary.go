@@ -1,0 +1,182 @@
+package cuda
+
+import (
+	"sync"
+
+	"github.com/bpfbench/bpfbench/internal/hist"
+)
+
+// Latency summarizes the durations of a call in seconds.
+type Latency struct {
+	Count uint64  `json:"count"`
+	P50   float64 `json:"p50"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+	Sum   float64 `json:"sum"`
+}
+
+// CallSummary is one call's figures.
+type CallSummary struct {
+	Name   string `json:"name"`
+	API    string `json:"api"`
+	Kind   string `json:"kind"`
+	Count  uint64 `json:"count"`
+	Errors uint64 `json:"errors"`
+	Bytes  uint64 `json:"bytes,omitempty"`
+	// Duration is set for blocking calls (those with a return probe).
+	Duration *Latency `json:"duration_seconds,omitempty"`
+}
+
+// OOMEvent is an allocation that failed for lack of device memory.
+type OOMEvent struct {
+	Call    string `json:"call"`
+	Tid     uint32 `json:"tid"`
+	Bytes   uint64 `json:"bytes"`
+	StartNs uint64 `json:"start_ns"`
+	Code    int32  `json:"code"`
+}
+
+// OutOfMemory lists failed allocations (the first MaxOOMEvents).
+type OutOfMemory struct {
+	Count  uint64     `json:"count"`
+	Events []OOMEvent `json:"events,omitempty"`
+}
+
+// MaxOOMEvents bounds the out-of-memory events a summary keeps.
+const MaxOOMEvents = 32
+
+// Summary is the `cuda` section of `bpfbench attach`.
+type Summary struct {
+	Libraries []Library     `json:"libraries"`
+	Calls     []CallSummary `json:"calls"`
+	// Launches are the most common (call, grid, block) combinations.
+	Launches    []LaunchDims      `json:"launches,omitempty"`
+	CopyBytes   map[string]uint64 `json:"copy_bytes,omitempty"`
+	OutOfMemory OutOfMemory       `json:"out_of_memory"`
+	// BlockedSeconds is the time threads spent inside blocking calls.
+	BlockedSeconds float64 `json:"blocked_seconds"`
+}
+
+// Aggregator turns streamed events into per-call duration distributions
+// and out-of-memory events, with bounded memory. It is safe for
+// concurrent use.
+type Aggregator struct {
+	mu     sync.Mutex
+	dur    []hist.LogLinear
+	events []uint64
+	oom    []OOMEvent
+	oomN   uint64
+}
+
+// NewAggregator returns an empty aggregator.
+func NewAggregator() *Aggregator {
+	return &Aggregator{dur: make([]hist.LogLinear, len(calls)), events: make([]uint64, len(calls))}
+}
+
+// Add accounts one event.
+func (a *Aggregator) Add(e *Event) {
+	if int(e.Call) >= len(calls) {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.events[e.Call]++
+	if e.HasRet != 0 {
+		a.dur[e.Call].Add(e.DurationNs())
+	}
+	if e.OutOfMemory() {
+		a.oomN++
+		if len(a.oom) < MaxOOMEvents {
+			a.oom = append(a.oom, OOMEvent{Call: e.Name(), Tid: e.Tid, Bytes: e.Bytes, StartNs: e.Start, Code: e.Ret})
+		}
+	}
+}
+
+// Reset forgets everything (for per-interval views).
+func (a *Aggregator) Reset() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := range a.dur {
+		a.dur[i].Reset()
+	}
+	clear(a.events)
+	a.oom = a.oom[:0]
+	a.oomN = 0
+}
+
+// Latency is the duration summary of call c (nil when no event had a return).
+func (a *Aggregator) Latency(c Call) *Latency {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.latency(c)
+}
+
+func (a *Aggregator) latency(c Call) *Latency {
+	h := &a.dur[c]
+	if h.Count() == 0 {
+		return nil
+	}
+	return &Latency{
+		Count: h.Count(),
+		P50:   h.Quantile(0.50) / 1e9,
+		P99:   h.Quantile(0.99) / 1e9,
+		Max:   float64(h.Max()) / 1e9,
+		Sum:   h.Sum() / 1e9,
+	}
+}
+
+// EventCount is the number of events seen for c.
+func (a *Aggregator) EventCount(c Call) uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.events[c]
+}
+
+// OutOfMemory is the failed allocations seen.
+func (a *Aggregator) OutOfMemory() OutOfMemory {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return OutOfMemory{Count: a.oomN, Events: append([]OOMEvent(nil), a.oom...)}
+}
+
+// summarize joins the kernel's counters with the event distributions.
+func (a *Aggregator) summarize(counts []Counts, copies [numDirections]uint64, dims []LaunchDims, libs []Library, maxDims int) Summary {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := Summary{Libraries: libs, Calls: []CallSummary{}}
+	if s.Libraries == nil {
+		s.Libraries = []Library{}
+	}
+	for i, info := range calls {
+		var n Counts
+		if i < len(counts) {
+			n = counts[i]
+		}
+		lat := a.latency(Call(i))
+		if n.Count == 0 && lat == nil {
+			continue
+		}
+		if lat != nil {
+			s.BlockedSeconds += lat.Sum
+		}
+		s.Calls = append(s.Calls, CallSummary{
+			Name: info.Name, API: info.API.String(), Kind: info.Kind.String(),
+			Count: n.Count, Errors: n.Errors, Bytes: n.Bytes, Duration: lat,
+		})
+	}
+	for d := HostToDevice; d < numDirections; d++ {
+		if copies[d] == 0 {
+			continue
+		}
+		if s.CopyBytes == nil {
+			s.CopyBytes = map[string]uint64{}
+		}
+		s.CopyBytes[d.String()] = copies[d]
+	}
+	if maxDims > 0 && len(dims) > maxDims {
+		dims = dims[:maxDims]
+	}
+	s.Launches = dims
+	s.OutOfMemory = OutOfMemory{Count: a.oomN, Events: append([]OOMEvent(nil), a.oom...)}
+	return s
+}
