@@ -251,11 +251,16 @@ func TestCallsMatchTheDriver(t *testing.T) {
 			d := startDriver(t, tc.api, args...)
 			var mu sync.Mutex
 			var syncNs []float64
-			s, stop := runSection(t, d.pid(), SectionConfig{OnEvent: func(e *Event) {
-				if e.Name() == tc.sync {
-					mu.Lock()
+			var launchEvents []Event
+			streamAll := tc.name == "driver-ex-event-async"
+			s, stop := runSection(t, d.pid(), SectionConfig{StreamLaunches: streamAll, OnEvent: func(e *Event) {
+				mu.Lock()
+				defer mu.Unlock()
+				switch e.Name() {
+				case tc.sync:
 					syncNs = append(syncNs, float64(e.DurationNs()))
-					mu.Unlock()
+				case tc.launch:
+					launchEvents = append(launchEvents, *e)
 				}
 			}})
 			d.release(t)
@@ -345,6 +350,20 @@ func TestCallsMatchTheDriver(t *testing.T) {
 				t.Errorf("launch shapes %+v, want one", sum.Launches)
 			} else if l := sum.Launches[0]; l.Call != tc.launch || l.Grid != r.Grid || l.Block != r.Block || l.Count != 40 {
 				t.Errorf("launch shape %+v, want %s grid %v block %v x40", l, tc.launch, r.Grid, r.Block)
+			}
+
+			// Launch events are streamed on request only.
+			mu.Lock()
+			nl := len(launchEvents)
+			mu.Unlock()
+			if streamAll {
+				if nl != 40 {
+					t.Errorf("%d %s events streamed, want 40", nl, tc.launch)
+				} else if e := launchEvents[0]; e.Grid != r.Grid || e.Block != r.Block || e.HasRet != 0 || e.Tid == 0 {
+					t.Errorf("launch event %+v, want grid %v block %v at entry", e, r.Grid, r.Block)
+				}
+			} else if nl != 0 {
+				t.Errorf("%d launch events streamed without StreamLaunches", nl)
 			}
 
 			// Copies: count and bytes by direction.
