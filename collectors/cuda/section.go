@@ -72,6 +72,14 @@ func NewSectionConfig(opts collectors.Options, cfg SectionConfig) (*Section, err
 			if cfg.OnEvent != nil {
 				cfg.OnEvent(e)
 			}
+			if r := opts.Recorder; r != nil {
+				end := int64(e.End)
+				if end < int64(e.Start) {
+					end = int64(e.Start)
+				}
+				r.Record(collectors.Span{Kind: collectors.SpanCUDA, Start: int64(e.Start), End: end, Tid: e.Tid,
+					Detail: e.Name(), Blocking: e.Blocking(), Bytes: e.Bytes})
+			}
 		},
 	})
 	return s, nil

@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/exporter/trace"
 )
 
 // Section is the GPU part of a session on one process.
@@ -135,4 +136,23 @@ func processText(ps []ProcessSample) string {
 		}
 	}
 	return out
+}
+
+// WriteTrace adds the session's samples to a timeline as counters.
+func (s *Section) WriteTrace(tr *trace.Trace) {
+	for _, x := range s.Samples() {
+		name := fmt.Sprintf("gpu%d", x.Device)
+		if x.Has(FieldGPUUtilization) {
+			tr.Counter(trace.PidGPU, name+" utilization", x.TimeNs, map[string]float64{"ratio": x.GPUUtilization})
+		}
+		if x.Has(FieldMemoryUsed) {
+			tr.Counter(trace.PidGPU, name+" memory used", x.TimeNs, map[string]float64{"bytes": float64(x.MemoryUsedBytes)})
+		}
+		if x.Has(FieldPower) {
+			tr.Counter(trace.PidGPU, name+" power", x.TimeNs, map[string]float64{"watts": x.PowerWatts})
+		}
+		if x.Has(FieldSMClock) {
+			tr.Counter(trace.PidGPU, name+" SM clock", x.TimeNs, map[string]float64{"hertz": x.SMClockHz})
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/collectors/blockio"
+	"github.com/bpfbench/bpfbench/collectors/cuda"
 	"github.com/bpfbench/bpfbench/collectors/gpu"
 	"github.com/bpfbench/bpfbench/collectors/sched"
 	"github.com/bpfbench/bpfbench/collectors/tcp"
@@ -24,6 +25,13 @@ func sessionSections() []daemon.SectionFactory {
 		}},
 		{Name: "tcp", New: func(o collectors.Options) (collectors.Section, error) {
 			return tcp.NewSection(o)
+		}},
+		{Name: "cuda", New: func(o collectors.Options) (collectors.Section, error) {
+			s, err := cuda.NewSection(o)
+			if err != nil {
+				return nil, err // a literal nil, not a typed nil in the interface
+			}
+			return s, nil
 		}},
 		{Name: "gpu", New: func(o collectors.Options) (collectors.Section, error) {
 			return gpu.NewSection(o), nil
@@ -51,6 +59,9 @@ func hostCollectors() []daemon.HostFactory {
 		}},
 		{Name: "tcp", New: func(l *slog.Logger, n collectors.TargetNames) collectors.Host {
 			return tcp.NewHost(l, n)
+		}},
+		{Name: "cuda", New: func(l *slog.Logger, n collectors.TargetNames) collectors.Host {
+			return cuda.NewHost(l, n)
 		}},
 		{Name: "gpu", New: func(l *slog.Logger, _ collectors.TargetNames) collectors.Host {
 			return gpu.NewHost(l, gpu.DefaultInterval)

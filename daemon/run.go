@@ -1,0 +1,440 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/exporter/trace"
+	"github.com/bpfbench/bpfbench/internal/clock"
+	"github.com/bpfbench/bpfbench/loadgen"
+)
+
+// RunConfig configures `bpfbench run`: a load against a server whose
+// process the collectors follow at the same time.
+type RunConfig struct {
+	Load loadgen.Config
+	Pid  int
+	// OutDir receives result.json, trace.json and report.html.
+	OutDir string
+	// BaselineITL and BaselineTTFT, when set, are the normal gap and TTFT;
+	// otherwise they are the medians of the run.
+	BaselineITL, BaselineTTFT time.Duration
+	Sections                  []SectionFactory
+	Logger                    *slog.Logger
+	// MaxSpans bounds the spans kept in memory (default 4 million); the
+	// rest are counted as dropped.
+	MaxSpans int
+	// Phases, when set, is called with the run's start (monotonic ns) once
+	// the load begins and returns when its scenario is done; the marks it
+	// appends split the report into phases.
+	Phases func(ctx context.Context, marks *PhaseMarks)
+	// Readiness is copied into the result.
+	Readiness []Check
+}
+
+// PhaseMarks records where the phases of a scenario begin.
+type PhaseMarks struct {
+	mu    sync.Mutex
+	marks []phaseMark
+}
+
+type phaseMark struct {
+	name string
+	ns   int64
+}
+
+// Begin starts a phase now.
+func (p *PhaseMarks) Begin(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.marks = append(p.marks, phaseMark{name, clock.Now()})
+}
+
+// spanStore keeps a session's spans for correlation, up to a bound.
+type spanStore struct {
+	mu      sync.Mutex
+	spans   []collectors.Span
+	max     int
+	dropped uint64
+}
+
+func (s *spanStore) Record(sp collectors.Span) {
+	s.mu.Lock()
+	if len(s.spans) < s.max {
+		s.spans = append(s.spans, sp)
+	} else {
+		s.dropped++
+	}
+	s.mu.Unlock()
+}
+
+// RunResult is what a run produced.
+type RunResult struct {
+	Doc    *report.Document
+	Load   *loadgen.Result
+	Blames []correlate.Blame
+	Dir    string
+}
+
+// checkWritable fails early when dir cannot take the run's files.
+func checkWritable(dir string) error {
+	if dir == "" {
+		return errors.New("--out DIR is required: the directory for result.json, trace.json and report.html")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("cannot create --out %s: %w", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".bpfbench-write-test-*")
+	if err != nil {
+		return fmt.Errorf("cannot write to --out %s: %w", dir, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
+// Run follows cfg.Pid with the sections while the load runs, then
+// correlates and writes the run directory. The load result is kept even
+// when the target exits mid-run.
+func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxSpans == 0 {
+		cfg.MaxSpans = 4 << 20
+	}
+	log := cfg.Logger.With("component", "run")
+	if err := checkWritable(cfg.OutDir); err != nil {
+		return nil, err
+	}
+	store := &spanStore{max: cfg.MaxSpans}
+	opts := collectors.Options{Pid: cfg.Pid, Interval: time.Second, Logger: cfg.Logger, Recorder: store}
+	sess, err := NewSession(opts, cfg.Sections)
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.Start(ctx); err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+
+	sessCtx, stopSess := context.WithCancel(context.Background())
+	defer stopSess()
+	sessDone := make(chan error, 1)
+	go func() { sessDone <- sess.Run(sessCtx, 0, nil) }()
+
+	var stopMu sync.Mutex
+	stoppedReason := "load finished"
+	stoppedNs := int64(0)
+	go func() {
+		select {
+		case <-sess.Exited():
+			stopMu.Lock()
+			stoppedNs = clock.Now()
+			stoppedReason = fmt.Sprintf("target pid %d (%s) exited during the run", cfg.Pid, sess.Comm())
+			stopMu.Unlock()
+			log.Warn("target exited; the load goes on, collection stopped", "pid", cfg.Pid)
+			stopSess()
+		case <-sessCtx.Done():
+		}
+	}()
+
+	marks := &PhaseMarks{}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	phasesDone := make(chan struct{})
+	if cfg.Phases != nil {
+		go func() {
+			defer close(phasesDone)
+			cfg.Phases(loadCtx, marks)
+		}()
+	} else {
+		close(phasesDone)
+	}
+	res, loadErr := loadgen.Run(loadCtx, cfg.Load)
+	loadEndNs := clock.Now()
+	stopLoad()
+	<-phasesDone
+	stopSess()
+	if err := <-sessDone; err != nil {
+		log.Warn("collection", "err", err)
+	}
+	sess.Close()
+	if res == nil {
+		if loadErr == nil {
+			loadErr = errors.New("the load generator returned no result")
+		}
+		return nil, loadErr
+	}
+	stopMu.Lock()
+	if stoppedNs == 0 {
+		stoppedNs = loadEndNs
+	}
+	reason := stoppedReason
+	stopMu.Unlock()
+	if ctx.Err() != nil {
+		reason = "interrupted"
+	}
+
+	out := &RunResult{Load: res, Dir: cfg.OutDir}
+	intervals := intervalsOf(res)
+	acts := activitiesOf(store.spans)
+	base := correlate.Baseline{TTFTNs: cfg.BaselineTTFT.Nanoseconds(), ITLNs: cfg.BaselineITL.Nanoseconds()}
+	est := correlate.EstimateBaseline(intervals, acts)
+	if base.ITLNs == 0 {
+		base.ITLNs = est.ITLNs
+	}
+	if base.TTFTNs == 0 {
+		base.TTFTNs = est.TTFTNs
+	}
+	base.Rate = est.Rate
+	eng := correlate.NewEngine(base)
+	for _, a := range acts {
+		eng.AddActivity(a)
+	}
+	for _, iv := range intervals {
+		eng.AddInterval(iv)
+	}
+	out.Blames = eng.Flush()
+	percentiles := res.Config.Percentiles
+	if len(percentiles) == 0 {
+		percentiles = []float64{50, 90, 99}
+	}
+	summary := correlate.Summarize(out.Blames, base, percentiles)
+
+	doc := &report.Document{Attribution: &summary, Collectors: map[string]json.RawMessage{}}
+	loadJSON, err := json.Marshal(res.JSON())
+	if err != nil {
+		return nil, fmt.Errorf("encoding the load result: %w", err)
+	}
+	if err := json.Unmarshal(loadJSON, &doc.Load); err != nil {
+		return nil, err
+	}
+	for _, sec := range sess.Sections() {
+		b, err := json.Marshal(sec.Summary())
+		if err == nil {
+			doc.Collectors[sec.Name()] = b
+		}
+	}
+	anchor := sess.Anchor()
+	doc.Collection = &report.Collection{
+		Pid: cfg.Pid, Comm: sess.Comm(),
+		Started: anchor.ToWall(sess.startMono), Stopped: anchor.ToWall(stoppedNs),
+		StartedOffsetS: float64(sess.startMono-res.StartNs) / 1e9,
+		StoppedOffsetS: float64(stoppedNs-res.StartNs) / 1e9,
+		StoppedReason:  reason, LostEvents: sess.Lost(),
+		Spans: uint64(len(store.spans)), SpansDropped: store.dropped,
+		Unavailable: sess.unavailable,
+	}
+	for _, c := range cfg.Readiness {
+		doc.Collection.Readiness = append(doc.Collection.Readiness, report.Check{Status: string(c.Status), Name: c.Name, Detail: c.Detail, Fix: c.Fix})
+	}
+	doc.Timeline = timeline(res, out.Blames)
+	doc.Phases = phases(res, out.Blames, base, marks)
+	doc.Diagnosis = report.Diagnose(doc)
+	out.Doc = doc
+
+	if err := writeRunDir(cfg.OutDir, doc, buildTrace(res, out.Blames, store.spans, sess)); err != nil {
+		return out, err
+	}
+	if loadErr != nil && !errors.Is(loadErr, context.Canceled) {
+		return out, loadErr
+	}
+	return out, nil
+}
+
+func writeRunDir(dir string, doc *report.Document, tr *trace.Trace) error {
+	if err := doc.WriteFile(filepath.Join(dir, "result.json")); err != nil {
+		return err
+	}
+	if err := writeWith(filepath.Join(dir, "trace.json"), func(f *os.File) error {
+		_, err := tr.WriteTo(f)
+		return err
+	}); err != nil {
+		return err
+	}
+	return writeWith(filepath.Join(dir, "report.html"), func(f *os.File) error { return report.WriteHTML(f, doc) })
+}
+
+func writeWith(path string, fn func(*os.File) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// intervalsOf turns each successful measured request into its TTFT and
+// inter-chunk intervals.
+func intervalsOf(res *loadgen.Result) []correlate.Interval {
+	var out []correlate.Interval
+	for i := range res.Records {
+		r := &res.Records[i]
+		if !r.Success || len(r.ChunkNs) == 0 {
+			continue
+		}
+		port := uint16(r.LocalPort)
+		out = append(out, correlate.Interval{Request: r.Index, Index: 0, Start: r.StartNs, End: r.ChunkNs[0], Port: port})
+		for k := 1; k < len(r.ChunkNs); k++ {
+			out = append(out, correlate.Interval{Request: r.Index, Index: k, Start: r.ChunkNs[k-1], End: r.ChunkNs[k], Port: port})
+		}
+	}
+	return out
+}
+
+// activitiesOf maps the sections' spans to causes: run-queue waits are
+// cpu_runqueue; uninterruptible sleep and block requests are io_block;
+// blocking CUDA calls are gpu_sync; blocking TCP episodes are
+// net_backpressure on their connection's client port.
+func activitiesOf(spans []collectors.Span) []correlate.Activity {
+	out := make([]correlate.Activity, 0, len(spans))
+	for _, s := range spans {
+		a := correlate.Activity{Start: s.Start, End: s.End, Tid: s.Tid}
+		switch s.Kind {
+		case collectors.SpanRunqueue:
+			a.Cause = correlate.CPURunqueue
+		case collectors.SpanOffCPU:
+			if !s.Blocking {
+				continue
+			}
+			a.Cause = correlate.IOBlock
+		case collectors.SpanBlockIO:
+			a.Cause = correlate.IOBlock
+		case collectors.SpanCUDA:
+			if !s.Blocking {
+				continue
+			}
+			a.Cause = correlate.GPUSync
+		case collectors.SpanTCP:
+			if !s.Blocking {
+				continue
+			}
+			a.Cause = correlate.NetBackpressure
+			a.Port = s.Port
+		default:
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func percentile(xs []float64, p float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	sort.Float64s(xs)
+	r := p / 100 * float64(len(xs)-1)
+	lo := int(r)
+	if lo+1 >= len(xs) {
+		return xs[len(xs)-1]
+	}
+	f := r - float64(lo)
+	return xs[lo]*(1-f) + xs[lo+1]*f
+}
+
+// timeline buckets the run by second: throughput, latency and the excess
+// attributed to each cause.
+func timeline(res *loadgen.Result, blames []correlate.Blame) []report.TimelinePoint {
+	if res.EndNs <= res.StartNs {
+		return nil
+	}
+	n := int((res.EndNs-res.StartNs)/1e9) + 1
+	pts := make([]report.TimelinePoint, n)
+	itls := make([][]float64, n)
+	ttfts := make([][]float64, n)
+	tokens := make([]float64, n)
+	bucket := func(ns int64) int {
+		b := int((ns - res.StartNs) / 1e9)
+		return min(max(b, 0), n-1)
+	}
+	for i := range res.Records {
+		r := &res.Records[i]
+		if !r.Success {
+			continue
+		}
+		pts[bucket(r.EndNs)].CompletedRequests++
+		for k, ns := range r.ChunkNs {
+			tok := 1.0
+			if r.ChunkTokens != nil && k < len(r.ChunkTokens) {
+				tok = float64(r.ChunkTokens[k])
+			}
+			tokens[bucket(ns)] += tok
+		}
+	}
+	for i := range pts {
+		pts[i].T = float64(i)
+		pts[i].CausesMs = map[string]float64{}
+	}
+	for _, b := range blames {
+		k := bucket(b.End)
+		if b.Index == 0 {
+			ttfts[k] = append(ttfts[k], float64(b.Duration())/1e6)
+		} else {
+			itls[k] = append(itls[k], float64(b.Duration())/1e6)
+		}
+		for c, name := range correlate.CauseNames() {
+			if b.AttributedNs[c] > 0 {
+				pts[k].CausesMs[name] += float64(b.AttributedNs[c]) / 1e6
+			}
+		}
+	}
+	for i := range pts {
+		pts[i].OutputTokensPerSecond = tokens[i]
+		pts[i].P50ITLMs = percentile(itls[i], 50)
+		pts[i].P99ITLMs = percentile(itls[i], 99)
+		pts[i].P50TTFTMs = percentile(ttfts[i], 50)
+	}
+	return pts
+}
+
+// phases summarizes each phase of a scenario: the intervals ending inside it.
+func phases(res *loadgen.Result, blames []correlate.Blame, base correlate.Baseline, marks *PhaseMarks) []report.Phase {
+	marks.mu.Lock()
+	ms := append([]phaseMark(nil), marks.marks...)
+	marks.mu.Unlock()
+	var out []report.Phase
+	for i, m := range ms {
+		end := res.EndNs
+		if i+1 < len(ms) {
+			end = ms[i+1].ns
+		}
+		var sel []correlate.Blame
+		var itls, ttfts []float64
+		reqs := map[int]bool{}
+		for _, b := range blames {
+			if b.End >= m.ns && b.End < end {
+				sel = append(sel, b)
+				reqs[b.Request] = true
+				if b.Index == 0 {
+					ttfts = append(ttfts, float64(b.Duration())/1e6)
+				} else {
+					itls = append(itls, float64(b.Duration())/1e6)
+				}
+			}
+		}
+		s := correlate.Summarize(sel, base, []float64{50, 99})
+		p := report.Phase{
+			Name: m.name, StartS: float64(m.ns-res.StartNs) / 1e9, EndS: float64(end-res.StartNs) / 1e9,
+			Requests: len(reqs), P50ITLMs: percentile(itls, 50), P99ITLMs: percentile(itls, 99),
+			P99TTFTMs: percentile(ttfts, 99), ITLP99: s.ITL["p99"], ITLAll: s.ITL["all"], TTFT: s.TTFT,
+			TopCause: s.TopCause,
+		}
+		out = append(out, p)
+	}
+	return out
+}
