@@ -39,8 +39,9 @@ type RunConfig struct {
 	// the load begins and returns when its scenario is done; the marks it
 	// appends split the report into phases.
 	Phases func(ctx context.Context, marks *PhaseMarks)
-	// Readiness is copied into the result.
-	Readiness []Check
+	// Readiness, when set, runs the readiness checks for the result
+	// (after the cheap checks of the configuration).
+	Readiness func() []Check
 }
 
 // PhaseMarks records where the phases of a scenario begin.
@@ -116,6 +117,10 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	log := cfg.Logger.With("component", "run")
 	if err := checkWritable(cfg.OutDir); err != nil {
 		return nil, err
+	}
+	var readiness []Check
+	if cfg.Readiness != nil {
+		readiness = cfg.Readiness()
 	}
 	store := &spanStore{max: cfg.MaxSpans}
 	opts := collectors.Options{Pid: cfg.Pid, Interval: time.Second, Logger: cfg.Logger, Recorder: store}
@@ -236,7 +241,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		Spans: uint64(len(store.spans)), SpansDropped: store.dropped,
 		Unavailable: sess.unavailable,
 	}
-	for _, c := range cfg.Readiness {
+	for _, c := range readiness {
 		doc.Collection.Readiness = append(doc.Collection.Readiness, report.Check{Status: string(c.Status), Name: c.Name, Detail: c.Detail, Fix: c.Fix})
 	}
 	doc.Timeline = timeline(res, out.Blames)

@@ -47,3 +47,6 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	return nil
 }
+
+// readiness runs the checks of `bpfbench check` for a run's result.
+func readiness() []daemon.Check { return daemon.Readiness(tracepointSets()) }

@@ -267,7 +267,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	res, err := daemon.Run(ctx, daemon.RunConfig{
 		Load: cfg, Pid: sim.cmd.Process.Pid, OutDir: *out, Logger: logger,
-		Sections: sessionSections(), Phases: scenario, Readiness: daemon.Readiness(tracepointSets()),
+		Sections: sessionSections(), Phases: scenario, Readiness: readiness,
 	})
 	finish()
 	if res == nil {

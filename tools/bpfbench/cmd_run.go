@@ -105,7 +105,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		Load: cfg, Pid: *pid, OutDir: *out, Logger: logger, Sections: sessionSections(),
 		BaselineITL:  time.Duration(*baseITL * float64(time.Millisecond)),
 		BaselineTTFT: time.Duration(*baseTTFT * float64(time.Millisecond)),
-		Readiness:    daemon.Readiness(tracepointSets()),
+		Readiness:    readiness,
 	})
 	finish()
 	if res != nil {

@@ -1,0 +1,225 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/exporter/trace"
+	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
+)
+
+var (
+	simBinsOnce sync.Once
+	simBinsDir  string
+	simBinsErr  error
+)
+
+// simBinaries builds llmsim and the CUDA stub into a directory on PATH,
+// as `make build` puts them next to bpfbench.
+func simBinaries(t *testing.T) {
+	t.Helper()
+	simBinsOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "bpfbench-bins")
+		if err != nil {
+			simBinsErr = err
+			return
+		}
+		simBinsDir = dir
+		root, _ := filepath.Abs("../..")
+		for _, c := range [][]string{
+			{"go", "build", "-o", filepath.Join(dir, "llmsim"), "./tools/llmsim"},
+			{"make", "-s", "-C", "tools/cudastub", "OUT=" + dir},
+		} {
+			cmd := exec.Command(c[0], c[1:]...)
+			cmd.Dir = root
+			if out, err := cmd.CombinedOutput(); err != nil {
+				simBinsErr = err
+				t.Logf("%s", out)
+				return
+			}
+		}
+		os.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	})
+	if simBinsErr != nil {
+		t.Fatalf("building llmsim and the CUDA stub: %v", simBinsErr)
+	}
+}
+
+// The main job end to end: each phase of the demo injects one cause and
+// the attribution of that phase's slowest gaps must name it; the slow
+// reader is the only request blamed on the network.
+func TestDemoNamesEachInjectedCause(t *testing.T) {
+	privtest.Require(t)
+	simBinaries(t)
+	dir := t.TempDir()
+	code, stdout, stderr := runCLI("demo", "--out", dir, "--phase", "5s", "--rate", "4")
+	t.Logf("\n%s", stdout)
+	if code != 0 {
+		t.Fatalf("demo exit %d: %s", code, stderr)
+	}
+	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"cpu contention": "cpu_runqueue", "disk contention": "io_block",
+		"gpu slowdown": "gpu_sync", "slow-reading client": "net_backpressure",
+	}
+	if len(doc.Phases) != 5 {
+		t.Fatalf("%d phases", len(doc.Phases))
+	}
+	for _, p := range doc.Phases[1:] {
+		if p.TopCause != want[p.Name] {
+			t.Errorf("phase %q: top cause %s (p99 shares %v), want %s", p.Name, p.TopCause, p.ITLP99, want[p.Name])
+		}
+	}
+	// Only the slow reader is blamed on the network.
+	var slow []int
+	for _, r := range doc.Attribution.Requests {
+		if r.ITLShares["net_backpressure"] > 0.05 {
+			slow = append(slow, r.Request)
+		}
+	}
+	if len(slow) != 1 {
+		t.Errorf("requests with net_backpressure: %v, want exactly the slow reader", slow)
+	}
+	if doc.Collection == nil || doc.Collection.LostEvents != 0 || doc.Float("failed") != 0 {
+		t.Errorf("collection %+v, failed %v", doc.Collection, doc.Float("failed"))
+	}
+	f, err := os.Open(filepath.Join(dir, "trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tf, err := trace.Read(f)
+	if err != nil {
+		t.Fatalf("trace.json is not a Chrome trace: %v", err)
+	}
+	groups := map[int]bool{}
+	for _, e := range tf.TraceEvents {
+		if e.Ph == "X" {
+			groups[e.Pid] = true
+		}
+	}
+	for _, pid := range []int{trace.PidRequests, trace.PidServer, trace.PidBlock, trace.PidCUDA, trace.PidNetwork} {
+		if !groups[pid] {
+			t.Errorf("trace.json has no slices in track group %d", pid)
+		}
+	}
+	if st, err := os.Stat(filepath.Join(dir, "report.html")); err != nil || st.Size() < 10000 {
+		t.Errorf("report.html: %v", err)
+	}
+	// `bpfbench report` re-renders from the directory.
+	os.Remove(filepath.Join(dir, "report.html"))
+	if code, _, stderr := runCLI("report", dir); code != 0 {
+		t.Errorf("report: exit %d %s", code, stderr)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "report.html")); err != nil {
+		t.Error("report did not write report.html")
+	}
+}
+
+// inProcessSim serves llmsim from this process, which is then the server's pid.
+func inProcessSim(t *testing.T, mod func(*sim.Config)) string {
+	t.Helper()
+	cfg := sim.DefaultConfig()
+	cfg.Work = sim.WorkSleep
+	cfg.DecodeStep = 5 * time.Millisecond
+	if mod != nil {
+		mod(&cfg)
+	}
+	s, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(func() {
+		ts.CloseClientConnections()
+		ts.Close()
+		s.Close()
+	})
+	return ts.URL
+}
+
+func TestRunBadInput(t *testing.T) {
+	privtest.Require(t)
+	url := inProcessSim(t, nil)
+	self := strconv.Itoa(os.Getpid())
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"nobody listens", []string{"run", "--target", "http://127.0.0.1:1", "--port", "1", "--out", t.TempDir()}, "nobody listens on TCP port 1"},
+		{"unwritable out", []string{"run", "--target", url, "--pid", self, "--num-requests", "2", "--out", "/dev/null/run"}, "cannot create --out"},
+		{"no out", []string{"run", "--target", url, "--pid", self, "--num-requests", "2"}, "--out DIR is required"},
+		{"pid and port", []string{"run", "--target", url, "--pid", self, "--port", "80", "--out", t.TempDir()}, "not both"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, stderr := runCLI(tc.args...)
+			if code == 0 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q, want it to say %q", code, stderr, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunServerFailingEveryRequest(t *testing.T) {
+	privtest.Require(t)
+	url := inProcessSim(t, func(c *sim.Config) { c.FailRate = 1 })
+	dir := t.TempDir()
+	code, stdout, stderr := runCLI("run", "--target", url, "--pid", strconv.Itoa(os.Getpid()), "--num-requests", "5", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Float("failed") != 5 || doc.Float("completed") != 0 {
+		t.Errorf("failed %v completed %v", doc.Float("failed"), doc.Float("completed"))
+	}
+	if !strings.Contains(strings.Join(doc.Diagnosis, "\n"), "fail") || !strings.Contains(stdout, "5 failed") {
+		t.Errorf("the failures are not reported:\n%s", stdout)
+	}
+}
+
+// A target that exits mid-run: the load result is kept and the report
+// says when collection stopped.
+func TestRunTargetExitsMidRun(t *testing.T) {
+	privtest.Require(t)
+	url := inProcessSim(t, nil)
+	victim := exec.Command("sleep", "1")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go victim.Wait()
+	dir := t.TempDir()
+	code, _, stderr := runCLI("run", "--target", url, "--pid", strconv.Itoa(victim.Process.Pid),
+		"--num-requests", "30", "--rate", "10", "--output-len", "16", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Float("completed") != 30 {
+		t.Errorf("completed %v, want the whole load kept", doc.Float("completed"))
+	}
+	c := doc.Collection
+	if c == nil || !strings.Contains(c.StoppedReason, "exited") || c.StoppedOffsetS > 2.5 {
+		b, _ := json.Marshal(c)
+		t.Errorf("collection %s: want it stopped when the target exited, about 1 s in", b)
+	}
+}
