@@ -1,9 +1,14 @@
 package correlate
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
+	"sort"
 	"testing"
+	"time"
+	"unsafe"
 )
 
 const ms = int64(1e6)
@@ -66,6 +71,106 @@ func TestAttributionSplitsExcess(t *testing.T) {
 	}
 	if math.Abs(sum-1) > 1e-9 {
 		t.Errorf("shares sum to %v", sum)
+	}
+}
+
+func TestOtherProcessesDoNotExplain(t *testing.T) {
+	e := NewEngine(Baseline{ITLNs: 10 * ms, Target: 100})
+	e.AddActivity(Activity{Cause: CPURunqueue, Start: 0, End: 30 * ms, Tgid: 200}) // a neighbour waiting
+	e.AddActivity(Activity{Cause: IOBlock, Start: 0, End: 10 * ms, Tgid: 100})
+	e.AddInterval(Interval{Index: 1, Start: 0, End: 30 * ms})
+	b := e.Flush()[0]
+	if b.Active[CPURunqueue] != 0 || b.AttributedNs[IOBlock] != 10*ms || b.AttributedNs[Unexplained] != 10*ms {
+		t.Errorf("blame %+v", b)
+	}
+}
+
+// randomTimeline makes spans of every cause (network ones on a few ports)
+// and intervals of a few requests.
+func randomTimeline(r *rand.Rand) ([]Activity, []Interval) {
+	var acts []Activity
+	for range 200 {
+		st := r.Int64N(1000 * ms)
+		acts = append(acts, Activity{Cause: Cause(r.IntN(int(NumCauses))), Start: st, End: st + r.Int64N(40*ms) + 1, Port: uint16(5000 + r.IntN(3))})
+	}
+	var ivs []Interval
+	for req := range 3 {
+		t := r.Int64N(100 * ms)
+		for k := range 40 {
+			d := r.Int64N(50*ms) + 1
+			ivs = append(ivs, Interval{Request: req, Index: k, Start: t, End: t + d, Port: uint16(5000 + req)})
+			t += d
+		}
+	}
+	return acts, ivs
+}
+
+func blameAll(base Baseline, acts []Activity, ivs []Interval) []Blame {
+	e := NewEngine(base)
+	for _, a := range acts {
+		e.AddActivity(a)
+	}
+	for _, iv := range ivs {
+		e.AddInterval(iv)
+	}
+	bl := e.Flush()
+	sort.Slice(bl, func(i, j int) bool {
+		if bl[i].Request != bl[j].Request {
+			return bl[i].Request < bl[j].Request
+		}
+		return bl[i].Index < bl[j].Index
+	})
+	return bl
+}
+
+// Properties on random timelines: shares sum to 1 whenever there is an
+// excess (and are all 0 otherwise), a cause with no span overlapping an
+// interval gets nothing, and shifting every timestamp changes nothing.
+func TestAttributionProperties(t *testing.T) {
+	for seed := range uint64(50) {
+		r := rand.New(rand.NewPCG(seed, 99))
+		acts, ivs := randomTimeline(r)
+		base := Baseline{ITLNs: 15 * ms, TTFTNs: 20 * ms, Rate: [NumCauses]float64{r.Float64() * 0.2, 0, r.Float64() * 0.1, 0}}
+		bl := blameAll(base, acts, ivs)
+		for _, b := range bl {
+			var sum float64
+			sh := b.Shares()
+			for _, v := range sh {
+				if v < 0 || v > 1+1e-9 {
+					t.Fatalf("seed %d: share %v out of [0,1]: %+v", seed, v, b)
+				}
+				sum += v
+			}
+			if b.ExcessNs > 0 && math.Abs(sum-1) > 1e-9 || b.ExcessNs == 0 && sum != 0 {
+				t.Fatalf("seed %d: shares %v sum to %v with excess %d", seed, sh, sum, b.ExcessNs)
+			}
+			for c := Cause(0); c < NumCauses; c++ {
+				overlap := false
+				for _, a := range acts {
+					if a.Cause == c && a.Start < b.End && a.End > b.Start && (c != NetBackpressure || a.Port == b.Port) {
+						overlap = true
+					}
+				}
+				if !overlap && (b.Active[c] != 0 || b.AttributedNs[c] != 0) {
+					t.Fatalf("seed %d: %v has no span in %+v but got %d ns", seed, c, b.Interval, b.AttributedNs[c])
+				}
+			}
+		}
+		shift := r.Int64N(1e12) + 1
+		for i := range acts {
+			acts[i].Start += shift
+			acts[i].End += shift
+		}
+		for i := range ivs {
+			ivs[i].Start += shift
+			ivs[i].End += shift
+		}
+		shifted := blameAll(base, acts, ivs)
+		for i := range bl {
+			if bl[i].AttributedNs != shifted[i].AttributedNs || bl[i].Active != shifted[i].Active {
+				t.Fatalf("seed %d: shifting by %d ns changed %+v to %+v", seed, shift, bl[i], shifted[i])
+			}
+		}
 	}
 }
 
@@ -163,5 +268,50 @@ func BenchmarkEngine(b *testing.B) {
 			e.Advance(now)
 		}
 		now += ms / 4
+	}
+}
+
+// BenchmarkJoin streams n activity spans and n/8 token intervals through
+// the engine in time order, as `bpfbench run` would at scale, and reports
+// events joined per second and the bytes held per retained span: the cost
+// must grow linearly with n (flat ns/event) with memory bounded by the
+// window, not by n.
+//
+//	go test -run '^$' -bench Join -benchtime 1x ./correlate/
+func BenchmarkJoin(b *testing.B) {
+	for _, n := range []int{1e5, 1e6, 1e7} {
+		b.Run(fmt.Sprintf("events=%d", n), func(b *testing.B) {
+			for range b.N {
+				r := rand.New(rand.NewPCG(7, uint64(n)))
+				e := NewEngine(Baseline{ITLNs: 10 * ms, TTFTNs: 50 * ms})
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				now := int64(0)
+				maxRetained, joined := 0, 0
+				start := time.Now()
+				for i := range n {
+					st := now + r.Int64N(int64(ms))
+					e.AddActivity(Activity{Cause: Cause(i % int(NumCauses)), Start: st, End: st + r.Int64N(3*ms) + 1, Port: uint16(i % 64)})
+					if i%8 == 0 {
+						e.AddInterval(Interval{Request: i % 64, Index: 1, Start: now - 10*ms, End: now, Port: uint16(i % 64)})
+						joined += len(e.Advance(now - 3*ms))
+					}
+					maxRetained = max(maxRetained, e.Retained())
+					now += ms / 8
+				}
+				joined += len(e.Flush())
+				el := time.Since(start)
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(n)/el.Seconds(), "events/s")
+				b.ReportMetric(float64(el.Nanoseconds())/float64(n), "ns/event")
+				b.ReportMetric(float64(maxRetained), "max-spans-held")
+				b.ReportMetric(float64(unsafe.Sizeof(Activity{})), "bytes/span-held")
+				b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(n), "alloc-bytes/event")
+				if joined == 0 {
+					b.Fatal("nothing joined")
+				}
+			}
+		})
 	}
 }

@@ -194,7 +194,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	out := &RunResult{Load: res, Dir: cfg.OutDir}
 	intervals := intervalsOf(res)
 	acts := activitiesOf(store.spans)
-	base := correlate.Baseline{TTFTNs: cfg.BaselineTTFT.Nanoseconds(), ITLNs: cfg.BaselineITL.Nanoseconds()}
+	base := correlate.Baseline{TTFTNs: cfg.BaselineTTFT.Nanoseconds(), ITLNs: cfg.BaselineITL.Nanoseconds(), Target: uint32(cfg.Pid)}
 	est := correlate.EstimateBaseline(intervals, acts)
 	if base.ITLNs == 0 {
 		base.ITLNs = est.ITLNs
