@@ -249,10 +249,12 @@ func startDaemon(t *testing.T, args ...string) *daemonProc {
 			}
 			switch rec["msg"] {
 			case "collector started":
-				for _, id := range rec["programs"].([]any) {
+				progs, _ := rec["programs"].([]any)
+				for _, id := range progs {
 					d.progs = append(d.progs, ebpf.ProgramID(id.(float64)))
 				}
-				for _, id := range rec["links"].([]any) {
+				links, _ := rec["links"].([]any)
+				for _, id := range links {
 					d.links = append(d.links, link.ID(id.(float64)))
 				}
 			case "serving metrics":
