@@ -247,3 +247,29 @@ func (p IO) Run(ctx context.Context) (IOReport, error) {
 	}
 	return rep, errors.Join(drain(errc)...)
 }
+
+// WriteScratch writes size bytes of real data to path (not a sparse file:
+// holes read without any IO), synced, for O_DIRECT IO.
+func WriteScratch(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i*7 + 1)
+	}
+	for w := int64(0); w < size; w += int64(len(buf)) {
+		if _, err := f.Write(buf[:min(int64(len(buf)), size-w)]); err != nil {
+			f.Close()
+			os.Remove(path)
+			return err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	return f.Close()
+}

@@ -2,6 +2,7 @@ package perturb
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -68,5 +69,60 @@ func TestIOReadsAndReports(t *testing.T) {
 	}
 	if err := (&IO{Path: p, BlockSize: 1000}).Validate(); err == nil {
 		t.Error("a block size not a multiple of 4096 accepted")
+	}
+}
+
+func threads(t *testing.T) int {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Threads:"); ok {
+			n := 0
+			fmt.Sscan(strings.TrimSpace(v), &n)
+			return n
+		}
+	}
+	return 0
+}
+
+// The busy threads end with the perturbation: each is locked to its
+// goroutine and never unlocked, so the runtime ends the thread with it.
+func TestCPULeavesNoThread(t *testing.T) {
+	before := threads(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := (CPU{Threads: 4, Duty: 0.2}).Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for threads(t) > before && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := threads(t); n > before {
+		t.Errorf("%d threads after the perturbation, %d before", n, before)
+	}
+}
+
+func TestParseRateAndSize(t *testing.T) {
+	for in, want := range map[string]uint64{"8mbit": 8e6, "500kbit": 5e5, "1gbit": 1e9, "1mbps": 8e6, "1000": 1000, "2.5Mbit": 2.5e6} {
+		if got, err := ParseRate(in); err != nil || got != want {
+			t.Errorf("ParseRate(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for in, want := range map[string]uint32{"32kb": 32 << 10, "32k": 32 << 10, "1mb": 1 << 20, "1500": 1500, "100b": 100} {
+		if got, err := ParseSize(in); err != nil || got != want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "fast", "-1mbit", "0"} {
+		if _, err := ParseRate(bad); err == nil {
+			t.Errorf("ParseRate(%q) accepted", bad)
+		}
+	}
+	n := Net{Iface: "x", Rate: 8e6}
+	if err := n.Validate(); err != nil || n.Burst < 32<<10 || n.Limit < 256<<10 {
+		t.Errorf("defaults %+v %v", n, err)
 	}
 }
