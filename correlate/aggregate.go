@@ -64,6 +64,10 @@ func sharesOf(att [NumCauses + 1]int64) Breakdown {
 	return out
 }
 
+// Top is the cause with the largest share of a breakdown ("unexplained"
+// when it outweighs every cause, or when there is no excess).
+func Top(b Breakdown) string { return top(b) }
+
 // top is the cause (not unexplained, unless nothing else) with the largest share.
 func top(b Breakdown) string {
 	best, bestV := "unexplained", 0.0

@@ -13,10 +13,13 @@
 //
 // Refinement (measured, see the notes of the correlation issue): a cause
 // that is active during normal intervals too (a server's threads wait a
-// little for a CPU at every step) would otherwise soak up every excess. The
-// engine therefore subtracts each cause's baseline activity, the activity
-// an interval of baseline length shows at the baseline rate, before
-// splitting: only activity above normal explains latency above normal.
+// little for a CPU at every step) would otherwise soak up every excess,
+// and process-wide activity would pile up on every long interval (a
+// request stalled by its own slow-reading client for 3 s overlaps 3 s of
+// the server's ordinary run-queue waits). The engine therefore subtracts
+// each cause's baseline activity, the interval's length times the cause's
+// normal active fraction, before splitting: only activity above normal
+// explains latency above normal.
 package correlate
 
 import (
@@ -254,8 +257,9 @@ func (e *Engine) attribute(iv Interval) Blame {
 	var sum float64
 	for c := Cause(0); c < NumCauses; c++ {
 		b.Active[c] = e.union(c, iv.Start, iv.End, iv.Port)
-		// Activity above what a baseline-length interval shows normally.
-		normal := e.base.Rate[c] * float64(min(d, b.BaselineNs))
+		// Activity above what an interval this long shows normally: a
+		// cause active at its usual rate all along explains nothing.
+		normal := e.base.Rate[c] * float64(d)
 		above[c] = max(0, float64(b.Active[c])-normal)
 		sum += above[c]
 	}

@@ -407,12 +407,17 @@ func timeline(res *loadgen.Result, blames []correlate.Blame) []report.TimelinePo
 	return pts
 }
 
-// phases summarizes each phase of a scenario: the intervals ending inside it.
+// phases summarizes each phase of a scenario: the intervals ending inside
+// it. A phase's top cause is the cause whose attributed excess per
+// interval grew most over the first phase (the scenario's baseline): what
+// the phase changed, not what every phase has (a busy machine's ordinary
+// run-queue waits). The first phase's top cause is that of its slowest 1%.
 func phases(res *loadgen.Result, blames []correlate.Blame, base correlate.Baseline, marks *PhaseMarks) []report.Phase {
 	marks.mu.Lock()
 	ms := append([]phaseMark(nil), marks.marks...)
 	marks.mu.Unlock()
 	var out []report.Phase
+	var ref []float64
 	for i, m := range ms {
 		end := res.EndNs
 		if i+1 < len(ms) {
@@ -421,6 +426,7 @@ func phases(res *loadgen.Result, blames []correlate.Blame, base correlate.Baseli
 		var sel []correlate.Blame
 		var itls, ttfts []float64
 		reqs := map[int]bool{}
+		perInterval := make([]float64, len(correlate.CauseNames()))
 		for _, b := range blames {
 			if b.End >= m.ns && b.End < end {
 				sel = append(sel, b)
@@ -430,14 +436,36 @@ func phases(res *loadgen.Result, blames []correlate.Blame, base correlate.Baseli
 				} else {
 					itls = append(itls, float64(b.Duration())/1e6)
 				}
+				for c, v := range b.AttributedNs {
+					perInterval[c] += float64(v) / 1e6
+				}
 			}
+		}
+		att := correlate.Breakdown{}
+		for c, name := range correlate.CauseNames() {
+			if len(sel) > 0 {
+				perInterval[c] /= float64(len(sel))
+			}
+			att[name] = perInterval[c]
 		}
 		s := correlate.Summarize(sel, base, []float64{50, 99})
 		p := report.Phase{
 			Name: m.name, StartS: float64(m.ns-res.StartNs) / 1e9, EndS: float64(end-res.StartNs) / 1e9,
 			Requests: len(reqs), P50ITLMs: percentile(itls, 50), P99ITLMs: percentile(itls, 99),
 			P99TTFTMs: percentile(ttfts, 99), ITLP99: s.ITL["p99"], ITLAll: s.ITL["all"], TTFT: s.TTFT,
-			TopCause: s.TopCause,
+			AttributedMsPerInterval: att,
+		}
+		if i == 0 {
+			ref = perInterval
+			p.TopCause, p.TopCauseBasis = correlate.Top(s.ITL["p99"]), "slowest 1% of gaps"
+		} else {
+			best, bestV := "unexplained", 0.0
+			for c := 0; c < int(correlate.NumCauses); c++ {
+				if d := perInterval[c] - ref[c]; d > bestV {
+					best, bestV = correlate.CauseNames()[c], d
+				}
+			}
+			p.TopCause, p.TopCauseBasis = best, "largest increase over "+ms[0].name
 		}
 		out = append(out, p)
 	}

@@ -226,6 +226,9 @@ func (d *Document) diagnosePhases() []string {
 		switch {
 		case total <= 0:
 			s += "; no excess over the baseline."
+		case top != "" && i > 0 && top != "unexplained" && len(d.Phases[0].AttributedMsPerInterval) > 0:
+			s += fmt.Sprintf("; against %q it added %s of %s per interval (%s of its slowest gaps' excess).", d.Phases[0].Name,
+				fmtMs(finite(p.AttributedMsPerInterval[top])-finite(d.Phases[0].AttributedMsPerInterval[top])), top, fmtPct(finite(p.ITLP99[top])/total))
 		case top != "":
 			s += fmt.Sprintf("; top cause %s (%s of the slowest gaps' excess).", top, fmtPct(finite(p.ITLP99[top])/total))
 		default:

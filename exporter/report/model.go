@@ -69,7 +69,14 @@ type Phase struct {
 	P50ITLMs  float64 `json:"p50_itl_ms"`
 	P99ITLMs  float64 `json:"p99_itl_ms"`
 	P99TTFTMs float64 `json:"p99_ttft_ms"`
-	TopCause  string  `json:"top_cause"`
+	// TopCause is what the phase changed: the cause whose attributed
+	// excess per interval grew most over the first phase; for the first
+	// phase, the top cause of its slowest 1% of gaps. TopCauseBasis says which.
+	TopCause      string `json:"top_cause"`
+	TopCauseBasis string `json:"top_cause_basis,omitempty"`
+	// AttributedMsPerInterval is the excess attributed to each cause per
+	// interval (TTFTs and gaps) of the phase, in ms.
+	AttributedMsPerInterval correlate.Breakdown `json:"attributed_ms_per_interval,omitempty"`
 	// ITLP99 and TTFT are the shares of excess latency per cause in the
 	// phase's slowest 1% of gaps and in its TTFTs.
 	ITLP99 correlate.Breakdown `json:"itl_p99"`

@@ -111,8 +111,8 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		fmt.Fprintln(bw)
 		fmt.Fprintln(bw, "Phases")
 		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
-		fmt.Fprint(tw, "phase\tseconds\trequests\tITL p50\tITL p99\tTTFT p99\ttop cause\tshare of p99 excess\n")
-		for _, p := range d.Phases {
+		fmt.Fprint(tw, "phase\tseconds\trequests\tITL p50\tITL p99\tTTFT p99\ttop cause\tadded per interval\tshare of p99 excess\n")
+		for i, p := range d.Phases {
 			top := p.TopCause
 			if top == "" {
 				top = topOf(p.ITLP99)
@@ -121,11 +121,15 @@ func WriteTerminal(w io.Writer, d *Document) error {
 			if t := sharesSum(p.ITLP99); t > 0 && top != "" {
 				share = fmtPct(finite(p.ITLP99[top]) / t)
 			}
+			added := "–"
+			if i > 0 && top != "" && top != "unexplained" {
+				added = "+" + fmtMs(finite(p.AttributedMsPerInterval[top])-finite(d.Phases[0].AttributedMsPerInterval[top]))
+			}
 			if top == "" {
 				top = "–"
 			}
-			fmt.Fprintf(tw, "%s\t%s–%s\t%d\t%s\t%s\t%s\t%s\t%s\n", p.Name, fmtNum(p.StartS), fmtNum(p.EndS), p.Requests,
-				fmtMs(p.P50ITLMs), fmtMs(p.P99ITLMs), fmtMs(p.P99TTFTMs), top, share)
+			fmt.Fprintf(tw, "%s\t%s–%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, fmtNum(p.StartS), fmtNum(p.EndS), p.Requests,
+				fmtMs(p.P50ITLMs), fmtMs(p.P99ITLMs), fmtMs(p.P99TTFTMs), top, added, share)
 		}
 		tw.Flush()
 	}

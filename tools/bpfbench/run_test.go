@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -83,15 +84,15 @@ func TestDemoNamesEachInjectedCause(t *testing.T) {
 			t.Errorf("phase %q: top cause %s (p99 shares %v), want %s", p.Name, p.TopCause, p.ITLP99, want[p.Name])
 		}
 	}
-	// Only the slow reader is blamed on the network.
-	var slow []int
+	// Only the slow readers are blamed on the network, and mostly on it.
+	var blamed []int
 	for _, r := range doc.Attribution.Requests {
 		if r.ITLShares["net_backpressure"] > 0.05 {
-			slow = append(slow, r.Request)
+			blamed = append(blamed, r.Request)
 		}
 	}
-	if len(slow) != 1 {
-		t.Errorf("requests with net_backpressure: %v, want exactly the slow reader", slow)
+	if want := demoSlowReaders(20); !slices.Equal(blamed, want) {
+		t.Errorf("requests with net_backpressure: %v, want exactly the slow readers %v", blamed, want)
 	}
 	if doc.Collection == nil || doc.Collection.LostEvents != 0 || doc.Float("failed") != 0 {
 		t.Errorf("collection %+v, failed %v", doc.Collection, doc.Float("failed"))
