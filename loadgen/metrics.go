@@ -156,7 +156,7 @@ type Metrics struct {
 // that lasted durS seconds.
 func ComputeMetrics(recs []Record, durS float64, percentiles []float64, goodput Goodput) *Metrics {
 	m := &Metrics{DurationS: durS, Failures: map[string]int{}, TokenSources: map[string]int{}}
-	var ttfts, tpots, allTPOTs, itls, e2els, queue []float64
+	var ttfts, tpots, itls, e2els, queue []float64
 	good := 0
 	for i := range recs {
 		r := &recs[i]
@@ -178,7 +178,6 @@ func ComputeMetrics(recs []Record, durS float64, percentiles []float64, goodput 
 			tpot = (lat - ttft) / float64(outLen-1)
 			tpots = append(tpots, tpot*1e3)
 		}
-		allTPOTs = append(allTPOTs, tpot)
 		for j := 1; j < len(r.ChunkNs); j++ {
 			itls = append(itls, float64(r.ChunkNs[j]-r.ChunkNs[j-1])/1e6)
 		}

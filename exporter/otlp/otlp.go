@@ -151,7 +151,7 @@ func NewWithSpanExporter(exp sdktrace.SpanExporter, o Options) *Exporter {
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithBatcher(exp, sdktrace.WithMaxQueueSize(1<<16), sdktrace.WithMaxExportBatchSize(512)),
 		sdktrace.WithResource(res),
-		sdktrace.WithSpanLimits(sdktrace.SpanLimits{
+		sdktrace.WithRawSpanLimits(sdktrace.SpanLimits{
 			AttributeValueLengthLimit:   -1,
 			AttributeCountLimit:         64,
 			EventCountLimit:             o.MaxChunkEvents + 8,

@@ -29,7 +29,6 @@ type seq struct {
 	prefilled bool
 	generated int
 	canceled  atomic.Bool
-	rng       uint64
 }
 
 // engine is a continuous-batching scheduler: a waiting queue, at most
