@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -12,6 +14,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/exporter/trace"
@@ -222,5 +227,53 @@ func TestRunTargetExitsMidRun(t *testing.T) {
 	if c == nil || !strings.Contains(c.StoppedReason, "exited") || c.StoppedOffsetS > 2.5 {
 		b, _ := json.Marshal(c)
 		t.Errorf("collection %s: want it stopped when the target exited, about 1 s in", b)
+	}
+}
+
+// Requests of a run reach an OTLP collector as spans carrying their attribution.
+func TestRunExportsAttributedSpans(t *testing.T) {
+	privtest.Require(t)
+	var mu sync.Mutex
+	attrs := map[string]int{}
+	spans := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var req collectorpb.ExportTraceServiceRequest
+		if err := proto.Unmarshal(b, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		for _, rs := range req.ResourceSpans {
+			for _, ss := range rs.ScopeSpans {
+				for _, sp := range ss.Spans {
+					spans++
+					for _, kv := range sp.Attributes {
+						attrs[kv.Key]++
+					}
+				}
+			}
+		}
+		mu.Unlock()
+		out, _ := proto.Marshal(&collectorpb.ExportTraceServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(out)
+	}))
+	defer srv.Close()
+	url := inProcessSim(t, nil)
+	code, _, stderr := runCLI("run", "--target", url, "--pid", strconv.Itoa(os.Getpid()), "--num-requests", "6",
+		"--output-len", "8", "--out", t.TempDir(), "--otlp-endpoint", srv.URL, "--otlp-protocol", "http/protobuf")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if spans != 6 {
+		t.Errorf("%d spans exported, want 6", spans)
+	}
+	for _, k := range []string{"gen_ai.operation.name", "gen_ai.request.model", "bpfbench.attribution.top_cause", "bpfbench.attribution.itl.cpu_runqueue", "bpfbench.attribution.ttft.unexplained"} {
+		if attrs[k] != spans {
+			t.Errorf("attribute %s on %d of %d spans", k, attrs[k], spans)
+		}
 	}
 }
