@@ -101,11 +101,11 @@ func (c CPU) Run(ctx context.Context) (CPUReport, error) {
 				errc <- fmt.Errorf("pinning a thread to CPU %d: %w", cpu, err)
 				return
 			}
-			if c.Nice != 0 {
-				if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), c.Nice); err != nil {
-					errc <- fmt.Errorf("setting nice %d: %w", c.Nice, err)
-					return
-				}
+			// Always set: a thread inherits the nice level of the one
+			// that created it, and the caller may run at another.
+			if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), c.Nice); err != nil {
+				errc <- fmt.Errorf("setting nice %d: %w", c.Nice, err)
+				return
 			}
 			busy := time.Duration(c.Duty * float64(10*time.Millisecond))
 			for ctx.Err() == nil {

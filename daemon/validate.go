@@ -1,0 +1,458 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/perturb"
+)
+
+// Injection is one known cause a validation injects during its own phase.
+type Injection struct {
+	// Name labels the phase ("cpu", "io", "gpu", "client", "net").
+	Name string
+	// Cause is the cause the attribution must name.
+	Cause string
+	// Start begins the perturbation; the function it returns ends it and
+	// says what it achieved. Nil for a slow-reading request.
+	Start func(ctx context.Context) (stop func() string, err error)
+	// SlowRead, when set, makes one request early in the phase a
+	// slow-reading client that stops reading for this long.
+	SlowRead time.Duration
+}
+
+// ValidateConfig configures a validation by intervention.
+type ValidateConfig struct {
+	// Load is the base load: target, endpoint, model. Its rate, requests
+	// and arrival are set by the validation.
+	Load loadgen.Config
+	Pid  int
+	// OutDir receives the run directory and validation.json.
+	OutDir string
+	// Phase is how long each injection (and the baseline) lasts.
+	Phase time.Duration
+	// Rate is the fixed request rate (req/s) of the whole run.
+	Rate       float64
+	OutputLen  int
+	Injections []Injection
+	Sections   []SectionFactory
+	Readiness  func() []Check
+	Logger     *slog.Logger
+	// Progress is the load generator's progress callback.
+	Progress func(done, total int)
+}
+
+// ValidationRow is one injected cause and what the attribution named.
+type ValidationRow struct {
+	Injection string `json:"injection"`
+	Injected  string `json:"injected_cause"`
+	// Attributed is the top cause of the excess the injection added to
+	// the phase's p99 ITL band (its slowest 1% of gaps): per cause, the
+	// mean time attributed per gap of the band, less the same in the
+	// baseline phase's band, so that contention the host had anyway
+	// (other work on the machine) cancels out.
+	Attributed string `json:"attributed_top_cause"`
+	// Share is the injected cause's share of that added excess;
+	// AddedShares every cause's.
+	Share       float64             `json:"injected_share_of_p99_excess"`
+	AddedShares correlate.Breakdown `json:"p99_added_shares"`
+	// RawShare is the injected cause's share of the band's whole excess
+	// over the run's baseline (as the report shows it), RawTop that
+	// band's top cause; ShareAll the share of every gap's excess.
+	RawShare  float64             `json:"injected_share_of_p99_raw_excess"`
+	RawTop    string              `json:"raw_top_cause"`
+	ShareAll  float64             `json:"injected_share_of_all_excess"`
+	P99Shares correlate.Breakdown `json:"p99_shares"`
+	Requests  int                 `json:"requests"`
+	P50ITLMs  float64             `json:"p50_itl_ms"`
+	P99ITLMs  float64             `json:"p99_itl_ms"`
+	// AddedP50ITLMs and AddedP99ITLMs are the phase's ITL over the
+	// baseline phase's: what the perturbation costs the server.
+	AddedP50ITLMs float64 `json:"added_p50_itl_ms"`
+	AddedP99ITLMs float64 `json:"added_p99_itl_ms"`
+	Achieved      string  `json:"achieved,omitempty"`
+	Correct       bool    `json:"correct"`
+}
+
+// Validation is the confusion matrix of injected × attributed causes.
+type Validation struct {
+	Target      string  `json:"target"`
+	Pid         int     `json:"pid"`
+	RateRPS     float64 `json:"rate_req_s"`
+	PhaseS      float64 `json:"phase_seconds"`
+	BaselineP50 float64 `json:"baseline_p50_itl_ms"`
+	BaselineP99 float64 `json:"baseline_p99_itl_ms"`
+	// Causes orders the matrix's rows and columns.
+	Causes []string `json:"causes"`
+	// Matrix[injected][attributed] counts the phases.
+	Matrix map[string]map[string]int `json:"matrix"`
+	Rows   []ValidationRow           `json:"rows"`
+	// Correct counts the rows whose top cause is the injected one.
+	Correct int    `json:"correct"`
+	Dir     string `json:"run_dir"`
+}
+
+// CPUInjection keeps threads busy on cpus (nil: every CPU), two per CPU.
+func CPUInjection(cpus []int) Injection {
+	return Injection{Name: "cpu", Cause: correlate.CPURunqueue.String(), Start: func(ctx context.Context) (func() string, error) {
+		p := perturb.CPU{CPUs: cpus}
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+		p.Threads = 2 * len(p.CPUs)
+		return during(ctx, func(c context.Context) string {
+			r, err := p.Run(c)
+			if err != nil {
+				return "cpu: " + err.Error()
+			}
+			return fmt.Sprintf("%d busy threads on CPUs %v burnt %.1f CPU-s (%.0f%% each)", r.Threads, r.CPUs, r.CPUSeconds, r.Share*100)
+		}), nil
+	}}
+}
+
+// IOInjection reads path with O_DIRECT, 1 MiB at a time, 8 in flight.
+func IOInjection(path string) Injection {
+	return Injection{Name: "io", Cause: correlate.IOBlock.String(), Start: func(ctx context.Context) (func() string, error) {
+		p := perturb.IO{Path: path, BlockSize: 1 << 20, Depth: 8}
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("the IO injection's file: %w", err)
+		}
+		return during(ctx, func(c context.Context) string {
+			r, err := p.Run(c)
+			if err != nil {
+				return "io: " + err.Error()
+			}
+			return fmt.Sprintf("%.0f O_DIRECT reads/s of 1 MiB on %s, %.1f ms each", r.IOPS, path, r.MeanLatency*1e3)
+		}), nil
+	}}
+}
+
+// GPUInjection raises the CUDA stub's kernel time through its control
+// file to slowUS, and puts the previous value back.
+func GPUInjection(control string, slowUS int) Injection {
+	return Injection{Name: "gpu", Cause: correlate.GPUSync.String(), Start: func(context.Context) (func() string, error) {
+		prev, err := os.ReadFile(control)
+		if err != nil {
+			return nil, fmt.Errorf("reading the CUDA stub's control file: %w", err)
+		}
+		if err := os.WriteFile(control, []byte(strconv.Itoa(slowUS)+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("writing the CUDA stub's control file: %w", err)
+		}
+		return func() string {
+			_ = os.WriteFile(control, prev, 0o644)
+			return fmt.Sprintf("the stub's kernel time from %s to %d µs", strings.TrimSpace(string(prev)), slowUS)
+		}, nil
+	}}
+}
+
+// NetInjection shapes an interface with tbf during the phase.
+func NetInjection(n perturb.Net) Injection {
+	return Injection{Name: "net", Cause: correlate.NetBackpressure.String(), Start: func(context.Context) (func() string, error) {
+		s, err := n.Apply()
+		if err != nil {
+			return nil, err
+		}
+		return func() string {
+			r, err := s.Stop()
+			if err != nil {
+				return "net: " + err.Error()
+			}
+			return fmt.Sprintf("%s shaped to %.3g Mbit/s: %.3g Mbit/s sent, %d drops", r.Iface, float64(r.RateBps)/1e6, r.AchievedBps/1e6, r.Drops)
+		}, nil
+	}}
+}
+
+// ClientInjection makes one request a slow reader that stops for d.
+func ClientInjection(d time.Duration) Injection {
+	return Injection{Name: "client", Cause: correlate.NetBackpressure.String(), SlowRead: d}
+}
+
+// during runs fn until the returned stop is called, and returns its report.
+func during(ctx context.Context, fn func(context.Context) string) func() string {
+	c, cancel := context.WithCancel(ctx)
+	done := make(chan string, 1)
+	go func() { done <- fn(c) }()
+	return func() string {
+		cancel()
+		return <-done
+	}
+}
+
+// ServerIOFile finds a regular file pid has open with O_DIRECT (the KV
+// offload file of llmsim, for example).
+func ServerIOFile(pid int) (string, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", fmt.Errorf("listing the files of pid %d: %w", pid, err)
+	}
+	for _, e := range ents {
+		target, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil || !strings.HasPrefix(target, "/") {
+			continue
+		}
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, e.Name()))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(info), "\n") {
+			if v, ok := strings.CutPrefix(l, "flags:"); ok {
+				flags, _ := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+				if flags&0o40000 != 0 { // O_DIRECT
+					if st, err := os.Stat(target); err == nil && st.Mode().IsRegular() {
+						return target, nil
+					}
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("pid %d has no file open with O_DIRECT: give --io-file", pid)
+}
+
+// Validate runs a baseline phase, then each injection in its own phase,
+// under one fixed load while following cfg.Pid, and reports which cause
+// the attribution named for each.
+func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult, error) {
+	if cfg.Phase <= 0 {
+		cfg.Phase = 6 * time.Second
+	}
+	if cfg.Rate <= 0 {
+		cfg.Rate = 4
+	}
+	if cfg.OutputLen <= 0 {
+		cfg.OutputLen = 64
+	}
+	if len(cfg.Injections) == 0 {
+		return nil, nil, errors.New("nothing to inject")
+	}
+	names := []string{"baseline"}
+	for _, inj := range cfg.Injections {
+		names = append(names, inj.Name)
+	}
+	perPhase := max(int(cfg.Rate*cfg.Phase.Seconds()), 4)
+	n := perPhase * len(names)
+	reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: cfg.OutputLen}, n, 1)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range reqs {
+		reqs[i].OffsetNs = -1
+	}
+	for k, inj := range cfg.Injections {
+		if inj.SlowRead > 0 {
+			slow := (k+1)*perPhase + perPhase/4
+			reqs[slow].OutputLen = max(3*cfg.OutputLen, 200)
+			reqs[slow].SlowRead = inj.SlowRead
+		}
+	}
+	load := cfg.Load
+	load.Rate = cfg.Rate
+	load.Constant = true
+	load.Requests = reqs
+	load.NumRequests = n
+	load.Duration = 0
+	load.IgnoreEOS = true
+	load.Progress = cfg.Progress
+	if load.Timeout == 0 || load.Timeout > 10*time.Minute {
+		load.Timeout = 2 * time.Minute
+	}
+
+	achieved := make([]string, len(cfg.Injections))
+	var injErr error
+	scenario := func(ctx context.Context, marks *PhaseMarks) {
+		wait := func() bool {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-time.After(cfg.Phase):
+				return true
+			}
+		}
+		marks.Begin(names[0])
+		if !wait() {
+			return
+		}
+		for k, inj := range cfg.Injections {
+			marks.Begin(inj.Name)
+			var stop func() string
+			if inj.Start != nil {
+				s, err := inj.Start(ctx)
+				if err != nil {
+					injErr = fmt.Errorf("injecting %s: %w", inj.Name, err)
+				}
+				stop = s
+			} else if inj.SlowRead > 0 {
+				achieved[k] = fmt.Sprintf("request %d stops reading for %v after its first token", (k+1)*perPhase+perPhase/4, inj.SlowRead)
+			}
+			ok := wait()
+			if stop != nil {
+				achieved[k] = stop()
+			}
+			if !ok {
+				return
+			}
+		}
+	}
+	res, err := Run(ctx, RunConfig{Load: load, Pid: cfg.Pid, OutDir: cfg.OutDir, Sections: cfg.Sections,
+		Phases: scenario, Readiness: cfg.Readiness, Logger: cfg.Logger})
+	if res == nil {
+		return nil, nil, err
+	}
+	if injErr != nil {
+		return nil, res, injErr
+	}
+	v := &Validation{
+		Target: load.Target, Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
+		Causes: correlate.CauseNames(), Matrix: map[string]map[string]int{}, Dir: cfg.OutDir,
+	}
+	byName := map[string]report.Phase{}
+	for _, p := range res.Doc.Phases {
+		byName[p.Name] = p
+	}
+	bandOf := func(p report.Phase) [correlate.NumCauses + 1]float64 {
+		from := res.Load.StartNs + int64(p.StartS*1e9)
+		to := res.Load.StartNs + int64(p.EndS*1e9)
+		return p99Band(res.Blames, from, to)
+	}
+	var baseBand [correlate.NumCauses + 1]float64
+	base, ok := byName["baseline"]
+	if ok {
+		v.BaselineP50, v.BaselineP99 = base.P50ITLMs, base.P99ITLMs
+		baseBand = bandOf(base)
+	}
+	for k, inj := range cfg.Injections {
+		p, ok := byName[inj.Name]
+		if !ok {
+			continue
+		}
+		band := bandOf(p)
+		added := correlate.Breakdown{}
+		var sum float64
+		for c, name := range correlate.CauseNames() {
+			added[name] = max(band[c]-baseBand[c], 0)
+			sum += added[name]
+		}
+		for name := range added {
+			if sum > 0 {
+				added[name] /= sum
+			}
+		}
+		row := ValidationRow{
+			Injection: inj.Name, Injected: inj.Cause, Attributed: topCause(added),
+			Share: added[inj.Cause], AddedShares: added, RawShare: p.ITLP99[inj.Cause], RawTop: topCause(p.ITLP99),
+			ShareAll: p.ITLAll[inj.Cause], P99Shares: p.ITLP99,
+			Requests: p.Requests, P50ITLMs: p.P50ITLMs, P99ITLMs: p.P99ITLMs,
+			AddedP50ITLMs: p.P50ITLMs - v.BaselineP50, AddedP99ITLMs: p.P99ITLMs - v.BaselineP99,
+			Achieved: achieved[k],
+		}
+		row.Correct = row.Attributed == row.Injected
+		if row.Correct {
+			v.Correct++
+		}
+		if v.Matrix[row.Injected] == nil {
+			v.Matrix[row.Injected] = map[string]int{}
+		}
+		v.Matrix[row.Injected][row.Attributed]++
+		v.Rows = append(v.Rows, row)
+	}
+	if werr := v.write(res); werr != nil && err == nil {
+		err = werr
+	}
+	return v, res, err
+}
+
+// p99Band returns, for the ITL gaps ending in [from, to), the mean excess
+// attributed to each cause (and, last, unexplained) per gap over the
+// slowest 1% of them (at least three).
+func p99Band(blames []correlate.Blame, from, to int64) [correlate.NumCauses + 1]float64 {
+	var sel []correlate.Blame
+	for _, b := range blames {
+		if b.Index > 0 && b.End >= from && b.End < to {
+			sel = append(sel, b)
+		}
+	}
+	var out [correlate.NumCauses + 1]float64
+	if len(sel) == 0 {
+		return out
+	}
+	sort.Slice(sel, func(i, j int) bool { return sel[i].Duration() > sel[j].Duration() })
+	k := min(max((len(sel)+99)/100, 3), len(sel))
+	for _, b := range sel[:k] {
+		for c, ns := range b.AttributedNs {
+			out[c] += float64(ns) / float64(k)
+		}
+	}
+	return out
+}
+
+// topCause is the cause with the largest share, unexplained included.
+func topCause(b correlate.Breakdown) string {
+	best, bestV := "none", 0.0
+	for _, c := range correlate.CauseNames() {
+		if b[c] > bestV {
+			best, bestV = c, b[c]
+		}
+	}
+	return best
+}
+
+// write puts validation.json in the run directory and the matrix into
+// result.json (key "validation").
+func (v *Validation) write(res *RunResult) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(v.Dir, "validation.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing validation.json: %w", err)
+	}
+	if res.Doc.Load == nil {
+		res.Doc.Load = map[string]json.RawMessage{}
+	}
+	res.Doc.Load["validation"] = b
+	return res.Doc.WriteFile(filepath.Join(v.Dir, "result.json"))
+}
+
+// WriteMatrix prints the confusion matrix and the rows.
+func (v *Validation) WriteMatrix(w io.Writer) {
+	short := map[string]string{"cpu_runqueue": "cpu_rq", "io_block": "io_blk", "gpu_sync": "gpu", "net_backpressure": "net_bp", "unexplained": "unexpl"}
+	fmt.Fprintf(w, "%-18s", "injected \\ top")
+	for _, c := range v.Causes {
+		fmt.Fprintf(w, " %7s", short[c])
+	}
+	fmt.Fprintf(w, "  %-8s %9s %14s %13s %15s\n", "phase", "p99 share", "raw p99 (top)", "ITL p50 (+)", "ITL p99 (+)")
+	for _, r := range v.Rows {
+		fmt.Fprintf(w, "%-18s", r.Injected)
+		for _, c := range v.Causes {
+			mark := "."
+			if r.Attributed == c {
+				mark = "1"
+			}
+			fmt.Fprintf(w, " %7s", mark)
+		}
+		verdict := "ok"
+		if !r.Correct {
+			verdict = "WRONG"
+		}
+		fmt.Fprintf(w, "  %-8s %8.0f%% %4.0f%% %-9s %5.1f (%+5.1f) %6.1f (%+6.1f) %s\n", r.Injection, r.Share*100, r.RawShare*100, "("+short[r.RawTop]+")",
+			r.P50ITLMs, r.AddedP50ITLMs, r.P99ITLMs, r.AddedP99ITLMs, verdict)
+	}
+	fmt.Fprintf(w, "baseline ITL p50 %.1f ms, p99 %.1f ms at %.3g req/s; %d of %d injections named\n",
+		v.BaselineP50, v.BaselineP99, v.RateRPS, v.Correct, len(v.Rows))
+}
