@@ -92,12 +92,15 @@ func TestDemoNamesEachInjectedCause(t *testing.T) {
 	// Only the slow readers are blamed on the network, and mostly on it.
 	var blamed []int
 	for _, r := range doc.Attribution.Requests {
-		if r.ITLShares["net_backpressure"] > 0.05 {
+		if r.TopCause == "net_backpressure" {
 			blamed = append(blamed, r.Request)
+			if r.ITLShares["net_backpressure"] < 0.5 {
+				t.Errorf("slow reader %d: only %.0f%% of its excess on the network", r.Request, 100*r.ITLShares["net_backpressure"])
+			}
 		}
 	}
 	if want := demoSlowReaders(20); !slices.Equal(blamed, want) {
-		t.Errorf("requests with net_backpressure: %v, want exactly the slow readers %v", blamed, want)
+		t.Errorf("requests whose top cause is net_backpressure: %v, want exactly the slow readers %v", blamed, want)
 	}
 	if doc.Collection == nil || doc.Collection.LostEvents != 0 || doc.Float("failed") != 0 {
 		t.Errorf("collection %+v, failed %v", doc.Collection, doc.Float("failed"))
