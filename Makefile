@@ -11,7 +11,7 @@ export CGO_ENABLED := 1
 # go-nvml's headers mark many NVML calls deprecated; the warnings are not ours.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build generate test test-privileged lint bench demo install clean check-generated
+.PHONY: all build generate test lint bench demo validate install clean check-generated
 
 all: build
 
@@ -45,6 +45,11 @@ bench: build
 
 demo: build
 	$(BIN)/bpfbench demo
+
+# Injects CPU, disk, GPU and slow-client contention in turn into llmsim and
+# prints the confusion matrix of injected cause against attributed cause.
+validate: build
+	$(BIN)/bpfbench validate --sim
 
 install: build
 	install -D -m 0755 $(BIN)/bpfbench $(DESTDIR)$(PREFIX)/bin/bpfbench
