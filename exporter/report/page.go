@@ -141,7 +141,7 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 <div class="figure">{{.Timeline}}</div>
 
 {{if .Phases}}<h2 id="phases">Phases</h2>
-<div class="scroll"><table id="table-phases"><thead><tr><th>phase</th><th class="n">seconds</th><th class="n">requests</th><th class="n">ITL p50</th><th class="n">ITL p99</th><th class="n">TTFT p99</th><th>top cause (p99 gaps)</th><th>p99 gaps' excess</th></tr></thead><tbody>
+<div class="scroll"><table id="table-phases"><thead><tr><th>phase</th><th class="n">seconds</th><th class="n">requests</th><th class="n">ITL p50</th><th class="n">ITL p99</th><th class="n">TTFT p99</th><th title="the cause whose excess per interval grew most over the first phase">top cause (vs first phase)</th><th>share of the p99 gaps' excess</th></tr></thead><tbody>
 {{range .Phases}}<tr><td>{{.Name}}</td><td class="n">{{.Span}}</td><td class="n">{{.Requests}}</td><td class="n">{{.P50}}</td><td class="n">{{.P99}}</td><td class="n">{{.TTFT99}}</td><td>{{if .TopColor}}<span class="swatch" style="background-color: {{.TopColor}}"></span>{{end}}{{.Top}}{{if .TopShare}} <span class="sub">{{.TopShare}}</span>{{end}}</td><td>{{.Bar}}</td></tr>
 {{end}}</tbody></table></div>{{end}}
 
