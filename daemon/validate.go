@@ -114,7 +114,7 @@ func CPUInjection(cpus []int) Injection {
 		}
 		p.Threads = 2 * len(p.CPUs)
 		return during(ctx, func(c context.Context) string {
-			r, err := p.Run(c)
+			r, err := p.RunProcess(c)
 			if err != nil {
 				return "cpu: " + err.Error()
 			}

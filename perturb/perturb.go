@@ -142,7 +142,8 @@ func drain(errc <-chan error) []error {
 }
 
 // IO issues random O_DIRECT reads (or writes) of BlockSize bytes against
-// Path, Depth at a time, bypassing the page cache.
+// Path, Depth at a time, bypassing the page cache, from threads at nice 19
+// so that it contends for the disk and not for the CPUs.
 type IO struct {
 	Path      string
 	BlockSize int
@@ -210,6 +211,12 @@ func (p IO) Run(ctx context.Context) (IOReport, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// The disk is the resource under test, not the CPU: each
+			// IO thread runs at nice 19 and takes a CPU only when nothing
+			// else wants it, yet keeps its request in the device queue.
+			// The thread is never unlocked and exits with the goroutine.
+			runtime.LockOSThread()
+			_ = unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), 19)
 			buf, err := unix.Mmap(-1, 0, p.BlockSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 			if err != nil {
 				errc <- err

@@ -127,7 +127,7 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		marks.Begin(names[1])
 		if !during(func(c context.Context) string {
-			r, err := perturb.CPU{Threads: 2 * runtime.NumCPU()}.Run(c)
+			r, err := perturb.CPU{Threads: 2 * runtime.NumCPU()}.RunProcess(c)
 			if err != nil {
 				return "cpu: " + err.Error()
 			}

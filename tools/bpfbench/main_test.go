@@ -35,6 +35,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testproc"
+	"github.com/bpfbench/bpfbench/perturb"
 )
 
 const envCLI = "BPFBENCH_TEST_AS_CLI"
@@ -53,6 +54,9 @@ func TestMain(m *testing.M) {
 		}
 	})
 	testproc.Main()
+	// Perturbations run as `bpfbench perturb ...` children: this binary,
+	// acting as the CLI.
+	perturb.SelfCommand = func(args ...string) (*exec.Cmd, error) { return cliCmd(args...), nil }
 	os.Exit(m.Run())
 }
 
