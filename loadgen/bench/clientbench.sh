@@ -27,4 +27,16 @@ r = json.load(open(sys.argv[1]))
 b = r["bpfbench"]
 chunks, cpu, dur = b["chunks"], b["client_cpu_seconds"], r["duration"]
 print(f"chunks/s: {chunks/dur:,.0f}; client CPU: {cpu/dur:.2f} cores; chunks/s per client core: {chunks/cpu:,.0f}")
+open(sys.argv[1] + ".per-core", "w").write(str(chunks / cpu))
 PY
+# The same load from a Python asyncio client (the shape of vLLM's), for the ratio.
+if command -v python3 >/dev/null; then
+  py=$(python3 loadgen/bench/asyncio_client.py "$PORT" "$N" "$C" "$OUT")
+  echo "$py"
+  python3 - "$TMP/result.json.per-core" "$py" <<'PY' || true
+import re, sys
+go = float(open(sys.argv[1]).read())
+py = float(re.search(r"([\d,]+) chunks/s per client core", sys.argv[2]).group(1).replace(",", ""))
+print(f"chunks per client core: bpfbench {go:,.0f}, python asyncio {py:,.0f}: {go/py:.1f}x")
+PY
+fi
