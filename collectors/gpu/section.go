@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/exporter/trace"
@@ -19,10 +20,18 @@ type Section struct {
 
 var _ collectors.Section = (*Section)(nil)
 
+// SessionInterval is the NVML sampling period of a session: finer than the
+// daemon's second, so samples can be lined up with token intervals.
+const SessionInterval = 250 * time.Millisecond
+
 // NewSection samples every device and opts.Pid's use of them every
-// opts.Interval (1 s when zero).
+// SessionInterval, or opts.Interval when that is finer.
 func NewSection(opts collectors.Options) *Section {
-	return &Section{New(Config{Interval: opts.Interval, Pids: []int{opts.Pid}, Logger: opts.Logger})}
+	iv := SessionInterval
+	if opts.Interval > 0 && opts.Interval < iv {
+		iv = opts.Interval
+	}
+	return &Section{New(Config{Interval: iv, Pids: []int{opts.Pid}, Logger: opts.Logger})}
 }
 
 // Name is "gpu".
