@@ -16,6 +16,17 @@
  * end zero-window episodes. tcp_retransmit_skb counts retransmits and
  * inet_sock_set_state reports open, state changes and close.
  *
+ * Optional programs (each is left out on a kernel without its tracepoint):
+ * tcp_cong_state_set follows the congestion state machine (Open, Disorder,
+ * CWR, Recovery, Loss) and reports loss-recovery episodes (from entering
+ * Recovery or Loss until back below Recovery); tcp_rcv_space_adjust
+ * records the receive-buffer autotuning (rcvq_space.space, sk_rcvbuf) as
+ * the application reads; kfree_skb with reason PROTO_MEM counts segments a
+ * TCP socket dropped because its receive queue was full (TCPRcvQDrop and
+ * TCPOFODrop: the application was not reading fast enough), and
+ * sock_rcvqueue_full the same for the generic sock_queue_rcv_skb path
+ * (which TCP itself does not take). All filter on followed sockets first.
+ *
  * Aggregates per target slot (per-CPU array; slot 0 is host-wide for
  * retransmits and srtt): retransmits, zero-window time and episodes, and a
  * log2 srtt histogram sampled per received segment. Discrete events of
@@ -40,6 +51,8 @@ enum ev_kind {
 	EV_ZW_START = 4,     /* the peer's window went to zero */
 	EV_ZW_END = 5,       /* the peer's window opened; duration_ns is the episode */
 	EV_CWND = 6,         /* snd_cwnd moved by a quarter or more since the last report */
+	EV_LOSS_START = 7,   /* entered Recovery or Loss from Open, Disorder or CWR */
+	EV_LOSS_END = 8,     /* back below Recovery; duration_ns is the episode */
 };
 
 struct event {
@@ -55,7 +68,9 @@ struct event {
 	__u8 kind;      /* enum ev_kind */
 	__u8 state;     /* new TCP state (EV_OPEN, EV_CLOSE, EV_STATE) */
 	__u8 old_state; /* previous TCP state */
-	__u8 pad[3];
+	__u8 ca_state;     /* EV_LOSS_*: congestion state entered (enum tcp_ca_state) */
+	__u8 old_ca_state; /* EV_LOSS_*: congestion state left */
+	__u8 pad;
 	__u32 target;   /* target slot */
 	__u32 snd_cwnd;
 	__u32 prev_cwnd; /* EV_CWND: the cwnd last reported */
@@ -66,7 +81,12 @@ struct event {
 	__u32 in_flight; /* packets */
 	__u32 retrans;   /* retransmits of the connection so far */
 	__u32 snd_wnd_min;
-	__u32 pad2;
+	__u32 rcvq_full;  /* segments dropped for a full receive queue so far */
+	__u32 rcv_space;  /* receive autotuning: rcvq_space.space, bytes */
+	__u32 rcvbuf;     /* sk_rcvbuf at the last autotuning, bytes */
+	__u32 recoveries; /* entries into Recovery so far */
+	__u32 losses;     /* entries into Loss so far */
+	__u64 loss_total_ns; /* time in Recovery/Loss so far (closed episodes) */
 };
 
 /* Force BTF emission for bpf2go -type. */
@@ -88,7 +108,13 @@ struct sock_info {
 	__u32 rcv_wnd;
 	__u32 srtt_us;
 	__u32 in_flight;
-	__u32 pad;
+	__u32 rcvq_full;  /* segments dropped for a full receive queue */
+	__u64 loss_start;    /* start of the open Recovery/Loss episode, 0 if none */
+	__u64 loss_total_ns; /* closed Recovery/Loss episodes */
+	__u32 rcv_space;  /* rcvq_space.space at the last autotuning */
+	__u32 rcvbuf;     /* sk_rcvbuf at the last autotuning */
+	__u32 recoveries; /* entries into Recovery */
+	__u32 losses;     /* entries into Loss */
 };
 
 struct listen_key {
@@ -104,6 +130,9 @@ struct tstats {
 	__u64 retrans;
 	__u64 zw_ns;
 	__u64 zw_episodes;
+	__u64 rcvq_full;     /* segments dropped for a full receive queue */
+	__u64 loss_episodes; /* entries into Recovery/Loss from below */
+	__u64 loss_ns;       /* closed Recovery/Loss episodes (followed sockets) */
 };
 
 struct {
@@ -163,9 +192,10 @@ static __always_inline void count_lost(void)
 		(*n)++;
 }
 
-static __always_inline void emit(struct sock *sk, struct sock_info *si,
-				 __u64 cookie, __u64 now, __u8 kind,
-				 __u8 state, __u8 old_state, __u64 duration)
+static __always_inline void emit_ca(struct sock *sk, struct sock_info *si,
+				    __u64 cookie, __u64 now, __u8 kind,
+				    __u8 state, __u8 old_state, __u64 duration,
+				    __u8 ca_state, __u8 old_ca_state)
 {
 	if (!(si->flags & TARGET_STREAM))
 		return;
@@ -195,6 +225,8 @@ static __always_inline void emit(struct sock *sk, struct sock_info *si,
 	e->kind = kind;
 	e->state = state;
 	e->old_state = old_state;
+	e->ca_state = ca_state;
+	e->old_ca_state = old_ca_state;
 	e->target = si->idx;
 	e->snd_cwnd = si->snd_cwnd;
 	e->prev_cwnd = si->last_cwnd;
@@ -205,10 +237,36 @@ static __always_inline void emit(struct sock *sk, struct sock_info *si,
 	e->in_flight = si->in_flight;
 	e->retrans = si->retrans;
 	e->snd_wnd_min = si->snd_wnd_min;
+	e->rcvq_full = si->rcvq_full;
+	e->rcv_space = si->rcv_space;
+	e->rcvbuf = si->rcvbuf;
+	e->recoveries = si->recoveries;
+	e->losses = si->losses;
+	e->loss_total_ns = si->loss_total_ns;
 	__u64 flags = BPF_RB_NO_WAKEUP;
 	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > wakeup_bytes)
 		flags = BPF_RB_FORCE_WAKEUP;
 	bpf_ringbuf_submit(e, flags);
+}
+
+static __always_inline void emit(struct sock *sk, struct sock_info *si,
+				 __u64 cookie, __u64 now, __u8 kind,
+				 __u8 state, __u8 old_state, __u64 duration)
+{
+	emit_ca(sk, si, cookie, now, kind, state, old_state, duration, 0, 0);
+}
+
+/* end_loss closes the open Recovery/Loss episode of si at now; it returns
+ * the episode's length. */
+static __always_inline __u64 end_loss(struct sock_info *si, __u64 now)
+{
+	__u64 d = now > si->loss_start ? now - si->loss_start : 0;
+	si->loss_total_ns += d;
+	si->loss_start = 0;
+	struct tstats *ts = tstats_of(si->idx);
+	if (ts)
+		ts->loss_ns += d;
+	return d;
 }
 
 static __always_inline void snapshot(struct sock *sk, struct sock_info *si)
@@ -357,6 +415,16 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		emit(sk, si, cookie, now, EV_STATE, newstate, oldstate, 0);
 		return 0;
 	}
+	if (si->loss_start) {
+		/* Closed during loss recovery: the episode ends with it. */
+		__u8 ca = TCP_CA_Loss;
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+		if (tp)
+			ca = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+		__u64 ld = end_loss(si, now);
+		emit_ca(sk, si, cookie, now, EV_LOSS_END, newstate, oldstate, ld,
+			TCP_CA_Open, ca);
+	}
 	__u64 d = 0;
 	if (si->zw_start) {
 		d = now > si->zw_start ? now - si->zw_start : 0;
@@ -368,5 +436,109 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 	}
 	emit(sk, si, cookie, now, EV_CLOSE, newstate, oldstate, d);
 	bpf_map_delete_elem(&socks, &cookie);
+	return 0;
+}
+
+/* rcvq_full_of counts one segment dropped for a full receive queue of sk. */
+static __always_inline void rcvq_full_of(struct sock *sk)
+{
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
+	if (host_wide) {
+		struct tstats *ts = tstats_of(0);
+		if (ts)
+			ts->rcvq_full++;
+	}
+	if (!si)
+		return;
+	si->rcvq_full++;
+	struct tstats *ts = tstats_of(si->idx);
+	if (ts)
+		ts->rcvq_full++;
+}
+
+/* TCP drops a segment with PROTO_MEM when the receive queue (or the
+ * out-of-order queue) cannot take it: TCPRcvQDrop and TCPOFODrop. Every
+ * drop of the host runs this; it returns at the first comparison for all
+ * other reasons. */
+SEC("tp_btf/kfree_skb")
+int BPF_PROG(kfree_skb, struct sk_buff *skb, void *location,
+	     enum skb_drop_reason reason, struct sock *rx_sk)
+{
+	if (reason != bpf_core_enum_value(enum skb_drop_reason,
+					  SKB_DROP_REASON_PROTO_MEM))
+		return 0;
+	if (!rx_sk || !bpf_skc_to_tcp_sock(rx_sk))
+		return 0;
+	rcvq_full_of(rx_sk);
+	return 0;
+}
+
+/* The generic receive-queue overflow (sock_queue_rcv_skb); TCP does not
+ * queue through it, so this counts only if a kernel starts to. */
+SEC("tp_btf/sock_rcvqueue_full")
+int BPF_PROG(sock_rcvqueue_full, struct sock *sk, struct sk_buff *skb)
+{
+	if (!bpf_skc_to_tcp_sock(sk))
+		return 0;
+	rcvq_full_of(sk);
+	return 0;
+}
+
+/* Runs as the application reads (tcp_recvmsg), before the adjustment:
+ * the figures are those of the last adjustment. */
+SEC("tp_btf/tcp_rcv_space_adjust")
+int BPF_PROG(tcp_rcv_space_adjust, struct sock *sk)
+{
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
+	if (!si)
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	si->rcv_space = tp->rcvq_space.space;
+	si->rcvbuf = sk->sk_rcvbuf;
+	return 0;
+}
+
+/* Runs before icsk_ca_state takes the new state: the socket still holds
+ * the old one. */
+SEC("tp_btf/tcp_cong_state_set")
+int BPF_PROG(tcp_cong_state_set, struct sock *sk, __u8 ca_state)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return 0;
+	__u8 old = BPF_CORE_READ_BITFIELD_PROBED(&tp->inet_conn, icsk_ca_state);
+	if (old == ca_state)
+		return 0;
+	bool entering = ca_state >= TCP_CA_Recovery && old < TCP_CA_Recovery;
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
+	if (host_wide && entering) {
+		struct tstats *ts = tstats_of(0);
+		if (ts)
+			ts->loss_episodes++;
+	}
+	if (!si)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (ca_state == TCP_CA_Recovery)
+		si->recoveries++;
+	else if (ca_state == TCP_CA_Loss)
+		si->losses++;
+	if (ca_state >= TCP_CA_Recovery && !si->loss_start) {
+		si->loss_start = now;
+		struct tstats *ts = tstats_of(si->idx);
+		if (ts)
+			ts->loss_episodes++;
+		snapshot(sk, si);
+		emit_ca(sk, si, cookie, now, EV_LOSS_START, 0, 0, 0, ca_state, old);
+	} else if (ca_state < TCP_CA_Recovery && si->loss_start) {
+		__u64 d = end_loss(si, now);
+		snapshot(sk, si);
+		emit_ca(sk, si, cookie, now, EV_LOSS_END, 0, 0, d, ca_state, old);
+	}
 	return 0;
 }

@@ -39,6 +39,19 @@ type Conn struct {
 	// including an episode still open at the last read.
 	ZeroWindowNs       uint64
 	ZeroWindowEpisodes uint64
+	// RcvqueueFull counts segments the connection dropped because its
+	// receive queue was full: the target was not reading fast enough.
+	RcvqueueFull uint32
+	// RcvSpace and Rcvbuf are the receive autotuning's figures (bytes) at
+	// the target's last read that ran it (tcp_rcv_space_adjust).
+	RcvSpace uint32
+	Rcvbuf   uint32
+	// RecoveryEntries and LossEntries count entries into the Recovery and
+	// Loss congestion states; CongestionLossNs is the time spent in them,
+	// including an episode still open at the last read.
+	RecoveryEntries  uint32
+	LossEntries      uint32
+	CongestionLossNs uint64
 
 	// From tcp_info, at InfoTime.
 	InfoTime      time.Time
@@ -64,9 +77,20 @@ func (c *Conn) fromEvent(e *Event) {
 	}
 	c.Retransmits = max(c.Retransmits, e.Retrans)
 	c.ZeroWindowNs = max(c.ZeroWindowNs, e.ZwTotalNs)
+	c.fromCounters(e.RcvqFull, e.RcvSpace, e.Rcvbuf, e.Recoveries, e.Losses, e.LossTotalNs)
 	if Kind(e.Kind) == Close {
 		c.Closed = true
 	}
+}
+
+func (c *Conn) fromCounters(rcvqFull, rcvSpace, rcvbuf, recoveries, losses uint32, lossNs uint64) {
+	c.RcvqueueFull = max(c.RcvqueueFull, rcvqFull)
+	if rcvSpace != 0 {
+		c.RcvSpace, c.Rcvbuf = rcvSpace, rcvbuf
+	}
+	c.RecoveryEntries = max(c.RecoveryEntries, recoveries)
+	c.LossEntries = max(c.LossEntries, losses)
+	c.CongestionLossNs = max(c.CongestionLossNs, lossNs)
 }
 
 func (c *Conn) fromKernel(v *tcpSockInfo, now uint64) {
@@ -81,6 +105,11 @@ func (c *Conn) fromKernel(v *tcpSockInfo, now uint64) {
 	}
 	c.ZeroWindowNs = max(c.ZeroWindowNs, zw)
 	c.ZeroWindowEpisodes = max(c.ZeroWindowEpisodes, v.ZwEpisodes)
+	loss := v.LossTotalNs
+	if v.LossStart != 0 && now > v.LossStart {
+		loss += now - v.LossStart
+	}
+	c.fromCounters(v.RcvqFull, v.RcvSpace, v.Rcvbuf, v.Recoveries, v.Losses, loss)
 }
 
 func (c *Conn) fromInfo(s diagSocket, now time.Time) {
@@ -114,7 +143,40 @@ const (
 	// SndCwnd at Start (== End).
 	CwndReduction
 	CwndGrowth
+	// CongestionLoss: the connection was in loss recovery (the Recovery
+	// or Loss congestion state, CAState says which it entered) from Start
+	// to End (End == 0 while it still is): the sender was held back
+	// retransmitting.
+	CongestionLoss
 )
+
+// CAState is a TCP congestion state (enum tcp_ca_state).
+type CAState uint8
+
+// The congestion states.
+const (
+	CAOpen     CAState = 0
+	CADisorder CAState = 1
+	CACWR      CAState = 2
+	CARecovery CAState = 3
+	CALoss     CAState = 4
+)
+
+func (s CAState) String() string {
+	switch s {
+	case CAOpen:
+		return "open"
+	case CADisorder:
+		return "disorder"
+	case CACWR:
+		return "cwr"
+	case CARecovery:
+		return "recovery"
+	case CALoss:
+		return "loss"
+	}
+	return fmt.Sprintf("ca_state%d", uint8(s))
+}
 
 func (k EpisodeKind) String() string {
 	switch k {
@@ -124,6 +186,8 @@ func (k EpisodeKind) String() string {
 		return "retransmit"
 	case CwndReduction:
 		return "cwnd_reduction"
+	case CongestionLoss:
+		return "congestion_loss"
 	}
 	return "cwnd_growth"
 }
@@ -142,6 +206,9 @@ type Episode struct {
 	PrevCwnd   uint32
 	SndWnd     uint32
 	SrttUs     uint32
+	// CAState is the congestion state a CongestionLoss episode entered
+	// (Recovery or Loss).
+	CAState CAState
 }
 
 // EpisodeOf decodes the episode an event starts, ends or is.
@@ -163,6 +230,10 @@ func EpisodeOf(e *Event) (Episode, bool) {
 		ep.Kind, ep.Start = ZeroWindow, int64(e.Ts-e.DurationNs)
 	case Retransmit:
 		ep.Kind = Retransmission
+	case CongestionLossStart:
+		ep.Kind, ep.End, ep.CAState = CongestionLoss, 0, CAState(e.CaState)
+	case CongestionLossEnd:
+		ep.Kind, ep.Start, ep.CAState = CongestionLoss, int64(e.Ts-e.DurationNs), CAState(e.OldCaState)
 	case CwndChange:
 		if e.PrevCwnd == 0 {
 			return Episode{}, false // the first report of a connection

@@ -10,9 +10,11 @@ import (
 )
 
 // Host is the daemon's TCP collector: retransmits, zero-window time and
-// episodes and an srtt histogram per configured target, aggregated in the
-// kernel and read at scrape time; target="host" (slot 0) carries the
-// retransmits and srtt of every socket of the host.
+// episodes, receive-queue drops, loss-recovery episodes and time, and an
+// srtt histogram per configured target, aggregated in the kernel and read
+// at scrape time; target="host" (slot 0) carries the retransmits, srtt,
+// receive-queue drops and loss-recovery episodes of every socket of the
+// host.
 //
 // Cardinality: one series per configured target (at most MaxTargets-1)
 // plus the host, per metric. There is deliberately no per-connection
@@ -24,6 +26,7 @@ type Host struct {
 	log   *slog.Logger
 
 	retrans, zwSeconds, zwEpisodes, srtt *prometheus.Desc
+	rcvqFull, lossEpisodes, lossSeconds  *prometheus.Desc
 }
 
 var _ collectors.Host = (*Host)(nil)
@@ -44,6 +47,12 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 			"Zero-window episodes of a target's connections (the peer's window went to zero).", l, nil),
 		srtt: prometheus.NewDesc("bpfbench_tcp_srtt_seconds",
 			"Smoothed round-trip time of a target's connections, sampled on every segment received (target=\"host\": every socket).", l, nil),
+		rcvqFull: prometheus.NewDesc("bpfbench_tcp_rcvqueue_full_total",
+			"Segments a target's connections dropped because their receive queue was full: the target did not read fast enough (target=\"host\": every TCP socket).", l, nil),
+		lossEpisodes: prometheus.NewDesc("bpfbench_tcp_loss_recovery_episodes_total",
+			"Entries of a target's connections into the Recovery or Loss congestion state (target=\"host\": every socket).", l, nil),
+		lossSeconds: prometheus.NewDesc("bpfbench_tcp_loss_recovery_seconds_total",
+			"Time a target's connections spent in the Recovery or Loss congestion state (closed episodes).", l, nil),
 	}
 }
 
@@ -69,6 +78,9 @@ func (h *Host) Describe(ch chan<- *prometheus.Desc) {
 	ch <- h.zwSeconds
 	ch <- h.zwEpisodes
 	ch <- h.srtt
+	ch <- h.rcvqFull
+	ch <- h.lossEpisodes
+	ch <- h.lossSeconds
 }
 
 // Collect reads the kernel's aggregates.
@@ -84,10 +96,13 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(h.retrans, prometheus.CounterValue, float64(s.Retransmits), name)
 		ch <- prometheus.MustNewConstHistogram(h.srtt, s.Srtt.Count, float64(s.Srtt.SumNs)/1e9, s.Srtt.Buckets(), name)
+		ch <- prometheus.MustNewConstMetric(h.rcvqFull, prometheus.CounterValue, float64(s.RcvqueueFull), name)
+		ch <- prometheus.MustNewConstMetric(h.lossEpisodes, prometheus.CounterValue, float64(s.LossEpisodes), name)
 		if idx == 0 {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(h.zwSeconds, prometheus.CounterValue, float64(s.ZeroWindowNs)/1e9, name)
 		ch <- prometheus.MustNewConstMetric(h.zwEpisodes, prometheus.CounterValue, float64(s.ZeroWindowEpisodes), name)
+		ch <- prometheus.MustNewConstMetric(h.lossSeconds, prometheus.CounterValue, float64(s.LossNs)/1e9, name)
 	}
 }

@@ -26,6 +26,19 @@ type Connection struct {
 	SndbufLimitedSeconds float64 `json:"sndbuf_limited_seconds"`
 	BytesSent            uint64  `json:"bytes_sent"`
 	BytesReceived        uint64  `json:"bytes_received"`
+	// RcvqueueFull counts segments dropped because the target's receive
+	// queue was full (it was not reading fast enough).
+	RcvqueueFull uint32 `json:"rcvqueue_full"`
+	// RcvSpace and Rcvbuf are the receive autotuning's rcvq_space.space
+	// and sk_rcvbuf (bytes) at the target's last read; 0 if it never read.
+	RcvSpace uint32 `json:"rcv_space"`
+	Rcvbuf   uint32 `json:"rcvbuf"`
+	// RecoveryEntries and LossEntries count entries into the Recovery
+	// (fast retransmit) and Loss (retransmission timeout) congestion
+	// states; CongestionLossSeconds is the time spent in either.
+	RecoveryEntries       uint32  `json:"recovery_entries"`
+	LossEntries           uint32  `json:"loss_entries"`
+	CongestionLossSeconds float64 `json:"congestion_loss_seconds"`
 }
 
 // Summary is the `tcp` section of `bpfbench attach`.
@@ -45,6 +58,9 @@ func ConnectionOf(c Conn) Connection {
 		Retransmits: c.Retransmits, ZeroWindowSeconds: float64(c.ZeroWindowNs) / 1e9,
 		RwndLimitedSeconds: c.RwndLimited.Seconds(), SndbufLimitedSeconds: c.SndbufLimited.Seconds(),
 		BytesSent: c.BytesSent, BytesReceived: c.BytesReceived,
+		RcvqueueFull: c.RcvqueueFull, RcvSpace: c.RcvSpace, Rcvbuf: c.Rcvbuf,
+		RecoveryEntries: c.RecoveryEntries, LossEntries: c.LossEntries,
+		CongestionLossSeconds: float64(c.CongestionLossNs) / 1e9,
 	}
 }
 
@@ -122,17 +138,19 @@ func (s *Section) summary() Summary {
 // WriteInterval writes one line with the totals over the connections.
 func (s *Section) WriteInterval(w io.Writer) {
 	sum := s.summary()
-	var retrans uint32
-	var zw, rwnd float64
+	var retrans, rcvqFull uint32
+	var zw, rwnd, loss float64
 	var maxSrtt float64
 	for _, c := range sum.Connections {
 		retrans += c.Retransmits
+		rcvqFull += c.RcvqueueFull
 		zw += c.ZeroWindowSeconds
 		rwnd += c.RwndLimitedSeconds
+		loss += c.CongestionLossSeconds
 		maxSrtt = max(maxSrtt, c.SrttSeconds)
 	}
-	fmt.Fprintf(w, "tcp      conns=%-4d retrans=%-6d zero-window=%-8s rwnd-limited=%-8s max-srtt=%s\n",
-		len(sum.Connections), retrans, dur(zw), dur(rwnd), dur(maxSrtt))
+	fmt.Fprintf(w, "tcp      conns=%-4d retrans=%-6d zero-window=%-8s rwnd-limited=%-8s loss-recovery=%-8s rcvq-full=%-4d max-srtt=%s\n",
+		len(sum.Connections), retrans, dur(zw), dur(rwnd), dur(loss), rcvqFull, dur(maxSrtt))
 }
 
 // WriteSummary writes the end-of-session table.
@@ -144,11 +162,12 @@ func (s *Section) WriteSummary(w io.Writer) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "  local\tremote\tsrtt\tcwnd\tsnd_wnd min\tretrans\tzero window\trwnd limited\tsndbuf limited\tsent\treceived\t")
+	fmt.Fprintln(tw, "  local\tremote\tsrtt\tcwnd\tsnd_wnd min\tretrans\trecovery/loss\tloss recovery\tzero window\trwnd limited\tsndbuf limited\trcvq full\trcv_space\tsent\treceived\t")
 	for _, c := range sum.Connections {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\t%d\t%d\t\n", c.Local, c.Remote, dur(c.SrttSeconds),
-			c.SndCwnd, c.SndWndMin, c.Retransmits, dur(c.ZeroWindowSeconds), dur(c.RwndLimitedSeconds),
-			dur(c.SndbufLimitedSeconds), c.BytesSent, c.BytesReceived)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%d\t%d\t%d/%d\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t\n", c.Local, c.Remote, dur(c.SrttSeconds),
+			c.SndCwnd, c.SndWndMin, c.Retransmits, c.RecoveryEntries, c.LossEntries, dur(c.CongestionLossSeconds),
+			dur(c.ZeroWindowSeconds), dur(c.RwndLimitedSeconds), dur(c.SndbufLimitedSeconds), c.RcvqueueFull, c.RcvSpace,
+			c.BytesSent, c.BytesReceived)
 	}
 	tw.Flush()
 }
@@ -161,12 +180,12 @@ func dur(sec float64) string {
 }
 
 // recordEpisode turns a finished episode into a span of the connection's
-// peer port: zero windows and retransmissions hold the sender back
-// (blocking); cwnd changes are marks.
+// peer port: zero windows, retransmissions and loss recovery hold the
+// sender back (blocking); cwnd changes are marks.
 func recordEpisode(r collectors.Recorder, ep Episode) {
 	sp := collectors.Span{Kind: collectors.SpanTCP, Start: ep.Start, End: ep.End, Port: ep.Remote.Port(), Detail: ep.Kind.String()}
 	switch ep.Kind {
-	case ZeroWindow:
+	case ZeroWindow, CongestionLoss:
 		if ep.End == 0 {
 			return // still open: its end event closes it
 		}

@@ -1,7 +1,10 @@
 // Package tcp is the TCP collector: per-connection congestion window,
 // windows, srtt, retransmits, state changes and zero-window episodes of
 // target processes, from the tcp_probe, tcp_retransmit_skb and
-// inet_sock_set_state tp_btf tracepoints (bpf/tcp.bpf.c), enriched with the
+// inet_sock_set_state tp_btf tracepoints (bpf/tcp.bpf.c), with loss
+// recovery (tcp_cong_state_set), receive autotuning (tcp_rcv_space_adjust)
+// and receive-queue drops (kfree_skb, sock_rcvqueue_full) where the kernel
+// has those tracepoints, enriched with the
 // kernel's own tcp_info (rwnd_limited, sndbuf_limited, busy time,
 // notsent bytes, bytes sent and received) through socket diag.
 //
@@ -25,6 +28,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 
@@ -44,6 +48,11 @@ const (
 	ZeroWindowStart Kind = 4 // the peer's advertised window went to zero
 	ZeroWindowEnd   Kind = 5 // the peer's window opened again
 	CwndChange      Kind = 6 // snd_cwnd moved by a quarter or more since the last report
+	// CongestionLossStart: the connection entered Recovery or Loss (CaState)
+	// from Open, Disorder or CWR (OldCaState).
+	CongestionLossStart Kind = 7
+	// CongestionLossEnd: back below Recovery; DurationNs is the episode.
+	CongestionLossEnd Kind = 8
 )
 
 func (k Kind) String() string {
@@ -62,6 +71,10 @@ func (k Kind) String() string {
 		return "zero_window_end"
 	case CwndChange:
 		return "cwnd"
+	case CongestionLossStart:
+		return "congestion_loss_start"
+	case CongestionLossEnd:
+		return "congestion_loss_end"
 	}
 	return fmt.Sprintf("kind%d", uint8(k))
 }
@@ -84,8 +97,37 @@ func addrPort(family uint16, a [16]uint8, port uint16) netip.AddrPort {
 	return netip.AddrPortFrom(netip.AddrFrom4([4]byte(a[:4])), port)
 }
 
-// Tracepoints are the tracepoints the collector attaches to.
-var Tracepoints = []string{"inet_sock_set_state", "tcp_probe", "tcp_retransmit_skb"}
+// Tracepoints are the tracepoints the collector attaches to; each is
+// optional (a kernel without one reports it in Missing). kfree_skb needs
+// its rx_sk argument (Linux 6.11 and later).
+var Tracepoints = []string{
+	"inet_sock_set_state", "tcp_probe", "tcp_retransmit_skb",
+	"tcp_cong_state_set", "tcp_rcv_space_adjust", "kfree_skb", "sock_rcvqueue_full",
+}
+
+// kfreeSkbNoRxSk is what Missing reports for a kernel whose kfree_skb
+// tracepoint does not pass the receiving socket.
+const kfreeSkbNoRxSk = "kfree_skb(rx_sk)"
+
+// kfreeSkbHasRxSk reports whether the kernel's kfree_skb tracepoint passes
+// the receiving socket (skb, location, reason, rx_sk); without it the
+// program would not load.
+func kfreeSkbHasRxSk() bool {
+	spec, err := bpfutil.KernelBTF()
+	if err != nil {
+		return false
+	}
+	var td *btf.Typedef
+	if err := spec.TypeByName("btf_trace_kfree_skb", &td); err != nil {
+		return false
+	}
+	ptr, ok := td.Type.(*btf.Pointer)
+	if !ok {
+		return false
+	}
+	fp, ok := ptr.Target.(*btf.FuncProto)
+	return ok && len(fp.Params) >= 5 // the tracepoint's void *data first
+}
 
 // MaxTargets bounds the aggregate slots; index 0 is host-wide.
 const MaxTargets = 64
@@ -178,7 +220,14 @@ func (c *Collector) Start(context.Context) (err error) {
 		return fmt.Errorf("configuring tcp: %w", err)
 	}
 	spec.Maps[tcpMapEvents].MaxEntries = c.cfg.RingBufferBytes
-	c.set, err = bpfutil.LoadTracing("the tcp programs", spec, c.cfg.rename)
+	rename := c.cfg.rename
+	if _, ok := rename["kfree_skb"]; !ok && !kfreeSkbHasRxSk() {
+		rename = map[string]string{"kfree_skb": kfreeSkbNoRxSk}
+		for k, v := range c.cfg.rename {
+			rename[k] = v
+		}
+	}
+	c.set, err = bpfutil.LoadTracing("the tcp programs", spec, rename)
 	if err != nil {
 		return err
 	}
@@ -406,6 +455,12 @@ type Stats struct {
 	Retransmits        uint64
 	ZeroWindowNs       uint64
 	ZeroWindowEpisodes uint64
+	// RcvqueueFull counts segments dropped because a receive queue was full.
+	RcvqueueFull uint64
+	// LossEpisodes counts entries into Recovery or Loss from below;
+	// LossNs is the time spent there (closed episodes, followed sockets).
+	LossEpisodes uint64
+	LossNs       uint64
 	// Srtt is sampled once per segment received.
 	Srtt hist.Log2
 }
@@ -422,6 +477,9 @@ func (c *Collector) Stats(idx uint32) (Stats, error) {
 		s.Retransmits += p.Retrans
 		s.ZeroWindowNs += p.ZwNs
 		s.ZeroWindowEpisodes += p.ZwEpisodes
+		s.RcvqueueFull += p.RcvqFull
+		s.LossEpisodes += p.LossEpisodes
+		s.LossNs += p.LossNs
 		s.Srtt.Add(hist.Log2{Slots: p.Srtt[:], Count: p.SrttCount, SumNs: p.SrttSumNs})
 	}
 	return s, nil

@@ -28,6 +28,7 @@ import (
 
 func TestMain(m *testing.M) {
 	testproc.Register("tcpserve", childServe)
+	testproc.Register("tcpsink", childSink)
 	testproc.Register("idle", func(_ []string, ready func(...int), wait func()) {
 		ready(unix.Gettid())
 		wait()
@@ -81,6 +82,86 @@ func childServe(args []string, ready func(...int), wait func()) {
 			}
 		}()
 	}
+}
+
+// childSink listens on args[1] inside network namespace args[0] and reads
+// the first byte of every connection: 'd' drains the connection; 's'
+// shrinks its SO_RCVBUF to 4 KiB, below what the window already
+// advertised lets the peer send, and never reads again, so that segments
+// arrive for a full receive queue. It prints its port through ready.
+func childSink(args []string, ready func(...int), wait func()) {
+	ln := make(chan net.Listener)
+	go func() {
+		runtime.LockOSThread() // this thread stays in the namespace
+		ns, err := netns.GetFromName(args[0])
+		if err != nil {
+			panic(err)
+		}
+		if err := netns.Set(ns); err != nil {
+			panic(err)
+		}
+		l, err := net.Listen("tcp4", args[1])
+		if err != nil {
+			panic(err)
+		}
+		ln <- l
+		select {}
+	}()
+	l := <-ln
+	ready(l.Addr().(*net.TCPAddr).Port)
+	wait()
+	var held []net.Conn
+	var mu sync.Mutex
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			var b [1]byte
+			if _, err := io.ReadFull(c, b[:]); err != nil {
+				c.Close()
+				return
+			}
+			if b[0] == 's' {
+				if err := c.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+					panic(err)
+				}
+				mu.Lock()
+				held = append(held, c) // open, unread
+				mu.Unlock()
+				return
+			}
+			drain(c)
+			c.Close()
+		}()
+	}
+}
+
+// tcpExt reads TcpExt counters of network namespace ns.
+func tcpExt(t *testing.T, ns string, names ...string) map[string]uint64 {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "cat", "/proc/net/netstat").Output()
+	if err != nil {
+		t.Fatalf("reading /proc/net/netstat of %s: %v", ns, err)
+	}
+	lines := strings.Split(string(out), "\n")
+	res := map[string]uint64{}
+	for i := 0; i+1 < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "TcpExt:") || !strings.HasPrefix(lines[i+1], "TcpExt:") {
+			continue
+		}
+		keys, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		for j := 1; j < len(keys) && j < len(vals); j++ {
+			for _, n := range names {
+				if keys[j] == n {
+					res[n], _ = strconv.ParseUint(vals[j], 10, 64)
+				}
+			}
+		}
+		break
+	}
+	return res
 }
 
 // netPair is a pair of network namespaces joined by a veth pair: the server
@@ -406,13 +487,33 @@ func TestShapedLink(t *testing.T) {
 	if sh.SndCwnd >= base.SndCwnd {
 		t.Errorf("shaped cwnd %d, want below the unshaped %d", sh.SndCwnd, base.SndCwnd)
 	}
+	// Drops in the tbf queue put the sender into loss recovery.
+	loss := eps.of(shapedAddr, CongestionLoss)
+	var closed int
+	for _, ep := range loss {
+		if ep.End != 0 {
+			closed++
+			if ep.Start <= 0 || ep.End < ep.Start || (ep.CAState != CARecovery && ep.CAState != CALoss) {
+				t.Errorf("congestion loss episode %+v, want Start <= End on the CLOCK_MONOTONIC timeline, left Recovery or Loss", ep)
+			}
+		}
+	}
+	t.Logf("shaped: %d recovery and %d loss entries, %d congestion loss episode events (%d closed), %v in recovery",
+		sh.RecoveryEntries, sh.LossEntries, len(loss), closed, time.Duration(sh.CongestionLossNs))
+	if sh.RecoveryEntries+sh.LossEntries == 0 || closed == 0 || sh.CongestionLossNs == 0 {
+		t.Errorf("shaped: %d recovery and %d loss entries, %d closed episodes, %v in recovery; want some of each",
+			sh.RecoveryEntries, sh.LossEntries, closed, time.Duration(sh.CongestionLossNs))
+	}
+	if cs := ConnectionOf(sh); cs.RecoveryEntries+cs.LossEntries == 0 || cs.CongestionLossSeconds == 0 {
+		t.Errorf("section: shaped %+v, want recovery/loss entries and time", cs)
+	}
 
 	st, err := host.Stats(2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Retransmits == 0 || st.Srtt.Count == 0 {
-		t.Errorf("daemon aggregates of the target: %+v, want retransmits and srtt samples", st)
+	if st.Retransmits == 0 || st.Srtt.Count == 0 || st.LossEpisodes == 0 || st.LossNs == 0 {
+		t.Errorf("daemon aggregates of the target: %+v, want retransmits, srtt samples and loss recovery", st)
 	}
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(host); err != nil {
@@ -476,8 +577,8 @@ func TestMissingTracepoint(t *testing.T) {
 	if m := c.Missing(); len(m) != 1 || m[0] != "tcp_retransmit_skb_gone" {
 		t.Errorf("Missing() = %v, want [tcp_retransmit_skb_gone]", m)
 	}
-	if n := len(c.LinkIDs()); n != 2 {
-		t.Errorf("%d links, want 2", n)
+	if n := len(c.LinkIDs()); n != len(Tracepoints)-1 {
+		t.Errorf("%d links, want %d", n, len(Tracepoints)-1)
 	}
 	if err := c.SetTarget(uint32(child.Pid()), 1, true); err != nil {
 		t.Fatal(err)
@@ -509,8 +610,8 @@ func TestCloseReleasesEverything(t *testing.T) {
 		t.Fatalf("start: %+v", err)
 	}
 	progs, links := c.ProgramIDs(), c.LinkIDs()
-	if len(progs) != 3 || len(links) != 3 {
-		t.Fatalf("loaded %d programs and %d links, want 3 and 3", len(progs), len(links))
+	if n := len(Tracepoints); len(progs) != n || len(links) != n {
+		t.Fatalf("loaded %d programs and %d links, want %d and %d (missing: %v)", len(progs), len(links), n, n, c.Missing())
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -519,4 +620,130 @@ func TestCloseReleasesEverything(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	privtest.AssertReleased(t, progs, links)
+}
+
+// TestReceiveQueue: the target drains one connection and stops reading
+// another after shrinking its SO_RCVBUF below what the peer may still send.
+// The segments the kernel drops for the full receive queue (the network
+// namespace's own TCPRcvQDrop and TCPOFODrop) are that connection's, and
+// the drained one shows the receive autotuning of a bulk receive.
+func TestReceiveQueue(t *testing.T) {
+	privtest.Require(t)
+	l := newLink(t)
+	child := testproc.Start(t, "tcpsink", l.nsA, l.serverAddr+":0")
+	port := child.Tids[0]
+
+	c := New(Config{Port: uint16(port)})
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatalf("start: %+v", err)
+	}
+	defer c.Close()
+	for _, tp := range []string{"kfree_skb", "tcp_rcv_space_adjust"} {
+		for _, m := range c.Missing() {
+			if m == tp || m == kfreeSkbNoRxSk {
+				privtest.Skip(t, "this kernel lacks "+m)
+			}
+		}
+	}
+	host := NewHost(nil, func() map[uint32]string { return map[uint32]string{0: "host", 2: "server"} })
+	if err := host.Start(context.Background()); err != nil {
+		t.Fatalf("host start: %+v", err)
+	}
+	defer host.Close()
+	if err := c.SetTarget(uint32(child.Pid()), 1, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := host.SetTarget(uint32(child.Pid()), 2); err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, c)
+	child.Go(t)
+	before := tcpExt(t, l.nsA, "TCPRcvQDrop", "TCPOFODrop")
+
+	fast := l.dial(t, port, 0)
+	stalled := l.dial(t, port, 0)
+	// The stalled connection's first byte alone: the server shrinks its
+	// receive buffer while the window it advertised is still open.
+	if _, err := stalled.Write([]byte{'s'}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	send := func(conn *net.TCPConn, first byte, d time.Duration) {
+		buf := make([]byte, 64<<10)
+		buf[0] = first
+		_ = conn.SetWriteDeadline(time.Now().Add(d))
+		for {
+			if _, err := conn.Write(buf); err != nil {
+				return
+			}
+			buf[0] = 'x'
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); send(fast, 'd', 1500*time.Millisecond) }()
+	go func() { defer wg.Done(); send(stalled, 'x', 1500*time.Millisecond) }()
+	wg.Wait()
+	time.Sleep(100 * time.Millisecond)
+	if err := c.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	after := tcpExt(t, l.nsA, "TCPRcvQDrop", "TCPOFODrop")
+	drops := after["TCPRcvQDrop"] - before["TCPRcvQDrop"] + after["TCPOFODrop"] - before["TCPOFODrop"]
+
+	conns := c.Connections()
+	f, s := connTo(t, conns, fast), connTo(t, conns, stalled)
+	t.Logf("drained: %+v", ConnectionOf(f))
+	t.Logf("stalled: %+v", ConnectionOf(s))
+	t.Logf("server namespace: TCPRcvQDrop+TCPOFODrop %d (before %v, after %v)", drops, before, after)
+	if drops == 0 {
+		t.Fatal("the server's namespace dropped nothing for a full receive queue: no ground truth")
+	}
+	if uint64(s.RcvqueueFull) != drops {
+		t.Errorf("stalled: rcvqueue_full %d, want the namespace's %d", s.RcvqueueFull, drops)
+	}
+	if f.RcvqueueFull != 0 {
+		t.Errorf("drained: rcvqueue_full %d, want 0", f.RcvqueueFull)
+	}
+	if f.RcvSpace == 0 || f.Rcvbuf == 0 || f.BytesReceived < 1<<20 {
+		t.Errorf("drained: rcv_space %d, rcvbuf %d after %d bytes received, want a bulk receive's autotuning",
+			f.RcvSpace, f.Rcvbuf, f.BytesReceived)
+	}
+	sum := ConnectionOf(s)
+	if uint64(sum.RcvqueueFull) != drops {
+		t.Errorf("section: stalled rcvqueue_full %d, want %d", sum.RcvqueueFull, drops)
+	}
+
+	st, err := host.Stats(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RcvqueueFull != drops {
+		t.Errorf("daemon: rcvqueue_full of the target %d, want %d", st.RcvqueueFull, drops)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(host); err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var got float64 = -1
+	for _, mf := range mfs {
+		if mf.GetName() != "bpfbench_tcp_rcvqueue_full_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "target" && lp.GetValue() == "server" {
+					got = m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got != float64(drops) {
+		t.Errorf("bpfbench_tcp_rcvqueue_full_total{target=\"server\"} = %v, want %d", got, drops)
+	}
 }

@@ -14,31 +14,38 @@ import (
 )
 
 type tcpEvent struct {
-	_          structs.HostLayout
-	Ts         uint64
-	Cookie     uint64
-	DurationNs uint64
-	ZwTotalNs  uint64
-	Saddr      [16]uint8
-	Daddr      [16]uint8
-	Sport      uint16
-	Dport      uint16
-	Family     uint16
-	Kind       uint8
-	State      uint8
-	OldState   uint8
-	Pad        [3]uint8
-	Target     uint32
-	SndCwnd    uint32
-	PrevCwnd   uint32
-	Ssthresh   uint32
-	SndWnd     uint32
-	RcvWnd     uint32
-	SrttUs     uint32
-	InFlight   uint32
-	Retrans    uint32
-	SndWndMin  uint32
-	Pad2       uint32
+	_           structs.HostLayout
+	Ts          uint64
+	Cookie      uint64
+	DurationNs  uint64
+	ZwTotalNs   uint64
+	Saddr       [16]uint8
+	Daddr       [16]uint8
+	Sport       uint16
+	Dport       uint16
+	Family      uint16
+	Kind        uint8
+	State       uint8
+	OldState    uint8
+	CaState     uint8
+	OldCaState  uint8
+	Pad         uint8
+	Target      uint32
+	SndCwnd     uint32
+	PrevCwnd    uint32
+	Ssthresh    uint32
+	SndWnd      uint32
+	RcvWnd      uint32
+	SrttUs      uint32
+	InFlight    uint32
+	Retrans     uint32
+	SndWndMin   uint32
+	RcvqFull    uint32
+	RcvSpace    uint32
+	Rcvbuf      uint32
+	Recoveries  uint32
+	Losses      uint32
+	LossTotalNs uint64
 }
 
 type tcpListenKey struct {
@@ -49,22 +56,28 @@ type tcpListenKey struct {
 }
 
 type tcpSockInfo struct {
-	_          structs.HostLayout
-	ZwStart    uint64
-	ZwTotalNs  uint64
-	ZwEpisodes uint64
-	Idx        uint32
-	Flags      uint32
-	Retrans    uint32
-	SndWndMin  uint32
-	LastCwnd   uint32
-	SndCwnd    uint32
-	Ssthresh   uint32
-	SndWnd     uint32
-	RcvWnd     uint32
-	SrttUs     uint32
-	InFlight   uint32
-	Pad        uint32
+	_           structs.HostLayout
+	ZwStart     uint64
+	ZwTotalNs   uint64
+	ZwEpisodes  uint64
+	Idx         uint32
+	Flags       uint32
+	Retrans     uint32
+	SndWndMin   uint32
+	LastCwnd    uint32
+	SndCwnd     uint32
+	Ssthresh    uint32
+	SndWnd      uint32
+	RcvWnd      uint32
+	SrttUs      uint32
+	InFlight    uint32
+	RcvqFull    uint32
+	LossStart   uint64
+	LossTotalNs uint64
+	RcvSpace    uint32
+	Rcvbuf      uint32
+	Recoveries  uint32
+	Losses      uint32
 }
 
 type tcpTarget struct {
@@ -74,30 +87,37 @@ type tcpTarget struct {
 }
 
 type tcpTstats struct {
-	_          structs.HostLayout
-	Srtt       [40]uint64
-	SrttCount  uint64
-	SrttSumNs  uint64
-	Retrans    uint64
-	ZwNs       uint64
-	ZwEpisodes uint64
+	_            structs.HostLayout
+	Srtt         [40]uint64
+	SrttCount    uint64
+	SrttSumNs    uint64
+	Retrans      uint64
+	ZwNs         uint64
+	ZwEpisodes   uint64
+	RcvqFull     uint64
+	LossEpisodes uint64
+	LossNs       uint64
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tcpMapEvents            = "events"
-	tcpMapListenPorts       = "listen_ports"
-	tcpMapLost              = "lost"
-	tcpMapSocks             = "socks"
-	tcpMapStats             = "stats"
-	tcpProgInetSockSetState = "inet_sock_set_state"
-	tcpProgTcpProbe         = "tcp_probe"
-	tcpProgTcpRetransmitSkb = "tcp_retransmit_skb"
-	tcpVarHostWide          = "host_wide"
-	tcpVarUnusedEvent       = "unused_event"
-	tcpVarWakeupBytes       = "wakeup_bytes"
+	tcpMapEvents             = "events"
+	tcpMapListenPorts        = "listen_ports"
+	tcpMapLost               = "lost"
+	tcpMapSocks              = "socks"
+	tcpMapStats              = "stats"
+	tcpProgInetSockSetState  = "inet_sock_set_state"
+	tcpProgKfreeSkb          = "kfree_skb"
+	tcpProgSockRcvqueueFull  = "sock_rcvqueue_full"
+	tcpProgTcpCongStateSet   = "tcp_cong_state_set"
+	tcpProgTcpProbe          = "tcp_probe"
+	tcpProgTcpRcvSpaceAdjust = "tcp_rcv_space_adjust"
+	tcpProgTcpRetransmitSkb  = "tcp_retransmit_skb"
+	tcpVarHostWide           = "host_wide"
+	tcpVarUnusedEvent        = "unused_event"
+	tcpVarWakeupBytes        = "wakeup_bytes"
 )
 
 // loadTcp returns the embedded CollectionSpec for tcp.
@@ -142,9 +162,13 @@ type tcpSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcpProgramSpecs struct {
-	InetSockSetState *ebpf.ProgramSpec `ebpf:"inet_sock_set_state"`
-	TcpProbe         *ebpf.ProgramSpec `ebpf:"tcp_probe"`
-	TcpRetransmitSkb *ebpf.ProgramSpec `ebpf:"tcp_retransmit_skb"`
+	InetSockSetState  *ebpf.ProgramSpec `ebpf:"inet_sock_set_state"`
+	KfreeSkb          *ebpf.ProgramSpec `ebpf:"kfree_skb"`
+	SockRcvqueueFull  *ebpf.ProgramSpec `ebpf:"sock_rcvqueue_full"`
+	TcpCongStateSet   *ebpf.ProgramSpec `ebpf:"tcp_cong_state_set"`
+	TcpProbe          *ebpf.ProgramSpec `ebpf:"tcp_probe"`
+	TcpRcvSpaceAdjust *ebpf.ProgramSpec `ebpf:"tcp_rcv_space_adjust"`
+	TcpRetransmitSkb  *ebpf.ProgramSpec `ebpf:"tcp_retransmit_skb"`
 }
 
 // tcpMapSpecs contains maps before they are loaded into the kernel.
@@ -217,15 +241,23 @@ type tcpVariables struct {
 //
 // It can be passed to loadTcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcpPrograms struct {
-	InetSockSetState *ebpf.Program `ebpf:"inet_sock_set_state"`
-	TcpProbe         *ebpf.Program `ebpf:"tcp_probe"`
-	TcpRetransmitSkb *ebpf.Program `ebpf:"tcp_retransmit_skb"`
+	InetSockSetState  *ebpf.Program `ebpf:"inet_sock_set_state"`
+	KfreeSkb          *ebpf.Program `ebpf:"kfree_skb"`
+	SockRcvqueueFull  *ebpf.Program `ebpf:"sock_rcvqueue_full"`
+	TcpCongStateSet   *ebpf.Program `ebpf:"tcp_cong_state_set"`
+	TcpProbe          *ebpf.Program `ebpf:"tcp_probe"`
+	TcpRcvSpaceAdjust *ebpf.Program `ebpf:"tcp_rcv_space_adjust"`
+	TcpRetransmitSkb  *ebpf.Program `ebpf:"tcp_retransmit_skb"`
 }
 
 func (p *tcpPrograms) Close() error {
 	return _TcpClose(
 		p.InetSockSetState,
+		p.KfreeSkb,
+		p.SockRcvqueueFull,
+		p.TcpCongStateSet,
 		p.TcpProbe,
+		p.TcpRcvSpaceAdjust,
 		p.TcpRetransmitSkb,
 	)
 }
