@@ -75,6 +75,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	names := []string{"baseline", "cpu contention", "disk contention", "gpu slowdown", "slow-reading client"}
 	perPhase := int(*rate * phase.Seconds())
+	if perPhase < 4 {
+		return usageError{fmt.Sprintf("%v phases at %g req/s make %d requests a phase; give at least 4 (a longer --phase or a higher --rate)", *phase, *rate, perPhase)}
+	}
 	n := perPhase * len(names)
 	reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: 64}, n, 1)
 	if err != nil {
