@@ -51,6 +51,10 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *phase < 2*time.Second || *rate <= 0 {
 		return usageError{"--phase must be at least 2s and --rate positive"}
 	}
+	perPhase := int(*rate * phase.Seconds())
+	if perPhase < 4 {
+		return usageError{fmt.Sprintf("%v phases at %g req/s make %d requests a phase; give at least 4 (a longer --phase or a higher --rate)", *phase, *rate, perPhase)}
+	}
 	if !caps.CanTrace() {
 		return fmt.Errorf("the demo follows the simulated server with eBPF: %s", caps.Hint)
 	}
@@ -74,10 +78,6 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer os.Remove(sim.ioFile)
 
 	names := []string{"baseline", "cpu contention", "disk contention", "gpu slowdown", "slow-reading client"}
-	perPhase := int(*rate * phase.Seconds())
-	if perPhase < 4 {
-		return usageError{fmt.Sprintf("%v phases at %g req/s make %d requests a phase; give at least 4 (a longer --phase or a higher --rate)", *phase, *rate, perPhase)}
-	}
 	n := perPhase * len(names)
 	reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: 64}, n, 1)
 	if err != nil {
