@@ -80,7 +80,7 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	netRate := fs.String("net-rate", "2mbit", "the net injection's rate")
 	skip := fs.String("skip", "", "injections to leave out, e.g. gpu,io")
 	selfNice := fs.Int("self-nice", -10, "nice level of bpfbench itself during the validation (the server and the injections stay at theirs)")
-	minShare := fs.Float64("min-share", 0.6, "exit 1 unless every injected cause is the top cause with at least this share of the p99 excess")
+	minShare := fs.Float64("min-share", 0.6, "exit 1 unless every injected cause is the top cause with at least this share of the excess it added to the slowest 10% of gaps")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -231,7 +231,7 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	for _, r := range v.Rows {
 		fmt.Fprintf(stdout, "  - %s: %s\n", r.Injection, r.Achieved)
 	}
-	fmt.Fprintln(stdout, "\nConfusion matrix (injected cause × top cause of the p99 ITL band):")
+	fmt.Fprintln(stdout, "\nConfusion matrix (injected cause × top cause of the excess added to the slowest 10% of gaps):")
 	v.WriteMatrix(stdout)
 	fmt.Fprintf(stdout, "\nwrote %s/{validation.json,result.json,trace.json,report.html}\n", *out)
 	if err != nil {
@@ -244,7 +244,7 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("attribution not validated for %s: want each injected cause on top with at least %.0f%% of the p99 excess", strings.Join(bad, ", "), *minShare*100)
+		return fmt.Errorf("attribution not validated for %s: want each injected cause on top with at least %.0f%% of the tail excess", strings.Join(bad, ", "), *minShare*100)
 	}
 	return nil
 }

@@ -14,7 +14,7 @@ import (
 // The validation matrix against llmsim: each injected cause (CPU
 // contention, O_DIRECT reads of the server's KV file, the CUDA stub
 // slowed, a slow-reading client) must be the top cause of the excess it
-// added to its phase's p99 ITL band, with at least 60% of it. On a shared
+// added to its phase's slowest 10% of gaps, with at least 60% of it. On a shared
 // host a run can be spoilt by other work; one retry is allowed.
 func TestValidateMatrixOnLLMSim(t *testing.T) {
 	privtest.Require(t)
@@ -38,7 +38,7 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 		last = nil
 		for _, r := range v.Rows {
 			if r.Attributed != r.Injected || r.Share < 0.6 {
-				last = append(last, r.Injection+": top "+r.Attributed+" "+pct(r.Share)+" of the added p99 excess")
+				last = append(last, r.Injection+": top "+r.Attributed+" "+pct(r.Share)+" of the added tail excess")
 			}
 		}
 		if len(last) == 0 {
