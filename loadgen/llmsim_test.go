@@ -96,6 +96,7 @@ func TestFixedTTFTAndITL(t *testing.T) {
 			if m.TotalOutput != 6*12 || m.TotalInput != 6*32 {
 				t.Errorf("%s: totals %d in, %d out", ep, m.TotalInput, m.TotalOutput)
 			}
+			t.Logf("%s (usage %v): median TTFT %.3f ms, ITL %.3f ms; configured %.0f and %.0f", ep, !noUsage, median(ttfts), median(itls), ttft, itl)
 			if got := median(ttfts); !within(got, ttft) {
 				t.Errorf("%s: median TTFT %.3f ms, want %.1f ms ±5%% or 1 ms", ep, got, ttft)
 			}

@@ -41,8 +41,22 @@ func spinCPU(d time.Duration) {
 
 // sleepUntil sleeps until the monotonic time t.
 func sleepUntil(t time.Time) {
-	if d := time.Until(t); d > 0 {
+	d := time.Until(t)
+	if d <= 0 {
+		return
+	}
+	// Go's timers can wake up to a millisecond late (the runtime's poller
+	// waits in whole milliseconds on some paths); a simulated step must
+	// last what it was configured to, so sleep in the kernel on an
+	// absolute CLOCK_MONOTONIC deadline (high-resolution timer, ~50 µs
+	// slack). The blocked thread releases its P like any syscall.
+	var now unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &now) != nil {
 		time.Sleep(d)
+		return
+	}
+	deadline := unix.NsecToTimespec(now.Nano() + d.Nanoseconds())
+	for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &deadline, nil) == unix.EINTR {
 	}
 }
 
