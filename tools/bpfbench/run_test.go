@@ -280,3 +280,35 @@ func TestRunExportsAttributedSpans(t *testing.T) {
 		}
 	}
 }
+
+// sweep --pid finds the knee, runs its two sides under the collectors and
+// says what breaks the SLO, writing both runs.
+func TestSweepExplainsTheKnee(t *testing.T) {
+	privtest.Require(t)
+	url := inProcessSim(t, func(c *sim.Config) {
+		c.MaxNumSeqs = 4
+		c.PrefillBase = 2 * time.Millisecond
+		c.PrefillPerToken = 0
+		c.DecodeStep = 4 * time.Millisecond
+	})
+	dir := t.TempDir()
+	code, stdout, stderr := runCLI("sweep", "--target", url, "--pid", strconv.Itoa(os.Getpid()),
+		"--slo", "p90_ttft_ms<=60", "--requests-per-step", "60", "--step", "10",
+		"--input-len", "16", "--output-len", "8", "--no-progress", "--knee-out", dir)
+	t.Logf("\n%s", stdout)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout, "the SLO breaks at") || !strings.Contains(stdout, "what breaks it is") {
+		t.Errorf("no explanation of the knee in the output")
+	}
+	for _, side := range []string{"pass", "fail"} {
+		doc, err := report.ReadFile(filepath.Join(dir, side, "result.json"))
+		if err != nil {
+			t.Fatalf("%s run: %v", side, err)
+		}
+		if doc.Attribution == nil || doc.Float("completed") == 0 {
+			t.Errorf("%s run has no attribution or no completed request", side)
+		}
+	}
+}
