@@ -42,6 +42,9 @@ type Config struct {
 	// NVML is the library; nil means nvml.New(). Tests pass a mock.
 	NVML   nvml.Interface
 	Logger *slog.Logger
+	// TargetOf names the target of a pid for the per-process metrics
+	// (the daemon's configured targets); nil labels them by pid.
+	TargetOf func(pid int) string
 }
 
 // Field names one reading of a sample.

@@ -444,7 +444,7 @@ func TestPrometheus(t *testing.T) {
 	}
 	uuid := dev(s, 0).UUID
 	lbl := `gpu="0",name="NVIDIA H200 141GB HBM3e",uuid="` + uuid + `"`
-	plbl := `gpu="0",name="NVIDIA H200 141GB HBM3e",pid="4242",uuid="` + uuid + `"`
+	plbl := `gpu="0",name="NVIDIA H200 141GB HBM3e",target="4242",uuid="` + uuid + `"`
 	want := `
 # HELP bpfbench_gpu_power_watts Power drawn by the board.
 # TYPE bpfbench_gpu_power_watts gauge
@@ -452,10 +452,10 @@ bpfbench_gpu_power_watts{` + lbl + `} 512.25
 # HELP bpfbench_gpu_utilization_ratio Fraction of the last sample period during which one or more kernels ran on the GPU (NVML utilization.gpu).
 # TYPE bpfbench_gpu_utilization_ratio gauge
 bpfbench_gpu_utilization_ratio{` + lbl + `} 0.8
-# HELP bpfbench_gpu_process_sm_utilization_ratio SM utilization of a target process over the last sample period.
+# HELP bpfbench_gpu_process_sm_utilization_ratio SM utilization of a target's processes over the last sample period (summed over its processes).
 # TYPE bpfbench_gpu_process_sm_utilization_ratio gauge
 bpfbench_gpu_process_sm_utilization_ratio{` + plbl + `} 0.33
-# HELP bpfbench_gpu_process_memory_used_bytes Device memory used by a target process.
+# HELP bpfbench_gpu_process_memory_used_bytes Device memory used by a target's processes (summed).
 # TYPE bpfbench_gpu_process_memory_used_bytes gauge
 bpfbench_gpu_process_memory_used_bytes{` + plbl + `} 8.589934592e+09
 `
@@ -549,7 +549,7 @@ func TestSection(t *testing.T) {
 }
 
 func TestHostTargets(t *testing.T) {
-	h := &Host{New(Config{NVML: newServer(t, 1), Logger: quiet()})}
+	h := newHost(Config{NVML: newServer(t, 1), Logger: quiet()}, func() map[uint32]string { return map[uint32]string{0: "host", 1: "vllm"} })
 	if err := h.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -560,6 +560,32 @@ func TestHostTargets(t *testing.T) {
 	h.SetTarget(targetPid, 1)
 	if p := h.SampleNow()[0].Processes; len(p) != 1 || p[0].Pid != targetPid {
 		t.Errorf("processes with a target: %+v", p)
+	}
+	// The daemon labels a target's processes by the target's name, never by pid.
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(h)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, mf := range mfs {
+		if mf.GetName() != "bpfbench_gpu_process_memory_used_bytes" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "pid" {
+					t.Errorf("a pid label on %s", mf.GetName())
+				}
+				if l.GetName() == "target" && l.GetValue() == "vllm" {
+					found = true
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("no bpfbench_gpu_process_memory_used_bytes{target=\"vllm\"}")
 	}
 	h.DeleteTarget(targetPid)
 	if p := h.SampleNow()[0].Processes; len(p) != 0 {

@@ -30,9 +30,9 @@ func newMetricDescs() metricDescs {
 		reason:      d("clock_event_reason_active", "1 when NVML reports the clock event (throttle) reason as active, else 0.", "reason"),
 		tx:          d("pcie_tx_bytes_per_second", "PCIe transmit throughput (device to host) over NVML's 20 ms window."),
 		rx:          d("pcie_rx_bytes_per_second", "PCIe receive throughput (host to device) over NVML's 20 ms window."),
-		procSM:      d("process_sm_utilization_ratio", "SM utilization of a target process over the last sample period.", "pid"),
-		procMem:     d("process_memory_utilization_ratio", "Memory controller utilization of a target process over the last sample period.", "pid"),
-		procMemUsed: d("process_memory_used_bytes", "Device memory used by a target process.", "pid"),
+		procSM:      d("process_sm_utilization_ratio", "SM utilization of a target's processes over the last sample period (summed over its processes).", "target"),
+		procMem:     d("process_memory_utilization_ratio", "Memory controller utilization of a target's processes over the last sample period (summed).", "target"),
+		procMemUsed: d("process_memory_used_bytes", "Device memory used by a target's processes (summed).", "target"),
 	}
 }
 
@@ -80,15 +80,53 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(m.reason, prometheus.GaugeValue, v, append(labels, r.Name)...)
 			}
 		}
+		// Per target, not per process: pids churn as servers restart and
+		// would make unbounded series; a target's processes are summed.
+		type agg struct {
+			sm, mem, used   float64
+			hasUtil, hasMem bool
+		}
+		byTarget := map[string]*agg{}
+		var order []string
 		for _, p := range s.Processes {
-			pl := append(append([]string{}, labels...), strconv.Itoa(p.Pid))
+			t := c.targetOf(p.Pid)
+			a := byTarget[t]
+			if a == nil {
+				a = &agg{}
+				byTarget[t] = a
+				order = append(order, t)
+			}
 			if p.Has(ProcUtilization) {
-				ch <- prometheus.MustNewConstMetric(m.procSM, prometheus.GaugeValue, p.SMUtilization, pl...)
-				ch <- prometheus.MustNewConstMetric(m.procMem, prometheus.GaugeValue, p.MemoryUtilization, pl...)
+				a.sm += p.SMUtilization
+				a.mem += p.MemoryUtilization
+				a.hasUtil = true
 			}
 			if p.Has(ProcMemory) {
-				ch <- prometheus.MustNewConstMetric(m.procMemUsed, prometheus.GaugeValue, float64(p.MemoryUsedBytes), pl...)
+				a.used += float64(p.MemoryUsedBytes)
+				a.hasMem = true
+			}
+		}
+		for _, t := range order {
+			a := byTarget[t]
+			pl := append(append([]string{}, labels...), t)
+			if a.hasUtil {
+				ch <- prometheus.MustNewConstMetric(m.procSM, prometheus.GaugeValue, a.sm, pl...)
+				ch <- prometheus.MustNewConstMetric(m.procMem, prometheus.GaugeValue, a.mem, pl...)
+			}
+			if a.hasMem {
+				ch <- prometheus.MustNewConstMetric(m.procMemUsed, prometheus.GaugeValue, a.used, pl...)
 			}
 		}
 	}
+}
+
+// targetOf names the target a pid belongs to for metric labels: the
+// configured TargetOf, else the pid itself (a session follows one process).
+func (c *Collector) targetOf(pid int) string {
+	if c.cfg.TargetOf != nil {
+		if t := c.cfg.TargetOf(pid); t != "" {
+			return t
+		}
+	}
+	return strconv.Itoa(pid)
 }

@@ -63,8 +63,8 @@ func hostCollectors() []daemon.HostFactory {
 		{Name: "cuda", New: func(l *slog.Logger, n collectors.TargetNames) collectors.Host {
 			return cuda.NewHost(l, n)
 		}},
-		{Name: "gpu", New: func(l *slog.Logger, _ collectors.TargetNames) collectors.Host {
-			return gpu.NewHost(l, gpu.DefaultInterval)
+		{Name: "gpu", New: func(l *slog.Logger, n collectors.TargetNames) collectors.Host {
+			return gpu.NewHost(l, gpu.DefaultInterval, n)
 		}},
 	}
 }
