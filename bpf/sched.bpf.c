@@ -111,6 +111,17 @@ struct {
  * every thread on the host (the daemon) or only of targets (a session). */
 volatile const bool host_wide = true;
 
+/* Entries in targets, kept by userspace: with none (a daemon with no
+ * configured target running), the hot path skips the two hash lookups. */
+volatile __u32 nr_targets = 0;
+
+static __always_inline struct target *target_of(__u32 tgid)
+{
+	if (!nr_targets)
+		return 0;
+	return bpf_map_lookup_elem(&targets, &tgid);
+}
+
 static __always_inline void hist_add(void *map, __u32 idx, __u64 v)
 {
 	struct hist *h = bpf_map_lookup_elem(map, &idx);
@@ -133,7 +144,7 @@ static __always_inline void mark_runnable(struct task_struct *p)
 {
 	if (!host_wide) {
 		__u32 tgid = BPF_CORE_READ(p, tgid);
-		if (!bpf_map_lookup_elem(&targets, &tgid))
+		if (!target_of(tgid))
 			return;
 	}
 	struct task_info *ti = info_of(p);
@@ -167,7 +178,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	/* The thread leaving the CPU. */
 	if (prev->pid != 0) {
 		tgid = prev->tgid;
-		tgt = bpf_map_lookup_elem(&targets, &tgid);
+		tgt = target_of(tgid);
 		bool runnable = preempt || (prev_state & 0xff) == TASK_RUNNING;
 		if (tgt || (host_wide && runnable)) {
 			ti = info_of(prev);
@@ -192,7 +203,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	if (next->pid == 0)
 		return 0;
 	tgid = next->tgid;
-	tgt = bpf_map_lookup_elem(&targets, &tgid);
+	tgt = target_of(tgid);
 	if (!tgt && !host_wide)
 		return 0;
 	ti = bpf_task_storage_get(&task_infos, next, 0, 0);

@@ -78,6 +78,9 @@ type Collector struct {
 	decodeErr atomic.Uint64
 	closeOnce sync.Once
 	closeErr  error
+
+	targetsMu sync.Mutex
+	targetSet map[uint32]bool // mirrors the targets map, for nr_targets
 }
 
 // New returns a collector; Start loads it.
@@ -176,18 +179,36 @@ func (c *Collector) SetTarget(tgid uint32, idx uint32, stream bool) error {
 	if stream {
 		v.Flags = 1
 	}
+	c.targetsMu.Lock()
+	defer c.targetsMu.Unlock()
 	if err := c.objs.Targets.Put(tgid, v); err != nil {
 		return fmt.Errorf("adding target pid %d: %w", tgid, err)
+	}
+	if c.targetSet == nil {
+		c.targetSet = map[uint32]bool{}
+	}
+	c.targetSet[tgid] = true
+	return c.setNrTargets()
+}
+
+// setNrTargets tells the programs how many targets there are: with none
+// they skip the targets lookups on every switch.
+func (c *Collector) setNrTargets() error {
+	if err := c.objs.NrTargets.Set(uint32(len(c.targetSet))); err != nil {
+		return fmt.Errorf("updating the target count: %w", err)
 	}
 	return nil
 }
 
 // DeleteTarget stops following tgid. Deleting an unknown tgid is not an error.
 func (c *Collector) DeleteTarget(tgid uint32) error {
+	c.targetsMu.Lock()
+	defer c.targetsMu.Unlock()
 	if err := c.objs.Targets.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("removing target pid %d: %w", tgid, err)
 	}
-	return nil
+	delete(c.targetSet, tgid)
+	return c.setNrTargets()
 }
 
 // Targets lists the tgids currently followed, with their slots.

@@ -62,6 +62,7 @@ const (
 	schedProgSchedWakeup    = "sched_wakeup"
 	schedProgSchedWakeupNew = "sched_wakeup_new"
 	schedVarHostWide        = "host_wide"
+	schedVarNrTargets       = "nr_targets"
 	schedVarUnusedEvent     = "unused_event"
 )
 
@@ -129,6 +130,7 @@ type schedMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedVariableSpecs struct {
 	HostWide    *ebpf.VariableSpec `ebpf:"host_wide"`
+	NrTargets   *ebpf.VariableSpec `ebpf:"nr_targets"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 }
 
@@ -176,6 +178,7 @@ func (m *schedMaps) Close() error {
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedVariables struct {
 	HostWide    *ebpf.Variable `ebpf:"host_wide"`
+	NrTargets   *ebpf.Variable `ebpf:"nr_targets"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 }
 
