@@ -3,18 +3,12 @@ package loadgen
 import (
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/bpfbench/bpfbench/internal/clock"
 )
 
 // Mono returns CLOCK_MONOTONIC in nanoseconds, the clock the kernel's
 // bpf_ktime_get_ns() reads, so client and kernel events share one timeline.
-func Mono() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		panic("clock_gettime(CLOCK_MONOTONIC): " + err.Error())
-	}
-	return ts.Nano()
-}
+func Mono() int64 { return clock.Now() }
 
 // Anchor ties the monotonic clock to wall-clock time, taken once per run so
 // that reports and OTLP spans can carry Unix times.
@@ -25,10 +19,8 @@ type Anchor struct {
 
 // NewAnchor reads both clocks back to back.
 func NewAnchor() Anchor {
-	m1 := Mono()
-	u := time.Now().UnixNano()
-	m2 := Mono()
-	return Anchor{MonoNs: m1 + (m2-m1)/2, UnixNs: u}
+	a := clock.NewAnchor()
+	return Anchor{MonoNs: a.MonotonicNs, UnixNs: a.Wall.UnixNano()}
 }
 
 // Wall converts a monotonic timestamp to wall-clock time.
