@@ -339,17 +339,8 @@ func activitiesOf(spans []collectors.Span) []correlate.Activity {
 }
 
 func percentile(xs []float64, p float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
 	sort.Float64s(xs)
-	r := p / 100 * float64(len(xs)-1)
-	lo := int(r)
-	if lo+1 >= len(xs) {
-		return xs[len(xs)-1]
-	}
-	f := r - float64(lo)
-	return xs[lo]*(1-f) + xs[lo+1]*f
+	return loadgen.Percentile(xs, p)
 }
 
 // timeline buckets the run by second: throughput, latency and the excess
