@@ -11,7 +11,7 @@ export CGO_ENABLED := 1
 # go-nvml's headers mark many NVML calls deprecated; the warnings are not ours.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build generate test lint bench demo validate install clean check-generated
+.PHONY: all build generate test lint bench engine demo validate install clean check-generated
 
 all: build
 
@@ -40,7 +40,12 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-bench: build
+# llama.cpp's llama-server and a tiny random-weight model, built once into
+# /var/cache/bpfbench/llama (about 10 minutes on 2 cores; cached after).
+engine:
+	bash tools/bench/engine/build.sh
+
+bench: build engine
 	$(GO) test -run '^$$' -bench . -benchtime 3s ./collectors/...
 
 demo: build

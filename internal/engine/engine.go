@@ -1,0 +1,247 @@
+// Package engine runs a real inference engine for tests and benchmarks:
+// llama.cpp's llama-server (CPU) serving a tiny random-weight llama model,
+// both built by tools/bench/engine/build.sh into /var/cache/bpfbench/llama.
+package engine
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Cache paths written by tools/bench/engine/build.sh.
+const (
+	CacheDir     = "/var/cache/bpfbench/llama"
+	DefaultBin   = CacheDir + "/bin/llama-server"
+	DefaultModel = CacheDir + "/tiny-llama.gguf"
+
+	// EnvServer and EnvModel override the cache paths.
+	EnvServer = "BPFBENCH_LLAMA_SERVER"
+	EnvModel  = "BPFBENCH_LLAMA_MODEL"
+
+	buildHint = "run tools/bench/engine/build.sh (as root) to build llama-server and the tiny model"
+)
+
+// Paths are the engine's binary and model.
+type Paths struct {
+	Server string // llama-server
+	Model  string // GGUF model
+}
+
+// Find returns the llama-server binary and model: $BPFBENCH_LLAMA_SERVER
+// and $BPFBENCH_LLAMA_MODEL when set, else the build script's cache paths.
+// The error says what is missing and how to build it.
+func Find() (Paths, error) {
+	p := Paths{Server: DefaultBin, Model: DefaultModel}
+	if v := os.Getenv(EnvServer); v != "" {
+		p.Server = v
+	}
+	if v := os.Getenv(EnvModel); v != "" {
+		p.Model = v
+	}
+	var missing []string
+	if fi, err := os.Stat(p.Server); err != nil {
+		missing = append(missing, fmt.Sprintf("no llama-server at %s", p.Server))
+	} else if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		missing = append(missing, fmt.Sprintf("llama-server %s is not an executable file", p.Server))
+	}
+	if fi, err := os.Stat(p.Model); err != nil {
+		missing = append(missing, fmt.Sprintf("no model at %s", p.Model))
+	} else if !fi.Mode().IsRegular() || fi.Size() == 0 {
+		missing = append(missing, fmt.Sprintf("model %s is not a non-empty file", p.Model))
+	}
+	if len(missing) > 0 {
+		return p, fmt.Errorf("engine: %s: %s (or set %s and %s)", strings.Join(missing, ", "), buildHint, EnvServer, EnvModel)
+	}
+	return p, nil
+}
+
+// Options configure Start. Zero values take the defaults.
+type Options struct {
+	Paths        Paths         // zero: Find()
+	Threads      int           // -t, decode threads (default 2)
+	Slots        int           // -np, parallel sequences (default 4)
+	CtxSize      int           // -c, total context shared by the slots (default 1024 per slot)
+	StartTimeout time.Duration // until /health answers ok (default 60 s)
+	Args         []string      // extra llama-server arguments
+	// Stderr, when set, also receives the server's output.
+	Stderr io.Writer
+}
+
+// Server is a running llama-server.
+type Server struct {
+	URL  string // http://127.0.0.1:PORT
+	Port int
+	Pid  int
+	Cmd  *exec.Cmd
+
+	out      *tailBuffer
+	done     chan struct{}
+	waitErr  error
+	stopOnce sync.Once
+}
+
+// Start runs llama-server on a free 127.0.0.1 port and returns once its
+// /health endpoint answers ok. Cancelling ctx kills the server.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.Paths == (Paths{}) {
+		p, err := Find()
+		if err != nil {
+			return nil, err
+		}
+		opts.Paths = p
+	}
+	if opts.Threads <= 0 {
+		opts.Threads = 2
+	}
+	if opts.Slots <= 0 {
+		opts.Slots = 4
+	}
+	if opts.CtxSize <= 0 {
+		opts.CtxSize = 1024 * opts.Slots
+	}
+	if opts.StartTimeout <= 0 {
+		opts.StartTimeout = 60 * time.Second
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, fmt.Errorf("engine: no free port: %w", err)
+	}
+	args := []string{
+		"--model", opts.Paths.Model,
+		"--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--threads", strconv.Itoa(opts.Threads), "--threads-batch", strconv.Itoa(opts.Threads),
+		"--parallel", strconv.Itoa(opts.Slots),
+		"--ctx-size", strconv.Itoa(opts.CtxSize),
+		"--alias", "tiny-llama",
+		"--no-webui",
+	}
+	args = append(args, opts.Args...)
+	cmd := exec.CommandContext(ctx, opts.Paths.Server, args...)
+	cmd.Cancel = func() error { return cmd.Process.Kill() }
+	out := &tailBuffer{max: 64 << 10}
+	var w io.Writer = out
+	if opts.Stderr != nil {
+		w = io.MultiWriter(out, opts.Stderr)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("engine: starting %s: %w", opts.Paths.Server, err)
+	}
+	s := &Server{
+		URL:  "http://127.0.0.1:" + strconv.Itoa(port),
+		Port: port,
+		Pid:  cmd.Process.Pid,
+		Cmd:  cmd,
+		out:  out,
+		done: make(chan struct{}),
+	}
+	go func() {
+		s.waitErr = cmd.Wait()
+		close(s.done)
+	}()
+	if err := s.waitHealthy(ctx, opts.StartTimeout); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("engine: %s %s: %w\n%s", opts.Paths.Server, strings.Join(args, " "), err, s.Output())
+	}
+	return s, nil
+}
+
+func (s *Server) waitHealthy(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	client := &http.Client{Timeout: 2 * time.Second}
+	last := "no answer"
+	for {
+		select {
+		case <-s.done:
+			return fmt.Errorf("exited before it was ready (%v)", s.waitErr)
+		case <-ctx.Done():
+			return ctx.Err()
+		default:
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/health", nil)
+		resp, err := client.Do(req)
+		if err == nil {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK && bytes.Contains(b, []byte(`"ok"`)) {
+				return nil
+			}
+			last = fmt.Sprintf("/health: %s %s", resp.Status, bytes.TrimSpace(b))
+		} else {
+			last = err.Error()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("/health not ok after %v (last: %s)", timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Output returns the last 64 KiB the server wrote to stdout and stderr.
+func (s *Server) Output() string { return s.out.String() }
+
+// Done is closed when the server has exited.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Stop sends SIGTERM, then SIGKILL after 5 s, and waits for the exit.
+// It is safe to call more than once.
+func (s *Server) Stop() {
+	s.stopOnce.Do(func() {
+		select {
+		case <-s.done:
+			return
+		default:
+		}
+		_ = s.Cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(5 * time.Second):
+			_ = s.Cmd.Process.Kill()
+			<-s.done
+		}
+	})
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.b)
+}
