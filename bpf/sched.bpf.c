@@ -1,20 +1,30 @@
 // SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause
 /*
- * Scheduler collector: run-queue latency and off-CPU time.
+ * Scheduler collector: run-queue latency and off-CPU time, from one program
+ * on sched_switch.
  *
  * Run-queue latency is the time from a thread becoming runnable (woken,
- * created, or preempted while still runnable) to it getting a CPU. Off-CPU
- * time is the time from a thread leaving the CPU to it getting one again,
- * split by the state it left in: preempted (still runnable), uninterruptible
- * sleep (D, usually IO) or interruptible sleep (S).
+ * created, or preempted while still runnable) to it getting a CPU. It is the
+ * kernel's own measure: sched_info.last_queued, stamped on the run queue's
+ * clock at enqueue, against that clock at the switch (the tracepoint fires
+ * before sched_info_switch clears it). So no wakeup program and no per-thread
+ * state is needed for it, host-wide or not.
+ *
+ * Off-CPU time is the time from a target thread leaving the CPU to it
+ * getting one again, split by the state it left in: preempted (still
+ * runnable), uninterruptible sleep (D, usually IO) or interruptible sleep
+ * (S). Only target threads keep state (task local storage).
  *
  * Host-wide aggregates (index 0) and per-target aggregates (index of the
- * target) are log2 histograms in per-CPU arrays, read by userspace on a
- * ticker. Threads of targets flagged TARGET_STREAM also send one event per
- * switch-in through the ring buffer; reservations that fail are counted per
- * CPU in `lost`.
+ * target) are log2 histograms in per-CPU arrays that count every interval.
+ * Threads of targets flagged TARGET_STREAM also send records, but only of
+ * intervals correlation needs: a switch-in whose run-queue wait and off-CPU
+ * stint are both short (under fold_runq_ns, fold_offcpu_ns, fold_sleep_ns)
+ * is folded into per-thread sums carried by the thread's next record, or by
+ * a record forced once the sums are older than flush_ns.
  */
-#include "bpfbench.h"
+#define PIPELINE_TARGETS
+#include "pipeline.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -31,11 +41,16 @@ enum offcpu_state {
 	NR_STATES = 3,
 };
 
-/* One event per switch-in of a streamed thread. */
+/* One record per unfolded switch-in of a streamed thread. */
 struct event {
 	__u64 ts;        /* switch-in, CLOCK_MONOTONIC ns */
 	__u64 offcpu_ns; /* switch-out to switch-in; 0 if unknown */
 	__u64 runq_ns;   /* runnable to switch-in; 0 if unknown */
+	/* Intervals folded since the thread's previous record. */
+	__u64 fold_runq_ns;
+	__u64 fold_offcpu_ns[NR_STATES];
+	__u32 fold_runq_n;
+	__u32 fold_n;
 	__u32 tgid;
 	__u32 tid;
 	__u32 cpu;
@@ -48,17 +63,14 @@ struct event {
 /* Force BTF emission for bpf2go -type. */
 const struct event *unused_event __attribute__((unused));
 
-struct hist {
-	__u64 slots[HIST_SLOTS];
-	__u64 count;
-	__u64 sum_ns;
-};
-
-/* Per-thread state, in task local storage: no hash lookups on the hot
- * path and freed by the kernel when the task exits. */
+/* Per target thread, in task local storage: freed with the task. */
 struct task_info {
-	__u64 runnable_ts; /* when the thread last became runnable */
-	__u64 offcpu_ts;   /* when it last left a CPU (targets only) */
+	__u64 offcpu_ts; /* when it last left a CPU */
+	__u64 last_rec;  /* when its last record was sent */
+	__u64 fold_runq_ns;
+	__u64 fold_offcpu_ns[NR_STATES];
+	__u32 fold_runq_n;
+	__u32 fold_n;
 	__u32 offcpu_state;
 	__u32 pad;
 };
@@ -69,14 +81,6 @@ struct {
 	__type(key, int);
 	__type(value, struct task_info);
 } task_infos SEC(".maps");
-
-/* tgid -> target, set from userspace at run time. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct target);
-} targets SEC(".maps");
 
 /* Run-queue latency per target index (0 = host-wide). */
 struct {
@@ -94,144 +98,113 @@ struct {
 	__type(value, struct hist);
 } offcpu_hist SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-} events SEC(".maps");
-
-/* Events the ring buffer could not take, per CPU. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} lost SEC(".maps");
-
 /* Set by userspace before load: whether to aggregate run-queue latency of
  * every thread on the host (the daemon) or only of targets (a session). */
 volatile const bool host_wide = true;
 
-/* Entries in targets, kept by userspace: with none (a daemon with no
- * configured target running), the hot path skips the two hash lookups. */
-volatile __u32 nr_targets = 0;
+/* Folding thresholds, set by userspace before load (0 sends everything). */
+volatile const __u64 fold_runq_ns = 10000;     /* run-queue waits */
+volatile const __u64 fold_offcpu_ns = 50000;   /* preempted and D stints */
+volatile const __u64 fold_sleep_ns = 1000000;  /* S sleeps */
+volatile const __u64 flush_ns = 250000000;     /* oldest folded sums */
 
-static __always_inline struct target *target_of(__u32 tgid)
+/* runq_of is next's run-queue wait, from the kernel's own stamp. */
+static __always_inline __u64 runq_of(struct task_struct *next, __u8 *has)
 {
-	if (!nr_targets)
+	__u64 queued = BPF_CORE_READ(next, sched_info.last_queued);
+	if (!queued)
 		return 0;
-	return bpf_map_lookup_elem(&targets, &tgid);
+	/* next's cfs_rq belongs to this CPU's run queue, whatever next's
+	 * class: its clock was updated at the top of __schedule. */
+	if (!bpf_core_field_exists(next->se.cfs_rq))
+		return 0;
+	__u64 now = BPF_CORE_READ(next, se.cfs_rq, rq, clock);
+	if (now < queued)
+		return 0;
+	*has = 1;
+	return now - queued;
 }
 
-static __always_inline void hist_add(void *map, __u32 idx, __u64 v)
+static __always_inline bool foldable(__u64 runq, __u8 has_runq, __u32 st, __u64 offcpu)
 {
-	struct hist *h = bpf_map_lookup_elem(map, &idx);
-	if (!h)
-		return;
-	__u32 s = hist_slot(v);
-	if (s < HIST_SLOTS)
-		h->slots[s]++;
-	h->count++;
-	h->sum_ns += v;
-}
-
-static __always_inline struct task_info *info_of(struct task_struct *p)
-{
-	return bpf_task_storage_get(&task_infos, p, 0,
-				    BPF_LOCAL_STORAGE_GET_F_CREATE);
-}
-
-static __always_inline void mark_runnable(struct task_struct *p)
-{
-	if (!host_wide) {
-		__u32 tgid = BPF_CORE_READ(p, tgid);
-		if (!target_of(tgid))
-			return;
+	if (has_runq && runq >= fold_runq_ns)
+		return false;
+	switch (st) {
+	case STATE_PREEMPTED:
+	case STATE_IOWAIT:
+		return offcpu < fold_offcpu_ns;
+	case STATE_SLEEP:
+		return offcpu < fold_sleep_ns;
 	}
-	struct task_info *ti = info_of(p);
-	if (ti)
-		ti->runnable_ts = bpf_ktime_get_ns();
-}
-
-SEC("tp_btf/sched_wakeup")
-int BPF_PROG(sched_wakeup, struct task_struct *p)
-{
-	mark_runnable(p);
-	return 0;
-}
-
-SEC("tp_btf/sched_wakeup_new")
-int BPF_PROG(sched_wakeup_new, struct task_struct *p)
-{
-	mark_runnable(p);
-	return 0;
+	return true;
 }
 
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
 {
-	__u64 now = bpf_ktime_get_ns();
 	struct task_info *ti;
 	struct target *tgt;
-	__u32 tgid;
+	__u64 now = 0;
 
-	/* The thread leaving the CPU. */
-	if (prev->pid != 0) {
-		tgid = prev->tgid;
-		tgt = target_of(tgid);
+	/* The thread leaving the CPU: only targets keep state. */
+	if (prev->pid != 0 && (tgt = target_of(prev->tgid))) {
 		bool runnable = preempt || (prev_state & 0xff) == TASK_RUNNING;
-		if (tgt || (host_wide && runnable)) {
-			ti = info_of(prev);
-			if (ti) {
-				if (runnable)
-					ti->runnable_ts = now;
-				if (tgt) {
-					__u32 st = STATE_SLEEP;
-					if (runnable)
-						st = STATE_PREEMPTED;
-					else if ((prev_state & TASK_UNINTERRUPTIBLE) &&
-						 !(prev_state & TASK_NOLOAD))
-						st = STATE_IOWAIT;
-					ti->offcpu_ts = now;
-					ti->offcpu_state = st;
-				}
-			}
+		ti = bpf_task_storage_get(&task_infos, prev, 0,
+					  BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (ti) {
+			__u32 st = STATE_SLEEP;
+			if (runnable)
+				st = STATE_PREEMPTED;
+			else if ((prev_state & TASK_UNINTERRUPTIBLE) &&
+				 !(prev_state & TASK_NOLOAD))
+				st = STATE_IOWAIT;
+			now = bpf_ktime_get_ns();
+			ti->offcpu_ts = now;
+			ti->offcpu_state = st;
 		}
+		if (runnable && self_tgid && next->tgid == self_tgid)
+			pipe_count(PIPE_SELF_PREEMPT, 1);
 	}
 
 	/* The thread getting the CPU. */
 	if (next->pid == 0)
 		return 0;
-	tgid = next->tgid;
+	__u32 tgid = next->tgid;
 	tgt = target_of(tgid);
 	if (!tgt && !host_wide)
 		return 0;
-	ti = bpf_task_storage_get(&task_infos, next, 0, 0);
-	if (!ti)
-		return 0;
 
-	__u64 runq = 0, offcpu = 0;
 	__u8 has_runq = 0;
-	__u32 st = STATE_NONE;
-	if (ti->runnable_ts && now >= ti->runnable_ts) {
-		runq = now - ti->runnable_ts;
-		has_runq = 1;
+	__u64 runq = runq_of(next, &has_runq);
+	if (has_runq && host_wide)
 		hist_add(&runq_hist, 0, runq);
-	}
-	ti->runnable_ts = 0;
 	if (!tgt)
 		return 0;
-
 	__u32 idx = tgt->idx;
 	if (idx == 0 || idx >= MAX_TARGETS)
 		return 0;
-	if (has_runq)
+	if (has_runq) {
+		if (!host_wide)
+			hist_add(&runq_hist, 0, runq);
 		hist_add(&runq_hist, idx, runq);
+	}
+
+	ti = bpf_task_storage_get(&task_infos, next, 0,
+				  BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!ti)
+		return 0;
+	if (!now)
+		now = bpf_ktime_get_ns();
+	__u64 offcpu = 0;
+	__u32 st = STATE_NONE;
 	if (ti->offcpu_ts && now >= ti->offcpu_ts) {
 		offcpu = now - ti->offcpu_ts;
 		st = ti->offcpu_state;
 		if (st < NR_STATES)
 			hist_add(&offcpu_hist, idx * NR_STATES + st, offcpu);
+		else
+			st = STATE_NONE;
 	}
 	ti->offcpu_ts = 0;
 
@@ -239,17 +212,35 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 		return 0;
 	if (!has_runq && st == STATE_NONE)
 		return 0;
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!ti->last_rec)
+		ti->last_rec = now;
+	if (foldable(runq, has_runq, st, offcpu) &&
+	    (ti->fold_n == 0 || now - ti->last_rec < flush_ns)) {
+		if (has_runq) {
+			ti->fold_runq_ns += runq;
+			ti->fold_runq_n++;
+		}
+		if (st < NR_STATES)
+			ti->fold_offcpu_ns[st] += offcpu;
+		ti->fold_n++;
+		pipe_count(PIPE_FOLDED, 1);
+		return 0;
+	}
+
+	struct event *e = pipe_reserve(struct event);
 	if (!e) {
-		__u32 zero = 0;
-		__u64 *n = bpf_map_lookup_elem(&lost, &zero);
-		if (n)
-			(*n)++;
+		/* Keep the sums for the next record; this interval is lost. */
 		return 0;
 	}
 	e->ts = now;
 	e->offcpu_ns = offcpu;
 	e->runq_ns = runq;
+	e->fold_runq_ns = ti->fold_runq_ns;
+	e->fold_offcpu_ns[0] = ti->fold_offcpu_ns[0];
+	e->fold_offcpu_ns[1] = ti->fold_offcpu_ns[1];
+	e->fold_offcpu_ns[2] = ti->fold_offcpu_ns[2];
+	e->fold_runq_n = ti->fold_runq_n;
+	e->fold_n = ti->fold_n;
 	e->tgid = tgid;
 	e->tid = next->pid;
 	e->cpu = bpf_get_smp_processor_id();
@@ -258,6 +249,14 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	e->pad[0] = 0;
 	e->pad[1] = 0;
 	__builtin_memcpy(e->comm, next->comm, sizeof(e->comm));
-	bpf_ringbuf_submit(e, 0);
+	pipe_submit(e, sizeof(*e));
+
+	ti->last_rec = now;
+	ti->fold_runq_ns = 0;
+	ti->fold_offcpu_ns[0] = 0;
+	ti->fold_offcpu_ns[1] = 0;
+	ti->fold_offcpu_ns[2] = 0;
+	ti->fold_runq_n = 0;
+	ti->fold_n = 0;
 	return 0;
 }

@@ -54,4 +54,23 @@ static __always_inline __u32 hist_slot(__u64 v)
 	return s;
 }
 
+struct hist {
+	__u64 slots[HIST_SLOTS];
+	__u64 count;
+	__u64 sum_ns;
+};
+
+/* hist_add adds v (ns) to the histogram at idx of an array map of struct hist. */
+static __always_inline void hist_add(void *map, __u32 idx, __u64 v)
+{
+	struct hist *h = bpf_map_lookup_elem(map, &idx);
+	if (!h)
+		return;
+	__u32 s = hist_slot(v);
+	if (s < HIST_SLOTS)
+		h->slots[s]++;
+	h->count++;
+	h->sum_ns += v;
+}
+
 #endif

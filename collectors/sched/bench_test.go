@@ -123,16 +123,8 @@ func BenchmarkSchedStorm(b *testing.B) {
 		cpu0 := cpuTime()
 		with := storm(b, trips)
 		cpu := cpuTime() - cpu0
-		var rt time.Duration
-		var runs uint64
-		for _, p := range []*ebpf.Program{c.objs.SchedWakeup, c.objs.SchedWakeupNew, c.objs.SchedSwitch} {
-			s, err := p.Stats()
-			if err != nil {
-				b.Fatal(err)
-			}
-			rt += s.Runtime
-			runs += s.RunCount
-		}
+		rtNs, runs := c.ProgramRuntime()
+		rt := time.Duration(rtNs)
 		c.Close()
 		events += runs
 		ratios = append(ratios, with/base)

@@ -30,7 +30,7 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	return &Host{
 		Collector: c,
 		names:     names,
-		log:       c.log,
+		log:       c.Log(),
 		runq: prometheus.NewDesc("bpfbench_sched_runqueue_latency_seconds",
 			"Time threads spent runnable before getting a CPU (wakeup or preemption to switch-in). target=\"host\" covers every thread of the host.",
 			[]string{"target"}, nil),

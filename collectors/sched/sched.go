@@ -1,19 +1,16 @@
 // Package sched is the scheduler collector: run-queue latency and off-CPU
-// time by state, from the sched_wakeup, sched_wakeup_new and sched_switch
-// tp_btf tracepoints (bpf/sched.bpf.c).
+// time by state, from the sched_switch
+// tp_btf tracepoint (bpf/sched.bpf.c), through the shared event pipeline.
 package sched
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/hist"
@@ -49,10 +46,27 @@ func (s State) String() string {
 type Event = schedEvent
 
 // Tracepoints are the tracepoints the collector attaches to.
-var Tracepoints = []string{"sched_wakeup", "sched_wakeup_new", "sched_switch"}
+var Tracepoints = []string{"sched_switch"}
 
 // MaxTargets bounds the aggregate slots; index 0 is host-wide.
 const MaxTargets = 64
+
+// Fold says which switch-ins of a streamed thread are summed in the kernel
+// instead of sent as records: those whose run-queue wait is under Runqueue
+// and whose off-CPU stint is under OffCPU (preempted, D) or Sleep (S).
+// Folded time is carried, summed, by the thread's next record, or by one
+// sent once the sums are older than Flush. Correlation sees the records;
+// the summaries and the in-kernel histograms count everything.
+type Fold struct {
+	Runqueue, OffCPU, Sleep, Flush time.Duration
+}
+
+// DefaultFold keeps every run-queue wait of 10 µs or more, every preempted
+// or D stint of 50 µs or more and every sleep of 1 ms or more.
+var DefaultFold = Fold{Runqueue: 10 * time.Microsecond, OffCPU: 50 * time.Microsecond, Sleep: time.Millisecond, Flush: 250 * time.Millisecond}
+
+// NoFold sends every switch-in.
+var NoFold = Fold{Flush: time.Nanosecond}
 
 // Config configures a Collector.
 type Config struct {
@@ -61,166 +75,92 @@ type Config struct {
 	HostWide bool
 	// RingBufferBytes sizes the event ring buffer (a power of two, default 4 MiB).
 	RingBufferBytes uint32
+	// Fold is what is folded (default DefaultFold).
+	Fold *Fold
+	// DrainPeriod is how often the reader drains the ring (default 100 ms).
+	DrainPeriod time.Duration
 	// OnEvent receives each event of a streamed target from the reader
 	// goroutine. It must be quick; the pointer is valid during the call only.
 	OnEvent func(*Event)
 	Logger  *slog.Logger
 }
 
-// Collector loads and runs the scheduler programs.
+// Collector loads and runs the scheduler program.
 type Collector struct {
-	cfg       Config
-	log       *slog.Logger
-	objs      schedObjects
-	links     []link.Link
-	rd        *ringbuf.Reader
-	loaded    bool
-	decodeErr atomic.Uint64
-	closeOnce sync.Once
-	closeErr  error
-
-	targetsMu sync.Mutex
-	targetSet map[uint32]bool // mirrors the targets map, for nr_targets
+	*bpfutil.Base
+	cfg  Config
+	objs schedObjects
+	link link.Link
 }
 
 // New returns a collector; Start loads it.
 func New(cfg Config) *Collector {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+	if cfg.Fold == nil {
+		cfg.Fold = &DefaultFold
 	}
-	if cfg.RingBufferBytes == 0 {
-		cfg.RingBufferBytes = 4 << 20
-	}
-	return &Collector{cfg: cfg, log: cfg.Logger.With("component", "sched")}
+	return &Collector{cfg: cfg, Base: bpfutil.NewBase("sched", cfg.Logger)}
 }
 
-// Start loads the programs and attaches them. On error it releases
+// Start loads the program and attaches it. On error it releases
 // everything it took.
 func (c *Collector) Start(context.Context) (err error) {
 	spec, err := loadSched()
 	if err != nil {
 		return fmt.Errorf("reading the sched eBPF object: %w", err)
 	}
-	if err := spec.Variables["host_wide"].Set(c.cfg.HostWide); err != nil {
+	if err := bpfutil.ConfigurePipeline(spec, c.cfg.RingBufferBytes); err != nil {
 		return fmt.Errorf("configuring sched: %w", err)
 	}
-	spec.Maps["events"].MaxEntries = c.cfg.RingBufferBytes
-	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
-		return bpfutil.LoadError("the sched programs", err)
+	f := c.cfg.Fold
+	for name, v := range map[string]any{
+		"host_wide": c.cfg.HostWide, "fold_runq_ns": uint64(f.Runqueue), "fold_offcpu_ns": uint64(f.OffCPU),
+		"fold_sleep_ns": uint64(f.Sleep), "flush_ns": uint64(f.Flush),
+	} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("configuring sched (%s): %w", name, err)
+		}
 	}
-	c.loaded = true
+	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
+		return bpfutil.LoadError("the sched program", err)
+	}
+	c.OnClose(c.objs.Close)
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
-	for _, p := range []struct {
-		name string
-		prog *ebpf.Program
-	}{
-		{"sched_wakeup", c.objs.SchedWakeup},
-		{"sched_wakeup_new", c.objs.SchedWakeupNew},
-		{"sched_switch", c.objs.SchedSwitch},
-	} {
-		l, err := link.AttachTracing(link.TracingOptions{Program: p.prog})
-		if err != nil {
-			return fmt.Errorf("attaching tp_btf/%s: %w", p.name, err)
-		}
-		c.links = append(c.links, l)
+	if err := c.Init(&ebpf.Collection{Maps: map[string]*ebpf.Map{"events": c.objs.Events, "pipe_stats": c.objs.PipeStats, "targets": c.objs.Targets},
+		Variables: map[string]*ebpf.Variable{"nr_targets": c.objs.NrTargets}}, []*ebpf.Program{c.objs.SchedSwitch}); err != nil {
+		return err
 	}
-	c.rd, err = ringbuf.NewReader(c.objs.Events)
+	l, err := link.AttachTracing(link.TracingOptions{Program: c.objs.SchedSwitch})
 	if err != nil {
-		return fmt.Errorf("opening the sched ring buffer: %w", err)
+		return fmt.Errorf("attaching tp_btf/sched_switch: %w", err)
 	}
-	c.log.Debug("attached", "programs", c.ProgramIDs(), "host_wide", c.cfg.HostWide)
+	c.OnClose(l.Close)
+	c.link = l
+	c.Log().Debug("attached", "programs", c.ProgramIDs(), "host_wide", c.cfg.HostWide)
 	return nil
 }
 
 // Run drains the ring buffer into OnEvent until ctx is done (after
 // delivering what the kernel wrote until then) or Close.
 func (c *Collector) Run(ctx context.Context) error {
-	if c.rd == nil {
-		return errors.New("sched collector not started")
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.rd.Flush() })
-	defer stop()
 	fn := c.cfg.OnEvent
 	if fn == nil {
 		fn = func(*Event) {}
 	}
-	return bpfutil.DrainRing(c.rd, &c.decodeErr, fn)
-}
-
-// Close detaches links before closing programs and maps. It is idempotent.
-func (c *Collector) Close() error {
-	c.closeOnce.Do(func() {
-		var errs []error
-		if c.rd != nil {
-			errs = append(errs, c.rd.Close())
-		}
-		for i := len(c.links) - 1; i >= 0; i-- {
-			errs = append(errs, c.links[i].Close())
-		}
-		if c.loaded {
-			errs = append(errs, c.objs.Close())
-		}
-		c.closeErr = errors.Join(errs...)
-	})
-	return c.closeErr
+	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, fn)
 }
 
 // SetTarget aggregates the threads of tgid under slot idx (1..MaxTargets-1)
 // and, with stream, sends their events through the ring buffer.
 func (c *Collector) SetTarget(tgid uint32, idx uint32, stream bool) error {
-	if idx == 0 || idx >= MaxTargets {
-		return fmt.Errorf("target slot %d out of range 1..%d", idx, MaxTargets-1)
-	}
-	v := schedTarget{Idx: idx}
+	t := bpfutil.Target{Idx: idx}
 	if stream {
-		v.Flags = 1
+		t.Flags = bpfutil.TargetStream
 	}
-	c.targetsMu.Lock()
-	defer c.targetsMu.Unlock()
-	if err := c.objs.Targets.Put(tgid, v); err != nil {
-		return fmt.Errorf("adding target pid %d: %w", tgid, err)
-	}
-	if c.targetSet == nil {
-		c.targetSet = map[uint32]bool{}
-	}
-	c.targetSet[tgid] = true
-	return c.setNrTargets()
-}
-
-// setNrTargets tells the programs how many targets there are: with none
-// they skip the targets lookups on every switch.
-func (c *Collector) setNrTargets() error {
-	if err := c.objs.NrTargets.Set(uint32(len(c.targetSet))); err != nil {
-		return fmt.Errorf("updating the target count: %w", err)
-	}
-	return nil
-}
-
-// DeleteTarget stops following tgid. Deleting an unknown tgid is not an error.
-func (c *Collector) DeleteTarget(tgid uint32) error {
-	c.targetsMu.Lock()
-	defer c.targetsMu.Unlock()
-	if err := c.objs.Targets.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("removing target pid %d: %w", tgid, err)
-	}
-	delete(c.targetSet, tgid)
-	return c.setNrTargets()
-}
-
-// Targets lists the tgids currently followed, with their slots.
-func (c *Collector) Targets() (map[uint32]uint32, error) {
-	out := map[uint32]uint32{}
-	var k uint32
-	var v schedTarget
-	it := c.objs.Targets.Iterate()
-	for it.Next(&k, &v) {
-		out[k] = v.Idx
-	}
-	return out, it.Err()
+	return c.Base.SetTarget(tgid, t, MaxTargets)
 }
 
 func (c *Collector) readHist(m *ebpf.Map, key uint32) (hist.Log2, error) {
@@ -249,35 +189,13 @@ func (c *Collector) OffCPUHist(idx uint32, s State) (hist.Log2, error) {
 	return c.readHist(c.objs.OffcpuHist, idx*NumStates+uint32(s))
 }
 
-// Lost is the number of events the ring buffer could not take.
-func (c *Collector) Lost() (uint64, error) { return bpfutil.SumPerCPU(c.objs.Lost, 0) }
-
-// DecodeErrors is the number of ring buffer records too short to decode.
-func (c *Collector) DecodeErrors() uint64 { return c.decodeErr.Load() }
-
-// ProgramIDs are the kernel IDs of the loaded programs (for logs and leak checks).
-func (c *Collector) ProgramIDs() []ebpf.ProgramID {
-	var ids []ebpf.ProgramID
-	for _, p := range []*ebpf.Program{c.objs.SchedWakeup, c.objs.SchedWakeupNew, c.objs.SchedSwitch} {
-		if p == nil {
-			continue
-		}
-		if info, err := p.Info(); err == nil {
-			if id, ok := info.ID(); ok {
-				ids = append(ids, id)
-			}
-		}
-	}
-	return ids
-}
-
 // LinkIDs are the kernel IDs of the attached links.
 func (c *Collector) LinkIDs() []link.ID {
-	var ids []link.ID
-	for _, l := range c.links {
-		if info, err := l.Info(); err == nil {
-			ids = append(ids, info.ID)
-		}
+	if c.link == nil {
+		return nil
 	}
-	return ids
+	if info, err := c.link.Info(); err == nil {
+		return []link.ID{info.ID}
+	}
+	return nil
 }

@@ -14,17 +14,21 @@ import (
 )
 
 type schedEvent struct {
-	_        structs.HostLayout
-	Ts       uint64
-	OffcpuNs uint64
-	RunqNs   uint64
-	Tgid     uint32
-	Tid      uint32
-	Cpu      uint32
-	State    uint8
-	HasRunq  uint8
-	Pad      [2]uint8
-	Comm     [16]int8
+	_            structs.HostLayout
+	Ts           uint64
+	OffcpuNs     uint64
+	RunqNs       uint64
+	FoldRunqNs   uint64
+	FoldOffcpuNs [3]uint64
+	FoldRunqN    uint32
+	FoldN        uint32
+	Tgid         uint32
+	Tid          uint32
+	Cpu          uint32
+	State        uint8
+	HasRunq      uint8
+	Pad          [2]uint8
+	Comm         [16]int8
 }
 
 type schedHist struct {
@@ -34,6 +38,11 @@ type schedHist struct {
 	SumNs uint64
 }
 
+type schedPipeStats struct {
+	_ structs.HostLayout
+	N [8]uint64
+}
+
 type schedTarget struct {
 	_     structs.HostLayout
 	Idx   uint32
@@ -41,29 +50,37 @@ type schedTarget struct {
 }
 
 type schedTaskInfo struct {
-	_           structs.HostLayout
-	RunnableTs  uint64
-	OffcpuTs    uint64
-	OffcpuState uint32
-	Pad         uint32
+	_            structs.HostLayout
+	OffcpuTs     uint64
+	LastRec      uint64
+	FoldRunqNs   uint64
+	FoldOffcpuNs [3]uint64
+	FoldRunqN    uint32
+	FoldN        uint32
+	OffcpuState  uint32
+	Pad          uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	schedMapEvents          = "events"
-	schedMapLost            = "lost"
-	schedMapOffcpuHist      = "offcpu_hist"
-	schedMapRunqHist        = "runq_hist"
-	schedMapTargets         = "targets"
-	schedMapTaskInfos       = "task_infos"
-	schedProgSchedSwitch    = "sched_switch"
-	schedProgSchedWakeup    = "sched_wakeup"
-	schedProgSchedWakeupNew = "sched_wakeup_new"
-	schedVarHostWide        = "host_wide"
-	schedVarNrTargets       = "nr_targets"
-	schedVarUnusedEvent     = "unused_event"
+	schedMapEvents       = "events"
+	schedMapOffcpuHist   = "offcpu_hist"
+	schedMapPipeStats    = "pipe_stats"
+	schedMapRunqHist     = "runq_hist"
+	schedMapTargets      = "targets"
+	schedMapTaskInfos    = "task_infos"
+	schedProgSchedSwitch = "sched_switch"
+	schedVarFlushNs      = "flush_ns"
+	schedVarFoldOffcpuNs = "fold_offcpu_ns"
+	schedVarFoldRunqNs   = "fold_runq_ns"
+	schedVarFoldSleepNs  = "fold_sleep_ns"
+	schedVarHostWide     = "host_wide"
+	schedVarNrTargets    = "nr_targets"
+	schedVarSelfTgid     = "self_tgid"
+	schedVarUnusedEvent  = "unused_event"
+	schedVarWakeupBytes  = "wakeup_bytes"
 )
 
 // loadSched returns the embedded CollectionSpec for sched.
@@ -108,9 +125,7 @@ type schedSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedProgramSpecs struct {
-	SchedSwitch    *ebpf.ProgramSpec `ebpf:"sched_switch"`
-	SchedWakeup    *ebpf.ProgramSpec `ebpf:"sched_wakeup"`
-	SchedWakeupNew *ebpf.ProgramSpec `ebpf:"sched_wakeup_new"`
+	SchedSwitch *ebpf.ProgramSpec `ebpf:"sched_switch"`
 }
 
 // schedMapSpecs contains maps before they are loaded into the kernel.
@@ -118,8 +133,8 @@ type schedProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedMapSpecs struct {
 	Events     *ebpf.MapSpec `ebpf:"events"`
-	Lost       *ebpf.MapSpec `ebpf:"lost"`
 	OffcpuHist *ebpf.MapSpec `ebpf:"offcpu_hist"`
+	PipeStats  *ebpf.MapSpec `ebpf:"pipe_stats"`
 	RunqHist   *ebpf.MapSpec `ebpf:"runq_hist"`
 	Targets    *ebpf.MapSpec `ebpf:"targets"`
 	TaskInfos  *ebpf.MapSpec `ebpf:"task_infos"`
@@ -129,9 +144,15 @@ type schedMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedVariableSpecs struct {
-	HostWide    *ebpf.VariableSpec `ebpf:"host_wide"`
-	NrTargets   *ebpf.VariableSpec `ebpf:"nr_targets"`
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
+	FlushNs      *ebpf.VariableSpec `ebpf:"flush_ns"`
+	FoldOffcpuNs *ebpf.VariableSpec `ebpf:"fold_offcpu_ns"`
+	FoldRunqNs   *ebpf.VariableSpec `ebpf:"fold_runq_ns"`
+	FoldSleepNs  *ebpf.VariableSpec `ebpf:"fold_sleep_ns"`
+	HostWide     *ebpf.VariableSpec `ebpf:"host_wide"`
+	NrTargets    *ebpf.VariableSpec `ebpf:"nr_targets"`
+	SelfTgid     *ebpf.VariableSpec `ebpf:"self_tgid"`
+	UnusedEvent  *ebpf.VariableSpec `ebpf:"unused_event"`
+	WakeupBytes  *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // schedObjects contains all objects after they have been loaded into the kernel.
@@ -155,8 +176,8 @@ func (o *schedObjects) Close() error {
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedMaps struct {
 	Events     *ebpf.Map `ebpf:"events"`
-	Lost       *ebpf.Map `ebpf:"lost"`
 	OffcpuHist *ebpf.Map `ebpf:"offcpu_hist"`
+	PipeStats  *ebpf.Map `ebpf:"pipe_stats"`
 	RunqHist   *ebpf.Map `ebpf:"runq_hist"`
 	Targets    *ebpf.Map `ebpf:"targets"`
 	TaskInfos  *ebpf.Map `ebpf:"task_infos"`
@@ -165,8 +186,8 @@ type schedMaps struct {
 func (m *schedMaps) Close() error {
 	return _SchedClose(
 		m.Events,
-		m.Lost,
 		m.OffcpuHist,
+		m.PipeStats,
 		m.RunqHist,
 		m.Targets,
 		m.TaskInfos,
@@ -177,25 +198,27 @@ func (m *schedMaps) Close() error {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedVariables struct {
-	HostWide    *ebpf.Variable `ebpf:"host_wide"`
-	NrTargets   *ebpf.Variable `ebpf:"nr_targets"`
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
+	FlushNs      *ebpf.Variable `ebpf:"flush_ns"`
+	FoldOffcpuNs *ebpf.Variable `ebpf:"fold_offcpu_ns"`
+	FoldRunqNs   *ebpf.Variable `ebpf:"fold_runq_ns"`
+	FoldSleepNs  *ebpf.Variable `ebpf:"fold_sleep_ns"`
+	HostWide     *ebpf.Variable `ebpf:"host_wide"`
+	NrTargets    *ebpf.Variable `ebpf:"nr_targets"`
+	SelfTgid     *ebpf.Variable `ebpf:"self_tgid"`
+	UnusedEvent  *ebpf.Variable `ebpf:"unused_event"`
+	WakeupBytes  *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // schedPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedPrograms struct {
-	SchedSwitch    *ebpf.Program `ebpf:"sched_switch"`
-	SchedWakeup    *ebpf.Program `ebpf:"sched_wakeup"`
-	SchedWakeupNew *ebpf.Program `ebpf:"sched_wakeup_new"`
+	SchedSwitch *ebpf.Program `ebpf:"sched_switch"`
 }
 
 func (p *schedPrograms) Close() error {
 	return _SchedClose(
 		p.SchedSwitch,
-		p.SchedWakeup,
-		p.SchedWakeupNew,
 	)
 }
 

@@ -35,9 +35,12 @@ type Thread struct {
 
 // Summary is the `sched` section of `bpfbench attach`.
 type Summary struct {
-	RunqueueLatency Latency  `json:"runqueue_latency_seconds"`
-	OffCPU          OffCPU   `json:"offcpu_seconds"`
-	Threads         []Thread `json:"threads,omitempty"`
+	RunqueueLatency Latency `json:"runqueue_latency_seconds"`
+	OffCPU          OffCPU  `json:"offcpu_seconds"`
+	// Folded counts the switch-ins summed in the kernel instead of sent
+	// (short waits and stints); they are in every figure above.
+	Folded  uint64   `json:"folded_intervals"`
+	Threads []Thread `json:"threads,omitempty"`
 }
 
 type threadAgg struct {
@@ -55,6 +58,7 @@ type Aggregator struct {
 	runq     hist.LogLinear
 	offcpuNs [NumStates]uint64
 	threads  map[uint32]*threadAgg
+	folded   uint64
 }
 
 // NewAggregator returns an empty aggregator.
@@ -78,6 +82,19 @@ func (a *Aggregator) Add(e *Event) {
 		a.offcpuNs[s] += e.OffcpuNs
 		t.offcpuNs[s] += e.OffcpuNs
 	}
+	// What the kernel folded since this thread's previous record: the
+	// waits enter the distribution at their mean (all under the fold
+	// threshold), the times in full.
+	if n := uint64(e.FoldRunqN); n > 0 {
+		a.runq.AddN(e.FoldRunqNs/n, n)
+		t.runqNs += e.FoldRunqNs
+		t.runqN += n
+	}
+	for s := range NumStates {
+		a.offcpuNs[s] += e.FoldOffcpuNs[s]
+		t.offcpuNs[s] += e.FoldOffcpuNs[s]
+	}
+	a.folded += uint64(e.FoldN)
 }
 
 // Reset forgets everything (for per-interval views).
@@ -86,6 +103,7 @@ func (a *Aggregator) Reset() {
 	defer a.mu.Unlock()
 	a.runq.Reset()
 	a.offcpuNs = [NumStates]uint64{}
+	a.folded = 0
 	clear(a.threads)
 }
 
@@ -109,6 +127,7 @@ func (a *Aggregator) Summary(maxThreads int) Summary {
 			Sum:   a.runq.Sum() / 1e9,
 		},
 		OffCPU: offcpuOf(a.offcpuNs),
+		Folded: a.folded,
 	}
 	for tid, t := range a.threads {
 		s.Threads = append(s.Threads, Thread{

@@ -64,6 +64,25 @@ func (h *LogLinear) Add(v uint64) {
 	h.sum += float64(v)
 }
 
+// AddN records n values of v (n values summarised by their mean).
+func (h *LogLinear) AddN(v, n uint64) {
+	if n == 0 {
+		return
+	}
+	if h.counts == nil {
+		h.counts = make([]uint64, numBuckets)
+	}
+	h.counts[bucketOf(v)] += n
+	if h.count == 0 || v < h.min {
+		h.min = v
+	}
+	if v > h.max {
+		h.max = v
+	}
+	h.count += n
+	h.sum += float64(v) * float64(n)
+}
+
 // Merge adds every value of o to h.
 func (h *LogLinear) Merge(o *LogLinear) {
 	if o.count == 0 {
