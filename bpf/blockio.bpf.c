@@ -15,10 +15,12 @@
  *
  * Aggregates: log2 histograms in a per-CPU hash keyed by (device, target
  * slot, op); slot 0 is host-wide. Requests of targets flagged TARGET_STREAM
- * are also sent one by one through the ring buffer; reservations that fail
- * are counted per CPU in `lost`.
+ * are also sent one by one through the event pipeline (pipeline.h), which
+ * counts what it could not take; requests the aggregate table had no room
+ * for are counted as overflow.
  */
-#include "bpfbench.h"
+#define PIPELINE_TARGETS
+#include "pipeline.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -93,33 +95,12 @@ struct {
 	__type(value, struct rq_info);
 } inflight SEC(".maps");
 
-/* tgid -> target, set from userspace at run time. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct target);
-} targets SEC(".maps");
-
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
 	__uint(max_entries, 4096);
 	__type(key, struct dev_key);
 	__type(value, struct io_stats);
 } stats SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-} events SEC(".maps");
-
-/* Events the ring buffer could not take, per CPU. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} lost SEC(".maps");
 
 /* A zero value to create stats entries from. */
 struct {
@@ -133,21 +114,9 @@ struct {
  * (the daemon) or only those of targets (a session). */
 volatile const bool host_wide = true;
 
-/* Set by userspace before load: the reader polls the ring on a ticker and
- * is only woken when more than this many bytes wait (a wakeup per event
- * costs more than the event at high rates). */
-volatile const __u64 wakeup_bytes = 1 << 20;
-
-static __always_inline __u64 wakeup_flags(void)
-{
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > wakeup_bytes)
-		return BPF_RB_FORCE_WAKEUP;
-	return BPF_RB_NO_WAKEUP;
-}
-
 static __always_inline bool wanted(__u32 tgid)
 {
-	return host_wide || bpf_map_lookup_elem(&targets, &tgid);
+	return host_wide || target_of(tgid);
 }
 
 static __always_inline void record(struct request *rq, __u64 insert_ts,
@@ -226,8 +195,10 @@ static __always_inline void stats_add(struct dev_key *k, __u64 bytes,
 			return;
 		bpf_map_update_elem(&stats, k, z, BPF_NOEXIST);
 		s = bpf_map_lookup_elem(&stats, k);
-		if (!s)
+		if (!s) {
+			pipe_count(PIPE_OVERFLOW, 1);
 			return;
+		}
 	}
 	__u32 i = hist_slot(lat);
 	if (i < HIST_SLOTS)
@@ -281,7 +252,7 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error,
 	if (host_wide)
 		stats_add(&k, bytes, queue + service, queue, queued, service);
 
-	struct target *tgt = bpf_map_lookup_elem(&targets, &tgid);
+	struct target *tgt = target_of(tgid);
 	if (!tgt || tgt->idx == 0 || tgt->idx >= MAX_TARGETS) {
 		bpf_map_delete_elem(&inflight, &key);
 		return 0;
@@ -290,13 +261,8 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error,
 	stats_add(&k, bytes, queue + service, queue, queued, service);
 
 	if (tgt->flags & TARGET_STREAM) {
-		struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-		if (!e) {
-			__u32 zero = 0;
-			__u64 *n = bpf_map_lookup_elem(&lost, &zero);
-			if (n)
-				(*n)++;
-		} else {
+		struct event *e = pipe_reserve(struct event);
+		if (e) {
 			e->ts = now;
 			e->queue_ns = queue;
 			e->service_ns = service;
@@ -311,7 +277,7 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error,
 			e->error = error;
 			e->pad = 0;
 			e->pad2 = 0;
-			bpf_ringbuf_submit(e, wakeup_flags());
+			pipe_submit(e, sizeof(*e));
 		}
 	}
 	bpf_map_delete_elem(&inflight, &key);

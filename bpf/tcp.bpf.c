@@ -30,10 +30,10 @@
  * Aggregates per target slot (per-CPU array; slot 0 is host-wide for
  * retransmits and srtt): retransmits, zero-window time and episodes, and a
  * log2 srtt histogram sampled per received segment. Discrete events of
- * streamed targets go through the ring buffer; failed reservations are
- * counted per CPU in `lost`.
+ * streamed targets go through the event pipeline (pipeline.h), which counts
+ * what it could not take.
  */
-#include "bpfbench.h"
+#include "pipeline.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -156,40 +156,15 @@ struct {
 	__type(value, struct tstats);
 } stats SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-} events SEC(".maps");
-
-/* Events the ring buffer could not take, per CPU. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-} lost SEC(".maps");
-
 /* Set by userspace before load: aggregate retransmits and srtt of every
  * socket under slot 0 (the daemon) or only followed sockets (a session). */
 volatile const bool host_wide = true;
-
-/* Set by userspace before load: the reader polls the ring on a ticker and
- * is only woken when more than this many bytes wait. */
-volatile const __u64 wakeup_bytes = 1 << 20;
 
 static __always_inline struct tstats *tstats_of(__u32 idx)
 {
 	if (idx >= MAX_TARGETS)
 		return 0;
 	return bpf_map_lookup_elem(&stats, &idx);
-}
-
-static __always_inline void count_lost(void)
-{
-	__u32 zero = 0;
-	__u64 *n = bpf_map_lookup_elem(&lost, &zero);
-	if (n)
-		(*n)++;
 }
 
 static __always_inline void emit_ca(struct sock *sk, struct sock_info *si,
@@ -199,11 +174,9 @@ static __always_inline void emit_ca(struct sock *sk, struct sock_info *si,
 {
 	if (!(si->flags & TARGET_STREAM))
 		return;
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count_lost();
+	struct event *e = pipe_reserve(struct event);
+	if (!e)
 		return;
-	}
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ts = now;
 	e->cookie = cookie;
@@ -243,10 +216,7 @@ static __always_inline void emit_ca(struct sock *sk, struct sock_info *si,
 	e->recoveries = si->recoveries;
 	e->losses = si->losses;
 	e->loss_total_ns = si->loss_total_ns;
-	__u64 flags = BPF_RB_NO_WAKEUP;
-	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) > wakeup_bytes)
-		flags = BPF_RB_FORCE_WAKEUP;
-	bpf_ringbuf_submit(e, flags);
+	pipe_submit(e, sizeof(*e));
 }
 
 static __always_inline void emit(struct sock *sk, struct sock_info *si,

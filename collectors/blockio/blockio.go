@@ -14,19 +14,16 @@ package blockio
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/hist"
@@ -87,10 +84,10 @@ type Config struct {
 	HostWide bool
 	// RingBufferBytes sizes the event ring buffer (a power of two, default 4 MiB).
 	RingBufferBytes uint32
-	// PollInterval is how often the ring buffer is read (default 50 ms);
+	// DrainPeriod is how often the ring buffer is read (default 100 ms);
 	// the kernel wakes the reader earlier only when a quarter of the ring
 	// is full.
-	PollInterval time.Duration
+	DrainPeriod time.Duration
 	// OnEvent receives each request of a streamed target from the reader
 	// goroutine. It must be quick; the pointer is valid during the call only.
 	OnEvent func(*Event)
@@ -103,30 +100,15 @@ type Config struct {
 
 // Collector loads and runs the block IO programs.
 type Collector struct {
-	cfg       Config
-	log       *slog.Logger
-	set       *bpfutil.TracingSet
-	targets   *ebpf.Map
-	stats     *ebpf.Map
-	lost      *ebpf.Map
-	rd        *ringbuf.Reader
-	decodeErr atomic.Uint64
-	closeOnce sync.Once
-	closeErr  error
+	*bpfutil.Base
+	cfg   Config
+	set   *bpfutil.TracingSet
+	stats *ebpf.Map
 }
 
 // New returns a collector; Start loads it.
 func New(cfg Config) *Collector {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.RingBufferBytes == 0 {
-		cfg.RingBufferBytes = 4 << 20
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 50 * time.Millisecond
-	}
-	return &Collector{cfg: cfg, log: cfg.Logger.With("component", "blockio")}
+	return &Collector{cfg: cfg, Base: bpfutil.NewBase("blockio", cfg.Logger)}
 }
 
 // Start loads the programs whose tracepoints the kernel has and attaches
@@ -140,35 +122,33 @@ func (c *Collector) Start(context.Context) (err error) {
 	if err := spec.Variables["host_wide"].Set(c.cfg.HostWide); err != nil {
 		return fmt.Errorf("configuring blockio: %w", err)
 	}
-	if err := spec.Variables["wakeup_bytes"].Set(uint64(c.cfg.RingBufferBytes / 4)); err != nil {
+	if err := bpfutil.ConfigurePipeline(spec, c.cfg.RingBufferBytes); err != nil {
 		return fmt.Errorf("configuring blockio: %w", err)
 	}
-	spec.Maps[blockioMapEvents].MaxEntries = c.cfg.RingBufferBytes
 	c.set, err = bpfutil.LoadTracing("the blockio programs", spec, c.cfg.rename)
 	if err != nil {
 		return err
 	}
+	c.OnClose(c.set.Close)
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
 	for _, tp := range c.set.Missing() {
-		c.log.Warn("tracepoint missing in this kernel; carrying on without it", "tracepoint", tp)
+		c.Log().Warn("tracepoint missing in this kernel; carrying on without it", "tracepoint", tp)
 	}
 	if len(c.set.Attached()) == 0 {
 		return fmt.Errorf("attaching blockio: none of the tracepoints %v exists in this kernel", Tracepoints)
 	}
-	m := c.set.Coll.Maps
-	c.targets, c.stats, c.lost = m[blockioMapTargets], m[blockioMapStats], m[blockioMapLost]
+	c.stats = c.set.Coll.Maps[blockioMapStats]
+	if err := c.Init(c.set.Coll, c.set.Programs()); err != nil {
+		return err
+	}
 	if err := c.set.Attach(); err != nil {
 		return err
 	}
-	c.rd, err = ringbuf.NewReader(m[blockioMapEvents])
-	if err != nil {
-		return fmt.Errorf("opening the blockio ring buffer: %w", err)
-	}
-	c.log.Debug("attached", "programs", c.ProgramIDs(), "tracepoints", c.set.Attached(), "host_wide", c.cfg.HostWide)
+	c.Log().Debug("attached", "programs", c.ProgramIDs(), "tracepoints", c.set.Attached(), "host_wide", c.cfg.HostWide)
 	return nil
 }
 
@@ -184,55 +164,21 @@ func (c *Collector) Missing() []string {
 // Run drains the ring buffer into OnEvent until ctx is done (after
 // delivering what the kernel wrote until then) or Close.
 func (c *Collector) Run(ctx context.Context) error {
-	if c.rd == nil {
-		return errors.New("blockio collector not started")
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.rd.Flush() })
-	defer stop()
 	fn := c.cfg.OnEvent
 	if fn == nil {
 		fn = func(*Event) {}
 	}
-	return bpfutil.PollRing(c.rd, c.cfg.PollInterval, &c.decodeErr, fn)
-}
-
-// Close detaches links before closing programs and maps. It is idempotent.
-func (c *Collector) Close() error {
-	c.closeOnce.Do(func() {
-		var errs []error
-		if c.rd != nil {
-			errs = append(errs, c.rd.Close())
-		}
-		if c.set != nil {
-			errs = append(errs, c.set.Close())
-		}
-		c.closeErr = errors.Join(errs...)
-	})
-	return c.closeErr
+	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, fn)
 }
 
 // SetTarget aggregates the requests of tgid under slot idx (1..MaxTargets-1)
 // and, with stream, sends them through the ring buffer.
 func (c *Collector) SetTarget(tgid uint32, idx uint32, stream bool) error {
-	if idx == 0 || idx >= MaxTargets {
-		return fmt.Errorf("target slot %d out of range 1..%d", idx, MaxTargets-1)
-	}
-	v := blockioTarget{Idx: idx}
+	t := bpfutil.Target{Idx: idx}
 	if stream {
-		v.Flags = 1
+		t.Flags = bpfutil.TargetStream
 	}
-	if err := c.targets.Put(tgid, v); err != nil {
-		return fmt.Errorf("adding target pid %d: %w", tgid, err)
-	}
-	return nil
-}
-
-// DeleteTarget stops following tgid. Deleting an unknown tgid is not an error.
-func (c *Collector) DeleteTarget(tgid uint32) error {
-	if err := c.targets.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("removing target pid %d: %w", tgid, err)
-	}
-	return nil
+	return c.Base.SetTarget(tgid, t, MaxTargets)
 }
 
 // Stats is the in-kernel aggregate of one (device, target slot, op).
@@ -285,20 +231,6 @@ func (c *Collector) Stats() ([]Stats, error) {
 	})
 	return out, nil
 }
-
-// Lost is the number of events the ring buffer could not take.
-func (c *Collector) Lost() (uint64, error) {
-	if c.lost == nil {
-		return 0, nil
-	}
-	return bpfutil.SumPerCPU(c.lost, 0)
-}
-
-// DecodeErrors is the number of ring buffer records too short to decode.
-func (c *Collector) DecodeErrors() uint64 { return c.decodeErr.Load() }
-
-// ProgramIDs are the kernel IDs of the loaded programs (for logs and leak checks).
-func (c *Collector) ProgramIDs() []ebpf.ProgramID { return c.set.ProgramIDs() }
 
 // LinkIDs are the kernel IDs of the attached links.
 func (c *Collector) LinkIDs() []link.ID { return c.set.LinkIDs() }

@@ -50,6 +50,11 @@ type blockioIoStats struct {
 	Queued    uint64
 }
 
+type blockioPipeStats struct {
+	_ structs.HostLayout
+	N [8]uint64
+}
+
 type blockioRqInfo struct {
 	_        structs.HostLayout
 	InsertTs uint64
@@ -70,7 +75,7 @@ type blockioTarget struct {
 const (
 	blockioMapEvents           = "events"
 	blockioMapInflight         = "inflight"
-	blockioMapLost             = "lost"
+	blockioMapPipeStats        = "pipe_stats"
 	blockioMapStats            = "stats"
 	blockioMapTargets          = "targets"
 	blockioMapZeroStats        = "zero_stats"
@@ -79,6 +84,8 @@ const (
 	blockioProgBlockRqIssue    = "block_rq_issue"
 	blockioProgBlockRqMerge    = "block_rq_merge"
 	blockioVarHostWide         = "host_wide"
+	blockioVarNrTargets        = "nr_targets"
+	blockioVarSelfTgid         = "self_tgid"
 	blockioVarUnusedEvent      = "unused_event"
 	blockioVarWakeupBytes      = "wakeup_bytes"
 )
@@ -137,7 +144,7 @@ type blockioProgramSpecs struct {
 type blockioMapSpecs struct {
 	Events    *ebpf.MapSpec `ebpf:"events"`
 	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
-	Lost      *ebpf.MapSpec `ebpf:"lost"`
+	PipeStats *ebpf.MapSpec `ebpf:"pipe_stats"`
 	Stats     *ebpf.MapSpec `ebpf:"stats"`
 	Targets   *ebpf.MapSpec `ebpf:"targets"`
 	ZeroStats *ebpf.MapSpec `ebpf:"zero_stats"`
@@ -148,6 +155,8 @@ type blockioMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type blockioVariableSpecs struct {
 	HostWide    *ebpf.VariableSpec `ebpf:"host_wide"`
+	NrTargets   *ebpf.VariableSpec `ebpf:"nr_targets"`
+	SelfTgid    *ebpf.VariableSpec `ebpf:"self_tgid"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
@@ -174,7 +183,7 @@ func (o *blockioObjects) Close() error {
 type blockioMaps struct {
 	Events    *ebpf.Map `ebpf:"events"`
 	Inflight  *ebpf.Map `ebpf:"inflight"`
-	Lost      *ebpf.Map `ebpf:"lost"`
+	PipeStats *ebpf.Map `ebpf:"pipe_stats"`
 	Stats     *ebpf.Map `ebpf:"stats"`
 	Targets   *ebpf.Map `ebpf:"targets"`
 	ZeroStats *ebpf.Map `ebpf:"zero_stats"`
@@ -184,7 +193,7 @@ func (m *blockioMaps) Close() error {
 	return _BlockioClose(
 		m.Events,
 		m.Inflight,
-		m.Lost,
+		m.PipeStats,
 		m.Stats,
 		m.Targets,
 		m.ZeroStats,
@@ -196,6 +205,8 @@ func (m *blockioMaps) Close() error {
 // It can be passed to loadBlockioObjects or ebpf.CollectionSpec.LoadAndAssign.
 type blockioVariables struct {
 	HostWide    *ebpf.Variable `ebpf:"host_wide"`
+	NrTargets   *ebpf.Variable `ebpf:"nr_targets"`
+	SelfTgid    *ebpf.Variable `ebpf:"self_tgid"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }

@@ -38,7 +38,7 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	return &Host{
 		Collector: c,
 		names:     names,
-		log:       c.log,
+		log:       c.Log(),
 		latency: prometheus.NewDesc("bpfbench_blockio_latency_seconds",
 			"Block request latency (queue + service time: insert or issue to completion) per device and op.", dev, nil),
 		queue: prometheus.NewDesc("bpfbench_blockio_queue_seconds",

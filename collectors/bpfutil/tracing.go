@@ -156,6 +156,23 @@ func (ts *TracingSet) ProgramIDs() []ebpf.ProgramID {
 	return ids
 }
 
+// Programs are the loaded programs, in name order.
+func (ts *TracingSet) Programs() []*ebpf.Program {
+	if ts == nil || ts.Coll == nil {
+		return nil
+	}
+	names := make([]string, 0, len(ts.Coll.Programs))
+	for n := range ts.Coll.Programs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	out := make([]*ebpf.Program, 0, len(names))
+	for _, n := range names {
+		out = append(out, ts.Coll.Programs[n])
+	}
+	return out
+}
+
 // LinkIDs are the kernel IDs of the attached links.
 func (ts *TracingSet) LinkIDs() []link.ID {
 	var ids []link.ID

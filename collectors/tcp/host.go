@@ -38,7 +38,7 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	return &Host{
 		Collector: c,
 		names:     names,
-		log:       c.log,
+		log:       c.Log(),
 		retrans: prometheus.NewDesc("bpfbench_tcp_retransmits_total",
 			"TCP segments retransmitted by a target's connections (target=\"host\": every socket of the host).", l, nil),
 		zwSeconds: prometheus.NewDesc("bpfbench_tcp_zero_window_seconds_total",

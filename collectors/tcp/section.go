@@ -100,7 +100,7 @@ func (s *Section) Start(ctx context.Context) error {
 		return err
 	}
 	if err := s.SetTarget(uint32(s.pid), 1, true); err != nil {
-		s.log.Warn("looking for the target's sockets", "pid", s.pid, "err", err)
+		s.Log().Warn("looking for the target's sockets", "pid", s.pid, "err", err)
 	}
 	return nil
 }
@@ -115,7 +115,7 @@ func (s *Section) Lost() uint64 {
 // tcp_info figures of open connections are current.
 func (s *Section) Summary() any {
 	if err := s.Refresh(); err != nil {
-		s.log.Debug("refreshing before the summary", "err", err)
+		s.Log().Debug("refreshing before the summary", "err", err)
 	}
 	return s.summary()
 }

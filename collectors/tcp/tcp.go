@@ -24,13 +24,11 @@ import (
 	"log/slog"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/hist"
@@ -144,8 +142,8 @@ type Config struct {
 	RefreshInterval time.Duration
 	// RingBufferBytes sizes the event ring buffer (a power of two, default 4 MiB).
 	RingBufferBytes uint32
-	// PollInterval is how often the ring buffer is read (default 50 ms).
-	PollInterval time.Duration
+	// DrainPeriod is how often the ring buffer is read (default 100 ms).
+	DrainPeriod time.Duration
 	// OnEvent receives each event of a streamed target from the reader
 	// goroutine. It must be quick; the pointer is valid during the call only.
 	OnEvent func(*Event)
@@ -167,17 +165,12 @@ type targetInfo struct {
 // Collector loads and runs the TCP programs and follows the sockets of
 // its targets.
 type Collector struct {
-	cfg       Config
-	log       *slog.Logger
-	set       *bpfutil.TracingSet
-	socks     *ebpf.Map
-	listen    *ebpf.Map
-	stats     *ebpf.Map
-	lost      *ebpf.Map
-	rd        *ringbuf.Reader
-	decodeErr atomic.Uint64
-	closeOnce sync.Once
-	closeErr  error
+	*bpfutil.Base
+	cfg    Config
+	set    *bpfutil.TracingSet
+	socks  *ebpf.Map
+	listen *ebpf.Map
+	stats  *ebpf.Map
 
 	mu      sync.Mutex
 	targets map[uint32]targetInfo
@@ -187,20 +180,11 @@ type Collector struct {
 
 // New returns a collector; Start loads it.
 func New(cfg Config) *Collector {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.RingBufferBytes == 0 {
-		cfg.RingBufferBytes = 4 << 20
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 50 * time.Millisecond
-	}
 	if cfg.RefreshInterval <= 0 {
 		cfg.RefreshInterval = time.Second
 	}
 	return &Collector{
-		cfg: cfg, log: cfg.Logger.With("component", "tcp"),
+		cfg: cfg, Base: bpfutil.NewBase("tcp", cfg.Logger),
 		targets: map[uint32]targetInfo{}, conns: map[uint64]*Conn{}, listens: map[tcpListenKey]struct{}{},
 	}
 }
@@ -216,10 +200,9 @@ func (c *Collector) Start(context.Context) (err error) {
 	if err := spec.Variables["host_wide"].Set(c.cfg.HostWide); err != nil {
 		return fmt.Errorf("configuring tcp: %w", err)
 	}
-	if err := spec.Variables["wakeup_bytes"].Set(uint64(c.cfg.RingBufferBytes / 4)); err != nil {
+	if err := bpfutil.ConfigurePipeline(spec, c.cfg.RingBufferBytes); err != nil {
 		return fmt.Errorf("configuring tcp: %w", err)
 	}
-	spec.Maps[tcpMapEvents].MaxEntries = c.cfg.RingBufferBytes
 	rename := c.cfg.rename
 	if _, ok := rename["kfree_skb"]; !ok && !kfreeSkbHasRxSk() {
 		rename = map[string]string{"kfree_skb": kfreeSkbNoRxSk}
@@ -231,27 +214,27 @@ func (c *Collector) Start(context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	c.OnClose(c.set.Close)
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
 	for _, tp := range c.set.Missing() {
-		c.log.Warn("tracepoint missing in this kernel; carrying on without it", "tracepoint", tp)
+		c.Log().Warn("tracepoint missing in this kernel; carrying on without it", "tracepoint", tp)
 	}
 	if len(c.set.Attached()) == 0 {
 		return fmt.Errorf("attaching tcp: none of the tracepoints %v exists in this kernel", Tracepoints)
 	}
 	m := c.set.Coll.Maps
-	c.socks, c.listen, c.stats, c.lost = m[tcpMapSocks], m[tcpMapListenPorts], m[tcpMapStats], m[tcpMapLost]
+	c.socks, c.listen, c.stats = m[tcpMapSocks], m[tcpMapListenPorts], m[tcpMapStats]
+	if err := c.Init(c.set.Coll, c.set.Programs()); err != nil {
+		return err
+	}
 	if err := c.set.Attach(); err != nil {
 		return err
 	}
-	c.rd, err = ringbuf.NewReader(m[tcpMapEvents])
-	if err != nil {
-		return fmt.Errorf("opening the tcp ring buffer: %w", err)
-	}
-	c.log.Debug("attached", "programs", c.ProgramIDs(), "tracepoints", c.set.Attached(), "host_wide", c.cfg.HostWide)
+	c.Log().Debug("attached", "programs", c.ProgramIDs(), "tracepoints", c.set.Attached(), "host_wide", c.cfg.HostWide)
 	return nil
 }
 
@@ -268,11 +251,9 @@ func (c *Collector) Missing() []string {
 // ring buffer into OnEvent and OnEpisode until ctx is done (after
 // delivering what the kernel wrote until then) or Close.
 func (c *Collector) Run(ctx context.Context) error {
-	if c.rd == nil {
+	if !c.Started() {
 		return errors.New("tcp collector not started")
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.rd.Flush() })
-	defer stop()
 	refreshDone := make(chan struct{})
 	rctx, cancel := context.WithCancel(ctx)
 	defer func() { cancel(); <-refreshDone }()
@@ -286,12 +267,12 @@ func (c *Collector) Run(ctx context.Context) error {
 				return
 			case <-tk.C:
 				if err := c.Refresh(); err != nil {
-					c.log.Warn("refreshing target sockets", "err", err)
+					c.Log().Warn("refreshing target sockets", "err", err)
 				}
 			}
 		}
 	}()
-	return bpfutil.PollRing(c.rd, c.cfg.PollInterval, &c.decodeErr, c.handle)
+	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, c.handle)
 }
 
 func (c *Collector) handle(e *Event) {
@@ -315,21 +296,6 @@ func (c *Collector) handle(e *Event) {
 			c.cfg.OnEpisode(ep)
 		}
 	}
-}
-
-// Close detaches links before closing programs and maps. It is idempotent.
-func (c *Collector) Close() error {
-	c.closeOnce.Do(func() {
-		var errs []error
-		if c.rd != nil {
-			errs = append(errs, c.rd.Close())
-		}
-		if c.set != nil {
-			errs = append(errs, c.set.Close())
-		}
-		c.closeErr = errors.Join(errs...)
-	})
-	return c.closeErr
 }
 
 // SetTarget follows the TCP sockets of tgid under slot idx
@@ -484,20 +450,6 @@ func (c *Collector) Stats(idx uint32) (Stats, error) {
 	}
 	return s, nil
 }
-
-// Lost is the number of events the ring buffer could not take.
-func (c *Collector) Lost() (uint64, error) {
-	if c.lost == nil {
-		return 0, nil
-	}
-	return bpfutil.SumPerCPU(c.lost, 0)
-}
-
-// DecodeErrors is the number of ring buffer records too short to decode.
-func (c *Collector) DecodeErrors() uint64 { return c.decodeErr.Load() }
-
-// ProgramIDs are the kernel IDs of the loaded programs (for logs and leak checks).
-func (c *Collector) ProgramIDs() []ebpf.ProgramID { return c.set.ProgramIDs() }
 
 // LinkIDs are the kernel IDs of the attached links.
 func (c *Collector) LinkIDs() []link.ID { return c.set.LinkIDs() }

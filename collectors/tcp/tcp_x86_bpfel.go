@@ -55,6 +55,11 @@ type tcpListenKey struct {
 	Pad   uint16
 }
 
+type tcpPipeStats struct {
+	_ structs.HostLayout
+	N [8]uint64
+}
+
 type tcpSockInfo struct {
 	_           structs.HostLayout
 	ZwStart     uint64
@@ -105,7 +110,7 @@ type tcpTstats struct {
 const (
 	tcpMapEvents             = "events"
 	tcpMapListenPorts        = "listen_ports"
-	tcpMapLost               = "lost"
+	tcpMapPipeStats          = "pipe_stats"
 	tcpMapSocks              = "socks"
 	tcpMapStats              = "stats"
 	tcpProgInetSockSetState  = "inet_sock_set_state"
@@ -116,6 +121,7 @@ const (
 	tcpProgTcpRcvSpaceAdjust = "tcp_rcv_space_adjust"
 	tcpProgTcpRetransmitSkb  = "tcp_retransmit_skb"
 	tcpVarHostWide           = "host_wide"
+	tcpVarSelfTgid           = "self_tgid"
 	tcpVarUnusedEvent        = "unused_event"
 	tcpVarWakeupBytes        = "wakeup_bytes"
 )
@@ -177,7 +183,7 @@ type tcpProgramSpecs struct {
 type tcpMapSpecs struct {
 	Events      *ebpf.MapSpec `ebpf:"events"`
 	ListenPorts *ebpf.MapSpec `ebpf:"listen_ports"`
-	Lost        *ebpf.MapSpec `ebpf:"lost"`
+	PipeStats   *ebpf.MapSpec `ebpf:"pipe_stats"`
 	Socks       *ebpf.MapSpec `ebpf:"socks"`
 	Stats       *ebpf.MapSpec `ebpf:"stats"`
 }
@@ -187,6 +193,7 @@ type tcpMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcpVariableSpecs struct {
 	HostWide    *ebpf.VariableSpec `ebpf:"host_wide"`
+	SelfTgid    *ebpf.VariableSpec `ebpf:"self_tgid"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
@@ -213,7 +220,7 @@ func (o *tcpObjects) Close() error {
 type tcpMaps struct {
 	Events      *ebpf.Map `ebpf:"events"`
 	ListenPorts *ebpf.Map `ebpf:"listen_ports"`
-	Lost        *ebpf.Map `ebpf:"lost"`
+	PipeStats   *ebpf.Map `ebpf:"pipe_stats"`
 	Socks       *ebpf.Map `ebpf:"socks"`
 	Stats       *ebpf.Map `ebpf:"stats"`
 }
@@ -222,7 +229,7 @@ func (m *tcpMaps) Close() error {
 	return _TcpClose(
 		m.Events,
 		m.ListenPorts,
-		m.Lost,
+		m.PipeStats,
 		m.Socks,
 		m.Stats,
 	)
@@ -233,6 +240,7 @@ func (m *tcpMaps) Close() error {
 // It can be passed to loadTcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcpVariables struct {
 	HostWide    *ebpf.Variable `ebpf:"host_wide"`
+	SelfTgid    *ebpf.Variable `ebpf:"self_tgid"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
