@@ -1,7 +1,9 @@
 package correlate
 
 import (
+	"iter"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -104,6 +106,13 @@ func percentileOf(sorted []int64, p float64) float64 {
 // Summarize aggregates blames per request, for all TTFTs, and per ITL
 // percentile band (percentiles ascending, e.g. 50, 90, 99).
 func Summarize(blames []Blame, base Baseline, percentiles []float64) Summary {
+	return SummarizeSeq(slices.Values(blames), base, percentiles)
+}
+
+// SummarizeSeq is Summarize over blames that can be read twice (a Log's
+// Blames): it holds one duration per gap and one aggregate per request,
+// not the blames.
+func SummarizeSeq(blames iter.Seq[Blame], base Baseline, percentiles []float64) Summary {
 	s := Summary{
 		BaselineITLMs: float64(base.ITLNs) / 1e6, BaselineTTFTMs: float64(base.TTFTNs) / 1e6,
 		BaselineRates: Breakdown{}, ITL: map[string]Breakdown{}, ITLBands: map[string]Band{},
@@ -118,7 +127,7 @@ func Summarize(blames []Blame, base Baseline, percentiles []float64) Summary {
 	reqs := map[int]*reqAgg{}
 	var ttftAtt, itlAtt, allAtt [NumCauses + 1]int64
 	var itls []int64
-	for _, b := range blames {
+	for b := range blames {
 		r := reqs[b.Request]
 		if r == nil {
 			r = &reqAgg{}
@@ -148,7 +157,7 @@ func Summarize(blames []Blame, base Baseline, percentiles []float64) Summary {
 	}
 	bandAtt := make([][NumCauses + 1]int64, len(ps))
 	bandN := make([]int, len(ps))
-	for _, b := range blames {
+	for b := range blames {
 		if b.Index == 0 {
 			continue
 		}
@@ -204,41 +213,18 @@ func Summarize(blames []Blame, base Baseline, percentiles []float64) Summary {
 
 // EstimateBaseline derives a baseline from a window of intervals and the
 // activity during them: the median TTFT, the median gap, and each cause's
-// median active fraction over the gaps. Medians keep a perturbation that
-// touches fewer than half of the intervals out of the baseline.
+// median active fraction over the gaps (see BaselineOf).
 func EstimateBaseline(ivs []Interval, acts []Activity) Baseline {
 	e := NewEngine(Baseline{})
 	for _, a := range acts {
 		e.AddActivity(a)
 	}
-	var ttfts, gaps []int64
-	var rates [NumCauses][]float64
-	for _, iv := range ivs {
-		if iv.Index == 0 {
-			ttfts = append(ttfts, iv.Duration())
-			continue
-		}
-		if iv.Duration() <= 0 {
-			continue
-		}
-		gaps = append(gaps, iv.Duration())
-		for c := Cause(0); c < NumCauses; c++ {
-			rates[c] = append(rates[c], float64(e.union(c, iv.Start, iv.End, iv.Port))/float64(iv.Duration()))
+	ms := make([]Measurement, len(ivs))
+	for i, iv := range ivs {
+		ms[i] = Measurement{Interval: iv}
+		if iv.Index != 0 && iv.Duration() > 0 {
+			ms[i] = e.measure(iv)
 		}
 	}
-	sort.Slice(ttfts, func(i, j int) bool { return ttfts[i] < ttfts[j] })
-	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
-	b := Baseline{TTFTNs: int64(percentileOf(ttfts, 50)), ITLNs: int64(percentileOf(gaps, 50))}
-	for c := range rates {
-		sort.Float64s(rates[c])
-		if n := len(rates[c]); n > 0 {
-			r := rates[c]
-			if n%2 == 1 {
-				b.Rate[c] = r[n/2]
-			} else {
-				b.Rate[c] = (r[n/2-1] + r[n/2]) / 2
-			}
-		}
-	}
-	return b
+	return BaselineOf(slices.Values(ms))
 }

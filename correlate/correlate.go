@@ -114,6 +114,16 @@ type Baseline struct {
 	Rate [NumCauses]float64
 }
 
+// Measurement is what the attribution of one interval needs from the
+// activity: the interval and each cause's union active time inside it. A
+// baseline turns it into a Blame (Attribute), so a run can measure its
+// intervals while it goes, forget the activity, and attribute at the end
+// once the baseline (the run's medians) is known.
+type Measurement struct {
+	Interval
+	Active [NumCauses]int64
+}
+
 // Engine attributes intervals as activity arrives, keeping only what
 // pending intervals can still overlap: memory is bounded by the activity
 // within the longest pending interval, and each interval costs
@@ -124,10 +134,25 @@ type Engine struct {
 	maxDur  [NumCauses]int64
 	pending []Interval
 	dropped uint64
+	// floor is a lower bound of the Start of intervals not added yet
+	// (SetFloor); activity ending before it, and before every pending
+	// interval, is forgotten.
+	floor int64
+	// measured is the latest End of a measured interval: activity starting
+	// before it arrived too late for intervals already measured.
+	measured int64
+	late     uint64
 }
 
 // NewEngine returns an engine for base.
-func NewEngine(base Baseline) *Engine { return &Engine{base: base} }
+func NewEngine(base Baseline) *Engine {
+	return &Engine{base: base, floor: maxNs, measured: minNs}
+}
+
+const (
+	maxNs = int64(^uint64(0) >> 1)
+	minNs = -maxNs - 1
+)
 
 // AddActivity adds a span; spans may arrive out of order.
 func (e *Engine) AddActivity(a Activity) {
@@ -137,6 +162,9 @@ func (e *Engine) AddActivity(a Activity) {
 	}
 	if e.base.Target != 0 && a.Tgid != 0 && a.Tgid != e.base.Target {
 		return
+	}
+	if a.Start < e.measured {
+		e.late++
 	}
 	s := e.acts[a.Cause]
 	i := len(s)
@@ -155,35 +183,56 @@ func (e *Engine) AddActivity(a Activity) {
 // Dropped counts activity spans rejected as malformed.
 func (e *Engine) Dropped() uint64 { return e.dropped }
 
+// Late counts activity spans that started before the end of an interval
+// already measured: they arrived after the watermark passed them, and the
+// intervals measured before they came do not count them.
+func (e *Engine) Late() uint64 { return e.late }
+
 // AddInterval queues an interval until the watermark passes its end.
 func (e *Engine) AddInterval(iv Interval) { e.pending = append(e.pending, iv) }
+
+// SetFloor promises that every interval added from now on starts at or
+// after ns, so that activity ending before it (and before every pending
+// interval and the watermark) can be forgotten. Without a floor the
+// engine assumes every interval has been added before Advance or Measure.
+func (e *Engine) SetFloor(ns int64) { e.floor = ns }
 
 // Advance attributes every pending interval that ends at or before
 // watermark (all activity up to it has been added) and forgets activity
 // no pending interval can overlap.
 func (e *Engine) Advance(watermark int64) []Blame {
 	var out []Blame
+	e.Measure(watermark, func(m Measurement) { out = append(out, Attribute(m, e.base)) })
+	return out
+}
+
+// Measure measures every pending interval that ends at or before
+// watermark (all activity up to it has been added), hands each to fn, and
+// forgets activity that neither a pending interval nor a later one (see
+// SetFloor) can overlap.
+func (e *Engine) Measure(watermark int64, fn func(Measurement)) {
 	keep := e.pending[:0]
 	for _, iv := range e.pending {
 		if iv.End <= watermark {
-			out = append(out, e.attribute(iv))
+			fn(e.measure(iv))
+			e.measured = max(e.measured, iv.End)
 		} else {
 			keep = append(keep, iv)
 		}
 	}
+	clear(e.pending[len(keep):])
 	e.pending = keep
-	horizon := watermark
+	horizon := min(watermark, e.floor)
 	for _, iv := range e.pending {
 		if iv.Start < horizon {
 			horizon = iv.Start
 		}
 	}
 	e.prune(horizon)
-	return out
 }
 
 // Flush attributes every pending interval.
-func (e *Engine) Flush() []Blame { return e.Advance(int64(^uint64(0) >> 1)) }
+func (e *Engine) Flush() []Blame { return e.Advance(maxNs) }
 
 // prune drops spans that end before horizon.
 func (e *Engine) prune(horizon int64) {
@@ -197,7 +246,15 @@ func (e *Engine) prune(horizon int64) {
 				kept = append(kept, a)
 			}
 		}
-		kept = append(kept, s[cut:]...)
+		if len(kept) == cut {
+			continue
+		}
+		n := copy(s[len(kept):], s[cut:])
+		kept = s[:len(kept)+n]
+		// Let the backing array shrink once it is mostly empty.
+		if cap(kept) > 1024 && len(kept) < cap(kept)/4 {
+			kept = append(make([]Activity, 0, 2*len(kept)), kept...)
+		}
 		e.acts[c] = kept
 	}
 }
@@ -246,20 +303,34 @@ func (e *Engine) union(c Cause, a, b int64, port uint16) int64 {
 	return total
 }
 
-func (e *Engine) attribute(iv Interval) Blame {
-	b := Blame{Interval: iv, BaselineNs: e.base.ITLNs}
+// measure is each cause's union active time inside iv.
+func (e *Engine) measure(iv Interval) Measurement {
+	m := Measurement{Interval: iv}
+	for c := Cause(0); c < NumCauses; c++ {
+		m.Active[c] = e.union(c, iv.Start, iv.End, iv.Port)
+	}
+	return m
+}
+
+func (e *Engine) attribute(iv Interval) Blame { return Attribute(e.measure(iv), e.base) }
+
+// Attribute splits a measured interval's excess over base among the
+// causes: each cause's activity above its normal level for an interval
+// this long, in proportion, capped at the excess; the rest is unexplained.
+func Attribute(m Measurement, base Baseline) Blame {
+	iv := m.Interval
+	b := Blame{Interval: iv, BaselineNs: base.ITLNs, Active: m.Active}
 	if iv.Index == 0 {
-		b.BaselineNs = e.base.TTFTNs
+		b.BaselineNs = base.TTFTNs
 	}
 	d := iv.Duration()
 	b.ExcessNs = max(0, d-b.BaselineNs)
 	var above [NumCauses]float64
 	var sum float64
 	for c := Cause(0); c < NumCauses; c++ {
-		b.Active[c] = e.union(c, iv.Start, iv.End, iv.Port)
 		// Activity above what an interval this long shows normally: a
 		// cause active at its usual rate all along explains nothing.
-		normal := e.base.Rate[c] * float64(d)
+		normal := base.Rate[c] * float64(d)
 		above[c] = max(0, float64(b.Active[c])-normal)
 		sum += above[c]
 	}

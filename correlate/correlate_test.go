@@ -287,6 +287,7 @@ func BenchmarkJoin(b *testing.B) {
 				var before, after runtime.MemStats
 				runtime.GC()
 				runtime.ReadMemStats(&before)
+				peak := newPeakHeap()
 				now := int64(0)
 				maxRetained, joined := 0, 0
 				start := time.Now()
@@ -298,6 +299,9 @@ func BenchmarkJoin(b *testing.B) {
 						joined += len(e.Advance(now - 3*ms))
 					}
 					maxRetained = max(maxRetained, e.Retained())
+					if i%(1<<16) == 0 {
+						peak.sample()
+					}
 					now += ms / 8
 				}
 				joined += len(e.Flush())
@@ -308,6 +312,7 @@ func BenchmarkJoin(b *testing.B) {
 				b.ReportMetric(float64(maxRetained), "max-spans-held")
 				b.ReportMetric(float64(unsafe.Sizeof(Activity{})), "bytes/span-held")
 				b.ReportMetric(float64(after.TotalAlloc-before.TotalAlloc)/float64(n), "alloc-bytes/event")
+				b.ReportMetric(peak.mb(), "peak-heap-MB")
 				if joined == 0 {
 					b.Fatal("nothing joined")
 				}
