@@ -4,10 +4,17 @@
 // the server's threads, block requests, CUDA calls, GPU counters and TCP
 // episodes. Timestamps are CLOCK_MONOTONIC ns relative to the run's origin,
 // written in microseconds as the format wants.
+//
+// A Trace either holds its events and writes them sorted (New, WriteTo),
+// or streams each event to a writer as it is added (NewStream, Close), so
+// that a long run's timeline costs disk, not memory. The format does not
+// ask for events in time order; readers sort them.
 package trace
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
 	"io"
 	"sort"
 )
@@ -35,26 +42,88 @@ const (
 	PidNetwork  = 6 // TCP episodes, one track per client port
 )
 
-// Trace accumulates events; it is not safe for concurrent use.
+// Trace accumulates events, or streams them (NewStream); it is not safe
+// for concurrent use.
 type Trace struct {
 	origin int64
 	events []Event
 	named  map[[2]int]bool
+	n      int
+	// Streaming: events go to out as they are added; err is the first
+	// write error, which Close returns.
+	out    *bufio.Writer
+	enc    *json.Encoder
+	err    error
+	closed bool
+}
+
+var processNames = map[int]string{
+	PidRequests: "Requests (client)", PidServer: "Server threads", PidBlock: "Block IO",
+	PidCUDA: "CUDA calls", PidGPU: "GPU (NVML)", PidNetwork: "TCP connections",
 }
 
 // New returns a trace whose time zero is origin (CLOCK_MONOTONIC ns).
 func New(origin int64) *Trace {
 	t := &Trace{origin: origin, named: map[[2]int]bool{}}
-	for pid, name := range map[int]string{
-		PidRequests: "Requests (client)", PidServer: "Server threads", PidBlock: "Block IO",
-		PidCUDA: "CUDA calls", PidGPU: "GPU (NVML)", PidNetwork: "TCP connections",
-	} {
-		t.events = append(t.events,
-			Event{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": name}},
-			Event{Name: "process_sort_index", Ph: "M", Pid: pid, Args: map[string]any{"sort_index": pid}})
-	}
+	t.header()
 	return t
 }
+
+// NewStream returns a trace that writes {"traceEvents":[...]} to w as
+// events are added, in the order they are added; Close ends the JSON.
+func NewStream(w io.Writer, origin int64) *Trace {
+	t := &Trace{origin: origin, named: map[[2]int]bool{}, out: bufio.NewWriterSize(w, 256<<10)}
+	t.enc = json.NewEncoder(t.out)
+	_, t.err = t.out.WriteString(`{"displayTimeUnit":"ms","traceEvents":[`)
+	t.header()
+	return t
+}
+
+func (t *Trace) header() {
+	for pid := PidRequests; pid <= PidNetwork; pid++ {
+		t.add(Event{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": processNames[pid]}})
+		t.add(Event{Name: "process_sort_index", Ph: "M", Pid: pid, Args: map[string]any{"sort_index": pid}})
+	}
+}
+
+func (t *Trace) add(e Event) {
+	t.n++
+	if t.out == nil {
+		t.events = append(t.events, e)
+		return
+	}
+	if t.err != nil || t.closed {
+		return
+	}
+	if t.n > 1 {
+		t.err = t.out.WriteByte(',')
+	}
+	if t.err == nil {
+		t.err = t.enc.Encode(&e)
+	}
+}
+
+// Close ends a streamed trace and flushes it; it returns the first write
+// error. Events added after Close are dropped.
+func (t *Trace) Close() error {
+	if t.out == nil {
+		return errors.New("trace: Close on a trace that is not streamed")
+	}
+	if t.closed {
+		return t.err
+	}
+	t.closed = true
+	if t.err == nil {
+		_, t.err = t.out.WriteString("]}\n")
+	}
+	if t.err == nil {
+		t.err = t.out.Flush()
+	}
+	return t.err
+}
+
+// Err is the first write error of a streamed trace.
+func (t *Trace) Err() error { return t.err }
 
 func (t *Trace) us(ns int64) float64 { return float64(ns-t.origin) / 1e3 }
 
@@ -65,7 +134,7 @@ func (t *Trace) NameTrack(pid, tid int, name string) {
 		return
 	}
 	t.named[k] = true
-	t.events = append(t.events, Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: tid, Args: map[string]any{"name": name}})
+	t.add(Event{Name: "thread_name", Ph: "M", Pid: pid, Tid: tid, Args: map[string]any{"name": name}})
 }
 
 // Slice adds a complete event [startNs, endNs) on track (pid, tid).
@@ -74,12 +143,12 @@ func (t *Trace) Slice(pid, tid int, name, cat string, startNs, endNs int64, args
 		endNs = startNs
 	}
 	d := float64(endNs-startNs) / 1e3
-	t.events = append(t.events, Event{Name: name, Cat: cat, Ph: "X", Ts: t.us(startNs), Dur: &d, Pid: pid, Tid: tid, Args: args})
+	t.add(Event{Name: name, Cat: cat, Ph: "X", Ts: t.us(startNs), Dur: &d, Pid: pid, Tid: tid, Args: args})
 }
 
 // Instant adds a point event on track (pid, tid).
 func (t *Trace) Instant(pid, tid int, name, cat string, ns int64, args map[string]any) {
-	t.events = append(t.events, Event{Name: name, Cat: cat, Ph: "i", S: "t", Ts: t.us(ns), Pid: pid, Tid: tid, Args: args})
+	t.add(Event{Name: name, Cat: cat, Ph: "i", S: "t", Ts: t.us(ns), Pid: pid, Tid: tid, Args: args})
 }
 
 // Counter adds counter values at ns on process pid (one track per name).
@@ -88,15 +157,18 @@ func (t *Trace) Counter(pid int, name string, ns int64, values map[string]float6
 	for k, v := range values {
 		args[k] = v
 	}
-	t.events = append(t.events, Event{Name: name, Ph: "C", Ts: t.us(ns), Pid: pid, Args: args})
+	t.add(Event{Name: name, Ph: "C", Ts: t.us(ns), Pid: pid, Args: args})
 }
 
 // Len is the number of events.
-func (t *Trace) Len() int { return len(t.events) }
+func (t *Trace) Len() int { return t.n }
 
 // WriteTo writes {"traceEvents":[...]} with events in time order
-// (metadata first).
+// (metadata first). A streamed trace has nothing to write again.
 func (t *Trace) WriteTo(w io.Writer) (int64, error) {
+	if t.out != nil {
+		return 0, errors.New("trace: WriteTo on a streamed trace")
+	}
 	sort.SliceStable(t.events, func(i, j int) bool {
 		mi, mj := t.events[i].Ph == "M", t.events[j].Ph == "M"
 		if mi != mj {

@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"testing"
 )
 
@@ -46,7 +47,92 @@ func TestTraceFormat(t *testing.T) {
 		t.Errorf("slice %v: want ts 2000 µs, dur 2500 µs", slice)
 	}
 	rf, err := Read(&buf)
-	if err == nil && len(rf.TraceEvents) == 0 {
-		t.Error("Read found no events")
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	if len(rf.TraceEvents) != len(f.TraceEvents) {
+		t.Errorf("Read found %d events, the file has %d", len(rf.TraceEvents), len(f.TraceEvents))
+	}
+	for _, e := range rf.TraceEvents {
+		if e.Ph == "X" && (e.Ts != 2000 || e.Dur == nil || *e.Dur != 2500 || e.Tid != 7 || e.Args["cpu_runqueue"] != 0.5) {
+			t.Errorf("Read decoded the slice as %+v", e)
+		}
+	}
+}
+
+func sample(tr *Trace) {
+	tr.NameTrack(PidRequests, 7, "request 7")
+	tr.Slice(PidRequests, 7, "token 1", "itl", 3_000_000, 5_500_000, map[string]any{"cpu_runqueue": 0.5})
+	tr.NameTrack(PidRequests, 7, "request 7 again") // named once
+	tr.Instant(PidNetwork, 50000, "retransmit", "tcp", 2_000_000, nil)
+	tr.Counter(PidGPU, "gpu0 utilization", 1_500_000, map[string]float64{"ratio": 0.9})
+}
+
+// A streamed trace is the same JSON document, its events in the order
+// they were added, and reads back with Read.
+func TestStreamFormat(t *testing.T) {
+	var mem, streamed bytes.Buffer
+	tr := New(1_000_000)
+	sample(tr)
+	if _, err := tr.WriteTo(&mem); err != nil {
+		t.Fatal(err)
+	}
+	st := NewStream(&streamed, 1_000_000)
+	sample(st)
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st.Len() != tr.Len() {
+		t.Errorf("streamed %d events, held %d", st.Len(), tr.Len())
+	}
+	a, err := Read(&mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Read(bytes.NewReader(streamed.Bytes()))
+	if err != nil {
+		t.Fatalf("streamed trace: %v\n%s", err, streamed.String())
+	}
+	if !json.Valid(streamed.Bytes()) {
+		t.Fatal("streamed trace is not JSON")
+	}
+	key := func(e Event) string { k, _ := json.Marshal(e); return string(k) }
+	count := map[string]int{}
+	for _, e := range a.TraceEvents {
+		count[key(e)]++
+	}
+	for _, e := range b.TraceEvents {
+		count[key(e)]--
+	}
+	for k, n := range count {
+		if n != 0 {
+			t.Errorf("event %s: %d more in the held trace than in the streamed one", k, n)
+		}
+	}
+	if last := b.TraceEvents[len(b.TraceEvents)-1]; last.Ph != "C" {
+		t.Errorf("streamed events not in the order added: last is %+v", last)
+	}
+	if _, err := st.WriteTo(&mem); err == nil {
+		t.Error("WriteTo on a streamed trace succeeded")
+	}
+}
+
+type failWriter struct{ n int }
+
+func (f *failWriter) Write(p []byte) (int, error) {
+	if f.n += len(p); f.n > 1000 {
+		return 0, errors.New("disk full")
+	}
+	return len(p), nil
+}
+
+// A write error is kept and returned by Close.
+func TestStreamWriteError(t *testing.T) {
+	st := NewStream(&failWriter{}, 0)
+	for i := range 100000 {
+		st.Slice(PidServer, 1, "x", "sched", int64(i), int64(i)+5, nil)
+	}
+	if err := st.Close(); err == nil || err.Error() != "disk full" {
+		t.Errorf("Close: %v, want disk full", err)
 	}
 }
