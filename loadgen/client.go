@@ -46,6 +46,8 @@ const slowReadRcvBuf = 4096
 type Client struct {
 	hc        *http.Client
 	slow      *http.Client
+	fresh     *http.Client // a new connection for every request: retries
+	raw       *rawTransport
 	url       string
 	endpoint  string
 	model     string
@@ -71,6 +73,10 @@ type ClientOptions struct {
 	NoKeepAlive  bool
 	ExtraBody    map[string]any
 	MaxConns     int
+	// NetHTTP sends every request through net/http; otherwise http://
+	// targets (without a proxy) use the raw HTTP/1.1 transport on
+	// non-blocking sockets (raw.go), and https through net/http.
+	NetHTTP bool
 }
 
 // NewClient returns a client for opts.
@@ -109,9 +115,12 @@ func NewClient(opts ClientOptions) (*Client, error) {
 			return serr
 		},
 	}).DialContext
+	freshTr := tr.Clone()
+	freshTr.DisableKeepAlives = true
 	c := &Client{
 		hc:        &http.Client{Transport: tr},
 		slow:      &http.Client{Transport: slowTr},
+		fresh:     &http.Client{Transport: freshTr},
 		url:       u,
 		endpoint:  opts.Endpoint,
 		model:     opts.Model,
@@ -122,7 +131,11 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		stall:     opts.StallTimeout,
 		extra:     opts.ExtraBody,
 	}
-	c.bufs.New = func() any { return &readState{buf: make([]byte, 32<<10)} }
+	c.bufs.New = func() any { return &readState{buf: make([]byte, 64<<10)} }
+	if !opts.NetHTTP {
+		// http:// targets without a proxy: the raw HTTP/1.1 transport.
+		c.raw = newRawTransport(u, opts.Headers, opts.NoKeepAlive, opts.StallTimeout)
+	}
 	return c, nil
 }
 
@@ -157,12 +170,15 @@ func EndpointURL(target, endpoint string) (string, error) {
 func (c *Client) Close() {
 	c.hc.CloseIdleConnections()
 	c.slow.CloseIdleConnections()
+	c.fresh.CloseIdleConnections()
+	if c.raw != nil {
+		c.raw.close()
+	}
 }
 
 type readState struct {
 	buf []byte
-	p   SSEParser
-	ci  ChunkInfo
+	s   streamState
 }
 
 // body builds the JSON request body.
@@ -213,40 +229,43 @@ func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
 		ctx, cancel = context.WithTimeoutCause(ctx, c.timeout, errTimeout)
 		defer cancel()
 	}
-	// The trace hooks run on the transport's goroutines: publish through atomics.
-	var connNs, sentNs, firstNs atomic.Int64
-	var port atomic.Int32
-	var reused atomic.Bool
-	trace := &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) {
-			connNs.Store(Mono())
-			reused.Store(info.Reused)
-			if a, ok := info.Conn.LocalAddr().(*net.TCPAddr); ok {
-				port.Store(int32(a.Port))
-			}
-		},
-		WroteRequest:         func(httptrace.WroteRequestInfo) { sentNs.Store(Mono()) },
-		GotFirstResponseByte: func() { firstNs.Store(Mono()) },
-	}
-	publish := func() {
-		rec.ConnNs, rec.SentNs, rec.FirstByteNs = connNs.Load(), sentNs.Load(), firstNs.Load()
-		rec.LocalPort, rec.ConnReused = int(port.Load()), reused.Load()
-	}
-	defer publish()
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, c.url, bytes.NewReader(body))
-	if err != nil {
-		rec.fail(FailOther, fmt.Sprintf("building the request: %v", err))
+	if c.raw != nil && r.SlowRead <= 0 {
+		c.raw.do(ctx, c, body, rec)
 		return
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	for k, v := range c.headers {
-		req.Header[k] = v
-	}
-	if rec.RequestID != "" {
-		req.Header.Set("X-Request-Id", rec.RequestID)
-	}
+	c.doHTTP(ctx, cancelCause, r, body, rec)
+}
 
+// httpAttempt holds the trace hooks' readings of one attempt; the hooks run
+// on the transport's goroutines, so they publish through atomics.
+type httpAttempt struct {
+	connNs, sentNs, firstNs atomic.Int64
+	port                    atomic.Int32
+	reused                  atomic.Bool
+}
+
+func (a *httpAttempt) trace() *httptrace.ClientTrace {
+	return &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			a.connNs.Store(Mono())
+			a.reused.Store(info.Reused)
+			if t, ok := info.Conn.LocalAddr().(*net.TCPAddr); ok {
+				a.port.Store(int32(t.Port))
+			}
+		},
+		WroteRequest:         func(httptrace.WroteRequestInfo) { a.sentNs.Store(Mono()) },
+		GotFirstResponseByte: func() { a.firstNs.Store(Mono()) },
+	}
+}
+
+func (a *httpAttempt) publish(rec *Record) {
+	rec.ConnNs, rec.SentNs, rec.FirstByteNs = a.connNs.Load(), a.sentNs.Load(), a.firstNs.Load()
+	rec.LocalPort, rec.ConnReused = int(a.port.Load()), a.reused.Load()
+}
+
+// doHTTP is Do through net/http: https targets, slow-reading requests,
+// targets behind a proxy.
+func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc, r *Request, body []byte, rec *Record) {
 	var stalled atomic.Bool
 	var stallTimer *time.Timer
 	if c.stall > 0 {
@@ -256,18 +275,50 @@ func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
 		})
 		defer stallTimer.Stop()
 	}
-
-	hc := c.hc
-	if r.SlowRead > 0 {
-		hc = c.slow
-	}
-	rec.StartNs = Mono()
-	resp, err := hc.Do(req)
-	publish()
-	if err != nil {
-		rec.EndNs = Mono()
-		rec.failErr(ctx, &stalled, err)
-		return
+	var (
+		resp *http.Response
+		att  *httpAttempt
+	)
+	for attempt := 0; ; attempt++ {
+		att = &httpAttempt{}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, att.trace()), http.MethodPost, c.url, bytes.NewReader(body))
+		if err != nil {
+			rec.fail(FailOther, fmt.Sprintf("building the request: %v", err))
+			return
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "text/event-stream")
+		for k, v := range c.headers {
+			req.Header[k] = v
+		}
+		if rec.RequestID != "" {
+			req.Header.Set("X-Request-Id", rec.RequestID)
+		}
+		hc := c.hc
+		switch {
+		case r.SlowRead > 0:
+			hc = c.slow
+		case attempt > 0:
+			hc = c.fresh
+		}
+		rec.StartNs = Mono()
+		resp, err = hc.Do(req)
+		att.publish(rec)
+		if err != nil {
+			if attempt == 0 && rec.ConnReused && rec.FirstByteNs == 0 && ctx.Err() == nil && isStaleConnErr(err) {
+				// The server had closed the kept-alive connection: send
+				// again, once, on a new one, and time the retry.
+				rec.RetriedStaleConn = true
+				if stallTimer != nil {
+					stallTimer.Reset(c.stall)
+				}
+				continue
+			}
+			rec.EndNs = Mono()
+			rec.failErr(ctx, &stalled, err)
+			return
+		}
+		break
 	}
 	defer resp.Body.Close()
 	rec.Status = resp.StatusCode
@@ -280,58 +331,10 @@ func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
 
 	st := c.bufs.Get().(*readState)
 	defer c.bufs.Put(st)
-	st.p.Reset()
-	chat := c.endpoint == EndpointChat
-	var (
-		done, finished bool
-		lastCum        int
-		deltaOK        = true
-		sawDeltaUsage  bool
-		finalUsage     int
-		hasFinalUsage  bool
-	)
-	handle := func(ev SSEEvent, now int64) bool {
-		if len(ev.Data) == 6 && string(ev.Data) == "[DONE]" {
-			done = true
-			return true
-		}
-		if err := ParseChunk(ev.Data, &st.ci); err != nil {
-			rec.fail(FailMalformed, fmt.Sprintf("%v: %.200q", err, ev.Data))
-			return false
-		}
-		ci := &st.ci
-		if ci.Error {
-			rec.fail(FailStreamError, "error in stream: "+string(ci.ErrorMessage))
-			return false
-		}
-		if ci.Choices > 0 {
-			rec.ChunkNs = append(rec.ChunkNs, now)
-			rec.LastNs = now
-			rec.TextBytes += ci.TextBytes
-			if ci.Finished {
-				finished = true
-			}
-			if ci.HasUsage {
-				sawDeltaUsage = true
-				rec.ChunkTokens = append(rec.ChunkTokens, int32(ci.CompletionTokens-lastCum))
-				lastCum = ci.CompletionTokens
-			} else {
-				deltaOK = false
-			}
-		} else if ci.HasUsage {
-			finalUsage = ci.CompletionTokens
-			hasFinalUsage = true
-			rec.UsagePromptTokens = ci.PromptTokens
-		}
-		if chat && (ci.Choices > 0 || ci.HasUsage) {
-			rec.LastNs = now
-		}
-		return true
-	}
-
+	s := &st.s
+	s.reset(rec, c.endpoint == EndpointChat)
 	var readErr error
 	paused := r.SlowRead <= 0
-loop:
 	for {
 		if !paused && len(rec.ChunkNs) > 0 {
 			paused = true
@@ -352,62 +355,41 @@ loop:
 			if stallTimer != nil {
 				stallTimer.Reset(c.stall)
 			}
-			st.p.Feed(st.buf[:n])
-			for {
-				ev, ok := st.p.Next()
-				if !ok {
-					break
-				}
-				if !handle(ev, now) {
-					break loop
-				}
-				if done {
-					break loop
-				}
+			if !s.feed(st.buf[:n], now) {
+				break
 			}
 		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				readErr = err
 			}
-			if ev, ok, partial := st.p.Flush(); ok && !partial && rec.Failure == "" {
-				// A last event without its blank line: accept it if complete.
-				handle(ev, now)
-			}
+			s.eof(now)
 			break
 		}
 	}
 	rec.EndNs = Mono()
-	publish()
+	att.publish(rec)
 	if rec.Failure != "" {
 		return
 	}
-	switch {
-	case readErr != nil:
+	if readErr != nil {
 		rec.failErr(ctx, &stalled, readErr)
 		return
-	case !done && !finished:
-		rec.fail(FailCut, "stream ended before [DONE]")
-		return
-	case len(rec.ChunkNs) == 0:
-		rec.fail(FailNoTokens, "never received a chunk with output")
-		return
 	}
-	switch {
-	case hasFinalUsage && finalUsage > 0:
-		rec.OutputTokens = finalUsage
-		rec.TokenSource = TokensFromUsage
-	case sawDeltaUsage && deltaOK && lastCum > 0:
-		rec.OutputTokens = lastCum
-		rec.TokenSource = TokensFromDelta
-	default:
-		rec.OutputTokens = len(rec.ChunkNs)
-		rec.TokenSource = TokensFromChunks
+	s.complete()
+}
+
+// isStaleConnErr reports whether err is what a request gets from a
+// kept-alive connection the server had already closed: EOF or a reset on
+// the write or on the first read.
+func isStaleConnErr(err error) bool {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
 	}
-	if !(sawDeltaUsage && deltaOK) {
-		rec.ChunkTokens = nil
-	}
-	rec.Success = true
+	msg := err.Error()
+	return strings.Contains(msg, "server closed idle connection") ||
+		strings.Contains(msg, "transport connection broken")
 }
 
 var (

@@ -64,6 +64,13 @@ type Record struct {
 	// the request, for the join with the kernel's TCP events.
 	LocalPort  int  `json:"local_port"`
 	ConnReused bool `json:"conn_reused,omitempty"`
+	// RetriedStaleConn is set when the request was sent on a reused
+	// keep-alive connection that turned out closed before any response byte
+	// (EOF or a reset on the write or the first read: the server had closed
+	// it while advertising keep-alive) and was sent again, once, on a new
+	// connection. Every timestamp above is the retry's: StartNs is when the
+	// retry was started.
+	RetriedStaleConn bool `json:"retried_stale_connection,omitempty"`
 
 	Status  int    `json:"status"`
 	Success bool   `json:"success"`

@@ -1,0 +1,156 @@
+package loadgen
+
+import "fmt"
+
+// streamState turns the body of one streaming response into a Record: SSE
+// events are cut from the bytes fed, each "data:" payload is scanned
+// (ParseChunk, no general JSON decoder) and every chunk carrying output is
+// timestamped with the arrival time of the read that delivered it. Both
+// transports (the raw HTTP/1.1 one and net/http) feed it.
+type streamState struct {
+	rec  *Record
+	chat bool
+	p    SSEParser
+	ci   ChunkInfo
+
+	done, finished bool // [DONE] seen; a finish_reason seen
+	failed         bool // a chunk failed the request (rec.Failure set)
+	lastCum        int  // cumulative completion_tokens of per-chunk usage
+	deltaOK        bool // every output chunk carried usage
+	sawDeltaUsage  bool
+	finalUsage     int
+	hasFinalUsage  bool
+}
+
+func (s *streamState) reset(rec *Record, chat bool) {
+	s.p.Reset()
+	s.rec, s.chat = rec, chat
+	s.done, s.finished, s.failed = false, false, false
+	s.lastCum, s.deltaOK, s.sawDeltaUsage = 0, true, false
+	s.finalUsage, s.hasFinalUsage = 0, false
+}
+
+// stopped reports whether the stream needs no more bytes: [DONE] came or a
+// chunk failed the request.
+func (s *streamState) stopped() bool { return s.done || s.failed }
+
+// feed processes bytes that arrived at now; it returns false once the
+// stream is stopped.
+func (s *streamState) feed(b []byte, now int64) bool {
+	if s.stopped() {
+		return false
+	}
+	s.p.Feed(b)
+	for {
+		ev, ok := s.p.Next()
+		if !ok {
+			return true
+		}
+		s.handle(ev.Data, now)
+		if s.stopped() {
+			return false
+		}
+	}
+}
+
+// eof is called when the body ends: a last event without its blank line is
+// accepted if complete.
+func (s *streamState) eof(now int64) {
+	if ev, ok, partial := s.p.Flush(); ok && !partial && !s.stopped() {
+		s.handle(ev.Data, now)
+	}
+}
+
+// isFinalUsage reports whether the chunk just parsed is a last chunk that
+// only carries the final usage: choices whose text is empty, a
+// finish_reason and a usage object that adds no token to what per-chunk
+// usage already counted. llama.cpp's server ends every stream with one:
+// it is not a token (vLLM's client would count it as one more arrival).
+func (s *streamState) isFinalUsage() bool {
+	ci := &s.ci
+	if !ci.HasUsage || ci.TextBytes != 0 || !ci.Finished {
+		return false
+	}
+	return !(s.sawDeltaUsage && ci.CompletionTokens > s.lastCum)
+}
+
+func (s *streamState) handle(data []byte, now int64) {
+	if len(data) == 6 && string(data) == "[DONE]" {
+		s.done = true
+		return
+	}
+	rec := s.rec
+	if err := ParseChunk(data, &s.ci); err != nil {
+		rec.fail(FailMalformed, fmt.Sprintf("%v: %.200q", err, data))
+		s.failed = true
+		return
+	}
+	ci := &s.ci
+	if ci.Error {
+		rec.fail(FailStreamError, "error in stream: "+string(ci.ErrorMessage))
+		s.failed = true
+		return
+	}
+	switch {
+	case ci.Choices > 0 && !s.isFinalUsage():
+		rec.ChunkNs = append(rec.ChunkNs, now)
+		rec.LastNs = now
+		rec.TextBytes += ci.TextBytes
+		if ci.Finished {
+			s.finished = true
+		}
+		if ci.HasUsage {
+			s.sawDeltaUsage = true
+			rec.ChunkTokens = append(rec.ChunkTokens, int32(ci.CompletionTokens-s.lastCum))
+			s.lastCum = ci.CompletionTokens
+		} else {
+			s.deltaOK = false
+		}
+	case ci.HasUsage:
+		// The final usage: a usage-only chunk (choices: []), or a last
+		// chunk with empty text and a finish_reason.
+		if ci.Finished {
+			s.finished = true
+		}
+		s.finalUsage = ci.CompletionTokens
+		s.hasFinalUsage = true
+		rec.UsagePromptTokens = ci.PromptTokens
+	}
+	if s.chat && (ci.Choices > 0 || ci.HasUsage) {
+		// vLLM's chat client moves its most recent timestamp on every
+		// data chunk.
+		rec.LastNs = now
+	}
+}
+
+// complete sets the outcome of a stream that ended without a transport
+// error (after eof or [DONE]).
+func (s *streamState) complete() {
+	rec := s.rec
+	if rec.Failure != "" {
+		return
+	}
+	switch {
+	case !s.done && !s.finished:
+		rec.fail(FailCut, "stream ended before [DONE]")
+		return
+	case len(rec.ChunkNs) == 0:
+		rec.fail(FailNoTokens, "never received a chunk with output")
+		return
+	}
+	switch {
+	case s.hasFinalUsage && s.finalUsage > 0:
+		rec.OutputTokens = s.finalUsage
+		rec.TokenSource = TokensFromUsage
+	case s.sawDeltaUsage && s.deltaOK && s.lastCum > 0:
+		rec.OutputTokens = s.lastCum
+		rec.TokenSource = TokensFromDelta
+	default:
+		rec.OutputTokens = len(rec.ChunkNs)
+		rec.TokenSource = TokensFromChunks
+	}
+	if !(s.sawDeltaUsage && s.deltaOK) {
+		rec.ChunkTokens = nil
+	}
+	rec.Success = true
+}
