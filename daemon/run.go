@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -15,7 +17,6 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/report"
-	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
@@ -32,8 +33,10 @@ type RunConfig struct {
 	BaselineITL, BaselineTTFT time.Duration
 	Sections                  []SectionFactory
 	Logger                    *slog.Logger
-	// MaxSpans bounds the spans kept in memory (default 4 million); the
-	// rest are counted as dropped.
+	// MaxSpans bounds the spans held at once while they wait for the
+	// token intervals they may overlap (default 2 million, far above what a
+	// run needs: spans are correlated as they come and then forgotten);
+	// the rest are counted as dropped.
 	MaxSpans int
 	// Phases, when set, is called with the run's start (monotonic ns) once
 	// the load begins and returns when its scenario is done; the marks it
@@ -62,30 +65,24 @@ func (p *PhaseMarks) Begin(name string) {
 	p.marks = append(p.marks, phaseMark{name, clock.Now()})
 }
 
-// spanStore keeps a session's spans for correlation, up to a bound.
-type spanStore struct {
-	mu      sync.Mutex
-	spans   []collectors.Span
-	max     int
-	dropped uint64
-}
-
-func (s *spanStore) Record(sp collectors.Span) {
-	s.mu.Lock()
-	if len(s.spans) < s.max {
-		s.spans = append(s.spans, sp)
-	} else {
-		s.dropped++
-	}
-	s.mu.Unlock()
-}
-
 // RunResult is what a run produced.
 type RunResult struct {
-	Doc    *report.Document
-	Load   *loadgen.Result
-	Blames []correlate.Blame
-	Dir    string
+	Doc  *report.Document
+	Load *loadgen.Result
+	// Measured holds every token interval's measurement, compactly;
+	// Baseline turns them into blames (Blames).
+	Measured *correlate.Log
+	Baseline correlate.Baseline
+	Dir      string
+}
+
+// Blames is the attribution of every token interval, in the order they
+// were measured.
+func (r *RunResult) Blames() []correlate.Blame {
+	if r.Measured == nil {
+		return nil
+	}
+	return slices.Collect(r.Measured.Blames(r.Baseline))
 }
 
 // checkWritable fails early when dir cannot take the run's files.
@@ -111,9 +108,6 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.MaxSpans == 0 {
-		cfg.MaxSpans = 4 << 20
-	}
 	log := cfg.Logger.With("component", "run")
 	if err := checkWritable(cfg.OutDir); err != nil {
 		return nil, err
@@ -122,8 +116,28 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if cfg.Readiness != nil {
 		readiness = cfg.Readiness()
 	}
-	store := &spanStore{max: cfg.MaxSpans}
-	opts := collectors.Options{Pid: cfg.Pid, Interval: time.Second, Logger: cfg.Logger, Recorder: store}
+	// Spans are correlated with the token intervals as they come, and the
+	// trace is written as the run goes (runstream.go, runtrace.go).
+	marks := &PhaseMarks{}
+	tr, err := newTraceStream(cfg.OutDir, clock.Now(), marks)
+	if err != nil {
+		return nil, err
+	}
+	traceDone := false
+	defer func() {
+		if !traceDone {
+			tr.abort()
+		}
+	}()
+	stream := newRunStream(cfg, tr)
+	onRecord := cfg.Load.OnRecord
+	cfg.Load.OnRecord = func(r *loadgen.Record) {
+		if onRecord != nil {
+			onRecord(r)
+		}
+		stream.AddRecord(r)
+	}
+	opts := collectors.Options{Pid: cfg.Pid, Interval: time.Second, Logger: cfg.Logger, Recorder: stream}
 	sess, err := NewSession(opts, cfg.Sections)
 	if err != nil {
 		return nil, err
@@ -132,6 +146,8 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		return nil, err
 	}
 	defer sess.Close()
+	stream.start()
+	defer stream.finish()
 
 	sessCtx, stopSess := context.WithCancel(context.Background())
 	defer stopSess()
@@ -154,7 +170,6 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		}
 	}()
 
-	marks := &PhaseMarks{}
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
 	phasesDone := make(chan struct{})
@@ -166,6 +181,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	} else {
 		close(phasesDone)
 	}
+	tr.setRunStart(clock.Now())
 	res, loadErr := loadgen.Run(loadCtx, cfg.Load)
 	loadEndNs := clock.Now()
 	stopLoad()
@@ -175,6 +191,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		log.Warn("collection", "err", err)
 	}
 	sess.Close()
+	stream.finish()
 	if res == nil {
 		if loadErr == nil {
 			loadErr = errors.New("the load generator returned no result")
@@ -191,11 +208,11 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		reason = "interrupted"
 	}
 
-	out := &RunResult{Load: res, Dir: cfg.OutDir}
-	intervals := intervalsOf(res)
-	acts := activitiesOf(store.spans)
+	out := &RunResult{Load: res, Dir: cfg.OutDir, Measured: &stream.log}
+	// The baseline needs the whole run (its medians); the measurements
+	// are all it needs, and the blames follow from them.
 	base := correlate.Baseline{TTFTNs: cfg.BaselineTTFT.Nanoseconds(), ITLNs: cfg.BaselineITL.Nanoseconds(), Target: uint32(cfg.Pid)}
-	est := correlate.EstimateBaseline(intervals, acts)
+	est := stream.log.Baseline()
 	if base.ITLNs == 0 {
 		base.ITLNs = est.ITLNs
 	}
@@ -203,19 +220,13 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		base.TTFTNs = est.TTFTNs
 	}
 	base.Rate = est.Rate
-	eng := correlate.NewEngine(base)
-	for _, a := range acts {
-		eng.AddActivity(a)
-	}
-	for _, iv := range intervals {
-		eng.AddInterval(iv)
-	}
-	out.Blames = eng.Flush()
+	out.Baseline = base
+	blames := stream.log.Blames(base)
 	percentiles := res.Config.Percentiles
 	if len(percentiles) == 0 {
 		percentiles = []float64{50, 90, 99}
 	}
-	summary := correlate.Summarize(out.Blames, base, percentiles)
+	summary := correlate.SummarizeSeq(blames, base, percentiles)
 
 	doc := &report.Document{Attribution: &summary, Collectors: map[string]json.RawMessage{}}
 	loadJSON, err := json.Marshal(res.JSON())
@@ -238,18 +249,22 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		StartedOffsetS: float64(sess.startMono-res.StartNs) / 1e9,
 		StoppedOffsetS: float64(stoppedNs-res.StartNs) / 1e9,
 		StoppedReason:  reason, LostEvents: sess.Lost(),
-		Spans: uint64(len(store.spans)), SpansDropped: store.dropped,
+		Spans: stream.spans, SpansDropped: stream.late(),
 		Unavailable: sess.unavailable,
 	}
 	for _, c := range readiness {
 		doc.Collection.Readiness = append(doc.Collection.Readiness, report.Check{Status: string(c.Status), Name: c.Name, Detail: c.Detail, Fix: c.Fix})
 	}
-	doc.Timeline = timeline(res, out.Blames)
-	doc.Phases = phases(res, out.Blames, base, marks)
+	doc.Timeline = timeline(res, blames)
+	doc.Phases = phases(res, blames, base, marks)
 	doc.Diagnosis = report.Diagnose(doc)
 	out.Doc = doc
 
-	if err := writeRunDir(cfg.OutDir, doc, buildTrace(res, out.Blames, store.spans, sess)); err != nil {
+	traceDone = true
+	if err := tr.finish(res, blames, sess.Sections()); err != nil {
+		return out, err
+	}
+	if err := writeRunDir(cfg.OutDir, doc); err != nil {
 		return out, err
 	}
 	if loadErr != nil && !errors.Is(loadErr, context.Canceled) {
@@ -258,14 +273,8 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	return out, nil
 }
 
-func writeRunDir(dir string, doc *report.Document, tr *trace.Trace) error {
+func writeRunDir(dir string, doc *report.Document) error {
 	if err := doc.WriteFile(filepath.Join(dir, "result.json")); err != nil {
-		return err
-	}
-	if err := writeWith(filepath.Join(dir, "trace.json"), func(f *os.File) error {
-		_, err := tr.WriteTo(f)
-		return err
-	}); err != nil {
 		return err
 	}
 	return writeWith(filepath.Join(dir, "report.html"), func(f *os.File) error { return report.WriteHTML(f, doc) })
@@ -288,54 +297,68 @@ func writeWith(path string, fn func(*os.File) error) error {
 func intervalsOf(res *loadgen.Result) []correlate.Interval {
 	var out []correlate.Interval
 	for i := range res.Records {
-		r := &res.Records[i]
-		if !r.Success || len(r.ChunkNs) == 0 {
-			continue
-		}
-		port := uint16(r.LocalPort)
-		out = append(out, correlate.Interval{Request: r.Index, Index: 0, Start: r.StartNs, End: r.ChunkNs[0], Port: port})
-		for k := 1; k < len(r.ChunkNs); k++ {
-			out = append(out, correlate.Interval{Request: r.Index, Index: k, Start: r.ChunkNs[k-1], End: r.ChunkNs[k], Port: port})
+		out = intervalsOfRecord(out, &res.Records[i])
+	}
+	return out
+}
+
+// intervalsOfRecord appends a successful request's TTFT and inter-chunk
+// intervals to out.
+func intervalsOfRecord(out []correlate.Interval, r *loadgen.Record) []correlate.Interval {
+	if !r.Success || len(r.ChunkNs) == 0 {
+		return out
+	}
+	port := uint16(r.LocalPort)
+	out = append(out, correlate.Interval{Request: r.Index, Index: 0, Start: r.StartNs, End: r.ChunkNs[0], Port: port})
+	for k := 1; k < len(r.ChunkNs); k++ {
+		out = append(out, correlate.Interval{Request: r.Index, Index: k, Start: r.ChunkNs[k-1], End: r.ChunkNs[k], Port: port})
+	}
+	return out
+}
+
+// activitiesOf maps the sections' spans to causes (activityOf).
+func activitiesOf(spans []collectors.Span) []correlate.Activity {
+	out := make([]correlate.Activity, 0, len(spans))
+	for _, s := range spans {
+		if a, ok := activityOf(s); ok {
+			out = append(out, a)
 		}
 	}
 	return out
 }
 
-// activitiesOf maps the sections' spans to causes: run-queue waits are
+// activityOf maps a section's span to its cause: run-queue waits are
 // cpu_runqueue; uninterruptible sleep and block requests are io_block;
 // blocking CUDA calls are gpu_sync; blocking TCP episodes are
-// net_backpressure on their connection's client port.
-func activitiesOf(spans []collectors.Span) []correlate.Activity {
-	out := make([]correlate.Activity, 0, len(spans))
-	for _, s := range spans {
-		a := correlate.Activity{Start: s.Start, End: s.End, Tid: s.Tid}
-		switch s.Kind {
-		case collectors.SpanRunqueue:
-			a.Cause = correlate.CPURunqueue
-		case collectors.SpanOffCPU:
-			if !s.Blocking {
-				continue
-			}
-			a.Cause = correlate.IOBlock
-		case collectors.SpanBlockIO:
-			a.Cause = correlate.IOBlock
-		case collectors.SpanCUDA:
-			if !s.Blocking {
-				continue
-			}
-			a.Cause = correlate.GPUSync
-		case collectors.SpanTCP:
-			if !s.Blocking {
-				continue
-			}
-			a.Cause = correlate.NetBackpressure
-			a.Port = s.Port
-		default:
-			continue
+// net_backpressure on their connection's client port. Other spans
+// explain nothing.
+func activityOf(s collectors.Span) (correlate.Activity, bool) {
+	a := correlate.Activity{Start: s.Start, End: s.End, Tid: s.Tid}
+	switch s.Kind {
+	case collectors.SpanRunqueue:
+		a.Cause = correlate.CPURunqueue
+	case collectors.SpanOffCPU:
+		if !s.Blocking {
+			return a, false
 		}
-		out = append(out, a)
+		a.Cause = correlate.IOBlock
+	case collectors.SpanBlockIO:
+		a.Cause = correlate.IOBlock
+	case collectors.SpanCUDA:
+		if !s.Blocking {
+			return a, false
+		}
+		a.Cause = correlate.GPUSync
+	case collectors.SpanTCP:
+		if !s.Blocking {
+			return a, false
+		}
+		a.Cause = correlate.NetBackpressure
+		a.Port = s.Port
+	default:
+		return a, false
 	}
-	return out
+	return a, true
 }
 
 func percentile(xs []float64, p float64) float64 {
@@ -345,7 +368,7 @@ func percentile(xs []float64, p float64) float64 {
 
 // timeline buckets the run by second: throughput, latency and the excess
 // attributed to each cause.
-func timeline(res *loadgen.Result, blames []correlate.Blame) []report.TimelinePoint {
+func timeline(res *loadgen.Result, blames iter.Seq[correlate.Blame]) []report.TimelinePoint {
 	if res.EndNs <= res.StartNs {
 		return nil
 	}
@@ -376,20 +399,27 @@ func timeline(res *loadgen.Result, blames []correlate.Blame) []report.TimelinePo
 		pts[i].T = float64(i)
 		pts[i].CausesMs = map[string]float64{}
 	}
-	for _, b := range blames {
+	// Sums in integer ns: the same whatever order the blames come in.
+	causeNs := make([][correlate.NumCauses + 1]int64, n)
+	for b := range blames {
 		k := bucket(b.End)
 		if b.Index == 0 {
 			ttfts[k] = append(ttfts[k], float64(b.Duration())/1e6)
 		} else {
 			itls[k] = append(itls[k], float64(b.Duration())/1e6)
 		}
-		for c, name := range correlate.CauseNames() {
-			if b.AttributedNs[c] > 0 {
-				pts[k].CausesMs[name] += float64(b.AttributedNs[c]) / 1e6
+		for c, v := range b.AttributedNs {
+			if v > 0 {
+				causeNs[k][c] += v
 			}
 		}
 	}
 	for i := range pts {
+		for c, name := range correlate.CauseNames() {
+			if causeNs[i][c] > 0 {
+				pts[i].CausesMs[name] = float64(causeNs[i][c]) / 1e6
+			}
+		}
 		pts[i].OutputTokensPerSecond = tokens[i]
 		pts[i].P50ITLMs = percentile(itls[i], 50)
 		pts[i].P99ITLMs = percentile(itls[i], 99)
@@ -403,7 +433,7 @@ func timeline(res *loadgen.Result, blames []correlate.Blame) []report.TimelinePo
 // interval grew most over the first phase (the scenario's baseline): what
 // the phase changed, not what every phase has (a busy machine's ordinary
 // run-queue waits). The first phase's top cause is that of its slowest 1%.
-func phases(res *loadgen.Result, blames []correlate.Blame, base correlate.Baseline, marks *PhaseMarks) []report.Phase {
+func phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlate.Baseline, marks *PhaseMarks) []report.Phase {
 	marks.mu.Lock()
 	ms := append([]phaseMark(nil), marks.marks...)
 	marks.mu.Unlock()
@@ -414,32 +444,41 @@ func phases(res *loadgen.Result, blames []correlate.Blame, base correlate.Baseli
 		if i+1 < len(ms) {
 			end = ms[i+1].ns
 		}
-		var sel []correlate.Blame
+		// The intervals ending in the phase, read again for its summary.
+		sel := func(yield func(correlate.Blame) bool) {
+			for b := range blames {
+				if b.End >= m.ns && b.End < end && !yield(b) {
+					return
+				}
+			}
+		}
 		var itls, ttfts []float64
+		n := 0
 		reqs := map[int]bool{}
+		// Sums in integer ns: the same whatever order the blames come in.
+		var sumNs [correlate.NumCauses + 1]int64
 		perInterval := make([]float64, len(correlate.CauseNames()))
-		for _, b := range blames {
-			if b.End >= m.ns && b.End < end {
-				sel = append(sel, b)
-				reqs[b.Request] = true
-				if b.Index == 0 {
-					ttfts = append(ttfts, float64(b.Duration())/1e6)
-				} else {
-					itls = append(itls, float64(b.Duration())/1e6)
-				}
-				for c, v := range b.AttributedNs {
-					perInterval[c] += float64(v) / 1e6
-				}
+		for b := range sel {
+			n++
+			reqs[b.Request] = true
+			if b.Index == 0 {
+				ttfts = append(ttfts, float64(b.Duration())/1e6)
+			} else {
+				itls = append(itls, float64(b.Duration())/1e6)
+			}
+			for c, v := range b.AttributedNs {
+				sumNs[c] += v
 			}
 		}
 		att := correlate.Breakdown{}
 		for c, name := range correlate.CauseNames() {
-			if len(sel) > 0 {
-				perInterval[c] /= float64(len(sel))
+			perInterval[c] = float64(sumNs[c]) / 1e6
+			if n > 0 {
+				perInterval[c] /= float64(n)
 			}
 			att[name] = perInterval[c]
 		}
-		s := correlate.Summarize(sel, base, []float64{50, 99})
+		s := correlate.SummarizeSeq(sel, base, []float64{50, 99})
 		p := report.Phase{
 			Name: m.name, StartS: float64(m.ns-res.StartNs) / 1e9, EndS: float64(end-res.StartNs) / 1e9,
 			Requests: len(reqs), P50ITLMs: percentile(itls, 50), P99ITLMs: percentile(itls, 99),

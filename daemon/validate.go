@@ -330,7 +330,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	bandOf := func(p report.Phase) [correlate.NumCauses + 1]float64 {
 		from := res.Load.StartNs + int64(p.StartS*1e9)
 		to := res.Load.StartNs + int64(p.EndS*1e9)
-		return tailBand(res.Blames, from, to)
+		return tailBand(res.Blames(), from, to)
 	}
 	var baseBand [correlate.NumCauses + 1]float64
 	base, ok := byName["baseline"]

@@ -1,0 +1,269 @@
+package daemon
+
+import (
+	"container/heap"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/internal/clock"
+	"github.com/bpfbench/bpfbench/loadgen"
+)
+
+// The streaming correlation of `bpfbench run`. Spans are joined with the
+// token intervals while the run goes, so memory does not grow with its
+// length:
+//
+//   - every span goes to the correlation engine (as a cause's activity) and
+//     to a 100 ms bucket of the trace;
+//   - a request's intervals are added when the load generator hands the
+//     request over; every tick the intervals that end before the
+//     watermark (now minus the collectors' delivery lag) are measured
+//     (each cause's active time in them) into a compact log;
+//   - spans and buckets are forgotten once no interval still to come can
+//     overlap them: the floor is the earliest start of a request not
+//     finished yet, known from the load generator's schedule;
+//   - the baseline (the run's medians) and the attribution are computed
+//     from the log at the end, exactly as from all the spans at once.
+const (
+	// streamLag is how far behind the clock the watermark runs: the
+	// readers drain their ring buffers every ~100 ms and spans reach the
+	// recorder when they end, so a span ending before the watermark has
+	// arrived. A span longer than this that covers an interval's end
+	// arrives after the interval was measured and is counted as dropped.
+	streamLag = 2 * time.Second
+	// streamTick is how often intervals are measured and buckets flushed.
+	streamTick = 100 * time.Millisecond
+	// streamWindow bounds how long spans are held for a request that has
+	// not finished: a request running longer gets its early intervals
+	// measured against what is left.
+	streamWindow = 30 * time.Second
+	// defaultMaxHeld bounds the spans held at once; beyond, new spans are
+	// dropped and counted.
+	defaultMaxHeld = 2 << 20
+)
+
+// schedule knows, from the requests the load generator has finished, the
+// earliest time at which a request still to finish can have started.
+type schedule struct {
+	floor0 int64 // before the load began: every measured request starts after
+	// offsets are the fixed send offsets when they may be out of order
+	// (a trace, requests with offsets), and suffixMin[i] the least offset
+	// from i on; nil when send times grow with the index (arrivals).
+	offsets, suffixMin []int64
+	runStart           int64 // the load's start, from a finished request's schedule
+	next               int   // lowest index not finished
+	done               map[int]int64
+	last               int64 // ScheduledNs of request next-1
+}
+
+func newSchedule(cfg loadgen.Config, floor0 int64) *schedule {
+	s := &schedule{floor0: floor0, done: map[int]int64{}, runStart: math.MinInt64}
+	var offs []int64
+	switch {
+	case len(cfg.Requests) > 0:
+		fixed := false
+		for _, r := range cfg.Requests {
+			fixed = fixed || r.OffsetNs > 0
+		}
+		if fixed {
+			for _, r := range cfg.Requests {
+				offs = append(offs, max(r.OffsetNs, 0))
+			}
+		}
+	case cfg.TracePath != "":
+		reqs, err := loadgen.LoadTrace(cfg.TracePath, cfg.TraceTimeUnit, cfg.Dataset.OutputLen, cfg.Seed)
+		if err != nil {
+			// The load generator fails on it too; hold spans from the start.
+			offs = []int64{0}
+		}
+		for _, r := range reqs {
+			offs = append(offs, max(r.OffsetNs, 0))
+		}
+	}
+	if offs != nil {
+		s.offsets = offs
+		s.suffixMin = make([]int64, len(offs)+1)
+		s.suffixMin[len(offs)] = math.MaxInt64
+		for i := len(offs) - 1; i >= 0; i-- {
+			s.suffixMin[i] = min(offs[i], s.suffixMin[i+1])
+		}
+	}
+	return s
+}
+
+func (s *schedule) finish(r *loadgen.Record) {
+	if r.Index < s.next {
+		return
+	}
+	if s.offsets != nil && s.runStart == math.MinInt64 && r.Index < len(s.offsets) {
+		s.runStart = r.ScheduledNs - s.offsets[r.Index]
+	}
+	s.done[r.Index] = r.ScheduledNs
+	for {
+		at, ok := s.done[s.next]
+		if !ok {
+			break
+		}
+		delete(s.done, s.next)
+		s.last = at
+		s.next++
+	}
+}
+
+// floor is a lower bound of the start of every request not finished.
+func (s *schedule) floor() int64 {
+	if s.offsets != nil {
+		if s.runStart == math.MinInt64 {
+			return s.floor0
+		}
+		if s.next >= len(s.offsets) {
+			return math.MaxInt64
+		}
+		return s.runStart + s.suffixMin[s.next]
+	}
+	if s.next == 0 {
+		return s.floor0
+	}
+	return max(s.last, s.floor0)
+}
+
+// runStream is the recorder of a run: it correlates as spans and
+// requests arrive, and lays the trace out as it goes (runtrace.go).
+type runStream struct {
+	mu      sync.Mutex
+	eng     *correlate.Engine
+	log     correlate.Log
+	sched   *schedule
+	spans   uint64
+	dropped uint64
+	maxHeld int
+	lag     int64
+	window  int64
+	tr      *traceStream
+	now     func() int64 // the clock (CLOCK_MONOTONIC ns)
+
+	stop chan struct{}
+	done chan struct{}
+}
+
+func newRunStream(cfg RunConfig, tr *traceStream) *runStream {
+	max := cfg.MaxSpans
+	if max == 0 {
+		max = defaultMaxHeld
+	}
+	s := &runStream{
+		eng:     correlate.NewEngine(correlate.Baseline{Target: uint32(cfg.Pid)}),
+		sched:   newSchedule(cfg.Load, clock.Now()),
+		maxHeld: max,
+		lag:     int64(streamLag),
+		window:  int64(streamWindow),
+		tr:      tr,
+		now:     clock.Now,
+	}
+	s.eng.SetFloor(s.sched.floor0)
+	return s
+}
+
+// Record takes a span from a section's reader.
+func (s *runStream) Record(sp collectors.Span) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.eng.Retained()+s.tr.held >= s.maxHeld {
+		s.dropped++
+		return
+	}
+	s.spans++
+	if a, ok := activityOf(sp); ok {
+		s.eng.AddActivity(a)
+	}
+	s.tr.add(sp)
+}
+
+// AddRecord takes a request the load generator has finished.
+func (s *runStream) AddRecord(r *loadgen.Record) {
+	if r.Warmup {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, iv := range intervalsOfRecord(nil, r) {
+		s.eng.AddInterval(iv)
+	}
+	s.sched.finish(r)
+}
+
+func (s *runStream) measured(m correlate.Measurement) {
+	s.log.Append(m)
+	s.tr.measured(m)
+}
+
+// advance measures what the watermark has passed and flushes the trace
+// buckets no interval to come can need; final measures everything.
+func (s *runStream) advance(final bool) {
+	s.mu.Lock()
+	wm := s.now() - s.lag
+	floor := max(min(s.sched.floor(), wm), wm-s.window)
+	if final {
+		wm, floor = math.MaxInt64, math.MaxInt64
+	}
+	s.eng.SetFloor(floor)
+	h := s.eng.Measure(wm, s.measured)
+	out := s.tr.detach(h, final)
+	s.mu.Unlock()
+	s.tr.write(out)
+}
+
+// start ticks until finish.
+func (s *runStream) start() {
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(streamTick)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+				s.advance(false)
+			}
+		}
+	}()
+}
+
+// finish stops ticking and measures every interval left.
+func (s *runStream) finish() {
+	if s.stop != nil {
+		close(s.stop)
+		<-s.done
+		s.stop = nil
+	}
+	s.advance(true)
+}
+
+// late is the number of spans dropped: over the bound of spans held, or
+// arrived after intervals they overlap were measured.
+func (s *runStream) late() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped + s.eng.Late()
+}
+
+// heap of the slowest gaps, for the trace's detail.
+type gapHeap []*gapDetail
+
+func (h gapHeap) Len() int           { return len(h) }
+func (h gapHeap) Less(i, j int) bool { return h[i].m.Duration() < h[j].m.Duration() }
+func (h gapHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *gapHeap) Push(x any)        { *h = append(*h, x.(*gapDetail)) }
+func (h *gapHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+var _ heap.Interface = (*gapHeap)(nil)
