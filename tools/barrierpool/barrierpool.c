@@ -15,6 +15,8 @@
  * then waits for SIGUSR1 before it starts (attach an observer in between).
  * After D seconds of steps it prints one JSON line on stdout:
  *   {"threads":N,"steps":..,"seconds":..,"steps_per_second":..,...}
+ * and, with -W, waits for a second SIGUSR1 before it exits, so that an
+ * observer can be read and stopped while its target still exists.
  *
  * Build: gcc -O2 -pthread -o barrierpool barrierpool.c
  */
@@ -176,7 +178,8 @@ static void usage(FILE *f)
 	           "  -s  spin at the barrier before futex_wait, µs (default 50)\n"
 	           "  -d  run this long, seconds (default 5)\n"
 	           "  -W  after \"barrierpool: ready pid=P\" on stderr, wait for "
-	           "SIGUSR1\n");
+	           "SIGUSR1;\n"
+	           "      after the JSON, wait for another before exiting\n");
 }
 
 static double num(const char *s, const char *flag)
@@ -279,6 +282,11 @@ int main(int argc, char **argv)
 	       secs > 0 ? (double)steps / secs : 0.0, work_us, spin_us,
 	       iters_per_us, (unsigned long long)futex_waits,
 	       (unsigned long long)spin_exits, (int)getpid());
+	fflush(stdout);
 	free(ws);
+	if (wait_start) {
+		int sig;
+		sigwait(&usr1, &sig);
+	}
 	return 0;
 }

@@ -13,6 +13,8 @@
  * then waits for SIGUSR1 before it starts. After D seconds it prints one
  * JSON line on stdout:
  *   {"steps":..,"steps_per_second":..,"launches":..,...}
+ * and, with -W, waits for a second SIGUSR1 before it exits, so that an
+ * observer can be read and stopped while its target still exists.
  * Exit status 1 when a CUDA call failed, 2 for bad flags.
  */
 #define _GNU_SOURCE
@@ -65,7 +67,8 @@ static void usage(FILE *f)
 	           "  -k  stub kernel time, µs (default 0; sets "
 	           "CUDASTUB_KERNEL_US)\n"
 	           "  -W  after \"launchloop: ready pid=P\" on stderr, wait for "
-	           "SIGUSR1\n");
+	           "SIGUSR1;\n"
+	           "      after the JSON, wait for another before exiting\n");
 }
 
 int main(int argc, char **argv)
@@ -155,6 +158,11 @@ int main(int argc, char **argv)
 	       (unsigned long long)(steps * launches), launches,
 	       secs > 0 ? (double)(steps * launches) / secs : 0.0,
 	       (double)sync_ns / 1e9, kernel_us, (int)getpid());
+	fflush(stdout);
+	if (wait_start) {
+		int sig;
+		sigwait(&usr1, &sig);
+	}
 	CHECK(cuStreamDestroy_v2(stream));
 	CHECK(cuCtxDestroy_v2(ctx));
 	return 0;
