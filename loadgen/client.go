@@ -356,6 +356,13 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 				stallTimer.Reset(c.stall)
 			}
 			if !s.feed(st.buf[:n], now) {
+				if s.done {
+					// Read the end of the body (the chunked terminator),
+					// so that net/http keeps the connection.
+					drain := time.AfterFunc(time.Second, func() { cancelCause(errDrain) })
+					io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+					drain.Stop()
+				}
 				break
 			}
 		}
@@ -395,6 +402,7 @@ func isStaleConnErr(err error) bool {
 var (
 	errTimeout = errors.New("request timeout")
 	errStall   = errors.New("stall timeout")
+	errDrain   = errors.New("the body went on after [DONE]")
 )
 
 func (r *Record) fail(kind, msg string) {

@@ -150,6 +150,10 @@ type Metrics struct {
 	TokenSources map[string]int
 	// Chunks is the number of output chunks received over all requests.
 	Chunks int
+	// RetriedStaleConns counts the requests sent again on a new connection
+	// because the kept-alive one they were given had been closed by the
+	// server (Record.RetriedStaleConn).
+	RetriedStaleConns int
 }
 
 // ComputeMetrics applies vLLM's calculate_metrics to the records of a run
@@ -160,6 +164,9 @@ func ComputeMetrics(recs []Record, durS float64, percentiles []float64, goodput 
 	good := 0
 	for i := range recs {
 		r := &recs[i]
+		if r.RetriedStaleConn {
+			m.RetriedStaleConns++
+		}
 		if !r.Success {
 			m.Failed++
 			m.Failures[r.Failure]++

@@ -96,23 +96,24 @@ func (r *Result) JSON() map[string]any {
 	out["errors"] = errs
 	m := r.Metrics
 	bb := map[string]any{
-		"clock":              "CLOCK_MONOTONIC",
-		"anchor":             r.Anchor,
-		"start_ns":           r.StartNs,
-		"end_ns":             r.EndNs,
-		"target":             c.Target,
-		"endpoint":           c.Endpoint,
-		"percentiles":        c.Percentiles,
-		"goodput":            c.Goodput,
-		"failure_reasons":    m.Failures,
-		"failures":           r.Failures(),
-		"token_sources":      m.TokenSources,
-		"chunks":             m.Chunks,
-		"client_cpu_seconds": r.ClientCPU.Seconds(),
-		"mean_queue_ms":      m.Queue.Mean,
-		"max_queue_ms":       maxOf(m.Queue),
-		"warmup":             r.Warmup,
-		"records":            r.Records,
+		"clock":                     "CLOCK_MONOTONIC",
+		"anchor":                    r.Anchor,
+		"start_ns":                  r.StartNs,
+		"end_ns":                    r.EndNs,
+		"target":                    c.Target,
+		"endpoint":                  c.Endpoint,
+		"percentiles":               c.Percentiles,
+		"goodput":                   c.Goodput,
+		"failure_reasons":           m.Failures,
+		"failures":                  r.Failures(),
+		"token_sources":             m.TokenSources,
+		"chunks":                    m.Chunks,
+		"retried_stale_connections": m.RetriedStaleConns,
+		"client_cpu_seconds":        r.ClientCPU.Seconds(),
+		"mean_queue_ms":             m.Queue.Mean,
+		"max_queue_ms":              maxOf(m.Queue),
+		"warmup":                    r.Warmup,
+		"records":                   r.Records,
 	}
 	if cpu := r.ClientCPU.Seconds(); cpu > 0 {
 		bb["chunks_per_cpu_second"] = float64(m.Chunks) / cpu
@@ -227,6 +228,7 @@ func (r *Result) WriteSummary(w io.Writer) {
 	for _, k := range srcs {
 		line("Requests with tokens from "+k+":", m.TokenSources[k])
 	}
+	line("Retried stale connections:", m.RetriedStaleConns)
 	if cpu := r.ClientCPU.Seconds(); cpu > 0 {
 		line("Client CPU (s):", cpu)
 		line("Chunks per client CPU-second:", float64(m.Chunks)/cpu)

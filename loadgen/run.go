@@ -69,6 +69,9 @@ type Config struct {
 	Headers         http.Header
 	NoKeepAlive     bool
 	ExtraBody       map[string]any
+	// NetHTTP sends requests through Go's net/http instead of the raw
+	// HTTP/1.1 transport (which serves http:// targets without a proxy).
+	NetHTTP bool
 
 	Percentiles []float64
 	Goodput     Goodput
@@ -179,6 +182,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RequestIDPrefix, "request-id-prefix", c.RequestIDPrefix, "prefix of the x-request-id header (default: bench-<random>-)")
 	fs.Var(headerFlag{&c.Headers}, "header", "extra request header `KEY=VALUE` (repeatable)")
 	fs.BoolVar(&c.NoKeepAlive, "no-keepalive", c.NoKeepAlive, "open a new connection for every request")
+	fs.BoolVar(&c.NetHTTP, "net-http", c.NetHTTP, "send through Go's net/http instead of the raw HTTP/1.1 transport on non-blocking sockets (used for http:// targets without a proxy)")
 	fs.Var(floatList{&c.Percentiles}, "percentiles", "comma-separated percentiles to report, e.g. 50,90,99")
 	fs.Var(&c.Goodput, "goodput", "SLOs for goodput as ttft:MS,tpot:MS,e2el:MS")
 }
@@ -298,6 +302,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		StallTimeout: cfg.StallTimeout,
 		NoKeepAlive:  cfg.NoKeepAlive,
 		ExtraBody:    cfg.ExtraBody,
+		NetHTTP:      cfg.NetHTTP,
 	})
 	if err != nil {
 		return nil, err
