@@ -72,11 +72,12 @@ fi
 # ---- bookkeeping: everything started is stopped on exit -----------------
 
 tmp=$(mktemp -d /tmp/bpfbench-overhead.XXXXXX)
-pids=()
+pids=() groups=()
 stats_orig=$(cat /proc/sys/kernel/bpf_stats_enabled 2>/dev/null || echo 0)
 cleanup() {
 	local rc=$? p
 	trap - EXIT INT TERM
+	for p in "${groups[@]}"; do kill -TERM -- "-$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	for _ in $(seq 30); do
 		local alive=0
@@ -274,6 +275,8 @@ def fmt(v):
     if isinstance(v, str):
         return v
     a = abs(v)
+    if float(v).is_integer() and a < 1e15:
+        return "%d" % v
     if a >= 1000:
         return "%.0f" % v
     if a >= 10:
@@ -681,7 +684,11 @@ part_engine() {
 		[ -x tools/bench/engine/build.sh ] || [ -f tools/bench/engine/build.sh ] ||
 			{ say "engine: tools/bench/engine/build.sh is missing; skipping the engine part"; return 0; }
 		say "engine: building them with tools/bench/engine/build.sh (once; cached)"
-		bash tools/bench/engine/build.sh >&2 || { say "engine: build.sh failed; skipping the engine part"; return 0; }
+		# In its own process group, so that cleanup stops the whole build.
+		setsid bash tools/bench/engine/build.sh >&2 </dev/null &
+		local b=$!
+		groups+=("$b")
+		wait "$b" || { say "engine: build.sh failed; skipping the engine part"; return 0; }
 		[ -x "$server" ] && [ -s "$model" ] || { say "engine: build.sh did not produce $server and $model; skipping"; return 0; }
 	fi
 	port=$(free_port)
