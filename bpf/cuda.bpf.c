@@ -19,10 +19,12 @@
  * in a per-CPU array, and a log2 duration histogram (calls with a return
  * probe; not hot, so a shared array with atomic adds). Copy bytes per
  * (target slot, direction). Launch grid/block dimensions of streamed
- * targets in a hash. Discrete events of streamed targets go through the
- * ring buffer; failed reservations are counted per CPU in `lost`.
+ * targets in a hash (launches it had no room for count as overflow).
+ * Discrete events of streamed targets go through the event pipeline
+ * (pipeline.h), which counts what it could not take.
  */
-#include "bpfbench.h"
+#define PIPELINE_TARGETS
+#include "pipeline.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -89,12 +91,6 @@ struct counts {
 	__u64 oom;    /* allocations failed with out of memory */
 };
 
-struct hist {
-	__u64 slots[HIST_SLOTS];
-	__u64 count;
-	__u64 sum_ns;
-};
-
 struct inflight {
 	__u64 start;
 	__u64 bytes;
@@ -109,14 +105,6 @@ struct dims_key {
 	__u32 grid[3];
 	__u32 block[3];
 };
-
-/* tgid -> target, set from userspace. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct target);
-} targets SEC(".maps");
 
 /* (tid << 32 | call) -> call in progress. LRU: a thread killed inside a
  * call never returns. */
@@ -159,20 +147,6 @@ struct {
 	__type(value, __u64);
 } launch_dims SEC(".maps");
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 22);
-} events SEC(".maps");
-
-/* Per CPU: [0] events the ring buffer could not take, [1] launches not
- * counted in launch_dims because it was full. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 2);
-	__type(key, __u32);
-	__type(value, __u64);
-} lost SEC(".maps");
-
 /* libbpf before 1.2 has no PT_REGS_PARM6. */
 #define ARG6(ctx) ((ctx)->r9)
 
@@ -194,12 +168,6 @@ struct launch_config {
 	__u64 stream;
 };
 
-static __always_inline void count_lost(__u32 i)
-{
-	__u64 *n = bpf_map_lookup_elem(&lost, &i);
-	if (n)
-		(*n)++;
-}
 
 /* The integer argument registers at entry, by slot (1..6), and rsp (7):
  * read once at constant offsets (the verifier rejects a ctx access at a
@@ -327,7 +295,7 @@ static __always_inline void count_dims(__u32 idx, __u32 call, struct args *a)
 		bpf_map_update_elem(&launch_dims, &k, &zero, BPF_NOEXIST);
 		n = bpf_map_lookup_elem(&launch_dims, &k);
 		if (!n) {
-			count_lost(1);
+			pipe_count(PIPE_OVERFLOW, 1);
 			return;
 		}
 	}
@@ -337,11 +305,9 @@ static __always_inline void count_dims(__u32 idx, __u32 call, struct args *a)
 static __always_inline void emit(__u64 id, __u32 call, __u64 start, __u64 end,
 				 struct args *a, __s32 ret, __u8 has_ret)
 {
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count_lost(0);
+	struct event *e = pipe_reserve(struct event);
+	if (!e)
 		return;
-	}
 	e->start = start;
 	e->end = end;
 	e->bytes = a->bytes;
@@ -359,15 +325,14 @@ static __always_inline void emit(__u64 id, __u32 call, __u64 start, __u64 end,
 	e->dir = a->dir;
 	e->has_ret = has_ret;
 	e->pad = 0;
-	bpf_ringbuf_submit(e, 0);
+	pipe_submit(e, sizeof(*e));
 }
 
-SEC("uprobe")
-int cuda_enter(struct pt_regs *ctx)
+static __always_inline int enter(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	struct target *t = bpf_map_lookup_elem(&targets, &tgid);
+	struct target *t = target_of(tgid);
 	if (!t)
 		return 0;
 	__u32 idx = t->idx, flags = t->flags;
@@ -403,12 +368,27 @@ int cuda_enter(struct pt_regs *ctx)
 	return 0;
 }
 
+SEC("uprobe")
+int cuda_enter(struct pt_regs *ctx)
+{
+	return enter(ctx);
+}
+
+/* The same entry program for a uprobe_multi link: the launch-rate probes
+ * attach and detach together, with one RCU grace period, not one per
+ * symbol (see collectors/cuda/budget.go). */
+SEC("uprobe.multi")
+int cuda_enter_multi(struct pt_regs *ctx)
+{
+	return enter(ctx);
+}
+
 SEC("uretprobe")
 int cuda_exit(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
-	struct target *t = bpf_map_lookup_elem(&targets, &tgid);
+	struct target *t = target_of(tgid);
 	if (!t)
 		return 0;
 	__u32 idx = t->idx, flags = t->flags;

@@ -13,14 +13,14 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
-	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
-	"github.com/cilium/ebpf/ringbuf"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/hist"
+	"github.com/bpfbench/bpfbench/internal/uprobecost"
 )
 
 // MaxTargets bounds the aggregate slots; slot 0 is unused (uprobes only
@@ -91,6 +91,8 @@ type LaunchDims struct {
 type Config struct {
 	// RingBufferBytes sizes the event ring buffer (a power of two, default 4 MiB).
 	RingBufferBytes uint32
+	// DrainPeriod is how often the reader drains the ring (default 100 ms).
+	DrainPeriod time.Duration
 	// OnEvent receives each event of a streamed target from the reader
 	// goroutine. It must be quick; the pointer is valid during the call only.
 	OnEvent func(*Event)
@@ -100,6 +102,18 @@ type Config struct {
 type attachment struct {
 	lib   Library
 	links []link.Link
+	// The launch-rate probes (entry-only launches), kept apart so that
+	// the budget can detach and re-attach them.
+	ex       *link.Executable
+	launches []launchProbe
+	llinks   []link.Link
+	noMulti  bool // the kernel refused a uprobe_multi link
+}
+
+type launchProbe struct {
+	name string
+	opts link.UprobeOptions
+	kind uprobecost.Kind
 }
 
 type proc struct {
@@ -109,32 +123,20 @@ type proc struct {
 // Collector loads the CUDA programs and attaches them to the libraries of
 // each target process.
 type Collector struct {
-	cfg       Config
-	log       *slog.Logger
-	objs      cudaObjects
-	rd        *ringbuf.Reader
-	loaded    bool
-	decodeErr atomic.Uint64
+	*bpfutil.Base
+	cfg  Config
+	objs cudaObjects
 
 	mu     sync.Mutex
 	procs  map[uint32]*proc
 	offs   map[fileKey]map[string]uint64 // symbol offsets per file
 	closed bool
-
-	closeOnce sync.Once
-	closeErr  error
 }
 
 // New returns a collector; Start loads it.
 func New(cfg Config) *Collector {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.RingBufferBytes == 0 {
-		cfg.RingBufferBytes = 4 << 20
-	}
 	return &Collector{
-		cfg: cfg, log: cfg.Logger.With("component", "cuda"),
+		cfg: cfg, Base: bpfutil.NewBase("cuda", cfg.Logger),
 		procs: map[uint32]*proc{}, offs: map[fileKey]map[string]uint64{},
 	}
 }
@@ -146,66 +148,54 @@ func (c *Collector) Start(context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("reading the cuda eBPF object: %w", err)
 	}
-	spec.Maps["events"].MaxEntries = c.cfg.RingBufferBytes
+	if err := bpfutil.ConfigurePipeline(spec, c.cfg.RingBufferBytes); err != nil {
+		return fmt.Errorf("configuring cuda: %w", err)
+	}
 	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
 		return bpfutil.LoadError("the cuda programs", err)
 	}
-	c.loaded = true
+	c.OnClose(c.objs.Close)
+	c.OnClose(c.detachAll)
 	defer func() {
 		if err != nil {
 			c.Close()
 		}
 	}()
-	c.rd, err = ringbuf.NewReader(c.objs.Events)
-	if err != nil {
-		return fmt.Errorf("opening the cuda ring buffer: %w", err)
+	if err := c.Init(&ebpf.Collection{Maps: map[string]*ebpf.Map{"events": c.objs.Events, "pipe_stats": c.objs.PipeStats, "targets": c.objs.Targets},
+		Variables: map[string]*ebpf.Variable{"nr_targets": c.objs.NrTargets}}, []*ebpf.Program{c.objs.CudaEnter, c.objs.CudaEnterMulti, c.objs.CudaExit}); err != nil {
+		return err
 	}
-	c.log.Debug("loaded", "programs", c.ProgramIDs())
+	c.Log().Debug("loaded", "programs", c.ProgramIDs())
 	return nil
 }
 
 // Run drains the ring buffer into OnEvent until ctx is done (after
 // delivering what the kernel wrote until then) or Close.
 func (c *Collector) Run(ctx context.Context) error {
-	if c.rd == nil {
-		return errors.New("cuda collector not started")
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.rd.Flush() })
-	defer stop()
 	fn := c.cfg.OnEvent
 	if fn == nil {
 		fn = func(*Event) {}
 	}
-	return bpfutil.DrainRing(c.rd, &c.decodeErr, fn)
+	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, fn)
 }
 
-// Close detaches every uprobe before closing programs and maps. It is
-// idempotent.
-func (c *Collector) Close() error {
-	c.closeOnce.Do(func() {
-		var errs []error
-		if c.rd != nil {
-			errs = append(errs, c.rd.Close())
+// detachAll detaches every uprobe (at Close, before the programs close).
+func (c *Collector) detachAll() error {
+	var errs []error
+	c.mu.Lock()
+	c.closed = true
+	for _, p := range c.procs {
+		for _, a := range p.libs {
+			errs = append(errs, a.close())
 		}
-		c.mu.Lock()
-		c.closed = true
-		for _, p := range c.procs {
-			for _, a := range p.libs {
-				errs = append(errs, a.close())
-			}
-		}
-		clear(c.procs)
-		c.mu.Unlock()
-		if c.loaded {
-			errs = append(errs, c.objs.Close())
-		}
-		c.closeErr = errors.Join(errs...)
-	})
-	return c.closeErr
+	}
+	clear(c.procs)
+	c.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 func (a *attachment) close() error {
-	var errs []error
+	errs := []error{a.detachLaunches()}
 	for i := len(a.links) - 1; i >= 0; i-- {
 		errs = append(errs, a.links[i].Close())
 	}
@@ -213,25 +203,104 @@ func (a *attachment) close() error {
 	return errors.Join(errs...)
 }
 
+// detachLaunches closes the launch probes' links together: each close
+// waits for an RCU grace period in the kernel (uprobe unregistration), so
+// closing them one by one would keep the probes live for N grace periods.
+func (a *attachment) detachLaunches() error {
+	errs := make([]error, len(a.llinks))
+	var wg sync.WaitGroup
+	for i, l := range a.llinks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = l.Close()
+		}()
+	}
+	wg.Wait()
+	a.llinks = nil
+	return errors.Join(errs...)
+}
+
+func (a *attachment) attachLaunches(prog, multi *ebpf.Program) error {
+	if len(a.llinks) > 0 || len(a.launches) == 0 {
+		return nil
+	}
+	// One uprobe_multi link for every launch symbol (Linux 6.6+): it
+	// attaches and detaches at once.
+	if multi != nil && !a.noMulti {
+		opts := &link.UprobeMultiOptions{PID: uint32(a.launches[0].opts.PID)}
+		for _, lp := range a.launches {
+			opts.Addresses = append(opts.Addresses, lp.opts.Address)
+			opts.Cookies = append(opts.Cookies, lp.opts.Cookie)
+		}
+		l, err := a.ex.UprobeMulti(nil, multi, opts)
+		if err == nil {
+			a.llinks = append(a.llinks, l)
+			return nil
+		}
+		a.noMulti = true
+	}
+	for _, lp := range a.launches {
+		opts := lp.opts
+		up, err := a.ex.Uprobe(lp.name, prog, &opts)
+		if err != nil {
+			a.detachLaunches()
+			return fmt.Errorf("attaching uprobe %s in %s: %w", lp.name, a.lib.Path, err)
+		}
+		a.llinks = append(a.llinks, up)
+	}
+	return nil
+}
+
+// SetLaunchProbes attaches (on) or detaches the launch-rate probes of
+// every library of tgid; the other probes stay.
+func (c *Collector) SetLaunchProbes(tgid uint32, on bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.procs[tgid]
+	if p == nil || c.closed {
+		return nil
+	}
+	var errs []error
+	for _, a := range p.libs {
+		if on {
+			errs = append(errs, a.attachLaunches(c.objs.CudaEnter, c.objs.CudaEnterMulti))
+		} else {
+			errs = append(errs, a.detachLaunches())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// LaunchProbeKinds counts the launch-rate probes of tgid by the kind of
+// their first instruction (which sets what a hit costs).
+func (c *Collector) LaunchProbeKinds(tgid uint32) (emulated, singleStep int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.procs[tgid]; p != nil {
+		for _, a := range p.libs {
+			for _, lp := range a.launches {
+				if lp.kind == uprobecost.Emulated {
+					emulated++
+				} else {
+					singleStep++
+				}
+			}
+		}
+	}
+	return emulated, singleStep
+}
+
 // SetTarget aggregates the calls of tgid under slot idx (1..MaxTargets-1)
 // and streams what flags say. It attaches nothing: see Attach.
 func (c *Collector) SetTarget(tgid, idx uint32, flags Flags) error {
-	if idx == 0 || idx >= MaxTargets {
-		return fmt.Errorf("target slot %d out of range 1..%d", idx, MaxTargets-1)
-	}
-	if err := c.objs.Targets.Put(tgid, cudaTarget{Idx: idx, Flags: uint32(flags)}); err != nil {
-		return fmt.Errorf("adding target pid %d: %w", tgid, err)
-	}
-	return nil
+	return c.Base.SetTarget(tgid, bpfutil.Target{Idx: idx, Flags: uint32(flags)}, MaxTargets)
 }
 
 // DeleteTarget stops following tgid and detaches its uprobes. Deleting an
 // unknown tgid is not an error.
 func (c *Collector) DeleteTarget(tgid uint32) error {
-	var errs []error
-	if err := c.objs.Targets.Delete(tgid); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		errs = append(errs, fmt.Errorf("removing target pid %d: %w", tgid, err))
-	}
+	errs := []error{c.Base.DeleteTarget(tgid)}
 	c.mu.Lock()
 	if p := c.procs[tgid]; p != nil {
 		for _, a := range p.libs {
@@ -251,7 +320,7 @@ func (c *Collector) DeleteTarget(tgid uint32) error {
 func (c *Collector) Attach(tgid uint32, libs []Library, detach bool) ([]Library, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed || !c.loaded {
+	if c.closed || !c.Started() {
 		return nil, errors.New("cuda collector not started")
 	}
 	p := c.procs[tgid]
@@ -276,7 +345,7 @@ func (c *Collector) Attach(tgid uint32, libs []Library, detach bool) ([]Library,
 	if detach {
 		for k, a := range p.libs {
 			if !want[k] {
-				c.log.Debug("detaching", "pid", tgid, "library", a.lib.Path)
+				c.Log().Debug("detaching", "pid", tgid, "library", a.lib.Path)
 				errs = append(errs, a.close())
 				delete(p.libs, k)
 			}
@@ -305,7 +374,7 @@ func (c *Collector) attach(tgid uint32, l Library) (*attachment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", l.Path, err)
 	}
-	a := &attachment{lib: l}
+	a := &attachment{lib: l, ex: ex}
 	a.lib.Missing = nil
 	a.lib.Symbols = 0
 	done := map[uint64]bool{} // aliases at one address attach once
@@ -316,7 +385,7 @@ func (c *Collector) attach(tgid uint32, l Library) (*attachment, error) {
 			if !ok {
 				if name == info.Name && (l.API == info.API.String()) {
 					a.lib.Missing = append(a.lib.Missing, name)
-					c.log.Debug("symbol not in library, skipped", "symbol", name, "library", l.Path)
+					c.Log().Debug("symbol not in library, skipped", "symbol", name, "library", l.Path)
 				}
 				continue
 			}
@@ -325,6 +394,17 @@ func (c *Collector) attach(tgid uint32, l Library) (*attachment, error) {
 			}
 			done[off] = true
 			opts := &link.UprobeOptions{Address: off, PID: int(tgid), Cookie: call.cookie()}
+			if info.Kind == Launch {
+				// Launch-rate probes attach below, and only while
+				// within the budget (see budget.go).
+				k, err := uprobecost.Classify(l.Open, off)
+				if err != nil {
+					k = uprobecost.SingleStep
+				}
+				a.launches = append(a.launches, launchProbe{name: name, opts: *opts, kind: k})
+				a.lib.Symbols++
+				continue
+			}
 			up, err := ex.Uprobe(name, c.objs.CudaEnter, opts)
 			if err != nil {
 				a.close()
@@ -345,7 +425,11 @@ func (c *Collector) attach(tgid uint32, l Library) (*attachment, error) {
 	if a.lib.Symbols == 0 {
 		return nil, fmt.Errorf("attaching to %s: none of the CUDA symbols is in it", l.Path)
 	}
-	c.log.Debug("attached", "pid", tgid, "library", l.Path, "symbols", a.lib.Symbols, "missing", len(a.lib.Missing))
+	if err := a.attachLaunches(c.objs.CudaEnter, c.objs.CudaEnterMulti); err != nil {
+		a.close()
+		return nil, err
+	}
+	c.Log().Debug("attached", "pid", tgid, "library", l.Path, "symbols", a.lib.Symbols, "missing", len(a.lib.Missing))
 	return a, nil
 }
 
@@ -431,32 +515,6 @@ func (c *Collector) LaunchDims(idx uint32) ([]LaunchDims, error) {
 	return out, it.Err()
 }
 
-// Lost is the number of events the ring buffer could not take.
-func (c *Collector) Lost() (uint64, error) { return bpfutil.SumPerCPU(c.objs.Lost, 0) }
-
-// DimsOverflow is the number of launches not counted by grid and block
-// because the kernel's table was full.
-func (c *Collector) DimsOverflow() (uint64, error) { return bpfutil.SumPerCPU(c.objs.Lost, 1) }
-
-// DecodeErrors is the number of ring buffer records too short to decode.
-func (c *Collector) DecodeErrors() uint64 { return c.decodeErr.Load() }
-
-// ProgramIDs are the kernel IDs of the loaded programs (for logs and leak checks).
-func (c *Collector) ProgramIDs() []ebpf.ProgramID {
-	var ids []ebpf.ProgramID
-	for _, p := range []*ebpf.Program{c.objs.CudaEnter, c.objs.CudaExit} {
-		if p == nil {
-			continue
-		}
-		if info, err := p.Info(); err == nil {
-			if id, ok := info.ID(); ok {
-				ids = append(ids, id)
-			}
-		}
-	}
-	return ids
-}
-
 // LinkIDs are the kernel IDs of the attached links (uprobe perf links
 // have IDs on kernels with BPF perf links, 5.15+).
 func (c *Collector) LinkIDs() []link.ID {
@@ -465,7 +523,7 @@ func (c *Collector) LinkIDs() []link.ID {
 	var ids []link.ID
 	for _, p := range c.procs {
 		for _, a := range p.libs {
-			for _, l := range a.links {
+			for _, l := range append(append([]link.Link(nil), a.links...), a.llinks...) {
 				if info, err := l.Info(); err == nil {
 					ids = append(ids, info.ID)
 				}

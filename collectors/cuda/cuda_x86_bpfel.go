@@ -62,6 +62,11 @@ type cudaInflight struct {
 	Pad    uint32
 }
 
+type cudaPipeStats struct {
+	_ structs.HostLayout
+	N [8]uint64
+}
+
 type cudaTarget struct {
 	_     structs.HostLayout
 	Idx   uint32
@@ -72,17 +77,21 @@ type cudaTarget struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	cudaMapCallCounts  = "call_counts"
-	cudaMapCopyBytes   = "copy_bytes"
-	cudaMapDurations   = "durations"
-	cudaMapEvents      = "events"
-	cudaMapInflight    = "inflight"
-	cudaMapLaunchDims  = "launch_dims"
-	cudaMapLost        = "lost"
-	cudaMapTargets     = "targets"
-	cudaProgCudaEnter  = "cuda_enter"
-	cudaProgCudaExit   = "cuda_exit"
-	cudaVarUnusedEvent = "unused_event"
+	cudaMapCallCounts      = "call_counts"
+	cudaMapCopyBytes       = "copy_bytes"
+	cudaMapDurations       = "durations"
+	cudaMapEvents          = "events"
+	cudaMapInflight        = "inflight"
+	cudaMapLaunchDims      = "launch_dims"
+	cudaMapPipeStats       = "pipe_stats"
+	cudaMapTargets         = "targets"
+	cudaProgCudaEnter      = "cuda_enter"
+	cudaProgCudaEnterMulti = "cuda_enter_multi"
+	cudaProgCudaExit       = "cuda_exit"
+	cudaVarNrTargets       = "nr_targets"
+	cudaVarSelfTgid        = "self_tgid"
+	cudaVarUnusedEvent     = "unused_event"
+	cudaVarWakeupBytes     = "wakeup_bytes"
 )
 
 // loadCuda returns the embedded CollectionSpec for cuda.
@@ -127,8 +136,9 @@ type cudaSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaProgramSpecs struct {
-	CudaEnter *ebpf.ProgramSpec `ebpf:"cuda_enter"`
-	CudaExit  *ebpf.ProgramSpec `ebpf:"cuda_exit"`
+	CudaEnter      *ebpf.ProgramSpec `ebpf:"cuda_enter"`
+	CudaEnterMulti *ebpf.ProgramSpec `ebpf:"cuda_enter_multi"`
+	CudaExit       *ebpf.ProgramSpec `ebpf:"cuda_exit"`
 }
 
 // cudaMapSpecs contains maps before they are loaded into the kernel.
@@ -141,7 +151,7 @@ type cudaMapSpecs struct {
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	Inflight   *ebpf.MapSpec `ebpf:"inflight"`
 	LaunchDims *ebpf.MapSpec `ebpf:"launch_dims"`
-	Lost       *ebpf.MapSpec `ebpf:"lost"`
+	PipeStats  *ebpf.MapSpec `ebpf:"pipe_stats"`
 	Targets    *ebpf.MapSpec `ebpf:"targets"`
 }
 
@@ -149,7 +159,10 @@ type cudaMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaVariableSpecs struct {
+	NrTargets   *ebpf.VariableSpec `ebpf:"nr_targets"`
+	SelfTgid    *ebpf.VariableSpec `ebpf:"self_tgid"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
+	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // cudaObjects contains all objects after they have been loaded into the kernel.
@@ -178,7 +191,7 @@ type cudaMaps struct {
 	Events     *ebpf.Map `ebpf:"events"`
 	Inflight   *ebpf.Map `ebpf:"inflight"`
 	LaunchDims *ebpf.Map `ebpf:"launch_dims"`
-	Lost       *ebpf.Map `ebpf:"lost"`
+	PipeStats  *ebpf.Map `ebpf:"pipe_stats"`
 	Targets    *ebpf.Map `ebpf:"targets"`
 }
 
@@ -190,7 +203,7 @@ func (m *cudaMaps) Close() error {
 		m.Events,
 		m.Inflight,
 		m.LaunchDims,
-		m.Lost,
+		m.PipeStats,
 		m.Targets,
 	)
 }
@@ -199,20 +212,25 @@ func (m *cudaMaps) Close() error {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaVariables struct {
+	NrTargets   *ebpf.Variable `ebpf:"nr_targets"`
+	SelfTgid    *ebpf.Variable `ebpf:"self_tgid"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
+	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // cudaPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaPrograms struct {
-	CudaEnter *ebpf.Program `ebpf:"cuda_enter"`
-	CudaExit  *ebpf.Program `ebpf:"cuda_exit"`
+	CudaEnter      *ebpf.Program `ebpf:"cuda_enter"`
+	CudaEnterMulti *ebpf.Program `ebpf:"cuda_enter_multi"`
+	CudaExit       *ebpf.Program `ebpf:"cuda_exit"`
 }
 
 func (p *cudaPrograms) Close() error {
 	return _CudaClose(
 		p.CudaEnter,
+		p.CudaEnterMulti,
 		p.CudaExit,
 	)
 }

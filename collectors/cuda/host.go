@@ -42,7 +42,7 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	return &Host{
 		Collector: c,
 		names:     names,
-		log:       c.log,
+		log:       c.Log(),
 		targets:   map[uint32]uint32{},
 		calls: prometheus.NewDesc("bpfbench_cuda_calls_total",
 			"CUDA driver and runtime API calls of a target by call name (launches and asynchronous copies at entry, blocking calls at return).",

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/internal/uprobecost"
 )
 
 // SectionConfig adds what a session may want beyond the summary.
@@ -18,6 +19,8 @@ type SectionConfig struct {
 	OnEvent func(*Event)
 	// StreamLaunches also streams launches and asynchronous copies.
 	StreamLaunches bool
+	// Budget bounds the launch probes' cost (default DefaultBudget).
+	Budget Budget
 }
 
 // Section is the CUDA part of a session on one process.
@@ -28,6 +31,9 @@ type Section struct {
 	flags    Flags
 	total    *Aggregator
 	interval *Aggregator
+
+	budget Budget
+	bstate budgetState
 
 	mu       sync.Mutex
 	live     bool
@@ -60,7 +66,7 @@ func NewSectionConfig(opts collectors.Options, cfg SectionConfig) (*Section, err
 	if err != nil {
 		return nil, err
 	}
-	s := &Section{pid: opts.Pid, libs: libs, flags: StreamBlocking, total: NewAggregator(), interval: NewAggregator()}
+	s := &Section{pid: opts.Pid, libs: libs, flags: StreamBlocking, total: NewAggregator(), interval: NewAggregator(), budget: cfg.Budget}
 	if cfg.StreamLaunches {
 		s.flags = StreamAll
 	}
@@ -92,6 +98,14 @@ func (s *Section) Name() string { return "cuda" }
 // libraries. Libraries that cannot be probed are logged; none at all is
 // an error.
 func (s *Section) Start(ctx context.Context) error {
+	// The cost of a probe hit is measured before any launch probe goes on.
+	if s.budget.Cost == nil {
+		if c, err := uprobecost.Measure(); err == nil {
+			s.budget.Cost = &c
+		} else {
+			s.Log().Warn("measuring the cost of a uprobe hit", "err", err)
+		}
+	}
 	if err := s.Collector.Start(ctx); err != nil {
 		return err
 	}
@@ -108,7 +122,7 @@ func (s *Section) Start(ctx context.Context) error {
 		return err
 	}
 	if err != nil {
-		s.log.Warn("some CUDA libraries could not be probed", "pid", s.pid, "err", err)
+		s.Log().Warn("some CUDA libraries could not be probed", "pid", s.pid, "err", err)
 	}
 	s.mu.Lock()
 	s.live = true
@@ -120,10 +134,19 @@ func (s *Section) Start(ctx context.Context) error {
 // Run streams events until ctx is done, then keeps the kernel's final
 // counters for the summary.
 func (s *Section) Run(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.runBudget(ctx, uint32(s.pid), 1, s.budget, &s.bstate)
+	}()
 	err := s.Collector.Run(ctx)
+	<-done
 	s.takeSnapshot()
 	return err
 }
+
+// LaunchProbes says how launches were counted (full or sampled).
+func (s *Section) LaunchProbes() LaunchProbes { return s.bstate.snapshot() }
 
 // Close keeps the final counters, then releases everything.
 func (s *Section) Close() error {
@@ -200,6 +223,25 @@ func (s *Section) summary(maxDims int) Summary {
 	if oom > sum.OutOfMemory.Count {
 		sum.OutOfMemory.Count = oom
 	}
+	lp := s.LaunchProbes()
+	if lp.Mode != "" {
+		sum.LaunchProbes = &lp
+	}
+	// Launches while the probes were detached are estimated; each launch
+	// call gets its share by its measured count.
+	if lp.EstimatedLaunches > 0 {
+		var measured uint64
+		for _, c := range sum.Calls {
+			if c.Kind == Launch.String() {
+				measured += c.Count
+			}
+		}
+		for i, c := range sum.Calls {
+			if c.Kind == Launch.String() && measured > 0 {
+				sum.Calls[i].EstimatedCount = c.Count + uint64(float64(lp.EstimatedLaunches)*float64(c.Count)/float64(measured))
+			}
+		}
+	}
 	return sum
 }
 
@@ -265,6 +307,10 @@ func (s *Section) WriteSummary(w io.Writer) {
 	}
 	for _, d := range sum.Launches {
 		fmt.Fprintf(w, "  launches %s grid %v block %v: %d\n", d.Call, d.Grid, d.Block, d.Count)
+	}
+	if lp := sum.LaunchProbes; lp != nil && lp.Mode == "sampled" {
+		fmt.Fprintf(w, "  launch probes sampled: %s; attached %.0f%% of the time in %d windows, %d launches counted, %d estimated\n",
+			lp.Reason, 100*lp.duty(), lp.Windows, lp.MeasuredLaunches, lp.EstimatedLaunches)
 	}
 	if sum.OutOfMemory.Count > 0 {
 		fmt.Fprintf(w, "  out of memory: %d failed allocations\n", sum.OutOfMemory.Count)

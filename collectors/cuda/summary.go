@@ -25,6 +25,9 @@ type CallSummary struct {
 	Bytes  uint64 `json:"bytes,omitempty"`
 	// Duration is set for blocking calls (those with a return probe).
 	Duration *Latency `json:"duration_seconds,omitempty"`
+	// EstimatedCount is Count plus the launches estimated while the
+	// launch probes were detached (see LaunchProbes); 0 when none were.
+	EstimatedCount uint64 `json:"estimated_count,omitempty"`
 }
 
 // OOMEvent is an allocation that failed for lack of device memory.
@@ -55,6 +58,9 @@ type Summary struct {
 	OutOfMemory OutOfMemory       `json:"out_of_memory"`
 	// BlockedSeconds is the time threads spent inside blocking calls.
 	BlockedSeconds float64 `json:"blocked_seconds"`
+	// LaunchProbes says whether every launch was probed or launches were
+	// sampled to keep the probes within their budget.
+	LaunchProbes *LaunchProbes `json:"launch_probes,omitempty"`
 }
 
 // Aggregator turns streamed events into per-call duration distributions

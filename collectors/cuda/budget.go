@@ -1,0 +1,348 @@
+package cuda
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/bpfbench/bpfbench/internal/uprobecost"
+)
+
+// A uprobe hit is a trap: a launch-heavy process (hundreds of kernel
+// launches per decode step without CUDA Graphs) can lose more time to the
+// entry probe on cuLaunchKernel than to its GPU. The launch-rate probes
+// (Kind Launch) are therefore kept only while their estimated cost, the
+// measured launch rate times the host's measured cost of a hit, stays
+// within a budget; past it they are detached and sampled in short windows,
+// and the launches in between are estimated from the windows' rates.
+// Blocking calls, copies and allocations keep their probes.
+
+// Budget configures the launch-probe budget.
+type Budget struct {
+	// Ratio is the share of one CPU the launch probes may cost (default 0.005).
+	Ratio float64
+	// Check is how often the launch rate is measured while probes are on (default 20 ms).
+	Check time.Duration
+	// Period is the time between sample windows once over budget (default 30 s):
+	// attaching and detaching costs the target too, so not often.
+	Period time.Duration
+	// Window is how long a sample window lasts (default 20 ms).
+	Window time.Duration
+	// Cost overrides the measured cost of a hit (tests).
+	Cost *uprobecost.Cost
+}
+
+// DefaultBudget is the budget of every session and of the daemon.
+var DefaultBudget = Budget{Ratio: 0.005, Check: 20 * time.Millisecond, Period: 30 * time.Second, Window: 20 * time.Millisecond}
+
+// LaunchProbes says how launches were counted.
+type LaunchProbes struct {
+	// Mode is "full" (every launch probed), "sampled" (probes detached over
+	// budget, counts estimated between sample windows) or "none" (no
+	// launch symbol in the libraries).
+	Mode string `json:"mode"`
+	// Reason says why launches were sampled.
+	Reason string `json:"reason,omitempty"`
+	// HitCostNs is the measured cost of one probe hit on these functions'
+	// first instruction (emulated or single-stepped).
+	HitCostNs   float64 `json:"hit_cost_ns"`
+	BudgetRatio float64 `json:"budget_ratio"`
+	// ProbedSeconds and UnprobedSeconds split the session.
+	ProbedSeconds   float64 `json:"probed_seconds"`
+	UnprobedSeconds float64 `json:"unprobed_seconds"`
+	Windows         int     `json:"sample_windows"`
+	// MeasuredLaunches were counted by the probes, EstimatedLaunches were
+	// not (detached time times the nearest window's rate).
+	MeasuredLaunches  uint64  `json:"measured_launches"`
+	EstimatedLaunches uint64  `json:"estimated_launches"`
+	MaxRate           float64 `json:"max_launches_per_second"`
+	// CostSeconds is the probes' estimated CPU cost to the target.
+	CostSeconds float64 `json:"cost_seconds"`
+}
+
+type budgetState struct {
+	mu       sync.Mutex
+	lp       LaunchProbes
+	on       bool
+	since    time.Time // of the current on/off stretch
+	offAt    counter   // the reading when the probes were last detached
+	lastRate float64   // launches/s of the latest probed stretch
+	perSync  float64   // launches per synchronize in it (0: none)
+	pending  float64   // detached seconds not yet estimated
+	// pendingSyncs are the synchronizes counted in them.
+	pendingSyncs uint64
+	done         bool
+}
+
+func (b Budget) withDefaults() Budget {
+	d := DefaultBudget
+	if b.Ratio > 0 {
+		d.Ratio = b.Ratio
+	}
+	if b.Check > 0 {
+		d.Check = b.Check
+	}
+	if b.Period > 0 {
+		d.Period = b.Period
+	}
+	if b.Window > 0 {
+		d.Window = b.Window
+	}
+	d.Cost = b.Cost
+	return d
+}
+
+// counter is a reading of the in-kernel counts of slot idx: launches, and
+// synchronizes, whose probes stay on and so clock the steps of a decode
+// loop while the launch probes are detached.
+type counter struct {
+	launches, syncs uint64
+	t               time.Time
+}
+
+func (c *Collector) launchCount(idx uint32) (counter, error) {
+	r := counter{t: time.Now()}
+	var per []cudaCounts
+	for i, info := range calls {
+		if info.Kind != Launch && info.Kind != Sync {
+			continue
+		}
+		key := idx*maxCalls + uint32(i)
+		if err := c.objs.CallCounts.Lookup(key, &per); err != nil {
+			return r, fmt.Errorf("reading call_counts[%d]: %w", key, err)
+		}
+		for _, p := range per {
+			if info.Kind == Launch {
+				r.launches += p.Count
+			} else {
+				r.syncs += p.Count
+			}
+		}
+	}
+	return r, nil
+}
+
+// reading is launchCount without the error (a failed read counts nothing).
+func (c *Collector) reading(idx uint32) counter {
+	r, _ := c.launchCount(idx)
+	return r
+}
+
+// hitCost is what one launch probe hit of tgid costs, in ns: the
+// single-step cost if any launch function starts with an instruction the
+// kernel cannot emulate.
+func (c *Collector) hitCost(tgid uint32, cost uprobecost.Cost) float64 {
+	_, step := c.LaunchProbeKinds(tgid)
+	if step > 0 {
+		return cost.SingleStepNs
+	}
+	return cost.EmulatedNs
+}
+
+// runBudget keeps the launch probes of tgid (slot idx) within b until ctx
+// is done, recording what it did in st.
+func (c *Collector) runBudget(ctx context.Context, tgid, idx uint32, b Budget, st *budgetState) {
+	b = b.withDefaults()
+	var cost uprobecost.Cost
+	if b.Cost != nil {
+		cost = *b.Cost
+	} else {
+		var err error
+		if cost, err = uprobecost.Measure(); err != nil {
+			c.Log().Warn("measuring the uprobe cost; assuming 20 µs a hit", "err", err)
+			cost = uprobecost.Cost{EmulatedNs: 20000, SingleStepNs: 20000}
+		}
+	}
+	emu, step := c.LaunchProbeKinds(tgid)
+	now := time.Now()
+	st.mu.Lock()
+	st.lp.BudgetRatio = b.Ratio
+	st.lp.HitCostNs = c.hitCost(tgid, cost)
+	st.lp.Mode = "full"
+	if emu+step == 0 {
+		st.lp.Mode = "none"
+	}
+	st.on, st.since = true, now
+	hit := st.lp.HitCostNs
+	st.mu.Unlock()
+	if emu+step == 0 {
+		<-ctx.Done()
+		st.finish(c.reading(idx))
+		return
+	}
+	maxRate := b.Ratio * 1e9 / max(hit, 1)
+
+	last, err := c.launchCount(idx)
+	if err != nil {
+		c.Log().Warn("reading launch counts", "err", err)
+	}
+	tk := time.NewTicker(b.Check)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			st.finish(c.reading(idx))
+			return
+		case <-tk.C:
+		}
+		st.mu.Lock()
+		on := st.on
+		st.mu.Unlock()
+		if !on {
+			continue
+		}
+		n, err := c.launchCount(idx)
+		if err != nil {
+			continue
+		}
+		rate := st.probed(last, n, hit)
+		last = n
+		if rate <= maxRate {
+			continue
+		}
+		// Over budget: detach, then sample a window every Period.
+		if err := c.SetLaunchProbes(tgid, false); err != nil {
+			c.Log().Warn("detaching launch probes", "err", err)
+			continue
+		}
+		st.off(c.reading(idx), fmt.Sprintf("%.0f launches/s at %.2f µs a probe hit would cost %.1f%% of a CPU, over the %.1f%% budget",
+			rate, hit/1e3, rate*hit/1e9*100, b.Ratio*100))
+		c.Log().Info("launch probes over budget: sampling", "launches_per_second", int(rate), "hit_cost_ns", int(hit))
+		for {
+			select {
+			case <-ctx.Done():
+				st.finish(c.reading(idx))
+				return
+			case <-time.After(b.Period):
+			}
+			if err := c.SetLaunchProbes(tgid, true); err != nil {
+				c.Log().Warn("attaching launch probes for a sample window", "err", err)
+				continue
+			}
+			n0, _ := c.launchCount(idx)
+			st.window(n0)
+			select {
+			case <-ctx.Done():
+			case <-time.After(b.Window):
+			}
+			n1, _ := c.launchCount(idx)
+			if r := st.probed(n0, n1, hit); r <= maxRate {
+				// Back within budget: probes stay.
+				last = n1
+				break
+			}
+			_ = c.SetLaunchProbes(tgid, false)
+			n2, _ := c.launchCount(idx)
+			st.off(n2, "")
+			if ctx.Err() != nil {
+				st.finish(c.reading(idx))
+				return
+			}
+		}
+	}
+}
+
+// probed accounts a probed stretch from a to b and returns its launch
+// rate. Detached time before it is estimated with this stretch's launches
+// per synchronize (the synchronizes were counted throughout) or, for a
+// process that does not synchronize, with its rate.
+func (st *budgetState) probed(a, b counter, hit float64) float64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := b.launches - a.launches
+	rate := float64(n) / max(b.t.Sub(a.t).Seconds(), 1e-9)
+	st.lp.MeasuredLaunches += n
+	st.lp.CostSeconds += float64(n) * hit / 1e9
+	st.lp.MaxRate = max(st.lp.MaxRate, rate)
+	st.lastRate = rate
+	// A stretch without a synchronize (the thread did not run, or the
+	// process launches without synchronizing) keeps the previous ratio.
+	if s := b.syncs - a.syncs; s > 0 {
+		st.perSync = float64(n) / float64(s)
+	}
+	st.estimate()
+	return rate
+}
+
+// estimate turns the pending detached stretch into launches.
+func (st *budgetState) estimate() {
+	if st.pending <= 0 {
+		return
+	}
+	if st.perSync > 0 {
+		st.lp.EstimatedLaunches += uint64(st.perSync * float64(st.pendingSyncs))
+	} else {
+		st.lp.EstimatedLaunches += uint64(st.pending * st.lastRate)
+	}
+	st.pending, st.pendingSyncs = 0, 0
+}
+
+func (st *budgetState) off(at counter, reason string) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.on {
+		st.lp.ProbedSeconds += at.t.Sub(st.since).Seconds()
+	}
+	st.on, st.since, st.offAt = false, at.t, at
+	st.lp.Mode = "sampled"
+	if reason != "" {
+		st.lp.Reason = reason
+	}
+}
+
+func (st *budgetState) window(at counter) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	d := at.t.Sub(st.since).Seconds()
+	st.lp.UnprobedSeconds += d
+	st.pending += d
+	st.pendingSyncs += at.syncs - st.offAt.syncs
+	st.lp.Windows++
+	st.on, st.since = true, at.t
+}
+
+// finish closes the last stretch: detached time at the end takes the
+// latest window's figures.
+func (st *budgetState) finish(at counter) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.done {
+		return
+	}
+	st.done = true
+	d := at.t.Sub(st.since).Seconds()
+	if st.on {
+		st.lp.ProbedSeconds += d
+	} else {
+		st.lp.UnprobedSeconds += d
+		st.pending += d
+		st.pendingSyncs += at.syncs - st.offAt.syncs
+	}
+	st.estimate()
+}
+
+func (st *budgetState) snapshot() LaunchProbes {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	lp := st.lp
+	if !st.done && st.lp.Mode != "" {
+		d := time.Since(st.since).Seconds()
+		if st.on {
+			lp.ProbedSeconds += d
+		} else {
+			lp.UnprobedSeconds += d
+			lp.EstimatedLaunches += uint64((st.pending + d) * st.lastRate)
+		}
+		// (A live view: the final figures count synchronizes, see finish.)
+	}
+	return lp
+}
+
+// duty is the share of the time the launch probes were attached.
+func (lp LaunchProbes) duty() float64 {
+	if t := lp.ProbedSeconds + lp.UnprobedSeconds; t > 0 {
+		return lp.ProbedSeconds / t
+	}
+	return 1
+}

@@ -1,0 +1,40 @@
+package uprobecost
+
+import (
+	"testing"
+
+	"github.com/bpfbench/bpfbench/internal/privtest"
+)
+
+func TestClassifyBytes(t *testing.T) {
+	for _, c := range []struct {
+		b    []byte
+		want Kind
+	}{
+		{[]byte{0x55, 0x48, 0x89, 0xe5}, Emulated},   // push %rbp
+		{[]byte{0x41, 0x57, 0x41, 0x56}, Emulated},   // push %r15
+		{[]byte{0xe9, 0, 0, 0}, Emulated},            // jmp rel32
+		{[]byte{0xf3, 0x0f, 0x1e, 0xfa}, SingleStep}, // endbr64
+		{[]byte{0x48, 0x89, 0xf8}, SingleStep},       // mov %rdi,%rax
+		{nil, SingleStep},
+	} {
+		if got := ClassifyBytes(c.b); got != c.want {
+			t.Errorf("% x: %v, want %v", c.b, got, c.want)
+		}
+	}
+}
+
+// The calibration attaches real uprobes to this test binary: both costs
+// come out positive, and a single-stepped hit is not cheaper than an
+// emulated one by more than noise.
+func TestMeasure(t *testing.T) {
+	privtest.Require(t)
+	c, err := Measure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("uprobe hit: %.0f ns emulated, %.0f ns single-stepped", c.EmulatedNs, c.SingleStepNs)
+	if c.EmulatedNs <= 0 || c.SingleStepNs <= 0 {
+		t.Fatalf("a probe hit cost nothing: %+v", c)
+	}
+}
