@@ -286,47 +286,62 @@ func (s *jscan) lit(l string) bool {
 	return false
 }
 
+// strPlain marks the bytes that stand for themselves inside a JSON string
+// (not '"', not '\\', not a control character).
+var strPlain = func() (t [256]bool) {
+	for c := 0x20; c < 256; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // str reads a string and returns its raw (still escaped) contents.
 func (s *jscan) str() ([]byte, bool) {
 	if !s.eat('"') {
 		return nil, false
 	}
+	b := s.b
 	start := s.i
-	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
-			v := s.b[start:s.i]
-			s.i++
-			return v, true
-		case c == '\\':
-			s.i++
-			if s.i >= len(s.b) {
+	i := s.i
+	for {
+		for i < len(b) && strPlain[b[i]] {
+			i++
+		}
+		if i >= len(b) {
+			s.i = i
+			return nil, false
+		}
+		switch b[i] {
+		case '"':
+			s.i = i + 1
+			return b[start:i], true
+		case '\\':
+			i++
+			if i >= len(b) {
+				s.i = i
 				return nil, false
 			}
-			switch s.b[s.i] {
+			switch b[i] {
 			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-				s.i++
+				i++
 			case 'u':
-				if len(s.b)-s.i < 5 {
+				if len(b)-i < 5 {
 					return nil, false
 				}
-				for _, h := range s.b[s.i+1 : s.i+5] {
+				for _, h := range b[i+1 : i+5] {
 					if !isHex(h) {
 						return nil, false
 					}
 				}
-				s.i += 5
+				i += 5
 			default:
 				return nil, false
 			}
-		case c < 0x20:
+		default: // a control character
+			s.i = i
 			return nil, false
-		default:
-			s.i++
 		}
 	}
-	return nil, false
 }
 
 func isHex(c byte) bool {

@@ -40,6 +40,12 @@ func (p *SSEParser) Reset() {
 	p.Comments = 0
 }
 
+// idle reports whether the parser holds nothing: no bytes of an unfinished
+// line, no fields of an unfinished event.
+func (p *SSEParser) idle() bool {
+	return p.off == len(p.buf) && !p.has && !p.delim && len(p.typ) == 0
+}
+
 // Feed appends bytes read from the stream.
 func (p *SSEParser) Feed(b []byte) {
 	if p.off > 0 && p.off == len(p.buf) {

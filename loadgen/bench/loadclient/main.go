@@ -1,5 +1,7 @@
 // Command loadclient runs `bpfbench load` (loadgen/cli.RunLoad) as its own
 // process, so the client's CPU can be measured apart from the server's.
+// With --cpuprofile FILE as the first argument it writes a CPU profile of
+// the run (go tool pprof FILE).
 package main
 
 import (
@@ -8,13 +10,30 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/bpfbench/bpfbench/loadgen/cli"
 )
 
 func main() {
-	if err := cli.RunLoad(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
+	args := os.Args[1:]
+	if len(args) >= 2 && (args[0] == "--cpuprofile" || args[0] == "-cpuprofile") {
+		f, err := os.Create(args[1])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "loadclient:", err)
+			os.Exit(1)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "loadclient:", err)
+			os.Exit(1)
+		}
+		defer f.Close()
+		defer pprof.StopCPUProfile()
+		args = args[2:]
+	}
+	if err := cli.RunLoad(context.Background(), args, os.Stdout, os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "loadclient:", err)
+		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
