@@ -110,7 +110,7 @@ func transports() []bool { return []bool{false, true} }
 
 func transportName(netHTTP bool) string {
 	if netHTTP {
-		return "net/http"
+		return "nethttp"
 	}
 	return "raw"
 }

@@ -117,6 +117,12 @@ func TestFixedTTFTAndITL(t *testing.T) {
 }
 
 func TestFailuresCounted(t *testing.T) {
+	for _, netHTTP := range transports() {
+		t.Run(transportName(netHTTP), func(t *testing.T) { testFailuresCounted(t, netHTTP) })
+	}
+}
+
+func testFailuresCounted(t *testing.T, netHTTP bool) {
 	url := startSim(t, func(c *sim.Config) {
 		c.PrefillBase = time.Millisecond
 		c.PrefillPerToken = 0
@@ -126,6 +132,7 @@ func TestFailuresCounted(t *testing.T) {
 	})
 	cfg := DefaultConfig()
 	cfg.Target = url
+	cfg.NetHTTP = netHTTP
 	cfg.NumRequests = 60
 	cfg.MaxConcurrency = 16
 	cfg.Dataset.InputLen = 8

@@ -1,0 +1,79 @@
+package loadgen
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// The chunked decoder gives the same bytes however the body is cut into reads.
+func TestRawChunkedAnySplit(t *testing.T) {
+	want := "data: {\"a\":1}\n\ndata: [DONE]\n\n"
+	wire := "7\r\ndata: {\r\n" + fmt.Sprintf("%x;ext=1\r\n%s\r\n", len(want)-7, want[7:]) + "0\r\nTrailer: x\r\n\r\n"
+	for cut := 0; cut <= len(wire); cut++ {
+		var c rconn
+		var got bytes.Buffer
+		end := false
+		for _, piece := range []string{wire[:cut], wire[cut:]} {
+			b := []byte(piece)
+			for len(b) > 0 && !end {
+				seg, rest, e, ok := c.chunk(b)
+				if !ok {
+					t.Fatalf("cut %d: malformed", cut)
+				}
+				got.Write(seg)
+				b, end = rest, e
+			}
+		}
+		if !end || got.String() != want {
+			t.Fatalf("cut %d: end %v, got %q", cut, end, got.String())
+		}
+	}
+	var c rconn
+	if _, _, _, ok := c.chunk([]byte("zz\r\n")); ok {
+		t.Error("a bad chunk size was accepted")
+	}
+}
+
+// Bodies framed by Content-Length or by the connection's end, and error
+// statuses, through the raw transport.
+func TestRawFramings(t *testing.T) {
+	body := strings.Join(llamaEvents(false, 3, 2), "\n\ndata: ")
+	body = "data: " + body + "\n\n"
+	for _, tc := range []struct {
+		name, resp string
+		ok         bool
+	}{
+		{"content-length", fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s", len(body), body), true},
+		{"close", "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n" + body, true},
+		{"continue", "HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body, true},
+		{"status", "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 9\r\n\r\noverload!", false},
+	} {
+		srv := startRawServer(t, func(c net.Conn, _ *http.Request, _ []byte, _ int) bool {
+			c.Write([]byte(tc.resp))
+			return !strings.Contains(tc.resp, "close")
+		})
+		cfg := DefaultConfig()
+		cfg.Target = srv.url
+		cfg.NumRequests = 3
+		cfg.MaxConcurrency = 1
+		cfg.Dataset.OutputLen = 3
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !tc.ok {
+			if res.Metrics.Failures[FailHTTPStatus] != 3 || !strings.Contains(res.Records[0].Error, "HTTP 503: overload!") {
+				t.Errorf("%s: %v %v", tc.name, res.Metrics.Failures, res.Failures())
+			}
+			continue
+		}
+		if res.Metrics.Completed != 3 || res.Metrics.TotalOutput != 9 || res.Metrics.Chunks != 9 {
+			t.Errorf("%s: %d completed, %d tokens, %d chunks: %v", tc.name, res.Metrics.Completed, res.Metrics.TotalOutput, res.Metrics.Chunks, res.Failures())
+		}
+	}
+}
