@@ -17,7 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
+	"github.com/bpfbench/bpfbench/collectors/cuda"
 	"github.com/bpfbench/bpfbench/internal/caps"
+	"github.com/bpfbench/bpfbench/internal/uprobecost"
 )
 
 // Status of a readiness check.
@@ -77,6 +79,10 @@ func Readiness(sets []TracepointSet) []Check {
 		}
 	}
 	add(checkPMU("uprobe", true, "a kernel with CONFIG_UPROBE_EVENTS=y (CUDA probes need it)"))
+	if privileged {
+		add(checkUprobeCost())
+	}
+	add(checkSchedInfo())
 	add(checkPMU("kprobe", false, "not used by bpfbench; nothing to do"))
 	add(checkFentry())
 	add(checkLibrary("nvml", "libnvidia-ml.so.1", "install the NVIDIA driver to get GPU metrics; bpfbench runs without them"))
@@ -209,6 +215,27 @@ func checkPMU(name string, required bool, fix string) Check {
 		return Check{Warn, name + "s", "not supported by this kernel", fix}
 	}
 	return Check{OK, name + "s", "supported", ""}
+}
+
+// checkUprobeCost measures a real uprobe hit on this host: it sets how many
+// CUDA launches a second the launch probes may see before they are sampled.
+func checkUprobeCost() Check {
+	c, err := uprobecost.Measure()
+	if err != nil {
+		return Check{Warn, "uprobe cost", "measuring a uprobe hit: " + shortErr(err), "CUDA launch probes assume 20 µs a hit"}
+	}
+	rate := cuda.DefaultBudget.Ratio * 1e9 / max(c.SingleStepNs, c.EmulatedNs, 1)
+	return Check{OK, "uprobe cost", fmt.Sprintf("%.2f µs a hit on an emulated first instruction, %.2f µs single-stepped; launch probes are sampled above about %.0f launches/s (%.1f%% of a CPU)",
+		c.EmulatedNs/1e3, c.SingleStepNs/1e3, rate, 100*cuda.DefaultBudget.Ratio), ""}
+}
+
+// checkSchedInfo: run-queue waits come from the kernel's own sched_info
+// stamps (CONFIG_SCHED_INFO, which /proc/PID/schedstat shows).
+func checkSchedInfo() Check {
+	if _, err := os.Stat("/proc/self/schedstat"); err != nil {
+		return Check{Fail, "sched_info", "/proc/self/schedstat is missing: the kernel lacks CONFIG_SCHED_INFO", "use a kernel with CONFIG_SCHED_INFO=y (selected by SCHEDSTATS or TASK_DELAY_ACCT); run-queue latency reads its stamps"}
+	}
+	return Check{OK, "sched_info", "run-queue stamps available (CONFIG_SCHED_INFO)", ""}
 }
 
 func checkFentry() Check {

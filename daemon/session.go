@@ -16,8 +16,31 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/clock"
+	"github.com/bpfbench/bpfbench/internal/overhead"
 )
+
+// cpuList writes a CPU set as a list ("0,2-3").
+func cpuList(set *unix.CPUSet) string {
+	var parts []string
+	for c := 0; c < 1024; c++ {
+		if !set.IsSet(c) {
+			continue
+		}
+		e := c
+		for e+1 < 1024 && set.IsSet(e+1) {
+			e++
+		}
+		if e == c {
+			parts = append(parts, strconv.Itoa(c))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d-%d", c, e))
+		}
+		c = e
+	}
+	return strings.Join(parts, ",")
+}
 
 // SectionFactory builds one section of a session. A nil Section with a nil
 // error means the section is off for these options.
@@ -45,6 +68,12 @@ type Session struct {
 	exited      chan struct{}
 	exitOnce    sync.Once
 	required    map[string]bool
+	meter       *overhead.Meter
+
+	// MeasureBefore measures the target's involuntary context switches for
+	// this long before the collectors start (attach); 0 does not (run: the
+	// server is idle before its load).
+	MeasureBefore time.Duration
 }
 
 // ProcessError is returned for a target that cannot be followed.
@@ -114,6 +143,13 @@ func NewSession(opts collectors.Options, factories []SectionFactory) (*Session, 
 
 // Start starts every section; a required one that fails closes the rest.
 func (s *Session) Start(ctx context.Context) error {
+	cpus := ""
+	if set := bpfutil.ReaderCPUs(); set != nil {
+		cpus = cpuList(set)
+	}
+	s.meter = overhead.Baseline(s.opts.Pid, overhead.Options{
+		Before: s.MeasureBefore, EnableStats: bpfutil.EnableStats, ReaderNice: bpfutil.ReaderNice, ReaderCPUs: cpus,
+	})
 	var started []collectors.Section
 	for _, sec := range s.sections {
 		if err := sec.Start(ctx); err != nil {
@@ -131,6 +167,13 @@ func (s *Session) Start(ctx context.Context) error {
 		started = append(started, sec)
 	}
 	s.sections = started
+	var sources []overhead.Source
+	for _, sec := range started {
+		if src, ok := sec.(overhead.Source); ok {
+			sources = append(sources, src)
+		}
+	}
+	s.meter.Start(sources)
 	s.anchor = clock.NewAnchor()
 	s.startMono = clock.Now()
 	go s.watchExit()
@@ -192,7 +235,19 @@ func (s *Session) Run(ctx context.Context, interval time.Duration, tick func()) 
 	}
 	err := g.Wait()
 	s.endMono = clock.Now()
+	if s.meter != nil {
+		s.meter.Stop()
+	}
 	return err
+}
+
+// Overhead is what the session cost the machine and the target (final
+// once Run has returned).
+func (s *Session) Overhead() overhead.Report {
+	if s.meter == nil {
+		return overhead.Report{}
+	}
+	return s.meter.Report()
 }
 
 // Close closes the sections in reverse order. It is idempotent.
@@ -257,6 +312,11 @@ func (s *Session) WriteSummary(w io.Writer) {
 	for name, why := range s.unavailable {
 		fmt.Fprintf(w, "\n%s: unavailable: %s\n", name, why)
 	}
+	o := s.Overhead()
+	fmt.Fprintf(w, "\n%s\n", o.Line())
+	for _, warn := range o.Warnings {
+		fmt.Fprintf(w, "warning: %s\n", warn)
+	}
 }
 
 // Summary is the JSON summary: pid, comm, duration, losses, one key per
@@ -268,6 +328,7 @@ func (s *Session) Summary() map[string]any {
 		"duration_seconds": s.Duration().Seconds(),
 		"lost_events":      s.Lost(),
 		"start_time":       s.anchor.ToWall(s.startMono),
+		"overhead":         s.Overhead(),
 	}
 	for _, sec := range s.sections {
 		out[sec.Name()] = sec.Summary()

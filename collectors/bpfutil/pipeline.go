@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +17,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/internal/overhead"
 )
 
 // The pipeline's kernel half is bpf/include/pipeline.h: one ring buffer
@@ -289,6 +293,18 @@ func (b *Base) DrainStats() DrainStats {
 	return DrainStats{Wakeups: b.wakeups.Load(), Records: b.records.Load(), DecodeErrors: b.decodeErr.Load(), CPUNs: b.cpuNs.Load()}
 }
 
+// OverheadCounters are the collector's cumulative pipeline figures for
+// the session's cost report.
+func (b *Base) OverheadCounters() overhead.Counters {
+	ps, _ := b.PipeStats()
+	ns, runs := b.ProgramRuntime()
+	return overhead.Counters{
+		Records: b.records.Load(), Wakeups: b.wakeups.Load(), ReaderCPUNs: b.cpuNs.Load(),
+		Lost: ps.Lost, Folded: ps.Folded, ForcedWakeups: ps.ForcedWakeups, Overflow: ps.Overflow,
+		SelfPreemptions: ps.SelfPreemptions, DecodeErr: b.decodeErr.Load(), BPFRunNs: ns, BPFRuns: runs,
+	}
+}
+
 // Programs are the loaded programs, for IDs and run-time statistics.
 func (b *Base) Programs() []*ebpf.Program { return b.programs }
 
@@ -438,4 +454,78 @@ func threadCPU() uint64 {
 // returned closer is closed (they cost two clock reads per program run).
 func EnableStats() (interface{ Close() error }, error) {
 	return ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+}
+
+// ParseCPUList parses a CPU list as taskset and cgroups write it: "0,2-3".
+func ParseCPUList(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("CPU list %q: %q is not a CPU number", s, lo)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("CPU list %q: bad range %q", s, part)
+			}
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("CPU list %q names no CPU", s)
+	}
+	return out, nil
+}
+
+// RestrictToCPUs keeps bpfbench on cpus: every thread of this process now
+// (threads created later inherit it from their creator) and every reader
+// thread started later. The CPUs not listed are left to the target.
+func RestrictToCPUs(cpus []int) error {
+	var set unix.CPUSet
+	for _, c := range cpus {
+		set.Set(c)
+	}
+	SetReaderCPUs(cpus)
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return fmt.Errorf("listing this process's threads: %w", err)
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("restricting thread %d to CPUs %v: %w", tid, cpus, err)
+		}
+	}
+	return nil
+}
+
+// NiceProcess sets the nice value of every thread of this process (threads
+// created later inherit it from their creator): an observer that must not
+// compete with what it watches, as `attach` is.
+func NiceProcess(nice int) error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return fmt.Errorf("listing this process's threads: %w", err)
+	}
+	for _, t := range tasks {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("setting thread %d to nice %d: %w", tid, nice, err)
+		}
+	}
+	return nil
 }

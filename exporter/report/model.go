@@ -9,6 +9,8 @@
 package report
 
 import (
+	"github.com/bpfbench/bpfbench/internal/overhead"
+
 	"encoding/json"
 	"fmt"
 	"os"
@@ -97,9 +99,12 @@ type Document struct {
 	Phases     []Phase                    `json:"phases,omitempty"`
 	// Diagnosis is a short plain-language reading of the run.
 	Diagnosis []string `json:"diagnosis,omitempty"`
+	// Overhead is what bpfbench cost the machine and the target while it
+	// collected (its own measure).
+	Overhead *overhead.Report `json:"overhead,omitempty"`
 }
 
-var ownKeys = []string{"attribution", "collectors", "collection", "timeline", "phases", "diagnosis"}
+var ownKeys = []string{"attribution", "collectors", "collection", "timeline", "phases", "diagnosis", "overhead"}
 
 // MarshalJSON writes the load fields and the added keys as one object.
 func (d *Document) MarshalJSON() ([]byte, error) {

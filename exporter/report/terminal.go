@@ -153,6 +153,12 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		for _, n := range sortedKeys(c.Unavailable) {
 			fmt.Fprintf(bw, "  unavailable: %s: %s\n", n, c.Unavailable[n])
 		}
+		if o := d.Overhead; o != nil {
+			fmt.Fprintln(bw, o.Line())
+			for _, w := range o.Warnings {
+				fmt.Fprintf(bw, "  warning: %s\n", w)
+			}
+		}
 	} else {
 		fmt.Fprintln(bw, "Collection: none (load only)")
 	}

@@ -62,6 +62,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	baseITL := fs.Float64("baseline-itl-ms", 0, "a normal inter-token gap in ms (default: the run's median)")
 	baseTTFT := fs.Float64("baseline-ttft-ms", 0, "a normal time to first token in ms (default: the run's median)")
 	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
+	cpus := cpusFlag(fs)
 	var oo otlp.Options
 	oo.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
@@ -98,6 +99,9 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if err := bpfutil.EnsureFilesystems(); err != nil {
 		logger.Warn("preparing kernel file systems", "err", err)
+	}
+	if err := applyCPUs(*cpus); err != nil {
+		return err
 	}
 	var finish func()
 	cfg.Progress, finish = cli.Progress(stderr)
