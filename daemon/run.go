@@ -252,6 +252,8 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		Spans: stream.spans, SpansDropped: stream.late(),
 		Unavailable: sess.unavailable,
 	}
+	ov := sess.Overhead()
+	doc.Overhead = &ov
 	for _, c := range readiness {
 		doc.Collection.Readiness = append(doc.Collection.Readiness, report.Check{Status: string(c.Status), Name: c.Name, Detail: c.Detail, Fix: c.Fix})
 	}
