@@ -38,6 +38,8 @@ const (
 	rawMaxHeader = 64 << 10
 	rawMaxEvents = 256
 	rawErrBody   = 4 << 10
+	// rawDialTimeout bounds a connect, as net/http's dialer does.
+	rawDialTimeout = int64(30 * time.Second)
 )
 
 var (
@@ -245,6 +247,7 @@ const (
 type rconn struct {
 	fd      int
 	gen     int32
+	dialNs  int64
 	port    int
 	state   int
 	closed  bool
@@ -276,6 +279,7 @@ type reactor struct {
 	conns   []*rconn // by fd
 	idle    []*rconn
 	active  int
+	dialing int // connections in csConnecting
 	gen     int32
 	buf     []byte
 	events  []unix.EpollEvent
@@ -339,6 +343,9 @@ func (l *reactor) run() {
 		if l.t.stall > 0 && l.active > 0 {
 			timeout = int(max(l.t.stall/4/1e6, 1))
 		}
+		if l.dialing > 0 && (timeout < 0 || timeout > 1000) {
+			timeout = 1000
+		}
 		n, err := unix.EpollWait(l.epfd, l.events, timeout)
 		if err != nil && err != unix.EINTR {
 			l.shutdown(err)
@@ -371,7 +378,7 @@ func (l *reactor) run() {
 				l.onReadable(c)
 			}
 		}
-		if l.t.stall > 0 && l.active > 0 {
+		if (l.t.stall > 0 && l.active > 0) || l.dialing > 0 {
 			l.scanStalls()
 		}
 	}
@@ -430,15 +437,21 @@ func (l *reactor) shutdown(err error) {
 
 func (l *reactor) scanStalls() {
 	now := Mono()
-	if now-l.lastScn < max(l.t.stall/8, int64(time.Millisecond)) {
+	if now-l.lastScn < max(l.t.stall/8, int64(time.Millisecond)) && l.t.stall > 0 {
 		return
 	}
 	l.lastScn = now
 	for _, c := range l.conns {
-		if c != nil && c.req != nil && now-c.req.lastByte >= l.t.stall {
-			req := c.req
+		if c == nil || c.req == nil {
+			continue
+		}
+		switch req := c.req; {
+		case l.t.stall > 0 && now-req.lastByte >= l.t.stall:
 			l.closeConn(c)
 			l.finish(req, errStall)
+		case c.state == csConnecting && now-c.dialNs >= rawDialTimeout:
+			l.closeConn(c)
+			l.finish(req, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", unix.ETIMEDOUT)})
 		}
 	}
 }
@@ -484,6 +497,7 @@ func (l *reactor) dial() (*rconn, error) {
 	c := &rconn{fd: fd, state: csWriting, idleAt: -1}
 	if err := unix.Connect(fd, l.t.sa); err == unix.EINPROGRESS {
 		c.state = csConnecting
+		c.dialNs = Mono()
 	} else if err != nil {
 		unix.Close(fd)
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", err)}
@@ -512,6 +526,9 @@ func (l *reactor) dial() (*rconn, error) {
 		l.conns = append(l.conns, make([]*rconn, len(l.conns)+64)...)
 	}
 	l.conns[fd] = c
+	if c.state == csConnecting {
+		l.dialing++
+	}
 	return c, nil
 }
 
@@ -542,6 +559,7 @@ func (l *reactor) onWritable(c *rconn) {
 			return
 		}
 		c.state = csWriting
+		l.dialing--
 	}
 	if c.req == nil {
 		l.setOut(c, false)
@@ -553,7 +571,7 @@ func (l *reactor) onWritable(c *rconn) {
 func (l *reactor) write(c *rconn) {
 	req := c.req
 	for c.woff < len(req.wire) {
-		n, err := unix.Write(c.fd, req.wire[c.woff:])
+		n, err := unix.SendmsgN(c.fd, req.wire[c.woff:], nil, nil, unix.MSG_NOSIGNAL)
 		if err == unix.EAGAIN {
 			l.setOut(c, true)
 			return
@@ -661,8 +679,12 @@ func (l *reactor) onBytes(c *rconn, b []byte, now int64) {
 		return
 	case csConnecting, csWriting:
 		// An answer before the whole request went out (an error status).
+		if c.state == csConnecting {
+			l.dialing--
+		}
 		c.state = csHead
 		c.head = c.head[:0]
+		l.setOut(c, false)
 	}
 	if req := c.req; req != nil {
 		if req.rec.FirstByteNs == 0 {
@@ -952,6 +974,9 @@ func (l *reactor) closeConn(c *rconn) {
 		return
 	}
 	c.closed = true
+	if c.state == csConnecting {
+		l.dialing--
+	}
 	if c.req != nil {
 		c.req = nil
 		l.active--

@@ -6,12 +6,16 @@
 #
 #   loadgen/bench/client_efficiency.sh [STREAMS] [TOKENS] [ITL_MS] [ROUNDS]
 #
+# bpfbench is loadgen/bench/loadclient, `bpfbench load` as its own process.
 # Every client sends STREAMS streaming requests at once for TOKENS tokens
 # each (ignore_eos), one token every ITL_MS ms; each round runs the three
 # clients one after the other, in a new process each. A client's CPU is
 # user+system of the child process from wait4 (startup included), so every
 # client is charged the same way. Prints each run, then the median over the
 # rounds and the ratios. Needs go, cc and /usr/bin/python3 with python3-aiohttp.
+# Also measured: bpfbench through Go's net/http (--net-http), and, with
+# BASELINE_LOADCLIENT=PATH, another build of loadgen/bench/loadclient (an
+# older commit, for before/after).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STREAMS=${1:-100}
@@ -52,6 +56,16 @@ for r in $(seq "$ROUNDS"); do
     --input-len 16 --output-len "$TOKENS" --no-progress --out "$TMP/result.json")
   n=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["bpfbench"]["chunks"] if r["failed"]==0 else 0)' "$TMP/result.json")
   echo "bpfbench $n $c" >>"$TMP/runs"
+  c=$(cpu "$TMP/loadclient" --target "$URL" --num-requests "$STREAMS" --max-concurrency "$STREAMS" \
+    --input-len 16 --output-len "$TOKENS" --no-progress --out "$TMP/result.json" --net-http)
+  n=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["bpfbench"]["chunks"] if r["failed"]==0 else 0)' "$TMP/result.json")
+  echo "net/http $n $c" >>"$TMP/runs"
+  if [ -n "${BASELINE_LOADCLIENT:-}" ]; then
+    c=$(cpu "$BASELINE_LOADCLIENT" --target "$URL" --num-requests "$STREAMS" --max-concurrency "$STREAMS" \
+      --input-len 16 --output-len "$TOKENS" --no-progress --out "$TMP/result.json")
+    n=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["bpfbench"]["chunks"] if r["failed"]==0 else 0)' "$TMP/result.json")
+    echo "baseline $n $c" >>"$TMP/runs"
+  fi
   c=$(cpu "$PY" loadgen/bench/aiohttp_client.py "$URL" "$STREAMS" "$TOKENS")
   n=$(sed -n 's/^aiohttp: \([0-9]*\)\/[0-9]* ok, \([0-9]*\) chunks.*/\1 \2/p' "$TMP/out")
   [ "${n%% *}" = "$STREAMS" ] || { cat "$TMP/out"; exit 1; }
@@ -70,7 +84,10 @@ for line in open(sys.argv[1]):
 want = int(sys.argv[2]) * int(sys.argv[3])
 med = {k: statistics.median(v) for k, v in runs.items()}
 print(f"{sys.argv[2]} streams x {sys.argv[3]} tokens, {sys.argv[4]} ms apart ({want} chunks a run); median of {len(runs['floor'])} rounds, chunks/CPU-s:")
-for k in ("bpfbench", "python", "floor"):
-    print(f"  {k:9s} {med[k]:11,.0f}")
-print(f"bpfbench / python: {med['bpfbench']/med['python']:.2f}x   floor / bpfbench: {med['floor']/med['bpfbench']:.2f}x")
+for k in ("bpfbench", "net/http", "baseline", "python", "floor"):
+    if k in med:
+        print(f"  {k:9s} {med[k]:11,.0f}")
+print(f"bpfbench / python: {med['bpfbench']/med['python']:.2f}x   floor / bpfbench: {med['floor']/med['bpfbench']:.2f}x   "
+      f"floor / python: {med['floor']/med['python']:.2f}x" +
+      (f"   bpfbench / baseline: {med['bpfbench']/med['baseline']:.2f}x" if "baseline" in med else ""))
 PY

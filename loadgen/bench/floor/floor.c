@@ -2,8 +2,9 @@
 // the kernel allows for chunks per CPU-second. It opens STREAMS non-blocking
 // connections to HOST:PORT, sends each the same streaming completions
 // request, and waits on them with one epoll loop, reading with a 256 KiB
-// buffer once per readiness (level-triggered, so no read to EAGAIN) and counting the SSE "data: {" lines (no HTTP parsing beyond that,
-// no JSON, no timestamps). It prints the chunks and its own CPU time.
+// buffer once per readiness (level-triggered, so no read to EAGAIN) and
+// counting the SSE "data: {" lines (no HTTP parsing beyond that, no JSON,
+// no timestamps). It prints the chunks and its own CPU time.
 //
 //   cc -O2 -o floor floor.c && ./floor 127.0.0.1 8000 100 256
 #include <arpa/inet.h>
