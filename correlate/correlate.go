@@ -209,8 +209,9 @@ func (e *Engine) Advance(watermark int64) []Blame {
 // Measure measures every pending interval that ends at or before
 // watermark (all activity up to it has been added), hands each to fn, and
 // forgets activity that neither a pending interval nor a later one (see
-// SetFloor) can overlap.
-func (e *Engine) Measure(watermark int64, fn func(Measurement)) {
+// SetFloor) can overlap. It returns that horizon: no interval measured
+// from now on starts before it.
+func (e *Engine) Measure(watermark int64, fn func(Measurement)) (horizon int64) {
 	keep := e.pending[:0]
 	for _, iv := range e.pending {
 		if iv.End <= watermark {
@@ -222,13 +223,14 @@ func (e *Engine) Measure(watermark int64, fn func(Measurement)) {
 	}
 	clear(e.pending[len(keep):])
 	e.pending = keep
-	horizon := min(watermark, e.floor)
+	horizon = min(watermark, e.floor)
 	for _, iv := range e.pending {
 		if iv.Start < horizon {
 			horizon = iv.Start
 		}
 	}
 	e.prune(horizon)
+	return horizon
 }
 
 // Flush attributes every pending interval.
