@@ -21,6 +21,8 @@ type SectionConfig struct {
 	StreamLaunches bool
 	// Budget bounds the launch probes' cost (default DefaultBudget).
 	Budget Budget
+	// RingBufferBytes sizes the ring buffer (default 4 MiB).
+	RingBufferBytes uint32
 }
 
 // Section is the CUDA part of a session on one process.
@@ -71,7 +73,7 @@ func NewSectionConfig(opts collectors.Options, cfg SectionConfig) (*Section, err
 		s.flags = StreamAll
 	}
 	s.Collector = New(Config{
-		Logger: opts.Logger,
+		Logger: opts.Logger, RingBufferBytes: cfg.RingBufferBytes,
 		OnEvent: func(e *Event) {
 			s.total.Add(e)
 			s.interval.Add(e)

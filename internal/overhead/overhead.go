@@ -34,7 +34,7 @@ var (
 	// CollectorCPURatio: reader threads plus BPF programs, in CPUs.
 	CollectorCPURatio = 0.02
 	// SelfPreemptionsPerSecond: target threads preempted by bpfbench.
-	SelfPreemptionsPerSecond = 20.0
+	SelfPreemptionsPerSecond = 50.0
 	// SwitchRise: the target's involuntary switches per second during the
 	// session over before, and by at least SwitchRiseMin a second.
 	SwitchRise    = 1.5
@@ -101,6 +101,8 @@ type Meter struct {
 	start    time.Time
 	ru0      unix.Rusage
 	sw0      Switches
+	sw       Switches // the latest count of every thread seen, exited ones too
+	stop     chan struct{}
 	before   *float64
 	base     map[string]Counters
 	stats    interface{ Close() error }
@@ -149,6 +151,25 @@ func (m *Meter) Start(sources []Source) {
 	m.start = time.Now()
 	_ = unix.Getrusage(unix.RUSAGE_SELF, &m.ru0)
 	m.sw0 = InvoluntarySwitches(m.target)
+	m.sw = Switches{}
+	m.sw.merge(m.sw0)
+	m.stop = make(chan struct{})
+	// Threads that exit during the session keep their last count.
+	go func() {
+		tk := time.NewTicker(time.Second)
+		defer tk.Stop()
+		for {
+			select {
+			case <-m.stop:
+				return
+			case <-tk.C:
+				now := InvoluntarySwitches(m.target)
+				m.mu.Lock()
+				m.sw.merge(now)
+				m.mu.Unlock()
+			}
+		}
+	}()
 	m.base = map[string]Counters{}
 	for _, s := range sources {
 		m.base[s.Name()] = s.OverheadCounters()
@@ -162,6 +183,10 @@ func (m *Meter) Stop() Report {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.final = &r
+	if m.stop != nil {
+		close(m.stop)
+		m.stop = nil
+	}
 	if m.stats != nil {
 		m.stats.Close()
 		m.stats = nil
@@ -232,7 +257,8 @@ func (m *Meter) Report() Report {
 		r.CPURatio = r.CPUSeconds / r.Seconds
 		r.CollectorCPU = (r.ReaderCPUSeconds + r.BPFRunSeconds) / r.Seconds
 	}
-	r.TargetSwitchesDuring = per(InvoluntarySwitches(m.target).Since(m.sw0))
+	m.sw.merge(InvoluntarySwitches(m.target))
+	r.TargetSwitchesDuring = per(m.sw.Since(m.sw0))
 	r.TargetSwitchesBefore = m.before
 	r.Warnings = warnings(r)
 	return r
@@ -299,6 +325,12 @@ func InvoluntarySwitches(pid int) Switches {
 		}
 	}
 	return out
+}
+
+func (s Switches) merge(o Switches) {
+	for tid, n := range o {
+		s[tid] = max(s[tid], n)
+	}
 }
 
 // Since is how many switches the threads of now made since then: threads
