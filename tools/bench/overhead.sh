@@ -191,7 +191,7 @@ bpf_snap() { bpftool -j prog show >"$1" 2>/dev/null || echo '[]' >"$1"; }
 # ---- the helper that parses outputs and writes the summary -------------
 
 cat >"$tmp/h.py" <<'PY'
-import json, os, statistics, sys
+import json, os, re, statistics, sys
 
 def num(path, *keys):
     try:
@@ -345,8 +345,9 @@ def cmd_summary(results, meta_path, out_json):
         summary.append(s)
 
     print()
-    print("observer effect: %s, %d rounds, %s CPUs, kernel %s, load avg at start %s" % (
-        meta["date"], meta["rounds"], meta["cpus"], meta["kernel"], meta["loadavg"]))
+    print("observer effect: %s, %d rounds, %s CPUs, kernel %s, load avg at start %s, tree %s, bpfbench built %s" % (
+        meta["date"], meta["rounds"], meta["cpus"], meta["kernel"], meta["loadavg"], meta["revision"],
+        meta["bpfbench"]["built"]))
     hdr = ["part", "mode", "figure", "median", "min-max", "ratio", "paired (min-max)", "n", "observer CPU%"]
     rows = []
     for s in summary:
@@ -374,16 +375,37 @@ def cmd_summary(results, meta_path, out_json):
         print("BPF run time (one extra pass per observer with kernel.bpf_stats_enabled=1; not in the ratios)")
         table(["part", "mode", "progs", "runs/s", "ns/run", "BPF CPU%", "figure with stats", "costliest programs"], brows)
 
-    orows = []
+    cols = [("cpu_seconds", "cpu s"), ("reader_cpu_seconds", "reader cpu s"), ("bpf_run_ns", "bpf run ns"),
+            ("bpf_runs", "bpf runs"), ("bpf_ns_per_run", "ns/run"), ("wakeups_per_second", "wakeups/s"),
+            ("records_per_second", "records/s"), ("folded", "folded"), ("lost", "lost"),
+            ("self_preemptions", "self preempt"),
+            ("target_involuntary_switches_per_second_during", "target invol. sw/s")]
+    orows, warns = [], []
     for s in summary:
         o = s.get("overhead")
-        if o:
-            keys = [k for k in OVERHEAD_FIELDS if k in o] + [k for k in o if k not in OVERHEAD_FIELDS]
-            orows.append([s["part"], s["mode"], " ".join("%s=%s" % (k, fmt(o[k])) for k in keys)])
+        if not o:
+            continue
+        if "bpf_run_ns" not in o and isinstance(o.get("bpf_run_seconds"), (int, float)):
+            o["bpf_run_ns"] = o["bpf_run_seconds"] * 1e9
+        orows.append([s["part"], s["mode"]] + [fmt(o.get(k)) for k, _ in cols])
+        # One line per kind of warning (numbers aside), with how often.
+        seen = {}
+        for w in o.get("warnings") or []:
+            w = w if isinstance(w, str) else json.dumps(w)
+            k = re.sub(r"[0-9][0-9.]*", "#", w)
+            if k in seen:
+                seen[k][1] += 1
+            else:
+                seen[k] = [w, 1]
+        for w, n in seen.values():
+            warns.append("  %s %s: %s%s" % (s["part"], s["mode"], w, "" if n == 1 else " (%d times over the rounds)" % n))
     if orows:
         print()
-        print("bpfbench's own cost (\"overhead\" of its JSON output, median over rounds)")
-        table(["part", "mode", "fields"], orows)
+        print("bpfbench's own cost (the \"overhead\" object of its JSON output, median over rounds; all fields in -o)")
+        table(["part", "mode"] + [c for _, c in cols], orows)
+        if warns:
+            print("its warnings:")
+            print("\n".join(warns))
     if out_json:
         with open(out_json, "w") as f:
             json.dump({"meta": meta, "summary": summary, "results": recs}, f, indent=1)
@@ -712,14 +734,24 @@ done
 for f in "${need[@]}"; do
 	[ -x "$f" ] || [ -f "$f" ] || die "$f is missing: run make build"
 done
+# A private copy of bin/: every mode of every round runs the same build,
+# even when bin/ is rebuilt meanwhile. launchloop finds libcuda.so.1 next
+# to it (rpath $ORIGIN).
+mkdir "$tmp/bin"
+for f in "${need[@]}"; do cp -p "$f" "$tmp/bin/"; done
+bin=$tmp/bin
 
-python3 - "$tmp/meta.json" "$rounds" "$parts" "$dur" "$bpf_stats" <<'PY'
-import json, os, platform, subprocess, sys, datetime
+python3 - "$tmp/meta.json" "$rounds" "$parts" "$dur" "$bpf_stats" "$bin/bpfbench" <<'PY'
+import datetime, hashlib, json, os, platform, subprocess, sys
 rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
+st = os.stat(sys.argv[6])
+built = datetime.datetime.fromtimestamp(st.st_mtime, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+sha = hashlib.sha256(open(sys.argv[6], "rb").read()).hexdigest()[:16]
 json.dump({"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
            "rounds": int(sys.argv[2]), "parts": sys.argv[3].split(","), "workload_seconds": int(sys.argv[4]),
            "bpf_stats_pass": sys.argv[5] == "1", "kernel": platform.release(), "cpus": os.cpu_count(),
-           "loadavg": open("/proc/loadavg").read().split()[0], "revision": rev},
+           "loadavg": open("/proc/loadavg").read().split()[0], "revision": rev,
+           "bpfbench": {"built": built, "sha256": sha}},
           open(sys.argv[1], "w"))
 PY
 
