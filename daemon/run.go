@@ -208,6 +208,9 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		reason = "interrupted"
 	}
 
+	if n := stream.eng.Late(); n > 0 {
+		log.Info("spans arrived after intervals they may overlap were measured", "spans", n, "lag", streamLag)
+	}
 	out := &RunResult{Load: res, Dir: cfg.OutDir, Measured: &stream.log}
 	// The baseline needs the whole run (its medians); the measurements
 	// are all it needs, and the blames follow from them.
@@ -249,7 +252,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		StartedOffsetS: float64(sess.startMono-res.StartNs) / 1e9,
 		StoppedOffsetS: float64(stoppedNs-res.StartNs) / 1e9,
 		StoppedReason:  reason, LostEvents: sess.Lost(),
-		Spans: stream.spans, SpansDropped: stream.late(),
+		Spans: stream.spans, SpansDropped: stream.dropped,
 		Unavailable: sess.unavailable,
 	}
 	ov := sess.Overhead()

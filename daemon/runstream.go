@@ -32,7 +32,8 @@ const (
 	// readers drain their ring buffers every ~100 ms and spans reach the
 	// recorder when they end, so a span ending before the watermark has
 	// arrived. A span longer than this that covers an interval's end
-	// arrives after the interval was measured and is counted as dropped.
+	// arrives after the interval was measured: it is counted as late
+	// (logged), and that interval does not count it.
 	streamLag = 2 * time.Second
 	// streamTick is how often intervals are measured and buckets flushed.
 	streamTick = 100 * time.Millisecond
@@ -244,8 +245,8 @@ func (s *runStream) finish() {
 	s.advance(true)
 }
 
-// late is the number of spans dropped: over the bound of spans held, or
-// arrived after intervals they overlap were measured.
+// late is the number of spans dropped over the bound of spans held, or
+// arrived after intervals they may overlap were measured.
 func (s *runStream) late() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
