@@ -95,13 +95,24 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# bg NAME CMD...: starts CMD in the background with stdout/stderr in
-# $tmp/NAME.{out,err}; its pid is in $BG and on the cleanup list.
+# bg SECONDS NAME CMD...: starts CMD in the background under timeout(1)
+# (so that it ends even if this script is killed), stdout/stderr in
+# $tmp/NAME.{out,err}. $BG is CMD's own pid (what is observed and
+# signalled); both are on the cleanup list.
 bg() {
-	local name=$1
-	shift
-	"$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null &
-	BG=$!
+	local secs=$1 name=$2 t i
+	shift 2
+	timeout -k 5 "$secs" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" </dev/null &
+	t=$!
+	pids+=("$t")
+	BG=
+	for ((i = 0; i < 100; i++)); do
+		BG=$(cat "/proc/$t/task/$t/children" 2>/dev/null | awk '{print $1}') || true
+		[ -n "$BG" ] && break
+		kill -0 "$t" 2>/dev/null || break
+		sleep 0.02
+	done
+	[ -n "$BG" ] || BG=$t
 	pids+=("$BG")
 }
 
@@ -443,7 +454,7 @@ obs_start() {
 	nothing) return 0 ;;
 	attach)
 		OBS_JSON=$tmp/attach.$RANDOM.json
-		bg attach "$bin/bpfbench" attach "$target" --duration 900s --output json
+		bg 960 attach "$bin/bpfbench" attach "$target" --duration 900s --output json
 		OBS_PID=$BG
 		;;
 	daemon | daemon-host)
@@ -460,7 +471,7 @@ obs_start() {
 				echo "targets: []"
 			fi
 		} >"$cfg"
-		bg daemon "$bin/bpfbench" daemon --config "$cfg"
+		bg 960 daemon "$bin/bpfbench" daemon --config "$cfg"
 		OBS_PID=$BG
 		wait_http "http://127.0.0.1:$port/metrics" "$OBS_PID" 30 || { OBS_ERR="daemon did not serve /metrics"; return 1; }
 		if [ -n "$target" ]; then
@@ -473,7 +484,7 @@ obs_start() {
 		;;
 	bpftrace)
 		# runqlat.bt as a one-liner, bounded by an interval probe.
-		bg bpftrace bpftrace -e '
+		bg $((dur + 180)) bpftrace bpftrace -e '
 tracepoint:sched:sched_wakeup, tracepoint:sched:sched_wakeup_new { @qtime[args->pid] = nsecs; }
 tracepoint:sched:sched_switch {
 	if (args->prev_state == 0) { @qtime[args->prev_pid] = nsecs; }
@@ -598,7 +609,7 @@ part_storm() {
 workload_measure() {
 	local part=$1 unit=$2 mode=$3 r=$4 wl fig=
 	shift 4
-	bg "$part" "$@" -W -d "$dur"
+	bg $((dur + 180)) "$part" "$@" -W -d "$dur"
 	wl=$BG
 	if ! wait_line "$tmp/$part.err" 'ready pid=' "$wl" 30; then
 		say "$part: the workload did not start: $(tail -n 3 "$tmp/$part.err")"
@@ -678,7 +689,7 @@ server_up() {
 	local part=$1 url=$2
 	shift 2
 	SRV_PART=$part SRV_URL=$url
-	bg "$part-server" "$@"
+	bg 14400 "$part-server" "$@"
 	SRV_PID=$BG
 	wait_http "$url/health" "$SRV_PID" 180 || die "$part: the server did not come up: $(tail -n 5 "$tmp/$part-server.err")"
 	timeout 600 "$bin/bpfbench" load --target "$url" "${LOAD_ARGS[@]}" --no-progress \
