@@ -314,8 +314,6 @@ func (e *Engine) measure(iv Interval) Measurement {
 	return m
 }
 
-func (e *Engine) attribute(iv Interval) Blame { return Attribute(e.measure(iv), e.base) }
-
 // Attribute splits a measured interval's excess over base among the
 // causes: each cause's activity above its normal level for an interval
 // this long, in proportion, capped at the excess; the rest is unexplained.
