@@ -1,6 +1,6 @@
 // Package bpfutil holds what every collector does the same way: preparing
-// the kernel file systems, explaining load errors, reading per-CPU counters
-// and draining ring buffers.
+// the kernel file systems, explaining load errors, reading per-CPU counters,
+// and the event pipeline (pipeline.go) every collector is built on.
 package bpfutil
 
 import (
@@ -8,11 +8,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"sync/atomic"
-	"unsafe"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,31 +66,6 @@ func SumPerCPU(m *ebpf.Map, key uint32) (uint64, error) {
 		s += v
 	}
 	return s, nil
-}
-
-// DrainRing reads records from rd until it is flushed (every record
-// written before the flush is delivered) or closed, casting each record
-// to *T (zero-copy, length-checked) and passing it to fn. The pointer is
-// only valid during the call. Records shorter than T count as decode errors.
-func DrainRing[T any](rd *ringbuf.Reader, decodeErrors *atomic.Uint64, fn func(*T)) error {
-	var rec ringbuf.Record
-	size := int(unsafe.Sizeof(*new(T)))
-	for {
-		if err := rd.ReadInto(&rec); err != nil {
-			if errors.Is(err, ringbuf.ErrClosed) || errors.Is(err, ringbuf.ErrFlushed) {
-				return nil
-			}
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				continue
-			}
-			return fmt.Errorf("reading ring buffer: %w", err)
-		}
-		if len(rec.RawSample) < size {
-			decodeErrors.Add(1)
-			continue
-		}
-		fn((*T)(unsafe.Pointer(&rec.RawSample[0])))
-	}
 }
 
 // CString converts a NUL-padded C char array to a string.

@@ -1,0 +1,49 @@
+package overhead
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestSwitchesSince(t *testing.T) {
+	then := Switches{1: 10, 2: 5, 3: 7}
+	now := Switches{1: 15, 2: 5, 4: 3} // 3 exited, 4 was born
+	if got := now.Since(then); got != 5+0+3 {
+		t.Errorf("Since = %d, want 8", got)
+	}
+	merged := Switches{}
+	merged.merge(then)
+	merged.merge(now)
+	if got := merged.Since(then); got != 8 {
+		t.Errorf("merged Since = %d, want 8 (an exited thread keeps its count)", got)
+	}
+}
+
+func TestInvoluntarySwitchesOfThisProcess(t *testing.T) {
+	s := InvoluntarySwitches(os.Getpid())
+	if len(s) == 0 {
+		t.Fatal("no thread of this process found")
+	}
+	if len(InvoluntarySwitches(0)) != 0 {
+		t.Error("pid 0 has threads")
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	before := 100.0
+	r := Report{Seconds: 10, CollectorCPU: 0.05, Lost: 3, SelfPreemptions: 1000, TargetSwitchesBefore: &before, TargetSwitchesDuring: 900}
+	w := strings.Join(warnings(r), "\n")
+	for _, want := range []string{"5.0% of a CPU", "3 events lost", "100 times a second", "from 100/s to 900/s"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("warnings lack %q:\n%s", want, w)
+		}
+	}
+	quiet := Report{Seconds: 10, CollectorCPU: 0.001, TargetSwitchesBefore: &before, TargetSwitchesDuring: 120}
+	if w := warnings(quiet); len(w) != 0 {
+		t.Errorf("a cheap session warns: %v", w)
+	}
+	if !strings.Contains(r.Line(), "100/s before, 900/s during") {
+		t.Errorf("line: %s", r.Line())
+	}
+}
