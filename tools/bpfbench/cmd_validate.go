@@ -233,6 +233,12 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fmt.Fprintln(stdout, "\nConfusion matrix (injected cause × top cause of the excess added to the slowest 10% of gaps):")
 	v.WriteMatrix(stdout)
+	if res != nil && res.Doc != nil && res.Doc.Overhead != nil {
+		fmt.Fprintf(stdout, "\n%s\n", res.Doc.Overhead.Line())
+		for _, w := range res.Doc.Overhead.Warnings {
+			fmt.Fprintf(stdout, "  warning: %s\n", w)
+		}
+	}
 	fmt.Fprintf(stdout, "\nwrote %s/{validation.json,result.json,trace.json,report.html}\n", *out)
 	if err != nil {
 		return err
