@@ -74,6 +74,13 @@ type Options struct {
 	CtxSize      int           // -c, total context shared by the slots (default 1024 per slot)
 	StartTimeout time.Duration // until /health answers ok (default 60 s)
 	Args         []string      // extra llama-server arguments
+	Env          []string      // extra environment (KEY=VALUE), after the process's own
+	// SpinWait keeps llama.cpp's default OpenMP wait policy, where the
+	// compute threads spin between the operations of a step. Without it
+	// Start sets OMP_WAIT_POLICY=passive (threads sleep on a futex): when
+	// the CPUs are shared, spinning threads wait on each other's time
+	// slices and throughput falls tenfold (2 cores, -t 2, other load).
+	SpinWait bool
 	// Stderr, when set, also receives the server's output.
 	Stderr io.Writer
 }
@@ -129,6 +136,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	args = append(args, opts.Args...)
 	cmd := exec.CommandContext(ctx, opts.Paths.Server, args...)
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
+	cmd.Env = os.Environ()
+	if !opts.SpinWait {
+		cmd.Env = append(cmd.Env, "OMP_WAIT_POLICY=passive")
+	}
+	cmd.Env = append(cmd.Env, opts.Env...)
 	out := &tailBuffer{max: 64 << 10}
 	var w io.Writer = out
 	if opts.Stderr != nil {
