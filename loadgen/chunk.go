@@ -17,6 +17,11 @@ type ChunkInfo struct {
 	TextBytes int
 	// Finished is set when the first choice has a non-null finish_reason.
 	Finished bool
+	// OutputKey is set when the first choice has a field that carries
+	// output: "text", or a "delta" (or "message") field other than "role"
+	// (content, reasoning_content, tool_calls, ...). OpenAI's and
+	// llama.cpp's last chat chunk has none: "delta": {} with a finish_reason.
+	OutputKey bool
 	// HasUsage is set when the chunk carries a non-null "usage" object.
 	HasUsage         bool
 	PromptTokens     int
@@ -156,14 +161,20 @@ func (s *jscan) choice(ci *ChunkInfo) bool {
 	return s.object(func(key []byte) bool {
 		switch string(key) {
 		case "text":
+			ci.OutputKey = true
 			return s.textLen(ci)
 		case "delta", "message":
 			if s.peek() != '{' {
 				return s.value()
 			}
 			return s.object(func(k []byte) bool {
-				if string(k) == "content" {
+				switch string(k) {
+				case "content":
+					ci.OutputKey = true
 					return s.textLen(ci)
+				case "role":
+				default:
+					ci.OutputKey = true
 				}
 				return s.value()
 			})

@@ -85,10 +85,13 @@ func writeSSE(w io.Writer, events []string) error {
 	return bw.Flush()
 }
 
-// llamaEvents is a llama.cpp server stream of n tokens: the tokens, then a
-// last chunk with empty text (or an empty delta), a finish_reason and the
-// usage, then [DONE].
-func llamaEvents(chat bool, n, prompt int) []string {
+// llamaEvents is a llama.cpp server stream of n tokens (tools/server,
+// server-task.cpp): the tokens, then for completions a last chunk with
+// empty text, a finish_reason and the usage; for chat a last chunk with an
+// empty delta and a finish_reason, then a usage-only chunk (choices: []);
+// then [DONE]. chatUsageInFinish puts the usage in the chat finish chunk
+// instead, as older versions did.
+func llamaEvents(chat bool, n, prompt int, chatUsageInFinish ...bool) []string {
 	var evs []string
 	for i := 0; i < n; i++ {
 		if chat {
@@ -97,11 +100,15 @@ func llamaEvents(chat bool, n, prompt int) []string {
 			evs = append(evs, fmt.Sprintf(`{"choices":[{"text":" w%d","index":0,"logprobs":null,"finish_reason":null}],"created":1,"model":"tiny","object":"text_completion","id":"cmpl-x"}`, i))
 		}
 	}
-	usage := fmt.Sprintf(`"usage":{"completion_tokens":%d,"prompt_tokens":%d,"total_tokens":%d},"timings":{"predicted_n":%d}`, n, prompt, n+prompt, n)
-	if chat {
+	usage := fmt.Sprintf(`"usage":{"completion_tokens":%d,"prompt_tokens":%d,"total_tokens":%d,"prompt_tokens_details":{"cached_tokens":0}},"timings":{"predicted_n":%d}`, n, prompt, n+prompt, n)
+	switch {
+	case !chat:
+		evs = append(evs, `{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],"created":1,"model":"tiny","system_fingerprint":"b1","object":"text_completion",`+usage+`,"id":"cmpl-x"}`)
+	case len(chatUsageInFinish) > 0 && chatUsageInFinish[0]:
 		evs = append(evs, `{"choices":[{"finish_reason":"length","index":0,"delta":{}}],"created":1,"id":"chatcmpl-x","model":"tiny","object":"chat.completion.chunk",`+usage+`}`)
-	} else {
-		evs = append(evs, `{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}],"created":1,"model":"tiny","object":"text_completion","id":"cmpl-x",`+usage+`}`)
+	default:
+		evs = append(evs, `{"choices":[{"finish_reason":"length","index":0,"delta":{}}],"created":1,"id":"chatcmpl-x","model":"tiny","system_fingerprint":"b1","object":"chat.completion.chunk"}`,
+			`{"choices":[],"created":1,"id":"chatcmpl-x","model":"tiny","system_fingerprint":"b1","object":"chat.completion.chunk",`+usage+`}`)
 	}
 	return append(evs, "[DONE]")
 }
@@ -115,16 +122,18 @@ func transportName(netHTTP bool) string {
 	return "raw"
 }
 
-// The last chunk of a llama.cpp stream carries the final usage and no
-// text: it is not a token, and its arrival is not a token's.
+// The last chunk of a llama.cpp stream carries a finish_reason, no text
+// and (completions) the final usage: it is not a token, and its arrival is
+// not a token's.
 func TestLlamaCppFinalUsageChunkIsNotAToken(t *testing.T) {
 	const tokens = 96
-	for _, chat := range []bool{false, true} {
+	for _, shape := range []struct{ chat, usageInFinish bool }{{false, false}, {true, false}, {true, true}} {
+		chat := shape.chat
 		srv := startRawServer(t, func(c net.Conn, _ *http.Request, _ []byte, _ int) bool {
-			return writeSSE(c, llamaEvents(chat, tokens, 8)) == nil
+			return writeSSE(c, llamaEvents(chat, tokens, 8, shape.usageInFinish)) == nil
 		})
 		for _, netHTTP := range transports() {
-			name := fmt.Sprintf("chat=%v/%s", chat, transportName(netHTTP))
+			name := fmt.Sprintf("chat=%v,usage-in-finish=%v/%s", chat, shape.usageInFinish, transportName(netHTTP))
 			cfg := DefaultConfig()
 			cfg.Target = srv.url
 			cfg.NetHTTP = netHTTP
@@ -177,6 +186,31 @@ func TestFinalUsageWithContinuousUsage(t *testing.T) {
 	s.complete()
 	if !rec.Success || len(rec.ChunkNs) != 2 || rec.OutputTokens != 2 || rec.LastNs != 2 {
 		t.Fatalf("got %d chunks, %d tokens, last %d, success %v; want 2, 2, 2", len(rec.ChunkNs), rec.OutputTokens, rec.LastNs, rec.Success)
+	}
+
+	// vLLM's own last chunk with an empty text but a text field is a
+	// token, as vLLM's client counts it; a chat "delta": {} is not.
+	for _, tc := range []struct {
+		chat   bool
+		last   string
+		chunks int
+	}{
+		{false, `{"choices":[{"text":"","finish_reason":"stop"}]}`, 2},
+		{true, `{"choices":[{"delta":{"content":""},"finish_reason":"stop"}]}`, 2},
+		{true, `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, 1},
+		{true, `{"choices":[{"delta":{"role":"assistant"},"finish_reason":"stop"}]}`, 1},
+	} {
+		rec = Record{}
+		s.reset(&rec, tc.chat)
+		first := `{"choices":[{"text":"a","finish_reason":null}]}`
+		if tc.chat {
+			first = `{"choices":[{"delta":{"content":"a"},"finish_reason":null}]}`
+		}
+		s.feed([]byte("data: "+first+"\n\ndata: "+tc.last+"\n\ndata: [DONE]\n\n"), 1)
+		s.complete()
+		if !rec.Success || len(rec.ChunkNs) != tc.chunks {
+			t.Errorf("%s: %d chunks (success %v), want %d", tc.last, len(rec.ChunkNs), rec.Success, tc.chunks)
+		}
 	}
 }
 

@@ -106,17 +106,20 @@ func (s *streamState) eof(now int64) {
 	}
 }
 
-// isFinalUsage reports whether the chunk just parsed is a last chunk that
-// only carries the final usage: choices whose text is empty, a
-// finish_reason and a usage object that adds no token to what per-chunk
-// usage already counted. llama.cpp's server ends every stream with one:
-// it is not a token (vLLM's client would count it as one more arrival).
-func (s *streamState) isFinalUsage() bool {
+// isEndWithoutToken reports whether the chunk just parsed is a last chunk that
+// carries no token, only the end of the stream: choices with a
+// finish_reason and empty text, and either the final usage (llama.cpp's
+// completions: "text": "" and a usage object) or no output field at all
+// (OpenAI's and llama.cpp's chat: "delta": {}), unless per-chunk usage
+// says it added a token. vLLM's client would count it as one more token
+// arrival (96 tokens counted 97, with one more ITL gap); here it is not a
+// token, and its usage, if any, is the final usage.
+func (s *streamState) isEndWithoutToken() bool {
 	ci := &s.ci
-	if !ci.HasUsage || ci.TextBytes != 0 || !ci.Finished {
+	if !ci.Finished || ci.TextBytes != 0 || !(ci.HasUsage || !ci.OutputKey) {
 		return false
 	}
-	return !(s.sawDeltaUsage && ci.CompletionTokens > s.lastCum)
+	return !(s.sawDeltaUsage && ci.HasUsage && ci.CompletionTokens > s.lastCum)
 }
 
 func (s *streamState) handle(data []byte, now int64) {
@@ -137,7 +140,7 @@ func (s *streamState) handle(data []byte, now int64) {
 		return
 	}
 	switch {
-	case ci.Choices > 0 && !s.isFinalUsage():
+	case ci.Choices > 0 && !s.isEndWithoutToken():
 		rec.ChunkNs = append(rec.ChunkNs, now)
 		rec.LastNs = now
 		rec.TextBytes += ci.TextBytes
@@ -151,15 +154,17 @@ func (s *streamState) handle(data []byte, now int64) {
 		} else {
 			s.deltaOK = false
 		}
-	case ci.HasUsage:
-		// The final usage: a usage-only chunk (choices: []), or a last
-		// chunk with empty text and a finish_reason.
+	case ci.HasUsage || ci.Finished:
+		// The end of the stream without a token: a usage-only chunk
+		// (choices: []), or a last chunk with a finish_reason and no text.
 		if ci.Finished {
 			s.finished = true
 		}
-		s.finalUsage = ci.CompletionTokens
-		s.hasFinalUsage = true
-		rec.UsagePromptTokens = ci.PromptTokens
+		if ci.HasUsage {
+			s.finalUsage = ci.CompletionTokens
+			s.hasFinalUsage = true
+			rec.UsagePromptTokens = ci.PromptTokens
+		}
 	}
 	if s.chat && (ci.Choices > 0 || ci.HasUsage) {
 		// vLLM's chat client moves its most recent timestamp on every
