@@ -260,3 +260,37 @@ func TestRunStreamMatchesBatch(t *testing.T) {
 		}
 	}
 }
+
+// The floor is the earliest start of a request not finished: with send
+// times that grow with the index, that of the last request in order;
+// with fixed offsets in any order, the least offset still to come.
+func TestScheduleFloor(t *testing.T) {
+	s := newSchedule(loadgen.Config{Rate: 8}, 50)
+	if s.floor() != 50 {
+		t.Errorf("nothing finished: floor %d, want 50", s.floor())
+	}
+	s.finish(&loadgen.Record{Index: 1, ScheduledNs: 200})
+	if s.floor() != 50 {
+		t.Errorf("request 0 not finished: floor %d, want 50", s.floor())
+	}
+	s.finish(&loadgen.Record{Index: 0, ScheduledNs: 100})
+	if s.floor() != 200 {
+		t.Errorf("0 and 1 finished: floor %d, want 200", s.floor())
+	}
+
+	cfg := loadgen.Config{Requests: []loadgen.Request{{OffsetNs: 0}, {OffsetNs: 500}, {OffsetNs: 100}, {OffsetNs: 900}}}
+	s = newSchedule(cfg, 50)
+	s.finish(&loadgen.Record{Index: 0, ScheduledNs: 1000})
+	if s.floor() != 1100 {
+		t.Errorf("0 finished, 2 sent at +100 not: floor %d, want 1100", s.floor())
+	}
+	s.finish(&loadgen.Record{Index: 2, ScheduledNs: 1100})
+	s.finish(&loadgen.Record{Index: 1, ScheduledNs: 1500})
+	if s.floor() != 1900 {
+		t.Errorf("0-2 finished: floor %d, want 1900", s.floor())
+	}
+	s.finish(&loadgen.Record{Index: 3, ScheduledNs: 1900})
+	if s.floor() != math.MaxInt64 {
+		t.Errorf("all finished: floor %d", s.floor())
+	}
+}
