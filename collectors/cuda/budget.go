@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -29,12 +30,14 @@ type Budget struct {
 	Period time.Duration
 	// Window is how long a sample window lasts (default 20 ms).
 	Window time.Duration
+	// Burst is the probe cost allowed at once, in CPU time (default 2 ms).
+	Burst time.Duration
 	// Cost overrides the measured cost of a hit (tests).
 	Cost *uprobecost.Cost
 }
 
 // DefaultBudget is the budget of every session and of the daemon.
-var DefaultBudget = Budget{Ratio: 0.005, Check: 20 * time.Millisecond, Period: 30 * time.Second, Window: 20 * time.Millisecond}
+var DefaultBudget = Budget{Ratio: 0.005, Check: 20 * time.Millisecond, Period: 30 * time.Second, Window: 20 * time.Millisecond, Burst: 2 * time.Millisecond}
 
 // LaunchProbes says how launches were counted.
 type LaunchProbes struct {
@@ -89,6 +92,9 @@ func (b Budget) withDefaults() Budget {
 	if b.Window > 0 {
 		d.Window = b.Window
 	}
+	if b.Burst > 0 {
+		d.Burst = b.Burst
+	}
 	d.Cost = b.Cost
 	return d
 }
@@ -129,20 +135,28 @@ func (c *Collector) reading(idx uint32) counter {
 	return r
 }
 
-// hitCost is what one launch probe hit of tgid costs, in ns: the
-// single-step cost if any launch function starts with an instruction the
-// kernel cannot emulate.
-func (c *Collector) hitCost(tgid uint32, cost uprobecost.Cost) float64 {
-	_, step := c.LaunchProbeKinds(tgid)
-	if step > 0 {
-		return cost.SingleStepNs
+// setLaunchProbes switches the launch probes of every process of procs.
+func (c *Collector) setLaunchProbes(procs func() []uint32, on bool) error {
+	var errs []error
+	for _, tgid := range procs() {
+		errs = append(errs, c.SetLaunchProbes(tgid, on))
 	}
-	return cost.EmulatedNs
+	return errors.Join(errs...)
 }
 
-// runBudget keeps the launch probes of tgid (slot idx) within b until ctx
-// is done, recording what it did in st.
-func (c *Collector) runBudget(ctx context.Context, tgid, idx uint32, b Budget, st *budgetState) {
+// launchKinds counts the launch probes of procs by the kind of their
+// first instruction.
+func (c *Collector) launchKinds(procs func() []uint32) (emu, step int) {
+	for _, tgid := range procs() {
+		e, s := c.LaunchProbeKinds(tgid)
+		emu, step = emu+e, step+s
+	}
+	return emu, step
+}
+
+// runBudget keeps the launch probes of the processes of slot idx (procs)
+// within b until ctx is done, recording what it did in st.
+func (c *Collector) runBudget(ctx context.Context, procs func() []uint32, idx uint32, b Budget, st *budgetState) {
 	b = b.withDefaults()
 	var cost uprobecost.Cost
 	if b.Cost != nil {
@@ -154,29 +168,36 @@ func (c *Collector) runBudget(ctx context.Context, tgid, idx uint32, b Budget, s
 			cost = uprobecost.Cost{EmulatedNs: 20000, SingleStepNs: 20000}
 		}
 	}
-	emu, step := c.LaunchProbeKinds(tgid)
+	// The single-step cost if any launch function starts with an
+	// instruction the kernel cannot emulate (a daemon target's processes
+	// may map CUDA later: re-read at every check).
+	hitCost := func() float64 {
+		emu, step := c.launchKinds(procs)
+		if step > 0 {
+			return cost.SingleStepNs
+		}
+		if emu > 0 {
+			return cost.EmulatedNs
+		}
+		return 0
+	}
 	now := time.Now()
+	hit := hitCost()
 	st.mu.Lock()
 	st.lp.BudgetRatio = b.Ratio
-	st.lp.HitCostNs = c.hitCost(tgid, cost)
+	st.lp.HitCostNs = hit
 	st.lp.Mode = "full"
-	if emu+step == 0 {
+	if hit == 0 {
 		st.lp.Mode = "none"
 	}
 	st.on, st.since = true, now
-	hit := st.lp.HitCostNs
 	st.mu.Unlock()
-	if emu+step == 0 {
-		<-ctx.Done()
-		st.finish(c.reading(idx))
-		return
-	}
-	maxRate := b.Ratio * 1e9 / max(hit, 1)
 
 	last, err := c.launchCount(idx)
 	if err != nil {
 		c.Log().Warn("reading launch counts", "err", err)
 	}
+	tokens := b.Burst.Seconds()
 	tk := time.NewTicker(b.Check)
 	defer tk.Stop()
 	for {
@@ -192,17 +213,35 @@ func (c *Collector) runBudget(ctx context.Context, tgid, idx uint32, b Budget, s
 		if !on {
 			continue
 		}
+		if h := hitCost(); h != hit {
+			hit = h
+			st.mu.Lock()
+			st.lp.HitCostNs = hit
+			if hit > 0 && st.lp.Mode == "none" {
+				st.lp.Mode = "full"
+			}
+			st.mu.Unlock()
+		}
+		if hit == 0 {
+			continue
+		}
+		maxRate := b.Ratio * 1e9 / hit
 		n, err := c.launchCount(idx)
 		if err != nil {
 			continue
 		}
 		rate := st.probed(last, n, hit)
+		// A token bucket: the probes may cost Ratio of a CPU on average
+		// and Burst at once, so a few launches close together (a test, a
+		// warm-up) do not detach them, while a launch-heavy loop does
+		// within a check or two.
+		tokens = min(b.Burst.Seconds(), tokens+b.Ratio*n.t.Sub(last.t).Seconds()-float64(n.launches-last.launches)*hit/1e9)
 		last = n
-		if rate <= maxRate {
+		if tokens >= 0 {
 			continue
 		}
 		// Over budget: detach, then sample a window every Period.
-		if err := c.SetLaunchProbes(tgid, false); err != nil {
+		if err := c.setLaunchProbes(procs, false); err != nil {
 			c.Log().Warn("detaching launch probes", "err", err)
 			continue
 		}
@@ -216,7 +255,7 @@ func (c *Collector) runBudget(ctx context.Context, tgid, idx uint32, b Budget, s
 				return
 			case <-time.After(b.Period):
 			}
-			if err := c.SetLaunchProbes(tgid, true); err != nil {
+			if err := c.setLaunchProbes(procs, true); err != nil {
 				c.Log().Warn("attaching launch probes for a sample window", "err", err)
 				continue
 			}
@@ -229,10 +268,10 @@ func (c *Collector) runBudget(ctx context.Context, tgid, idx uint32, b Budget, s
 			n1, _ := c.launchCount(idx)
 			if r := st.probed(n0, n1, hit); r <= maxRate {
 				// Back within budget: probes stay.
-				last = n1
+				last, tokens = n1, b.Burst.Seconds()
 				break
 			}
-			_ = c.SetLaunchProbes(tgid, false)
+			_ = c.setLaunchProbes(procs, false)
 			n2, _ := c.launchCount(idx)
 			st.off(n2, "")
 			if ctx.Err() != nil {

@@ -118,6 +118,9 @@ type launchProbe struct {
 
 type proc struct {
 	libs map[fileKey]*attachment
+	// launchesOff: the budget has detached the launch probes; libraries
+	// attached meanwhile leave theirs off too.
+	launchesOff bool
 }
 
 // Collector loads the CUDA programs and attaches them to the libraries of
@@ -261,6 +264,7 @@ func (c *Collector) SetLaunchProbes(tgid uint32, on bool) error {
 	if p == nil || c.closed {
 		return nil
 	}
+	p.launchesOff = !on
 	var errs []error
 	for _, a := range p.libs {
 		if on {
@@ -339,6 +343,13 @@ func (c *Collector) Attach(tgid uint32, libs []Library, detach bool) ([]Library,
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if !p.launchesOff {
+			if err := a.attachLaunches(c.objs.CudaEnter, c.objs.CudaEnterMulti); err != nil {
+				a.close()
+				errs = append(errs, err)
+				continue
+			}
 		}
 		p.libs[l.key()] = a
 	}
@@ -424,10 +435,6 @@ func (c *Collector) attach(tgid uint32, l Library) (*attachment, error) {
 	}
 	if a.lib.Symbols == 0 {
 		return nil, fmt.Errorf("attaching to %s: none of the CUDA symbols is in it", l.Path)
-	}
-	if err := a.attachLaunches(c.objs.CudaEnter, c.objs.CudaEnterMulti); err != nil {
-		a.close()
-		return nil, err
 	}
 	c.Log().Debug("attached", "pid", tgid, "library", l.Path, "symbols", a.lib.Symbols, "missing", len(a.lib.Missing))
 	return a, nil

@@ -30,8 +30,10 @@ type Host struct {
 
 	mu      sync.Mutex
 	targets map[uint32]uint32 // tgid -> slot
+	budgets map[uint32]*budgetState
+	runCtx  context.Context
 
-	calls, durations, errs, copies *prometheus.Desc
+	calls, durations, errs, copies, duty, estimated *prometheus.Desc
 }
 
 var _ collectors.Host = (*Host)(nil)
@@ -44,6 +46,7 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 		names:     names,
 		log:       c.Log(),
 		targets:   map[uint32]uint32{},
+		budgets:   map[uint32]*budgetState{},
 		calls: prometheus.NewDesc("bpfbench_cuda_calls_total",
 			"CUDA driver and runtime API calls of a target by call name (launches and asynchronous copies at entry, blocking calls at return).",
 			[]string{"target", "call"}, nil),
@@ -56,6 +59,12 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 		copies: prometheus.NewDesc("bpfbench_cuda_copy_bytes_total",
 			"Bytes a target copied with CUDA memcpy calls by direction (unified: cuMemcpy or cudaMemcpyDefault, direction unknown).",
 			[]string{"target", "direction"}, nil),
+		duty: prometheus.NewDesc("bpfbench_cuda_launch_probe_duty_ratio",
+			"Share of the time a target's CUDA launch probes were attached: below 1 they cost more than their budget and launches were sampled.",
+			[]string{"target"}, nil),
+		estimated: prometheus.NewDesc("bpfbench_cuda_launches_estimated_total",
+			"Launches of a target made while its launch probes were detached, estimated from the sample windows (not in bpfbench_cuda_calls_total).",
+			[]string{"target"}, nil),
 	}
 }
 
@@ -71,8 +80,31 @@ func (h *Host) SetTarget(tgid, idx uint32) error {
 	}
 	h.mu.Lock()
 	h.targets[tgid] = idx
+	h.startBudget(idx)
 	h.mu.Unlock()
 	return h.scan(tgid)
+}
+
+// startBudget runs the launch-probe budget of slot idx once Run has
+// started; callers hold h.mu.
+func (h *Host) startBudget(idx uint32) {
+	if h.runCtx == nil || h.budgets[idx] != nil {
+		return
+	}
+	st := &budgetState{}
+	h.budgets[idx] = st
+	procs := func() []uint32 {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		var out []uint32
+		for tgid, i := range h.targets {
+			if i == idx {
+				out = append(out, tgid)
+			}
+		}
+		return out
+	}
+	go h.runBudget(h.runCtx, procs, idx, DefaultBudget, st)
 }
 
 func (h *Host) scan(tgid uint32) error {
@@ -100,6 +132,12 @@ func (h *Host) DeleteTarget(tgid uint32) error {
 
 // Run rescans the targets' mappings every RescanInterval until ctx is done.
 func (h *Host) Run(ctx context.Context) error {
+	h.mu.Lock()
+	h.runCtx = ctx
+	for _, idx := range h.targets {
+		h.startBudget(idx)
+	}
+	h.mu.Unlock()
 	t := time.NewTicker(RescanInterval)
 	defer t.Stop()
 	for {
@@ -136,6 +174,8 @@ func (h *Host) Describe(ch chan<- *prometheus.Desc) {
 	ch <- h.durations
 	ch <- h.errs
 	ch <- h.copies
+	ch <- h.duty
+	ch <- h.estimated
 }
 
 // Collect reads the kernel's aggregates of every target slot. Only calls
@@ -166,6 +206,15 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			ch <- prometheus.MustNewConstHistogram(h.durations, d.Count, float64(d.SumNs)/1e9, d.Buckets(), name, info.Name)
+		}
+		h.mu.Lock()
+		st := h.budgets[idx]
+		h.mu.Unlock()
+		if st != nil {
+			if lp := st.snapshot(); lp.Mode == "full" || lp.Mode == "sampled" {
+				ch <- prometheus.MustNewConstMetric(h.duty, prometheus.GaugeValue, lp.duty(), name)
+				ch <- prometheus.MustNewConstMetric(h.estimated, prometheus.CounterValue, float64(lp.EstimatedLaunches), name)
+			}
 		}
 		copies, err := h.CopyBytes(idx)
 		if err != nil {

@@ -139,7 +139,7 @@ func (s *Section) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.runBudget(ctx, uint32(s.pid), 1, s.budget, &s.bstate)
+		s.runBudget(ctx, func() []uint32 { return []uint32{uint32(s.pid)} }, 1, s.budget, &s.bstate)
 	}()
 	err := s.Collector.Run(ctx)
 	<-done
