@@ -28,6 +28,7 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	webConfig := fs.String("web.config.file", "", "exporter-toolkit web configuration file for TLS and basic auth")
 	logLevel := fs.String("log.level", "", "debug, info, warn or error (overrides the config)")
 	logFormat := fs.String("log.format", "", "text or json (overrides the config)")
+	cpus := cpusFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -59,6 +60,9 @@ func runDaemon(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	slog.SetDefault(logger)
 	if !caps.CanTrace() {
 		return fmt.Errorf("the daemon loads eBPF programs and needs privileges: %s", caps.Hint)
+	}
+	if err := applyCPUs(*cpus); err != nil {
+		return err
 	}
 	if err := bpfutil.EnsureFilesystems(); err != nil {
 		logger.Warn("preparing kernel file systems", "err", err)
