@@ -111,14 +111,22 @@ volatile const __u64 flush_ns = 250000000;     /* oldest folded sums */
 /* runq_of is next's run-queue wait, from the kernel's own stamp. */
 static __always_inline __u64 runq_of(struct task_struct *next, __u8 *has)
 {
-	__u64 queued = BPF_CORE_READ(next, sched_info.last_queued);
+	/* Typed pointers of tp_btf: plain loads (the verifier makes them
+	 * fault-safe), no probe-read helper calls. */
+	__u64 queued = next->sched_info.last_queued;
 	if (!queued)
 		return 0;
 	/* next's cfs_rq belongs to this CPU's run queue, whatever next's
 	 * class: its clock was updated at the top of __schedule. */
 	if (!bpf_core_field_exists(next->se.cfs_rq))
 		return 0;
-	__u64 now = BPF_CORE_READ(next, se.cfs_rq, rq, clock);
+	struct cfs_rq *cfs = next->se.cfs_rq;
+	if (!cfs)
+		return 0;
+	struct rq *rq = cfs->rq;
+	if (!rq)
+		return 0;
+	__u64 now = rq->clock;
 	if (now < queued)
 		return 0;
 	*has = 1;
