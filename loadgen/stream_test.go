@@ -50,3 +50,37 @@ func TestStreamFeedSplitAnywhere(t *testing.T) {
 		}
 	}
 }
+
+// A chunk as llama.cpp's server sends it, long strings included.
+const benchLlamaChunk = `{"choices":[{"text":" follo","index":0,"logprobs":null,"finish_reason":null}],"created":1796110206,"model":"/var/cache/bpfbench/llama/tiny-llama.gguf","system_fingerprint":"b1-de3ff81","object":"text_completion","id":"chatcmpl-IvNcB4Zb0vbU9tGi9gsR0FjfKrCsm8xz"}`
+
+func BenchmarkParseChunkLlama(b *testing.B) {
+	data := []byte(benchLlamaChunk)
+	var ci ChunkInfo
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if err := ParseChunk(data, &ci); err != nil || ci.Choices != 1 || ci.TextBytes != 6 {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Strings with every byte value at every position against the eight-byte scan.
+func TestParseChunkStringBytes(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		for pos := 0; pos < 17; pos++ {
+			text := []byte(strings.Repeat("a", 20))
+			text[pos] = byte(c)
+			in := `{"choices":[{"text":"` + string(text) + `"}]}`
+			var ci ChunkInfo
+			err := ParseChunk([]byte(in), &ci)
+			bad := c < 0x20 || c == '"' || c == '\\'
+			if (err != nil) != bad {
+				t.Fatalf("byte %#x at %d: error %v", c, pos, err)
+			}
+			if !bad && ci.TextBytes != 20 {
+				t.Fatalf("byte %#x at %d: %d text bytes", c, pos, ci.TextBytes)
+			}
+		}
+	}
+}
