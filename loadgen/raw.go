@@ -274,6 +274,7 @@ type reactor struct {
 	epfd    int
 	evfd    int
 	mu      sync.Mutex
+	stopped bool // under mu: the loop has ended
 	ops     []rawOp
 	spare   []rawOp
 	conns   []*rconn // by fd
@@ -319,8 +320,20 @@ var evOne = [8]byte{1}
 
 func (l *reactor) submit(op rawOp) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		// The client was closed: the request fails at once.
+		if op.kind == opStart && !op.req.finished {
+			op.req.finished = true
+			op.req.err = errTransportClose
+			op.req.rec.EndNs = Mono()
+			close(op.req.done)
+		}
+		return
+	}
 	l.ops = append(l.ops, op)
-	l.mu.Unlock()
+	// Under the lock: shutdown closes the eventfd only after it has set
+	// stopped, so this never writes to a closed (or reused) descriptor.
 	unix.Write(l.evfd, evOne[:])
 }
 
@@ -424,15 +437,16 @@ func (l *reactor) shutdown(err error) {
 		l.closeConn(c)
 	}
 	l.mu.Lock()
+	l.stopped = true
 	for _, op := range l.ops {
 		if op.kind == opStart && !op.req.finished {
 			l.finish(op.req, err)
 		}
 	}
 	l.ops = nil
-	l.mu.Unlock()
 	unix.Close(l.epfd)
 	unix.Close(l.evfd)
+	l.mu.Unlock()
 }
 
 func (l *reactor) scanStalls() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -75,5 +76,41 @@ func TestRawFramings(t *testing.T) {
 		if res.Metrics.Completed != 3 || res.Metrics.TotalOutput != 9 || res.Metrics.Chunks != 9 {
 			t.Errorf("%s: %d completed, %d tokens, %d chunks: %v", tc.name, res.Metrics.Completed, res.Metrics.TotalOutput, res.Metrics.Chunks, res.Failures())
 		}
+	}
+}
+
+// Closing the client fails the requests in flight and those sent later,
+// without hanging.
+func TestRawClientClose(t *testing.T) {
+	release := make(chan struct{})
+	srv := startRawServer(t, func(c net.Conn, _ *http.Request, _ []byte, _ int) bool {
+		<-release // never answer until the test ends
+		return false
+	})
+	defer close(release)
+	c, err := NewClient(ClientOptions{Target: srv.url, Endpoint: EndpointCompletions, Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.raw == nil {
+		t.Fatal("no raw transport for an http:// target")
+	}
+	done := make(chan Record)
+	go func() {
+		var rec Record
+		c.Do(context.Background(), &Request{Prompt: "x", OutputLen: 2}, &rec)
+		done <- rec
+	}()
+	for srv.conns.Load() == 0 {
+		runtime.Gosched()
+	}
+	c.Close()
+	if rec := <-done; rec.Success || rec.Failure == "" || rec.EndNs == 0 {
+		t.Errorf("request in flight at Close: %+v", rec)
+	}
+	var rec Record
+	c.Do(context.Background(), &Request{Prompt: "x", OutputLen: 2}, &rec)
+	if rec.Success || rec.Failure == "" {
+		t.Errorf("request after Close: %+v", rec)
 	}
 }
