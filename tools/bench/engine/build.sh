@@ -113,14 +113,14 @@ log=$work/build.log
 : >"$log"
 src=$cache/src
 
-if [ -x "$server" ] && [ "$(stamp_line build)" = "$want_build" ] && [ -d "$src/gguf-py" ]; then
+if [ "$(stamp_line build)" = "$want_build" ] && [ -d "$src/gguf-py" ] && "$server" --version >/dev/null 2>&1; then
 	echo "== llama-server is current; regenerating the model only"
 else
 	step="fetching node-llama-cpp@$NODE_LLAMA_CPP_VERSION from npm"
 	echo "== npm pack node-llama-cpp@$NODE_LLAMA_CPP_VERSION"
 	tgz=$work/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz
 	if [ ! -s "$tgz" ]; then
-		(cd "$work" && npm pack --silent "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" >>"$log" 2>&1)
+		(cd "$work" && npm pack --loglevel=error "node-llama-cpp@$NODE_LLAMA_CPP_VERSION" >>"$log" 2>&1)
 	fi
 	[ -s "$tgz" ] || fail "npm pack did not produce $tgz"
 	rm -rf "$work/package"
