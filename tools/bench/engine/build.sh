@@ -113,9 +113,14 @@ log=$work/build.log
 : >"$log"
 src=$cache/src
 
-if [ "$(stamp_line build)" = "$want_build" ] && [ -d "$src/gguf-py" ] && "$server" --version >/dev/null 2>&1; then
+# The source is fetched for a build, or when only the model is to be written
+# and src/ is gone (gguf-py comes from the same tree).
+need_build=1
+if [ "$(stamp_line build)" = "$want_build" ] && "$server" --version >/dev/null 2>&1; then
+	need_build=0
 	echo "== llama-server is current; regenerating the model only"
-else
+fi
+if [ "$need_build" = 1 ] || [ ! -d "$src/gguf-py" ]; then
 	step="fetching node-llama-cpp@$NODE_LLAMA_CPP_VERSION from npm"
 	echo "== npm pack node-llama-cpp@$NODE_LLAMA_CPP_VERSION"
 	tgz=$work/node-llama-cpp-$NODE_LLAMA_CPP_VERSION.tgz
@@ -138,7 +143,10 @@ else
 	fi
 	tag=$(sed -n 's/.*"tag": *"\([^"]*\)".*/\1/p' "$work/package/llama/llama.cpp.info.json")
 	echo "llama.cpp $head (node-llama-cpp release tag ${tag:-unknown})"
+	rm -rf "$work/package"
+fi
 
+if [ "$need_build" = 1 ]; then
 	step="configuring llama.cpp (cmake)"
 	echo "== cmake ${cmake_flags[*]}"
 	build=$cache/build
@@ -167,7 +175,6 @@ head=$(git -C "$src" rev-parse HEAD)
 printf 'build: %s\nllama.cpp: %s\nmodel: %s\n' "$want_build" "$head" "$want_model" >"$stamp.tmp"
 mv -f "$stamp.tmp" "$stamp"
 current || fail "stamp check fails after the build (bug in build.sh)"
-rm -rf "$work/package"
 echo "llama.cpp $head"
 echo "$server"
 echo "$model"
