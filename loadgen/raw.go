@@ -40,6 +40,9 @@ const (
 	rawErrBody   = 4 << 10
 	// rawDialTimeout bounds a connect, as net/http's dialer does.
 	rawDialTimeout = int64(30 * time.Second)
+	// rawDrainTimeout bounds the wait for the end of a body after [DONE]
+	// (a server that keeps the stream open): the connection is closed.
+	rawDrainTimeout = int64(time.Second)
 )
 
 var (
@@ -247,7 +250,7 @@ const (
 type rconn struct {
 	fd      int
 	gen     int32
-	dialNs  int64
+	dialNs  int64 // when the connect started; in csDraining, when the draining did
 	port    int
 	state   int
 	closed  bool
@@ -281,6 +284,7 @@ type reactor struct {
 	idle    []*rconn
 	active  int
 	dialing int // connections in csConnecting
+	drains  int // connections in csDraining
 	gen     int32
 	buf     []byte
 	events  []unix.EpollEvent
@@ -356,7 +360,7 @@ func (l *reactor) run() {
 		if l.t.stall > 0 && l.active > 0 {
 			timeout = int(max(l.t.stall/4/1e6, 1))
 		}
-		if l.dialing > 0 && (timeout < 0 || timeout > 1000) {
+		if (l.dialing > 0 || l.drains > 0) && (timeout < 0 || timeout > 1000) {
 			timeout = 1000
 		}
 		n, err := unix.EpollWait(l.epfd, l.events, timeout)
@@ -391,7 +395,7 @@ func (l *reactor) run() {
 				l.onReadable(c)
 			}
 		}
-		if (l.t.stall > 0 && l.active > 0) || l.dialing > 0 {
+		if (l.t.stall > 0 && l.active > 0) || l.dialing > 0 || l.drains > 0 {
 			l.scanStalls()
 		}
 	}
@@ -456,6 +460,10 @@ func (l *reactor) scanStalls() {
 	}
 	l.lastScn = now
 	for _, c := range l.conns {
+		if c != nil && c.state == csDraining && now-c.dialNs >= rawDrainTimeout {
+			l.closeConn(c)
+			continue
+		}
 		if c == nil || c.req == nil {
 			continue
 		}
@@ -939,6 +947,8 @@ func (l *reactor) deliver(c *rconn, b []byte, now int64) {
 		l.closeConn(c)
 	} else {
 		c.state = csDraining
+		c.dialNs = now // (since when it drains)
+		l.drains++
 	}
 	l.finish(req, nil)
 }
@@ -950,6 +960,10 @@ func (l *reactor) bodyEnd(c *rconn, now int64) {
 	if req != nil {
 		c.req = nil
 		l.active--
+	}
+	if c.state == csDraining {
+		l.drains--
+		c.state = csBody
 	}
 	if l.t.keepAlive && c.keepAlive && !c.leftover {
 		c.state = csIdle
@@ -988,8 +1002,11 @@ func (l *reactor) closeConn(c *rconn) {
 		return
 	}
 	c.closed = true
-	if c.state == csConnecting {
+	switch c.state {
+	case csConnecting:
 		l.dialing--
+	case csDraining:
+		l.drains--
 	}
 	if c.req != nil {
 		c.req = nil

@@ -114,3 +114,32 @@ func TestRawClientClose(t *testing.T) {
 		t.Errorf("request after Close: %+v", rec)
 	}
 }
+
+// A server that keeps the body open after [DONE]: the request ends at
+// [DONE], and the connection is closed after a while instead of kept.
+func TestRawDrainTimeout(t *testing.T) {
+	gone := make(chan struct{})
+	srv := startRawServer(t, func(c net.Conn, _ *http.Request, _ []byte, _ int) bool {
+		fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for _, ev := range llamaEvents(false, 2, 1) {
+			msg := "data: " + ev + "\n\n"
+			fmt.Fprintf(c, "%x\r\n%s\r\n", len(msg), msg)
+		}
+		// No last chunk: wait for the client to give up on the body.
+		var b [1]byte
+		c.Read(b[:])
+		close(gone)
+		return false
+	})
+	c, err := NewClient(ClientOptions{Target: srv.url, Endpoint: EndpointCompletions, Model: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var rec Record
+	c.Do(context.Background(), &Request{Prompt: "x", OutputLen: 2}, &rec)
+	if !rec.Success || rec.OutputTokens != 2 {
+		t.Fatalf("request: %+v", rec)
+	}
+	<-gone // the client closed the connection
+}
