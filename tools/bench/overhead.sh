@@ -26,7 +26,7 @@
 #   barrier  bin/barrierpool (ggml-like barrier pool) steps/s: nothing, attach
 #
 # Environment: BPFBENCH_LLAMA_SERVER, BPFBENCH_LLAMA_MODEL (engine binary and
-# model; default /var/cache/bpfbench/llama/...), BENCH_ENGINE_REQUESTS (12),
+# model; default /var/cache/bpfbench/llama/...), BENCH_ENGINE_REQUESTS (32),
 # BENCH_LLMSIM_REQUESTS (300), BENCH_BARRIER_ARGS ("-t 2 -w 200 -s 50"),
 # BENCH_LAUNCHLOOP_ARGS ("-l 2000").
 # Needs root, `make build`, stress-ng and bpftrace for storm, python3, curl.
@@ -359,6 +359,10 @@ def cmd_summary(results, meta_path, out_json):
     print("observer effect: %s, %d rounds, %s CPUs, kernel %s, load avg at start %s, tree %s, bpfbench built %s" % (
         meta["date"], meta["rounds"], meta["cpus"], meta["kernel"], meta["loadavg"], meta["revision"],
         meta["bpfbench"]["built"]))
+    if float(meta["loadavg"]) > 0.5 * (meta["cpus"] or 1):
+        print("note: the machine was busy before this run began (load %s on %s CPUs): other jobs' CPU use "
+              "varies more than an observer costs, so trust only ratios whose paired range stays on one side of 1"
+              % (meta["loadavg"], meta["cpus"]))
     hdr = ["part", "mode", "figure", "median", "min-max", "ratio", "paired (min-max)", "n", "observer CPU%"]
     rows = []
     for s in summary:
@@ -684,15 +688,16 @@ server_measure() {
 	record "$SRV_PART" "$mode" "$r" "$fig" "tok/s" "$OBS_SECS" "$extra"
 }
 
-# server_up PART URL CMD...: starts the server, waits for /health, warms up.
+# server_up PART URL WARMUP_REQUESTS CMD...: starts the server, waits for
+# /health, warms up.
 server_up() {
-	local part=$1 url=$2
-	shift 2
+	local part=$1 url=$2 warm=$3
+	shift 3
 	SRV_PART=$part SRV_URL=$url
 	bg 14400 "$part-server" "$@"
 	SRV_PID=$BG
 	wait_http "$url/health" "$SRV_PID" 180 || die "$part: the server did not come up: $(tail -n 5 "$tmp/$part-server.err")"
-	timeout 600 "$bin/bpfbench" load --target "$url" "${LOAD_ARGS[@]}" --no-progress \
+	timeout 600 "$bin/bpfbench" load --target "$url" "${LOAD_ARGS[@]}" --num-requests "$warm" --no-progress \
 		--out "$tmp/$part.warm.json" >/dev/null 2>&1 || say "$part: the warm-up load failed"
 }
 server_down() { stop "$SRV_PID" TERM 10; }
@@ -702,7 +707,7 @@ part_llmsim() {
 	port=$(free_port)
 	LOAD_ARGS=(--num-requests "${BENCH_LLMSIM_REQUESTS:-300}" --max-concurrency 96 --input-len 64 --output-len 128)
 	# At its limit: closed loop, more concurrency than it batches.
-	CUDASTUB_KERNEL_US=500 server_up llmsim "http://127.0.0.1:$port" "$bin/llmsim" --addr "127.0.0.1:$port" \
+	CUDASTUB_KERNEL_US=500 server_up llmsim "http://127.0.0.1:$port" 50 "$bin/llmsim" --addr "127.0.0.1:$port" \
 		--work cpu --itl 5ms --max-num-seqs 64 --batch-slowdown 0.02 --cuda-lib "$bin/libcuda.so.1"
 	run_part llmsim server_measure nothing attach run daemon
 	server_down
@@ -725,9 +730,9 @@ part_engine() {
 		[ -x "$server" ] && [ -s "$model" ] || { say "engine: build.sh did not produce $server and $model; skipping"; return 0; }
 	fi
 	port=$(free_port)
-	LOAD_ARGS=(--num-requests "${BENCH_ENGINE_REQUESTS:-12}" --max-concurrency 4 --input-len 64 --output-len 96
+	LOAD_ARGS=(--num-requests "${BENCH_ENGINE_REQUESTS:-32}" --max-concurrency 4 --input-len 64 --output-len 96
 		--model tiny-llama)
-	server_up engine "http://127.0.0.1:$port" "$server" -m "$model" -t 2 -np 4 -c 2048 --host 127.0.0.1 --port "$port"
+	server_up engine "http://127.0.0.1:$port" 8 "$server" -m "$model" -t 2 -np 4 -c 2048 --host 127.0.0.1 --port "$port"
 	run_part engine server_measure nothing attach run daemon
 	server_down
 }
