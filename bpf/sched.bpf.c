@@ -102,6 +102,11 @@ struct {
  * every thread on the host (the daemon) or only of targets (a session). */
 volatile const bool host_wide = true;
 
+/* Set by userspace before load: the host-wide histogram takes one switch
+ * in host_sample_mask + 1, chosen at random (0: every switch); userspace
+ * scales it back. With no target, the other switches cost almost nothing. */
+volatile const __u32 host_sample_mask = 0;
+
 /* Folding thresholds, set by userspace before load (0 sends everything). */
 volatile const __u64 fold_runq_ns = 10000;     /* run-queue waits */
 volatile const __u64 fold_offcpu_ns = 50000;   /* preempted and D stints */
@@ -154,6 +159,13 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	struct task_info *ti;
 	struct target *tgt;
 	__u64 now = 0;
+	bool host_sample = host_wide;
+
+	if (host_wide && host_sample_mask) {
+		host_sample = !(bpf_get_prandom_u32() & host_sample_mask);
+		if (!host_sample && !nr_targets)
+			return 0;
+	}
 
 	/* The thread leaving the CPU: only targets keep state. */
 	if (prev->pid != 0 && (tgt = target_of(prev->tgid))) {
@@ -180,12 +192,12 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 		return 0;
 	__u32 tgid = next->tgid;
 	tgt = target_of(tgid);
-	if (!tgt && !host_wide)
+	if (!tgt && !host_sample)
 		return 0;
 
 	__u8 has_runq = 0;
 	__u64 runq = runq_of(next, &has_runq);
-	if (has_runq && host_wide)
+	if (has_runq && host_sample)
 		hist_add(&runq_hist, 0, runq);
 	if (!tgt)
 		return 0;

@@ -24,9 +24,14 @@ type Host struct {
 
 var _ collectors.Host = (*Host)(nil)
 
+// DefaultHostSample is the daemon's host-wide sampling: one context switch
+// in 8 goes into the host-wide run-queue histogram (scaled back), which
+// keeps a context-switch storm within budget; targets count every switch.
+var DefaultHostSample uint32 = 8
+
 // NewHost returns the daemon's scheduler collector; names labels the slots.
 func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
-	c := New(Config{HostWide: true, Logger: logger})
+	c := New(Config{HostWide: true, HostSample: DefaultHostSample, Logger: logger})
 	return &Host{
 		Collector: c,
 		names:     names,

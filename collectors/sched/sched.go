@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -77,6 +78,11 @@ type Config struct {
 	RingBufferBytes uint32
 	// Fold is what is folded (default DefaultFold).
 	Fold *Fold
+	// HostSample, with HostWide, puts one switch in HostSample (a power of
+	// two; 0 or 1: every switch) into the host-wide histogram, chosen at
+	// random, and scales it back: the daemon's cost on a context-switch
+	// storm. Targets are always counted in full.
+	HostSample uint32
 	// DrainPeriod is how often the reader drains the ring (default 100 ms).
 	DrainPeriod time.Duration
 	// OnEvent receives each event of a streamed target from the reader
@@ -98,6 +104,9 @@ func New(cfg Config) *Collector {
 	if cfg.Fold == nil {
 		cfg.Fold = &DefaultFold
 	}
+	if cfg.HostSample&(cfg.HostSample-1) != 0 {
+		cfg.HostSample = 1 << bits.Len32(cfg.HostSample-1) // the next power of two
+	}
 	return &Collector{cfg: cfg, Base: bpfutil.NewBase("sched", cfg.Logger)}
 }
 
@@ -114,7 +123,7 @@ func (c *Collector) Start(context.Context) (err error) {
 	f := c.cfg.Fold
 	for name, v := range map[string]any{
 		"host_wide": c.cfg.HostWide, "fold_runq_ns": uint64(f.Runqueue), "fold_offcpu_ns": uint64(f.OffCPU),
-		"fold_sleep_ns": uint64(f.Sleep), "flush_ns": uint64(f.Flush),
+		"fold_sleep_ns": uint64(f.Sleep), "flush_ns": uint64(f.Flush), "host_sample_mask": c.sampleMask(),
 	} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("configuring sched (%s): %w", name, err)
@@ -176,9 +185,25 @@ func (c *Collector) readHist(m *ebpf.Map, key uint32) (hist.Log2, error) {
 }
 
 // RunqueueHist is the in-kernel run-queue latency histogram of slot idx
-// (0 = every thread of the host when HostWide, else every target).
+// (0 = every thread of the host when HostWide, else every target). A
+// sampled host-wide histogram is scaled back to every switch.
 func (c *Collector) RunqueueHist(idx uint32) (hist.Log2, error) {
-	return c.readHist(c.objs.RunqHist, idx)
+	h, err := c.readHist(c.objs.RunqHist, idx)
+	if n := uint64(c.sampleMask()) + 1; err == nil && idx == 0 && c.cfg.HostWide && n > 1 {
+		for i := range h.Slots {
+			h.Slots[i] *= n
+		}
+		h.Count *= n
+		h.SumNs *= n
+	}
+	return h, err
+}
+
+func (c *Collector) sampleMask() uint32 {
+	if !c.cfg.HostWide || c.cfg.HostSample <= 1 {
+		return 0
+	}
+	return c.cfg.HostSample - 1
 }
 
 // OffCPUHist is the in-kernel off-CPU histogram of target slot idx for state s.

@@ -65,22 +65,23 @@ type schedTaskInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	schedMapEvents       = "events"
-	schedMapOffcpuHist   = "offcpu_hist"
-	schedMapPipeStats    = "pipe_stats"
-	schedMapRunqHist     = "runq_hist"
-	schedMapTargets      = "targets"
-	schedMapTaskInfos    = "task_infos"
-	schedProgSchedSwitch = "sched_switch"
-	schedVarFlushNs      = "flush_ns"
-	schedVarFoldOffcpuNs = "fold_offcpu_ns"
-	schedVarFoldRunqNs   = "fold_runq_ns"
-	schedVarFoldSleepNs  = "fold_sleep_ns"
-	schedVarHostWide     = "host_wide"
-	schedVarNrTargets    = "nr_targets"
-	schedVarSelfTgid     = "self_tgid"
-	schedVarUnusedEvent  = "unused_event"
-	schedVarWakeupBytes  = "wakeup_bytes"
+	schedMapEvents         = "events"
+	schedMapOffcpuHist     = "offcpu_hist"
+	schedMapPipeStats      = "pipe_stats"
+	schedMapRunqHist       = "runq_hist"
+	schedMapTargets        = "targets"
+	schedMapTaskInfos      = "task_infos"
+	schedProgSchedSwitch   = "sched_switch"
+	schedVarFlushNs        = "flush_ns"
+	schedVarFoldOffcpuNs   = "fold_offcpu_ns"
+	schedVarFoldRunqNs     = "fold_runq_ns"
+	schedVarFoldSleepNs    = "fold_sleep_ns"
+	schedVarHostSampleMask = "host_sample_mask"
+	schedVarHostWide       = "host_wide"
+	schedVarNrTargets      = "nr_targets"
+	schedVarSelfTgid       = "self_tgid"
+	schedVarUnusedEvent    = "unused_event"
+	schedVarWakeupBytes    = "wakeup_bytes"
 )
 
 // loadSched returns the embedded CollectionSpec for sched.
@@ -144,15 +145,16 @@ type schedMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedVariableSpecs struct {
-	FlushNs      *ebpf.VariableSpec `ebpf:"flush_ns"`
-	FoldOffcpuNs *ebpf.VariableSpec `ebpf:"fold_offcpu_ns"`
-	FoldRunqNs   *ebpf.VariableSpec `ebpf:"fold_runq_ns"`
-	FoldSleepNs  *ebpf.VariableSpec `ebpf:"fold_sleep_ns"`
-	HostWide     *ebpf.VariableSpec `ebpf:"host_wide"`
-	NrTargets    *ebpf.VariableSpec `ebpf:"nr_targets"`
-	SelfTgid     *ebpf.VariableSpec `ebpf:"self_tgid"`
-	UnusedEvent  *ebpf.VariableSpec `ebpf:"unused_event"`
-	WakeupBytes  *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	FlushNs        *ebpf.VariableSpec `ebpf:"flush_ns"`
+	FoldOffcpuNs   *ebpf.VariableSpec `ebpf:"fold_offcpu_ns"`
+	FoldRunqNs     *ebpf.VariableSpec `ebpf:"fold_runq_ns"`
+	FoldSleepNs    *ebpf.VariableSpec `ebpf:"fold_sleep_ns"`
+	HostSampleMask *ebpf.VariableSpec `ebpf:"host_sample_mask"`
+	HostWide       *ebpf.VariableSpec `ebpf:"host_wide"`
+	NrTargets      *ebpf.VariableSpec `ebpf:"nr_targets"`
+	SelfTgid       *ebpf.VariableSpec `ebpf:"self_tgid"`
+	UnusedEvent    *ebpf.VariableSpec `ebpf:"unused_event"`
+	WakeupBytes    *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // schedObjects contains all objects after they have been loaded into the kernel.
@@ -198,15 +200,16 @@ func (m *schedMaps) Close() error {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedVariables struct {
-	FlushNs      *ebpf.Variable `ebpf:"flush_ns"`
-	FoldOffcpuNs *ebpf.Variable `ebpf:"fold_offcpu_ns"`
-	FoldRunqNs   *ebpf.Variable `ebpf:"fold_runq_ns"`
-	FoldSleepNs  *ebpf.Variable `ebpf:"fold_sleep_ns"`
-	HostWide     *ebpf.Variable `ebpf:"host_wide"`
-	NrTargets    *ebpf.Variable `ebpf:"nr_targets"`
-	SelfTgid     *ebpf.Variable `ebpf:"self_tgid"`
-	UnusedEvent  *ebpf.Variable `ebpf:"unused_event"`
-	WakeupBytes  *ebpf.Variable `ebpf:"wakeup_bytes"`
+	FlushNs        *ebpf.Variable `ebpf:"flush_ns"`
+	FoldOffcpuNs   *ebpf.Variable `ebpf:"fold_offcpu_ns"`
+	FoldRunqNs     *ebpf.Variable `ebpf:"fold_runq_ns"`
+	FoldSleepNs    *ebpf.Variable `ebpf:"fold_sleep_ns"`
+	HostSampleMask *ebpf.Variable `ebpf:"host_sample_mask"`
+	HostWide       *ebpf.Variable `ebpf:"host_wide"`
+	NrTargets      *ebpf.Variable `ebpf:"nr_targets"`
+	SelfTgid       *ebpf.Variable `ebpf:"self_tgid"`
+	UnusedEvent    *ebpf.Variable `ebpf:"unused_event"`
+	WakeupBytes    *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // schedPrograms contains all programs after they have been loaded into the kernel.
