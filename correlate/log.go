@@ -101,7 +101,7 @@ func (l *Log) Blames(base Baseline) iter.Seq[Blame] {
 
 // Baseline estimates the baseline from the logged measurements exactly as
 // EstimateBaseline does from the intervals and their activity.
-func (l *Log) Baseline() Baseline { return BaselineOf(l.All()) }
+func (l *Log) Baseline() Baseline { return baselineOf(l.All(), l.n) }
 
 // BaselineOf derives a baseline from measured intervals: the median TTFT,
 // the median gap, and each cause's median active fraction over the gaps.
@@ -109,8 +109,12 @@ func (l *Log) Baseline() Baseline { return BaselineOf(l.All()) }
 // intervals out of the baseline. The measurements are read once per
 // statistic, so memory is one number per interval whatever the run's
 // length.
-func BaselineOf(ms iter.Seq[Measurement]) Baseline {
-	var ttfts, gaps []int64
+func BaselineOf(ms iter.Seq[Measurement]) Baseline { return baselineOf(ms, 0) }
+
+// baselineOf is BaselineOf with room for n measurements.
+func baselineOf(ms iter.Seq[Measurement], n int) Baseline {
+	gaps := make([]int64, 0, n)
+	var ttfts []int64
 	for m := range ms {
 		if m.Index == 0 {
 			ttfts = append(ttfts, m.Duration())
@@ -121,7 +125,7 @@ func BaselineOf(ms iter.Seq[Measurement]) Baseline {
 	sort.Slice(ttfts, func(i, j int) bool { return ttfts[i] < ttfts[j] })
 	sort.Slice(gaps, func(i, j int) bool { return gaps[i] < gaps[j] })
 	b := Baseline{TTFTNs: int64(percentileOf(ttfts, 50)), ITLNs: int64(percentileOf(gaps, 50))}
-	n := len(gaps)
+	n = len(gaps)
 	ttfts, gaps = nil, nil
 	if n == 0 {
 		return b

@@ -232,12 +232,16 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	summary := correlate.SummarizeSeq(blames, base, percentiles)
 
 	doc := &report.Document{Attribution: &summary, Collectors: map[string]json.RawMessage{}}
-	loadJSON, err := json.Marshal(res.JSON())
-	if err != nil {
-		return nil, fmt.Errorf("encoding the load result: %w", err)
-	}
-	if err := json.Unmarshal(loadJSON, &doc.Load); err != nil {
-		return nil, err
+	// Each field on its own: one encoding of the load result in memory,
+	// not a second copy of it all (the per-token lists of a long run are
+	// large).
+	doc.Load = map[string]json.RawMessage{}
+	for k, v := range res.JSON() {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the load result: %w", err)
+		}
+		doc.Load[k] = b
 	}
 	for _, sec := range sess.Sections() {
 		b, err := json.Marshal(sec.Summary())
@@ -266,7 +270,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	out.Doc = doc
 
 	traceDone = true
-	if err := tr.finish(res, blames, sess.Sections()); err != nil {
+	if err := tr.finish(res, &stream.log, base, sess.Sections()); err != nil {
 		return out, err
 	}
 	if err := writeRunDir(cfg.OutDir, doc); err != nil {

@@ -207,7 +207,7 @@ func TestRunStreamMatchesBatch(t *testing.T) {
 			t.Errorf("seed %d: held up to %d of %d spans", seed, held, len(run.spans))
 		}
 
-		if err := s.tr.finish(res, s.log.Blames(base), nil); err != nil {
+		if err := s.tr.finish(res, &s.log, base, nil); err != nil {
 			t.Fatal(err)
 		}
 		f, err := os.Open(filepath.Join(dir, "trace.json"))

@@ -5,7 +5,6 @@ import (
 	"container/heap"
 	"fmt"
 	"hash/fnv"
-	"iter"
 	"math"
 	"os"
 	"slices"
@@ -345,7 +344,8 @@ func (t *traceStream) writeSpan(s collectors.Span) {
 // finish writes what needs the whole run (the requests, the token gaps
 // with their attribution, the slowest gaps' spans, the sections' own
 // tracks), ends the JSON and puts trace.json in place.
-func (t *traceStream) finish(res *loadgen.Result, blames iter.Seq[correlate.Blame], sections []collectors.Section) error {
+func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base correlate.Baseline, sections []collectors.Section) error {
+	blames := log.Blames(base)
 	tr := t.tw
 	for i := range res.Records {
 		r := &res.Records[i]
@@ -370,10 +370,10 @@ func (t *traceStream) finish(res *loadgen.Result, blames iter.Seq[correlate.Blam
 
 	// Token slices: every TTFT, the gaps in a detail window or among the
 	// slowest 1%.
-	var gaps []int64
-	for b := range blames {
-		if b.Index > 0 {
-			gaps = append(gaps, b.Duration())
+	gaps := make([]int64, 0, log.Len())
+	for m := range log.All() {
+		if m.Index > 0 {
+			gaps = append(gaps, m.Duration())
 		}
 	}
 	slices.Sort(gaps)
