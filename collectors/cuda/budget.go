@@ -32,12 +32,14 @@ type Budget struct {
 	Window time.Duration
 	// Burst is the probe cost allowed at once, in CPU time (default 2 ms).
 	Burst time.Duration
+	// First is the wait before the first sample window (default 1 s).
+	First time.Duration
 	// Cost overrides the measured cost of a hit (tests).
 	Cost *uprobecost.Cost
 }
 
 // DefaultBudget is the budget of every session and of the daemon.
-var DefaultBudget = Budget{Ratio: 0.005, Check: 20 * time.Millisecond, Period: 30 * time.Second, Window: 20 * time.Millisecond, Burst: 2 * time.Millisecond}
+var DefaultBudget = Budget{Ratio: 0.005, Check: 20 * time.Millisecond, Period: 30 * time.Second, Window: 20 * time.Millisecond, Burst: 2 * time.Millisecond, First: time.Second}
 
 // LaunchProbes says how launches were counted.
 type LaunchProbes struct {
@@ -94,6 +96,9 @@ func (b Budget) withDefaults() Budget {
 	}
 	if b.Burst > 0 {
 		d.Burst = b.Burst
+	}
+	if b.First > 0 {
+		d.First = b.First
 	}
 	d.Cost = b.Cost
 	return d
@@ -248,24 +253,38 @@ func (c *Collector) runBudget(ctx context.Context, procs func() []uint32, idx ui
 		st.off(c.reading(idx), fmt.Sprintf("%.0f launches/s at %.2f µs a probe hit would cost %.1f%% of a CPU, over the %.1f%% budget",
 			rate, hit/1e3, rate*hit/1e9*100, b.Ratio*100))
 		c.Log().Info("launch probes over budget: sampling", "launches_per_second", int(rate), "hit_cost_ns", int(hit))
+		// The first window comes soon, for a launches-per-synchronize
+		// ratio to estimate with; the others every Period.
+		wait := b.First
 		for {
 			select {
 			case <-ctx.Done():
 				st.finish(c.reading(idx))
 				return
-			case <-time.After(b.Period):
+			case <-time.After(wait):
 			}
+			wait = b.Period
 			if err := c.setLaunchProbes(procs, true); err != nil {
 				c.Log().Warn("attaching launch probes for a sample window", "err", err)
 				continue
 			}
 			n0, _ := c.launchCount(idx)
 			st.window(n0)
-			select {
-			case <-ctx.Done():
-			case <-time.After(b.Window):
+			// A window lasts Window, and up to ten times that until it
+			// has seen two synchronizes (a step that outlasts the window
+			// gives no ratio).
+			var n1 counter
+			for end, limit := n0.t.Add(b.Window), n0.t.Add(10*b.Window); ; {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Until(end)):
+				}
+				n1, _ = c.launchCount(idx)
+				if ctx.Err() != nil || n1.syncs-n0.syncs >= 2 || !n1.t.Before(limit) {
+					break
+				}
+				end = n1.t.Add(b.Window / 2)
 			}
-			n1, _ := c.launchCount(idx)
 			if r := st.probed(n0, n1, hit); r <= maxRate {
 				// Back within budget: probes stay.
 				last, tokens = n1, b.Burst.Seconds()
@@ -294,7 +313,15 @@ func (st *budgetState) probed(a, b counter, hit float64) float64 {
 	st.lp.MeasuredLaunches += n
 	st.lp.CostSeconds += float64(n) * hit / 1e9
 	st.lp.MaxRate = max(st.lp.MaxRate, rate)
+	// Probes slow a launch-bound thread: r launches/s with a hit of h
+	// seconds each are at most r/(1-r*h) without (the fallback for a
+	// process that never synchronizes).
 	st.lastRate = rate
+	if load := rate * hit / 1e9; load > 0 && load < 0.99 {
+		st.lastRate = rate / (1 - load)
+	} else if load >= 0.99 {
+		st.lastRate = rate * 100
+	}
 	// A stretch without a synchronize (the thread did not run, or the
 	// process launches without synchronizing) keeps the previous ratio.
 	if s := b.syncs - a.syncs; s > 0 {

@@ -39,6 +39,9 @@ var (
 	// session over before, and by at least SwitchRiseMin a second.
 	SwitchRise    = 1.5
 	SwitchRiseMin = 200.0
+	// SwitchBusyBefore: below this many a second before, the target was
+	// idle and the comparison is not made.
+	SwitchBusyBefore = 50.0
 )
 
 // Collector is one collector's share of a Report.
@@ -277,7 +280,9 @@ func warnings(r Report) []string {
 		w = append(w, fmt.Sprintf("bpfbench preempted the target's threads %.0f times a second: keep it off the target's CPUs with --cpus",
 			float64(r.SelfPreemptions)/r.Seconds))
 	}
-	if b := r.TargetSwitchesBefore; b != nil && r.TargetSwitchesDuring > *b*SwitchRise && r.TargetSwitchesDuring-*b > SwitchRiseMin {
+	// An idle target before (a paused workload, a server before its load)
+	// says nothing about what bpfbench added.
+	if b := r.TargetSwitchesBefore; b != nil && *b >= SwitchBusyBefore && r.TargetSwitchesDuring > *b*SwitchRise && r.TargetSwitchesDuring-*b > SwitchRiseMin {
 		w = append(w, fmt.Sprintf("the target's involuntary context switches rose from %.0f/s to %.0f/s while bpfbench was attached: its threads were preempted more (by bpfbench, or by a load that started meanwhile)",
 			*b, r.TargetSwitchesDuring))
 	}

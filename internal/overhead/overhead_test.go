@@ -43,6 +43,10 @@ func TestWarnings(t *testing.T) {
 	if w := warnings(quiet); len(w) != 0 {
 		t.Errorf("a cheap session warns: %v", w)
 	}
+	idle := 0.0
+	if w := warnings(Report{Seconds: 10, TargetSwitchesBefore: &idle, TargetSwitchesDuring: 900}); len(w) != 0 {
+		t.Errorf("a target idle before bpfbench attached warns: %v", w)
+	}
 	if !strings.Contains(r.Line(), "100/s before, 900/s during") {
 		t.Errorf("line: %s", r.Line())
 	}
