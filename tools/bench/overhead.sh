@@ -28,7 +28,8 @@
 # Environment: BPFBENCH_LLAMA_SERVER, BPFBENCH_LLAMA_MODEL (engine binary and
 # model; default /var/cache/bpfbench/llama/...), BENCH_ENGINE_REQUESTS (32),
 # BENCH_LLMSIM_REQUESTS (300), BENCH_BARRIER_ARGS ("-t 2 -w 200 -s 50"),
-# BENCH_LAUNCHLOOP_ARGS ("-l 2000").
+# BENCH_LAUNCHLOOP_ARGS ("-l 2000"), BENCH_BPFBENCH (another bpfbench binary
+# to measure, e.g. an older build, with the workloads of bin/).
 # Needs root, `make build`, stress-ng and bpftrace for storm, python3, curl.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -755,6 +756,7 @@ done
 # to it (rpath $ORIGIN).
 mkdir "$tmp/bin"
 for f in "${need[@]}"; do cp -p "$f" "$tmp/bin/"; done
+[ -z "${BENCH_BPFBENCH:-}" ] || cp -p "$BENCH_BPFBENCH" "$tmp/bin/bpfbench"
 bin=$tmp/bin
 
 python3 - "$tmp/meta.json" "$rounds" "$parts" "$dur" "$bpf_stats" "$bin/bpfbench" <<'PY'
