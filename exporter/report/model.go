@@ -9,7 +9,10 @@
 package report
 
 import (
+	"bufio"
+	"bytes"
 	"github.com/bpfbench/bpfbench/internal/overhead"
+	"sort"
 
 	"encoding/json"
 	"fmt"
@@ -176,13 +179,73 @@ func ReadFile(path string) (*Document, error) {
 }
 
 // WriteFile writes d as result.json.
+//
+// It writes one key at a time into a buffered file: the document's own
+// keys indented, the load generator's as they were encoded (the
+// per-request lists of an hour-long run are about 100 MB, and encoding the
+// whole document at once held several copies of them).
 func (d *Document) WriteFile(path string) error {
-	b, err := json.MarshalIndent(d, "", " ")
+	f, err := os.Create(path)
 	if err != nil {
-		return err
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+	w := bufio.NewWriterSize(f, 1<<20)
+	err = d.write(w)
+	if ferr := w.Flush(); err == nil {
+		err = ferr
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+func (d *Document) write(w *bufio.Writer) error {
+	type own Document
+	b, err := json.Marshal((*own)(d))
+	if err != nil {
+		return err
+	}
+	var mine map[string]json.RawMessage
+	if err := json.Unmarshal(b, &mine); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(d.Load)+len(mine))
+	for k := range d.Load {
+		if _, ok := mine[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	for k := range mine {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	w.WriteString("{")
+	var buf bytes.Buffer
+	for i, k := range keys {
+		if i > 0 {
+			w.WriteString(",")
+		}
+		kb, _ := json.Marshal(k)
+		w.WriteString("\n ")
+		w.Write(kb)
+		w.WriteString(": ")
+		if v, ok := mine[k]; ok {
+			buf.Reset()
+			if err := json.Indent(&buf, v, " ", " "); err != nil {
+				return fmt.Errorf("encoding %s: %w", k, err)
+			}
+			w.Write(buf.Bytes())
+			continue
+		}
+		if !json.Valid(d.Load[k]) {
+			return fmt.Errorf("encoding %s: not valid JSON", k)
+		}
+		w.Write(d.Load[k])
+	}
+	_, err = w.WriteString("\n}\n")
+	return err
 }

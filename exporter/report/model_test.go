@@ -2,7 +2,9 @@ package report
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate"
@@ -33,5 +35,42 @@ func TestDocumentRoundTrip(t *testing.T) {
 	}
 	if _, ok := back.Load["attribution"]; ok {
 		t.Error("attribution left in Load")
+	}
+}
+
+// WriteFile streams the document key by key: the same JSON value as
+// MarshalJSON, and a load field that is not JSON is refused, not written.
+func TestWriteFileMatchesMarshal(t *testing.T) {
+	d := &Document{
+		Load: map[string]json.RawMessage{
+			"completed": json.RawMessage("10"), "bpfbench": json.RawMessage(`{"records":[{"a":1},{"b":[1,2]}]}`),
+			"diagnosis": json.RawMessage(`"shadowed by the document's own key"`),
+		},
+		Collection: &Collection{Pid: 7},
+		Diagnosis:  []string{"mine"},
+	}
+	p := filepath.Join(t.TempDir(), "result.json")
+	if err := d.WriteFile(p); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var a, b any
+	if err := json.Unmarshal(got, &a); err != nil {
+		t.Fatalf("result.json is not JSON: %v\n%s", err, got)
+	}
+	json.Unmarshal(want, &b)
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("WriteFile wrote\n%s\nMarshalJSON gives\n%s", got, want)
+	}
+	d.Load["broken"] = json.RawMessage("{")
+	if err := d.WriteFile(p); err == nil {
+		t.Error("a load field that is not JSON was written")
 	}
 }
