@@ -494,6 +494,17 @@ func RestrictToCPUs(cpus []int) error {
 		set.Set(c)
 	}
 	SetReaderCPUs(cpus)
+	return eachThread(func(tid int) error {
+		if err := unix.SchedSetaffinity(tid, &set); err != nil {
+			return fmt.Errorf("restricting thread %d to CPUs %v: %w", tid, cpus, err)
+		}
+		return nil
+	})
+}
+
+// eachThread calls fn for every thread of this process; threads that
+// exit meanwhile are skipped.
+func eachThread(fn func(tid int) error) error {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
 		return fmt.Errorf("listing this process's threads: %w", err)
@@ -503,8 +514,8 @@ func RestrictToCPUs(cpus []int) error {
 		if err != nil {
 			continue
 		}
-		if err := unix.SchedSetaffinity(tid, &set); err != nil && !errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("restricting thread %d to CPUs %v: %w", tid, cpus, err)
+		if err := fn(tid); err != nil && !errors.Is(err, unix.ESRCH) {
+			return err
 		}
 	}
 	return nil
@@ -514,18 +525,10 @@ func RestrictToCPUs(cpus []int) error {
 // created later inherit it from their creator): an observer that must not
 // compete with what it watches, as `attach` is.
 func NiceProcess(nice int) error {
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return fmt.Errorf("listing this process's threads: %w", err)
-	}
-	for _, t := range tasks {
-		tid, err := strconv.Atoi(t.Name())
-		if err != nil {
-			continue
-		}
-		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil && !errors.Is(err, unix.ESRCH) {
+	return eachThread(func(tid int) error {
+		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
 			return fmt.Errorf("setting thread %d to nice %d: %w", tid, nice, err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
