@@ -96,6 +96,21 @@ type Section interface {
 	Lost() uint64
 }
 
+// Counter is one reading of a section's counter track (a GPU's utilisation,
+// its power): sampled values rather than intervals, drawn as counter tracks
+// on the timeline.
+type Counter struct {
+	// Track names the series ("gpu0 utilization"); Unit names the value ("ratio").
+	Track, Unit string
+	TimeNs      int64
+	Value       float64
+}
+
+// CounterSource is a Section that also keeps sampled counters.
+type CounterSource interface {
+	Counters() []Counter
+}
+
 // ErrNotApplicable says a section has nothing to follow in this target
 // (say, no CUDA library mapped). The session reports it in the section and
 // carries on with the others.

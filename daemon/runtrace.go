@@ -422,8 +422,10 @@ func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base corre
 	t.gaps = nil
 
 	for _, sec := range sections {
-		if w, ok := sec.(interface{ WriteTrace(*trace.Trace) }); ok {
-			w.WriteTrace(tr)
+		if cs, ok := sec.(collectors.CounterSource); ok {
+			for _, c := range cs.Counters() {
+				tr.Counter(trace.PidGPU, c.Track, c.TimeNs, map[string]float64{c.Unit: c.Value})
+			}
 		}
 	}
 	err := tr.Close()

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/collectors"
-	"github.com/bpfbench/bpfbench/exporter/trace"
 )
 
 // Section is the GPU part of a session on one process.
@@ -147,21 +146,20 @@ func processText(ps []ProcessSample) string {
 	return out
 }
 
-// WriteTrace adds the session's samples to a timeline as counters.
-func (s *Section) WriteTrace(tr *trace.Trace) {
+// Counters are the session's samples as counter tracks, in time order per device.
+func (s *Section) Counters() []collectors.Counter {
+	var out []collectors.Counter
 	for _, x := range s.Samples() {
 		name := fmt.Sprintf("gpu%d", x.Device)
-		if x.Has(FieldGPUUtilization) {
-			tr.Counter(trace.PidGPU, name+" utilization", x.TimeNs, map[string]float64{"ratio": x.GPUUtilization})
+		add := func(f Field, track, unit string, v float64) {
+			if x.Has(f) {
+				out = append(out, collectors.Counter{Track: name + " " + track, Unit: unit, TimeNs: x.TimeNs, Value: v})
+			}
 		}
-		if x.Has(FieldMemoryUsed) {
-			tr.Counter(trace.PidGPU, name+" memory used", x.TimeNs, map[string]float64{"bytes": float64(x.MemoryUsedBytes)})
-		}
-		if x.Has(FieldPower) {
-			tr.Counter(trace.PidGPU, name+" power", x.TimeNs, map[string]float64{"watts": x.PowerWatts})
-		}
-		if x.Has(FieldSMClock) {
-			tr.Counter(trace.PidGPU, name+" SM clock", x.TimeNs, map[string]float64{"hertz": x.SMClockHz})
-		}
+		add(FieldGPUUtilization, "utilization", "ratio", x.GPUUtilization)
+		add(FieldMemoryUsed, "memory used", "bytes", float64(x.MemoryUsedBytes))
+		add(FieldPower, "power", "watts", x.PowerWatts)
+		add(FieldSMClock, "SM clock", "hertz", x.SMClockHz)
 	}
+	return out
 }
