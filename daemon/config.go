@@ -1,6 +1,8 @@
-// Package daemon wires collectors and exporters together: the daemon's
-// configuration, target resolution and lifecycle, the on-call session of
-// `bpfbench attach`, and the readiness checks of `bpfbench check`.
+// Package daemon is the host daemon of `bpfbench daemon` (the systemd
+// service): its configuration, the resolution of configured targets against
+// /proc, and the lifecycle of the host collectors, whose aggregates it serves
+// to Prometheus through exporter/prom. It follows no single session and
+// drives no load: it links neither the load generator nor the perturbations.
 package daemon
 
 import (
@@ -27,6 +29,9 @@ type Config struct {
 	// RefreshInterval is how often targets are matched against /proc.
 	RefreshInterval time.Duration `yaml:"refresh_interval"`
 	Targets         []Target      `yaml:"targets"`
+	// Pprof serves the Go runtime's profiles under /debug/pprof/ (behind
+	// the same web configuration as /metrics).
+	Pprof bool `yaml:"enable_pprof"`
 }
 
 // Target selects processes whose metrics carry target="Name". Exactly

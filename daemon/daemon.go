@@ -6,19 +6,18 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/prometheus/client_golang/prometheus"
 	promcollectors "github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"github.com/prometheus/exporter-toolkit/web"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/exporter/prom"
 	"github.com/bpfbench/bpfbench/internal/version"
 )
 
@@ -44,6 +43,7 @@ type Daemon struct {
 	counts   map[uint32]int    // slot -> processes
 
 	listening chan net.Addr
+	refreshed atomic.Bool // targets resolved at least once
 }
 
 // New returns a daemon for cfg.
@@ -123,35 +123,13 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 		return fmt.Errorf("listening on %s: %w (another exporter on this port? choose one with --web.listen-address)", listen, err)
 	}
 	d.listening <- l.Addr()
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(d.log.Handler(), slog.LevelError), Registry: d.reg,
-	}))
-	landing, err := web.NewLandingPage(web.LandingConfig{
-		Name: "bpfbench", Description: "eBPF observability for LLM inference servers",
-		Version: version.Version, Links: []web.LandingLinks{{Address: "/metrics", Text: "Metrics"}},
-	})
-	if err != nil {
-		return err
-	}
-	mux.Handle("/", landing)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	no := false
-	flags := &web.FlagConfig{WebListenAddresses: &[]string{listen}, WebSystemdSocket: &no, WebConfigFile: &webConfig}
-
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		d.log.Info("serving metrics", "address", l.Addr().String(), "web_config", webConfig)
-		if err := web.Serve(l, srv, flags, d.log); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			return fmt.Errorf("serving metrics: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return srv.Shutdown(sctx)
+		return prom.Serve(gctx, l, d.reg, prom.Config{
+			Name: "bpfbench", Description: "eBPF observability for LLM inference servers",
+			Version: version.Version, WebConfig: webConfig, Pprof: d.cfg.Pprof, Logger: d.log,
+			Ready: d.ready,
+		})
 	})
 	for _, h := range d.hosts {
 		g.Go(func() error { return h.Run(gctx) })
@@ -161,6 +139,7 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 		defer t.Stop()
 		for {
 			d.refresh()
+			d.refreshed.Store(true)
 			select {
 			case <-gctx.Done():
 				return nil
@@ -169,6 +148,14 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 		}
 	})
 	return g.Wait()
+}
+
+// ready says whether a scrape now shows what the configuration asks for.
+func (d *Daemon) ready() error {
+	if !d.refreshed.Load() {
+		return errors.New("targets not resolved yet")
+	}
+	return nil
 }
 
 // refresh matches targets against /proc and updates every collector.

@@ -14,7 +14,8 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
-	"github.com/bpfbench/bpfbench/daemon"
+	"github.com/bpfbench/bpfbench/session"
+
 	"github.com/bpfbench/bpfbench/internal/caps"
 )
 
@@ -75,7 +76,7 @@ func runAttach(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *port < 0 || *port > 65535 {
 		return usageError{fmt.Sprintf("--port %d is out of range: use 1-65535", *port)}
 	}
-	if _, err := daemon.CheckPid(pid); err != nil {
+	if _, err := session.CheckPid(pid); err != nil {
 		return err
 	}
 	if !caps.CanTrace() {
@@ -92,7 +93,7 @@ func runAttach(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	opts := collectors.Options{Pid: pid, Port: *port, CUDALibs: cudaLibs, Interval: *interval, Logger: logger}
-	sess, err := daemon.NewSession(opts, sessionSections())
+	sess, err := session.NewSession(opts, sessionSections())
 	if err != nil {
 		return err
 	}

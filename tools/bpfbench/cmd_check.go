@@ -7,7 +7,7 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/bpfbench/bpfbench/daemon"
+	"github.com/bpfbench/bpfbench/readiness"
 )
 
 func init() {
@@ -23,7 +23,7 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	checks := daemon.Readiness(tracepointSets())
+	checks := readiness.Readiness(tracepointSets())
 	if *output == "json" {
 		if err := json.NewEncoder(stdout).Encode(checks); err != nil {
 			return err
@@ -32,14 +32,14 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 		for _, c := range checks {
 			line := fmt.Sprintf("%s\t%s\t%s", c.Status, c.Name, c.Detail)
-			if c.Fix != "" && c.Status != daemon.OK {
+			if c.Fix != "" && c.Status != readiness.OK {
 				line += "\tfix: " + c.Fix
 			}
 			fmt.Fprintln(tw, line)
 		}
 		tw.Flush()
 	}
-	if !daemon.Ready(checks) {
+	if !readiness.Ready(checks) {
 		if *output != "json" {
 			fmt.Fprintln(stderr, "bpfbench check: the daemon cannot run here; fix the lines marked fail")
 		}
@@ -49,4 +49,4 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // readiness runs the checks of `bpfbench check` for a run's result.
-func readiness() []daemon.Check { return daemon.Readiness(tracepointSets()) }
+func readinessChecks() []readiness.Check { return readiness.Readiness(tracepointSets()) }

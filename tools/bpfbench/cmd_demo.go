@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
-	"github.com/bpfbench/bpfbench/daemon"
+	"github.com/bpfbench/bpfbench/job"
+
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/caps"
+	"github.com/bpfbench/bpfbench/job/load"
 	"github.com/bpfbench/bpfbench/loadgen"
-	"github.com/bpfbench/bpfbench/loadgen/cli"
 	"github.com/bpfbench/bpfbench/perturb"
 )
 
@@ -101,12 +102,12 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg.IgnoreEOS = true
 	cfg.Timeout = 2 * time.Minute
 	var finish func()
-	cfg.Progress, finish = cli.Progress(stderr)
+	cfg.Progress, finish = load.Progress(stderr)
 
 	fmt.Fprintf(stdout, "bpfbench demo: llmsim (pid %d) at %s with the CUDA stub; %d phases of %v at %.0f req/s\n",
 		sim.cmd.Process.Pid, sim.url, len(names), *phase, *rate)
 	var reports []string
-	scenario := func(ctx context.Context, marks *daemon.PhaseMarks) {
+	scenario := func(ctx context.Context, marks *job.PhaseMarks) {
 		wait := func() bool {
 			select {
 			case <-ctx.Done():
@@ -159,9 +160,9 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		marks.Begin(names[4])
 		reports = append(reports, fmt.Sprintf("slow-reading client: requests %v stop reading for %v after their first token", slow, demoSlowPause))
 	}
-	res, err := daemon.Run(ctx, daemon.RunConfig{
+	res, err := job.Run(ctx, job.RunConfig{
 		Load: cfg, Pid: sim.cmd.Process.Pid, OutDir: *out, Logger: logger,
-		Sections: sessionSections(), Phases: scenario, Readiness: readiness,
+		Sections: sessionSections(), Phases: scenario, Readiness: readinessChecks,
 	})
 	finish()
 	if res == nil {

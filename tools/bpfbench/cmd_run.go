@@ -16,12 +16,14 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/daemon"
+	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/session"
+
 	"github.com/bpfbench/bpfbench/exporter/otlp"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/caps"
+	"github.com/bpfbench/bpfbench/job/load"
 	"github.com/bpfbench/bpfbench/loadgen"
-	"github.com/bpfbench/bpfbench/loadgen/cli"
 )
 
 func init() {
@@ -86,12 +88,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		if p == 0 {
 			return usageError{"give the server's --pid, or --port PORT it listens on here"}
 		}
-		if *pid, err = daemon.ListenerPid(p); err != nil {
+		if *pid, err = session.ListenerPid(p); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "server: pid %d listens on port %d\n", *pid, p)
 	}
-	if _, err := daemon.CheckPid(*pid); err != nil {
+	if _, err := session.CheckPid(*pid); err != nil {
 		return err
 	}
 	if !caps.CanTrace() {
@@ -104,12 +106,12 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	var finish func()
-	cfg.Progress, finish = cli.Progress(stderr)
-	res, err := daemon.Run(ctx, daemon.RunConfig{
+	cfg.Progress, finish = load.Progress(stderr)
+	res, err := job.Run(ctx, job.RunConfig{
 		Load: cfg, Pid: *pid, OutDir: *out, Logger: logger, Sections: sessionSections(),
 		BaselineITL:  time.Duration(*baseITL * float64(time.Millisecond)),
 		BaselineTTFT: time.Duration(*baseTTFT * float64(time.Millisecond)),
-		Readiness:    readiness,
+		Readiness:    readinessChecks,
 	})
 	finish()
 	if res != nil {
@@ -124,7 +126,7 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 }
 
 // exportSpans sends each request as an OTLP span with its attribution.
-func exportSpans(ctx context.Context, oo otlp.Options, res *daemon.RunResult) error {
+func exportSpans(ctx context.Context, oo otlp.Options, res *job.RunResult) error {
 	if !oo.Enabled() {
 		return nil
 	}

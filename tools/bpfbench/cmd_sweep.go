@@ -15,11 +15,13 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/daemon"
+	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/session"
+
 	"github.com/bpfbench/bpfbench/exporter/otlp"
 	"github.com/bpfbench/bpfbench/internal/caps"
+	"github.com/bpfbench/bpfbench/job/load"
 	"github.com/bpfbench/bpfbench/loadgen"
-	"github.com/bpfbench/bpfbench/loadgen/cli"
 )
 
 func init() {
@@ -61,7 +63,7 @@ func cutFlag(args []string, name string) (rest []string, value string, found boo
 func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	rest, pidText, withPid := cutFlag(args, "pid")
 	if !withPid {
-		return cli.RunSweep(ctx, args, stdout, stderr)
+		return load.RunSweep(ctx, args, stdout, stderr)
 	}
 	rest, kneeDir, _ := cutFlag(rest, "knee-out")
 	if kneeDir == "" {
@@ -71,7 +73,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return usageError{fmt.Sprintf("--pid %q is not a process id", pidText)}
 	}
-	if _, err := daemon.CheckPid(pid); err != nil {
+	if _, err := session.CheckPid(pid); err != nil {
 		return err
 	}
 	if !caps.CanTrace() {
@@ -92,7 +94,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		fs.String(name, "", "")
 	}
 	if err := fs.Parse(rest); err != nil {
-		return cli.RunSweep(ctx, rest, stdout, stderr) // let the sweep say what is wrong
+		return load.RunSweep(ctx, rest, stdout, stderr) // let the sweep say what is wrong
 	}
 	stepsFile := *out
 	if stepsFile == "" {
@@ -105,7 +107,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		stepsFile = f.Name()
 		rest = append(rest, "--out", stepsFile)
 	}
-	if err := cli.RunSweep(ctx, rest, stdout, stderr); err != nil {
+	if err := load.RunSweep(ctx, rest, stdout, stderr); err != nil {
 		return err
 	}
 	b, err := os.ReadFile(stepsFile)
@@ -125,7 +127,7 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := bpfutil.EnsureFilesystems(); err != nil {
 		logger.Warn("preparing kernel file systems", "err", err)
 	}
-	runStep := func(s *loadgen.SweepStep, name string, baseITL, baseTTFT float64) (*daemon.RunResult, error) {
+	runStep := func(s *loadgen.SweepStep, name string, baseITL, baseTTFT float64) (*job.RunResult, error) {
 		c := cfg
 		c.NumRequests = *perStep
 		c.Duration = 0
@@ -136,11 +138,11 @@ func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if s.Concurrency > 0 {
 			c.MaxConcurrency = s.Concurrency
 		}
-		rc := daemon.RunConfig{Load: c, Pid: pid, OutDir: filepath.Join(kneeDir, name), Logger: logger,
-			Sections: sessionSections(), Readiness: readiness}
+		rc := job.RunConfig{Load: c, Pid: pid, OutDir: filepath.Join(kneeDir, name), Logger: logger,
+			Sections: sessionSections(), Readiness: readinessChecks}
 		rc.BaselineITL = msDuration(baseITL)
 		rc.BaselineTTFT = msDuration(baseTTFT)
-		return daemon.Run(ctx, rc)
+		return job.Run(ctx, rc)
 	}
 	at := func(s *loadgen.SweepStep) string {
 		if s.Concurrency > 0 && res.Mode == loadgen.SweepConcurrency {
@@ -197,7 +199,7 @@ func knee(r *loadgen.SweepResult) (pass, fail *loadgen.SweepStep) {
 
 // kneeCause picks the broken objective's attribution: TTFT when a TTFT
 // SLO failed, the p99 ITL band otherwise.
-func kneeCause(r *daemon.RunResult, s *loadgen.SweepStep) (string, float64, bool) {
+func kneeCause(r *job.RunResult, s *loadgen.SweepStep) (string, float64, bool) {
 	a := r.Doc.Attribution
 	if a == nil {
 		return "unexplained", 0, false
@@ -221,7 +223,7 @@ func kneeCause(r *daemon.RunResult, s *loadgen.SweepStep) (string, float64, bool
 
 // describeCause says the cause in words, naming the server's threads that
 // waited most for a CPU when it is cpu_runqueue.
-func describeCause(cause string, r *daemon.RunResult) string {
+func describeCause(cause string, r *job.RunResult) string {
 	switch cause {
 	case "cpu_runqueue":
 		if names := topRunqueueThreads(r); names != "" {
@@ -238,7 +240,7 @@ func describeCause(cause string, r *daemon.RunResult) string {
 	return "nothing bpfbench sees (unexplained)"
 }
 
-func topRunqueueThreads(r *daemon.RunResult) string {
+func topRunqueueThreads(r *job.RunResult) string {
 	raw, ok := r.Doc.Collectors["sched"]
 	if !ok {
 		return ""
@@ -278,7 +280,7 @@ func topRunqueueThreads(r *daemon.RunResult) string {
 }
 
 // explain prints one step's p99 attribution.
-func explain(w io.Writer, what string, r *daemon.RunResult) {
+func explain(w io.Writer, what string, r *job.RunResult) {
 	a := r.Doc.Attribution
 	if a == nil {
 		return

@@ -12,10 +12,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
-	"github.com/bpfbench/bpfbench/daemon"
+	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/session"
+
 	"github.com/bpfbench/bpfbench/internal/caps"
+	"github.com/bpfbench/bpfbench/job/load"
 	"github.com/bpfbench/bpfbench/loadgen"
-	"github.com/bpfbench/bpfbench/loadgen/cli"
 	"github.com/bpfbench/bpfbench/perturb"
 )
 
@@ -159,11 +161,11 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			if p == 0 {
 				return usageError{"give the server's --pid, or --port PORT it listens on here"}
 			}
-			if *pid, err = daemon.ListenerPid(p); err != nil {
+			if *pid, err = session.ListenerPid(p); err != nil {
 				return err
 			}
 		}
-		if _, err := daemon.CheckPid(*pid); err != nil {
+		if _, err := session.CheckPid(*pid); err != nil {
 			return err
 		}
 	}
@@ -172,23 +174,23 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 	}
-	var injs []daemon.Injection
+	var injs []job.Injection
 	if !skipped["cpu"] {
-		injs = append(injs, daemon.CPUInjection(cpuList))
+		injs = append(injs, job.CPUInjection(cpuList))
 	}
 	if !skipped["io"] {
 		if *ioFile == "" {
-			if *ioFile, err = daemon.ServerIOFile(*pid); err != nil {
+			if *ioFile, err = job.ServerIOFile(*pid); err != nil {
 				return fmt.Errorf("%w (or --skip io)", err)
 			}
 		}
-		injs = append(injs, daemon.IOInjection(*ioFile))
+		injs = append(injs, job.IOInjection(*ioFile))
 	}
 	if !skipped["gpu"] && *control != "" {
-		injs = append(injs, daemon.GPUInjection(*control, *gpuUS))
+		injs = append(injs, job.GPUInjection(*control, *gpuUS))
 	}
 	if !skipped["client"] {
-		injs = append(injs, daemon.ClientInjection(*slowRead))
+		injs = append(injs, job.ClientInjection(*slowRead))
 	}
 	if !skipped["net"] && *netIface != "" {
 		n := perturb.Net{Iface: *netIface, Netns: *netNS}
@@ -198,27 +200,27 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err := n.Validate(); err != nil {
 			return usageError{err.Error()}
 		}
-		injs = append(injs, daemon.NetInjection(n))
+		injs = append(injs, job.NetInjection(n))
 	}
 	if len(injs) == 0 {
 		return usageError{"every injection is skipped"}
 	}
-	load := loadgen.DefaultConfig()
-	load.Target = *target
-	load.Endpoint = *endpoint
+	lc := loadgen.DefaultConfig()
+	lc.Target = *target
+	lc.Endpoint = *endpoint
 	if *model != "" {
-		load.Model = *model
+		lc.Model = *model
 	}
 	var finish func()
-	progress, finish := cli.Progress(stderr)
+	progress, finish := load.Progress(stderr)
 	names := make([]string, len(injs))
 	for i, inj := range injs {
 		names[i] = inj.Name
 	}
 	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each\n", *pid, *rate, strings.Join(names, ", "), *phase)
-	v, res, err := daemon.Validate(ctx, daemon.ValidateConfig{
-		Load: load, Pid: *pid, OutDir: *out, Phase: *phase, Rate: *rate, OutputLen: *outLen,
-		Injections: injs, Sections: sessionSections(), Readiness: readiness, Logger: logger, Progress: progress,
+	v, res, err := job.Validate(ctx, job.ValidateConfig{
+		Load: lc, Pid: *pid, OutDir: *out, Phase: *phase, Rate: *rate, OutputLen: *outLen,
+		Injections: injs, Sections: sessionSections(), Readiness: readinessChecks, Logger: logger, Progress: progress,
 	})
 	finish()
 	if v == nil {

@@ -10,13 +10,15 @@ import (
 	"github.com/bpfbench/bpfbench/collectors/sched"
 	"github.com/bpfbench/bpfbench/collectors/tcp"
 	"github.com/bpfbench/bpfbench/daemon"
+	"github.com/bpfbench/bpfbench/readiness"
+	"github.com/bpfbench/bpfbench/session"
 )
 
 // sessionSections are the sections of `attach` and `run`, in start order.
 // Only the scheduler is required; the others report why they are
 // unavailable (no NVML, no CUDA library mapped, ...) and the session goes on.
-func sessionSections() []daemon.SectionFactory {
-	return []daemon.SectionFactory{
+func sessionSections() []session.SectionFactory {
+	return []session.SectionFactory{
 		{Name: "sched", Required: true, New: func(o collectors.Options) (collectors.Section, error) {
 			return sched.NewSection(o), nil
 		}},
@@ -40,8 +42,8 @@ func sessionSections() []daemon.SectionFactory {
 }
 
 // tracepointSets are the tracepoints `bpfbench check` tries, per collector.
-func tracepointSets() []daemon.TracepointSet {
-	return []daemon.TracepointSet{
+func tracepointSets() []readiness.TracepointSet {
+	return []readiness.TracepointSet{
 		{Collector: "sched", Required: sched.Tracepoints},
 		{Collector: "blockio", Optional: blockio.Tracepoints},
 		{Collector: "tcp", Optional: tcp.Tracepoints},

@@ -7,7 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/bpfbench/bpfbench/daemon"
+	"github.com/bpfbench/bpfbench/job"
+
 	"github.com/bpfbench/bpfbench/internal/privtest"
 )
 
@@ -28,7 +29,7 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 		if err != nil {
 			t.Fatalf("exit %d, no validation.json: %v\n%s", code, err, stderr)
 		}
-		var v daemon.Validation
+		var v job.Validation
 		if err := json.Unmarshal(b, &v); err != nil {
 			t.Fatal(err)
 		}

@@ -1,4 +1,4 @@
-// Command loadclient runs `bpfbench load` (loadgen/cli.RunLoad) as its own
+// Command loadclient runs `bpfbench load` (loadgen/load.RunLoad) as its own
 // process, so the client's CPU can be measured apart from the server's.
 // With --cpuprofile FILE as the first argument it writes a CPU profile of
 // the run (go tool pprof FILE).
@@ -12,7 +12,7 @@ import (
 	"os"
 	"runtime/pprof"
 
-	"github.com/bpfbench/bpfbench/loadgen/cli"
+	"github.com/bpfbench/bpfbench/job/load"
 )
 
 func main() {
@@ -31,7 +31,7 @@ func main() {
 		defer pprof.StopCPUProfile()
 		args = args[2:]
 	}
-	if err := cli.RunLoad(context.Background(), args, os.Stdout, os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
+	if err := load.RunLoad(context.Background(), args, os.Stdout, os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "loadclient:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)

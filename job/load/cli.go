@@ -1,5 +1,7 @@
-// Package cli implements the `bpfbench load` and `bpfbench sweep` commands.
-package cli
+// Package load is the `bpfbench load` and `bpfbench sweep` jobs: their
+// options, the load generator run with progress, and its export (JSON,
+// OTLP). It sits above loadgen and the exporters, so neither imports it.
+package load
 
 import (
 	"context"

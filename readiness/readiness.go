@@ -1,4 +1,8 @@
-package daemon
+// Package readiness checks what this kernel and host offer bpfbench
+// (`bpfbench check`): BTF, the BPF syscall and map types, tracefs, each
+// collector's tracepoints, the uprobe cost, CUDA and NVML libraries; every
+// check says what to do when it fails.
+package readiness
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package daemon
+package job
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/perturb"
+	"github.com/bpfbench/bpfbench/readiness"
+	"github.com/bpfbench/bpfbench/session"
 )
 
 // Injection is one known cause a validation injects during its own phase.
@@ -48,8 +50,8 @@ type ValidateConfig struct {
 	Rate       float64
 	OutputLen  int
 	Injections []Injection
-	Sections   []SectionFactory
-	Readiness  func() []Check
+	Sections   []session.SectionFactory
+	Readiness  func() []readiness.Check
 	Logger     *slog.Logger
 	// Progress is the load generator's progress callback.
 	Progress func(done, total int)

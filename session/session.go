@@ -1,4 +1,9 @@
-package daemon
+// Package session is the on-call session of `bpfbench attach`: the
+// collectors' sections on one target process, started together, run until
+// the target exits or the context ends, their interval lines and summaries,
+// and their spans handed to a Recorder. It knows nothing of load or of
+// attribution.
+package session
 
 import (
 	"context"
@@ -6,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"strconv"
 	"strings"
@@ -265,6 +271,12 @@ func (s *Session) Close() error {
 }
 
 // Pid is the target.
+// StartNs is when the session's sections started (CLOCK_MONOTONIC ns).
+func (s *Session) StartNs() int64 { return s.startMono }
+
+// Unavailable maps each section that could not run to the reason.
+func (s *Session) Unavailable() map[string]string { return maps.Clone(s.unavailable) }
+
 func (s *Session) Pid() int { return s.opts.Pid }
 
 // Comm is the target's command name.

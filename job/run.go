@@ -1,4 +1,9 @@
-package daemon
+// Package job orchestrates the runs that join load and observation: `run`
+// (load generator + session + correlation + report), `validate` (known
+// injections, named back), `demo` and `sweep --pid`. It is the only package
+// that sees the load generator, the session, correlation and the exporters
+// together.
+package job
 
 import (
 	"context"
@@ -19,6 +24,8 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/readiness"
+	"github.com/bpfbench/bpfbench/session"
 )
 
 // RunConfig configures `bpfbench run`: a load against a server whose
@@ -31,7 +38,7 @@ type RunConfig struct {
 	// BaselineITL and BaselineTTFT, when set, are the normal gap and TTFT;
 	// otherwise they are the medians of the run.
 	BaselineITL, BaselineTTFT time.Duration
-	Sections                  []SectionFactory
+	Sections                  []session.SectionFactory
 	Logger                    *slog.Logger
 	// MaxSpans bounds the spans held at once while they wait for the
 	// token intervals they may overlap (default 2 million, far above what a
@@ -44,7 +51,7 @@ type RunConfig struct {
 	Phases func(ctx context.Context, marks *PhaseMarks)
 	// Readiness, when set, runs the readiness checks for the result
 	// (after the cheap checks of the configuration).
-	Readiness func() []Check
+	Readiness func() []readiness.Check
 }
 
 // PhaseMarks records where the phases of a scenario begin.
@@ -112,9 +119,9 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if err := checkWritable(cfg.OutDir); err != nil {
 		return nil, err
 	}
-	var readiness []Check
+	var checks []readiness.Check
 	if cfg.Readiness != nil {
-		readiness = cfg.Readiness()
+		checks = cfg.Readiness()
 	}
 	// Spans are correlated with the token intervals as they come, and the
 	// trace is written as the run goes (runstream.go, runtrace.go).
@@ -138,7 +145,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		stream.AddRecord(r)
 	}
 	opts := collectors.Options{Pid: cfg.Pid, Interval: time.Second, Logger: cfg.Logger, Recorder: stream}
-	sess, err := NewSession(opts, cfg.Sections)
+	sess, err := session.NewSession(opts, cfg.Sections)
 	if err != nil {
 		return nil, err
 	}
@@ -252,16 +259,16 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	anchor := sess.Anchor()
 	doc.Collection = &report.Collection{
 		Pid: cfg.Pid, Comm: sess.Comm(),
-		Started: anchor.ToWall(sess.startMono), Stopped: anchor.ToWall(stoppedNs),
-		StartedOffsetS: float64(sess.startMono-res.StartNs) / 1e9,
+		Started: anchor.ToWall(sess.StartNs()), Stopped: anchor.ToWall(stoppedNs),
+		StartedOffsetS: float64(sess.StartNs()-res.StartNs) / 1e9,
 		StoppedOffsetS: float64(stoppedNs-res.StartNs) / 1e9,
 		StoppedReason:  reason, LostEvents: sess.Lost(),
 		Spans: stream.spans, SpansDropped: stream.dropped,
-		Unavailable: sess.unavailable,
+		Unavailable: sess.Unavailable(),
 	}
 	ov := sess.Overhead()
 	doc.Overhead = &ov
-	for _, c := range readiness {
+	for _, c := range checks {
 		doc.Collection.Readiness = append(doc.Collection.Readiness, report.Check{Status: string(c.Status), Name: c.Name, Detail: c.Detail, Fix: c.Fix})
 	}
 	doc.Timeline = timeline(res, blames)
