@@ -2,11 +2,17 @@ package report
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand"
 	"sort"
 	"time"
 
+	"github.com/bpfbench/bpfbench/collectors/blockio"
+	"github.com/bpfbench/bpfbench/collectors/cuda"
+	"github.com/bpfbench/bpfbench/collectors/gpu"
+	"github.com/bpfbench/bpfbench/collectors/sched"
+	"github.com/bpfbench/bpfbench/collectors/tcp"
 	"github.com/bpfbench/bpfbench/correlate"
 )
 
@@ -228,29 +234,7 @@ func fullDocument() *Document {
 			{Status: "warn", Name: "NVML", Detail: "libnvidia-ml.so.1 not found", Fix: "install the NVIDIA driver"},
 		},
 	}
-	d.Collectors = map[string]json.RawMessage{
-		"sched": raw(map[string]any{
-			"runqueue_latency_seconds": map[string]any{"count": 18234, "p50": 0.000012, "p99": 0.0045, "max": 0.031, "sum": 2.9},
-			"offcpu_seconds":           map[string]any{"preempted": 3.1, "io_wait": 1.2, "sleep": 40.5},
-			"threads": []any{
-				map[string]any{"tid": 4242, "comm": "llmsim", "runqueue_seconds": 1.9, "runqueue_count": 9000, "offcpu_seconds": map[string]any{"preempted": 2.0, "io_wait": 0.9, "sleep": 20}},
-				map[string]any{"tid": 4250, "comm": "llmsim-io", "runqueue_seconds": 0.7, "runqueue_count": 7000, "offcpu_seconds": map[string]any{"preempted": 1.0, "io_wait": 0.3, "sleep": 20}},
-			},
-		}),
-		"blockio": raw(map[string]any{"devices": []any{
-			map[string]any{"device": "nvme0n1", "reads": 3200, "writes": 40, "read_bytes": 419430400, "write_bytes": 163840,
-				"latency_seconds": map[string]any{"p50": 0.00021, "p99": 0.012, "max": 0.05}, "queue_seconds": map[string]any{"p50": 0.00001, "p99": 0.004, "max": 0.02}},
-		}}),
-		"tcp": raw(map[string]any{"connections": []any{
-			map[string]any{"local": "127.0.0.1:8000", "remote": "127.0.0.1:51234", "srtt_seconds": 0.00004, "snd_cwnd": 10, "snd_wnd_min": 0,
-				"retransmits": 0, "zero_window_seconds": 2.5, "rwnd_limited_seconds": 3.1, "sndbuf_limited_seconds": 0.2, "bytes_sent": 1048576, "bytes_received": 20480},
-		}}),
-		"cuda": raw(map[string]any{"calls": []any{
-			map[string]any{"function": "cudaStreamSynchronize", "count": 14000, "total_seconds": 12.5, "p99_seconds": 0.004},
-			map[string]any{"function": "cudaMemcpyAsync", "count": 3000, "total_seconds": 0.5, "p99_seconds": 0.0002},
-		}}),
-		"gpu": raw(map[string]any{"available": false, "error": "NVML not found", "interval_seconds": 0.1, "devices": []any{}, "processes": []any{}}),
-	}
+	d.Collectors = collectorSections()
 	d.Diagnosis = Diagnose(d)
 	return d
 }
@@ -270,5 +254,115 @@ func failedDocument() *Document {
 	}
 	d := &Document{Load: loadFields(ttfts, itls, errs, 2)}
 	d.Collection = &Collection{Pid: 99, Comm: "server", StoppedReason: "target pid 99 exited 1.2 s into the run", StoppedOffsetS: 1.2}
+	return d
+}
+
+// collectorSections are the sections of a run as the collectors write
+// them, built from their own summary types so that a field they add shows
+// in the pages the tests render: every field set, several rows a table,
+// the long names real hosts have (IPv6 peers, library paths, build ids).
+// The gpu section is the one of a host without NVML; gpuSection is the
+// one of a host with it.
+func collectorSections() map[string]json.RawMessage {
+	s := sched.Summary{
+		RunqueueLatency: sched.Latency{Count: 18234, P50: 0.000012, P99: 0.0045, Max: 0.031, Sum: 2.9},
+		OffCPU:          sched.OffCPU{Preempted: 3.1, IOWait: 1.2, Sleep: 40.5},
+		Folded:          120455,
+	}
+	for i, comm := range []string{"llmsim", "llmsim-io", "tokio-runtime-worker", "python3.12", "cuda-EvtHandlr"} {
+		s.Threads = append(s.Threads, sched.Thread{
+			Tid: uint32(4242 + 8*i), Comm: comm, RunqueueSeconds: 1.9 / float64(i+1), RunqueueCount: uint64(9000 - 1500*i),
+			OffCPU: sched.OffCPU{Preempted: 2.0 / float64(i+1), IOWait: 0.9 * float64(i%2), Sleep: 20 + float64(i)},
+		})
+	}
+	lat := func(p50, p99, max float64) blockio.Latency { return blockio.Latency{P50: p50, P99: p99, Max: max} }
+	bio := blockio.Summary{Devices: []blockio.Device{
+		{Device: "nvme0n1", Reads: 3200, Writes: 40, ReadBytes: 419430400, WriteBytes: 163840, Latency: lat(0.00021, 0.012, 0.05), Queue: lat(0.00001, 0.004, 0.02)},
+		{Device: "nvme1n1p2", Reads: 1234567, Writes: 987654, ReadBytes: 161061273600, WriteBytes: 53687091200, Latency: lat(0.000095, 0.0031, 0.21), Queue: lat(0.000004, 0.0012, 0.09)},
+		{Device: "dm-0", Reads: 12, Writes: 3, ReadBytes: 49152, WriteBytes: 12288, Latency: lat(0.0011, 0.0042, 0.0042), Queue: lat(0, 0, 0)},
+	}}
+	conn := func(local, remote string, i int) tcp.Connection {
+		f := float64(i + 1)
+		return tcp.Connection{
+			Local: local, Remote: remote, SrttSeconds: 0.00004 * f, SndCwnd: uint32(10 * (i + 1)), SndWndMin: uint32(65483 * i),
+			Retransmits: uint32(3 * i), ZeroWindowSeconds: 2.5 / f, RwndLimitedSeconds: 3.1 / f, SndbufLimitedSeconds: 0.2 * f,
+			BytesSent: uint64(1048576 * (i*1000 + 1)), BytesReceived: uint64(20480 * (i + 1)), RcvqueueFull: uint32(17 * i),
+			RcvSpace: uint32(14480 * (i + 1)), Rcvbuf: uint32(131072 * (i + 1)), RecoveryEntries: uint32(2 * i), LossEntries: uint32(i),
+			CongestionLossSeconds: 0.0123 * float64(i),
+		}
+	}
+	tc := tcp.Summary{Connections: []tcp.Connection{
+		conn("127.0.0.1:8000", "127.0.0.1:51234", 0),
+		conn("[::ffff:10.128.14.201]:8000", "[::ffff:10.128.77.193]:61022", 1),
+		conn("[2001:db8:85a3::8a2e:370:7334]:8000", "[2001:db8:85a3:1f00:4b1e:9c2d:7a61:e5f0]:48712", 2),
+	}}
+	cu := cuda.Summary{
+		Libraries: []cuda.Library{
+			{Path: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", API: "driver", BuildID: "4f0c6a1d9b2e7c3a5d8e0f1a2b3c4d5e6f708192", Symbols: 31, Missing: []string{"cuLaunchKernelEx", "cuGraphLaunch_ptsz"}},
+			{Path: "/opt/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12", API: "runtime", BuildID: "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678", Symbols: 27},
+		},
+		Launches: []cuda.LaunchDims{
+			{Call: "cuLaunchKernel", Grid: [3]uint32{1024, 32, 1}, Block: [3]uint32{256, 1, 1}, Count: 1234567},
+			{Call: "cudaLaunchKernelExC", Grid: [3]uint32{65535, 65535, 64}, Block: [3]uint32{1024, 1, 1}, Count: 42},
+		},
+		CopyBytes:      map[string]uint64{"host_to_device": 13958643712, "device_to_host": 419430400, "device_to_device": 8589934592},
+		OutOfMemory:    cuda.OutOfMemory{Count: 2, Events: []cuda.OOMEvent{{Call: "cudaMallocAsync", Tid: 4251, Bytes: 2147483648, StartNs: 1234567890123456, Code: 2}, {Call: "cuMemAlloc_v2", Tid: 4252, Bytes: 17179869184, StartNs: 1234567990123456, Code: 2}}},
+		BlockedSeconds: 13.1,
+		LaunchProbes: &cuda.LaunchProbes{
+			Mode: "sampled", Reason: "3.1e+05 launches/s at 210 ns a hit is over the 1% budget", HitCostNs: 210, BudgetRatio: 0.01,
+			ProbedSeconds: 6.2, UnprobedSeconds: 53.8, Windows: 12, MeasuredLaunches: 1928374, EstimatedLaunches: 16734210, MaxRate: 312345.6, CostSeconds: 0.41,
+		},
+	}
+	dur := func(count uint64, p50, p99, max float64) *cuda.Latency {
+		return &cuda.Latency{Count: count, P50: p50, P99: p99, Max: max, Sum: float64(count) * p50 * 1.3}
+	}
+	for _, c := range []cuda.CallSummary{
+		{Name: "cudaStreamSynchronize", API: "runtime", Kind: "sync", Count: 14000, Duration: dur(14000, 0.0007, 0.004, 0.031)},
+		{Name: "cudaMemcpyAsync", API: "runtime", Kind: "copy", Count: 3000, Errors: 1, Bytes: 13958643712},
+		{Name: "cuMemcpyDtoHAsync_v2_ptsz", API: "driver", Kind: "copy", Count: 123456, Bytes: 419430400},
+		{Name: "cuLaunchKernel", API: "driver", Kind: "launch", Count: 1928374, EstimatedCount: 18662584},
+		{Name: "cudaMallocAsync", API: "runtime", Kind: "alloc", Count: 812, Errors: 2, Bytes: 96636764160, Duration: dur(812, 0.000021, 0.0019, 0.12)},
+		{Name: "cuCtxSynchronize", API: "driver", Kind: "sync", Count: 7, Duration: dur(7, 1.2, 10.5, 12.25)},
+	} {
+		cu.Calls = append(cu.Calls, c)
+	}
+	return map[string]json.RawMessage{
+		"sched": raw(s), "blockio": raw(bio), "tcp": raw(tc), "cuda": raw(cu),
+		"gpu": raw(gpu.Summary{Available: false, Error: "NVML not found", IntervalSeconds: 0.1, Devices: []gpu.DeviceSummary{}, Processes: []gpu.ProcessSummary{}}),
+	}
+}
+
+// gpuSection is the gpu section of a host with two GPUs and NVML.
+func gpuSection() json.RawMessage {
+	st := func(mean, max float64) *gpu.Stat { return &gpu.Stat{Mean: mean, Max: max, Samples: 600} }
+	dev := func(i int, name string) gpu.DeviceSummary {
+		f := float64(i + 1)
+		return gpu.DeviceSummary{
+			DeviceInfo: gpu.DeviceInfo{Index: i, UUID: fmt.Sprintf("GPU-6f1c2a9e-%04x-4b8e-9d3a-%012x", 0x51d2+i, 0x7e0c4f1a2b3c+i), Name: name},
+			Samples:    600, MemoryTotalBytes: 85899345920,
+			GPUUtilization: st(0.62/f, 1), MemoryUtilization: st(0.31/f, 0.87), MemoryUsedBytes: st(71000000000/f, 79456894976),
+			SMClockHz: st(1755000000, 1980000000), MemoryClockHz: st(2619000000, 2619000000), PowerWatts: st(412.3/f, 699.8),
+			TemperatureCelsius: st(61/f, 78), PCIeTx: st(1.2e9/f, 2.56e10), PCIeRx: st(8.4e8/f, 2.1e10),
+			ClockEventReasons: map[string]float64{"gpu_idle": 0.12 * f, "sw_power_cap": 0.31, "hw_thermal_slowdown": 0.004, "sync_boost": 0.02},
+		}
+	}
+	proc := func(pid, g int) gpu.ProcessSummary {
+		return gpu.ProcessSummary{Pid: pid, GPU: g, UUID: fmt.Sprintf("GPU-6f1c2a9e-%04x-4b8e-9d3a-%012x", 0x51d2+g, 0x7e0c4f1a2b3c+g),
+			SMUtilization: st(0.58, 0.99), MemoryUtilization: st(0.29, 0.8), MemoryUsedBytes: st(70000000000, 78000000000)}
+	}
+	return raw(gpu.Summary{
+		Available: true, IntervalSeconds: 0.1,
+		Devices:   []gpu.DeviceSummary{dev(0, "NVIDIA H100 80GB HBM3"), dev(1, "NVIDIA H100 80GB HBM3")},
+		Processes: []gpu.ProcessSummary{proc(4242, 0), proc(4242, 1), proc(4307, 1)},
+	})
+}
+
+// gpuDocument is the full run on a host with NVML: every section filled.
+func gpuDocument() *Document {
+	d := fullDocument()
+	d.Collectors["gpu"] = gpuSection()
+	delete(d.Collection.Unavailable, "gpu")
+	d.Collection.Readiness[2] = Check{Status: "ok", Name: "NVML", Detail: "libnvidia-ml.so.1 550.54.15, 2 devices"}
+	d.Diagnosis = Diagnose(d)
 	return d
 }
