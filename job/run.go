@@ -130,6 +130,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	tr.threads = newThreadNames(cfg.Pid)
 	traceDone := false
 	defer func() {
 		if !traceDone {

@@ -54,6 +54,7 @@ type traceStream struct {
 	path     string
 	live     map[counterKey]bool
 	devTid   map[string]int
+	threads  *threadNames // nil: tracks are named "thread TID"
 	marks    *PhaseMarks
 	runMu    sync.Mutex
 	runStart int64 // the load's start, the first detail window without phases
@@ -170,12 +171,13 @@ var counterArgs = map[int][]string{
 	trace.PidNetwork: {"episode_ms", "events"},
 }
 
-func (k counterKey) String() string {
+// trackName is the counter track's name.
+func (t *traceStream) trackName(k counterKey) string {
 	switch k.pid {
 	case trace.PidServer:
-		return fmt.Sprintf("thread %d waits", k.id)
+		return t.threads.label(uint32(k.id)) + " waits"
 	case trace.PidCUDA:
-		return fmt.Sprintf("thread %d CUDA", k.id)
+		return t.threads.label(uint32(k.id)) + " CUDA"
 	case trace.PidNetwork:
 		return fmt.Sprintf("client port %d", k.id)
 	}
@@ -273,7 +275,7 @@ func (t *traceStream) counter(k counterKey, ts int64, a *[4]float64) {
 	for i, n := range names {
 		vals[n] = a[i]
 	}
-	t.tw.Counter(k.pid, k.String(), ts, vals)
+	t.tw.Counter(k.pid, t.trackName(k), ts, vals)
 }
 
 // counterOf is the counter a span adds to, the slot and the value (ms).
@@ -309,10 +311,10 @@ func (t *traceStream) writeSpan(s collectors.Span) {
 	tr := t.tw
 	switch s.Kind {
 	case collectors.SpanRunqueue:
-		tr.NameTrack(trace.PidServer, int(s.Tid), fmt.Sprintf("thread %d", s.Tid))
+		tr.NameTrack(trace.PidServer, int(s.Tid), t.threads.name(s.Tid))
 		tr.Slice(trace.PidServer, int(s.Tid), "runnable (waiting for a CPU)", "sched", s.Start, s.End, nil)
 	case collectors.SpanOffCPU:
-		tr.NameTrack(trace.PidServer, int(s.Tid), fmt.Sprintf("thread %d", s.Tid))
+		tr.NameTrack(trace.PidServer, int(s.Tid), t.threads.name(s.Tid))
 		tr.Slice(trace.PidServer, int(s.Tid), "off-CPU "+s.Detail, "sched", s.Start, s.End, nil)
 	case collectors.SpanBlockIO:
 		tid, ok := t.devTid[s.Detail]
@@ -323,7 +325,7 @@ func (t *traceStream) writeSpan(s collectors.Span) {
 		}
 		tr.Slice(trace.PidBlock, tid, s.Detail, "blockio", s.Start, s.End, map[string]any{"bytes": s.Bytes, "thread": s.Tid})
 	case collectors.SpanCUDA:
-		tr.NameTrack(trace.PidCUDA, int(s.Tid), fmt.Sprintf("thread %d", s.Tid))
+		tr.NameTrack(trace.PidCUDA, int(s.Tid), t.threads.name(s.Tid))
 		tr.Slice(trace.PidCUDA, int(s.Tid), s.Detail, "cuda", s.Start, s.End, map[string]any{"bytes": s.Bytes})
 	case collectors.SpanTCP:
 		tid := int(s.Port)
