@@ -1,0 +1,124 @@
+package layout
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/bpfbench/bpfbench/"
+
+// rule: packages matching pkg may import, of this module, only what allow
+// matches (patterns as in path.Match, "x/..." for x and below). The table is
+// DESIGN.md's "Package map", row for row: the data flows from the kernel and
+// the load generator up to the jobs, and no arrow runs back.
+var rules = []struct {
+	pkg   string
+	allow []string
+}{
+	{"internal/...", []string{"internal/..."}},
+	{"collectors", nil},
+	{"collectors/bpfutil", []string{"internal/..."}},
+	{"collectors/*", []string{"collectors", "collectors/bpfutil", "internal/..."}},
+	{"correlate", nil},
+	{"loadgen", []string{"internal/..."}},
+	{"perturb", []string{"internal/..."}},
+	{"exporter/*", []string{"correlate", "loadgen", "internal/..."}},
+	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
+	{"readiness", []string{"collectors/...", "internal/..."}},
+	{"daemon", []string{"collectors", "collectors/bpfutil", "exporter/prom", "internal/..."}},
+	{"job/load", []string{"loadgen", "exporter/*", "internal/..."}},
+	{"job", []string{"job/load", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "loadgen", "perturb", "exporter/*", "internal/..."}},
+	{"loadgen/bench/*", []string{"job/load", "loadgen", "internal/..."}},
+	{"tools/llmsim/...", []string{"tools/llmsim/...", "internal/..."}},
+	{"tools/cudastub", nil},
+	{"tools/...", []string{"..."}}, // the binaries: the composition root
+}
+
+func match(pattern, p string) bool {
+	if pattern == "..." {
+		return true
+	}
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return p == base || strings.HasPrefix(p, base+"/")
+	}
+	ok, _ := path.Match(pattern, p)
+	return ok
+}
+
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// TestImportRules fails on an import across DESIGN.md's package map, and on
+// a package the map does not place.
+func TestImportRules(t *testing.T) {
+	cmd := exec.Command(goTool(), "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	n := 0
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		pkg := strings.TrimPrefix(f[0], module)
+		ri := -1
+		for i, r := range rules {
+			if match(r.pkg, pkg) {
+				ri = i
+				break
+			}
+		}
+		if ri < 0 {
+			t.Errorf("package %s has no row in the package map (DESIGN.md, internal/layout)", pkg)
+			continue
+		}
+		n++
+		for _, imp := range f[1:] {
+			dep, ok := strings.CutPrefix(imp, module)
+			if !ok {
+				continue
+			}
+			allowed := false
+			for _, a := range rules[ri].allow {
+				if match(a, dep) {
+					allowed = true
+					break
+				}
+			}
+			if !allowed {
+				t.Errorf("%s imports %s, across the rule of %q (DESIGN.md, Package map)", pkg, dep, rules[ri].pkg)
+			}
+		}
+	}
+	if n < 20 {
+		t.Fatalf("only %d packages listed:\n%s", n, out)
+	}
+}
+
+// The systemd service's package links neither the load generator nor the
+// perturbations, whatever it imports indirectly.
+func TestDaemonDependencies(t *testing.T) {
+	out, err := exec.Command(goTool(), "list", "-deps", module+"daemon").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"loadgen", "perturb", "job", "session", "correlate"} {
+			if match(banned+"/...", strings.TrimPrefix(dep, module)) && strings.HasPrefix(dep, module) {
+				t.Errorf("daemon depends on %s", dep)
+			}
+		}
+	}
+}
