@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/internal/privtest"
 )
 
 func start(t *testing.T, mod func(*Config)) (*Server, string) {
@@ -39,7 +41,10 @@ func start(t *testing.T, mod func(*Config)) (*Server, string) {
 // post sends body and returns the status, the X-Request-Id and the data lines.
 func post(t *testing.T, url, body string, hdr map[string]string) (int, string, []string) {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
@@ -56,6 +61,9 @@ func post(t *testing.T, url, body string, hdr map[string]string) (int, string, [
 		} else if sc.Text() != "" {
 			data = append(data, sc.Text())
 		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatalf("reading %s: %v", url, err)
 	}
 	return resp.StatusCode, resp.Header.Get("X-Request-Id"), data
 }
@@ -81,8 +89,12 @@ func TestAPI(t *testing.T) {
 	}
 	for _, path := range []string{"/v1/models", "/health"} {
 		resp, err := http.Get(url + path)
-		if err != nil || resp.StatusCode != 200 {
-			t.Errorf("%s: %v %v", path, err, resp)
+		if err != nil {
+			t.Errorf("%s: %v", path, err)
+			continue
+		}
+		if resp.StatusCode != 200 {
+			t.Errorf("%s: %s", path, resp.Status)
 		}
 		resp.Body.Close()
 	}
@@ -90,8 +102,11 @@ func TestAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := io.ReadAll(resp.Body)
+	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc", "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket", "vllm:e2e_request_latency_seconds_count", "vllm:request_success_total"} {
 		if !strings.Contains(string(b), name) {
 			t.Errorf("/metrics lacks %s", name)
@@ -119,9 +134,13 @@ func TestCPUWorkBurnsCPU(t *testing.T) {
 		c.PrefillPerToken = 0
 	})
 	var ru0, ru1 unix.Rusage
-	unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru0); err != nil {
+		t.Fatal(err)
+	}
 	post(t, url+"/v1/completions", `{"prompt":"a","max_tokens":20,"stream":true,"ignore_eos":true}`, nil)
-	unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru1); err != nil {
+		t.Fatal(err)
+	}
 	cpu := time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano() + ru1.Stime.Nano() - ru0.Stime.Nano())
 	// 19 decode steps of 5 ms of CPU time.
 	if cpu < 80*time.Millisecond || s.Stats().Steps < 20 {
@@ -134,11 +153,15 @@ func TestIOFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Write(make([]byte, 256<<10))
-	f.Close()
+	if _, err := f.Write(make([]byte, 256<<10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
 	_, err = openDirect(f.Name(), 64<<10)
 	if errors.Is(err, unix.EINVAL) {
-		t.Skip("O_DIRECT unsupported here:", err)
+		privtest.SkipOptional(t, "O_DIRECT unsupported in %s: %v", filepath.Dir(f.Name()), err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -154,15 +177,14 @@ func TestIOFile(t *testing.T) {
 // kernels last CUDASTUB_KERNEL_US and whose synchronize waits for them.
 func TestCUDAStub(t *testing.T) {
 	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
-		t.Skip("purego on", runtime.GOARCH)
+		privtest.SkipOptional(t, "purego's calls on %s", runtime.GOARCH)
 	}
-	if _, err := exec.LookPath("cc"); err != nil {
-		t.Skip("no C compiler to build tools/cudastub")
-	}
+	privtest.RequireTool(t, "cc", "apt-get install gcc")
+	privtest.RequireTool(t, "make", "apt-get install make")
 	out := t.TempDir()
 	cmd := exec.Command("make", "-s", "-C", "../../cudastub", "OUT="+out, filepath.Join(out, "libcuda.so.1"))
 	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Skipf("building tools/cudastub: %v\n%s", err, b)
+		t.Fatalf("building tools/cudastub: %v\n%s", err, b)
 	}
 	t.Setenv("CUDASTUB_KERNEL_US", "3000")
 	s, url := start(t, func(c *Config) { c.CUDALib = filepath.Join(out, "libcuda.so.1"); c.DecodeStep = time.Millisecond })
