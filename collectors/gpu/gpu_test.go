@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/dl"
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
@@ -217,7 +218,10 @@ func TestNotSupportedField(t *testing.T) {
 	if sum.Devices[1].PowerWatts != nil || sum.Devices[0].PowerWatts == nil || sum.Devices[1].TemperatureCelsius == nil {
 		t.Errorf("summary power gpu0 %v gpu1 %v", sum.Devices[0].PowerWatts, sum.Devices[1].PowerWatts)
 	}
-	b, _ := json.Marshal(sum.Devices[1])
+	b, err := json.Marshal(sum.Devices[1])
+	if err != nil {
+		t.Fatal(err)
+	}
 	if strings.Contains(string(b), "power_watts") {
 		t.Errorf("gpu1 summary mentions power: %s", b)
 	}
@@ -284,16 +288,49 @@ func TestNoNVML(t *testing.T) {
 	}
 }
 
-// The real library on this host: without libnvidia-ml.so.1 it must say so.
-func TestRealLibraryMissing(t *testing.T) {
+// The real library on this host, against what dlopen says of it (the
+// ground truth): without libnvidia-ml.so.1 Start must return ErrNoNVML;
+// with it, Start either sees the GPUs or says why it cannot, and never
+// claims the library is missing.
+func TestRealLibrary(t *testing.T) {
+	lib := dl.New("libnvidia-ml.so.1", dl.RTLD_LAZY|dl.RTLD_GLOBAL)
+	openErr := lib.Open()
+	if openErr == nil {
+		lib.Close()
+	}
 	c := New(Config{Logger: quiet()})
 	err := c.Start(context.Background())
 	defer c.Close()
-	if err == nil {
-		t.Skip("NVML is installed on this host")
-	}
-	if !errors.Is(err, ErrNoNVML) {
-		t.Errorf("Start without NVML = %v, want ErrNoNVML", err)
+	sum := c.Summary()
+	switch {
+	case openErr != nil:
+		if !errors.Is(err, ErrNoNVML) {
+			t.Errorf("Start where dlopen fails (%v) = %v, want ErrNoNVML", openErr, err)
+		}
+		if sum.Available {
+			t.Errorf("summary %+v without NVML", sum)
+		}
+	case err == nil:
+		if !sum.Available {
+			t.Errorf("Start succeeded but the summary says unavailable: %+v", sum)
+		}
+		// NVML's own count, asked directly, is the ground truth.
+		ref := nvml.New()
+		if ret := ref.Init(); ret != nvml.SUCCESS {
+			t.Fatalf("the collector started NVML, a second Init returned %v", ret)
+		}
+		n, ret := ref.DeviceGetCount()
+		ref.Shutdown()
+		if ret != nvml.SUCCESS || n != len(sum.Devices) {
+			t.Errorf("summary lists %d GPUs, NVML counts %d (%v)", len(sum.Devices), n, ret)
+		}
+	default:
+		if errors.Is(err, ErrNoNVML) {
+			t.Errorf("Start = ErrNoNVML, but libnvidia-ml.so.1 opens")
+		}
+		if sum.Available || !strings.Contains(sum.Error, "NVML") {
+			t.Errorf("Start = %v; summary %+v", err, sum)
+		}
 	}
 }
 
