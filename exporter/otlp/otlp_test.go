@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,7 +100,11 @@ func TestOTLPHTTPReceiver(t *testing.T) {
 			http.NotFound(w, r)
 			return
 		}
-		b, _ := io.ReadAll(r.Body)
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		var req collectorpb.ExportTraceServiceRequest
 		if err := proto.Unmarshal(b, &req); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
@@ -108,13 +114,20 @@ func TestOTLPHTTPReceiver(t *testing.T) {
 		got = append(got, &req)
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/x-protobuf")
-		out, _ := proto.Marshal(&collectorpb.ExportTraceServiceResponse{})
+		out, err := proto.Marshal(&collectorpb.ExportTraceServiceResponse{})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Write(out)
 	}))
 	defer srv.Close()
 
+	// The test owns the OTLP environment: whatever the caller's shell set
+	// is put aside for its duration (t.Setenv restores it).
+	clearOTELEnv(t)
 	if (Options{}).Enabled() {
-		t.Skip("OTEL_EXPORTER_OTLP_ENDPOINT is set in the environment")
+		t.Fatal("OTLP export enabled with every OTEL_ variable unset")
 	}
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", srv.URL)
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
@@ -134,7 +147,9 @@ func TestOTLPHTTPReceiver(t *testing.T) {
 		if err := e.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		e.Shutdown(context.Background())
+		if err := e.Shutdown(context.Background()); err != nil {
+			t.Errorf("Shutdown(%+v): %v", o, err)
+		}
 		mu.Lock()
 		n := 0
 		var svc string
@@ -153,6 +168,20 @@ func TestOTLPHTTPReceiver(t *testing.T) {
 		mu.Unlock()
 		if n != 3 || svc != "bpfbench-loadgen" {
 			t.Errorf("options %+v: receiver got %d spans from service %q", o, n, svc)
+		}
+	}
+}
+
+// clearOTELEnv unsets every OTEL_ variable for the rest of t.
+func clearOTELEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "OTEL_") {
+			t.Setenv(k, "") // restored after t
+			if err := os.Unsetenv(k); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
