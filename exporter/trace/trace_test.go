@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -46,16 +48,82 @@ func TestTraceFormat(t *testing.T) {
 	if slice == nil || slice["ts"].(float64) != 2000 || slice["dur"].(float64) != 2500 || slice["tid"].(float64) != 7 {
 		t.Errorf("slice %v: want ts 2000 µs, dur 2500 µs", slice)
 	}
-	rf, err := Read(&buf)
-	if err != nil {
-		t.Fatalf("Read: %v", err)
-	}
-	if len(rf.TraceEvents) != len(f.TraceEvents) {
-		t.Errorf("Read found %d events, the file has %d", len(rf.TraceEvents), len(f.TraceEvents))
-	}
+	rf := readChecked(t, buf.Bytes())
+	xs := 0
 	for _, e := range rf.TraceEvents {
-		if e.Ph == "X" && (e.Ts != 2000 || e.Dur == nil || *e.Dur != 2500 || e.Tid != 7 || e.Args["cpu_runqueue"] != 0.5) {
+		if e.Ph != "X" {
+			continue
+		}
+		xs++
+		if e.Ts != 2000 || e.Dur == nil || *e.Dur != 2500 || e.Tid != 7 || e.Args["cpu_runqueue"] != 0.5 {
 			t.Errorf("Read decoded the slice as %+v", e)
+		}
+	}
+	if xs != 1 {
+		t.Errorf("Read found %d slices, the file has 1", xs)
+	}
+}
+
+// readChecked reads raw with Read and checks every event against the
+// file's own JSON decoded generically (the ground truth): same count, same
+// order, and each event re-encoded equal to the object in the file.
+func readChecked(t *testing.T, raw []byte) *File {
+	t.Helper()
+	f, err := Read(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("Read: %v\n%s", err, raw)
+	}
+	var truth struct {
+		TraceEvents []map[string]any `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(raw, &truth); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, raw)
+	}
+	if len(truth.TraceEvents) == 0 {
+		t.Fatal("the file holds no events")
+	}
+	if len(f.TraceEvents) != len(truth.TraceEvents) {
+		t.Fatalf("Read found %d events, the file has %d", len(f.TraceEvents), len(truth.TraceEvents))
+	}
+	for i, e := range f.TraceEvents {
+		b, err := json.Marshal(e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]any
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, truth.TraceEvents[i]) {
+			t.Errorf("event %d: Read gives %v, the file has %v", i, got, truth.TraceEvents[i])
+		}
+	}
+	return f
+}
+
+// Read fails on what is not a whole trace file.
+func TestReadRejects(t *testing.T) {
+	var whole bytes.Buffer
+	tr := New(0)
+	sample(tr)
+	if _, err := tr.WriteTo(&whole); err != nil {
+		t.Fatal(err)
+	}
+	var unclosed bytes.Buffer
+	st := NewStream(&unclosed, 0)
+	sample(st)
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for name, in := range map[string]string{
+		"empty":     "",
+		"not JSON":  "traceEvents",
+		"truncated": whole.String()[:whole.Len()/2],
+		"unclosed":  unclosed.String(), // a stream not yet closed
+		"wrong ts":  `{"traceEvents":[{"name":"x","ph":"X","ts":"soon","pid":1,"tid":1}]}`,
+	} {
+		if f, err := Read(strings.NewReader(in)); err == nil {
+			t.Errorf("%s: Read accepted it: %d events", name, len(f.TraceEvents))
 		}
 	}
 }
@@ -85,17 +153,8 @@ func TestStreamFormat(t *testing.T) {
 	if st.Len() != tr.Len() {
 		t.Errorf("streamed %d events, held %d", st.Len(), tr.Len())
 	}
-	a, err := Read(&mem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := Read(bytes.NewReader(streamed.Bytes()))
-	if err != nil {
-		t.Fatalf("streamed trace: %v\n%s", err, streamed.String())
-	}
-	if !json.Valid(streamed.Bytes()) {
-		t.Fatal("streamed trace is not JSON")
-	}
+	a := readChecked(t, mem.Bytes())
+	b := readChecked(t, streamed.Bytes())
 	key := func(e Event) string { k, _ := json.Marshal(e); return string(k) }
 	count := map[string]int{}
 	for _, e := range a.TraceEvents {
