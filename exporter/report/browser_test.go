@@ -346,6 +346,85 @@ func loadPage(ctx context.Context, t *testing.T, b *browser, session, file strin
 	return problems(b.eventsSince(from), pageURL), charts, png
 }
 
+// widthInfo is what the layout probe reads: the viewport's width, the
+// document's, and every table's with the width of the box it is laid in.
+type widthInfo struct {
+	Viewport float64      `json:"viewport"`
+	Document float64      `json:"document"`
+	Tables   []tableWidth `json:"tables"`
+}
+
+type tableWidth struct {
+	// Where names the table: its id, else its section's and its heading.
+	Where string  `json:"where"`
+	Width float64 `json:"width"`
+	Right float64 `json:"right"`
+	// Room is the content width of the table's parent.
+	Room float64 `json:"room"`
+}
+
+// widthProbe measures the page as laid out. A table in an overflow-x
+// container does not widen the document, so each table is also held to
+// the width of its parent.
+const widthProbe = `JSON.stringify((function () {
+	var out = {viewport: window.innerWidth, document: document.documentElement.scrollWidth, tables: []};
+	document.querySelectorAll("table").forEach(function (t) {
+		var where = t.id;
+		if (!where) {
+			var s = t.closest("[id]"), h = t.parentElement.previousElementSibling;
+			where = (s ? s.id : "page") + (h && /^H[1-6]$/.test(h.tagName) ? " / " + h.textContent : "");
+		}
+		var r = t.getBoundingClientRect(), p = t.parentElement, cs = getComputedStyle(p);
+		var room = p.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+		out.tables.push({where: where, width: Math.max(r.width, t.scrollWidth), right: r.right, room: room});
+	});
+	return out;
+})())`
+
+// widths runs the width probe on the page loaded in the session.
+func widths(ctx context.Context, t *testing.T, b *browser, session string) widthInfo {
+	t.Helper()
+	res, err := b.call(ctx, session, "Runtime.evaluate", map[string]any{"expression": widthProbe, "returnByValue": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ev struct {
+		Result struct {
+			Value string `json:"value"`
+		} `json:"result"`
+		ExceptionDetails json.RawMessage `json:"exceptionDetails"`
+	}
+	if err := json.Unmarshal(res, &ev); err != nil || ev.ExceptionDetails != nil {
+		t.Fatalf("probing the widths: %v %s", err, ev.ExceptionDetails)
+	}
+	var w widthInfo
+	if err := json.Unmarshal([]byte(ev.Result.Value), &w); err != nil {
+		t.Fatalf("width probe result %q: %v", ev.Result.Value, err)
+	}
+	return w
+}
+
+// overflows lists what is wider than the window, or than the box it is in.
+func (w widthInfo) overflows() []string {
+	const slack = 0.5 // sub-pixel rounding
+	var out []string
+	if w.Viewport <= 0 {
+		return []string{fmt.Sprintf("viewport is %.0f px wide", w.Viewport)}
+	}
+	if w.Document > w.Viewport+slack {
+		out = append(out, fmt.Sprintf("the document is %.0f px wide in a %.0f px window", w.Document, w.Viewport))
+	}
+	for _, t := range w.Tables {
+		switch {
+		case t.Right > w.Viewport+slack:
+			out = append(out, fmt.Sprintf("table %q is %.0f px wide and ends at %.0f px, past the %.0f px window", t.Where, t.Width, t.Right, w.Viewport))
+		case t.Width > t.Room+slack:
+			out = append(out, fmt.Sprintf("table %q is %.0f px wide in %.0f px of room", t.Where, t.Width, t.Room))
+		}
+	}
+	return out
+}
+
 // checkScreenshot decodes a PNG and fails when it is blank or lacks the
 // cause colors (the attribution and timeline charts paint them).
 func checkScreenshot(t *testing.T, data []byte, wantColors []string) {
@@ -392,7 +471,9 @@ func checkScreenshot(t *testing.T, data []byte, wantColors []string) {
 // TestReportInChromium loads rendered pages in headless Chromium and
 // checks that they raise no console error and request nothing, that the
 // charts are in the DOM with content and a size, and that the screenshot
-// is a PNG with the charts' colors in it.
+// is a PNG with the charts' colors in it; and that in a 1280 px window
+// neither the page nor any table is wider than its room (a table in a
+// scrolling box counts as too wide when it needs the scrolling).
 func TestReportInChromium(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
 		privtest.Skip(t, "needs Debian's chromium at "+chromiumPath+" (apt-get install chromium)")
@@ -403,7 +484,7 @@ func TestReportInChromium(t *testing.T) {
 	pages := []struct {
 		name string
 		doc  *Document
-	}{{"full", fullDocument()}, {"empty", emptyDocument()}, {"failed", failedDocument()}, {"missing", missingSections()}}
+	}{{"full", fullDocument()}, {"empty", emptyDocument()}, {"failed", failedDocument()}, {"missing", missingSections()}, {"gpu", gpuDocument()}}
 	for _, p := range pages {
 		f, err := os.Create(filepath.Join(dir, p.name+".html"))
 		if err != nil {
@@ -451,6 +532,13 @@ func TestReportInChromium(t *testing.T) {
 			for _, pr := range probs {
 				t.Errorf("page problem: %s", pr)
 			}
+			w := widths(ctx, t, b, att.SessionID)
+			if w.Viewport != 1280 || len(w.Tables) == 0 && p.name != "empty" {
+				t.Errorf("width probe: %+v", w)
+			}
+			for _, o := range w.overflows() {
+				t.Errorf("%s", o)
+			}
 			if len(charts) != len(chartIDs) {
 				t.Fatalf("charts: %+v", charts)
 			}
@@ -497,6 +585,28 @@ func TestReportInChromium(t *testing.T) {
 			if c.Found {
 				t.Errorf("chart %s found in a page without charts", c.ID)
 			}
+		}
+	})
+	// and so must a page wider than the window, or a table wider than
+	// the box that scrolls it
+	t.Run("harness-width", func(t *testing.T) {
+		wide := filepath.Join(dir, "wide.html")
+		page := `<!DOCTYPE html><html><body><div style="width:300px;overflow-x:auto"><table id="t-wide"><tr><td style="white-space:nowrap">` +
+			strings.Repeat("wide cell ", 8) + `</td></tr></table></div><table id="t-ok"><tr><td>fits</td></tr></table>` +
+			`<div style="width:1500px">x</div></body></html>`
+		if err := os.WriteFile(wide, []byte(page), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		loadPage(ctx, t, b, att.SessionID, wide)
+		w := widths(ctx, t, b, att.SessionID)
+		got := strings.Join(w.overflows(), "\n")
+		for _, want := range []string{"the document is 15", "px wide in a 1280 px window", `table "t-wide" is `, " px wide in 300 px of room"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("the width check missed %q; it saw:\n%s", want, got)
+			}
+		}
+		if strings.Contains(got, "t-ok") || len(w.Tables) != 2 {
+			t.Errorf("the width check: %+v\n%s", w, got)
 		}
 	})
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {

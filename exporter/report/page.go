@@ -31,8 +31,8 @@ h3{font-size:14px;margin:16px 0 6px;font-weight:600}
 .diagnosis{background:#fff8e6;border:1px solid #f0d58a;border-radius:8px;padding:10px 16px;margin:16px 0}
 .diagnosis ul{margin:4px 0;padding-left:20px}.diagnosis li{margin:3px 0}
 .diagnosis h2{border:0;margin:4px 0;padding:0;font-size:15px}
-.grid2{display:grid;grid-template-columns:1fr 1fr;gap:20px}
-@media (max-width:900px){.grid2{grid-template-columns:1fr}}
+.grid2{display:grid;grid-template-columns:minmax(0,1fr) minmax(0,1fr);gap:20px}
+@media (max-width:900px){.grid2{grid-template-columns:minmax(0,1fr)}}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{padding:5px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
 th{background:var(--soft);font-weight:600;white-space:nowrap}
@@ -48,8 +48,13 @@ table.kv td:last-child{text-align:right;font-variant-numeric:tabular-nums}
 .st-ok{background:var(--ok)}.st-warn{background:var(--warn)}.st-bad{background:var(--bad)}.st-info{background:#6e7781}
 .note{color:var(--muted);font-size:13px;margin:6px 0}
 .empty{color:var(--muted);font-style:italic}
-.sections{display:grid;grid-template-columns:1fr;gap:14px}
-.section{border:1px solid var(--line);border-radius:8px;padding:8px 14px 12px}
+.sections{display:grid;grid-template-columns:minmax(0,1fr);gap:14px}
+.section{border:1px solid var(--line);border-radius:8px;padding:8px 14px 12px;min-width:0}
+table.ct{font-size:12px}
+table.ct th,table.ct td{padding:4px 5px}
+table.ct th{white-space:normal;overflow-wrap:normal;vertical-align:bottom}
+table.ct th.g{text-align:center;border-bottom:1px solid #afb8c1;border-left:2px solid #fff;border-right:2px solid #fff}
+table.ct td{overflow-wrap:anywhere}
 .section h3{margin:4px 0 8px}
 .section .facts{display:grid;grid-template-columns:repeat(auto-fill,minmax(260px,1fr));gap:2px 20px;font-size:13px;margin-bottom:8px}
 .section .facts div{display:flex;justify-content:space-between;border-bottom:1px dotted var(--line);padding:2px 0}
@@ -158,7 +163,7 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 {{if .Unavailable}}<p class="unavail">Could not run: {{.Unavailable}}</p>{{end}}
 {{if .Error}}<p class="unavail">{{.Error}}</p>{{end}}
 {{if .Facts}}<div class="facts">{{range .Facts}}<div><span>{{.Name}}</span><span>{{.Value}}</span></div>{{end}}</div>{{end}}
-{{range .Tables}}{{$cols := .Columns}}<h3>{{.Title}}</h3><div class="scroll"><table><thead><tr>{{range .Columns}}<th{{if .Num}} class="n"{{end}}>{{.Name}}</th>{{end}}</tr></thead><tbody>
+{{range .Tables}}{{$cols := .Columns}}<h3>{{.Title}}</h3><div class="scroll"><table class="ct"><thead>{{range .Heads}}<tr>{{range .}}<th{{if .Group}} class="g"{{else if .Num}} class="n"{{end}}{{if gt .Colspan 1}} colspan="{{.Colspan}}"{{end}}{{if gt .Rowspan 1}} rowspan="{{.Rowspan}}"{{end}}{{if .Title}} title="{{.Title}}"{{end}}>{{.Text}}</th>{{end}}</tr>{{end}}</thead><tbody>
 {{range .Rows}}<tr>{{range $i, $c := .}}<td{{if (index $cols $i).Num}} class="n"{{end}}>{{$c}}</td>{{end}}</tr>
 {{end}}</tbody></table></div>{{if .More}}<p class="note">{{.More}} more rows in result.json.</p>{{end}}
 {{end}}{{if and .Empty (not .Unavailable)}}<p class="empty">No data.</p>{{end}}

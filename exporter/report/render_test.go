@@ -292,3 +292,67 @@ func TestWriteTerminal(t *testing.T) {
 		t.Errorf("failed run:\n%s", out)
 	}
 }
+
+// TestCollectorTables checks the generic tables: a distribution's parts
+// grouped under its name in their usual order, ids next to the text
+// columns, and a table too wide for the page cut into parts that repeat
+// them.
+func TestCollectorTables(t *testing.T) {
+	var v sectionView
+	renderSection(&v, raw(map[string]any{"calls": []any{
+		map[string]any{"name": "cudaStreamSynchronize", "count": 3, "duration_seconds": map[string]any{"sum": 1, "max": 0.5, "p99": 0.4, "p50": 0.1, "count": 3}},
+	}}))
+	if len(v.Tables) != 1 || len(v.Tables[0].Heads) != 2 {
+		t.Fatalf("tables: %+v", v.Tables)
+	}
+	var top, sub []string
+	for _, h := range v.Tables[0].Heads[0] {
+		top = append(top, h.Text)
+	}
+	for _, h := range v.Tables[0].Heads[1] {
+		sub = append(sub, h.Text)
+	}
+	if got := strings.Join(top, "|") + " / " + strings.Join(sub, "|"); got != "name|count|duration / count|p50|p99|max|sum" {
+		t.Errorf("headers: %s", got)
+	}
+
+	d := gpuDocument()
+	v = sectionView{}
+	renderSection(&v, d.Collectors["gpu"])
+	var parts []table
+	for _, tb := range v.Tables {
+		if strings.HasPrefix(tb.Title, "devices") {
+			parts = append(parts, tb)
+		}
+	}
+	if len(parts) < 2 {
+		t.Fatalf("the gpu devices table was not cut: %+v", parts)
+	}
+	seen := map[string]bool{}
+	for _, p := range parts {
+		w := 0.0
+		for i, c := range p.Columns {
+			w += p.estWidth(i)
+			if c.Key {
+				continue
+			}
+			if seen[c.Name] {
+				t.Errorf("column %s in two parts", c.Name)
+			}
+			seen[c.Name] = true
+		}
+		if w > tableRoomPx {
+			t.Errorf("%s: %.0f px estimated", p.Title, w)
+		}
+		if c := p.Columns[:3]; c[0].Name != "name" || c[1].Name != "uuid" || c[2].Name != "index" {
+			t.Errorf("%s: key columns %+v", p.Title, c)
+		}
+		if len(p.Rows) != 2 || len(p.Rows[0]) != len(p.Columns) {
+			t.Errorf("%s: rows %v", p.Title, p.Rows)
+		}
+	}
+	// samples, memory total, 4 clock event reasons, 9 readings of 3 parts
+	if len(seen) != 2+4+9*3 {
+		t.Errorf("%d columns in the parts", len(seen))
+	}
+}

@@ -3,10 +3,12 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // The collector sections are rendered generically from their JSON so that
@@ -24,15 +26,30 @@ type fact struct {
 type table struct {
 	Title   string
 	Columns []column
-	Rows    [][]string
+	// Heads are the header rows: one, or two when columns are grouped.
+	Heads [][]headCell
+	Rows  [][]string
 	// More counts rows left out.
 	More int
 }
 
-// column is a table column; Num columns are right-aligned.
+// column is a table column; Num columns are right-aligned. Columns whose
+// names share their first part ("latency · p50", "latency · p99") are
+// grouped under it: Group is that part and Sub the rest.
 type column struct {
-	Name string
-	Num  bool
+	Name       string
+	Group, Sub string
+	Num        bool
+	// Key columns say which object a row is (text, ids); a table split
+	// for width repeats them in each part.
+	Key bool
+}
+
+// headCell is one cell of a header row.
+type headCell struct {
+	Text, Title      string
+	Num, Group       bool
+	Colspan, Rowspan int
 }
 
 // sectionView is one collector section, ready to render.
@@ -124,7 +141,7 @@ func walk(v *sectionView, prefix string, obj map[string]any) {
 				continue
 			}
 			if objs := objects(val); objs != nil {
-				v.Tables = append(v.Tables, tableOf(name, objs))
+				v.Tables = append(v.Tables, tableOf(name, objs).split()...)
 				continue
 			}
 			parts := make([]string, 0, len(val))
@@ -177,25 +194,38 @@ func tableOf(name string, objs []map[string]any) table {
 	for i, o := range objs {
 		rows[i] = map[string]any{}
 		flatten("", o, rows[i])
-		// columns in a stable order: text columns first, then by name
-		keys := make([]string, 0, len(rows[i]))
 		for k := range rows[i] {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
 			if !colSet[k] {
 				colSet[k] = true
 				order = append(order, k)
 			}
 		}
 	}
-	sort.SliceStable(order, func(i, j int) bool {
-		return isTextColumn(rows, order[i]) && !isTextColumn(rows, order[j])
+	// columns in a stable order: text columns, then ids, then by name
+	// with the parts of a distribution in their usual order
+	text := map[string]bool{}
+	for _, c := range order {
+		text[c] = isTextColumn(rows, c)
+	}
+	rank := func(c string) int {
+		switch {
+		case text[c]:
+			return 0
+		case idColumns[c]:
+			return 1
+		}
+		return 2
+	}
+	sort.Slice(order, func(i, j int) bool {
+		if ri, rj := rank(order[i]), rank(order[j]); ri != rj {
+			return ri < rj
+		}
+		return lessKey(order[i], order[j])
 	})
 	for _, c := range order {
-		t.Columns = append(t.Columns, column{humanName(c), !isTextColumn(rows, c)})
+		t.Columns = append(t.Columns, column{Name: humanName(c), Sub: humanName(c), Num: !text[c], Key: rank(c) < 2})
 	}
+	groupColumns(t.Columns, order)
 	for i, r := range rows {
 		if i == maxTableRows {
 			t.More = len(rows) - maxTableRows
@@ -212,9 +242,191 @@ func tableOf(name string, objs []map[string]any) table {
 	return t
 }
 
+// idColumns are numeric columns that name a row's object.
+var idColumns = map[string]bool{"pid": true, "tid": true, "index": true, "gpu": true, "id": true, "cpu": true}
+
+// statOrder orders the parts of a distribution as people read them.
+var statOrder = map[string]int{"count": 1, "samples": 2, "mean": 3, "min": 4, "p50": 5, "p90": 6, "p95": 7, "p99": 8, "p999": 9, "max": 10, "sum": 11}
+
+// lessKey orders dotted names part by part: the parts of a distribution
+// (count, p50, p99, max, ...) in statOrder, the others by name after them.
+func lessKey(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) && i < len(bs); i++ {
+		if as[i] == bs[i] {
+			continue
+		}
+		ra, rb := statOrder[as[i]], statOrder[bs[i]]
+		if ra == 0 {
+			ra = len(statOrder) + 1
+		}
+		if rb == 0 {
+			rb = len(statOrder) + 1
+		}
+		if ra != rb {
+			return ra < rb
+		}
+		return as[i] < bs[i]
+	}
+	return len(as) < len(bs)
+}
+
+// groupColumns groups neighbouring columns whose dotted names (keys) share
+// their first part.
+func groupColumns(cols []column, keys []string) {
+	first := func(k string) string {
+		if i := strings.IndexByte(k, '.'); i > 0 {
+			return k[:i]
+		}
+		return ""
+	}
+	for i := 0; i < len(cols); {
+		g := first(keys[i])
+		j := i + 1
+		for j < len(cols) && g != "" && first(keys[j]) == g && cols[j].Num == cols[i].Num {
+			j++
+		}
+		if j-i >= 2 {
+			for k := i; k < j; k++ {
+				cols[k].Group = humanName(g)
+				cols[k].Sub = humanName(keys[k][len(g)+1:])
+			}
+		}
+		i = j
+	}
+}
+
+// heads builds a table's header rows from its columns.
+func (t *table) heads() {
+	grouped := false
+	for _, c := range t.Columns {
+		grouped = grouped || c.Group != ""
+	}
+	if !grouped {
+		row := make([]headCell, len(t.Columns))
+		for i, c := range t.Columns {
+			row[i] = headCell{Text: c.Name, Num: c.Num}
+		}
+		t.Heads = [][]headCell{row}
+		return
+	}
+	var top, sub []headCell
+	for i := 0; i < len(t.Columns); {
+		c := t.Columns[i]
+		if c.Group == "" {
+			top = append(top, headCell{Text: c.Name, Num: c.Num, Rowspan: 2})
+			i++
+			continue
+		}
+		j := i
+		for j < len(t.Columns) && t.Columns[j].Group == c.Group {
+			sub = append(sub, headCell{Text: t.Columns[j].Sub, Title: t.Columns[j].Name, Num: t.Columns[j].Num})
+			j++
+		}
+		top = append(top, headCell{Text: c.Group, Group: true, Colspan: j - i})
+		i = j
+	}
+	t.Heads = [][]headCell{top, sub}
+}
+
+// Widths, estimated, of the room a collector table has in a section of the
+// page (the page is at most 1180 px wide) and of its text.
+const (
+	tableRoomPx  = 1060
+	charPx       = 7.0
+	cellPadPx    = 11
+	textColChars = 16 // text cells wrap; a text column is given this much
+)
+
+// estWidth estimates column i's width in pixels: its widest cell or the
+// longest word of its heading (headings wrap at spaces).
+func (t *table) estWidth(i int) float64 {
+	c := t.Columns[i]
+	n := 0
+	for _, w := range strings.Fields(c.Sub) {
+		n = max(n, utf8.RuneCountInString(w))
+	}
+	for _, r := range t.Rows {
+		n = max(n, utf8.RuneCountInString(r[i]))
+	}
+	if !c.Num {
+		n = min(n, textColChars)
+	}
+	return float64(n)*charPx + cellPadPx
+}
+
+// split cuts a table too wide for the page into parts that fit, each
+// with the key columns and whole column groups, and sets their headers.
+func (t table) split() []table {
+	var keys, rest []int
+	keyW, restW := 0.0, 0.0
+	for i, c := range t.Columns {
+		if c.Key {
+			keys = append(keys, i)
+			keyW += t.estWidth(i)
+		} else {
+			rest = append(rest, i)
+			restW += t.estWidth(i)
+		}
+	}
+	if keyW+restW <= tableRoomPx || len(rest) < 2 {
+		t.heads()
+		return []table{t}
+	}
+	room := max(tableRoomPx-keyW, tableRoomPx/2)
+	// whole groups, greedily, into parts of about equal width
+	parts := int(math.Ceil(restW / room))
+	target := restW / float64(parts)
+	var cuts [][]int
+	var cur []int
+	curW := 0.0
+	for k := 0; k < len(rest); {
+		j := k + 1
+		for j < len(rest) && t.Columns[rest[j]].Group != "" && t.Columns[rest[j]].Group == t.Columns[rest[k]].Group {
+			j++
+		}
+		w := 0.0
+		for _, i := range rest[k:j] {
+			w += t.estWidth(i)
+		}
+		if len(cur) > 0 && (curW+w > room || curW >= target) {
+			cuts = append(cuts, cur)
+			cur, curW = nil, 0
+		}
+		cur = append(cur, rest[k:j]...)
+		curW += w
+		k = j
+	}
+	cuts = append(cuts, cur)
+	out := make([]table, len(cuts))
+	for p, cut := range cuts {
+		idx := append(append([]int(nil), keys...), cut...)
+		part := table{Title: fmt.Sprintf("%s (%d of %d)", t.Title, p+1, len(cuts))}
+		for _, i := range idx {
+			part.Columns = append(part.Columns, t.Columns[i])
+		}
+		for _, r := range t.Rows {
+			cells := make([]string, len(idx))
+			for j, i := range idx {
+				cells[j] = r[i]
+			}
+			part.Rows = append(part.Rows, cells)
+		}
+		if p == len(cuts)-1 {
+			part.More = t.More
+		}
+		part.heads()
+		out[p] = part
+	}
+	return out
+}
+
+// isTextColumn reports whether a column holds text (or lists), which is
+// left-aligned and may wrap, rather than numbers.
 func isTextColumn(rows []map[string]any, col string) bool {
 	for _, r := range rows {
-		if _, ok := r[col].(string); ok {
+		switch r[col].(type) {
+		case string, []any:
 			return true
 		}
 	}
@@ -281,13 +493,24 @@ func formatValue(path string, x any) string {
 		}
 		return "no"
 	case json.Number:
+		unit := unitOf(path)
+		if n, err := v.Int64(); err == nil && unit == "" {
+			// exactly, beyond float64's 2^53 too (nanosecond times)
+			return group(strconv.FormatInt(n, 10))
+		}
 		f, err := v.Float64()
 		if err != nil {
 			return v.String()
 		}
-		return formatUnit(f, unitOf(path))
+		return formatUnit(f, unit)
 	case float64:
 		return formatUnit(v, unitOf(path))
+	case []any:
+		parts := make([]string, len(v))
+		for i, e := range v {
+			parts[i] = formatValue(path, e)
+		}
+		return strings.Join(parts, ", ")
 	default:
 		b, _ := json.Marshal(v)
 		return string(b)
