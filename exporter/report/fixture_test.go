@@ -8,11 +8,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/bpfbench/bpfbench/collectors/blockio"
-	"github.com/bpfbench/bpfbench/collectors/cuda"
-	"github.com/bpfbench/bpfbench/collectors/gpu"
-	"github.com/bpfbench/bpfbench/collectors/sched"
-	"github.com/bpfbench/bpfbench/collectors/tcp"
 	"github.com/bpfbench/bpfbench/correlate"
 )
 
@@ -257,103 +252,127 @@ func failedDocument() *Document {
 	return d
 }
 
+// obj is a JSON object of a fixture.
+type obj = map[string]any
+
 // collectorSections are the sections of a run as the collectors write
-// them, built from their own summary types so that a field they add shows
-// in the pages the tests render: every field set, several rows a table,
-// the long names real hosts have (IPv6 peers, library paths, build ids).
-// The gpu section is the one of a host without NVML; gpuSection is the
-// one of a host with it.
+// them (the fields of collectors/*/summary.go and tcp's Connection): every
+// field set, several rows a table, the long names real hosts have (IPv6
+// peers, library paths, build ids). The gpu section is the one of a host
+// without NVML; gpuSection is the one of a host with it.
 func collectorSections() map[string]json.RawMessage {
-	s := sched.Summary{
-		RunqueueLatency: sched.Latency{Count: 18234, P50: 0.000012, P99: 0.0045, Max: 0.031, Sum: 2.9},
-		OffCPU:          sched.OffCPU{Preempted: 3.1, IOWait: 1.2, Sleep: 40.5},
-		Folded:          120455,
-	}
+	var threads []any
 	for i, comm := range []string{"llmsim", "llmsim-io", "tokio-runtime-worker", "python3.12", "cuda-EvtHandlr"} {
-		s.Threads = append(s.Threads, sched.Thread{
-			Tid: uint32(4242 + 8*i), Comm: comm, RunqueueSeconds: 1.9 / float64(i+1), RunqueueCount: uint64(9000 - 1500*i),
-			OffCPU: sched.OffCPU{Preempted: 2.0 / float64(i+1), IOWait: 0.9 * float64(i%2), Sleep: 20 + float64(i)},
+		threads = append(threads, obj{
+			"tid": 4242 + 8*i, "comm": comm, "runqueue_seconds": 1.9 / float64(i+1), "runqueue_count": 9000 - 1500*i,
+			"offcpu_seconds": obj{"preempted": 2.0 / float64(i+1), "io_wait": 0.9 * float64(i%2), "sleep": 20 + float64(i)},
 		})
 	}
-	lat := func(p50, p99, max float64) blockio.Latency { return blockio.Latency{P50: p50, P99: p99, Max: max} }
-	bio := blockio.Summary{Devices: []blockio.Device{
-		{Device: "nvme0n1", Reads: 3200, Writes: 40, ReadBytes: 419430400, WriteBytes: 163840, Latency: lat(0.00021, 0.012, 0.05), Queue: lat(0.00001, 0.004, 0.02)},
-		{Device: "nvme1n1p2", Reads: 1234567, Writes: 987654, ReadBytes: 161061273600, WriteBytes: 53687091200, Latency: lat(0.000095, 0.0031, 0.21), Queue: lat(0.000004, 0.0012, 0.09)},
-		{Device: "dm-0", Reads: 12, Writes: 3, ReadBytes: 49152, WriteBytes: 12288, Latency: lat(0.0011, 0.0042, 0.0042), Queue: lat(0, 0, 0)},
+	sched := obj{
+		"runqueue_latency_seconds": obj{"count": 18234, "p50": 0.000012, "p99": 0.0045, "max": 0.031, "sum": 2.9},
+		"offcpu_seconds":           obj{"preempted": 3.1, "io_wait": 1.2, "sleep": 40.5},
+		"folded_intervals":         120455,
+		"threads":                  threads,
+	}
+	lat := func(p50, p99, max float64) obj { return obj{"p50": p50, "p99": p99, "max": max} }
+	dev := func(name string, reads, writes, rb, wb int64, l, q obj) obj {
+		return obj{"device": name, "reads": reads, "writes": writes, "read_bytes": rb, "write_bytes": wb, "latency_seconds": l, "queue_seconds": q}
+	}
+	blockio := obj{"devices": []any{
+		dev("nvme0n1", 3200, 40, 419430400, 163840, lat(0.00021, 0.012, 0.05), lat(0.00001, 0.004, 0.02)),
+		dev("nvme1n1p2", 1234567, 987654, 161061273600, 53687091200, lat(0.000095, 0.0031, 0.21), lat(0.000004, 0.0012, 0.09)),
+		dev("dm-0", 12, 3, 49152, 12288, lat(0.0011, 0.0042, 0.0042), lat(0, 0, 0)),
 	}}
-	conn := func(local, remote string, i int) tcp.Connection {
+	conn := func(local, remote string, i int) obj {
 		f := float64(i + 1)
-		return tcp.Connection{
-			Local: local, Remote: remote, SrttSeconds: 0.00004 * f, SndCwnd: uint32(10 * (i + 1)), SndWndMin: uint32(65483 * i),
-			Retransmits: uint32(3 * i), ZeroWindowSeconds: 2.5 / f, RwndLimitedSeconds: 3.1 / f, SndbufLimitedSeconds: 0.2 * f,
-			BytesSent: uint64(1048576 * (i*1000 + 1)), BytesReceived: uint64(20480 * (i + 1)), RcvqueueFull: uint32(17 * i),
-			RcvSpace: uint32(14480 * (i + 1)), Rcvbuf: uint32(131072 * (i + 1)), RecoveryEntries: uint32(2 * i), LossEntries: uint32(i),
-			CongestionLossSeconds: 0.0123 * float64(i),
+		return obj{
+			"local": local, "remote": remote, "srtt_seconds": 0.00004 * f, "snd_cwnd": 10 * (i + 1), "snd_wnd_min": 65483 * i,
+			"retransmits": 3 * i, "zero_window_seconds": 2.5 / f, "rwnd_limited_seconds": 3.1 / f, "sndbuf_limited_seconds": 0.2 * f,
+			"bytes_sent": 1048576 * (i*1000 + 1), "bytes_received": 20480 * (i + 1), "rcvqueue_full": 17 * i,
+			"rcv_space": 14480 * (i + 1), "rcvbuf": 131072 * (i + 1), "recovery_entries": 2 * i, "loss_entries": i,
+			"congestion_loss_seconds": 0.0123 * float64(i),
 		}
 	}
-	tc := tcp.Summary{Connections: []tcp.Connection{
+	tcp := obj{"connections": []any{
 		conn("127.0.0.1:8000", "127.0.0.1:51234", 0),
 		conn("[::ffff:10.128.14.201]:8000", "[::ffff:10.128.77.193]:61022", 1),
 		conn("[2001:db8:85a3::8a2e:370:7334]:8000", "[2001:db8:85a3:1f00:4b1e:9c2d:7a61:e5f0]:48712", 2),
 	}}
-	cu := cuda.Summary{
-		Libraries: []cuda.Library{
-			{Path: "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", API: "driver", BuildID: "4f0c6a1d9b2e7c3a5d8e0f1a2b3c4d5e6f708192", Symbols: 31, Missing: []string{"cuLaunchKernelEx", "cuGraphLaunch_ptsz"}},
-			{Path: "/opt/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12", API: "runtime", BuildID: "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678", Symbols: 27},
-		},
-		Launches: []cuda.LaunchDims{
-			{Call: "cuLaunchKernel", Grid: [3]uint32{1024, 32, 1}, Block: [3]uint32{256, 1, 1}, Count: 1234567},
-			{Call: "cudaLaunchKernelExC", Grid: [3]uint32{65535, 65535, 64}, Block: [3]uint32{1024, 1, 1}, Count: 42},
-		},
-		CopyBytes:      map[string]uint64{"host_to_device": 13958643712, "device_to_host": 419430400, "device_to_device": 8589934592},
-		OutOfMemory:    cuda.OutOfMemory{Count: 2, Events: []cuda.OOMEvent{{Call: "cudaMallocAsync", Tid: 4251, Bytes: 2147483648, StartNs: 1234567890123456, Code: 2}, {Call: "cuMemAlloc_v2", Tid: 4252, Bytes: 17179869184, StartNs: 1234567990123456, Code: 2}}},
-		BlockedSeconds: 13.1,
-		LaunchProbes: &cuda.LaunchProbes{
-			Mode: "sampled", Reason: "3.1e+05 launches/s at 210 ns a hit is over the 1% budget", HitCostNs: 210, BudgetRatio: 0.01,
-			ProbedSeconds: 6.2, UnprobedSeconds: 53.8, Windows: 12, MeasuredLaunches: 1928374, EstimatedLaunches: 16734210, MaxRate: 312345.6, CostSeconds: 0.41,
-		},
+	dur := func(count int, p50, p99, max float64) obj {
+		return obj{"count": count, "p50": p50, "p99": p99, "max": max, "sum": float64(count) * p50 * 1.3}
 	}
-	dur := func(count uint64, p50, p99, max float64) *cuda.Latency {
-		return &cuda.Latency{Count: count, P50: p50, P99: p99, Max: max, Sum: float64(count) * p50 * 1.3}
+	call := func(name, api, kind string, count, errors, bytes int64, d obj, estimated int64) obj {
+		c := obj{"name": name, "api": api, "kind": kind, "count": count, "errors": errors}
+		if bytes != 0 {
+			c["bytes"] = bytes
+		}
+		if d != nil {
+			c["duration_seconds"] = d
+		}
+		if estimated != 0 {
+			c["estimated_count"] = estimated
+		}
+		return c
 	}
-	for _, c := range []cuda.CallSummary{
-		{Name: "cudaStreamSynchronize", API: "runtime", Kind: "sync", Count: 14000, Duration: dur(14000, 0.0007, 0.004, 0.031)},
-		{Name: "cudaMemcpyAsync", API: "runtime", Kind: "copy", Count: 3000, Errors: 1, Bytes: 13958643712},
-		{Name: "cuMemcpyDtoHAsync_v2_ptsz", API: "driver", Kind: "copy", Count: 123456, Bytes: 419430400},
-		{Name: "cuLaunchKernel", API: "driver", Kind: "launch", Count: 1928374, EstimatedCount: 18662584},
-		{Name: "cudaMallocAsync", API: "runtime", Kind: "alloc", Count: 812, Errors: 2, Bytes: 96636764160, Duration: dur(812, 0.000021, 0.0019, 0.12)},
-		{Name: "cuCtxSynchronize", API: "driver", Kind: "sync", Count: 7, Duration: dur(7, 1.2, 10.5, 12.25)},
-	} {
-		cu.Calls = append(cu.Calls, c)
+	cuda := obj{
+		"libraries": []any{
+			obj{"path": "/usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15", "api": "driver", "build_id": "4f0c6a1d9b2e7c3a5d8e0f1a2b3c4d5e6f708192", "symbols": 31, "missing": []any{"cuLaunchKernelEx", "cuGraphLaunch_ptsz"}},
+			obj{"path": "/opt/venv/lib/python3.12/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12", "api": "runtime", "build_id": "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678", "symbols": 27},
+		},
+		"calls": []any{
+			call("cudaStreamSynchronize", "runtime", "sync", 14000, 0, 0, dur(14000, 0.0007, 0.004, 0.031), 0),
+			call("cudaMemcpyAsync", "runtime", "copy", 3000, 1, 13958643712, nil, 0),
+			call("cuMemcpyDtoHAsync_v2_ptsz", "driver", "copy", 123456, 0, 419430400, nil, 0),
+			call("cuLaunchKernel", "driver", "launch", 1928374, 0, 0, nil, 18662584),
+			call("cudaMallocAsync", "runtime", "alloc", 812, 2, 96636764160, dur(812, 0.000021, 0.0019, 0.12), 0),
+			call("cuCtxSynchronize", "driver", "sync", 7, 0, 0, dur(7, 1.2, 10.5, 12.25), 0),
+		},
+		"launches": []any{
+			obj{"call": "cuLaunchKernel", "grid": []any{1024, 32, 1}, "block": []any{256, 1, 1}, "count": 1234567},
+			obj{"call": "cudaLaunchKernelExC", "grid": []any{65535, 65535, 64}, "block": []any{1024, 1, 1}, "count": 42},
+		},
+		"copy_bytes": obj{"host_to_device": 13958643712, "device_to_host": 419430400, "device_to_device": 8589934592},
+		"out_of_memory": obj{"count": 2, "events": []any{
+			obj{"call": "cudaMallocAsync", "tid": 4251, "bytes": 2147483648, "start_ns": 1234567890123456, "code": 2},
+			obj{"call": "cuMemAlloc_v2", "tid": 4252, "bytes": 17179869184, "start_ns": 1234567990123456, "code": 2},
+		}},
+		"blocked_seconds": 13.1,
+		"launch_probes": obj{
+			"mode": "sampled", "reason": "3.1e+05 launches/s at 210 ns a hit is over the 1% budget", "hit_cost_ns": 210, "budget_ratio": 0.01,
+			"probed_seconds": 6.2, "unprobed_seconds": 53.8, "sample_windows": 12, "measured_launches": 1928374, "estimated_launches": 16734210,
+			"max_launches_per_second": 312345.6, "cost_seconds": 0.41,
+		},
 	}
 	return map[string]json.RawMessage{
-		"sched": raw(s), "blockio": raw(bio), "tcp": raw(tc), "cuda": raw(cu),
-		"gpu": raw(gpu.Summary{Available: false, Error: "NVML not found", IntervalSeconds: 0.1, Devices: []gpu.DeviceSummary{}, Processes: []gpu.ProcessSummary{}}),
+		"sched": raw(sched), "blockio": raw(blockio), "tcp": raw(tcp), "cuda": raw(cuda),
+		"gpu": raw(obj{"available": false, "error": "NVML not found", "interval_seconds": 0.1, "devices": []any{}, "processes": []any{}}),
 	}
 }
 
 // gpuSection is the gpu section of a host with two GPUs and NVML.
 func gpuSection() json.RawMessage {
-	st := func(mean, max float64) *gpu.Stat { return &gpu.Stat{Mean: mean, Max: max, Samples: 600} }
-	dev := func(i int, name string) gpu.DeviceSummary {
+	st := func(mean, max float64) obj { return obj{"mean": mean, "max": max, "samples": 600} }
+	uuid := func(i int) string {
+		return fmt.Sprintf("GPU-6f1c2a9e-%04x-4b8e-9d3a-%012x", 0x51d2+i, 0x7e0c4f1a2b3c+i)
+	}
+	dev := func(i int, name string) obj {
 		f := float64(i + 1)
-		return gpu.DeviceSummary{
-			DeviceInfo: gpu.DeviceInfo{Index: i, UUID: fmt.Sprintf("GPU-6f1c2a9e-%04x-4b8e-9d3a-%012x", 0x51d2+i, 0x7e0c4f1a2b3c+i), Name: name},
-			Samples:    600, MemoryTotalBytes: 85899345920,
-			GPUUtilization: st(0.62/f, 1), MemoryUtilization: st(0.31/f, 0.87), MemoryUsedBytes: st(71000000000/f, 79456894976),
-			SMClockHz: st(1755000000, 1980000000), MemoryClockHz: st(2619000000, 2619000000), PowerWatts: st(412.3/f, 699.8),
-			TemperatureCelsius: st(61/f, 78), PCIeTx: st(1.2e9/f, 2.56e10), PCIeRx: st(8.4e8/f, 2.1e10),
-			ClockEventReasons: map[string]float64{"gpu_idle": 0.12 * f, "sw_power_cap": 0.31, "hw_thermal_slowdown": 0.004, "sync_boost": 0.02},
+		return obj{
+			"index": i, "uuid": uuid(i), "name": name, "samples": 600, "memory_total_bytes": 85899345920,
+			"utilization_ratio": st(0.62/f, 1), "memory_utilization_ratio": st(0.31/f, 0.87), "memory_used_bytes": st(71000000000/f, 79456894976),
+			"sm_clock_hertz": st(1755000000, 1980000000), "memory_clock_hertz": st(2619000000, 2619000000), "power_watts": st(412.3/f, 699.8),
+			"temperature_celsius": st(61/f, 78), "pcie_tx_bytes_per_second": st(1.2e9/f, 2.56e10), "pcie_rx_bytes_per_second": st(8.4e8/f, 2.1e10),
+			"clock_event_reasons_ratio": obj{"gpu_idle": 0.12 * f, "sw_power_cap": 0.31, "hw_thermal_slowdown": 0.004, "sync_boost": 0.02},
 		}
 	}
-	proc := func(pid, g int) gpu.ProcessSummary {
-		return gpu.ProcessSummary{Pid: pid, GPU: g, UUID: fmt.Sprintf("GPU-6f1c2a9e-%04x-4b8e-9d3a-%012x", 0x51d2+g, 0x7e0c4f1a2b3c+g),
-			SMUtilization: st(0.58, 0.99), MemoryUtilization: st(0.29, 0.8), MemoryUsedBytes: st(70000000000, 78000000000)}
+	proc := func(pid, g int) obj {
+		return obj{"pid": pid, "gpu": g, "uuid": uuid(g),
+			"sm_utilization_ratio": st(0.58, 0.99), "memory_utilization_ratio": st(0.29, 0.8), "memory_used_bytes": st(70000000000, 78000000000)}
 	}
-	return raw(gpu.Summary{
-		Available: true, IntervalSeconds: 0.1,
-		Devices:   []gpu.DeviceSummary{dev(0, "NVIDIA H100 80GB HBM3"), dev(1, "NVIDIA H100 80GB HBM3")},
-		Processes: []gpu.ProcessSummary{proc(4242, 0), proc(4242, 1), proc(4307, 1)},
+	return raw(obj{
+		"available": true, "interval_seconds": 0.1,
+		"devices":   []any{dev(0, "NVIDIA H100 80GB HBM3"), dev(1, "NVIDIA H100 80GB HBM3")},
+		"processes": []any{proc(4242, 0), proc(4242, 1), proc(4307, 1)},
 	})
 }
 
