@@ -22,9 +22,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/hist"
 )
@@ -75,7 +72,7 @@ func (e *Event) Latency() uint64 { return e.QueueNs + e.ServiceNs }
 var Tracepoints = []string{"block_rq_complete", "block_rq_insert", "block_rq_issue", "block_rq_merge"}
 
 // MaxTargets bounds the aggregate slots; index 0 is host-wide.
-const MaxTargets = 64
+const MaxTargets = bpfutil.MaxTargets
 
 // Config configures a Collector.
 type Config struct {
@@ -101,9 +98,8 @@ type Config struct {
 // Collector loads and runs the block IO programs.
 type Collector struct {
 	*bpfutil.Base
-	cfg   Config
-	set   *bpfutil.TracingSet
-	stats *ebpf.Map
+	cfg  Config
+	objs blockioObjects
 }
 
 // New returns a collector; Start loads it.
@@ -112,73 +108,24 @@ func New(cfg Config) *Collector {
 }
 
 // Start loads the programs whose tracepoints the kernel has and attaches
-// them; missing tracepoints are logged and listed by Missing. On error it
-// releases everything it took.
-func (c *Collector) Start(context.Context) (err error) {
-	spec, err := loadBlockio()
-	if err != nil {
-		return fmt.Errorf("reading the blockio eBPF object: %w", err)
-	}
-	if err := spec.Variables["host_wide"].Set(c.cfg.HostWide); err != nil {
-		return fmt.Errorf("configuring blockio: %w", err)
-	}
-	if err := bpfutil.ConfigurePipeline(spec, c.cfg.RingBufferBytes); err != nil {
-		return fmt.Errorf("configuring blockio: %w", err)
-	}
-	c.set, err = bpfutil.LoadTracing("the blockio programs", spec, c.cfg.rename)
-	if err != nil {
-		return err
-	}
-	c.OnClose(c.set.Close)
-	defer func() {
-		if err != nil {
-			c.Close()
-		}
-	}()
-	for _, tp := range c.set.Missing() {
-		c.Log().Warn("tracepoint missing in this kernel; carrying on without it", "tracepoint", tp)
-	}
-	if len(c.set.Attached()) == 0 {
-		return fmt.Errorf("attaching blockio: none of the tracepoints %v exists in this kernel", Tracepoints)
-	}
-	c.stats = c.set.Coll.Maps[blockioMapStats]
-	if err := c.Init(c.set.Coll, c.set.Programs()); err != nil {
-		return err
-	}
-	if err := c.set.Attach(); err != nil {
-		return err
-	}
-	c.Log().Debug("attached", "programs", c.ProgramIDs(), "tracepoints", c.set.Attached(), "host_wide", c.cfg.HostWide)
-	return nil
-}
-
-// Missing lists the tracepoints this kernel lacks; the collector works
-// without them (without block_rq_insert there is no queue time).
-func (c *Collector) Missing() []string {
-	if c.set == nil {
-		return nil
-	}
-	return c.set.Missing()
+// them; missing tracepoints are logged and listed by Missing
+// (without block_rq_insert there is no queue time). On error it releases
+// everything it took.
+func (c *Collector) Start(context.Context) error {
+	return c.Load(bpfutil.Object{Spec: loadBlockio, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes,
+		Consts: map[string]any{blockioVarHostWide: c.cfg.HostWide}, Rename: c.cfg.rename})
 }
 
 // Run drains the ring buffer into OnEvent until ctx is done (after
 // delivering what the kernel wrote until then) or Close.
 func (c *Collector) Run(ctx context.Context) error {
-	fn := c.cfg.OnEvent
-	if fn == nil {
-		fn = func(*Event) {}
-	}
-	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, fn)
+	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, c.cfg.OnEvent)
 }
 
 // SetTarget aggregates the requests of tgid under slot idx (1..MaxTargets-1)
 // and, with stream, sends them through the ring buffer.
 func (c *Collector) SetTarget(tgid uint32, idx uint32, stream bool) error {
-	t := bpfutil.Target{Idx: idx}
-	if stream {
-		t.Flags = bpfutil.TargetStream
-	}
-	return c.Base.SetTarget(tgid, t, MaxTargets)
+	return c.Base.SetTarget(tgid, idx, bpfutil.StreamFlags(stream))
 }
 
 // Stats is the in-kernel aggregate of one (device, target slot, op).
@@ -203,7 +150,7 @@ func (c *Collector) Stats() ([]Stats, error) {
 		per []blockioIoStats
 		out []Stats
 	)
-	it := c.stats.Iterate()
+	it := c.objs.Stats.Iterate()
 	for it.Next(&k, &per) {
 		s := Stats{Dev: k.Dev, Target: uint32(k.Target), Op: Op(k.Op)}
 		for i := range per {
@@ -231,9 +178,6 @@ func (c *Collector) Stats() ([]Stats, error) {
 	})
 	return out, nil
 }
-
-// LinkIDs are the kernel IDs of the attached links.
-func (c *Collector) LinkIDs() []link.ID { return c.set.LinkIDs() }
 
 // Major and Minor split a kernel dev_t.
 func Major(dev uint32) uint32 { return dev >> 20 }

@@ -137,7 +137,7 @@ func stream(t *testing.T, cfg Config, pid int, dev uint32) (*Collector, func() [
 		if err := <-done; err != nil {
 			t.Errorf("run: %v", err)
 		}
-		if n, _ := c.Lost(); n != 0 {
+		if n := c.Lost(); n != 0 {
 			t.Errorf("%d events lost", n)
 		}
 		mu.Lock()

@@ -70,13 +70,6 @@ func (h *Host) Run(ctx context.Context) error {
 // SetTarget aggregates tgid under slot idx, without streaming.
 func (h *Host) SetTarget(tgid, idx uint32) error { return h.Collector.SetTarget(tgid, idx, false) }
 
-// Losses reports events the kernel could not queue and records userspace
-// could not decode.
-func (h *Host) Losses() (lost, decodeErrors uint64) {
-	lost, _ = h.Collector.Lost()
-	return lost, h.DecodeErrors()
-}
-
 // Describe sends the metric descriptions.
 func (h *Host) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{h.latency, h.queue, h.service, h.bytes, h.tLatency, h.tQueue, h.tService, h.tBytes} {

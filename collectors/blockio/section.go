@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 )
 
 // Section is the block IO part of a session on one process.
@@ -56,17 +57,8 @@ func (s *Section) Start(ctx context.Context) error {
 	return nil
 }
 
-// Lost counts ring buffer reservations that failed and undecodable records.
-func (s *Section) Lost() uint64 {
-	n, _ := s.Collector.Lost()
-	return n + s.DecodeErrors()
-}
-
 // Summary is the session's `blockio` JSON section.
 func (s *Section) Summary() any { return s.total.Summary() }
-
-// Aggregate is the session's figures per device.
-func (s *Section) Aggregate() []DeviceStats { return s.total.Devices() }
 
 // WriteInterval writes one line per device for the interval that just ended.
 func (s *Section) WriteInterval(w io.Writer) {
@@ -79,7 +71,7 @@ func (s *Section) WriteInterval(w io.Writer) {
 	for _, d := range devs {
 		fmt.Fprintf(w, "blockio  %-8s r=%-6d %-9s w=%-6d %-9s lat p50=%-8s p99=%-8s max=%-8s queue p99=%s\n",
 			d.Device.Device, d.Reads, Bytes(d.ReadBytes), d.Writes, Bytes(d.WriteBytes),
-			Dur(d.Latency.P50), Dur(d.Latency.P99), Dur(d.Latency.Max), Dur(d.Queue.P99))
+			bpfutil.Dur(d.Latency.P50), bpfutil.Dur(d.Latency.P99), bpfutil.Dur(d.Latency.Max), bpfutil.Dur(d.Queue.P99))
 	}
 }
 
@@ -95,26 +87,10 @@ func (s *Section) WriteSummary(w io.Writer) {
 	fmt.Fprintln(tw, "  device\treads\tread bytes\twrites\twrite bytes\tlat p50\tlat p99\tlat max\tqueue p50\tqueue p99\t")
 	for _, d := range devs {
 		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", d.Device.Device, d.Reads, Bytes(d.ReadBytes),
-			d.Writes, Bytes(d.WriteBytes), Dur(d.Latency.P50), Dur(d.Latency.P99), Dur(d.Latency.Max),
-			Dur(d.Queue.P50), Dur(d.Queue.P99))
+			d.Writes, Bytes(d.WriteBytes), bpfutil.Dur(d.Latency.P50), bpfutil.Dur(d.Latency.P99), bpfutil.Dur(d.Latency.Max),
+			bpfutil.Dur(d.Queue.P50), bpfutil.Dur(d.Queue.P99))
 	}
 	tw.Flush()
-}
-
-// Dur formats seconds compactly: 0, 12µs, 3.4ms, 1.25s.
-func Dur(sec float64) string {
-	switch {
-	case sec == 0:
-		return "0"
-	case sec < 1e-6:
-		return fmt.Sprintf("%.0fns", sec*1e9)
-	case sec < 1e-3:
-		return fmt.Sprintf("%.0fµs", sec*1e6)
-	case sec < 1:
-		return fmt.Sprintf("%.1fms", sec*1e3)
-	default:
-		return fmt.Sprintf("%.2fs", sec)
-	}
 }
 
 // Bytes formats a byte count compactly: 512B, 4.0KiB, 1.5MiB.

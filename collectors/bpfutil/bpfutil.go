@@ -79,3 +79,19 @@ func CString[T ~int8 | ~uint8](b []T) string {
 	}
 	return sb.String()
 }
+
+// Dur formats seconds compactly for the sections' views: 0, 12µs, 3.4ms, 1.25s.
+func Dur(sec float64) string {
+	switch {
+	case sec == 0:
+		return "0"
+	case sec < 1e-6:
+		return fmt.Sprintf("%.0fns", sec*1e9)
+	case sec < 1e-3:
+		return fmt.Sprintf("%.0fµs", sec*1e6)
+	case sec < 1:
+		return fmt.Sprintf("%.1fms", sec*1e3)
+	default:
+		return fmt.Sprintf("%.2fs", sec)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 
@@ -52,6 +54,10 @@ type pipeStats struct {
 	N [numPipeStats]uint64
 }
 
+// MaxTargets bounds the target slots of every collector (MAX_TARGETS of
+// bpfbench.h); slot 0 is host-wide.
+const MaxTargets = 64
+
 // Target is the value of a targets map entry (struct target of bpfbench.h).
 type Target struct {
 	Idx   uint32
@@ -60,6 +66,14 @@ type Target struct {
 
 // TargetStream is the flag of a target whose events are streamed.
 const TargetStream = 1
+
+// StreamFlags are the target flags of a target streamed or not.
+func StreamFlags(stream bool) uint32 {
+	if stream {
+		return TargetStream
+	}
+	return 0
+}
 
 var readerCPUs atomic.Pointer[unix.CPUSet]
 
@@ -133,7 +147,8 @@ type DrainStats struct {
 	CPUNs uint64 `json:"cpu_ns"`
 }
 
-// Base is what every eBPF collector shares: the ring buffer reader, the
+// Base is what every eBPF collector shares: loading its object and
+// attaching its tp_btf programs (Load), the ring buffer reader (Drain), the
 // pipeline counters, the targets map and an idempotent Close that releases
 // the reader, then what OnClose registered, in reverse order (links before
 // the objects they use).
@@ -145,8 +160,13 @@ type Base struct {
 	targets   *ebpf.Map
 	nrTargets *ebpf.Variable
 	programs  []*ebpf.Program
-	rd        *ringbuf.Reader
-	closers   []func() error
+	links     []link.Link
+	// The tracepoints whose programs were loaded, and those this kernel lacks.
+	attached, missing []string
+	rd                *ringbuf.Reader
+	closers           []func() error
+	// final are the pipeline counters as Close found them.
+	final atomic.Pointer[PipeStats]
 
 	targetsMu sync.Mutex
 	targetSet map[uint32]bool
@@ -174,17 +194,10 @@ func (b *Base) Log() *slog.Logger { return b.log }
 // OnClose registers fn to run at Close, before what was registered earlier.
 func (b *Base) OnClose(fn func() error) { b.closers = append(b.closers, fn) }
 
-// Init takes the pipeline maps of a loaded object (targets and nrTargets
-// may be nil for objects that follow no process) and the programs whose
-// IDs and run-time statistics it reports, and opens the reader.
-func (b *Base) Init(coll *ebpf.Collection, programs []*ebpf.Program) error {
-	b.events = coll.Maps["events"]
-	b.stats = coll.Maps["pipe_stats"]
-	b.targets = coll.Maps["targets"]
-	b.nrTargets = coll.Variables["nr_targets"]
-	b.programs = programs
+// openReader opens the reader of the loaded events ring.
+func (b *Base) openReader() error {
 	if b.events == nil || b.stats == nil {
-		return fmt.Errorf("the %s object has no pipeline maps", b.name)
+		return fmt.Errorf("the %s object has no pipeline maps (include pipeline.h)", b.name)
 	}
 	rd, err := ringbuf.NewReader(b.events)
 	if err != nil {
@@ -194,13 +207,19 @@ func (b *Base) Init(coll *ebpf.Collection, programs []*ebpf.Program) error {
 	return nil
 }
 
-// Started reports whether Init succeeded.
+// Started reports whether Load succeeded.
 func (b *Base) Started() bool { return b.rd != nil }
 
-// Close closes the reader, then runs the OnClose functions in reverse
-// order. It is idempotent.
+// Close keeps the pipeline counters (PipeStats and Lost report them
+// afterwards), closes the reader, then runs the OnClose functions in
+// reverse order. It is idempotent.
 func (b *Base) Close() error {
 	b.closeOnce.Do(func() {
+		if b.stats != nil {
+			if s, err := b.PipeStats(); err == nil {
+				b.final.Store(&s)
+			}
+		}
 		var errs []error
 		if b.rd != nil {
 			errs = append(errs, b.rd.Close())
@@ -214,18 +233,54 @@ func (b *Base) Close() error {
 	return b.closeErr
 }
 
-// SetTarget puts tgid in the targets map under slot idx with flags and
-// keeps nr_targets current.
-func (b *Base) SetTarget(tgid uint32, t Target, maxSlots uint32) error {
-	if t.Idx == 0 || t.Idx >= maxSlots {
-		return fmt.Errorf("target slot %d out of range 1..%d", t.Idx, maxSlots-1)
+// closeLinks detaches the tp_btf programs Load attached.
+func (b *Base) closeLinks() error {
+	var errs []error
+	for i := len(b.links) - 1; i >= 0; i-- {
+		errs = append(errs, b.links[i].Close())
+	}
+	b.links = nil
+	return errors.Join(errs...)
+}
+
+// Attached lists the tracepoints whose programs Load loaded.
+func (b *Base) Attached() []string { return slices.Clone(b.attached) }
+
+// Missing lists the tracepoints this kernel lacks; their programs were
+// left out.
+func (b *Base) Missing() []string { return slices.Clone(b.missing) }
+
+// LinkIDs are the kernel IDs of the links Load made.
+func (b *Base) LinkIDs() []link.ID {
+	var ids []link.ID
+	for _, l := range b.links {
+		if info, err := l.Info(); err == nil {
+			ids = append(ids, info.ID)
+		}
+	}
+	return ids
+}
+
+// CheckSlot reports a target slot outside 1..MaxTargets-1.
+func CheckSlot(idx uint32) error {
+	if idx == 0 || idx >= MaxTargets {
+		return fmt.Errorf("target slot %d out of range 1..%d", idx, MaxTargets-1)
+	}
+	return nil
+}
+
+// SetTarget puts tgid in the targets map under slot idx (1..MaxTargets-1)
+// with flags and keeps nr_targets current.
+func (b *Base) SetTarget(tgid, idx, flags uint32) error {
+	if err := CheckSlot(idx); err != nil {
+		return err
 	}
 	if b.targets == nil {
 		return fmt.Errorf("the %s collector follows no process", b.name)
 	}
 	b.targetsMu.Lock()
 	defer b.targetsMu.Unlock()
-	if err := b.targets.Put(tgid, t); err != nil {
+	if err := b.targets.Put(tgid, Target{Idx: idx, Flags: flags}); err != nil {
 		return fmt.Errorf("adding target pid %d: %w", tgid, err)
 	}
 	if b.targetSet == nil {
@@ -259,8 +314,12 @@ func (b *Base) setNrTargets() error {
 	return nil
 }
 
-// PipeStats reads the kernel's pipeline counters.
+// PipeStats reads the kernel's pipeline counters (after Close: as Close
+// found them).
 func (b *Base) PipeStats() (PipeStats, error) {
+	if s := b.final.Load(); s != nil {
+		return *s, nil
+	}
 	if b.stats == nil {
 		return PipeStats{}, fmt.Errorf("the %s collector is not started", b.name)
 	}
@@ -279,10 +338,18 @@ func (b *Base) PipeStats() (PipeStats, error) {
 	return s, nil
 }
 
-// Lost is the number of records the ring buffer could not take.
-func (b *Base) Lost() (uint64, error) {
-	s, err := b.PipeStats()
-	return s.Lost, err
+// Losses are the records the ring buffer could not take and those too
+// short to decode (collectors.Host).
+func (b *Base) Losses() (lost, decodeErrors uint64) {
+	s, _ := b.PipeStats()
+	return s.Lost, b.decodeErr.Load()
+}
+
+// Lost is the number of records the ring buffer could not take plus those
+// too short to decode (collectors.Section).
+func (b *Base) Lost() uint64 {
+	lost, dec := b.Losses()
+	return lost + dec
 }
 
 // DecodeErrors is the number of records too short to decode.
@@ -342,7 +409,8 @@ func (b *Base) ProgramRuntime() (ns, runs uint64) {
 }
 
 // Drain delivers the records of b's ring buffer to fn, cast to *T
-// (zero-copy, length-checked; the pointer is valid during the call only),
+// (zero-copy, length-checked; the pointer is valid during the call only;
+// a nil fn counts them only),
 // until ctx is done (after delivering everything written until then) or
 // Close. It runs on a thread of its own at nice ReaderNice, on the CPUs of
 // SetReaderCPUs, and sleeps until period has passed or the kernel woke it
@@ -354,6 +422,9 @@ func Drain[T any](ctx context.Context, b *Base, period time.Duration, fn func(*T
 	}
 	if period <= 0 {
 		period = DefaultDrainPeriod
+	}
+	if fn == nil {
+		fn = func(*T) {}
 	}
 	errc := make(chan error, 1)
 	go func() {

@@ -25,7 +25,7 @@ import (
 
 // MaxTargets bounds the aggregate slots; slot 0 is unused (uprobes only
 // see targets).
-const MaxTargets = 64
+const MaxTargets = bpfutil.MaxTargets
 
 // Flags say what a target streams through the ring buffer.
 type Flags uint32
@@ -146,40 +146,18 @@ func New(cfg Config) *Collector {
 
 // Start loads the programs and opens the ring buffer; nothing is attached
 // until Attach. On error it releases everything it took.
-func (c *Collector) Start(context.Context) (err error) {
-	spec, err := loadCuda()
-	if err != nil {
-		return fmt.Errorf("reading the cuda eBPF object: %w", err)
-	}
-	if err := bpfutil.ConfigurePipeline(spec, c.cfg.RingBufferBytes); err != nil {
-		return fmt.Errorf("configuring cuda: %w", err)
-	}
-	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
-		return bpfutil.LoadError("the cuda programs", err)
-	}
-	c.OnClose(c.objs.Close)
-	c.OnClose(c.detachAll)
-	defer func() {
-		if err != nil {
-			c.Close()
-		}
-	}()
-	if err := c.Init(&ebpf.Collection{Maps: map[string]*ebpf.Map{"events": c.objs.Events, "pipe_stats": c.objs.PipeStats, "targets": c.objs.Targets},
-		Variables: map[string]*ebpf.Variable{"nr_targets": c.objs.NrTargets}}, []*ebpf.Program{c.objs.CudaEnter, c.objs.CudaEnterMulti, c.objs.CudaExit}); err != nil {
+func (c *Collector) Start(context.Context) error {
+	if err := c.Load(bpfutil.Object{Spec: loadCuda, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes}); err != nil {
 		return err
 	}
-	c.Log().Debug("loaded", "programs", c.ProgramIDs())
+	c.OnClose(c.detachAll) // the uprobes, before the programs
 	return nil
 }
 
 // Run drains the ring buffer into OnEvent until ctx is done (after
 // delivering what the kernel wrote until then) or Close.
 func (c *Collector) Run(ctx context.Context) error {
-	fn := c.cfg.OnEvent
-	if fn == nil {
-		fn = func(*Event) {}
-	}
-	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, fn)
+	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, c.cfg.OnEvent)
 }
 
 // detachAll detaches every uprobe (at Close, before the programs close).
@@ -298,7 +276,7 @@ func (c *Collector) LaunchProbeKinds(tgid uint32) (emulated, singleStep int) {
 // SetTarget aggregates the calls of tgid under slot idx (1..MaxTargets-1)
 // and streams what flags say. It attaches nothing: see Attach.
 func (c *Collector) SetTarget(tgid, idx uint32, flags Flags) error {
-	return c.Base.SetTarget(tgid, bpfutil.Target{Idx: idx, Flags: uint32(flags)}, MaxTargets)
+	return c.Base.SetTarget(tgid, idx, uint32(flags))
 }
 
 // DeleteTarget stops following tgid and detaches its uprobes. Deleting an

@@ -161,13 +161,6 @@ func (h *Host) Run(ctx context.Context) error {
 	}
 }
 
-// Losses reports events the kernel could not queue and records userspace
-// could not decode (the daemon streams nothing, so both stay 0).
-func (h *Host) Losses() (lost, decodeErrors uint64) {
-	lost, _ = h.Collector.Lost()
-	return lost, h.DecodeErrors()
-}
-
 // Describe sends the metric descriptions.
 func (h *Host) Describe(ch chan<- *prometheus.Desc) {
 	ch <- h.calls

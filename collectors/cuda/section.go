@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/uprobecost"
 )
 
@@ -197,18 +198,6 @@ func (s *Section) current() snapshot {
 	return s.snap
 }
 
-// Lost counts ring buffer reservations that failed and undecodable records.
-func (s *Section) Lost() uint64 {
-	s.mu.Lock()
-	live := s.live
-	s.mu.Unlock()
-	var n uint64
-	if live {
-		n, _ = s.Collector.Lost()
-	}
-	return n + s.DecodeErrors()
-}
-
 // Aggregate is the session's summary with every launch shape.
 func (s *Section) Aggregate() Summary { return s.summary(0) }
 
@@ -281,13 +270,13 @@ func (s *Section) WriteInterval(w io.Writer) {
 	}
 	s.interval.Reset()
 	fmt.Fprintf(w, "cuda   launch=%-7d sync=%-5d in-sync=%-8s max=%-8s copy=%-6d alloc=%-5d free=%-5d errors=%d oom=%d\n",
-		byKind[Launch], syncN, dur(syncSum), dur(syncMax), byKind[Copy], byKind[Alloc], byKind[Free], errs, oom)
+		byKind[Launch], syncN, bpfutil.Dur(syncSum), bpfutil.Dur(syncMax), byKind[Copy], byKind[Alloc], byKind[Free], errs, oom)
 }
 
 // WriteSummary writes the end-of-session table.
 func (s *Section) WriteSummary(w io.Writer) {
 	sum := s.summary(5)
-	fmt.Fprintf(w, "CUDA\n  time in blocking calls: %s\n", dur(sum.BlockedSeconds))
+	fmt.Fprintf(w, "CUDA\n  time in blocking calls: %s\n", bpfutil.Dur(sum.BlockedSeconds))
 	for _, l := range sum.Libraries {
 		fmt.Fprintf(w, "  %s library %s (%d symbols probed", l.API, l.Path, l.Symbols)
 		if l.BuildID != "" {
@@ -301,7 +290,7 @@ func (s *Section) WriteSummary(w io.Writer) {
 		for _, c := range sum.Calls {
 			p50, p99, mx, tot := "-", "-", "-", "-"
 			if c.Duration != nil {
-				p50, p99, mx, tot = dur(c.Duration.P50), dur(c.Duration.P99), dur(c.Duration.Max), dur(c.Duration.Sum)
+				p50, p99, mx, tot = bpfutil.Dur(c.Duration.P50), bpfutil.Dur(c.Duration.P99), bpfutil.Dur(c.Duration.Max), bpfutil.Dur(c.Duration.Sum)
 			}
 			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", c.Name, c.Count, c.Errors, c.Bytes, p50, p99, mx, tot)
 		}
@@ -319,21 +308,5 @@ func (s *Section) WriteSummary(w io.Writer) {
 		for _, e := range sum.OutOfMemory.Events {
 			fmt.Fprintf(w, "    %s of %d bytes by tid %d: error %d\n", e.Call, e.Bytes, e.Tid, e.Code)
 		}
-	}
-}
-
-// dur formats seconds compactly: 0, 12µs, 3.4ms, 1.25s.
-func dur(sec float64) string {
-	switch {
-	case sec == 0:
-		return "0"
-	case sec < 1e-6:
-		return fmt.Sprintf("%.0fns", sec*1e9)
-	case sec < 1e-3:
-		return fmt.Sprintf("%.0fµs", sec*1e6)
-	case sec < 1:
-		return fmt.Sprintf("%.1fms", sec*1e3)
-	default:
-		return fmt.Sprintf("%.2fs", sec)
 	}
 }

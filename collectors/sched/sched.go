@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/hist"
@@ -50,7 +49,7 @@ type Event = schedEvent
 var Tracepoints = []string{"sched_switch"}
 
 // MaxTargets bounds the aggregate slots; index 0 is host-wide.
-const MaxTargets = 64
+const MaxTargets = bpfutil.MaxTargets
 
 // Fold says which switch-ins of a streamed thread are summed in the kernel
 // instead of sent as records: those whose run-queue wait is under Runqueue
@@ -96,7 +95,6 @@ type Collector struct {
 	*bpfutil.Base
 	cfg  Config
 	objs schedObjects
-	link link.Link
 }
 
 // New returns a collector; Start loads it.
@@ -112,64 +110,24 @@ func New(cfg Config) *Collector {
 
 // Start loads the program and attaches it. On error it releases
 // everything it took.
-func (c *Collector) Start(context.Context) (err error) {
-	spec, err := loadSched()
-	if err != nil {
-		return fmt.Errorf("reading the sched eBPF object: %w", err)
-	}
-	if err := bpfutil.ConfigurePipeline(spec, c.cfg.RingBufferBytes); err != nil {
-		return fmt.Errorf("configuring sched: %w", err)
-	}
+func (c *Collector) Start(context.Context) error {
 	f := c.cfg.Fold
-	for name, v := range map[string]any{
-		"host_wide": c.cfg.HostWide, "fold_runq_ns": uint64(f.Runqueue), "fold_offcpu_ns": uint64(f.OffCPU),
-		"fold_sleep_ns": uint64(f.Sleep), "flush_ns": uint64(f.Flush), "host_sample_mask": c.sampleMask(),
-	} {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return fmt.Errorf("configuring sched (%s): %w", name, err)
-		}
-	}
-	if err := spec.LoadAndAssign(&c.objs, nil); err != nil {
-		return bpfutil.LoadError("the sched program", err)
-	}
-	c.OnClose(c.objs.Close)
-	defer func() {
-		if err != nil {
-			c.Close()
-		}
-	}()
-	if err := c.Init(&ebpf.Collection{Maps: map[string]*ebpf.Map{"events": c.objs.Events, "pipe_stats": c.objs.PipeStats, "targets": c.objs.Targets},
-		Variables: map[string]*ebpf.Variable{"nr_targets": c.objs.NrTargets}}, []*ebpf.Program{c.objs.SchedSwitch}); err != nil {
-		return err
-	}
-	l, err := link.AttachTracing(link.TracingOptions{Program: c.objs.SchedSwitch})
-	if err != nil {
-		return fmt.Errorf("attaching tp_btf/sched_switch: %w", err)
-	}
-	c.OnClose(l.Close)
-	c.link = l
-	c.Log().Debug("attached", "programs", c.ProgramIDs(), "host_wide", c.cfg.HostWide)
-	return nil
+	return c.Load(bpfutil.Object{Spec: loadSched, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Consts: map[string]any{
+		schedVarHostWide: c.cfg.HostWide, schedVarFoldRunqNs: uint64(f.Runqueue), schedVarFoldOffcpuNs: uint64(f.OffCPU),
+		schedVarFoldSleepNs: uint64(f.Sleep), schedVarFlushNs: uint64(f.Flush), schedVarHostSampleMask: c.sampleMask(),
+	}})
 }
 
 // Run drains the ring buffer into OnEvent until ctx is done (after
 // delivering what the kernel wrote until then) or Close.
 func (c *Collector) Run(ctx context.Context) error {
-	fn := c.cfg.OnEvent
-	if fn == nil {
-		fn = func(*Event) {}
-	}
-	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, fn)
+	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, c.cfg.OnEvent)
 }
 
 // SetTarget aggregates the threads of tgid under slot idx (1..MaxTargets-1)
 // and, with stream, sends their events through the ring buffer.
 func (c *Collector) SetTarget(tgid uint32, idx uint32, stream bool) error {
-	t := bpfutil.Target{Idx: idx}
-	if stream {
-		t.Flags = bpfutil.TargetStream
-	}
-	return c.Base.SetTarget(tgid, t, MaxTargets)
+	return c.Base.SetTarget(tgid, idx, bpfutil.StreamFlags(stream))
 }
 
 func (c *Collector) readHist(m *ebpf.Map, key uint32) (hist.Log2, error) {
@@ -212,15 +170,4 @@ func (c *Collector) OffCPUHist(idx uint32, s State) (hist.Log2, error) {
 		return hist.Log2{}, fmt.Errorf("no off-CPU histogram for state %v", s)
 	}
 	return c.readHist(c.objs.OffcpuHist, idx*NumStates+uint32(s))
-}
-
-// LinkIDs are the kernel IDs of the attached links.
-func (c *Collector) LinkIDs() []link.ID {
-	if c.link == nil {
-		return nil
-	}
-	if info, err := c.link.Info(); err == nil {
-		return []link.ID{info.ID}
-	}
-	return nil
 }

@@ -122,7 +122,7 @@ func session(t *testing.T, pid int) (*Collector, *Aggregator, func()) {
 		if err := <-done; err != nil {
 			t.Errorf("run: %v", err)
 		}
-		if n, _ := c.Lost(); n != 0 {
+		if n := c.Lost(); n != 0 {
 			t.Errorf("%d events lost", n)
 		}
 	}
@@ -307,10 +307,11 @@ func TestFullRingBufferIsCounted(t *testing.T) {
 	}
 	child.Go(t)
 	child.Wait(t, 10*time.Second)
-	lost, err := c.Lost()
+	ps, err := c.PipeStats()
 	if err != nil {
 		t.Fatal(err)
 	}
+	lost := ps.Lost
 	sleep, err := c.OffCPUHist(1, Sleep)
 	if err != nil {
 		t.Fatal(err)
@@ -323,5 +324,12 @@ func TestFullRingBufferIsCounted(t *testing.T) {
 	}
 	if sleep.Count < 50 {
 		t.Errorf("the in-kernel aggregate counted %d sleeps, want all 50+", sleep.Count)
+	}
+	// A session reports its losses after closing its collectors.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Lost(); n < lost {
+		t.Errorf("after Close, Lost() = %d, want at least the %d counted before", n, lost)
 	}
 }

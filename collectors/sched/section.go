@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 )
 
 // Section is the scheduler's part of a session on one process.
@@ -50,17 +51,8 @@ func (s *Section) Start(ctx context.Context) error {
 	return nil
 }
 
-// Lost counts ring buffer reservations that failed and undecodable records.
-func (s *Section) Lost() uint64 {
-	n, _ := s.Collector.Lost()
-	return n + s.DecodeErrors()
-}
-
 // Summary is the session's `sched` JSON section.
 func (s *Section) Summary() any { return s.total.Summary(10) }
-
-// Aggregate is the session's summary with every thread.
-func (s *Section) Aggregate() Summary { return s.total.Summary(0) }
 
 // WriteInterval writes one line for the interval that just ended.
 func (s *Section) WriteInterval(w io.Writer) {
@@ -69,12 +61,12 @@ func (s *Section) WriteInterval(w io.Writer) {
 	top := "-"
 	if len(sum.Threads) > 0 && sum.Threads[0].RunqueueSeconds > 0 {
 		t := sum.Threads[0]
-		top = fmt.Sprintf("%s/%d %s", t.Comm, t.Tid, Dur(t.RunqueueSeconds))
+		top = fmt.Sprintf("%s/%d %s", t.Comm, t.Tid, bpfutil.Dur(t.RunqueueSeconds))
 	}
 	l := sum.RunqueueLatency
 	fmt.Fprintf(w, "sched  runq n=%-6d p50=%-8s p99=%-8s max=%-8s sum=%-8s  offcpu preempt=%-8s io=%-8s sleep=%-8s  top-runq %s\n",
-		l.Count, Dur(l.P50), Dur(l.P99), Dur(l.Max), Dur(l.Sum),
-		Dur(sum.OffCPU.Preempted), Dur(sum.OffCPU.IOWait), Dur(sum.OffCPU.Sleep), top)
+		l.Count, bpfutil.Dur(l.P50), bpfutil.Dur(l.P99), bpfutil.Dur(l.Max), bpfutil.Dur(l.Sum),
+		bpfutil.Dur(sum.OffCPU.Preempted), bpfutil.Dur(sum.OffCPU.IOWait), bpfutil.Dur(sum.OffCPU.Sleep), top)
 }
 
 // WriteSummary writes the end-of-session table.
@@ -82,9 +74,9 @@ func (s *Section) WriteSummary(w io.Writer) {
 	sum := s.total.Summary(10)
 	l := sum.RunqueueLatency
 	fmt.Fprintf(w, "Scheduler\n  run-queue latency: %d waits, p50 %s, p99 %s, max %s, total %s\n",
-		l.Count, Dur(l.P50), Dur(l.P99), Dur(l.Max), Dur(l.Sum))
+		l.Count, bpfutil.Dur(l.P50), bpfutil.Dur(l.P99), bpfutil.Dur(l.Max), bpfutil.Dur(l.Sum))
 	fmt.Fprintf(w, "  off-CPU: preempted %s, io_wait (D) %s, sleep (S) %s\n",
-		Dur(sum.OffCPU.Preempted), Dur(sum.OffCPU.IOWait), Dur(sum.OffCPU.Sleep))
+		bpfutil.Dur(sum.OffCPU.Preempted), bpfutil.Dur(sum.OffCPU.IOWait), bpfutil.Dur(sum.OffCPU.Sleep))
 	if len(sum.Threads) == 0 {
 		return
 	}
@@ -92,25 +84,9 @@ func (s *Section) WriteSummary(w io.Writer) {
 	fmt.Fprintln(tw, "  tid\tcomm\trunq waits\trunq total\tpreempted\tio_wait\tsleep\t")
 	for _, t := range sum.Threads {
 		fmt.Fprintf(tw, "  %d\t%s\t%d\t%s\t%s\t%s\t%s\t\n", t.Tid, t.Comm, t.RunqueueCount,
-			Dur(t.RunqueueSeconds), Dur(t.OffCPU.Preempted), Dur(t.OffCPU.IOWait), Dur(t.OffCPU.Sleep))
+			bpfutil.Dur(t.RunqueueSeconds), bpfutil.Dur(t.OffCPU.Preempted), bpfutil.Dur(t.OffCPU.IOWait), bpfutil.Dur(t.OffCPU.Sleep))
 	}
 	tw.Flush()
-}
-
-// Dur formats seconds compactly: 0, 12µs, 3.4ms, 1.25s.
-func Dur(sec float64) string {
-	switch {
-	case sec == 0:
-		return "0"
-	case sec < 1e-6:
-		return fmt.Sprintf("%.0fns", sec*1e9)
-	case sec < 1e-3:
-		return fmt.Sprintf("%.0fµs", sec*1e6)
-	case sec < 1:
-		return fmt.Sprintf("%.1fms", sec*1e3)
-	default:
-		return fmt.Sprintf("%.2fs", sec)
-	}
 }
 
 // record turns an event into the run-queue and off-CPU spans it closes.

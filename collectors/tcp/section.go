@@ -105,12 +105,6 @@ func (s *Section) Start(ctx context.Context) error {
 	return nil
 }
 
-// Lost counts ring buffer reservations that failed and undecodable records.
-func (s *Section) Lost() uint64 {
-	n, _ := s.Collector.Lost()
-	return n + s.DecodeErrors()
-}
-
 // Summary is the session's `tcp` JSON section; it refreshes first so that
 // tcp_info figures of open connections are current.
 func (s *Section) Summary() any {

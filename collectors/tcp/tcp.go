@@ -28,7 +28,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/hist"
@@ -128,7 +127,7 @@ func kfreeSkbHasRxSk() bool {
 }
 
 // MaxTargets bounds the aggregate slots; index 0 is host-wide.
-const MaxTargets = 64
+const MaxTargets = bpfutil.MaxTargets
 
 // Config configures a Collector.
 type Config struct {
@@ -166,11 +165,8 @@ type targetInfo struct {
 // its targets.
 type Collector struct {
 	*bpfutil.Base
-	cfg    Config
-	set    *bpfutil.TracingSet
-	socks  *ebpf.Map
-	listen *ebpf.Map
-	stats  *ebpf.Map
+	cfg  Config
+	objs tcpObjects
 
 	mu      sync.Mutex
 	targets map[uint32]targetInfo
@@ -192,17 +188,7 @@ func New(cfg Config) *Collector {
 // Start loads the programs whose tracepoints the kernel has and attaches
 // them; missing tracepoints are logged and listed by Missing. On error it
 // releases everything it took.
-func (c *Collector) Start(context.Context) (err error) {
-	spec, err := loadTcp()
-	if err != nil {
-		return fmt.Errorf("reading the tcp eBPF object: %w", err)
-	}
-	if err := spec.Variables["host_wide"].Set(c.cfg.HostWide); err != nil {
-		return fmt.Errorf("configuring tcp: %w", err)
-	}
-	if err := bpfutil.ConfigurePipeline(spec, c.cfg.RingBufferBytes); err != nil {
-		return fmt.Errorf("configuring tcp: %w", err)
-	}
+func (c *Collector) Start(context.Context) error {
 	rename := c.cfg.rename
 	if _, ok := rename["kfree_skb"]; !ok && !kfreeSkbHasRxSk() {
 		rename = map[string]string{"kfree_skb": kfreeSkbNoRxSk}
@@ -210,41 +196,8 @@ func (c *Collector) Start(context.Context) (err error) {
 			rename[k] = v
 		}
 	}
-	c.set, err = bpfutil.LoadTracing("the tcp programs", spec, rename)
-	if err != nil {
-		return err
-	}
-	c.OnClose(c.set.Close)
-	defer func() {
-		if err != nil {
-			c.Close()
-		}
-	}()
-	for _, tp := range c.set.Missing() {
-		c.Log().Warn("tracepoint missing in this kernel; carrying on without it", "tracepoint", tp)
-	}
-	if len(c.set.Attached()) == 0 {
-		return fmt.Errorf("attaching tcp: none of the tracepoints %v exists in this kernel", Tracepoints)
-	}
-	m := c.set.Coll.Maps
-	c.socks, c.listen, c.stats = m[tcpMapSocks], m[tcpMapListenPorts], m[tcpMapStats]
-	if err := c.Init(c.set.Coll, c.set.Programs()); err != nil {
-		return err
-	}
-	if err := c.set.Attach(); err != nil {
-		return err
-	}
-	c.Log().Debug("attached", "programs", c.ProgramIDs(), "tracepoints", c.set.Attached(), "host_wide", c.cfg.HostWide)
-	return nil
-}
-
-// Missing lists the tracepoints this kernel lacks; the collector works
-// without them.
-func (c *Collector) Missing() []string {
-	if c.set == nil {
-		return nil
-	}
-	return c.set.Missing()
+	return c.Load(bpfutil.Object{Spec: loadTcp, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes,
+		Consts: map[string]any{tcpVarHostWide: c.cfg.HostWide}, Rename: rename})
 }
 
 // Run refreshes the targets' sockets every RefreshInterval and drains the
@@ -302,8 +255,8 @@ func (c *Collector) handle(e *Event) {
 // (1..MaxTargets-1) and, with stream, sends their events through the ring
 // buffer. It looks for the target's sockets at once.
 func (c *Collector) SetTarget(tgid uint32, idx uint32, stream bool) error {
-	if idx == 0 || idx >= MaxTargets {
-		return fmt.Errorf("target slot %d out of range 1..%d", idx, MaxTargets-1)
+	if err := bpfutil.CheckSlot(idx); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	c.targets[tgid] = targetInfo{idx: idx, stream: stream}
@@ -338,15 +291,12 @@ func (c *Collector) Refresh() error {
 			errs = append(errs, err)
 			continue
 		}
-		flags := uint32(0)
-		if ti.stream {
-			flags = 1
-		}
+		flags := bpfutil.StreamFlags(ti.stream)
 		for _, s := range socks {
 			if s.state == tcpListen {
 				k := tcpListenKey{Netns: s.netns, Port: s.local.Port()}
 				listens[k] = struct{}{}
-				if err := c.listen.Put(k, tcpTarget{Idx: ti.idx, Flags: flags}); err != nil {
+				if err := c.objs.ListenPorts.Put(k, tcpTarget{Idx: ti.idx, Flags: flags}); err != nil {
 					errs = append(errs, fmt.Errorf("following listening port %d: %w", k.Port, err))
 				}
 				continue
@@ -355,7 +305,7 @@ func (c *Collector) Refresh() error {
 				continue
 			}
 			v := tcpSockInfo{Idx: ti.idx, Flags: flags, SndWndMin: ^uint32(0)}
-			if err := c.socks.Update(s.cookie, v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			if err := c.objs.Socks.Update(s.cookie, v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 				errs = append(errs, fmt.Errorf("following socket %v -> %v: %w", s.local, s.remote, err))
 			}
 			c.mu.Lock()
@@ -372,7 +322,7 @@ func (c *Collector) Refresh() error {
 	c.mu.Lock()
 	for k := range c.listens {
 		if _, ok := listens[k]; !ok {
-			_ = c.listen.Delete(k)
+			_ = c.objs.ListenPorts.Delete(k)
 		}
 	}
 	c.listens = listens
@@ -391,7 +341,7 @@ func (c *Collector) readKernelState() {
 	)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	it := c.socks.Iterate()
+	it := c.objs.Socks.Iterate()
 	for it.Next(&k, &v) {
 		conn := c.conns[k]
 		if conn == nil {
@@ -434,7 +384,7 @@ type Stats struct {
 // Stats reads the in-kernel aggregate of slot idx (0 = host-wide).
 func (c *Collector) Stats(idx uint32) (Stats, error) {
 	var per []tcpTstats
-	if err := c.stats.Lookup(idx, &per); err != nil {
+	if err := c.objs.Stats.Lookup(idx, &per); err != nil {
 		return Stats{}, fmt.Errorf("reading tcp stats of slot %d: %w", idx, err)
 	}
 	var s Stats
@@ -450,9 +400,6 @@ func (c *Collector) Stats(idx uint32) (Stats, error) {
 	}
 	return s, nil
 }
-
-// LinkIDs are the kernel IDs of the attached links.
-func (c *Collector) LinkIDs() []link.ID { return c.set.LinkIDs() }
 
 func cookieOf(c [2]uint32) uint64 {
 	var b [8]byte

@@ -321,7 +321,7 @@ func run(t *testing.T, c *Collector) (stop func()) {
 		if err := <-done; err != nil {
 			t.Errorf("run: %v", err)
 		}
-		if n, _ := c.Lost(); n != 0 {
+		if n := c.Lost(); n != 0 {
 			t.Errorf("%d events lost", n)
 		}
 	}
