@@ -35,7 +35,7 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("usage: reportsample -o DIR result.json...")
+		return errors.New("usage: reportsample [-o DIR] RESULT_JSON [RESULT_JSON ...]")
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
