@@ -115,6 +115,9 @@ func fmtNum(f float64) string {
 		return group(strconv.FormatInt(int64(f), 10))
 	}
 	s := strconv.FormatFloat(f, 'f', 2, 64)
+	if s == "-0.00" {
+		s = "0.00" // a tiny negative number
+	}
 	if i := strings.IndexByte(s, '.'); i >= 0 {
 		return group(s[:i]) + s[i:]
 	}

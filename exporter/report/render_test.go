@@ -287,6 +287,15 @@ func TestWriteTerminal(t *testing.T) {
 			t.Errorf("%s: non-finite number printed:\n%s", name, out)
 		}
 	}
+	// collection begins a moment before the load
+	d := fullDocument()
+	d.Collection.StartedOffsetS = -0.0031
+	if out := terminal(t, d); !strings.Contains(out, "pid 4242 (llmsim), 0–60.20 s;") || strings.Contains(out, "-0.00") {
+		t.Errorf("a start offset of -3.1 ms:\n%s", out)
+	}
+	if got := fmtNum(-0.001); got != "0.00" {
+		t.Errorf("fmtNum(-0.001) = %q", got)
+	}
 	out = terminal(t, failedDocument())
 	if !strings.Contains(out, "0 completed, 20 failed") || !strings.Contains(out, "All 20 requests failed") || strings.Contains(out, "Attribution") {
 		t.Errorf("failed run:\n%s", out)

@@ -142,7 +142,9 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		}
 		span := ""
 		if c.StoppedOffsetS > c.StartedOffsetS {
-			span = fmt.Sprintf(", %s–%s s", fmtNum(c.StartedOffsetS), fmtNum(c.StoppedOffsetS))
+			// collection starts a moment before the load: a start
+			// offset of a few negative milliseconds reads as 0
+			span = fmt.Sprintf(", %s–%s s", fmtNum(round2(c.StartedOffsetS)), fmtNum(round2(c.StoppedOffsetS)))
 		}
 		stop := c.StoppedReason
 		if stop == "" {
