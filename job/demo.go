@@ -1,0 +1,373 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/perturb"
+	"github.com/bpfbench/bpfbench/readiness"
+	"github.com/bpfbench/bpfbench/session"
+)
+
+// The demo's settings: the simulated server's GPU step and its slowed-down
+// one, how long its slow-reading clients stop reading, and the request rate
+// of a phased job (demo, validate) when none is given.
+const (
+	DemoKernelUS     = 2000
+	DemoSlowKernelUS = 9000
+	DemoSlowPause    = 4 * time.Second
+	DefaultPhaseRate = 4.0
+)
+
+// DemoPhases are the demo's phases, in order.
+var DemoPhases = []string{"baseline", "cpu contention", "disk contention", "gpu slowdown", "slow-reading client"}
+
+// DemoSlowReaders are the requests of the last phase that read slowly: a
+// quarter and half way into it, perPhase requests a phase.
+func DemoSlowReaders(perPhase int) []int {
+	return []int{4*perPhase + perPhase/4, 4*perPhase + perPhase/2}
+}
+
+// PhaseRate is the rate of a phased job: rate, or DefaultPhaseRate when it
+// is not a finite positive number (the load options' default, inf, sends
+// everything at once, which a phased scenario cannot split).
+func PhaseRate(rate float64) float64 {
+	if rate <= 0 || math.IsInf(rate, 0) || math.IsNaN(rate) {
+		return DefaultPhaseRate
+	}
+	return rate
+}
+
+// DemoConfig configures the demo: the whole job on the simulated server.
+type DemoConfig struct {
+	// Load is the base load (endpoint, model, timeouts, headers, output
+	// length, percentiles, ...); the demo sets its target, rate, arrivals
+	// and requests.
+	Load loadgen.Config
+	// Sim is the running simulated server (StartSim).
+	Sim *Sim
+	// OutDir receives result.json, trace.json and report.html.
+	OutDir string
+	// Phase is the length of each phase; Rate the fixed request rate.
+	Phase time.Duration
+	Rate  float64
+	// Sections, Readiness and Logger are those of RunConfig.
+	Sections  []session.SectionFactory
+	Readiness func() []readiness.Check
+	Logger    *slog.Logger
+}
+
+// DemoPerPhase is the number of requests in each phase.
+func DemoPerPhase(rate float64, phase time.Duration) int { return int(rate * phase.Seconds()) }
+
+// CheckDemo says what is wrong with a demo's phase length and rate.
+func CheckDemo(rate float64, phase time.Duration) error {
+	if phase < 2*time.Second || rate <= 0 {
+		return errors.New("--phase must be at least 2s and --rate positive")
+	}
+	if n := DemoPerPhase(rate, phase); n < 4 {
+		return fmt.Errorf("%v phases at %g req/s make %d requests a phase; give at least 4 (a longer --phase or a higher --rate)", phase, rate, n)
+	}
+	return nil
+}
+
+// DemoResult is a demo's run and what each phase injected.
+type DemoResult struct {
+	*RunResult
+	Injected []string
+}
+
+// Demo drives the simulated server through its phases (a baseline, CPU
+// contention, disk contention, a GPU slowdown, a slow-reading client)
+// while the collectors follow it, and returns the run with what each phase
+// injected.
+func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
+	if cfg.Sim == nil {
+		return nil, errors.New("the demo needs a running simulated server")
+	}
+	cfg.Rate = PhaseRate(cfg.Rate)
+	if err := CheckDemo(cfg.Rate, cfg.Phase); err != nil {
+		return nil, err
+	}
+	perPhase := DemoPerPhase(cfg.Rate, cfg.Phase)
+	n := perPhase * len(DemoPhases)
+	outLen := cfg.Load.Dataset.OutputLen
+	if outLen <= 0 {
+		outLen = 64
+	}
+	reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: outLen}, n, 1)
+	if err != nil {
+		return nil, err
+	}
+	slow := DemoSlowReaders(perPhase)
+	for i := range reqs {
+		reqs[i].OffsetNs = -1
+	}
+	for _, i := range slow {
+		reqs[i].OutputLen = max(200, 3*outLen)
+		reqs[i].SlowRead = DemoSlowPause
+	}
+	lc := cfg.Load
+	lc.Target = cfg.Sim.URL
+	lc.Rate = cfg.Rate
+	lc.Constant = true
+	lc.Requests = reqs
+	lc.NumRequests = n
+	lc.Duration = 0
+	lc.IgnoreEOS = true
+	if lc.Timeout == 0 || lc.Timeout > 10*time.Minute {
+		lc.Timeout = 2 * time.Minute
+	}
+
+	var injected []string
+	scenario := func(ctx context.Context, marks *PhaseMarks) {
+		wait := func() bool {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-time.After(cfg.Phase):
+				return true
+			}
+		}
+		while := func(fn func(context.Context) string) bool {
+			pctx, cancel := context.WithCancel(ctx)
+			done := make(chan string, 1)
+			go func() { done <- fn(pctx) }()
+			ok := wait()
+			cancel()
+			injected = append(injected, <-done)
+			return ok
+		}
+		marks.Begin(DemoPhases[0])
+		if !wait() {
+			return
+		}
+		marks.Begin(DemoPhases[1])
+		if !while(func(c context.Context) string {
+			r, err := perturb.CPU{Threads: 2 * runtime.NumCPU()}.RunProcess(c)
+			if err != nil {
+				return "cpu: " + err.Error()
+			}
+			return fmt.Sprintf("cpu contention: %d busy threads burnt %.1f CPU-s", r.Threads, r.CPUSeconds)
+		}) {
+			return
+		}
+		marks.Begin(DemoPhases[2])
+		if !while(func(c context.Context) string {
+			r, err := perturb.IO{Path: cfg.Sim.IOFile, BlockSize: 1 << 20, Depth: 8}.Run(c)
+			if err != nil {
+				return "disk: " + err.Error()
+			}
+			return fmt.Sprintf("disk contention: %.0f O_DIRECT reads/s of 1 MiB, %.1f ms each", r.IOPS, r.MeanLatency*1e3)
+		}) {
+			return
+		}
+		marks.Begin(DemoPhases[3])
+		_ = cfg.Sim.SetGPUKernel(DemoSlowKernelUS)
+		injected = append(injected, fmt.Sprintf("gpu slowdown: the stub's step kernel from %d to %d µs", DemoKernelUS, DemoSlowKernelUS))
+		ok := wait()
+		_ = cfg.Sim.SetGPUKernel(DemoKernelUS)
+		if !ok {
+			return
+		}
+		marks.Begin(DemoPhases[4])
+		injected = append(injected, fmt.Sprintf("slow-reading client: requests %v stop reading for %v after their first token", slow, DemoSlowPause))
+	}
+	res, err := Run(ctx, RunConfig{Load: lc, Pid: cfg.Sim.Pid(), OutDir: cfg.OutDir, Phases: scenario,
+		Sections: cfg.Sections, Readiness: cfg.Readiness, Logger: cfg.Logger})
+	if res == nil {
+		return nil, err
+	}
+	return &DemoResult{RunResult: res, Injected: injected}, err
+}
+
+// Sim is the simulated server (llmsim with the CUDA stub) running as a
+// child process, for the demo and `validate --sim`.
+type Sim struct {
+	URL string
+	// Control is the CUDA stub's control file (its kernel time in µs);
+	// IOFile the KV offload file the server reads with O_DIRECT.
+	Control, IOFile string
+	cmd             *exec.Cmd
+	log             *os.File
+}
+
+// SimConfig configures StartSim.
+type SimConfig struct {
+	// Dir receives llmsim.log, the KV offload file and the control file.
+	Dir string
+	// CPUs, when set, restricts the server to these CPUs.
+	CPUs []int
+}
+
+// siblingBinary finds a file built next to this executable (make build
+// puts bpfbench, llmsim and the CUDA stub in bin/), or on PATH.
+func siblingBinary(name string) (string, error) {
+	exe, err := os.Executable()
+	if err == nil {
+		p := filepath.Join(filepath.Dir(exe), name)
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("%s not found next to bpfbench: run make build first", name)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// writeDataFile writes size bytes of real data (not a sparse file: holes
+// read without any IO) for O_DIRECT reads.
+func writeDataFile(path string, size int) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i*7 + 1)
+	}
+	for w := 0; w < size; w += len(buf) {
+		if _, err := f.Write(buf); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// StartSim starts llmsim (found next to this executable) with the CUDA
+// stub, waits until it is healthy and returns it; Close stops it.
+func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("cannot create --out %s: %w", cfg.Dir, err)
+	}
+	llmsim, err := siblingBinary("llmsim")
+	if err != nil {
+		return nil, err
+	}
+	libcuda, err := siblingBinary("libcuda.so.1")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(cfg.Dir, "llmsim.log"))
+	if err != nil {
+		return nil, fmt.Errorf("cannot write to --out %s: %w", cfg.Dir, err)
+	}
+	s := &Sim{
+		URL:     fmt.Sprintf("http://127.0.0.1:%d", port),
+		Control: filepath.Join(cfg.Dir, "gpu-kernel-us"),
+		IOFile:  filepath.Join(cfg.Dir, "kv-offload.img"),
+		log:     logf,
+	}
+	if err := writeDataFile(s.IOFile, 128<<20); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("writing the KV offload file: %w", err)
+	}
+	if err := s.SetGPUKernel(DemoKernelUS); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.cmd = exec.CommandContext(ctx, llmsim, "--addr", fmt.Sprintf("127.0.0.1:%d", port),
+		"--work", "cpu", "--itl", "15ms", "--max-num-seqs", "32", "--jitter", "0.05",
+		"--io-file", s.IOFile, "--io-bytes", "262144", "--cuda-lib", libcuda)
+	s.cmd.Env = append(os.Environ(), "CUDASTUB_KERNEL_US="+strconv.Itoa(DemoKernelUS), "CUDASTUB_CONTROL_FILE="+s.Control)
+	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	if err := startOn(s.cmd, cfg.CPUs); err != nil {
+		s.Close()
+		return nil, err
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(s.URL + "/health"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s, nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	s.Close()
+	return nil, errors.New("llmsim did not become healthy within 10s (see llmsim.log in the run directory)")
+}
+
+// startOn starts cmd restricted to cpus: the child inherits the affinity
+// of the thread that forks it.
+func startOn(cmd *exec.Cmd, cpus []int) error {
+	if len(cpus) > 0 {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		var old, set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &old); err != nil {
+			return err
+		}
+		for _, c := range cpus {
+			set.Set(c)
+		}
+		if err := unix.SchedSetaffinity(0, &set); err != nil {
+			return fmt.Errorf("pinning llmsim to CPUs %v: %w", cpus, err)
+		}
+		defer unix.SchedSetaffinity(0, &old)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting llmsim: %w", err)
+	}
+	return nil
+}
+
+// Pid is the server's process id.
+func (s *Sim) Pid() int {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// SetGPUKernel changes the simulated GPU's step time in the running server.
+func (s *Sim) SetGPUKernel(us int) error {
+	return os.WriteFile(s.Control, []byte(strconv.Itoa(us)+"\n"), 0o644)
+}
+
+// Close stops the server and removes its KV offload file.
+func (s *Sim) Close() error {
+	if s.cmd != nil && s.cmd.Process != nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+	os.Remove(s.IOFile)
+	return s.log.Close()
+}
+
+var _ io.Closer = (*Sim)(nil)

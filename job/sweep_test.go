@@ -1,0 +1,61 @@
+package job
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/loadgen"
+)
+
+func TestKneeSteps(t *testing.T) {
+	probe := &loadgen.SweepStep{N: 1, Phase: "probe", Rate: 0, Pass: false}
+	s4 := &loadgen.SweepStep{N: 2, Phase: "search", Rate: 4, Pass: true}
+	s8 := &loadgen.SweepStep{N: 3, Phase: "search", Rate: 8, Pass: true}
+	s12 := &loadgen.SweepStep{N: 4, Phase: "search", Rate: 12, Pass: false}
+	s16 := &loadgen.SweepStep{N: 5, Phase: "search", Rate: 16, Pass: false}
+	r := &loadgen.SweepResult{Mode: loadgen.SweepRate, Best: s8, Steps: []*loadgen.SweepStep{probe, s16, s4, s12, s8}}
+	if pass, fail := kneeSteps(r); pass != s8 || fail != s12 {
+		t.Errorf("knee: pass %+v fail %+v, want 8 and 12 req/s", pass, fail)
+	}
+	r = &loadgen.SweepResult{Mode: loadgen.SweepRate, Best: s8, Steps: []*loadgen.SweepStep{probe, s4, s8}}
+	if _, fail := kneeSteps(r); fail != nil {
+		t.Errorf("every search step passed, but the knee fails at %+v", fail)
+	}
+	c2 := &loadgen.SweepStep{Concurrency: 2, Pass: false, Phase: "probe"}
+	r = &loadgen.SweepResult{Mode: loadgen.SweepConcurrency, Steps: []*loadgen.SweepStep{c2}}
+	if pass, fail := kneeSteps(r); pass != nil || fail != c2 {
+		t.Errorf("concurrency sweep with no passing step: pass %v fail %v", pass, fail)
+	}
+}
+
+func TestKneeExplanation(t *testing.T) {
+	sched, _ := json.Marshal(map[string]any{"threads": []map[string]any{
+		{"comm": "tokenizer", "runqueue_seconds": 0.8}, {"comm": "main", "runqueue_seconds": 0.1}}})
+	run := &RunResult{Doc: &report.Document{
+		Attribution: &correlate.Summary{
+			ITL:  map[string]correlate.Breakdown{"p99": {"cpu_runqueue": 0.7, "unexplained": 0.3}},
+			TTFT: correlate.Breakdown{"io_block": 0.9, "unexplained": 0.1},
+		},
+		Collectors: map[string]json.RawMessage{"sched": sched},
+	}}
+	fail := &loadgen.SweepStep{Rate: 14, Violations: []string{"p99_itl_ms=80 > 50"}}
+	k := &Knee{Mode: loadgen.SweepRate, Fail: fail, FailRun: run}
+	k.Cause, k.Share, k.TTFT = kneeCause(run, fail)
+	want := "the SLO breaks at 14 req/s, and what breaks it is run-queue wait on the tokenizer threads (70% of the p99 ITL excess)"
+	if got := k.Explanation(); got != want {
+		t.Errorf("explanation\n got %q\nwant %q", got, want)
+	}
+	fail.Violations = []string{"p99_ttft_ms=900 > 500"}
+	if c, share, ttft := kneeCause(run, fail); c != "io_block" || share != 0.9 || !ttft {
+		t.Errorf("a TTFT violation: cause %s %.2f ttft %v, want io_block from the TTFT breakdown", c, share, ttft)
+	}
+	if s := StepExplanation(run); !strings.Contains(s, "cpu_runqueue 70%") || !strings.Contains(s, "TTFT io_block 90%") {
+		t.Errorf("step explanation %q", s)
+	}
+	if s := (&Knee{}).Explanation(); !strings.Contains(s, "no knee") {
+		t.Errorf("no failing step: %q", s)
+	}
+}
