@@ -58,9 +58,6 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	}
 }
 
-// Name is "blockio".
-func (h *Host) Name() string { return "blockio" }
-
 // Run has nothing to stream in the daemon; it waits for ctx.
 func (h *Host) Run(ctx context.Context) error {
 	<-ctx.Done()

@@ -42,9 +42,6 @@ func NewSection(opts collectors.Options) (*Section, error) {
 	return s, nil
 }
 
-// Name is "blockio".
-func (s *Section) Name() string { return "blockio" }
-
 // Start loads the programs and targets the process.
 func (s *Section) Start(ctx context.Context) error {
 	if err := s.Collector.Start(ctx); err != nil {

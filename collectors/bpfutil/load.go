@@ -104,15 +104,15 @@ func (b *Base) Load(o Object) (err error) {
 	}
 	b.events, b.stats = coll.Maps["events"], coll.Maps["pipe_stats"]
 	b.targets, b.nrTargets = coll.Maps["targets"], coll.Variables["nr_targets"]
-	if err := assign(o.Objs, coll); err != nil {
-		return fmt.Errorf("loading the %s programs: %w", b.name, err)
-	}
 	b.OnClose(o.Objs.Close)
 	defer func() {
 		if err != nil {
 			b.Close()
 		}
 	}()
+	if err := assign(o.Objs, coll); err != nil {
+		return fmt.Errorf("loading the %s programs: %w", b.name, err)
+	}
 	if err := b.openReader(); err != nil {
 		return err
 	}
@@ -195,27 +195,25 @@ func assignStruct(v reflect.Value, coll *ebpf.Collection) error {
 		var val any
 		switch f.Type() {
 		case reflect.TypeFor[*ebpf.Program]():
-			p := coll.Programs[name]
-			delete(coll.Programs, name)
-			val = p
+			val, _ = take(coll.Programs, name) // nil: left out by Load
 		case reflect.TypeFor[*ebpf.Map]():
-			m, ok := coll.Maps[name]
-			if !ok {
-				return fmt.Errorf("the object has no map %s", name)
-			}
-			delete(coll.Maps, name)
-			val = m
+			val, ok = take(coll.Maps, name)
 		case reflect.TypeFor[*ebpf.Variable]():
-			vv, ok := coll.Variables[name]
-			if !ok {
-				return fmt.Errorf("the object has no variable %s", name)
-			}
-			delete(coll.Variables, name)
-			val = vv
+			val, ok = take(coll.Variables, name)
 		default:
 			return fmt.Errorf("field %s: %s is not a program, map or variable", sf.Name, f.Type())
+		}
+		if !ok {
+			return fmt.Errorf("the object has no %s", name)
 		}
 		f.Set(reflect.ValueOf(val))
 	}
 	return nil
+}
+
+// take removes name from m and returns it.
+func take[T any](m map[string]*T, name string) (*T, bool) {
+	v, ok := m[name]
+	delete(m, name)
+	return v, ok
 }

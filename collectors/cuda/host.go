@@ -68,9 +68,6 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	}
 }
 
-// Name is "cuda".
-func (h *Host) Name() string { return "cuda" }
-
 // SetTarget aggregates tgid under slot idx and attaches to the CUDA
 // libraries it maps. A process without one is kept and rescanned: it may
 // load CUDA later.

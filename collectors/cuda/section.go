@@ -94,9 +94,6 @@ func NewSectionConfig(opts collectors.Options, cfg SectionConfig) (*Section, err
 	return s, nil
 }
 
-// Name is "cuda".
-func (s *Section) Name() string { return "cuda" }
-
 // Start loads the programs, targets the process and attaches to its
 // libraries. Libraries that cannot be probed are logged; none at all is
 // an error.

@@ -45,9 +45,6 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	}
 }
 
-// Name is "sched".
-func (h *Host) Name() string { return "sched" }
-
 // Run has nothing to stream in the daemon; it waits for ctx.
 func (h *Host) Run(ctx context.Context) error {
 	<-ctx.Done()

@@ -36,9 +36,6 @@ func NewSection(opts collectors.Options) *Section {
 	return s
 }
 
-// Name is "sched".
-func (s *Section) Name() string { return "sched" }
-
 // Start loads the programs and targets the process.
 func (s *Section) Start(ctx context.Context) error {
 	if err := s.Collector.Start(ctx); err != nil {

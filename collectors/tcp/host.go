@@ -56,9 +56,6 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	}
 }
 
-// Name is "tcp".
-func (h *Host) Name() string { return "tcp" }
-
 // SetTarget follows tgid's sockets under slot idx, without streaming.
 func (h *Host) SetTarget(tgid, idx uint32) error { return h.Collector.SetTarget(tgid, idx, false) }
 

@@ -91,9 +91,6 @@ func NewSection(opts collectors.Options) (*Section, error) {
 	return &Section{Collector: New(cfg), pid: opts.Pid}, nil
 }
 
-// Name is "tcp".
-func (s *Section) Name() string { return "tcp" }
-
 // Start loads the programs and follows the process's sockets.
 func (s *Section) Start(ctx context.Context) error {
 	if err := s.Collector.Start(ctx); err != nil {
