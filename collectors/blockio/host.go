@@ -22,7 +22,6 @@ import (
 type Host struct {
 	*Collector
 	names collectors.TargetNames
-	log   *slog.Logger
 
 	latency, queue, service, bytes     *prometheus.Desc
 	tLatency, tQueue, tService, tBytes *prometheus.Desc
@@ -38,7 +37,6 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	return &Host{
 		Collector: c,
 		names:     names,
-		log:       c.Log(),
 		latency: prometheus.NewDesc("bpfbench_blockio_latency_seconds",
 			"Block request latency (queue + service time: insert or issue to completion) per device and op.", dev, nil),
 		queue: prometheus.NewDesc("bpfbench_blockio_queue_seconds",
@@ -87,7 +85,7 @@ type targetOp struct {
 func (h *Host) Collect(ch chan<- prometheus.Metric) {
 	stats, err := h.Stats()
 	if err != nil {
-		h.log.Warn("reading block IO aggregates", "err", err)
+		h.Log().Warn("reading block IO aggregates", "err", err)
 		return
 	}
 	names := h.names()

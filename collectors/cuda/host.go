@@ -26,7 +26,6 @@ var RescanInterval = 10 * time.Second
 type Host struct {
 	*Collector
 	names collectors.TargetNames
-	log   *slog.Logger
 
 	mu      sync.Mutex
 	targets map[uint32]uint32 // tgid -> slot
@@ -44,7 +43,6 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	return &Host{
 		Collector: c,
 		names:     names,
-		log:       c.Log(),
 		targets:   map[uint32]uint32{},
 		budgets:   map[uint32]*budgetState{},
 		calls: prometheus.NewDesc("bpfbench_cuda_calls_total",
@@ -108,7 +106,7 @@ func (h *Host) scan(tgid uint32) error {
 	libs, err := FindLibraries(int(tgid), nil)
 	var nm *NotMappedError
 	if errors.As(err, &nm) {
-		h.log.Debug("no CUDA library mapped yet", "pid", tgid)
+		h.Log().Debug("no CUDA library mapped yet", "pid", tgid)
 		_, err = h.Attach(tgid, nil, true)
 		return err
 	}
@@ -152,7 +150,7 @@ func (h *Host) Run(ctx context.Context) error {
 		sort.Slice(tgids, func(i, j int) bool { return tgids[i] < tgids[j] })
 		for _, tgid := range tgids {
 			if err := h.scan(tgid); err != nil {
-				h.log.Debug("rescanning CUDA libraries", "pid", tgid, "err", err)
+				h.Log().Debug("rescanning CUDA libraries", "pid", tgid, "err", err)
 			}
 		}
 	}
@@ -177,7 +175,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 		}
 		counts, err := h.Counts(idx)
 		if err != nil {
-			h.log.Warn("reading CUDA call counts", "target", name, "err", err)
+			h.Log().Warn("reading CUDA call counts", "target", name, "err", err)
 			continue
 		}
 		for i, c := range counts {
@@ -192,7 +190,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(h.errs, prometheus.CounterValue, float64(c.Errors), name, info.Name)
 			d, err := h.Durations(idx, Call(i))
 			if err != nil {
-				h.log.Warn("reading CUDA call durations", "target", name, "call", info.Name, "err", err)
+				h.Log().Warn("reading CUDA call durations", "target", name, "call", info.Name, "err", err)
 				continue
 			}
 			ch <- prometheus.MustNewConstHistogram(h.durations, d.Count, float64(d.SumNs)/1e9, d.Buckets(), name, info.Name)
@@ -208,7 +206,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 		}
 		copies, err := h.CopyBytes(idx)
 		if err != nil {
-			h.log.Warn("reading CUDA copy bytes", "target", name, "err", err)
+			h.Log().Warn("reading CUDA copy bytes", "target", name, "err", err)
 			continue
 		}
 		for d := HostToDevice; d < numDirections; d++ {

@@ -19,7 +19,6 @@ type Host struct {
 
 	runq   *prometheus.Desc
 	offcpu *prometheus.Desc
-	log    *slog.Logger
 }
 
 var _ collectors.Host = (*Host)(nil)
@@ -35,7 +34,6 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	return &Host{
 		Collector: c,
 		names:     names,
-		log:       c.Log(),
 		runq: prometheus.NewDesc("bpfbench_sched_runqueue_latency_seconds",
 			"Time threads spent runnable before getting a CPU (wakeup or preemption to switch-in). target=\"host\" covers every thread of the host.",
 			[]string{"target"}, nil),
@@ -73,7 +71,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 		}
 		rq, err := h.RunqueueHist(idx)
 		if err != nil {
-			h.log.Warn("reading run-queue histogram", "target", name, "err", err)
+			h.Log().Warn("reading run-queue histogram", "target", name, "err", err)
 			continue
 		}
 		ch <- h.histMetric(h.runq, rq, name)
@@ -83,7 +81,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 		for s := State(0); s < NumStates; s++ {
 			oh, err := h.OffCPUHist(idx, s)
 			if err != nil {
-				h.log.Warn("reading off-CPU histogram", "target", name, "err", err)
+				h.Log().Warn("reading off-CPU histogram", "target", name, "err", err)
 				continue
 			}
 			ch <- h.histMetric(h.offcpu, oh, name, s.String())

@@ -23,7 +23,6 @@ import (
 type Host struct {
 	*Collector
 	names collectors.TargetNames
-	log   *slog.Logger
 
 	retrans, zwSeconds, zwEpisodes, srtt *prometheus.Desc
 	rcvqFull, lossEpisodes, lossSeconds  *prometheus.Desc
@@ -38,7 +37,6 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	return &Host{
 		Collector: c,
 		names:     names,
-		log:       c.Log(),
 		retrans: prometheus.NewDesc("bpfbench_tcp_retransmits_total",
 			"TCP segments retransmitted by a target's connections (target=\"host\": every socket of the host).", l, nil),
 		zwSeconds: prometheus.NewDesc("bpfbench_tcp_zero_window_seconds_total",
@@ -81,7 +79,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 		}
 		s, err := h.Stats(idx)
 		if err != nil {
-			h.log.Warn("reading tcp aggregates", "target", name, "err", err)
+			h.Log().Warn("reading tcp aggregates", "target", name, "err", err)
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(h.retrans, prometheus.CounterValue, float64(s.Retransmits), name)
