@@ -59,9 +59,6 @@ type Activity struct {
 	Cause      Cause
 	Start, End int64  // CLOCK_MONOTONIC ns
 	Tid        uint32 // thread, when known
-	// Tgid is the process the span belongs to, when known; spans of any
-	// process but the engine's target are ignored.
-	Tgid uint32
 	// Port is the client port of the connection, for NetBackpressure
 	// (0: the whole process, which no request claims alone).
 	Port uint16
@@ -107,9 +104,6 @@ func (b Blame) Shares() [NumCauses + 1]float64 {
 type Baseline struct {
 	TTFTNs int64 // a normal time to first token
 	ITLNs  int64 // a normal inter-token gap
-	// Target is the server's process; spans of other processes do not
-	// explain its latency (0: accept every span).
-	Target uint32
 	// Rate is each cause's normal active fraction of an interval (0..1).
 	Rate [NumCauses]float64
 }
@@ -158,9 +152,6 @@ const (
 func (e *Engine) AddActivity(a Activity) {
 	if a.End <= a.Start || a.Cause >= NumCauses {
 		e.dropped++
-		return
-	}
-	if e.base.Target != 0 && a.Tgid != 0 && a.Tgid != e.base.Target {
 		return
 	}
 	if a.Start < e.measured {

@@ -74,17 +74,6 @@ func TestAttributionSplitsExcess(t *testing.T) {
 	}
 }
 
-func TestOtherProcessesDoNotExplain(t *testing.T) {
-	e := NewEngine(Baseline{ITLNs: 10 * ms, Target: 100})
-	e.AddActivity(Activity{Cause: CPURunqueue, Start: 0, End: 30 * ms, Tgid: 200}) // a neighbour waiting
-	e.AddActivity(Activity{Cause: IOBlock, Start: 0, End: 10 * ms, Tgid: 100})
-	e.AddInterval(Interval{Index: 1, Start: 0, End: 30 * ms})
-	b := e.Flush()[0]
-	if b.Active[CPURunqueue] != 0 || b.AttributedNs[IOBlock] != 10*ms || b.AttributedNs[Unexplained] != 10*ms {
-		t.Errorf("blame %+v", b)
-	}
-}
-
 // randomTimeline makes spans of every cause (network ones on a few ports)
 // and intervals of a few requests.
 func randomTimeline(r *rand.Rand) ([]Activity, []Interval) {

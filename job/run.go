@@ -222,7 +222,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	out := &RunResult{Load: res, Dir: cfg.OutDir, Measured: &stream.log}
 	// The baseline needs the whole run (its medians); the measurements
 	// are all it needs, and the blames follow from them.
-	base := correlate.Baseline{TTFTNs: cfg.BaselineTTFT.Nanoseconds(), ITLNs: cfg.BaselineITL.Nanoseconds(), Target: uint32(cfg.Pid)}
+	base := correlate.Baseline{TTFTNs: cfg.BaselineTTFT.Nanoseconds(), ITLNs: cfg.BaselineITL.Nanoseconds()}
 	est := stream.log.Baseline()
 	if base.ITLNs == 0 {
 		base.ITLNs = est.ITLNs

@@ -156,7 +156,7 @@ func newRunStream(cfg RunConfig, tr *traceStream) *runStream {
 		max = defaultMaxHeld
 	}
 	s := &runStream{
-		eng:     correlate.NewEngine(correlate.Baseline{Target: uint32(cfg.Pid)}),
+		eng:     correlate.NewEngine(correlate.Baseline{}),
 		sched:   newSchedule(cfg.Load, clock.Now()),
 		maxHeld: max,
 		lag:     int64(streamLag),

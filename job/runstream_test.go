@@ -98,7 +98,7 @@ func (run *synthDaemonRun) batch(pid int) (correlate.Baseline, []correlate.Blame
 	res := &loadgen.Result{Records: run.records}
 	intervals := intervalsOf(res)
 	acts := activitiesOf(run.spans)
-	base := correlate.Baseline{Target: uint32(pid)}
+	base := correlate.Baseline{}
 	est := correlate.EstimateBaseline(intervals, acts)
 	base.ITLNs, base.TTFTNs, base.Rate = est.ITLNs, est.TTFTNs, est.Rate
 	eng := correlate.NewEngine(base)
@@ -182,7 +182,6 @@ func TestRunStreamMatchesBatch(t *testing.T) {
 			t.Errorf("seed %d: recorded %d spans of %d", seed, s.spans, len(run.spans))
 		}
 		base := s.log.Baseline()
-		base.Target = pid
 		if base != wantBase {
 			t.Fatalf("seed %d: baseline %+v, batch %+v", seed, base, wantBase)
 		}

@@ -3,10 +3,10 @@ package layout
 import (
 	"bufio"
 	"bytes"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
@@ -51,12 +51,21 @@ func match(pattern, p string) bool {
 	return ok
 }
 
+// goTool is the go command that runs the tests: `go test` puts its GOROOT's
+// bin first on PATH? No, so look in GOROOT (set by go test) and then PATH.
 func goTool() string {
+	if root := os.Getenv("GOROOT"); root != "" {
+		if p := filepath.Join(root, "bin", "go"); fileExists(p) {
+			return p
+		}
+	}
 	if p, err := exec.LookPath("go"); err == nil {
 		return p
 	}
-	return filepath.Join(runtime.GOROOT(), "bin", "go")
+	return "go"
 }
+
+func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 // TestImportRules fails on an import across DESIGN.md's package map, and on
 // a package the map does not place.
