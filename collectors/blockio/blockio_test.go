@@ -56,9 +56,7 @@ func childODirect(args []string, ready func(...int), wait func()) {
 // device with directIO) and returns its path.
 func loop(t testing.TB, backing string, directIO bool) string {
 	t.Helper()
-	if _, err := exec.LookPath("losetup"); err != nil {
-		privtest.Skip(t, "losetup not installed (apt-get install mount)")
-	}
+	privtest.RequireTool(t, "losetup", "apt-get install mount")
 	args := []string{"--find", "--show"}
 	if directIO {
 		args = append(args, "--direct-io=on")

@@ -194,9 +194,7 @@ func TestTwoThreadsOnOneCPUWaitHalfTheTime(t *testing.T) {
 // loopDevice attaches a loop device over a new file and returns its path.
 func loopDevice(t *testing.T, size int64) string {
 	t.Helper()
-	if _, err := exec.LookPath("losetup"); err != nil {
-		privtest.Skip(t, "losetup not installed (apt-get install mount)")
-	}
+	privtest.RequireTool(t, "losetup", "apt-get install mount")
 	img := filepath.Join(t.TempDir(), "disk.img")
 	f, err := os.Create(img)
 	if err != nil {

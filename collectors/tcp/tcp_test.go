@@ -181,9 +181,7 @@ func ipCmd(t *testing.T, args ...string) {
 
 func newLink(t *testing.T) *netPair {
 	t.Helper()
-	if _, err := exec.LookPath("ip"); err != nil {
-		privtest.Skip(t, "ip not installed (apt-get install iproute2)")
-	}
+	privtest.RequireTool(t, "ip", "apt-get install iproute2")
 	id := os.Getpid()%100000 + 100000*0
 	l := &netPair{
 		nsA:   fmt.Sprintf("bbtcpA%d", id),

@@ -476,7 +476,7 @@ func checkScreenshot(t *testing.T, data []byte, wantColors []string) {
 // scrolling box counts as too wide when it needs the scrolling).
 func TestReportInChromium(t *testing.T) {
 	if _, err := os.Stat(chromiumPath); err != nil {
-		privtest.Skip(t, "needs Debian's chromium at "+chromiumPath+" (apt-get install chromium)")
+		privtest.SkipOptional(t, "needs Debian's chromium at %s (apt-get install chromium)", chromiumPath)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
