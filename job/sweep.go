@@ -156,14 +156,17 @@ func kneeCause(r *RunResult, s *loadgen.SweepStep) (string, float64, bool) {
 	return best, bestV, ttft
 }
 
-// At says where a step is: its rate, or its concurrency in a
-// concurrency sweep.
-func (k *Knee) At(s *loadgen.SweepStep) string {
-	if s.Concurrency > 0 && k.Mode == loadgen.SweepConcurrency {
+// StepAt says where a step of a sweep in mode is: its rate, or its
+// concurrency in a concurrency sweep.
+func StepAt(mode string, s *loadgen.SweepStep) string {
+	if s.Concurrency > 0 && mode == loadgen.SweepConcurrency {
 		return fmt.Sprintf("%d requests in flight", s.Concurrency)
 	}
 	return fmt.Sprintf("%.3g req/s", s.Rate)
 }
+
+// At says where a step of this knee's sweep is.
+func (k *Knee) At(s *loadgen.SweepStep) string { return StepAt(k.Mode, s) }
 
 // Explanation is the knee in one sentence: "the SLO breaks at 14 req/s,
 // and what breaks it is run-queue wait on the tokenizer threads (..)".

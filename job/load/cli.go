@@ -1,6 +1,7 @@
-// Package load is the `bpfbench load` and `bpfbench sweep` jobs: their
-// options, the load generator run with progress, and its export (JSON,
-// OTLP). It sits above loadgen and the exporters, so neither imports it.
+// Package load is the `bpfbench load` and `bpfbench sweep` jobs and the
+// load options every command that sends load shares (Options.AddFlags):
+// the load generator run with progress, and its export (JSON, OTLP). It
+// sits above loadgen and the exporters, so neither imports it.
 package load
 
 import (
@@ -10,48 +11,155 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfbench/bpfbench/exporter/otlp"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
 
-// outputFlags are the flags shared by load and sweep besides the load's.
-type outputFlags struct {
-	out        string
-	noProgress bool
-	otlp       otlp.Options
+// Options are the load options. Every command that sends load (load,
+// run, sweep, validate, demo) takes all of them, with the same names and
+// defaults, from AddFlags.
+type Options struct {
+	Config     loadgen.Config
+	NoProgress bool
+	OTLP       otlp.Options
 }
 
-func (o *outputFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&o.out, "out", "", "write the result JSON to this `FILE`")
-	fs.BoolVar(&o.noProgress, "no-progress", false, "do not draw a progress bar")
-	o.otlp.RegisterFlags(fs)
+// NewOptions returns the defaults: loadgen's, with the model left to the
+// server (the first it lists at /v1/models, as vLLM's client does).
+func NewOptions() *Options {
+	cfg := loadgen.DefaultConfig()
+	cfg.Model = ""
+	return &Options{Config: cfg}
 }
 
-func newFlagSet(name, usage string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: bpfbench %s\n\nflags:\n", usage)
-		fs.PrintDefaults()
+// AddFlags defines the load options on fs: the load generator's flags
+// (loadgen.Config.RegisterFlags), OTLP export and --no-progress.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	g := flag.NewFlagSet("load", flag.ContinueOnError)
+	o.Config.RegisterFlags(g)
+	o.OTLP.RegisterFlags(g)
+	g.BoolVar(&o.NoProgress, "no-progress", o.NoProgress, "do not draw a progress bar")
+	g.VisitAll(func(f *flag.Flag) { fs.AddFlag(fromGoFlag(f)) })
+	fs.Lookup("model").Usage = "model name sent in requests (default: the first model the server lists at /v1/models)"
+	r := fs.Lookup("rate")
+	r.Usage = "request rate in requests/s; inf sends all at once (closed loop with --max-concurrency); demo and validate, whose phases need a steady rate, send 4 req/s unless given one"
+	if math.IsInf(o.Config.Rate, 1) {
+		r.DefValue = "inf"
 	}
+}
+
+// Flags returns a flag set with only the load options, to list them.
+func Flags() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("load options", pflag.ContinueOnError)
+	NewOptions().AddFlags(fs)
 	return fs
 }
 
-func parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		return err
+// goValue is a standard library flag.Value as a pflag.Value.
+type goValue struct {
+	flag.Value
+	typ string
+}
+
+func (v goValue) Type() string { return v.typ }
+
+// goBoolValue is a boolean goValue: the flag needs no value.
+type goBoolValue struct{ goValue }
+
+func (goBoolValue) IsBoolFlag() bool { return true }
+
+// fromGoFlag turns a flag of the standard library into a pflag one, with
+// a type name that help can show.
+func fromGoFlag(f *flag.Flag) *pflag.Flag {
+	typ := "string"
+	switch fmt.Sprintf("%T", f.Value) {
+	case "*flag.boolValue":
+		typ = "bool"
+	case "*flag.durationValue":
+		typ = "duration"
+	case "*flag.intValue":
+		typ = "int"
+	case "*flag.uint64Value":
+		typ = "uint"
+	case "*flag.float64Value":
+		typ = "float"
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	if strings.HasSuffix(fmt.Sprintf("%T", f.Value), "floatList") {
+		typ = "floats"
 	}
+	pf := &pflag.Flag{Name: f.Name, Usage: f.Usage, Value: goValue{f.Value, typ}, DefValue: f.Value.String()}
+	switch {
+	case typ == "bool":
+		pf.Value = goBoolValue{goValue{f.Value, typ}}
+		pf.NoOptDefVal = "true"
+	case typ == "duration" && pf.DefValue == "0s":
+		pf.DefValue = "0"
+	}
+	return pf
+}
+
+// Progress returns the progress callback for loadgen.Config.Progress and
+// its finish function: a progress bar on w when w is a terminal and
+// --no-progress is not given, nils otherwise.
+func (o *Options) Progress(w io.Writer) (update func(done, total int), finish func()) {
+	if o.NoProgress {
+		return nil, func() {}
+	}
+	return Progress(w)
+}
+
+// ResolveModel sets cfg.Model, when it is empty, to the first model the
+// server lists at /v1/models.
+func ResolveModel(ctx context.Context, cfg *loadgen.Config) error {
+	if cfg.Model != "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	base := strings.TrimRight(cfg.Target, "/")
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
+	if err != nil {
+		return fmt.Errorf("--target %q: %w", cfg.Target, err)
+	}
+	for k, vs := range cfg.Headers {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("asking %s/v1/models which model it serves: %w (or give --model)", base, err)
+	}
+	defer resp.Body.Close()
+	var m struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("asking %s/v1/models which model it serves: %s: give --model", base, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || len(m.Data) == 0 || m.Data[0].ID == "" {
+		return fmt.Errorf("%s/v1/models lists no model: give --model", base)
+	}
+	cfg.Model = m.Data[0].ID
 	return nil
+}
+
+// deprecatedAlias defines old as a hidden, deprecated spelling of the
+// string flag new, sharing its value.
+func deprecatedAlias(fs *pflag.FlagSet, p *string, old, new, usage string) {
+	fs.StringVar(p, old, *p, usage)
+	_ = fs.MarkDeprecated(old, "use --"+new+" instead")
 }
 
 // isTerminal reports whether w is a terminal.
@@ -104,21 +212,52 @@ func (p *progressBar) finish() {
 	}
 }
 
-// RunLoad runs `bpfbench load`: it sends the load, prints vLLM's summary
-// table and writes the result JSON.
+// LoadJob is `bpfbench load`: the load options and where to write the
+// result.
+type LoadJob struct {
+	Options
+	// Result is the file the result JSON (vLLM's fields) is written to.
+	Result string
+}
+
+// NewLoadJob returns the job with the defaults of its flags.
+func NewLoadJob() *LoadJob { return &LoadJob{Options: *NewOptions()} }
+
+// AddFlags defines the load options and --result (with --out, its old
+// spelling, deprecated: --out names a directory in every other command).
+func (j *LoadJob) AddFlags(fs *pflag.FlagSet) {
+	j.Options.AddFlags(fs)
+	fs.StringVar(&j.Result, "result", "", "write the result JSON (vLLM's result fields) to this `FILE`")
+	deprecatedAlias(fs, &j.Result, "out", "result", "write the result JSON to this `FILE`")
+}
+
+// RunLoad parses args as `bpfbench load`'s flags and runs the job (for
+// programs that are the load generator alone, like loadgen/bench/loadclient).
 func RunLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("load", "load --target URL [--endpoint completions|chat] [--model M] [--rate R] [--burstiness B] [--max-concurrency C] [--num-requests N|--duration D] [--dataset ...] [--out FILE]", stderr)
-	cfg := loadgen.DefaultConfig()
-	cfg.RegisterFlags(fs)
-	var o outputFlags
-	o.register(fs)
-	if err := parse(fs, args); err != nil {
+	fs := pflag.NewFlagSet("load", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	j := NewLoadJob()
+	j.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	return j.Run(ctx, stdout, stderr)
+}
+
+// Run sends the load, prints vLLM's summary table and writes the result
+// JSON.
+func (j *LoadJob) Run(ctx context.Context, stdout, stderr io.Writer) error {
+	cfg := j.Config
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	exp, err := otlp.New(ctx, o.otlp)
+	if err := ResolveModel(ctx, &cfg); err != nil {
+		return err
+	}
+	exp, err := otlp.New(ctx, j.OTLP)
 	if err != nil {
 		return err
 	}
@@ -126,11 +265,8 @@ func RunLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		defer exp.Shutdown(context.Background())
 		cfg.OnRecord = exp.Hook(&cfg)
 	}
-	var bar *progressBar
-	if !o.noProgress && isTerminal(stderr) {
-		bar = &progressBar{w: stderr}
-		cfg.Progress = bar.update
-	}
+	var finish func()
+	cfg.Progress, finish = j.Progress(stderr)
 	fmt.Fprintf(stdout, "Traffic request rate: %s\n", rateString(cfg.Rate))
 	if cfg.Constant {
 		fmt.Fprintln(stdout, "Burstiness factor: inf (constant rate)")
@@ -147,18 +283,16 @@ func RunLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stdout, "Maximum request concurrency: None")
 	}
 	res, err := loadgen.Run(ctx, cfg)
-	if bar != nil {
-		bar.finish()
-	}
+	finish()
 	if res == nil {
 		return err
 	}
 	res.WriteSummary(stdout)
-	if o.out != "" {
-		if werr := res.WriteFile(o.out); werr != nil {
+	if j.Result != "" {
+		if werr := res.WriteFile(j.Result); werr != nil {
 			return werr
 		}
-		fmt.Fprintf(stdout, "result written to %s\n", o.out)
+		fmt.Fprintf(stdout, "result written to %s\n", j.Result)
 	}
 	if exp != nil {
 		if ferr := exp.Flush(context.Background()); ferr != nil {
@@ -175,64 +309,97 @@ func rateString(r float64) string {
 	return fmt.Sprintf("%g", r)
 }
 
-// RunSweep runs `bpfbench sweep`: it finds the highest request rate (or
-// concurrency) that meets every SLO, printing each step and the answer, and
-// writes all steps to JSON.
-func RunSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("sweep", "sweep --target URL --slo \"p99_ttft_ms<=X,p99_itl_ms<=Y\" [--mode rate|concurrency] [load flags] [--out FILE]", stderr)
-	cfg := loadgen.DefaultConfig()
-	cfg.RegisterFlags(fs)
-	var o outputFlags
-	o.register(fs)
-	sloText := fs.String("slo", "", "objectives every step must meet, e.g. \"p99_ttft_ms<=500,p99_itl_ms<=50\" (any result field: mean_/median_/pNN_ ttft/tpot/itl/e2el _ms, request_goodput, ...)")
-	mode := fs.String("mode", loadgen.SweepRate, "search over the request rate (rate) or the concurrency (concurrency)")
-	perStep := fs.Int("requests-per-step", 200, "measured requests at every step")
-	precision := fs.Float64("precision", 0.05, "rate search resolution, as a fraction of the probed capacity")
-	step := fs.Float64("step", 0, "rate search resolution in req/s (overrides --precision)")
-	maxRate := fs.Float64("max-rate", 0, "top of the rate search (0: 1.25 × the probed capacity)")
-	maxConc := fs.Int("max-search-concurrency", 1024, "top of the concurrency search")
-	if err := parse(fs, args); err != nil {
-		return err
-	}
-	slos, err := loadgen.ParseSLOs(*sloText)
+// SweepJob is `bpfbench sweep`: the load options, the search and where
+// to write its steps.
+type SweepJob struct {
+	Options
+	SLO                  string
+	Mode                 string
+	RequestsPerStep      int
+	Precision, Step      float64
+	MaxRate              float64
+	MaxSearchConcurrency int
+	// Result is the file all steps are written to as JSON.
+	Result string
+}
+
+// NewSweepJob returns the job with the defaults of its flags.
+func NewSweepJob() *SweepJob {
+	return &SweepJob{Options: *NewOptions(), Mode: loadgen.SweepRate, RequestsPerStep: 200, Precision: 0.05, MaxSearchConcurrency: 1024}
+}
+
+// AddFlags defines the load options, the search's flags and --result
+// (with --out, its old spelling, deprecated).
+func (j *SweepJob) AddFlags(fs *pflag.FlagSet) {
+	j.Options.AddFlags(fs)
+	fs.StringVar(&j.SLO, "slo", j.SLO, "objectives every step must meet, e.g. \"p99_ttft_ms<=500,p99_itl_ms<=50\" (any result field: mean_/median_/pNN_ ttft/tpot/itl/e2el _ms, request_goodput, ...)")
+	fs.StringVar(&j.Mode, "mode", j.Mode, "search over the request rate (rate) or the concurrency (concurrency)")
+	fs.IntVar(&j.RequestsPerStep, "requests-per-step", j.RequestsPerStep, "measured requests at every step")
+	fs.Float64Var(&j.Precision, "precision", j.Precision, "rate search resolution, as a fraction of the probed capacity")
+	fs.Float64Var(&j.Step, "step", j.Step, "rate search resolution in req/s (overrides --precision)")
+	fs.Float64Var(&j.MaxRate, "max-rate", j.MaxRate, "top of the rate search (0: 1.25 × the probed capacity)")
+	fs.IntVar(&j.MaxSearchConcurrency, "max-search-concurrency", j.MaxSearchConcurrency, "top of the concurrency search")
+	fs.StringVar(&j.Result, "result", "", "write every step as JSON to this `FILE`")
+	deprecatedAlias(fs, &j.Result, "out", "result", "write every step as JSON to this `FILE`")
+}
+
+// LoadConfig is the load of every step, checked.
+func (j *SweepJob) LoadConfig() (loadgen.Config, []loadgen.SLO, error) {
+	slos, err := loadgen.ParseSLOs(j.SLO)
 	if err != nil {
-		return err
+		return loadgen.Config{}, nil, err
 	}
-	cfg.NumRequests = *perStep
+	cfg := j.Config
+	cfg.NumRequests = j.RequestsPerStep
 	if err := cfg.Validate(); err != nil {
-		return err
+		return loadgen.Config{}, nil, err
 	}
-	exp, err := otlp.New(ctx, o.otlp)
+	return cfg, slos, nil
+}
+
+// Run finds the highest request rate (or concurrency) that meets every
+// SLO, printing each step and the answer, and writes all steps to JSON.
+// cfg is the load each step was sent with (its model resolved).
+func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *loadgen.SweepResult, cfg loadgen.Config, err error) {
+	cfg, slos, err := j.LoadConfig()
 	if err != nil {
-		return err
+		return nil, cfg, err
+	}
+	if err := ResolveModel(ctx, &cfg); err != nil {
+		return nil, cfg, err
+	}
+	exp, err := otlp.New(ctx, j.OTLP)
+	if err != nil {
+		return nil, cfg, err
 	}
 	if exp != nil {
 		defer exp.Shutdown(context.Background())
 		cfg.OnRecord = exp.Hook(&cfg)
 	}
-	fmt.Fprintf(stdout, "Sweeping %s against %s for %s, %d requests per step\n", *mode, cfg.Target, *sloText, *perStep)
+	fmt.Fprintf(stdout, "Sweeping %s against %s for %s, %d requests per step\n", j.Mode, cfg.Target, j.SLO, j.RequestsPerStep)
 	sc := loadgen.SweepConfig{
 		Load:            cfg,
 		SLOs:            slos,
-		Mode:            *mode,
-		RequestsPerStep: *perStep,
-		Precision:       *precision,
-		Step:            *step,
-		MaxRate:         *maxRate,
-		MaxConcurrency:  *maxConc,
+		Mode:            j.Mode,
+		RequestsPerStep: j.RequestsPerStep,
+		Precision:       j.Precision,
+		Step:            j.Step,
+		MaxRate:         j.MaxRate,
+		MaxConcurrency:  j.MaxSearchConcurrency,
 		OnStep:          func(s *loadgen.SweepStep) { printStep(stdout, s, slos) },
 	}
-	res, err := loadgen.Sweep(ctx, sc)
+	res, err = loadgen.Sweep(ctx, sc)
 	if res != nil {
 		printAnswer(stdout, res, slos)
-		if o.out != "" {
-			if werr := writeSweep(o.out, res); werr != nil {
-				return werr
+		if j.Result != "" {
+			if werr := writeSweep(j.Result, res); werr != nil {
+				return res, cfg, werr
 			}
-			fmt.Fprintf(stdout, "steps written to %s\n", o.out)
+			fmt.Fprintf(stdout, "steps written to %s\n", j.Result)
 		}
 	}
-	return err
+	cfg.OnRecord = nil
+	return res, cfg, err
 }
 
 func printStep(w io.Writer, s *loadgen.SweepStep, slos []loadgen.SLO) {

@@ -5,13 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
+	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
@@ -33,22 +35,87 @@ func startSim(t *testing.T, mod func(*sim.Config)) string {
 	return ts.URL
 }
 
+// runSweep parses args as sweep's flags and runs it.
+func runSweep(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := pflag.NewFlagSet("sweep", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	j := NewSweepJob()
+	j.AddFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	_, _, err := j.Run(ctx, stdout, stderr)
+	return err
+}
+
 func TestHelp(t *testing.T) {
 	var out, errb bytes.Buffer
-	if err := RunLoad(context.Background(), []string{"-h"}, &out, &errb); !errors.Is(err, flag.ErrHelp) {
+	if err := RunLoad(context.Background(), []string{"-h"}, &out, &errb); !errors.Is(err, pflag.ErrHelp) {
 		t.Errorf("load -h: %v", err)
 	}
-	if !strings.Contains(errb.String(), "--target") && !strings.Contains(errb.String(), "-target") {
+	if !strings.Contains(errb.String(), "--target") || !strings.Contains(errb.String(), "--no-progress") {
 		t.Errorf("load usage: %s", errb.String())
 	}
-	if err := RunSweep(context.Background(), []string{"-h"}, &out, &errb); !errors.Is(err, flag.ErrHelp) {
+	if err := runSweep(context.Background(), []string{"-h"}, &out, &errb); !errors.Is(err, pflag.ErrHelp) {
 		t.Errorf("sweep -h: %v", err)
 	}
 	if err := RunLoad(context.Background(), []string{"--num-requests", "3"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "--target") {
 		t.Errorf("load without target: %v", err)
 	}
-	if err := RunSweep(context.Background(), []string{"--target", "http://x"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "--slo") {
+	if err := runSweep(context.Background(), []string{"--target", "http://x"}, &out, &errb); err == nil || !strings.Contains(err.Error(), "--slo") {
 		t.Errorf("sweep without slo: %v", err)
+	}
+	if err := RunLoad(context.Background(), []string{"-target", "http://x"}, &out, &errb); err == nil {
+		t.Errorf("a single-dash long flag was taken")
+	}
+}
+
+// Every load option has the same default wherever it is defined, the
+// model is asked of the server, and the rate is sent all at once.
+func TestFlagsDefaults(t *testing.T) {
+	fs := Flags()
+	for name, want := range map[string]string{"model": "", "rate": "inf", "no-progress": "false", "output-len": "64", "otlp-endpoint": ""} {
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Errorf("no --%s", name)
+			continue
+		}
+		if f.DefValue != want {
+			t.Errorf("--%s default %q, want %q", name, f.DefValue, want)
+		}
+	}
+	if fs.Lookup("out") != nil || fs.Lookup("result") != nil {
+		t.Errorf("the output file is a command's own flag, not a load option")
+	}
+}
+
+// The model, when not given, is the first the server lists.
+func TestResolveModel(t *testing.T) {
+	url := startSim(t, nil)
+	cfg := NewOptions().Config
+	cfg.Target = url
+	if err := ResolveModel(context.Background(), &cfg); err != nil || cfg.Model == "" {
+		t.Fatalf("model %q: %v", cfg.Model, err)
+	}
+	cfg.Model, cfg.Target = "", "http://127.0.0.1:1"
+	if err := ResolveModel(context.Background(), &cfg); err == nil || !strings.Contains(err.Error(), "give --model") {
+		t.Errorf("nobody listening: %v", err)
+	}
+}
+
+// --out, the old spelling of --result, still works, with a warning.
+func TestDeprecatedOut(t *testing.T) {
+	url := startSim(t, nil)
+	out := filepath.Join(t.TempDir(), "result.json")
+	var stdout, stderr bytes.Buffer
+	if err := RunLoad(context.Background(), []string{"--target", url, "--num-requests", "2", "--output-len", "2", "--input-len", "4", "--out", out}, &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if _, err := os.Stat(out); err != nil {
+		t.Errorf("--out wrote no file: %v", err)
+	}
+	if !strings.Contains(stderr.String(), "--out has been deprecated, use --result") {
+		t.Errorf("no deprecation warning: %q", stderr.String())
 	}
 }
 
@@ -57,7 +124,7 @@ func TestRunLoadWritesVLLMJSON(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "result.json")
 	var stdout, stderr bytes.Buffer
 	err := RunLoad(context.Background(), []string{"--target", url, "--endpoint", "chat", "--num-requests", "8", "--rate", "200",
-		"--input-len", "10", "--output-len", "4", "--percentiles", "50,99.9", "--goodput", "ttft:1000,tpot:1000", "--out", out}, &stdout, &stderr)
+		"--input-len", "10", "--output-len", "4", "--percentiles", "50,99.9", "--goodput", "ttft:1000,tpot:1000", "--result", out}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
@@ -93,8 +160,8 @@ func TestRunSweep(t *testing.T) {
 	url := startSim(t, func(c *sim.Config) { c.MaxNumSeqs = 2 })
 	out := filepath.Join(t.TempDir(), "sweep.json")
 	var stdout, stderr bytes.Buffer
-	err := RunSweep(context.Background(), []string{"--target", url, "--slo", "p90_ttft_ms<=40", "--requests-per-step", "30",
-		"--output-len", "4", "--input-len", "4", "--step", "20", "--out", out}, &stdout, &stderr)
+	err := runSweep(context.Background(), []string{"--target", url, "--slo", "p90_ttft_ms<=40", "--requests-per-step", "30",
+		"--output-len", "4", "--input-len", "4", "--step", "20", "--result", out}, &stdout, &stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}

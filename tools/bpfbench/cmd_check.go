@@ -1,30 +1,43 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"text/tabwriter"
 
+	"github.com/spf13/cobra"
+
 	"github.com/bpfbench/bpfbench/readiness"
 )
 
-func init() {
-	register("check", command{
-		summary: "say whether this kernel and machine can run bpfbench, and how to fix what is missing",
-		run:     runCheck,
-	})
+func init() { register(newCheckCmd) }
+
+func newCheckCmd() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Say whether this kernel and machine can run bpfbench, and how to fix what is missing",
+		Long: `One line per check (ok, warn or fail; name, detail, fix): kernel version, BTF,
+privileges, the bpf syscall, ring buffers, task storage, tracefs, each
+tracepoint the collectors use (loaded and attached for real), the kernel's
+run-queue stamps, uprobes and what a uprobe hit costs here, NVML and libcuda.
+Exit status 0 when the daemon can run.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			return runCheck(cmd.OutOrStdout(), cmd.ErrOrStderr(), output)
+		},
+	}
+	outputFlag(cmd, &output)
+	return cmd
 }
 
-func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("check", stderr, "check [--output table|json]")
-	output := fs.String("output", "table", "table or json")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
+func runCheck(stdout, stderr io.Writer, output string) error {
 	checks := readiness.Readiness(tracepointSets())
-	if *output == "json" {
+	if output == "json" {
 		if err := json.NewEncoder(stdout).Encode(checks); err != nil {
 			return err
 		}
@@ -40,7 +53,7 @@ func runCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 		tw.Flush()
 	}
 	if !readiness.Ready(checks) {
-		if *output != "json" {
+		if output != "json" {
 			fmt.Fprintln(stderr, "bpfbench check: the daemon cannot run here; fix the lines marked fail")
 		}
 		return exitError{1}

@@ -1,179 +1,116 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"runtime"
 	"time"
 
-	"github.com/bpfbench/bpfbench/collectors/bpfutil"
-	"github.com/bpfbench/bpfbench/job"
+	"github.com/spf13/cobra"
 
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/caps"
+	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/job/load"
-	"github.com/bpfbench/bpfbench/loadgen"
-	"github.com/bpfbench/bpfbench/perturb"
 )
 
-func init() {
-	register("demo", command{
-		summary: "run the whole job on the built-in simulated server: phased contention, attribution per phase",
-		run:     runDemo,
-	})
+func init() { register(newDemoCmd) }
+
+// scenarioFlags are the load options a phased job (demo, validate) sets
+// itself: its phases decide the requests and when they are sent.
+var scenarioFlags = []string{"num-requests", "duration", "warmup", "constant", "burstiness",
+	"dataset", "dataset-path", "input-len", "range-ratio", "sharegpt-output-len", "trace", "trace-time-unit"}
+
+func newDemoCmd() *cobra.Command {
+	var (
+		opts  = load.NewOptions()
+		out   string
+		phase time.Duration
+		logs  logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "demo [--out DIR] [--phase 10s] [--rate 4]",
+		Short: "Run the whole job on the built-in simulated server: phased contention, attribution per phase",
+		Long: `Starts llmsim (found next to bpfbench: make build) with the CUDA stub, follows it
+with every collector, and drives it through five phases: a baseline, CPU
+contention, disk contention, a GPU slowdown and a slow-reading client. Prints
+the attribution per phase and writes DIR/result.json, DIR/trace.json and
+DIR/report.html. The load options that shape each request (endpoint, model,
+output length, timeouts, headers, OTLP export, ...) apply; those that decide
+which requests are sent and when belong to the demo's phases and are refused.
+--rate is 4 req/s unless given.`,
+		Example:     `  sudo bpfbench demo --out bpfbench-demo --phase 10s`,
+		Args:        noArgs,
+		Annotations: map[string]string{memoryBound: "true"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runDemo(cmd, opts, out, phase, logs)
+		},
+	}
+	fs := cmd.Flags()
+	opts.AddFlags(fs)
+	fs.StringVar(&out, "out", "bpfbench-demo", "run directory (result.json, trace.json, report.html)")
+	fs.DurationVar(&phase, "phase", 10*time.Second, "length of each phase")
+	logs.add(fs, "warn", false)
+	_ = cmd.MarkFlagDirname("out")
+	loadCompletions(cmd)
+	return cmd
 }
 
-// demoSlowPause is how long the demo's slow-reading clients stop reading.
-const demoSlowPause = 4 * time.Second
-
-// demoSlowReaders are the requests of the last phase that read slowly:
-// a quarter and half way into it, perPhase requests a phase.
-func demoSlowReaders(perPhase int) []int {
-	return []int{4*perPhase + perPhase/4, 4*perPhase + perPhase/2}
-}
-
-// demo settings: the simulated server's GPU step and its slowed-down one.
-const (
-	demoKernelUS     = 2000
-	demoSlowKernelUS = 9000
-)
-
-func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo", stderr, "demo [--out DIR] [--phase 10s] [--rate 4]")
-	out := fs.String("out", "bpfbench-demo", "run directory (result.json, trace.json, report.html)")
-	phase := fs.Duration("phase", 10*time.Second, "length of each phase")
-	rate := fs.Float64("rate", 4, "requests per second")
-	if err := fs.Parse(args); err != nil {
+func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Duration, logs logFlags) error {
+	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if err := refuse(cmd, "the demo drives its own llmsim; bpfbench run takes another server", "target"); err != nil {
 		return err
 	}
-	if *phase < 2*time.Second || *rate <= 0 {
-		return usageError{"--phase must be at least 2s and --rate positive"}
+	if err := refuse(cmd, "the demo's phases decide which requests are sent and when", scenarioFlags...); err != nil {
+		return err
 	}
-	perPhase := int(*rate * phase.Seconds())
-	if perPhase < 4 {
-		return usageError{fmt.Sprintf("%v phases at %g req/s make %d requests a phase; give at least 4 (a longer --phase or a higher --rate)", *phase, *rate, perPhase)}
+	rate := job.PhaseRate(opts.Config.Rate)
+	if cmd.Flags().Changed("rate") && rate != opts.Config.Rate {
+		return usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}
+	}
+	if err := job.CheckDemo(rate, phase); err != nil {
+		return usageError{err.Error()}
+	}
+	logger, err := logs.logger(cmd)
+	if err != nil {
+		return err
 	}
 	if !caps.CanTrace() {
 		return fmt.Errorf("the demo follows the simulated server with eBPF: %s", caps.Hint)
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return fmt.Errorf("cannot create --out %s: %w", *out, err)
-	}
-	logger, _ := newLogger(stderr, "warn", "text")
 	if err := bpfutil.EnsureFilesystems(); err != nil {
 		logger.Warn("preparing kernel file systems", "err", err)
 	}
-	simLog, err := os.Create(filepath.Join(*out, "llmsim.log"))
-	if err != nil {
-		return fmt.Errorf("cannot write to --out %s: %w", *out, err)
-	}
-	defer simLog.Close()
-	sim, err := startSim(ctx, *out, simLog)
+	sim, err := job.StartSim(ctx, job.SimConfig{Dir: out})
 	if err != nil {
 		return err
 	}
-	defer sim.stop()
-	defer os.Remove(sim.ioFile)
-
-	names := []string{"baseline", "cpu contention", "disk contention", "gpu slowdown", "slow-reading client"}
-	n := perPhase * len(names)
-	reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: 64}, n, 1)
-	if err != nil {
+	defer sim.Close()
+	cfg := opts.Config
+	cfg.Target = sim.URL
+	if err := load.ResolveModel(ctx, &cfg); err != nil {
 		return err
 	}
-	slow := demoSlowReaders(perPhase)
-	for i := range reqs {
-		reqs[i].OffsetNs = -1
-	}
-	for _, i := range slow {
-		reqs[i].OutputLen = 200
-		reqs[i].SlowRead = demoSlowPause
-	}
-
-	cfg := loadgen.DefaultConfig()
-	cfg.Target = sim.url
-	cfg.Rate = *rate
-	cfg.Constant = true
-	cfg.Requests = reqs
-	cfg.NumRequests = n
-	cfg.IgnoreEOS = true
-	cfg.Timeout = 2 * time.Minute
 	var finish func()
-	cfg.Progress, finish = load.Progress(stderr)
-
+	cfg.Progress, finish = opts.Progress(stderr)
 	fmt.Fprintf(stdout, "bpfbench demo: llmsim (pid %d) at %s with the CUDA stub; %d phases of %v at %.0f req/s\n",
-		sim.cmd.Process.Pid, sim.url, len(names), *phase, *rate)
-	var reports []string
-	scenario := func(ctx context.Context, marks *job.PhaseMarks) {
-		wait := func() bool {
-			select {
-			case <-ctx.Done():
-				return false
-			case <-time.After(*phase):
-				return true
-			}
-		}
-		during := func(fn func(context.Context) string) bool {
-			pctx, cancel := context.WithCancel(ctx)
-			done := make(chan string, 1)
-			go func() { done <- fn(pctx) }()
-			ok := wait()
-			cancel()
-			reports = append(reports, <-done)
-			return ok
-		}
-		marks.Begin(names[0])
-		if !wait() {
-			return
-		}
-		marks.Begin(names[1])
-		if !during(func(c context.Context) string {
-			r, err := perturb.CPU{Threads: 2 * runtime.NumCPU()}.RunProcess(c)
-			if err != nil {
-				return "cpu: " + err.Error()
-			}
-			return fmt.Sprintf("cpu contention: %d busy threads burnt %.1f CPU-s", r.Threads, r.CPUSeconds)
-		}) {
-			return
-		}
-		marks.Begin(names[2])
-		if !during(func(c context.Context) string {
-			r, err := perturb.IO{Path: sim.ioFile, BlockSize: 1 << 20, Depth: 8}.Run(c)
-			if err != nil {
-				return "disk: " + err.Error()
-			}
-			return fmt.Sprintf("disk contention: %.0f O_DIRECT reads/s of 1 MiB, %.1f ms each", r.IOPS, r.MeanLatency*1e3)
-		}) {
-			return
-		}
-		marks.Begin(names[3])
-		_ = sim.setGPUKernel(demoSlowKernelUS)
-		reports = append(reports, fmt.Sprintf("gpu slowdown: the stub's step kernel from %d to %d µs", demoKernelUS, demoSlowKernelUS))
-		ok := wait()
-		_ = sim.setGPUKernel(demoKernelUS)
-		if !ok {
-			return
-		}
-		marks.Begin(names[4])
-		reports = append(reports, fmt.Sprintf("slow-reading client: requests %v stop reading for %v after their first token", slow, demoSlowPause))
-	}
-	res, err := job.Run(ctx, job.RunConfig{
-		Load: cfg, Pid: sim.cmd.Process.Pid, OutDir: *out, Logger: logger,
-		Sections: sessionSections(), Phases: scenario, Readiness: readinessChecks,
+		sim.Pid(), sim.URL, len(job.DemoPhases), phase, rate)
+	res, err := job.Demo(ctx, job.DemoConfig{
+		Load: cfg, Sim: sim, OutDir: out, Phase: phase, Rate: rate,
+		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger,
 	})
 	finish()
 	if res == nil {
 		return err
 	}
+	if eerr := exportSpans(ctx, opts.OTLP, res.RunResult); eerr != nil {
+		logger.Warn("exporting spans", "err", eerr)
+	}
 	fmt.Fprintln(stdout, "\nWhat each phase injected:")
-	for _, r := range reports {
+	for _, r := range res.Injected {
 		fmt.Fprintln(stdout, "  - "+r)
 	}
 	fmt.Fprintln(stdout)
 	report.WriteTerminal(stdout, res.Doc)
-	fmt.Fprintf(stdout, "\nwrote %s/{result.json,trace.json,report.html}; open report.html in a browser, trace.json in ui.perfetto.dev\n", *out)
+	fmt.Fprintf(stdout, "\nwrote %s/{result.json,trace.json,report.html}; open report.html in a browser, trace.json in ui.perfetto.dev\n", out)
 	return err
 }

@@ -1,10 +1,31 @@
 package main
 
-import "github.com/bpfbench/bpfbench/job/load"
+import (
+	"github.com/spf13/cobra"
 
-func init() {
-	register("load", command{
-		summary: "drive an OpenAI-compatible streaming server and measure TTFT, ITL, TPOT and throughput (vLLM's definitions)",
-		run:     load.RunLoad,
-	})
+	"github.com/bpfbench/bpfbench/job/load"
+)
+
+func init() { register(newLoadCmd) }
+
+func newLoadCmd() *cobra.Command {
+	j := load.NewLoadJob()
+	cmd := &cobra.Command{
+		Use:   "load --target URL [load options] [--result FILE]",
+		Short: "Drive an OpenAI-compatible streaming server and measure TTFT, ITL, TPOT and throughput (vLLM's definitions)",
+		Long: `A streaming client for OpenAI-compatible servers (vLLM, SGLang, TGI, llama.cpp,
+Ollama) with vLLM's metric definitions (TTFT, TPOT, ITL, E2EL, goodput) and
+result field names. Prints vLLM's summary table; --result writes the result
+JSON. Its flags are the load options every command that sends load takes
+(run, sweep, validate, demo).`,
+		Example: `  bpfbench load --target http://127.0.0.1:8000 --num-requests 200 --rate 8 --result result.json
+  bpfbench load --target http://127.0.0.1:8000 --duration 60s --max-concurrency 16 --endpoint chat`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return j.Run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	j.AddFlags(cmd.Flags())
+	loadCompletions(cmd)
+	return cmd
 }

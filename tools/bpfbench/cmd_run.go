@@ -12,12 +12,12 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/job"
-	"github.com/bpfbench/bpfbench/session"
 
 	"github.com/bpfbench/bpfbench/exporter/otlp"
 	"github.com/bpfbench/bpfbench/exporter/report"
@@ -27,14 +27,8 @@ import (
 )
 
 func init() {
-	register("run", command{
-		summary: "load a server while following its process, then blame each token's latency on its causes",
-		run:     runRun,
-	})
-	register("report", command{
-		summary: "re-render report.html and the terminal summary of a run directory",
-		run:     runReport,
-	})
+	register(newRunCmd)
+	register(newReportCmd)
 }
 
 // serverPort returns the port of a local target URL, or 0.
@@ -54,46 +48,55 @@ func serverPort(target string) int {
 	return p
 }
 
-func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("run", stderr, "run --target URL (--pid PID | --port PORT) [load options] --out DIR")
-	cfg := loadgen.DefaultConfig()
-	cfg.RegisterFlags(fs)
-	pid := fs.Int("pid", 0, "the server's process id")
-	port := fs.Int("port", 0, "find the server as the process listening on this local TCP port (default: the --target URL's port when local)")
-	out := fs.String("out", "", "directory for result.json, trace.json and report.html")
-	baseITL := fs.Float64("baseline-itl-ms", 0, "a normal inter-token gap in ms (default: the run's median)")
-	baseTTFT := fs.Float64("baseline-ttft-ms", 0, "a normal time to first token in ms (default: the run's median)")
-	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
-	cpus := cpusFlag(fs)
-	var oo otlp.Options
-	oo.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
+func newRunCmd() *cobra.Command {
+	var (
+		opts              = load.NewOptions()
+		server            serverFlags
+		out               string
+		baseITL, baseTTFT float64
+		logs              logFlags
+		cpus              *string
+	)
+	cmd := &cobra.Command{
+		Use:   "run --target URL (--pid PID | --port PORT) --out DIR [load options]",
+		Short: "Load a server while following its process, then blame each token's latency on its causes",
+		Long: `Finds the server (its pid, or the process listening on --port, or on the
+target URL's port when it is local), starts every collector on it, runs the
+load, then joins each request's token intervals with what the kernel saw:
+run-queue waits (cpu_runqueue), uninterruptible sleep and block requests
+(io_block), blocking CUDA calls (gpu_sync), and zero-window and retransmission
+episodes of that request's own connection (net_backpressure). Writes
+DIR/result.json, DIR/trace.json and DIR/report.html and prints a summary.
+It takes every load option of bpfbench load.`,
+		Example:     `  bpfbench run --target http://127.0.0.1:8000 --port 8000 --num-requests 200 --rate 8 --out run1`,
+		Args:        noArgs,
+		Annotations: map[string]string{memoryBound: "true"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runRun(cmd, opts, server, out, baseITL, baseTTFT, logs, *cpus)
+		},
+	}
+	fs := cmd.Flags()
+	opts.AddFlags(fs)
+	server.add(fs)
+	fs.StringVar(&out, "out", "", "run directory for result.json, trace.json and report.html (required)")
+	fs.Float64Var(&baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms (default: the run's median)")
+	fs.Float64Var(&baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms (default: the run's median)")
+	logs.add(fs, "warn", true)
+	cpus = cpusFlag(fs)
+	_ = cmd.MarkFlagDirname("out")
+	loadCompletions(cmd)
+	return cmd
+}
+
+func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, out string, baseITL, baseTTFT float64, logs logFlags, cpus string) error {
+	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+	cfg := opts.Config
+	logger, err := logs.logger(cmd)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	if *pid != 0 && *port != 0 {
-		return usageError{"give --pid or --port, not both"}
-	}
-	logger, err := newLogger(stderr, *logLevel, "text")
+	pid, err := server.resolve(cfg.Target, cmd)
 	if err != nil {
-		return usageError{err.Error()}
-	}
-	if *pid == 0 {
-		p := *port
-		if p == 0 {
-			p = serverPort(cfg.Target)
-		}
-		if p == 0 {
-			return usageError{"give the server's --pid, or --port PORT it listens on here"}
-		}
-		if *pid, err = session.ListenerPid(p); err != nil {
-			return err
-		}
-		fmt.Fprintf(stderr, "server: pid %d listens on port %d\n", *pid, p)
-	}
-	if _, err := session.CheckPid(*pid); err != nil {
 		return err
 	}
 	if !caps.CanTrace() {
@@ -102,20 +105,26 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := bpfutil.EnsureFilesystems(); err != nil {
 		logger.Warn("preparing kernel file systems", "err", err)
 	}
-	if err := applyCPUs(*cpus); err != nil {
+	if err := applyCPUs(cpus); err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if err := load.ResolveModel(ctx, &cfg); err != nil {
 		return err
 	}
 	var finish func()
-	cfg.Progress, finish = load.Progress(stderr)
+	cfg.Progress, finish = opts.Progress(stderr)
 	res, err := job.Run(ctx, job.RunConfig{
-		Load: cfg, Pid: *pid, OutDir: *out, Logger: logger, Sections: sessionSections(),
-		BaselineITL:  time.Duration(*baseITL * float64(time.Millisecond)),
-		BaselineTTFT: time.Duration(*baseTTFT * float64(time.Millisecond)),
+		Load: cfg, Pid: pid, OutDir: out, Logger: logger, Sections: sessionSections(),
+		BaselineITL:  time.Duration(baseITL * float64(time.Millisecond)),
+		BaselineTTFT: time.Duration(baseTTFT * float64(time.Millisecond)),
 		Readiness:    readinessChecks,
 	})
 	finish()
 	if res != nil {
-		if eerr := exportSpans(ctx, oo, res); eerr != nil {
+		if eerr := exportSpans(ctx, opts.OTLP, res); eerr != nil {
 			logger.Warn("exporting spans", "err", eerr)
 		}
 		report.WriteTerminal(stdout, res.Doc)
@@ -123,6 +132,17 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			filepath.Join(res.Dir, "trace.json"), filepath.Join(res.Dir, "report.html"))
 	}
 	return err
+}
+
+// loadCompletions completes the load options' enumerations.
+func loadCompletions(cmd *cobra.Command) {
+	fixed := func(name string, values ...string) {
+		_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
+	}
+	fixed("endpoint", loadgen.EndpointCompletions, loadgen.EndpointChat)
+	fixed("dataset", loadgen.DatasetRandom, "jsonl", "sharegpt")
+	fixed("trace-time-unit", "s", "ms")
+	fixed("otlp-protocol", "grpc", "http/protobuf")
 }
 
 // exportSpans sends each request as an OTLP span with its attribution.
@@ -158,15 +178,28 @@ func exportSpans(ctx context.Context, oo otlp.Options, res *job.RunResult) error
 	return exp.Shutdown(ctx)
 }
 
-func runReport(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("report", stderr, "report DIR")
-	if err := parseInterspersed(fs, args); err != nil {
-		return err
+func newReportCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "report DIR",
+		Short: "Re-render report.html and the terminal summary of a run directory",
+		Long: `Reads DIR/result.json (written by run, demo, validate or sweep --pid), writes
+DIR/report.html again (one self-contained page) and prints the run's
+terminal summary.`,
+		Example: `  bpfbench report bpfbench-demo`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return usageError{"report needs the run directory: bpfbench report DIR"}
+			}
+			return nil
+		},
+		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			return nil, cobra.ShellCompDirectiveFilterDirs
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return runReport(cmd.OutOrStdout(), args[0]) },
 	}
-	if fs.NArg() != 1 {
-		return usageError{"report needs the run directory: bpfbench report DIR"}
-	}
-	dir := fs.Arg(0)
+}
+
+func runReport(stdout io.Writer, dir string) error {
 	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
 	if err != nil {
 		return err

@@ -1,32 +1,23 @@
 package main
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/job"
-	"github.com/bpfbench/bpfbench/session"
 
 	"github.com/bpfbench/bpfbench/internal/caps"
 	"github.com/bpfbench/bpfbench/job/load"
-	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/perturb"
 )
 
-func init() {
-	register("validate", command{
-		summary: "check the attribution by intervention: inject each cause in turn under one load and print the confusion matrix",
-		run:     runValidate,
-	})
-}
+func init() { register(newValidateCmd) }
 
 // affinityOf returns the CPUs pid may run on.
 func affinityOf(pid int) ([]int, error) {
@@ -60,44 +51,88 @@ func reniceSelf(nice int) error {
 	return nil
 }
 
-func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("validate", stderr, "validate (--sim | --target URL --pid PID) [--io-file F] [--cuda-control F] [--net-iface I --net-rate R] [--phase 6s] [--rate 4] [--out DIR]")
-	useSim := fs.Bool("sim", false, "start bin/llmsim with the CUDA stub and validate against it (as make validate does)")
-	target := fs.String("target", "", "the server's base URL")
-	pid := fs.Int("pid", 0, "the server's process id")
-	port := fs.Int("port", 0, "find the server as the process listening on this local TCP port")
-	out := fs.String("out", "bpfbench-validate", "run directory: result.json, trace.json, report.html and validation.json")
-	phase := fs.Duration("phase", 6*time.Second, "length of the baseline and of each injection")
-	rate := fs.Float64("rate", 4, "requests per second, fixed for the whole run")
-	outLen := fs.Int("output-len", 64, "output tokens per request")
-	model := fs.String("model", "", "model name to ask for (default: the first the server lists)")
-	endpoint := fs.String("endpoint", loadgen.EndpointCompletions, "completions or chat")
-	ioFile := fs.String("io-file", "", "file to read with O_DIRECT for the io injection (default: a file the server has open with O_DIRECT)")
-	cpus := fs.String("cpus", "", "CPUs to keep busy for the cpu injection (default: those the server may run on)")
-	control := fs.String("cuda-control", "", "the CUDA stub's control file (CUDASTUB_CONTROL_FILE) for the gpu injection; without it, no gpu row")
-	gpuUS := fs.Int("gpu-kernel-us", 20000, "the stub's kernel time during the gpu injection, µs")
-	slowRead := fs.Duration("slow-read", 3*time.Second, "how long the client injection's request stops reading")
-	netIface := fs.String("net-iface", "", "shape this interface with tbf for a net row (the server's egress towards the client; never lo unless nothing else uses it)")
-	netNS := fs.String("net-netns", "", "named network namespace of --net-iface")
-	netRate := fs.String("net-rate", "2mbit", "the net injection's rate")
-	skip := fs.String("skip", "", "injections to leave out, e.g. gpu,io")
-	selfNice := fs.Int("self-nice", -10, "nice level of bpfbench itself during the validation (the server and the injections stay at theirs)")
-	minShare := fs.Float64("min-share", 0.6, "exit 1 unless every injected cause is the top cause with at least this share of the excess it added to the slowest 10% of gaps")
-	logLevel := fs.String("log-level", "warn", "debug, info, warn or error")
-	if err := fs.Parse(args); err != nil {
-		return err
+// validateFlags are validate's own flags.
+type validateFlags struct {
+	useSim                         bool
+	out                            string
+	phase                          time.Duration
+	ioFile, busyCPUs, control      string
+	gpuUS                          int
+	slowRead                       time.Duration
+	netIface, netNS, netRate, skip string
+	selfNice                       int
+	minShare                       float64
+}
+
+func newValidateCmd() *cobra.Command {
+	var (
+		opts   = load.NewOptions()
+		server serverFlags
+		v      validateFlags
+		logs   logFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "validate (--sim | --target URL (--pid PID | --port PORT)) [flags]",
+		Short: "Check the attribution by intervention: inject each cause in turn under one load and print the confusion matrix",
+		Long: `Runs a baseline, then each perturbation in turn under the same load (CPU, disk,
+GPU through the CUDA stub's control file, a slow-reading client; network
+shaping with --net-iface), and prints a confusion matrix of injected cause
+against the attributed top cause, with the share of the excess attributed to
+the injected cause. Writes DIR/validation.json and adds it to DIR/result.json.
+The load options that shape each request apply; those that decide which
+requests are sent and when belong to the phases and are refused. --rate is 4
+req/s unless given.`,
+		Example: `  sudo bpfbench validate --sim
+  sudo bpfbench validate --target http://127.0.0.1:8000 --port 8000 --skip gpu --out validation`,
+		Args:        noArgs,
+		Annotations: map[string]string{memoryBound: "true"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runValidate(cmd, opts, server, v, logs)
+		},
 	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Sprintf("unexpected argument %q", fs.Arg(0))}
-	}
-	if *useSim == (*target != "") {
+	fs := cmd.Flags()
+	opts.AddFlags(fs)
+	server.add(fs)
+	fs.BoolVar(&v.useSim, "sim", false, "start bin/llmsim with the CUDA stub and validate against it (as make validate does)")
+	fs.StringVar(&v.out, "out", "bpfbench-validate", "run directory: result.json, trace.json, report.html and validation.json")
+	fs.DurationVar(&v.phase, "phase", 6*time.Second, "length of the baseline and of each injection")
+	fs.StringVar(&v.ioFile, "io-file", "", "file to read with O_DIRECT for the io injection (default: a file the server has open with O_DIRECT)")
+	fs.StringVar(&v.busyCPUs, "busy-cpus", "", "CPUs the cpu injection keeps busy (default: those the server may run on)")
+	fs.StringVar(&v.busyCPUs, "cpus", "", "CPUs the cpu injection keeps busy")
+	_ = fs.MarkDeprecated("cpus", "use --busy-cpus instead (--cpus names bpfbench's own CPUs in attach, run and daemon)")
+	fs.StringVar(&v.control, "cuda-control", "", "the CUDA stub's control file (CUDASTUB_CONTROL_FILE) for the gpu injection; without it, no gpu row")
+	fs.IntVar(&v.gpuUS, "gpu-kernel-us", 20000, "the stub's kernel time during the gpu injection, µs")
+	fs.DurationVar(&v.slowRead, "slow-read", 3*time.Second, "how long the client injection's request stops reading")
+	fs.StringVar(&v.netIface, "net-iface", "", "shape this interface with tbf for a net row (the server's egress towards the client; never lo unless nothing else uses it)")
+	fs.StringVar(&v.netNS, "net-netns", "", "named network namespace of --net-iface")
+	fs.StringVar(&v.netRate, "net-rate", "2mbit", "the net injection's rate")
+	fs.StringVar(&v.skip, "skip", "", "injections to leave out, e.g. gpu,io")
+	fs.IntVar(&v.selfNice, "self-nice", -10, "nice level of bpfbench itself during the validation (the server and the injections stay at theirs)")
+	fs.Float64Var(&v.minShare, "min-share", 0.6, "exit 1 unless every injected cause is the top cause with at least this share of the excess it added to the slowest 10% of gaps")
+	logs.add(fs, "warn", true)
+	_ = cmd.MarkFlagDirname("out")
+	loadCompletions(cmd)
+	return cmd
+}
+
+func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v validateFlags, logs logFlags) error {
+	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+	target := opts.Config.Target
+	if v.useSim == (target != "") {
 		return usageError{"give --sim, or the server's --target URL with --pid or --port"}
 	}
-	if *phase < 2*time.Second || *rate <= 0 {
+	if err := refuse(cmd, "the validation's phases decide which requests are sent and when", scenarioFlags...); err != nil {
+		return err
+	}
+	rate := job.PhaseRate(opts.Config.Rate)
+	if cmd.Flags().Changed("rate") && rate != opts.Config.Rate {
+		return usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}
+	}
+	if v.phase < 2*time.Second {
 		return usageError{"--phase must be at least 2s and --rate positive"}
 	}
 	skipped := map[string]bool{}
-	for _, s := range strings.Split(*skip, ",") {
+	for _, s := range strings.Split(v.skip, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			if !map[string]bool{"cpu": true, "io": true, "gpu": true, "client": true, "net": true}[s] {
 				return usageError{fmt.Sprintf("--skip %q: use cpu, io, gpu, client or net", s)}
@@ -105,19 +140,19 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			skipped[s] = true
 		}
 	}
-	cpuList, err := cpuList(*cpus)
+	cpuList, err := cpuList(v.busyCPUs)
 	if err != nil {
 		return usageError{err.Error()}
 	}
-	logger, err := newLogger(stderr, *logLevel, "text")
+	logger, err := logs.logger(cmd)
 	if err != nil {
-		return usageError{err.Error()}
+		return err
 	}
 	if !caps.CanTrace() {
 		return fmt.Errorf("validation follows the server with eBPF: %s", caps.Hint)
 	}
-	if err := os.MkdirAll(*out, 0o755); err != nil {
-		return fmt.Errorf("cannot create --out %s: %w", *out, err)
+	if err := os.MkdirAll(v.out, 0o755); err != nil {
+		return fmt.Errorf("cannot create --out %s: %w", v.out, err)
 	}
 	if err := bpfutil.EnsureFilesystems(); err != nil {
 		logger.Warn("preparing kernel file systems", "err", err)
@@ -125,52 +160,32 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	// Isolation: the load generator and the collectors run at a higher
 	// priority than the server and the busy threads (nice 0), so that the
 	// cpu injection delays the server and not the client's clock.
-	if err := reniceSelf(*selfNice); err != nil {
+	if err := reniceSelf(v.selfNice); err != nil {
 		logger.Warn("raising bpfbench's priority", "err", err)
 	}
-	if *useSim {
-		var simCPUs []int
-		simLog, err := os.Create(filepath.Join(*out, "llmsim.log"))
-		if err != nil {
-			return fmt.Errorf("cannot write to --out %s: %w", *out, err)
+	var pid int
+	if v.useSim {
+		if server.given() {
+			return usageError{"--sim starts its own server: give no --pid or --port"}
 		}
-		defer simLog.Close()
-		sim, err := startSimOn(ctx, *out, simLog, simCPUs)
+		sim, err := job.StartSim(ctx, job.SimConfig{Dir: v.out})
 		if err != nil {
 			return err
 		}
-		defer sim.stop()
-		defer os.Remove(sim.ioFile)
-		*target, *pid = sim.url, sim.cmd.Process.Pid
-		if *ioFile == "" {
-			*ioFile = sim.ioFile
+		defer sim.Close()
+		target, pid = sim.URL, sim.Pid()
+		if v.ioFile == "" {
+			v.ioFile = sim.IOFile
 		}
-		if *control == "" {
-			*control = sim.control
+		if v.control == "" {
+			v.control = sim.Control
 		}
-		fmt.Fprintf(stdout, "bpfbench validate: llmsim (pid %d, CPUs %v) at %s with the CUDA stub\n", *pid, simCPUs, sim.url)
-	} else {
-		if *pid != 0 && *port != 0 {
-			return usageError{"give --pid or --port, not both"}
-		}
-		if *pid == 0 {
-			p := *port
-			if p == 0 {
-				p = serverPort(*target)
-			}
-			if p == 0 {
-				return usageError{"give the server's --pid, or --port PORT it listens on here"}
-			}
-			if *pid, err = session.ListenerPid(p); err != nil {
-				return err
-			}
-		}
-		if _, err := session.CheckPid(*pid); err != nil {
-			return err
-		}
+		fmt.Fprintf(stdout, "bpfbench validate: llmsim (pid %d) at %s with the CUDA stub\n", pid, sim.URL)
+	} else if pid, err = server.resolve(target, cmd); err != nil {
+		return err
 	}
 	if len(cpuList) == 0 {
-		if cpuList, err = affinityOf(*pid); err != nil {
+		if cpuList, err = affinityOf(pid); err != nil {
 			return err
 		}
 	}
@@ -179,22 +194,22 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		injs = append(injs, job.CPUInjection(cpuList))
 	}
 	if !skipped["io"] {
-		if *ioFile == "" {
-			if *ioFile, err = job.ServerIOFile(*pid); err != nil {
+		if v.ioFile == "" {
+			if v.ioFile, err = job.ServerIOFile(pid); err != nil {
 				return fmt.Errorf("%w (or --skip io)", err)
 			}
 		}
-		injs = append(injs, job.IOInjection(*ioFile))
+		injs = append(injs, job.IOInjection(v.ioFile))
 	}
-	if !skipped["gpu"] && *control != "" {
-		injs = append(injs, job.GPUInjection(*control, *gpuUS))
+	if !skipped["gpu"] && v.control != "" {
+		injs = append(injs, job.GPUInjection(v.control, v.gpuUS))
 	}
 	if !skipped["client"] {
-		injs = append(injs, job.ClientInjection(*slowRead))
+		injs = append(injs, job.ClientInjection(v.slowRead))
 	}
-	if !skipped["net"] && *netIface != "" {
-		n := perturb.Net{Iface: *netIface, Netns: *netNS}
-		if n.Rate, err = perturb.ParseRate(*netRate); err != nil {
+	if !skipped["net"] && v.netIface != "" {
+		n := perturb.Net{Iface: v.netIface, Netns: v.netNS}
+		if n.Rate, err = perturb.ParseRate(v.netRate); err != nil {
 			return usageError{"--net-" + err.Error()}
 		}
 		if err := n.Validate(); err != nil {
@@ -205,54 +220,57 @@ func runValidate(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(injs) == 0 {
 		return usageError{"every injection is skipped"}
 	}
-	lc := loadgen.DefaultConfig()
-	lc.Target = *target
-	lc.Endpoint = *endpoint
-	if *model != "" {
-		lc.Model = *model
+	lc := opts.Config
+	lc.Target = target
+	if err := load.ResolveModel(ctx, &lc); err != nil {
+		return err
 	}
-	var finish func()
-	progress, finish := load.Progress(stderr)
+	progress, finish := opts.Progress(stderr)
 	names := make([]string, len(injs))
 	for i, inj := range injs {
 		names[i] = inj.Name
 	}
-	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each\n", *pid, *rate, strings.Join(names, ", "), *phase)
-	v, res, err := job.Validate(ctx, job.ValidateConfig{
-		Load: lc, Pid: *pid, OutDir: *out, Phase: *phase, Rate: *rate, OutputLen: *outLen,
+	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each\n", pid, rate, strings.Join(names, ", "), v.phase)
+	val, res, err := job.Validate(ctx, job.ValidateConfig{
+		Load: lc, Pid: pid, OutDir: v.out, Phase: v.phase, Rate: rate, OutputLen: lc.Dataset.OutputLen,
 		Injections: injs, Sections: sessionSections(), Readiness: readinessChecks, Logger: logger, Progress: progress,
 	})
 	finish()
-	if v == nil {
+	if res != nil {
+		if eerr := exportSpans(ctx, opts.OTLP, res); eerr != nil {
+			logger.Warn("exporting spans", "err", eerr)
+		}
+	}
+	if val == nil {
 		if res != nil {
 			fmt.Fprintf(stdout, "the run is in %s\n", res.Dir)
 		}
 		return err
 	}
 	fmt.Fprintln(stdout, "\nWhat each injection achieved:")
-	for _, r := range v.Rows {
+	for _, r := range val.Rows {
 		fmt.Fprintf(stdout, "  - %s: %s\n", r.Injection, r.Achieved)
 	}
 	fmt.Fprintln(stdout, "\nConfusion matrix (injected cause × top cause of the excess added to the slowest 10% of gaps):")
-	v.WriteMatrix(stdout)
+	val.WriteMatrix(stdout)
 	if res != nil && res.Doc != nil && res.Doc.Overhead != nil {
 		fmt.Fprintf(stdout, "\n%s\n", res.Doc.Overhead.Line())
 		for _, w := range res.Doc.Overhead.Warnings {
 			fmt.Fprintf(stdout, "  warning: %s\n", w)
 		}
 	}
-	fmt.Fprintf(stdout, "\nwrote %s/{validation.json,result.json,trace.json,report.html}\n", *out)
+	fmt.Fprintf(stdout, "\nwrote %s/{validation.json,result.json,trace.json,report.html}\n", v.out)
 	if err != nil {
 		return err
 	}
 	var bad []string
-	for _, r := range v.Rows {
-		if !r.Correct || r.Share < *minShare {
+	for _, r := range val.Rows {
+		if !r.Correct || r.Share < v.minShare {
 			bad = append(bad, fmt.Sprintf("%s (top %s, %.0f%%)", r.Injection, r.Attributed, r.Share*100))
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("attribution not validated for %s: want each injected cause on top with at least %.0f%% of the tail excess", strings.Join(bad, ", "), *minShare*100)
+		return fmt.Errorf("attribution not validated for %s: want each injected cause on top with at least %.0f%% of the tail excess", strings.Join(bad, ", "), v.minShare*100)
 	}
 	return nil
 }

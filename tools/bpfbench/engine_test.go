@@ -59,7 +59,7 @@ func TestRealEngineRunAndAttach(t *testing.T) {
 		}()
 		// The load, in a child process, overlaps the attach window.
 		lcmd := cliCmd(append([]string{"load", "--duration", "4s", "--max-concurrency", "4", "--no-progress",
-			"--out", filepath.Join(t.TempDir(), "load.json")}, load...)...)
+			"--result", filepath.Join(t.TempDir(), "load.json")}, load...)...)
 		lout := &strings.Builder{}
 		lcmd.Stdout, lcmd.Stderr = lout, lout
 		if err := lcmd.Start(); err != nil {

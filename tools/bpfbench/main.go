@@ -1,51 +1,45 @@
 // Command bpfbench is the bpfbench CLI: on-call views of a process
-// (attach), the host daemon, readiness checks and the load generator.
+// (attach), the run that blames each token's latency on its causes, the
+// host daemon, readiness checks, the load generator and the perturbations.
+// Every command is a cobra command with pflag flags; `bpfbench help CMD`
+// and `bpfbench CMD --help` show a command's flags, and docs/cli/ is the
+// reference generated from them (TestCLIDocs checks it is current).
 package main
+
+//go:generate go test -run ^TestCLIDocs$ . -update-docs
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"sort"
+	"strings"
 	"syscall"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/bpfbench/bpfbench/internal/version"
 )
 
-// command is one subcommand of the CLI.
-type command struct {
-	summary string
-	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
-}
+// commands build the subcommands; the cmd_*.go files register theirs in
+// init. A fresh tree is built for every run, so no flag value outlives it.
+var commands []func() *cobra.Command
 
-// commands is filled by init functions in the cmd_*.go files.
-var commands = map[string]command{}
-
-func register(name string, c command) { commands[name] = c }
+func register(newCmd func() *cobra.Command) { commands = append(commands, newCmd) }
 
 // exitError carries a specific exit status to main.
 type exitError struct{ code int }
 
 func (e exitError) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: bpfbench <command> [flags]")
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "commands:")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
-	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "Run 'bpfbench <command> -h' for the flags of a command.")
-}
+// usageError is a bad command line: one line saying what to do, exit 2.
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
 
 // runMemoryLimit is the soft memory limit of the jobs that hold a run's
 // results (GOMEMLIMIT overrides it): with Go's default of a heap twice the
@@ -54,46 +48,86 @@ func usage(w io.Writer) {
 // instead, and the same run peaks at 410 MB.
 const runMemoryLimit = 384 << 20
 
-var memoryBoundJobs = map[string]bool{"run": true, "demo": true, "validate": true, "sweep": true}
+// memoryBound is the annotation of the commands that run under
+// runMemoryLimit (run, demo, validate, sweep).
+const memoryBound = "bpfbench/memory-bound"
 
-func main() {
-	if len(os.Args) > 1 && memoryBoundJobs[os.Args[1]] && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(runMemoryLimit)
+func newRoot(stdout, stderr io.Writer) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "bpfbench",
+		Short: "Why an LLM inference server is slow, token by token",
+		Long: `bpfbench follows an LLM inference server with eBPF (scheduler, block IO, TCP,
+CUDA uprobes) and NVML, drives it with its own streaming load generator, and
+blames every token's latency on cpu_runqueue, io_block, gpu_sync,
+net_backpressure or unexplained.`,
+		Version:       version.Get().String(),
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// No command: the usage on stderr, exit 2.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			fmt.Fprint(stderr, cmd.UsageString())
+			return exitError{2}
+		},
 	}
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return usageError{fmt.Sprintf("%v (see %s --help)", err, c.CommandPath())}
+	})
+	for _, newCmd := range commands {
+		root.AddCommand(newCmd())
+	}
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	// Deprecation warnings of flags go to stderr (cobra would print them
+	// on the command's standard output, mixing them into JSON reports).
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		c.Flags().SetOutput(stderr)
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	walk(root)
+	return root
 }
 
+func main() {
+	args := os.Args[1:]
+	if c, _, err := newRoot(io.Discard, io.Discard).Find(args); err == nil && c.Annotations[memoryBound] != "" && os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(runMemoryLimit)
+	}
+	os.Exit(run(args, os.Stdout, os.Stderr))
+}
+
+// run runs the CLI with args and returns its exit status: 0, 1 for an
+// error, 2 for a bad command line, or a command's own (check).
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	c, ok := commands[args[0]]
-	if !ok {
-		fmt.Fprintf(stderr, "bpfbench: unknown command %q\n", args[0])
-		usage(stderr)
-		return 2
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := c.run(ctx, args[1:], stdout, stderr)
+	root := newRoot(stdout, stderr)
+	root.SetArgs(args)
+	c, err := root.ExecuteContextC(ctx)
+	name := "bpfbench"
+	if c != nil {
+		name = c.CommandPath()
+	}
 	var ee exitError
 	var ue usageError
 	switch {
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "bpfbench %s: %v\n", args[0], err)
-		return 2
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
+	case err == nil, errors.Is(err, pflag.ErrHelp):
 		return 0
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	case strings.HasPrefix(err.Error(), "unknown command"):
+		fmt.Fprintf(stderr, "%s: %v (see %s --help)\n", name, strings.ReplaceAll(err.Error(), "\n", " "), name)
+		return 2
 	default:
-		fmt.Fprintf(stderr, "bpfbench %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
 }

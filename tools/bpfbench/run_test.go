@@ -21,6 +21,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -99,7 +100,7 @@ func TestDemoNamesEachInjectedCause(t *testing.T) {
 			}
 		}
 	}
-	if want := demoSlowReaders(20); !slices.Equal(blamed, want) {
+	if want := job.DemoSlowReaders(20); !slices.Equal(blamed, want) {
 		t.Errorf("requests whose top cause is net_backpressure: %v, want exactly the slow readers %v", blamed, want)
 	}
 	if doc.Collection == nil || doc.Collection.LostEvents != 0 || doc.Float("failed") != 0 {

@@ -1,4 +1,4 @@
-// Command loadclient runs `bpfbench load` (loadgen/load.RunLoad) as its own
+// Command loadclient runs `bpfbench load` (job/load.RunLoad) as its own
 // process, so the client's CPU can be measured apart from the server's.
 // With --cpuprofile FILE as the first argument it writes a CPU profile of
 // the run (go tool pprof FILE).
@@ -7,17 +7,18 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"runtime/pprof"
+
+	"github.com/spf13/pflag"
 
 	"github.com/bpfbench/bpfbench/job/load"
 )
 
 func main() {
 	args := os.Args[1:]
-	if len(args) >= 2 && (args[0] == "--cpuprofile" || args[0] == "-cpuprofile") {
+	if len(args) >= 2 && args[0] == "--cpuprofile" {
 		f, err := os.Create(args[1])
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "loadclient:", err)
@@ -31,7 +32,7 @@ func main() {
 		defer pprof.StopCPUProfile()
 		args = args[2:]
 	}
-	if err := load.RunLoad(context.Background(), args, os.Stdout, os.Stderr); err != nil && !errors.Is(err, flag.ErrHelp) {
+	if err := load.RunLoad(context.Background(), args, os.Stdout, os.Stderr); err != nil && !errors.Is(err, pflag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "loadclient:", err)
 		pprof.StopCPUProfile()
 		os.Exit(1)

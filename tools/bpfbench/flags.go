@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
+	"github.com/bpfbench/bpfbench/session"
+)
+
+// The flags more than one command takes, each defined once here (the load
+// options are job/load's Options.AddFlags).
+
+// logFlags are --log.level and --log.format, as the daemon and Prometheus
+// exporters spell them.
+type logFlags struct{ level, format string }
+
+// add defines them with level as the default; oldSpelling keeps
+// --log-level, deprecated, for a command that had it.
+func (l *logFlags) add(fs *pflag.FlagSet, level string, oldSpelling bool) {
+	fs.StringVar(&l.level, "log.level", level, "log level: debug, info, warn or error")
+	fs.StringVar(&l.format, "log.format", "text", "log format: text or json")
+	if oldSpelling {
+		fs.StringVar(&l.level, "log-level", level, "log level: debug, info, warn or error")
+		_ = fs.MarkDeprecated("log-level", "use --log.level instead")
+	}
+}
+
+func (l *logFlags) logger(cmd *cobra.Command) (*slog.Logger, error) {
+	lg, err := newLogger(cmd.ErrOrStderr(), l.level, l.format)
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	return lg, nil
+}
+
+func newLogger(w interface{ Write([]byte) (int, error) }, level, format string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
+	}
+	o := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("log format %q: use text or json", format)
+}
+
+// outputFlag defines --output (-o) table|json.
+func outputFlag(cmd *cobra.Command, p *string) {
+	cmd.Flags().StringVarP(p, "output", "o", "table", "output format: table or json")
+	_ = cmd.RegisterFlagCompletionFunc("output", cobra.FixedCompletions([]string{"table", "json"}, cobra.ShellCompDirectiveNoFileComp))
+}
+
+func checkOutput(o string) error {
+	if o != "table" && o != "json" {
+		return usageError{fmt.Sprintf("--output %q: use table or json", o)}
+	}
+	return nil
+}
+
+// jsonAlias is the old boolean --json: --output json.
+type jsonAlias struct{ output *string }
+
+func (j jsonAlias) String() string { return strconv.FormatBool(*j.output == "json") }
+func (j jsonAlias) Type() string   { return "bool" }
+func (j jsonAlias) Set(s string) error {
+	v, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	if v {
+		*j.output = "json"
+	} else {
+		*j.output = "table"
+	}
+	return nil
+}
+
+// jsonFlag defines --json, deprecated: --output json.
+func jsonFlag(fs *pflag.FlagSet, output *string) {
+	f := fs.VarPF(jsonAlias{output}, "json", "", "print the report as one JSON object")
+	f.NoOptDefVal = "true"
+	_ = fs.MarkDeprecated("json", "use --output json instead")
+}
+
+// cpusFlag defines --cpus, the CPUs bpfbench may use.
+func cpusFlag(fs *pflag.FlagSet) *string {
+	return fs.String("cpus", "", "CPUs bpfbench's own threads may run on, e.g. 0 or 0,2-3 (default: any); the others are kept free for the target")
+}
+
+// applyCPUs keeps bpfbench on the --cpus list, if one was given.
+func applyCPUs(list string) error {
+	if list == "" {
+		return nil
+	}
+	cpus, err := bpfutil.ParseCPUList(list)
+	if err != nil {
+		return usageError{"--cpus: " + err.Error()}
+	}
+	return bpfutil.RestrictToCPUs(cpus)
+}
+
+// serverFlags are --pid and --port, how run, sweep and validate find the
+// server they follow.
+type serverFlags struct{ pid, port int }
+
+func (s *serverFlags) add(fs *pflag.FlagSet) {
+	fs.IntVar(&s.pid, "pid", 0, "the server's process id")
+	fs.IntVar(&s.port, "port", 0, "find the server as the process listening on this local TCP port (default: the --target URL's port when local)")
+}
+
+func (s *serverFlags) given() bool { return s.pid != 0 || s.port != 0 }
+
+// resolve returns the server's pid: --pid, or the process listening on
+// --port or on the target URL's port when it is local.
+func (s *serverFlags) resolve(target string, cmd *cobra.Command) (int, error) {
+	if s.pid != 0 && s.port != 0 {
+		return 0, usageError{"give --pid or --port, not both"}
+	}
+	pid := s.pid
+	if pid == 0 {
+		p := s.port
+		if p == 0 {
+			p = serverPort(target)
+		}
+		if p == 0 {
+			return 0, usageError{"give the server's --pid, or --port PORT it listens on here"}
+		}
+		var err error
+		if pid, err = session.ListenerPid(p); err != nil {
+			return 0, err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "server: pid %d listens on port %d\n", pid, p)
+	}
+	if _, err := session.CheckPid(pid); err != nil {
+		return 0, err
+	}
+	return pid, nil
+}
+
+// refuse fails when any of the named flags was given: they do not apply
+// to this command (why says why).
+func refuse(cmd *cobra.Command, why string, names ...string) error {
+	var set []string
+	for _, n := range names {
+		if cmd.Flags().Changed(n) {
+			set = append(set, "--"+n)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return usageError{fmt.Sprintf("%s: %s", strings.Join(set, ", "), why)}
+}
+
+// noArgs refuses positional arguments.
+func noArgs(cmd *cobra.Command, args []string) error {
+	if len(args) > 0 {
+		return usageError{fmt.Sprintf("unexpected argument %q (see %s --help)", args[0], cmd.CommandPath())}
+	}
+	return nil
+}
+
+// pidCompletion completes a pid with the processes of this host.
+func pidCompletion(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	if len(args) > 0 {
+		return nil, cobra.ShellCompDirectiveNoFileComp
+	}
+	ents, _ := os.ReadDir("/proc")
+	var out []cobra.Completion
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+		out = append(out, cobra.CompletionWithDesc(e.Name(), strings.TrimSpace(string(comm))))
+	}
+	return out, cobra.ShellCompDirectiveNoFileComp
+}
