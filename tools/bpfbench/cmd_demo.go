@@ -47,7 +47,7 @@ which requests are sent and when belong to the demo's phases and are refused.
 	}
 	fs := cmd.Flags()
 	opts.AddFlags(fs)
-	fs.StringVar(&out, "out", "bpfbench-demo", "run directory (result.json, trace.json, report.html)")
+	fs.StringVar(&out, "out", "bpfbench-demo", "run `DIR` (result.json, trace.json, report.html)")
 	fs.DurationVar(&phase, "phase", 10*time.Second, "length of each phase")
 	logs.add(fs, "warn", false)
 	_ = cmd.MarkFlagDirname("out")

@@ -78,7 +78,7 @@ It takes every load option of bpfbench load.`,
 	fs := cmd.Flags()
 	opts.AddFlags(fs)
 	server.add(fs)
-	fs.StringVar(&out, "out", "", "run directory for result.json, trace.json and report.html (required)")
+	fs.StringVar(&out, "out", "", "run `DIR` for result.json, trace.json and report.html (required)")
 	fs.Float64Var(&baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms (default: the run's median)")
 	fs.Float64Var(&baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms (default: the run's median)")
 	logs.add(fs, "warn", true)

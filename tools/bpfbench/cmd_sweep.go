@@ -44,7 +44,7 @@ like --requests-per-step.`,
 	server.add(fs)
 	fs.Lookup("pid").Usage = "the server's process id: explain the knee by following it"
 	fs.Lookup("port").Usage = "explain the knee by following the process listening on this local TCP port"
-	fs.StringVar(&kneeOut, "knee-out", "bpfbench-sweep", "with --pid or --port: the directory of the two runs around the knee (DIR/pass, DIR/fail)")
+	fs.StringVar(&kneeOut, "knee-out", "bpfbench-sweep", "with --pid or --port: the `DIR` of the two runs around the knee (DIR/pass, DIR/fail)")
 	logs.add(fs, "warn", false)
 	_ = cmd.MarkFlagDirname("knee-out")
 	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{loadgen.SweepRate, loadgen.SweepConcurrency}, cobra.ShellCompDirectiveNoFileComp))

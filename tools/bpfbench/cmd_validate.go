@@ -94,7 +94,7 @@ req/s unless given.`,
 	opts.AddFlags(fs)
 	server.add(fs)
 	fs.BoolVar(&v.useSim, "sim", false, "start bin/llmsim with the CUDA stub and validate against it (as make validate does)")
-	fs.StringVar(&v.out, "out", "bpfbench-validate", "run directory: result.json, trace.json, report.html and validation.json")
+	fs.StringVar(&v.out, "out", "bpfbench-validate", "run `DIR`: result.json, trace.json, report.html and validation.json")
 	fs.DurationVar(&v.phase, "phase", 6*time.Second, "length of the baseline and of each injection")
 	fs.StringVar(&v.ioFile, "io-file", "", "file to read with O_DIRECT for the io injection (default: a file the server has open with O_DIRECT)")
 	fs.StringVar(&v.busyCPUs, "busy-cpus", "", "CPUs the cpu injection keeps busy (default: those the server may run on)")
