@@ -83,7 +83,7 @@ func (p *perturbProc) stop(t *testing.T, sig syscall.Signal) int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-// report decodes the --json report line.
+// report decodes the --output json report line.
 func (p *perturbProc) report(t *testing.T, v any) {
 	t.Helper()
 	var env struct {
@@ -103,7 +103,7 @@ func (p *perturbProc) report(t *testing.T, v any) {
 func TestPerturbCPU(t *testing.T) {
 	for _, sig := range []syscall.Signal{0, syscall.SIGTERM} {
 		t.Run(fmt.Sprintf("signal=%v", sig), func(t *testing.T) {
-			args := []string{"cpu", "--threads", "1", "--cpus", "0", "--duty", "0.5", "--json"}
+			args := []string{"cpu", "--threads", "1", "--cpus", "0", "--duty", "0.5", "--output", "json"}
 			if sig == 0 {
 				args = append(args, "--duration", "1s")
 			}
@@ -156,7 +156,7 @@ func TestPerturbIO(t *testing.T) {
 	defer os.RemoveAll(dir)
 	for _, sig := range []syscall.Signal{0, syscall.SIGTERM} {
 		t.Run(fmt.Sprintf("signal=%v", sig), func(t *testing.T) {
-			args := []string{"io", "--dir", dir, "--size", "16mb", "--depth", "2", "--json"}
+			args := []string{"io", "--dir", dir, "--size", "16mb", "--depth", "2", "--output", "json"}
 			if sig == 0 {
 				args = append(args, "--duration", "1s")
 			}
@@ -360,7 +360,7 @@ func TestPerturbNet(t *testing.T) {
 	}
 	for _, sig := range []syscall.Signal{0, syscall.SIGTERM} {
 		t.Run(fmt.Sprintf("signal=%v", sig), func(t *testing.T) {
-			args := []string{"net", "--netns", v.nsA, "--iface", v.vethA, "--rate", "8mbit", "--limit", "512kb", "--json"}
+			args := []string{"net", "--netns", v.nsA, "--iface", v.vethA, "--rate", "8mbit", "--limit", "512kb", "--output", "json"}
 			if sig == 0 {
 				args = append(args, "--duration", "2s")
 			}
@@ -412,7 +412,7 @@ func TestPerturbNet(t *testing.T) {
 func TestPerturbClient(t *testing.T) {
 	privtest.Require(t)
 	url := inProcessSim(t, nil)
-	code, stdout, stderr := runCLI("perturb", "client", "--target", url, "--stop-after", "200ms", "--duration", "1500ms", "--json")
+	code, stdout, stderr := runCLI("perturb", "client", "--target", url, "--stop-after", "200ms", "--duration", "1500ms", "--output", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -429,7 +429,7 @@ func TestPerturbClient(t *testing.T) {
 	if rep.ServerRwndLimitedS < 0.6 {
 		t.Errorf("the server was window-limited for %.2f s, want most of the 1.3 s without reading", rep.ServerRwndLimitedS)
 	}
-	code, stdout, stderr = runCLI("perturb", "client", "--target", url, "--read-rate", "4000", "--duration", "1s", "--json")
+	code, stdout, stderr = runCLI("perturb", "client", "--target", url, "--read-rate", "4000", "--duration", "1s", "-o", "json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
