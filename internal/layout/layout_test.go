@@ -27,6 +27,7 @@ var rules = []struct {
 	{"collectors/*", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"correlate", nil},
 	{"loadgen", []string{"internal/..."}},
+	{"loadgen/*", []string{"internal/..."}},
 	{"perturb", []string{"internal/..."}},
 	{"exporter/*", []string{"correlate", "loadgen", "internal/..."}},
 	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
