@@ -230,8 +230,39 @@ func fullDocument() *Document {
 		},
 	}
 	d.Collectors = collectorSections()
+	d.ServerMetrics, d.ServerQueue = serverMetricsFixture()
 	d.Diagnosis = Diagnose(d)
 	return d
+}
+
+// serverMetricsFixture is a vLLM's /metrics over a minute, its queue
+// filling in the second quarter, and the queue estimate.
+func serverMetricsFixture() (*ServerMetrics, *ServerQueue) {
+	m := &ServerMetrics{
+		URL: "http://127.0.0.1:8000/metrics", Found: true, Engine: "vllm", VocabularyMatched: true, PeriodMs: 500,
+		Scrapes: 121, ScrapeFailures: 1, FirstError: "scraping http://127.0.0.1:8000/metrics: no answer within 400ms",
+		LastError: "scraping http://127.0.0.1:8000/metrics: no answer within 400ms",
+		Sources:   map[string]string{smRunning: "vllm:num_requests_running", smWaiting: "vllm:num_requests_waiting", smKV: "vllm:kv_cache_usage_perc"},
+		Overall:   map[string]float64{smPreempt: 3, smQueueMs: 41.5, smPrefix: 0.12, smPrompt: 61440, smGenerate: 15360},
+		Peaks:     map[string]float64{smRunning: 16, smWaiting: 7, smKV: 0.93},
+	}
+	for i := range 120 {
+		t := float64(i) / 2
+		wait := 0.0
+		if t >= 15 && t < 30 {
+			wait = float64(i % 8)
+		}
+		m.Samples = append(m.Samples, ServerSample{T: t, Values: map[string]float64{
+			smRunning: 12 + float64(i%5), smWaiting: wait, smKV: 0.5 + 0.4*float64(i%10)/10,
+		}})
+	}
+	engine := 41.5
+	q := &ServerQueue{
+		Rule: "FIFO replay over the engine's slots", Available: true, Slots: 16, RequestsQueued: 31,
+		ShareOfTTFT: 0.34, TotalMs: 1290, TTFTMs: 3794, MeanMs: 41.6, MaxMs: 180, EngineMeanMs: &engine, WaitingError: 0.4,
+		Requests: []QueuedRequest{{Index: 60, QueueMs: 180, TTFTMs: 240}},
+	}
+	return m, q
 }
 
 // emptyDocument is a result with nothing in it.

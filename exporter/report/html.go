@@ -71,6 +71,10 @@ type htmlView struct {
 	Timeline template.HTML
 	Phases   []phaseRow
 
+	ServerMetrics      []kvRow
+	ServerQueue        []kvRow
+	ServerMetricsChart template.HTML
+
 	Sections    []sectionView
 	Collection  []kvRow
 	NoCollect   bool
@@ -271,6 +275,12 @@ func buildView(d *Document) *htmlView {
 			}
 		}
 		v.Phases = append(v.Phases, r)
+	}
+
+	if d.ServerMetrics != nil {
+		v.ServerMetrics = d.serverMetricsRows()
+		v.ServerQueue = d.serverQueueRows()
+		v.ServerMetricsChart = serverMetricsChart("chart-server-metrics", d.ServerMetrics)
 	}
 
 	v.Sections = d.sectionViews()

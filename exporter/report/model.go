@@ -105,9 +105,87 @@ type Document struct {
 	// Overhead is what bpfbench cost the machine and the target while it
 	// collected (its own measure).
 	Overhead *overhead.Report `json:"overhead,omitempty"`
+	// ServerMetrics is the server's own Prometheus metrics over the run,
+	// in one vocabulary; ServerQueue the time requests waited in its
+	// queue, and that time's share of the TTFT.
+	ServerMetrics *ServerMetrics `json:"server_metrics,omitempty"`
+	ServerQueue   *ServerQueue   `json:"server_queue,omitempty"`
 }
 
-var ownKeys = []string{"attribution", "collectors", "collection", "timeline", "phases", "diagnosis", "overhead"}
+// ServerMetrics is what the scrapes of the server's /metrics saw.
+type ServerMetrics struct {
+	URL string `json:"url"`
+	// Found is false when the endpoint was looked for and not found (the
+	// target's /metrics by default); Note says what was tried.
+	Found bool   `json:"found"`
+	Note  string `json:"note,omitempty"`
+	// Engine is vllm, sglang, tgi, llamacpp or unknown.
+	Engine string `json:"engine,omitempty"`
+	// VocabularyMatched is false for an engine whose names the vocabulary
+	// does not know: the samples then hold RawSeries.
+	VocabularyMatched bool    `json:"vocabulary_matched"`
+	PeriodMs          float64 `json:"period_ms,omitempty"`
+	Scrapes           int     `json:"scrapes"`
+	ScrapeFailures    int     `json:"scrape_failures"`
+	FirstError        string  `json:"first_error,omitempty"`
+	LastError         string  `json:"last_error,omitempty"`
+	// Sources names the engine's metric behind each vocabulary name.
+	Sources          map[string]string `json:"sources,omitempty"`
+	RawSeries        []string          `json:"raw_series,omitempty"`
+	RawSeriesDropped int               `json:"raw_series_dropped,omitempty"`
+	// Overall holds the vocabulary over the whole scrape: the counters'
+	// increase, the interval values (queue time, prefix-cache hit rate)
+	// over the span, the gauges' last values.
+	Overall map[string]float64 `json:"overall,omitempty"`
+	// Peaks are the gauges' highest values over the samples.
+	Peaks   map[string]float64 `json:"peaks,omitempty"`
+	Samples []ServerSample     `json:"samples"`
+}
+
+// ServerSample is one scrape: seconds since the load generator's start,
+// and the values by vocabulary name (by series name when unmatched).
+type ServerSample struct {
+	T      float64            `json:"t_s"`
+	Values map[string]float64 `json:"values"`
+}
+
+// ServerQueue is the time requests waited in the engine's queue before a
+// slot took them (an estimate; Rule says how it is made).
+type ServerQueue struct {
+	Rule      string `json:"rule"`
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	Slots     int    `json:"slots,omitempty"`
+	// RequestsQueued counts the measured requests with a wait;
+	// Unconfirmed the waits the replay found and the engine did not
+	// report, counted as none.
+	RequestsQueued int `json:"requests_queued"`
+	Unconfirmed    int `json:"unconfirmed,omitempty"`
+	// ShareOfTTFT is the queue time over the TTFT, summed over the
+	// measured requests.
+	ShareOfTTFT float64 `json:"share_of_ttft"`
+	TotalMs     float64 `json:"total_ms"`
+	TTFTMs      float64 `json:"ttft_ms"`
+	MeanMs      float64 `json:"mean_queued_ms,omitempty"`
+	MaxMs       float64 `json:"max_ms,omitempty"`
+	// EngineMeanMs is the engine's own mean queue time over the run, when
+	// it exports one, to compare with.
+	EngineMeanMs *float64 `json:"engine_mean_ms,omitempty"`
+	// WaitingError is the mean absolute difference between the replay's
+	// waiting requests and the engine's gauge over the samples.
+	WaitingError float64 `json:"waiting_error"`
+	// Requests lists the requests that waited.
+	Requests []QueuedRequest `json:"requests,omitempty"`
+}
+
+// QueuedRequest is one request that waited in the engine's queue.
+type QueuedRequest struct {
+	Index   int     `json:"index"`
+	QueueMs float64 `json:"server_queue_ms"`
+	TTFTMs  float64 `json:"ttft_ms"`
+}
+
+var ownKeys = []string{"attribution", "collectors", "collection", "timeline", "phases", "diagnosis", "overhead", "server_metrics", "server_queue"}
 
 // MarshalJSON writes the load fields and the added keys as one object.
 func (d *Document) MarshalJSON() ([]byte, error) {

@@ -150,6 +150,18 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 {{range .Phases}}<tr><td>{{.Name}}</td><td class="n">{{.Span}}</td><td class="n">{{.Requests}}</td><td class="n">{{.P50}}</td><td class="n">{{.P99}}</td><td class="n">{{.TTFT99}}</td><td>{{if .TopColor}}<span class="swatch" style="background-color: {{.TopColor}}"></span>{{end}}{{.Top}}{{if .TopShare}} <span class="sub">{{.TopShare}}</span>{{end}}</td><td>{{.Bar}}</td></tr>
 {{end}}</tbody></table></div>{{end}}
 
+{{if .ServerMetrics}}<h2 id="server-metrics">Server metrics (the engine's own /metrics)</h2>
+<div class="grid2">
+<div><table class="kv" id="table-server-metrics"><tbody>
+{{range .ServerMetrics}}<tr{{if .Warn}} class="warn-row"{{end}}><td>{{.Name}}</td><td>{{.Value}}</td></tr>
+{{end}}</tbody></table></div>
+<div>{{if .ServerQueue}}<table class="kv" id="table-server-queue"><tbody>
+{{range .ServerQueue}}<tr{{if .Warn}} class="warn-row"{{end}}><td>{{.Name}}</td><td>{{.Value}}</td></tr>
+{{end}}</tbody></table>
+<p class="note">Server queue: each request's wait for a slot, replayed in send order over the engine's slots (its peak of requests running) and counted only while the engine reported requests waiting; capped at the request's TTFT.</p>{{end}}</div>
+</div>
+<div class="figure">{{.ServerMetricsChart}}</div>{{end}}
+
 {{if .Requests}}<h2 id="requests">Slowest requests by excess latency</h2>
 <div class="scroll"><table id="table-requests"><thead><tr><th class="n">request</th><th class="n">TTFT</th><th class="n">ITL excess</th><th class="n">total excess</th><th>top cause</th><th>blame</th></tr></thead><tbody>
 {{range .Requests}}<tr><td class="n">{{.Request}}</td><td class="n">{{.TTFT}}</td><td class="n">{{.ITLExcess}}</td><td class="n">{{.Total}}</td><td><span class="swatch" style="background-color: {{.TopColor}}"></span>{{.Top}}</td><td>{{.Bar}}</td></tr>

@@ -188,6 +188,8 @@ func TestWriteHTMLFull(t *testing.T) {
 		"disk contention", "Lost events", "load finished", "182,345",
 		"70% of its excess is the server&#39;s threads waiting for a CPU, 20% the disk, 10% unexplained",
 		"&lt;retry later&gt;",
+		`id="table-server-metrics"`, `id="table-server-queue"`, `id="chart-server-metrics"`, "series-requests_waiting",
+		"Peak requests waiting", "93%", "Server queue share of TTFT", "34%", "no answer within 400ms",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)
@@ -268,6 +270,9 @@ func TestWriteTerminal(t *testing.T) {
 		"237 completed, 3 failed", "241.32 output tok/s", "TTFT", "ITL", "baseline 18.2 ms",
 		"cpu_runq", "net_bp", "p99+", "Phases", "cpu contention", "net_backpressure", "85%",
 		"pid 4242 (llmsim)", "12 lost events", "unavailable: gpu", "Diagnosis", "70% of its excess",
+		"Server metrics (vllm, http://127.0.0.1:8000/metrics): 120 samples, 1 of 121 scrapes failed",
+		"peak waiting 7, peak running 16, peak KV usage 93%, preemptions +3, mean queue time 41.5 ms",
+		"server queue: 34% of the TTFT; 31 requests waited (16 slots)",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("terminal summary lacks %q:\n%s", want, out)

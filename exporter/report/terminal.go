@@ -134,6 +134,13 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		tw.Flush()
 	}
 
+	if lines := d.serverMetricsLines(); len(lines) > 0 {
+		fmt.Fprintln(bw)
+		for _, l := range lines {
+			fmt.Fprintln(bw, l)
+		}
+	}
+
 	fmt.Fprintln(bw)
 	if c := d.Collection; c != nil {
 		who := fmt.Sprintf("pid %d", c.Pid)
