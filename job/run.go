@@ -24,6 +24,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
 	"github.com/bpfbench/bpfbench/readiness"
 	"github.com/bpfbench/bpfbench/session"
 )
@@ -52,6 +53,13 @@ type RunConfig struct {
 	// Readiness, when set, runs the readiness checks for the result
 	// (after the cheap checks of the configuration).
 	Readiness func() []readiness.Check
+	// ServerMetrics is the server's Prometheus endpoint, scraped during
+	// the load: "" looks for the target's /metrics (once, at the start;
+	// not found, the run says so and goes on), "off" scrapes nothing.
+	ServerMetrics string
+	// ServerMetricsPeriod is the scrape period (250 ms to 1 s; default
+	// 500 ms).
+	ServerMetricsPeriod time.Duration
 }
 
 // PhaseMarks records where the phases of a scenario begin.
@@ -117,6 +125,10 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	}
 	log := cfg.Logger.With("component", "run")
 	if err := checkWritable(cfg.OutDir); err != nil {
+		return nil, err
+	}
+	sm, err := newServerMetrics(ctx, cfg, log)
+	if err != nil {
 		return nil, err
 	}
 	var checks []readiness.Check
@@ -189,10 +201,13 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	} else {
 		close(phasesDone)
 	}
+	sm.start(ctx)
+	defer sm.stop()
 	tr.setRunStart(clock.Now())
 	res, loadErr := loadgen.Run(loadCtx, cfg.Load)
 	loadEndNs := clock.Now()
 	stopLoad()
+	sm.stop()
 	<-phasesDone
 	stopSess()
 	if err := <-sessDone; err != nil {
@@ -272,12 +287,14 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	for _, c := range checks {
 		doc.Collection.Readiness = append(doc.Collection.Readiness, report.Check{Status: string(c.Status), Name: c.Name, Detail: c.Detail, Fix: c.Fix})
 	}
+	doc.ServerMetrics, doc.ServerQueue = sm.report(res)
 	doc.Timeline = timeline(res, blames)
 	doc.Phases = phases(res, blames, base, marks)
 	doc.Diagnosis = report.Diagnose(doc)
 	out.Doc = doc
 
 	traceDone = true
+	tr.serverMetrics(sm.result())
 	if err := tr.finish(res, &stream.log, base, sess.Sections()); err != nil {
 		return out, err
 	}
@@ -517,4 +534,169 @@ func phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlat
 		out = append(out, p)
 	}
 	return out
+}
+
+// serverMetrics scrapes the server's own /metrics during the load.
+type serverMetrics struct {
+	url   string
+	note  string                 // why nothing is scraped
+	s     *enginemetrics.Scraper // nil: nothing scraped
+	stopS context.CancelFunc
+	done  chan struct{}
+	res   *enginemetrics.Result
+}
+
+// serverProbeTimeout bounds the look for the target's /metrics.
+const serverProbeTimeout = 2 * time.Second
+
+// newServerMetrics resolves the endpoint: cfg.ServerMetrics, or the load
+// target's /metrics when it answers with Prometheus text.
+func newServerMetrics(ctx context.Context, cfg RunConfig, log *slog.Logger) (*serverMetrics, error) {
+	sm := &serverMetrics{url: cfg.ServerMetrics}
+	if sm.url == "off" {
+		return &serverMetrics{}, nil
+	}
+	auto := sm.url == ""
+	if auto {
+		u, err := enginemetrics.MetricsURL(cfg.Load.Target)
+		if err != nil {
+			sm.note = err.Error()
+			return sm, nil
+		}
+		sm.url = u
+	}
+	s, err := enginemetrics.New(enginemetrics.Config{URL: sm.url, Period: cfg.ServerMetricsPeriod, Logger: cfg.Logger})
+	if err != nil {
+		if auto {
+			sm.note = err.Error()
+			return sm, nil
+		}
+		return nil, fmt.Errorf("--server-metrics: %w", err)
+	}
+	if auto {
+		if err := enginemetrics.Probe(ctx, sm.url, serverProbeTimeout); err != nil {
+			sm.note = "no Prometheus endpoint at the target's /metrics (" + err.Error() + "); pass --server-metrics URL"
+			log.Info("server metrics not found", "url", sm.url, "err", err)
+			return sm, nil
+		}
+	}
+	sm.s = s
+	return sm, nil
+}
+
+// start scrapes until stop.
+func (sm *serverMetrics) start(ctx context.Context) {
+	if sm.s == nil {
+		return
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	sm.stopS, sm.done = cancel, make(chan struct{})
+	go func() {
+		defer close(sm.done)
+		sm.s.Run(sctx)
+	}()
+}
+
+// stop ends the scrapes and keeps what they saw; it may be called again.
+func (sm *serverMetrics) stop() {
+	if sm.stopS == nil {
+		return
+	}
+	sm.stopS()
+	<-sm.done
+	sm.stopS = nil
+	r := sm.s.Result()
+	sm.res = &r
+}
+
+func (sm *serverMetrics) result() *enginemetrics.Result { return sm.res }
+
+// report is the result.json sections: the samples on the load's time
+// axis, the gauges' peaks, and the queue estimate of every request.
+func (sm *serverMetrics) report(res *loadgen.Result) (*report.ServerMetrics, *report.ServerQueue) {
+	if sm.url == "" && sm.note == "" {
+		return nil, nil
+	}
+	out := &report.ServerMetrics{URL: sm.url, Note: sm.note}
+	r := sm.res
+	if r == nil {
+		return out, nil
+	}
+	out.Found = true
+	out.Engine, out.VocabularyMatched = r.Engine, r.VocabularyMatched
+	out.PeriodMs = float64(r.Period) / 1e6
+	out.Scrapes, out.ScrapeFailures = r.Scrapes, r.Failures
+	out.FirstError, out.LastError = r.FirstError, r.LastError
+	out.Sources, out.Overall = r.Sources, r.Overall
+	out.RawSeries, out.RawSeriesDropped = r.RawSeries, r.RawDropped
+	out.Samples = make([]report.ServerSample, 0, len(r.Samples))
+	if r.VocabularyMatched {
+		out.Peaks = map[string]float64{}
+	}
+	for _, smp := range r.Samples {
+		out.Samples = append(out.Samples, report.ServerSample{T: float64(smp.Ns-res.StartNs) / 1e9, Values: smp.Values})
+		if !r.VocabularyMatched {
+			continue
+		}
+		for _, name := range []string{enginemetrics.RequestsRunning, enginemetrics.RequestsWaiting, enginemetrics.KVCacheUsage} {
+			if v, ok := smp.Values[name]; ok {
+				out.Peaks[name] = max(out.Peaks[name], v)
+			}
+		}
+	}
+	if !r.VocabularyMatched {
+		return out, nil
+	}
+	return out, serverQueue(res, r)
+}
+
+// serverQueueRule is the rule of the server_queue estimate, as
+// result.json states it.
+const serverQueueRule = "each request's wait for a slot, replayed in send order (FIFO) over the engine's slots " +
+	"(its peak of requests running), a slot freeing when a request ends; counted only while the engine " +
+	"reported requests waiting, and at most the request's TTFT. The share is the queue time over the TTFT, " +
+	"summed over the successful measured requests."
+
+// serverQueue estimates each request's time in the engine's queue.
+func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *report.ServerQueue {
+	reqs := make([]enginemetrics.Request, 0, len(res.Warmup)+len(res.Records))
+	add := func(rec *loadgen.Record, measured bool) {
+		q := enginemetrics.Request{StartNs: rec.StartNs, EndNs: rec.EndNs, Measured: measured && rec.Success}
+		if rec.Success && len(rec.ChunkNs) > 0 {
+			q.FirstTokenNs = rec.ChunkNs[0]
+		}
+		reqs = append(reqs, q)
+	}
+	for i := range res.Warmup {
+		add(&res.Warmup[i], false)
+	}
+	for i := range res.Records {
+		add(&res.Records[i], true)
+	}
+	est := enginemetrics.EstimateQueue(reqs, r.Samples, r.Period)
+	q := &report.ServerQueue{Rule: serverQueueRule, Available: est.Available, Reason: est.Reason}
+	if !est.Available {
+		return q
+	}
+	q.Slots, q.RequestsQueued, q.Unconfirmed = est.Slots, est.Queued, est.Unconfirmed
+	q.ShareOfTTFT = est.Share
+	q.TotalMs, q.TTFTMs = float64(est.TotalNs)/1e6, float64(est.TTFTNs)/1e6
+	q.WaitingError = est.WaitingError
+	if v, ok := r.Overall[enginemetrics.QueueTimeMs]; ok {
+		q.EngineMeanMs = &v
+	}
+	for i := range res.Records {
+		w := est.WaitNs[len(res.Warmup)+i]
+		rec := &res.Records[i]
+		if w <= 0 || !rec.Success || len(rec.ChunkNs) == 0 {
+			continue
+		}
+		ms := float64(w) / 1e6
+		q.MaxMs = max(q.MaxMs, ms)
+		q.Requests = append(q.Requests, report.QueuedRequest{Index: rec.Index, QueueMs: ms, TTFTMs: float64(rec.TTFTNs()) / 1e6})
+	}
+	if est.Queued > 0 {
+		q.MeanMs = q.TotalMs / float64(est.Queued)
+	}
+	return q
 }

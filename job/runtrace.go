@@ -15,6 +15,7 @@ import (
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
 )
 
 // The run's trace.json is written while the run goes, so that its cost is
@@ -445,6 +446,29 @@ func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base corre
 		return fmt.Errorf("writing %s: %w", t.path, err)
 	}
 	return nil
+}
+
+// pidServerMetrics is the track group of the server's own /metrics: one
+// counter track per vocabulary name (per raw series for an engine the
+// vocabulary does not know).
+const pidServerMetrics = 7
+
+// serverMetrics writes the scrapes as counter tracks.
+func (t *traceStream) serverMetrics(r *enginemetrics.Result) {
+	if r == nil {
+		return
+	}
+	var names []string
+	for _, smp := range r.Samples {
+		names = names[:0]
+		for name := range smp.Values {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			t.tw.Counter(pidServerMetrics, "server metrics: "+name, smp.Ns, map[string]float64{"value": smp.Values[name]})
+		}
+	}
 }
 
 // abort drops the partial trace.

@@ -23,6 +23,7 @@ func Diagnose(d *Document) []string {
 	out = append(out, d.diagnoseRequests()...)
 	out = append(out, d.diagnoseLatency()...)
 	out = append(out, d.diagnosePhases()...)
+	out = append(out, d.diagnoseServer()...)
 	out = append(out, d.diagnoseCollection()...)
 	return out
 }

@@ -273,6 +273,8 @@ func TestWriteTerminal(t *testing.T) {
 		"Server metrics (vllm, http://127.0.0.1:8000/metrics): 120 samples, 1 of 121 scrapes failed",
 		"peak waiting 7, peak running 16, peak KV usage 93%, preemptions +3, mean queue time 41.5 ms",
 		"server queue: 34% of the TTFT; 31 requests waited (16 slots)",
+		"31 requests waited in the engine's queue for one of its 16 slots (mean 41.6 ms): 34% of the time to first token",
+		"The engine preempted 3 requests",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("terminal summary lacks %q:\n%s", want, out)

@@ -238,3 +238,26 @@ func (d *Document) serverMetricsLines() []string {
 	}
 	return out
 }
+
+// diagnoseServer reads the server's own metrics: its queue's share of the
+// TTFT, preemptions, a full KV cache, and scrapes that failed.
+func (d *Document) diagnoseServer() []string {
+	m := d.ServerMetrics
+	if m == nil || !m.Found {
+		return nil
+	}
+	var out []string
+	if q := d.ServerQueue; q != nil && q.Available && q.RequestsQueued > 0 && q.ShareOfTTFT >= 0.1 {
+		out = append(out, fmt.Sprintf("%s requests waited in the engine's queue for one of its %d slots (mean %s): %s of the time to first token is that queue; more slots or fewer concurrent requests shorten it.",
+			fmtNum(float64(q.RequestsQueued)), q.Slots, fmtMs(q.MeanMs), fmtPct(q.ShareOfTTFT)))
+	}
+	if v := m.Overall[smPreempt]; v > 0 {
+		out = append(out, fmt.Sprintf("The engine preempted %s requests during the run (KV cache full): their tokens were recomputed or swapped.", fmtNum(v)))
+	} else if v := m.Peaks[smKV]; v >= 0.95 {
+		out = append(out, fmt.Sprintf("The engine's KV cache reached %s.", fmtPct(v)))
+	}
+	if m.Scrapes > 0 && m.ScrapeFailures*2 > m.Scrapes {
+		out = append(out, fmt.Sprintf("%d of %d scrapes of %s failed (%s).", m.ScrapeFailures, m.Scrapes, m.URL, m.LastError))
+	}
+	return out
+}

@@ -35,7 +35,7 @@ var rules = []struct {
 	{"daemon", []string{"collectors", "collectors/bpfutil", "exporter/prom", "internal/..."}},
 	{"job/load", []string{"loadgen", "exporter/*", "internal/..."}},
 	{"job/diff", []string{"exporter/report", "correlate", "internal/..."}},
-	{"job", []string{"job/load", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "loadgen", "perturb", "exporter/*", "internal/..."}},
+	{"job", []string{"job/load", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
 	{"loadgen/bench/*", []string{"job/load", "loadgen", "internal/..."}},
 	{"tools/llmsim/...", []string{"tools/llmsim/...", "internal/..."}},
 	{"tools/cudastub", nil},
