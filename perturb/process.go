@@ -38,7 +38,7 @@ func (c CPU) RunProcess(ctx context.Context) (CPUReport, error) {
 	for i, n := range c.CPUs {
 		cpus[i] = strconv.Itoa(n)
 	}
-	cmd, err := SelfCommand("perturb", "cpu", "--json",
+	cmd, err := SelfCommand("perturb", "cpu", "--output", "json",
 		"--threads", strconv.Itoa(c.Threads), "--cpus", strings.Join(cpus, ","),
 		"--duty", strconv.FormatFloat(c.Duty, 'f', -1, 64), "--nice", strconv.Itoa(c.Nice))
 	if err != nil {

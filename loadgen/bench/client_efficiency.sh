@@ -53,16 +53,16 @@ export OUTFILE="$TMP/out"
 : >"$TMP/runs"
 for r in $(seq "$ROUNDS"); do
   c=$(cpu "$TMP/loadclient" --target "$URL" --num-requests "$STREAMS" --max-concurrency "$STREAMS" \
-    --input-len 16 --output-len "$TOKENS" --no-progress --out "$TMP/result.json")
+    --input-len 16 --output-len "$TOKENS" --no-progress --result "$TMP/result.json")
   n=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["bpfbench"]["chunks"] if r["failed"]==0 else 0)' "$TMP/result.json")
   echo "bpfbench $n $c" >>"$TMP/runs"
   c=$(cpu "$TMP/loadclient" --target "$URL" --num-requests "$STREAMS" --max-concurrency "$STREAMS" \
-    --input-len 16 --output-len "$TOKENS" --no-progress --out "$TMP/result.json" --net-http)
+    --input-len 16 --output-len "$TOKENS" --no-progress --result "$TMP/result.json" --net-http)
   n=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["bpfbench"]["chunks"] if r["failed"]==0 else 0)' "$TMP/result.json")
   echo "net/http $n $c" >>"$TMP/runs"
   if [ -n "${BASELINE_LOADCLIENT:-}" ]; then
     c=$(cpu "$BASELINE_LOADCLIENT" --target "$URL" --num-requests "$STREAMS" --max-concurrency "$STREAMS" \
-      --input-len 16 --output-len "$TOKENS" --no-progress --out "$TMP/result.json")
+      --input-len 16 --output-len "$TOKENS" --no-progress --result "$TMP/result.json")
     n=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["bpfbench"]["chunks"] if r["failed"]==0 else 0)' "$TMP/result.json")
     echo "baseline $n $c" >>"$TMP/runs"
   fi

@@ -19,7 +19,7 @@ PORT=$((20000 + RANDOM % 20000))
 SIM=$!
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 && break; sleep 0.1; done
 "$TMP/loadclient" --target "http://127.0.0.1:$PORT" --num-requests "$N" --max-concurrency "$C" \
-  --input-len 16 --output-len "$OUT" --no-progress --out "$TMP/result.json" >"$TMP/summary.txt"
+  --input-len 16 --output-len "$OUT" --no-progress --result "$TMP/result.json" >"$TMP/summary.txt"
 grep -E "Successful requests|Failed requests|Benchmark duration|Output token throughput|Median ITL|P99 ITL|Client CPU|Chunks per client" "$TMP/summary.txt"
 python3 - "$TMP/result.json" <<'PY' 2>/dev/null || true
 import json, sys

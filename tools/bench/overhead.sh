@@ -678,7 +678,7 @@ server_measure() {
 		fi
 		obs_mark
 		if ! timeout 900 "$bin/bpfbench" load --target "$SRV_URL" "${LOAD_ARGS[@]}" \
-			--no-progress --out "$f.json" >"$f.log" 2>&1; then
+			--no-progress --result "$f.json" >"$f.log" 2>&1; then
 			say "$SRV_PART $mode round $r: bpfbench load failed: $(tail -n 3 "$f.log")"
 		fi
 		obs_stop
@@ -699,7 +699,7 @@ server_up() {
 	SRV_PID=$BG
 	wait_http "$url/health" "$SRV_PID" 180 || die "$part: the server did not come up: $(tail -n 5 "$tmp/$part-server.err")"
 	timeout 600 "$bin/bpfbench" load --target "$url" "${LOAD_ARGS[@]}" --num-requests "$warm" --no-progress \
-		--out "$tmp/$part.warm.json" >/dev/null 2>&1 || say "$part: the warm-up load failed"
+		--result "$tmp/$part.warm.json" >/dev/null 2>&1 || say "$part: the warm-up load failed"
 }
 server_down() { stop "$SRV_PID" TERM 10; }
 

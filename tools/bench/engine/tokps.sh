@@ -22,12 +22,12 @@ pid=$!
 trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; rm -rf "$tmp"' EXIT
 for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && break; sleep 0.1; done
 load=(--target "http://127.0.0.1:$port" --model tiny-llama --max-concurrency 4 --num-requests 4 --input-len 32 --output-len 96 --no-progress)
-"$bpfbench" load "${load[@]}" --out "$tmp/warm.json" >/dev/null
+"$bpfbench" load "${load[@]}" --result "$tmp/warm.json" >/dev/null
 cpu() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
 echo "llama-server -t $threads -np 4, 4 streams x 96 tokens, OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-default}, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 for r in $(seq "$rounds"); do
 	c0=$(cpu)
-	"$bpfbench" load "${load[@]}" --out "$tmp/r.json" >/dev/null
+	"$bpfbench" load "${load[@]}" --result "$tmp/r.json" >/dev/null
 	c1=$(cpu)
 	python3 - "$tmp/r.json" "$c0" "$c1" "$r" <<'EOF'
 import json, sys
