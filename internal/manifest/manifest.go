@@ -37,8 +37,9 @@ type Manifest struct {
 	Cmdline []string `json:"cmdline,omitempty"`
 	// Env holds the server's environment variables whose names are on the
 	// allow-list (EnvAllowed); the value of a key that looks like a secret
-	// (EnvSecret) is replaced by SecretValue.
-	Env map[string]string `json:"env,omitempty"`
+	// (EnvSecret) is replaced by SecretValue. It is null when the
+	// environment could not be read, {} when no key of the list is set.
+	Env map[string]string `json:"env"`
 	// Models are the model files the server maps or holds open (ModelExts).
 	Models []File `json:"models,omitempty"`
 	// CUDALibs are the CUDA and GPU-runtime libraries the server maps.

@@ -280,11 +280,15 @@ func TestDeletedBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := sha256File(t, bin)
-	cmd := startSleep(t, bin, nil, nil, nil)
+	cmd := startSleep(t, bin, []string{"PATH=/bin"}, nil, nil)
 	if err := os.Remove(bin); err != nil {
 		t.Fatal(err)
 	}
 	m, _ := Collect(cmd.Process.Pid, Options{})
+	// No key of the list set: an empty environment, not an unread one.
+	if b, _ := json.Marshal(m); m.Env == nil || !strings.Contains(string(b), `"env":{}`) {
+		t.Errorf("env = %#v", m.Env)
+	}
 	if m.Binary == nil || m.Binary.Path != bin || !m.Binary.Deleted {
 		t.Fatalf("binary = %+v, want %s deleted", m.Binary, bin)
 	}

@@ -131,15 +131,6 @@ func load(t *testing.T, p string) *Run {
 	return r
 }
 
-func testOf(d *Diff, metric string) Test {
-	for _, t := range d.Tests {
-		if t.Metric == metric {
-			return t
-		}
-	}
-	return Test{}
-}
-
 func metricOf(d *Diff, name string) *MetricDelta {
 	for i := range d.Metrics {
 		if d.Metrics[i].Name == name {
@@ -176,12 +167,12 @@ func TestSlowerRun(t *testing.T) {
 		t.Fatalf("samples from %s: %d ttft %d itl %d tpot", a.SamplesFrom, len(a.Samples["ttft"]), len(a.Samples["itl"]), len(a.Samples["tpot"]))
 	}
 	d := Compare(a, b)
-	ttft := testOf(d, "ttft")
+	ttft := testOf(d.Tests, "ttft")
 	if !ttft.Significant || ttft.Verdict != "slower" || ttft.P >= 0.01 || ttft.PBGreater < 0.8 {
 		t.Errorf("ttft test = %+v, want slower with p < 0.01", ttft)
 	}
 	for _, m := range []string{"itl", "tpot"} {
-		if tt := testOf(d, m); tt.Significant {
+		if tt := testOf(d.Tests, m); tt.Significant {
 			t.Errorf("%s test = %+v, want no significant change", m, tt)
 		}
 	}
@@ -278,7 +269,7 @@ func TestManifestChanges(t *testing.T) {
 		"cgroup CPU limit max 100000 → 800000 100000 (8 CPUs)",
 		"seed 0 → 7",
 		"server binary changed: /usr/bin/llama-server sha256 abababababab… → efefefefefef…",
-		"command line /usr/bin/llama-server -m /m/a.gguf -t 8 → /usr/bin/llama-server -m /m/a.gguf -t 16",
+		"command line: -t 8 → -t 16",
 	} {
 		if !strings.Contains(all, want) {
 			t.Errorf("manifest differences lack %q:\n%s", want, all)
@@ -289,6 +280,18 @@ func TestManifestChanges(t *testing.T) {
 	}
 	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "different bpfbench versions (v0.3.0 and v0.4.0)") {
 		t.Errorf("warnings %v", d.Warnings)
+	}
+	// Command lines of different lengths are shown whole.
+	mb = baseManifest()
+	mb.Cmdline = append(mb.Cmdline, "--flash-attn")
+	if c := CompareManifests(ma, mb); len(c) != 1 || c[0].Text != "command line /usr/bin/llama-server -m /m/a.gguf -t 8 → /usr/bin/llama-server -m /m/a.gguf -t 8 --flash-attn" {
+		t.Errorf("longer command line: %+v", c)
+	}
+	// An environment with no listed key set is not an unreadable one.
+	mb = baseManifest()
+	mb.Env = map[string]string{}
+	if c := CompareManifests(ma, mb); len(c) != 3 || !strings.Contains(c[2].Text, "OMP_NUM_THREADS \"8\" → unset") {
+		t.Errorf("empty environment: %+v", c)
 	}
 	// A model swapped for another path.
 	mb = baseManifest()
@@ -424,7 +427,7 @@ func TestBadInputs(t *testing.T) {
 	if m := metricOf(d, "median_ttft_ms"); m == nil || m.B != 50 {
 		t.Errorf("median_ttft_ms = %+v", m)
 	}
-	if tt := testOf(d, "ttft"); tt.Skipped == "" || tt.Significant {
+	if tt := testOf(d.Tests, "ttft"); tt.Skipped == "" || tt.Significant {
 		t.Errorf("ttft test = %+v, want skipped", tt)
 	}
 	if len(d.Warnings) != 1 || !strings.Contains(d.Warnings[0], "no manifest") {

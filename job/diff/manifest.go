@@ -71,7 +71,7 @@ func CompareManifests(a, b *manifest.Manifest) []Change {
 	c.add("bpfbench.args", "bpfbench arguments", quoteArgs(a.Bpfbench.Args), quoteArgs(b.Bpfbench.Args), notRecorded)
 	// the server
 	binary(&c, a.Binary, b.Binary)
-	c.add("cmdline", "command line", quoteArgs(a.Cmdline), quoteArgs(b.Cmdline), notRecorded)
+	cmdline(&c, a.Cmdline, b.Cmdline)
 	env(&c, a, b)
 	models(&c, a.Models, b.Models, sameScheme)
 	libs(&c, a.CUDALibs, b.CUDALibs, sameScheme)
@@ -142,6 +142,30 @@ func quoteArgs(args []string) string {
 		out[i] = a
 	}
 	return strings.Join(out, " ")
+}
+
+// cmdline names the arguments that changed, each with the flag before
+// it ("-t 8 → -t 16"), when both command lines have as many; otherwise it
+// shows both whole.
+func cmdline(c *changes, a, b []string) {
+	if a == nil || b == nil || len(a) != len(b) {
+		c.add("cmdline", "command line", quoteArgs(a), quoteArgs(b), notRecorded)
+		return
+	}
+	var parts []string
+	for i := range a {
+		if a[i] == b[i] {
+			continue
+		}
+		ctx := ""
+		if i > 0 && a[i-1] == b[i-1] && strings.HasPrefix(a[i-1], "-") {
+			ctx = quoteArgs(a[i-1:i]) + " "
+		}
+		parts = append(parts, ctx+quoteArgs(a[i:i+1])+" → "+ctx+quoteArgs(b[i:i+1]))
+	}
+	if len(parts) > 0 {
+		c.text("cmdline", quoteArgs(a), quoteArgs(b), "command line: "+strings.Join(parts, "; "))
+	}
 }
 
 func binary(c *changes, a, b *manifest.File) {

@@ -62,6 +62,9 @@ func (d *Diff) WriteText(w io.Writer) error {
 		fmt.Fprintf(tw, "  %s\tn %d / %d %ss\tP(B > A) %.2f\tp %s\t%s\n", metricLabel[t.Metric], t.NA, t.NB, t.Unit, t.PBGreater, pValue(t.P), verdict)
 	}
 	tw.Flush()
+	if t := testOf(d.Tests, "itl"); t.Skipped == "" && t.NA > 0 {
+		fmt.Fprintln(bw, "  (ITL's gaps of one request are not independent, so its p-value is optimistic; TPOT is the per-request test of the same speed)")
+	}
 
 	if len(d.Attribution) > 0 {
 		fmt.Fprintln(bw, "\nattribution, share of the excess latency per cause:")
@@ -127,4 +130,13 @@ func pValue(p float64) string {
 		return "< 1e-6"
 	}
 	return fmt.Sprintf("%.2g", p)
+}
+
+func testOf(tests []Test, metric string) Test {
+	for _, t := range tests {
+		if t.Metric == metric {
+			return t
+		}
+	}
+	return Test{}
 }
