@@ -448,11 +448,6 @@ func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base corre
 	return nil
 }
 
-// pidServerMetrics is the track group of the server's own /metrics: one
-// counter track per vocabulary name (per raw series for an engine the
-// vocabulary does not know).
-const pidServerMetrics = 7
-
 // serverMetrics writes the scrapes as counter tracks.
 func (t *traceStream) serverMetrics(r *enginemetrics.Result) {
 	if r == nil {
@@ -466,7 +461,7 @@ func (t *traceStream) serverMetrics(r *enginemetrics.Result) {
 		}
 		slices.Sort(names)
 		for _, name := range names {
-			t.tw.Counter(pidServerMetrics, "server metrics: "+name, smp.Ns, map[string]float64{"value": smp.Values[name]})
+			t.tw.Counter(trace.PidServerMetrics, "server metrics: "+name, smp.Ns, map[string]float64{"value": smp.Values[name]})
 		}
 	}
 }

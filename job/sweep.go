@@ -32,6 +32,9 @@ type KneeConfig struct {
 	Sections  []session.SectionFactory
 	Readiness func() []readiness.Check
 	Logger    *slog.Logger
+	// ServerMetrics and ServerMetricsPeriod are RunConfig's.
+	ServerMetrics       string
+	ServerMetricsPeriod time.Duration
 	// Before, when set, is called before each step is run again ("pass"
 	// or "fail"); After with its run.
 	Before func(side string, step *loadgen.SweepStep)
@@ -81,6 +84,7 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 		}
 		r, err := Run(ctx, RunConfig{Load: c, Pid: cfg.Pid, OutDir: filepath.Join(cfg.OutDir, side), Logger: cfg.Logger,
 			Sections: cfg.Sections, Readiness: cfg.Readiness,
+			ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod,
 			BaselineITL: msDuration(baseITL), BaselineTTFT: msDuration(baseTTFT)})
 		if r != nil && cfg.After != nil {
 			cfg.After(side, r)

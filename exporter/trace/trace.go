@@ -40,6 +40,9 @@ const (
 	PidCUDA     = 4 // CUDA calls, one track per server thread
 	PidGPU      = 5 // NVML counters
 	PidNetwork  = 6 // TCP episodes, one track per client port
+	// PidServerMetrics holds the server's own /metrics, one counter track
+	// per vocabulary name (per raw series for an unknown engine).
+	PidServerMetrics = 7
 )
 
 // Trace accumulates events, or streams them (NewStream); it is not safe
@@ -60,6 +63,7 @@ type Trace struct {
 var processNames = map[int]string{
 	PidRequests: "Requests (client)", PidServer: "Server threads", PidBlock: "Block IO",
 	PidCUDA: "CUDA calls", PidGPU: "GPU (NVML)", PidNetwork: "TCP connections",
+	PidServerMetrics: "Server metrics (/metrics)",
 }
 
 // New returns a trace whose time zero is origin (CLOCK_MONOTONIC ns).
@@ -80,7 +84,7 @@ func NewStream(w io.Writer, origin int64) *Trace {
 }
 
 func (t *Trace) header() {
-	for pid := PidRequests; pid <= PidNetwork; pid++ {
+	for pid := PidRequests; pid <= PidServerMetrics; pid++ {
 		t.add(Event{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": processNames[pid]}})
 		t.add(Event{Name: "process_sort_index", Ph: "M", Pid: pid, Args: map[string]any{"sort_index": pid}})
 	}

@@ -52,6 +52,7 @@ func newRunCmd() *cobra.Command {
 	var (
 		opts              = load.NewOptions()
 		server            serverFlags
+		sm                = &serverMetricsFlags{}
 		out               string
 		baseITL, baseTTFT float64
 		logs              logFlags
@@ -72,12 +73,13 @@ It takes every load option of bpfbench load.`,
 		Args:        noArgs,
 		Annotations: map[string]string{memoryBound: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRun(cmd, opts, server, out, baseITL, baseTTFT, logs, *cpus)
+			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, logs, *cpus)
 		},
 	}
 	fs := cmd.Flags()
 	opts.AddFlags(fs)
 	server.add(fs)
+	sm.add(fs)
 	fs.StringVar(&out, "out", "", "run `DIR` for result.json, trace.json and report.html (required)")
 	fs.Float64Var(&baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms (default: the run's median)")
 	fs.Float64Var(&baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms (default: the run's median)")
@@ -88,7 +90,7 @@ It takes every load option of bpfbench load.`,
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, out string, baseITL, baseTTFT float64, logs logFlags, cpus string) error {
+func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, logs logFlags, cpus string) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	cfg := opts.Config
 	logger, err := logs.logger(cmd)
@@ -118,9 +120,10 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, out stri
 	cfg.Progress, finish = opts.Progress(stderr)
 	res, err := job.Run(ctx, job.RunConfig{
 		Load: cfg, Pid: pid, OutDir: out, Logger: logger, Sections: sessionSections(),
-		BaselineITL:  time.Duration(baseITL * float64(time.Millisecond)),
-		BaselineTTFT: time.Duration(baseTTFT * float64(time.Millisecond)),
-		Readiness:    readinessChecks,
+		BaselineITL:   time.Duration(baseITL * float64(time.Millisecond)),
+		BaselineTTFT:  time.Duration(baseTTFT * float64(time.Millisecond)),
+		Readiness:     readinessChecks,
+		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period,
 	})
 	finish()
 	if res != nil {

@@ -18,6 +18,7 @@ func newSweepCmd() *cobra.Command {
 	var (
 		j       = load.NewSweepJob()
 		server  serverFlags
+		sm      = &serverMetricsFlags{}
 		kneeOut string
 		logs    logFlags
 	)
@@ -36,12 +37,13 @@ like --requests-per-step.`,
 		Args:        noArgs,
 		Annotations: map[string]string{memoryBound: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSweep(cmd, j, server, kneeOut, logs)
+			return runSweep(cmd, j, server, sm, kneeOut, logs)
 		},
 	}
 	fs := cmd.Flags()
 	j.AddFlags(fs)
 	server.add(fs)
+	sm.add(fs)
 	fs.Lookup("pid").Usage = "the server's process id: explain the knee by following it"
 	fs.Lookup("port").Usage = "explain the knee by following the process listening on this local TCP port"
 	fs.StringVar(&kneeOut, "knee-out", "bpfbench-sweep", "with --pid or --port: the `DIR` of the two runs around the knee (DIR/pass, DIR/fail)")
@@ -55,7 +57,7 @@ like --requests-per-step.`,
 // runSweep is `bpfbench sweep`: the load generator's SLO search; with
 // --pid it then runs the highest passing and the first failing step again
 // while following the server and says what breaks the SLO there.
-func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, kneeOut string, logs logFlags) error {
+func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serverMetricsFlags, kneeOut string, logs logFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	// --num-requests, a load option, is the count of every step here.
 	if cmd.Flags().Changed("num-requests") {
@@ -89,6 +91,7 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, kneeOut 
 	knee, err = job.ExplainKnee(ctx, job.KneeConfig{
 		Load: cfg, Sweep: res, RequestsPerStep: j.RequestsPerStep, Pid: pid, OutDir: kneeOut,
 		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger,
+		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period,
 		Before: func(side string, s *loadgen.SweepStep) {
 			if side == "pass" {
 				fmt.Fprintf(stdout, "\nfollowing pid %d at the highest passing step (%s) ...\n", pid, job.StepAt(res.Mode, s))

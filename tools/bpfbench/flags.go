@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -186,4 +187,16 @@ func pidCompletion(_ *cobra.Command, args []string, _ string) ([]cobra.Completio
 		out = append(out, cobra.CompletionWithDesc(e.Name(), strings.TrimSpace(string(comm))))
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp
+}
+
+// serverMetricsFlags are --server-metrics and --server-metrics-period, for
+// the commands that follow a server while loading it.
+type serverMetricsFlags struct {
+	url    string
+	period time.Duration
+}
+
+func (s *serverMetricsFlags) add(fs *pflag.FlagSet) {
+	fs.StringVar(&s.url, "server-metrics", "", "the server's Prometheus `URL`, scraped during the load (default: the target's /metrics when it answers; off: none)")
+	fs.DurationVar(&s.period, "server-metrics-period", 500*time.Millisecond, "the server metrics' scrape period (250ms to 1s)")
 }
