@@ -72,6 +72,18 @@ type Record struct {
 	// retry was started.
 	RetriedStaleConn bool `json:"retried_stale_connection,omitempty"`
 
+	// TraceID and SpanID are the W3C trace context the request was sent
+	// with (its traceparent header, lowercase hex): its OTLP span carries
+	// them, so the spans of a server that traces become its children.
+	TraceID string `json:"trace_id,omitempty"`
+	SpanID  string `json:"span_id,omitempty"`
+	// ResponseID and ResponseModel are the "id" and "model" of the stream's
+	// first chunk; FinishReasons each choice's finish_reason, in the order
+	// they came.
+	ResponseID    string   `json:"response_id,omitempty"`
+	ResponseModel string   `json:"response_model,omitempty"`
+	FinishReasons []string `json:"finish_reasons,omitempty"`
+
 	Status  int    `json:"status"`
 	Success bool   `json:"success"`
 	Failure string `json:"failure,omitempty"`
