@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/perturb"
 	"github.com/bpfbench/bpfbench/readiness"
@@ -70,6 +71,8 @@ type DemoConfig struct {
 	Sections  []session.SectionFactory
 	Readiness func() []readiness.Check
 	Logger    *slog.Logger
+	// Manifest is RunConfig's.
+	Manifest manifest.Options
 }
 
 // DemoPerPhase is the number of requests in each phase.
@@ -189,7 +192,7 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 		injected = append(injected, fmt.Sprintf("slow-reading client: requests %v stop reading for %v after their first token", slow, DemoSlowPause))
 	}
 	res, err := Run(ctx, RunConfig{Load: lc, Pid: cfg.Sim.Pid(), OutDir: cfg.OutDir, Phases: scenario,
-		Sections: cfg.Sections, Readiness: cfg.Readiness, Logger: cfg.Logger})
+		Sections: cfg.Sections, Readiness: cfg.Readiness, Logger: cfg.Logger, Manifest: cfg.Manifest})
 	if res == nil {
 		return nil, err
 	}

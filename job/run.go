@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/clock"
+	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
 	"github.com/bpfbench/bpfbench/readiness"
@@ -60,6 +62,10 @@ type RunConfig struct {
 	// ServerMetricsPeriod is the scrape period (250 ms to 1 s; default
 	// 500 ms).
 	ServerMetricsPeriod time.Duration
+	// Manifest is what the run's manifest cannot find alone (the GPUs;
+	// Args default to os.Args, Dataset to the load's): result.json
+	// records the manifest of Pid under "manifest".
+	Manifest manifest.Options
 }
 
 // PhaseMarks records where the phases of a scenario begin.
@@ -127,6 +133,9 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if err := checkWritable(cfg.OutDir); err != nil {
 		return nil, err
 	}
+	// The manifest is taken first, while the target is surely alive and
+	// before the load, whose timing its reads (hashes) would disturb.
+	man := collectManifest(cfg, log)
 	sm, err := newServerMetrics(ctx, cfg, log)
 	if err != nil {
 		return nil, err
@@ -265,6 +274,9 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 			return nil, fmt.Errorf("encoding the load result: %w", err)
 		}
 		doc.Load[k] = b
+	}
+	if b, err := json.Marshal(man); err == nil {
+		doc.Load["manifest"] = b
 	}
 	for _, sec := range sess.Sections() {
 		b, err := json.Marshal(sec.Summary())
@@ -699,4 +711,34 @@ func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *report.ServerQue
 		q.MeanMs = q.TotalMs / float64(est.Queued)
 	}
 	return q
+}
+
+// collectManifest records the target's manifest; each part it could not
+// read is a note in it (and a debug line).
+func collectManifest(cfg RunConfig, log *slog.Logger) *manifest.Manifest {
+	opts := cfg.Manifest
+	if opts.Args == nil {
+		opts.Args = os.Args
+	}
+	if opts.Dataset == nil {
+		ds := cfg.Load.Dataset
+		name, path := ds.Name, ds.Path
+		if cfg.Load.TracePath != "" {
+			name, path = "trace", cfg.Load.TracePath
+		}
+		d, err := manifest.DatasetOf(name, path, cfg.Load.Seed, map[string]string{
+			"input_len": strconv.Itoa(ds.InputLen), "output_len": strconv.Itoa(ds.OutputLen),
+			"range_ratio":         strconv.FormatFloat(ds.RangeRatio, 'g', -1, 64),
+			"sharegpt_output_len": strconv.Itoa(ds.ShareGPTOutputLen),
+		})
+		if err != nil {
+			log.Warn("manifest", "err", err)
+		}
+		opts.Dataset = d
+	}
+	m, notes := manifest.Collect(cfg.Pid, opts)
+	for _, n := range notes {
+		log.Debug("manifest", "note", n)
+	}
+	return m
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/readiness"
 	"github.com/bpfbench/bpfbench/session"
@@ -32,6 +33,8 @@ type KneeConfig struct {
 	Sections  []session.SectionFactory
 	Readiness func() []readiness.Check
 	Logger    *slog.Logger
+	// Manifest is RunConfig's.
+	Manifest manifest.Options
 	// ServerMetrics and ServerMetricsPeriod are RunConfig's.
 	ServerMetrics       string
 	ServerMetricsPeriod time.Duration
@@ -84,7 +87,7 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 		}
 		r, err := Run(ctx, RunConfig{Load: c, Pid: cfg.Pid, OutDir: filepath.Join(cfg.OutDir, side), Logger: cfg.Logger,
 			Sections: cfg.Sections, Readiness: cfg.Readiness,
-			ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod,
+			ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod, Manifest: cfg.Manifest,
 			BaselineITL: msDuration(baseITL), BaselineTTFT: msDuration(baseTTFT)})
 		if r != nil && cfg.After != nil {
 			cfg.After(side, r)

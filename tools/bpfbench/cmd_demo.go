@@ -96,7 +96,7 @@ func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Dura
 		sim.Pid(), sim.URL, len(job.DemoPhases), phase, rate)
 	res, err := job.Demo(ctx, job.DemoConfig{
 		Load: cfg, Sim: sim, OutDir: out, Phase: phase, Rate: rate,
-		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger,
+		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger, Manifest: runManifest(),
 	})
 	finish()
 	if res == nil {

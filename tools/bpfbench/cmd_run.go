@@ -123,7 +123,7 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 		BaselineITL:   time.Duration(baseITL * float64(time.Millisecond)),
 		BaselineTTFT:  time.Duration(baseTTFT * float64(time.Millisecond)),
 		Readiness:     readinessChecks,
-		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period,
+		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
 	})
 	finish()
 	if res != nil {

@@ -91,7 +91,7 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 	knee, err = job.ExplainKnee(ctx, job.KneeConfig{
 		Load: cfg, Sweep: res, RequestsPerStep: j.RequestsPerStep, Pid: pid, OutDir: kneeOut,
 		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger,
-		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period,
+		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
 		Before: func(side string, s *loadgen.SweepStep) {
 			if side == "pass" {
 				fmt.Fprintf(stdout, "\nfollowing pid %d at the highest passing step (%s) ...\n", pid, job.StepAt(res.Mode, s))

@@ -10,6 +10,7 @@ import (
 	"github.com/bpfbench/bpfbench/collectors/sched"
 	"github.com/bpfbench/bpfbench/collectors/tcp"
 	"github.com/bpfbench/bpfbench/daemon"
+	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/readiness"
 	"github.com/bpfbench/bpfbench/session"
 )
@@ -70,3 +71,7 @@ func hostCollectors() []daemon.HostFactory {
 		}},
 	}
 }
+
+// runManifest is what a run's manifest takes from the composition root:
+// the GPUs, through NVML.
+func runManifest() manifest.Options { return manifest.Options{GPU: gpu.ManifestSource} }
