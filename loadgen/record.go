@@ -32,6 +32,10 @@ type Record struct {
 	// prompt_len); MaxTokens the output length asked for.
 	PromptLen int `json:"prompt_len"`
 	MaxTokens int `json:"max_tokens"`
+	// Conversation and Turn place a request of the multiturn dataset: its
+	// conversation (from 1) and its turn in it (from 1); zero otherwise.
+	Conversation int `json:"conversation,omitempty"`
+	Turn         int `json:"turn,omitempty"`
 
 	// ScheduledNs is when the arrival process wanted the request sent;
 	// StartNs when the client started it (vLLM's start time: TTFT and E2EL
