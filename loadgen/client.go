@@ -3,10 +3,13 @@ package loadgen
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -58,6 +61,9 @@ type Client struct {
 	stall     time.Duration
 	extra     map[string]any
 	bufs      sync.Pool
+	// traceparent: every request is sent with a traceparent header of
+	// its own (setTraceContext).
+	traceparent bool
 }
 
 // ClientOptions configure a Client.
@@ -77,6 +83,13 @@ type ClientOptions struct {
 	// targets (without a proxy) use the raw HTTP/1.1 transport on
 	// non-blocking sockets (raw.go), and https through net/http.
 	NetHTTP bool
+	// NoTraceparent sends no W3C traceparent header. Otherwise every
+	// request carries a trace id and a span id of its own (kept in its
+	// Record, set there beforehand or drawn at random), so that a server
+	// that traces puts its spans under the request's, unless Headers has a
+	// Traceparent: that one is sent to every request as it is, or none at
+	// all when its value is empty (--header traceparent=).
+	NoTraceparent bool
 }
 
 // NewClient returns a client for opts.
@@ -85,6 +98,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	headers, ownTraceparent := traceparentHeader(opts.Headers)
 	tr := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		DialContext: (&net.Dialer{
@@ -126,17 +140,75 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		model:     opts.Model,
 		ignoreEOS: opts.IgnoreEOS,
 		usage:     opts.IncludeUsage,
-		headers:   opts.Headers,
+		headers:   headers,
 		timeout:   opts.Timeout,
 		stall:     opts.StallTimeout,
 		extra:     opts.ExtraBody,
+
+		traceparent: !opts.NoTraceparent && !ownTraceparent,
 	}
 	c.bufs.New = func() any { return &readState{buf: make([]byte, 64<<10)} }
 	if !opts.NetHTTP {
 		// http:// targets without a proxy: the raw HTTP/1.1 transport.
-		c.raw = newRawTransport(u, opts.Headers, opts.NoKeepAlive, opts.StallTimeout)
+		c.raw = newRawTransport(u, headers, opts.NoKeepAlive, opts.StallTimeout)
 	}
 	return c, nil
+}
+
+// traceparentHeader reports whether h has a traceparent header; when its
+// values are all empty, it returns h without it.
+func traceparentHeader(h http.Header) (http.Header, bool) {
+	found, empty := false, true
+	for k, vs := range h {
+		if http.CanonicalHeaderKey(k) != "Traceparent" {
+			continue
+		}
+		found = true
+		for _, v := range vs {
+			empty = empty && strings.TrimSpace(v) == ""
+		}
+	}
+	if !found || !empty {
+		return h, found
+	}
+	out := make(http.Header, len(h))
+	for k, vs := range h {
+		if http.CanonicalHeaderKey(k) != "Traceparent" {
+			out[k] = vs
+		}
+	}
+	return out, true
+}
+
+// newTraceContext draws a W3C trace id and span id (lowercase hex, never
+// all zero) from the runtime's ChaCha8 source, which is seeded from the
+// system's randomness and needs no lock.
+func newTraceContext() (traceID, spanID string) {
+	var b [24]byte
+	for {
+		binary.LittleEndian.PutUint64(b[0:], rand.Uint64())
+		binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
+		binary.LittleEndian.PutUint64(b[16:], rand.Uint64())
+		if binary.LittleEndian.Uint64(b[0:])|binary.LittleEndian.Uint64(b[8:]) != 0 && binary.LittleEndian.Uint64(b[16:]) != 0 {
+			return hex.EncodeToString(b[:16]), hex.EncodeToString(b[16:])
+		}
+	}
+}
+
+// setTraceContext gives rec the trace context it is sent with, keeping
+// one the caller set.
+func (c *Client) setTraceContext(rec *Record) {
+	if !c.traceparent {
+		return
+	}
+	if len(rec.TraceID) != 32 || len(rec.SpanID) != 16 {
+		rec.TraceID, rec.SpanID = newTraceContext()
+	}
+}
+
+// traceparent is rec's traceparent header value (version 00, sampled).
+func traceparent(rec *Record) string {
+	return "00-" + rec.TraceID + "-" + rec.SpanID + "-01"
 }
 
 // EndpointURL builds the request URL from a base URL and an endpoint kind.
@@ -208,7 +280,7 @@ func (c *Client) body(r *Request) ([]byte, error) {
 }
 
 // Do sends r and fills rec. rec.Index, RequestID, ScheduledNs and Warmup are
-// set by the caller; Do sets the rest. Failures are recorded in rec, never
+// set by the caller (and TraceID and SpanID may be); Do sets the rest. Failures are recorded in rec, never
 // returned.
 func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
 	rec.PromptLen = r.PromptLen
@@ -216,6 +288,7 @@ func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
 	if cap(rec.ChunkNs) == 0 {
 		rec.ChunkNs = make([]int64, 0, r.OutputLen+2)
 	}
+	c.setTraceContext(rec)
 	body, err := c.body(r)
 	if err != nil {
 		rec.fail(FailOther, fmt.Sprintf("encoding the request body: %v", err))
@@ -278,7 +351,11 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 	var (
 		resp *http.Response
 		att  *httpAttempt
+		tp   string
 	)
+	if c.traceparent {
+		tp = traceparent(rec)
+	}
 	for attempt := 0; ; attempt++ {
 		att = &httpAttempt{}
 		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, att.trace()), http.MethodPost, c.url, bytes.NewReader(body))
@@ -293,6 +370,9 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 		}
 		if rec.RequestID != "" {
 			req.Header.Set("X-Request-Id", rec.RequestID)
+		}
+		if tp != "" {
+			req.Header.Set("Traceparent", tp)
 		}
 		hc := c.hc
 		switch {

@@ -175,6 +175,13 @@ func (t *rawTransport) do(ctx context.Context, c *Client, body []byte, rec *Reco
 		w = append(w, "\r\nX-Request-Id: "...)
 		w = append(w, rec.RequestID...)
 	}
+	if c.traceparent {
+		w = append(w, "\r\nTraceparent: 00-"...)
+		w = append(w, rec.TraceID...)
+		w = append(w, '-')
+		w = append(w, rec.SpanID...)
+		w = append(w, "-01"...)
+	}
 	w = append(w, "\r\n\r\n"...)
 	req.wire = append(w, body...)
 	req.rec = rec

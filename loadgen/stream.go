@@ -2,6 +2,7 @@ package loadgen
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 )
 
@@ -17,6 +18,7 @@ type streamState struct {
 	ci   ChunkInfo
 
 	done, finished bool // [DONE] seen; a finish_reason seen
+	meta           bool // the response's id and model were looked for
 	failed         bool // a chunk failed the request (rec.Failure set)
 	lastCum        int  // cumulative completion_tokens of per-chunk usage
 	deltaOK        bool // every output chunk carried usage
@@ -28,7 +30,7 @@ type streamState struct {
 func (s *streamState) reset(rec *Record, chat bool) {
 	s.p.Reset()
 	s.rec, s.chat = rec, chat
-	s.done, s.finished, s.failed = false, false, false
+	s.done, s.finished, s.failed, s.meta = false, false, false, false
 	s.lastCum, s.deltaOK, s.sawDeltaUsage = 0, true, false
 	s.finalUsage, s.hasFinalUsage = 0, false
 }
@@ -139,6 +141,13 @@ func (s *streamState) handle(data []byte, now int64) {
 		s.failed = true
 		return
 	}
+	if !s.meta || ci.Finished || ci.Choices > 1 {
+		// Twice a request (its first chunk, its last), not per token
+		// unless it asked for several choices (ParseChunk reads only the
+		// first): the response's id and model, the finish reasons.
+		scanMeta(data, rec, !s.meta)
+		s.meta = true
+	}
 	switch {
 	case ci.Choices > 0 && !s.isEndWithoutToken():
 		rec.ChunkNs = append(rec.ChunkNs, now)
@@ -203,4 +212,68 @@ func (s *streamState) complete() {
 		rec.ChunkTokens = nil
 	}
 	rec.Success = true
+}
+
+// scanMeta reads, from a chunk ParseChunk accepted, the top-level "id" and
+// "model" (when ids is set) into rec.ResponseID and rec.ResponseModel, and
+// every choice's non-null "finish_reason" into rec.FinishReasons.
+func scanMeta(data []byte, rec *Record, ids bool) {
+	s := jscan{b: data}
+	s.ws()
+	s.object(func(key []byte) bool {
+		switch string(key) {
+		case "id", "model":
+			if !ids || s.peek() != '"' {
+				return s.value()
+			}
+			v, ok := s.str()
+			if string(key) == "id" {
+				rec.ResponseID = jsonText(v)
+			} else {
+				rec.ResponseModel = jsonText(v)
+			}
+			return ok
+		case "choices":
+			if !s.eat('[') {
+				return s.value()
+			}
+			s.ws()
+			if s.eat(']') {
+				return true
+			}
+			for {
+				s.ws()
+				var ok bool
+				if s.peek() != '{' {
+					ok = s.value()
+				} else {
+					ok = s.object(func(k []byte) bool {
+						if string(k) != "finish_reason" || s.peek() != '"' {
+							return s.value()
+						}
+						v, ok := s.str()
+						rec.FinishReasons = append(rec.FinishReasons, jsonText(v))
+						return ok
+					})
+				}
+				s.ws()
+				if !ok || !s.eat(',') {
+					return ok && s.eat(']')
+				}
+			}
+		}
+		return s.value()
+	})
+}
+
+// jsonText is the text of a JSON string's raw contents.
+func jsonText(raw []byte) string {
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return string(raw)
+	}
+	var v string
+	if json.Unmarshal(append(append([]byte{'"'}, raw...), '"'), &v) != nil {
+		return string(raw)
+	}
+	return v
 }
