@@ -13,9 +13,11 @@ import (
 
 // Dataset names.
 const (
-	DatasetRandom   = "random"
-	DatasetJSONL    = "jsonl"
-	DatasetShareGPT = "sharegpt"
+	DatasetRandom    = "random"
+	DatasetJSONL     = "jsonl"
+	DatasetShareGPT  = "sharegpt"
+	DatasetRAG       = "rag"       // long-context requests: shared prefix, passages, question (dataset_rag.go)
+	DatasetMultiturn = "multiturn" // chat conversations replaying their history (dataset_multiturn.go)
 )
 
 // DatasetConfig chooses the prompts.
@@ -24,15 +26,64 @@ const (
 // prompts of exactly InputLen words drawn from a vocabulary of single-token
 // English words; for files, a prompt's length is the "input_len" field when
 // present, else its number of whitespace-separated words (llmsim counts
-// tokens the same way, so runs against it are exact).
+// tokens the same way, so runs against it are exact). The rag and
+// synthetic multiturn datasets build their texts as the random dataset
+// does.
 type DatasetConfig struct {
-	Name       string  // random (default), jsonl or sharegpt
-	Path       string  // file for jsonl and sharegpt
-	InputLen   int     // random: mean input length in tokens
+	Name       string  // random (default), jsonl, sharegpt, rag or multiturn
+	Path       string  // file for jsonl and sharegpt (and multiturn: ShareGPT conversations)
+	InputLen   int     // random, synthetic multiturn: mean input length in tokens
 	OutputLen  int     // random: mean output length; files: default when a record has none
 	RangeRatio float64 // random: lengths uniform in [len*(1-r), len*(1+r)], as vLLM's --random-range-ratio
 	// ShareGPTOutputLen overrides the output length of ShareGPT records (vLLM's --sharegpt-output-len).
 	ShareGPTOutputLen int
+	// InputLenFile draws the input lengths of the random and rag datasets
+	// from a file (see Lengths): one integer a line, or a len,count CSV.
+	InputLenFile string
+	RAG          RAGConfig
+	Multiturn    MultiturnConfig
+}
+
+// synthetic reports whether the dataset's prompts are generated words, for
+// which the output length is asked with ignore_eos.
+func (cfg DatasetConfig) synthetic() bool {
+	switch cfg.Name {
+	case DatasetRandom, "", DatasetRAG:
+		return true
+	case DatasetMultiturn:
+		return cfg.Path == ""
+	}
+	return false
+}
+
+// Check reports a dataset configuration that cannot run on endpoint.
+func (cfg DatasetConfig) Check(endpoint string) error {
+	switch cfg.Name {
+	case DatasetRandom, "", DatasetJSONL, DatasetShareGPT:
+	case DatasetRAG:
+		if err := cfg.RAG.validate(); err != nil {
+			return err
+		}
+	case DatasetMultiturn:
+		if endpoint != EndpointChat {
+			return errors.New("the multiturn dataset sends chat conversations: pass --endpoint chat")
+		}
+		if r := cfg.Multiturn.replies(); r != RepliesServer && r != RepliesRecorded {
+			return fmt.Errorf("multiturn replies %q: use server or recorded", r)
+		}
+		if t := cfg.Multiturn.Turns; t.Max != 0 && (t.Min < 1 || t.Max < t.Min) {
+			return fmt.Errorf("turns %d-%d: want 1 <= MIN <= MAX", t.Min, t.Max)
+		}
+		if cfg.Multiturn.ThinkTime < 0 {
+			return errors.New("--think-time must not be negative")
+		}
+	default:
+		return fmt.Errorf("unknown dataset %q: use random, jsonl, sharegpt, rag or multiturn", cfg.Name)
+	}
+	if cfg.InputLenFile != "" && cfg.Name != DatasetRandom && cfg.Name != "" && cfg.Name != DatasetRAG {
+		return fmt.Errorf("--input-len-file applies to the random and rag datasets, not %s", cfg.Name)
+	}
+	return nil
 }
 
 var vocabulary = strings.Fields(`the of and to in is was for on are with as at be by this have from or one had
@@ -80,7 +131,9 @@ func sampleLen(rng *rand.Rand, mean int, ratio float64) int {
 }
 
 // LoadDataset returns n requests (n > 0) or, with n == 0, every request of a
-// file dataset. Short datasets are cycled.
+// file dataset. Short datasets are cycled. For the multiturn dataset it
+// returns every turn's user message alone (LoadConversations gives the
+// conversations).
 func LoadDataset(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x64617461))
 	var base []Request
@@ -90,9 +143,21 @@ func LoadDataset(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
 			return nil, errors.New("random dataset: the number of requests is unknown")
 		}
 		in, out := max(cfg.InputLen, 1), max(cfg.OutputLen, 1)
+		var lens *Lengths
+		if cfg.InputLenFile != "" {
+			var err error
+			if lens, err = ReadLengths(cfg.InputLenFile, seed); err != nil {
+				return nil, fmt.Errorf("random dataset: --input-len-file: %w", err)
+			}
+		}
 		reqs := make([]Request, n)
 		for i := range reqs {
-			il := sampleLen(rng, in, cfg.RangeRatio)
+			var il int
+			if lens != nil {
+				il = lens.At(i)
+			} else {
+				il = sampleLen(rng, in, cfg.RangeRatio)
+			}
 			reqs[i] = Request{Prompt: RandomPrompt(rng, il), PromptLen: il, OutputLen: sampleLen(rng, out, cfg.RangeRatio), OffsetNs: -1}
 		}
 		return reqs, nil
@@ -109,8 +174,22 @@ func LoadDataset(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
 			return nil, err
 		}
 		rng.Shuffle(len(base), func(i, j int) { base[i], base[j] = base[j], base[i] })
+	case DatasetRAG:
+		return loadRAG(cfg, n, seed)
+	case DatasetMultiturn:
+		// Each turn's user message alone; Run sends them as conversations.
+		convs, err := LoadConversations(cfg, n, seed)
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range convs {
+			for _, t := range c.Turns {
+				base = append(base, Request{Prompt: t.User, PromptLen: t.UserLen, OutputLen: t.OutputLen, OffsetNs: -1})
+			}
+		}
+		return base, nil
 	default:
-		return nil, fmt.Errorf("unknown dataset %q: use random, jsonl or sharegpt", cfg.Name)
+		return nil, fmt.Errorf("unknown dataset %q: use random, jsonl, sharegpt, rag or multiturn", cfg.Name)
 	}
 	if len(base) == 0 {
 		return nil, fmt.Errorf("dataset %s holds no usable prompt", cfg.Path)

@@ -96,6 +96,7 @@ func DefaultConfig() Config {
 			Name:      DatasetRandom,
 			InputLen:  128,
 			OutputLen: 64,
+			RAG:       DefaultRAG(),
 		},
 		TraceTimeUnit: "s",
 		Seed:          0,
@@ -166,9 +167,21 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.NumRequests, "num-requests", c.NumRequests, "number of measured requests (0 with --duration: until the duration has passed)")
 	fs.DurationVar(&c.Duration, "duration", c.Duration, "send requests for this long instead of a count")
 	fs.IntVar(&c.Warmup, "warmup", c.Warmup, "warm-up requests sent before the measured run")
-	fs.StringVar(&c.Dataset.Name, "dataset", c.Dataset.Name, "prompts: random, jsonl or sharegpt")
-	fs.StringVar(&c.Dataset.Path, "dataset-path", c.Dataset.Path, "file of the jsonl or sharegpt dataset")
-	fs.IntVar(&c.Dataset.InputLen, "input-len", c.Dataset.InputLen, "random dataset: input tokens per request")
+	fs.StringVar(&c.Dataset.Name, "dataset", c.Dataset.Name, "prompts: random, jsonl, sharegpt, rag (shared prefix + passages + question) or multiturn (chat conversations)")
+	fs.StringVar(&c.Dataset.Path, "dataset-path", c.Dataset.Path, "file of the jsonl or sharegpt dataset (multiturn: ShareGPT conversations)")
+	fs.IntVar(&c.Dataset.InputLen, "input-len", c.Dataset.InputLen, "random dataset: input tokens per request (multiturn: per user message)")
+	fs.StringVar(&c.Dataset.InputLenFile, "input-len-file", c.Dataset.InputLenFile, "random and rag datasets: input lengths from a `file` of one integer a line (in order) or len,count lines (a histogram)")
+	fs.IntVar(&c.Dataset.RAG.PrefixLen, "rag-prefix-len", c.Dataset.RAG.PrefixLen, "rag: tokens of the prefix (system prompt and document) that starts each request")
+	fs.IntVar(&c.Dataset.RAG.Prefixes, "rag-prefixes", c.Dataset.RAG.Prefixes, "rag: distinct shared prefixes, taken in turn")
+	fs.Float64Var(&c.Dataset.RAG.Shared, "rag-shared", c.Dataset.RAG.Shared, "rag: fraction of requests carrying a shared prefix (the others carry their own)")
+	fs.IntVar(&c.Dataset.RAG.Passages, "rag-passages", c.Dataset.RAG.Passages, "rag: retrieved passages per request")
+	fs.IntVar(&c.Dataset.RAG.PassageLen, "rag-passage-len", c.Dataset.RAG.PassageLen, "rag: mean tokens of a passage (lognormal)")
+	fs.Float64Var(&c.Dataset.RAG.PassageSigma, "rag-passage-sigma", c.Dataset.RAG.PassageSigma, "rag: sigma of the log of the passage lengths (0: all equal)")
+	fs.StringVar(&c.Dataset.RAG.PassageLenFile, "rag-passage-len-file", c.Dataset.RAG.PassageLenFile, "rag: passage lengths from a `file` (as --input-len-file) instead of the lognormal")
+	fs.IntVar(&c.Dataset.RAG.QuestionLen, "rag-question-len", c.Dataset.RAG.QuestionLen, "rag: tokens of the question that ends each request")
+	fs.Var(&c.Dataset.Multiturn.Turns, "turns", "multiturn: turns per conversation, `N` or MIN-MAX (default 4; with --dataset-path every turn of the file's)")
+	fs.DurationVar(&c.Dataset.Multiturn.ThinkTime, "think-time", c.Dataset.Multiturn.ThinkTime, "multiturn: pause between a reply and the conversation's next turn")
+	fs.StringVar(&c.Dataset.Multiturn.Replies, "multiturn-replies", c.Dataset.Multiturn.replies(), "multiturn: replies in the history: server (the server's own, each turn after the previous reply) or recorded (the file's)")
 	fs.IntVar(&c.Dataset.OutputLen, "output-len", c.Dataset.OutputLen, "output tokens per request (random; default for jsonl records without one)")
 	fs.Float64Var(&c.Dataset.RangeRatio, "range-ratio", c.Dataset.RangeRatio, "random dataset: lengths uniform in [len*(1-r), len*(1+r)]")
 	fs.IntVar(&c.Dataset.ShareGPTOutputLen, "sharegpt-output-len", c.Dataset.ShareGPTOutputLen, "sharegpt: fixed output length (0: the reference answer's)")
@@ -207,6 +220,9 @@ func (c *Config) Validate() error {
 	if c.Duration > 0 && c.NumRequests == 0 && math.IsInf(c.Rate, 1) && c.MaxConcurrency == 0 && c.TracePath == "" {
 		return errors.New("--duration at an infinite rate needs --max-concurrency (closed loop) or a --rate")
 	}
+	if c.TracePath == "" && len(c.Requests) == 0 {
+		return c.Dataset.Check(c.Endpoint)
+	}
 	return nil
 }
 
@@ -222,6 +238,8 @@ type Result struct {
 	Records []Record
 	Warmup  []Record
 	Metrics *Metrics
+	// Dataset describes the prompts sent, for the run's manifest.
+	Dataset DatasetInfo
 	// ClientCPU is the CPU time (user+system) the whole process used during
 	// the measured run, from getrusage.
 	ClientCPU time.Duration
@@ -247,12 +265,16 @@ func (c *Config) plan() ([]Request, error) {
 		}
 		return reqs, nil
 	}
-	n := c.NumRequests
-	if n == 0 {
-		// Duration mode: enough prompts to cycle through.
-		n = 1024
+	return LoadDataset(c.Dataset, c.planCount(), c.Seed)
+}
+
+// planCount is the number of requests to generate: --num-requests, or in
+// duration mode enough to cycle through.
+func (c *Config) planCount() int {
+	if c.NumRequests == 0 {
+		return 1024
 	}
-	return LoadDataset(c.Dataset, n, c.Seed)
+	return c.NumRequests
 }
 
 func cpuTime() time.Duration {
@@ -281,13 +303,24 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Dataset.Name == DatasetRandom || cfg.Dataset.Name == "" {
+	if cfg.Dataset.synthetic() && cfg.TracePath == "" && len(cfg.Requests) == 0 {
 		cfg.IgnoreEOS = true
 	}
 	if cfg.RequestIDPrefix == "" {
 		cfg.RequestIDPrefix = fmt.Sprintf("bench-%08x-", uint32(Mono()^int64(os.Getpid())<<16))
 	}
-	reqs, err := cfg.plan()
+	var (
+		reqs []Request
+		mt   *multiturnRun // the multiturn dataset's conversations
+		err  error
+	)
+	if cfg.isMultiturn() {
+		if mt, err = newMultiturnRun(&cfg); err == nil {
+			reqs = mt.reqs
+		}
+	} else {
+		reqs, err = cfg.plan()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -302,7 +335,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		StallTimeout: cfg.StallTimeout,
 		NoKeepAlive:  cfg.NoKeepAlive,
 		ExtraBody:    cfg.ExtraBody,
-		NetHTTP:      cfg.NetHTTP,
+		NetHTTP:      cfg.NetHTTP || mt != nil, // multiturn needs the replies' text
 	})
 	if err != nil {
 		return nil, err
@@ -310,6 +343,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	defer client.Close()
 
 	res := &Result{Config: cfg, Date: time.Now()}
+	if mt != nil {
+		mt.wrap(client)
+		res.Dataset = cfg.describe(nil, mt.convs)
+	} else {
+		res.Dataset = cfg.describe(reqs, nil)
+	}
 	if cfg.Warmup > 0 {
 		res.Warmup = make([]Record, cfg.Warmup)
 		var wg sync.WaitGroup
@@ -381,8 +420,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		deadline = start + int64(cfg.Duration)
 	}
 	nextOffset := 0.0
+	if mt != nil {
+		records = mt.run(ctx, &cfg, client, arr, start, deadline, sem, durationMode)
+	}
 dispatch:
-	for i := 0; ; i++ {
+	for i := 0; mt == nil; i++ {
 		if !durationMode && i >= len(reqs) {
 			break
 		}
