@@ -303,7 +303,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Dataset.synthetic() && cfg.TracePath == "" && len(cfg.Requests) == 0 {
+	if cfg.Dataset.synthetic() {
 		cfg.IgnoreEOS = true
 	}
 	if cfg.RequestIDPrefix == "" {
