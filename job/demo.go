@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,13 +10,18 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"sync"
+	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfbench/bpfbench/internal/manifest"
@@ -206,8 +212,11 @@ type Sim struct {
 	// Control is the CUDA stub's control file (its kernel time in µs);
 	// IOFile the KV offload file the server reads with O_DIRECT.
 	Control, IOFile string
-	cmd             *exec.Cmd
-	log             *os.File
+	// Net is the network namespace the server serves in (SimConfig.Netns),
+	// nil when it serves on 127.0.0.1.
+	Net *SimNet
+	cmd *exec.Cmd
+	log *os.File
 }
 
 // SimConfig configures StartSim.
@@ -216,6 +225,11 @@ type SimConfig struct {
 	Dir string
 	// CPUs, when set, restricts the server to these CPUs.
 	CPUs []int
+	// Netns puts the server in a network namespace of its own, behind a
+	// veth pair, so that its egress towards the client can be shaped
+	// without touching any interface of the host (the net row of
+	// validate).
+	Netns bool
 }
 
 // siblingBinary finds a file built next to this executable (make build
@@ -285,12 +299,24 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 	if err != nil {
 		return nil, err
 	}
+	host := "127.0.0.1"
+	var sn *SimNet
+	if cfg.Netns {
+		if sn, err = newSimNet(perturb.DefaultStateDir); err != nil {
+			return nil, err
+		}
+		host = sn.Addr.String()
+	}
 	logf, err := os.Create(filepath.Join(cfg.Dir, "llmsim.log"))
 	if err != nil {
+		if sn != nil {
+			sn.Close()
+		}
 		return nil, fmt.Errorf("cannot write to --out %s: %w", cfg.Dir, err)
 	}
 	s := &Sim{
-		URL:     fmt.Sprintf("http://127.0.0.1:%d", port),
+		Net:     sn,
+		URL:     fmt.Sprintf("http://%s:%d", host, port),
 		Control: filepath.Join(cfg.Dir, "gpu-kernel-us"),
 		IOFile:  filepath.Join(cfg.Dir, "kv-offload.img"),
 		log:     logf,
@@ -303,12 +329,19 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 		s.Close()
 		return nil, err
 	}
-	s.cmd = exec.CommandContext(ctx, llmsim, "--addr", fmt.Sprintf("127.0.0.1:%d", port),
+	s.cmd = exec.CommandContext(ctx, llmsim, "--addr", fmt.Sprintf("%s:%d", host, port),
 		"--work", "cpu", "--itl", "15ms", "--max-num-seqs", "32", "--jitter", "0.05",
 		"--io-file", s.IOFile, "--io-bytes", "262144", "--cuda-lib", libcuda)
 	s.cmd.Env = append(os.Environ(), "CUDASTUB_KERNEL_US="+strconv.Itoa(DemoKernelUS), "CUDASTUB_CONTROL_FILE="+s.Control)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	if err := startOn(s.cmd, cfg.CPUs); err != nil {
+	var ns netns.NsHandle = -1
+	if sn != nil {
+		ns = sn.ns
+		// The server dies with bpfbench even when bpfbench is killed, so
+		// that nothing holds the namespace once its name is gone.
+		s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	}
+	if err := startOn(s.cmd, cfg.CPUs, ns); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -326,9 +359,36 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 	return nil, errors.New("llmsim did not become healthy within 10s (see llmsim.log in the run directory)")
 }
 
-// startOn starts cmd restricted to cpus: the child inherits the affinity
-// of the thread that forks it.
-func startOn(cmd *exec.Cmd, cpus []int) error {
+// startOn starts cmd restricted to cpus and, when ns is valid, in that
+// network namespace: the child inherits the affinity and the namespace of
+// the thread that forks it.
+func startOn(cmd *exec.Cmd, cpus []int, ns netns.NsHandle) error {
+	if ns.IsOpen() {
+		// A thread that cannot be put back in its namespace must not serve
+		// other goroutines: it stays locked and ends with this goroutine.
+		errc := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			orig, err := netns.Get()
+			if err != nil {
+				runtime.UnlockOSThread()
+				errc <- fmt.Errorf("reading this thread's network namespace: %w", err)
+				return
+			}
+			defer orig.Close()
+			if err := netns.Set(ns); err != nil {
+				runtime.UnlockOSThread()
+				errc <- fmt.Errorf("entering the server's network namespace: %w", err)
+				return
+			}
+			err = startOn(cmd, cpus, -1)
+			if netns.Set(orig) == nil {
+				runtime.UnlockOSThread()
+			}
+			errc <- err
+		}()
+		return <-errc
+	}
 	if len(cpus) > 0 {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -363,14 +423,245 @@ func (s *Sim) SetGPUKernel(us int) error {
 	return os.WriteFile(s.Control, []byte(strconv.Itoa(us)+"\n"), 0o644)
 }
 
-// Close stops the server and removes its KV offload file.
+// Close stops the server, removes its KV offload file and its network
+// namespace with the veth pair.
 func (s *Sim) Close() error {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
 	}
 	os.Remove(s.IOFile)
-	return s.log.Close()
+	err := s.log.Close()
+	if s.Net != nil {
+		err = errors.Join(s.Net.Close(), err)
+	}
+	return err
 }
 
 var _ io.Closer = (*Sim)(nil)
+
+// SimNet is the network namespace the simulated server serves in: a veth
+// pair joins it to the host, HostAddr (10.200.X.1/30) on HostIface in the
+// current namespace and Addr (10.200.X.2/30) on Iface inside Name. Its
+// state file in the state directory records it first, so that a run
+// that dies before Close is cleaned up by the next StartSim
+// (sweepSimNets).
+type SimNet struct {
+	Name             string
+	Iface, HostIface string
+	Addr, HostAddr   netip.Addr
+	ns               netns.NsHandle
+	state            string
+	once             sync.Once
+	closeErr         error
+}
+
+// simNetState is a SimNet's state file.
+type simNetState struct {
+	Netns     string    `json:"netns"`
+	Iface     string    `json:"iface"`
+	HostIface string    `json:"host_iface"`
+	Pid       int       `json:"pid"`
+	Started   time.Time `json:"started"`
+}
+
+const simNetPrefix = "simnet-"
+
+// newSimNet sweeps what dead runs left, then creates the namespace and the
+// veth pair on the first 10.200.X.0/30 that no interface of the host uses.
+func newSimNet(stateDir string) (*SimNet, error) {
+	if err := os.MkdirAll(stateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the state directory %s: %w", stateDir, err)
+	}
+	sweepSimNets(stateDir)
+	used := map[byte]bool{}
+	if addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4); err == nil {
+		for _, a := range addrs {
+			if ip := a.IP.To4(); ip != nil && ip[0] == 10 && ip[1] == 200 {
+				used[ip[2]] = true
+			}
+		}
+	}
+	start := os.Getpid() % 250
+	for i := 0; i < 250; i++ {
+		x := byte((start + i) % 250)
+		if used[x] {
+			continue
+		}
+		sn, err := createSimNet(stateDir, x)
+		if errors.Is(err, unix.EEXIST) {
+			continue // another run took it meanwhile
+		}
+		return sn, err
+	}
+	return nil, errors.New("no free 10.200.X.0/30 subnet for the server's network namespace")
+}
+
+func createSimNet(stateDir string, x byte) (*SimNet, error) {
+	sn := &SimNet{
+		Name:      fmt.Sprintf("bpfbench-sim-%d", x),
+		Iface:     fmt.Sprintf("bbsim%dn", x),
+		HostIface: fmt.Sprintf("bbsim%dh", x),
+		Addr:      netip.AddrFrom4([4]byte{10, 200, x, 2}),
+		HostAddr:  netip.AddrFrom4([4]byte{10, 200, x, 1}),
+		ns:        -1,
+		state:     filepath.Join(stateDir, fmt.Sprintf("%sbpfbench-sim-%d.json", simNetPrefix, x)),
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", sn.Name)); err == nil {
+		return nil, unix.EEXIST
+	}
+	if _, err := netlink.LinkByName(sn.HostIface); err == nil {
+		return nil, unix.EEXIST
+	}
+	f, err := os.OpenFile(sn.state, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		return nil, unix.EEXIST
+	}
+	if err != nil {
+		return nil, fmt.Errorf("saving the state of the server's network namespace: %w", err)
+	}
+	b, _ := json.MarshalIndent(simNetState{Netns: sn.Name, Iface: sn.Iface, HostIface: sn.HostIface, Pid: os.Getpid(), Started: time.Now()}, "", "  ")
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(sn.state)
+		return nil, fmt.Errorf("saving the state of the server's network namespace: %w", err)
+	}
+	if err := sn.create(); err != nil {
+		sn.Close()
+		return nil, err
+	}
+	return sn, nil
+}
+
+// create makes the namespace, the veth pair and the addresses.
+func (sn *SimNet) create() error {
+	errc := make(chan error, 1)
+	go func() {
+		// NewNamed moves the calling thread into the new namespace: put it
+		// back, or let the thread end with this goroutine.
+		runtime.LockOSThread()
+		orig, err := netns.Get()
+		if err != nil {
+			runtime.UnlockOSThread()
+			errc <- fmt.Errorf("reading this thread's network namespace: %w", err)
+			return
+		}
+		defer orig.Close()
+		ns, err := netns.NewNamed(sn.Name)
+		if netns.Set(orig) == nil {
+			runtime.UnlockOSThread()
+		}
+		if err != nil {
+			errc <- fmt.Errorf("creating network namespace %s: %w", sn.Name, err)
+			return
+		}
+		sn.ns = ns
+		errc <- nil
+	}()
+	if err := <-errc; err != nil {
+		return err
+	}
+	la := netlink.NewLinkAttrs()
+	la.Name = sn.HostIface
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: la, PeerName: sn.Iface, PeerNamespace: netlink.NsFd(int(sn.ns))}); err != nil {
+		return fmt.Errorf("adding veth pair %s/%s: %w", sn.HostIface, sn.Iface, err)
+	}
+	hl, err := netlink.LinkByName(sn.HostIface)
+	if err != nil {
+		return fmt.Errorf("looking up %s: %w", sn.HostIface, err)
+	}
+	if err := netlink.AddrAdd(hl, &netlink.Addr{IPNet: prefix30(sn.HostAddr)}); err != nil {
+		return fmt.Errorf("adding %s/30 to %s: %w", sn.HostAddr, sn.HostIface, err)
+	}
+	if err := netlink.LinkSetUp(hl); err != nil {
+		return fmt.Errorf("setting %s up: %w", sn.HostIface, err)
+	}
+	h, err := netlink.NewHandleAt(sn.ns)
+	if err != nil {
+		return fmt.Errorf("opening netlink in network namespace %s: %w", sn.Name, err)
+	}
+	defer h.Close()
+	for _, name := range []string{"lo", sn.Iface} {
+		l, err := h.LinkByName(name)
+		if err != nil {
+			return fmt.Errorf("looking up %s in network namespace %s: %w", name, sn.Name, err)
+		}
+		if name == sn.Iface {
+			if err := h.AddrAdd(l, &netlink.Addr{IPNet: prefix30(sn.Addr)}); err != nil {
+				return fmt.Errorf("adding %s/30 to %s in network namespace %s: %w", sn.Addr, name, sn.Name, err)
+			}
+		}
+		if err := h.LinkSetUp(l); err != nil {
+			return fmt.Errorf("setting %s up in network namespace %s: %w", name, sn.Name, err)
+		}
+	}
+	return nil
+}
+
+func prefix30(a netip.Addr) *net.IPNet {
+	return &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(30, 32)}
+}
+
+// Close removes a shaping of the server's interface that is left, the
+// veth pair, the namespace and the state file; the server must have
+// exited. Safe to call more than once.
+func (sn *SimNet) Close() error {
+	sn.once.Do(func() { sn.closeErr = removeSimNet(sn.state, sn.Name, sn.Iface, sn.HostIface) })
+	if sn.ns.IsOpen() {
+		sn.ns.Close()
+		sn.ns = -1
+	}
+	return sn.closeErr
+}
+
+func removeSimNet(state, name, iface, hostIface string) error {
+	var errs []error
+	// A tbf a dead run left on the server's side: its state file goes,
+	// the qdisc goes with the interface.
+	if _, err := os.Stat(filepath.Join(filepath.Dir(state), fmt.Sprintf("tbf-%s-%s.json", name, iface))); err == nil {
+		if _, err := perturb.Restore(filepath.Dir(state), name, iface); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if l, err := netlink.LinkByName(hostIface); err == nil {
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("removing veth %s: %w", hostIface, err))
+		}
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", name)); err == nil {
+		if err := netns.DeleteNamed(name); err != nil {
+			errs = append(errs, fmt.Errorf("removing network namespace %s: %w", name, err))
+		}
+	}
+	if len(errs) == 0 {
+		if err := os.Remove(state); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// sweepSimNets removes the namespaces and veth pairs of runs whose
+// process is gone.
+func sweepSimNets(stateDir string) {
+	paths, _ := filepath.Glob(filepath.Join(stateDir, simNetPrefix+"*.json"))
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var st simNetState
+		if json.Unmarshal(b, &st) != nil || st.Netns == "" {
+			continue
+		}
+		if st.Pid > 0 && unix.Kill(st.Pid, 0) == nil {
+			continue // still running
+		}
+		if err := removeSimNet(p, st.Netns, st.Iface, st.HostIface); err != nil {
+			slog.Warn("removing what a dead run left", "component", "job", "netns", st.Netns, "err", err)
+		}
+	}
+}

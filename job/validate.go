@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen"
@@ -34,6 +37,10 @@ type Injection struct {
 	// SlowRead, when set, makes one request early in the phase a
 	// slow-reading client that stops reading for this long.
 	SlowRead time.Duration
+	// Baseline, when set, is called as the baseline phase begins, and the
+	// function it returns as it ends: a measurement of the server's normal
+	// behaviour that Start then uses.
+	Baseline func() func()
 }
 
 // ValidateConfig configures a validation by intervention.
@@ -165,9 +172,28 @@ func GPUInjection(control string, slowUS int) Injection {
 	}}
 }
 
-// NetInjection shapes an interface with tbf during the phase.
+// NetRateShare is the share of the interface's baseline rate that the
+// net injection shapes it to when no rate is given.
+const NetRateShare = 0.8
+
+// NetInjection shapes an interface with tbf during the phase. With no
+// n.Rate, the rate is NetRateShare of what the interface sent per second
+// in the baseline phase: a stream slower than its normal token rate.
 func NetInjection(n perturb.Net) Injection {
-	return Injection{Name: "net", Cause: correlate.NetBackpressure.String(), Start: func(context.Context) (func() string, error) {
+	var baseBps float64
+	var baseErr error
+	inj := Injection{Name: "net", Cause: correlate.NetBackpressure.String(), Start: func(context.Context) (func() string, error) {
+		auto := ""
+		if n.Rate == 0 {
+			if baseBps <= 0 {
+				if baseErr == nil {
+					baseErr = fmt.Errorf("%s sent nothing in the baseline phase", n.Iface)
+				}
+				return nil, fmt.Errorf("choosing the shaping rate: %w: give --net-rate", baseErr)
+			}
+			n.Rate = uint64(max(baseBps*NetRateShare, 8000))
+			auto = fmt.Sprintf(" (%.0f%% of the %.3g Mbit/s of the baseline)", NetRateShare*100, baseBps/1e6)
+		}
 		s, err := n.Apply()
 		if err != nil {
 			return nil, err
@@ -177,9 +203,60 @@ func NetInjection(n perturb.Net) Injection {
 			if err != nil {
 				return "net: " + err.Error()
 			}
-			return fmt.Sprintf("%s shaped to %.3g Mbit/s: %.3g Mbit/s sent, %d drops", r.Iface, float64(r.RateBps)/1e6, r.AchievedBps/1e6, r.Drops)
+			return fmt.Sprintf("%s shaped to %.3g Mbit/s%s, burst %d B, queue %d B: %.3g Mbit/s sent, %d drops",
+				r.Iface, float64(r.RateBps)/1e6, auto, r.BurstBytes, r.LimitBytes, r.AchievedBps/1e6, r.Drops)
 		}, nil
 	}}
+	if n.Rate == 0 {
+		inj.Baseline = func() func() {
+			t0 := time.Now()
+			b0, err := IfaceTxBytes(n.Netns, n.Iface)
+			if err != nil {
+				baseErr = err
+				return func() {}
+			}
+			return func() {
+				b1, err := IfaceTxBytes(n.Netns, n.Iface)
+				if err != nil {
+					baseErr = err
+					return
+				}
+				if d := time.Since(t0).Seconds(); d > 0 && b1 > b0 {
+					baseBps = float64(b1-b0) * 8 / d
+				}
+			}
+		}
+	}
+	return inj
+}
+
+// IfaceTxBytes is what an interface (in the named network namespace, ""
+// the current one) has sent so far.
+func IfaceTxBytes(nsName, iface string) (uint64, error) {
+	var h *netlink.Handle
+	var err error
+	if nsName == "" {
+		h, err = netlink.NewHandle()
+	} else {
+		ns, nerr := netns.GetFromName(nsName)
+		if nerr != nil {
+			return 0, fmt.Errorf("network namespace %s: %w", nsName, nerr)
+		}
+		defer ns.Close()
+		h, err = netlink.NewHandleAt(ns)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("opening netlink: %w", err)
+	}
+	defer h.Close()
+	l, err := h.LinkByName(iface)
+	if err != nil {
+		return 0, fmt.Errorf("looking up %s: %w", iface, err)
+	}
+	if st := l.Attrs().Statistics; st != nil {
+		return st.TxBytes, nil
+	}
+	return 0, fmt.Errorf("%s has no statistics", iface)
 }
 
 // ClientInjection makes one request a slow reader that stops for d.
@@ -289,7 +366,17 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 			}
 		}
 		marks.Begin(names[0])
-		if !wait() {
+		var ends []func()
+		for _, inj := range cfg.Injections {
+			if inj.Baseline != nil {
+				ends = append(ends, inj.Baseline())
+			}
+		}
+		ok := wait()
+		for _, end := range ends {
+			end()
+		}
+		if !ok {
 			return
 		}
 		for k, inj := range cfg.Injections {

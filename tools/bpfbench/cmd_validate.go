@@ -53,13 +53,14 @@ func reniceSelf(nice int) error {
 
 // validateFlags are validate's own flags.
 type validateFlags struct {
-	useSim                         bool
+	useSim, simNetns               bool
 	out                            string
 	phase                          time.Duration
 	ioFile, busyCPUs, control      string
 	gpuUS                          int
 	slowRead                       time.Duration
 	netIface, netNS, netRate, skip string
+	netBurst, netLimit             string
 	selfNice                       int
 	minShare                       float64
 }
@@ -94,6 +95,7 @@ req/s unless given.`,
 	opts.AddFlags(fs)
 	server.add(fs)
 	fs.BoolVar(&v.useSim, "sim", false, "start bin/llmsim with the CUDA stub and validate against it (as make validate does)")
+	fs.BoolVar(&v.simNetns, "sim-netns", true, "with --sim, serve llmsim in a network namespace of its own behind a veth pair, whose server side the net row shapes (false: on 127.0.0.1, no net row unless --net-iface)")
 	fs.StringVar(&v.out, "out", "bpfbench-validate", "run `DIR`: result.json, trace.json, report.html and validation.json")
 	fs.DurationVar(&v.phase, "phase", 6*time.Second, "length of the baseline and of each injection")
 	fs.StringVar(&v.ioFile, "io-file", "", "file to read with O_DIRECT for the io injection (default: a file the server has open with O_DIRECT)")
@@ -105,7 +107,9 @@ req/s unless given.`,
 	fs.DurationVar(&v.slowRead, "slow-read", 3*time.Second, "how long the client injection's request stops reading")
 	fs.StringVar(&v.netIface, "net-iface", "", "shape this interface with tbf for a net row (the server's egress towards the client; never lo unless nothing else uses it)")
 	fs.StringVar(&v.netNS, "net-netns", "", "named network namespace of --net-iface")
-	fs.StringVar(&v.netRate, "net-rate", "2mbit", "the net injection's rate")
+	fs.StringVar(&v.netRate, "net-rate", "auto", "the net injection's rate, e.g. 2mbit; auto: 80% of what the interface sent per second in the baseline phase")
+	fs.StringVar(&v.netBurst, "net-burst", "2kb", "the net injection's bucket size (at least one packet)")
+	fs.StringVar(&v.netLimit, "net-limit", "2kb", "the net injection's queue before drops: shallow, so that the shaping drops and the sender retransmits (a deep queue only delays, which no collector names)")
 	fs.StringVar(&v.skip, "skip", "", "injections to leave out, e.g. gpu,io")
 	fs.IntVar(&v.selfNice, "self-nice", -10, "nice level of bpfbench itself during the validation (the server and the injections stay at theirs)")
 	fs.Float64Var(&v.minShare, "min-share", 0.6, "exit 1 unless every injected cause is the top cause with at least this share of the excess it added to the slowest 10% of gaps")
@@ -168,11 +172,18 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 		if server.given() {
 			return usageError{"--sim starts its own server: give no --pid or --port"}
 		}
-		sim, err := job.StartSim(ctx, job.SimConfig{Dir: v.out})
+		sim, err := job.StartSim(ctx, job.SimConfig{Dir: v.out, Netns: v.simNetns})
 		if err != nil {
+			if v.simNetns {
+				return fmt.Errorf("%w (--sim-netns=false serves on 127.0.0.1, without the net row)", err)
+			}
 			return err
 		}
-		defer sim.Close()
+		defer func() {
+			if err := sim.Close(); err != nil {
+				logger.Warn("stopping llmsim", "err", err)
+			}
+		}()
 		target, pid = sim.URL, sim.Pid()
 		if v.ioFile == "" {
 			v.ioFile = sim.IOFile
@@ -180,7 +191,14 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 		if v.control == "" {
 			v.control = sim.Control
 		}
-		fmt.Fprintf(stdout, "bpfbench validate: llmsim (pid %d) at %s with the CUDA stub\n", pid, sim.URL)
+		if sim.Net != nil && v.netIface == "" {
+			v.netIface, v.netNS = sim.Net.Iface, sim.Net.Name
+		}
+		where := ""
+		if sim.Net != nil {
+			where = fmt.Sprintf(" in network namespace %s (veth %s, host side %s)", sim.Net.Name, sim.Net.Iface, sim.Net.HostIface)
+		}
+		fmt.Fprintf(stdout, "bpfbench validate: llmsim (pid %d) at %s%s with the CUDA stub\n", pid, sim.URL, where)
 	} else if pid, err = server.resolve(target, cmd); err != nil {
 		return err
 	}
@@ -209,10 +227,26 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 	}
 	if !skipped["net"] && v.netIface != "" {
 		n := perturb.Net{Iface: v.netIface, Netns: v.netNS}
-		if n.Rate, err = perturb.ParseRate(v.netRate); err != nil {
-			return usageError{"--net-" + err.Error()}
+		if v.netRate != "auto" {
+			if n.Rate, err = perturb.ParseRate(v.netRate); err != nil {
+				return usageError{"--net-" + err.Error()}
+			}
 		}
-		if err := n.Validate(); err != nil {
+		if v.netBurst != "" {
+			if n.Burst, err = perturb.ParseSize(v.netBurst); err != nil {
+				return usageError{"--net-burst " + err.Error()}
+			}
+		}
+		if v.netLimit != "" {
+			if n.Limit, err = perturb.ParseSize(v.netLimit); err != nil {
+				return usageError{"--net-limit " + err.Error()}
+			}
+		}
+		check := n
+		if check.Rate == 0 {
+			check.Rate = 1 // chosen in the baseline phase
+		}
+		if err := check.Validate(); err != nil {
 			return usageError{err.Error()}
 		}
 		injs = append(injs, job.NetInjection(n))
