@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -120,7 +121,11 @@ func TestMultiturnReplaysServerReplies(t *testing.T) {
 	cs := &chatServer{delay: 20 * time.Millisecond}
 	url := newChatServer(t, cs)
 	const think = 30 * time.Millisecond
-	res := runTest(t, multiturnConfig(url, func(c *Config) { c.Dataset.Multiturn.ThinkTime = think }))
+	cfg := multiturnConfig(url, func(c *Config) { c.Dataset.Multiturn.ThinkTime = think })
+	res := runTest(t, cfg)
+	if d, err := cfg.DescribeDataset(); err != nil || !reflect.DeepEqual(d, res.Dataset) {
+		t.Errorf("DescribeDataset %+v, %v; the run's %+v", d, err, res.Dataset)
+	}
 	if len(res.Records) != 12 {
 		t.Fatalf("%d records, want 12 (3 conversations of 4 turns)", len(res.Records))
 	}
