@@ -37,6 +37,7 @@ var rules = []struct {
 	{"job/diff", []string{"exporter/report", "correlate", "internal/..."}},
 	{"job", []string{"job/load", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
 	{"loadgen/bench/*", []string{"job/load", "loadgen", "internal/..."}},
+	{"deploy", []string{"internal/..."}}, // tests of the dashboard and rules; run bin/bpfbench as a process
 	{"tools/llmsim/...", []string{"tools/llmsim/...", "internal/..."}},
 	{"tools/cudastub", nil},
 	{"tools/...", []string{"..."}}, // the binaries: the composition root
