@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -274,6 +273,9 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 			return nil, fmt.Errorf("encoding the load result: %w", err)
 		}
 		doc.Load[k] = b
+	}
+	if man.Dataset == nil {
+		man.Dataset = datasetOf(res.Dataset)
 	}
 	if b, err := json.Marshal(man); err == nil {
 		doc.Load["manifest"] = b
@@ -713,32 +715,25 @@ func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *report.ServerQue
 	return q
 }
 
-// collectManifest records the target's manifest; each part it could not
-// read is a note in it (and a debug line).
+// collectManifest records the target's manifest before the load; each part
+// it could not read is a note in it (and a debug line). The dataset is the
+// load's own description, added when the load is done (datasetOf).
 func collectManifest(cfg RunConfig, log *slog.Logger) *manifest.Manifest {
 	opts := cfg.Manifest
 	if opts.Args == nil {
 		opts.Args = os.Args
-	}
-	if opts.Dataset == nil {
-		ds := cfg.Load.Dataset
-		name, path := ds.Name, ds.Path
-		if cfg.Load.TracePath != "" {
-			name, path = "trace", cfg.Load.TracePath
-		}
-		d, err := manifest.DatasetOf(name, path, cfg.Load.Seed, map[string]string{
-			"input_len": strconv.Itoa(ds.InputLen), "output_len": strconv.Itoa(ds.OutputLen),
-			"range_ratio":         strconv.FormatFloat(ds.RangeRatio, 'g', -1, 64),
-			"sharegpt_output_len": strconv.Itoa(ds.ShareGPTOutputLen),
-		})
-		if err != nil {
-			log.Warn("manifest", "err", err)
-		}
-		opts.Dataset = d
 	}
 	m, notes := manifest.Collect(cfg.Pid, opts)
 	for _, n := range notes {
 		log.Debug("manifest", "note", n)
 	}
 	return m
+}
+
+// datasetOf is the load's dataset as the manifest records it.
+func datasetOf(d loadgen.DatasetInfo) *manifest.Dataset {
+	if d.Name == "" {
+		return nil
+	}
+	return &manifest.Dataset{Name: d.Name, Path: d.Path, Seed: d.Seed, Params: d.Params, SHA256: d.SHA256, Hashed: d.Hashed}
 }

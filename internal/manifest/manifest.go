@@ -167,9 +167,11 @@ type Bpfbench struct {
 type Dataset struct {
 	Name string `json:"name"`
 	Path string `json:"path,omitempty"`
-	// SHA256 is the dataset file's hash (whole file up to 1 GiB, otherwise
-	// SampledSHA256); empty for a generated dataset.
+	// SHA256 is the hash of what Hashed names: the dataset file (whole
+	// up to 1 GiB, otherwise SampledSHA256), or a generated dataset's
+	// prompts in order, so a change of either shows in a diff.
 	SHA256        string `json:"sha256,omitempty"`
+	Hashed        string `json:"hashed,omitempty"` // "file" or "prompts"
 	SampledSHA256 string `json:"sampled_sha256,omitempty"`
 	Seed          uint64 `json:"seed"`
 	// Params are what else shapes the prompts (input_len, output_len,

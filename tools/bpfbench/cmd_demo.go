@@ -18,7 +18,9 @@ func init() { register(newDemoCmd) }
 // scenarioFlags are the load options a phased job (demo, validate) sets
 // itself: its phases decide the requests and when they are sent.
 var scenarioFlags = []string{"num-requests", "duration", "warmup", "constant", "burstiness",
-	"dataset", "dataset-path", "input-len", "range-ratio", "sharegpt-output-len", "trace", "trace-time-unit"}
+	"dataset", "dataset-path", "input-len", "range-ratio", "sharegpt-output-len", "trace", "trace-time-unit",
+	"input-len-file", "rag-prefix-len", "rag-prefixes", "rag-shared", "rag-passages", "rag-passage-len",
+	"rag-passage-sigma", "rag-passage-len-file", "rag-question-len", "turns", "think-time", "multiturn-replies"}
 
 func newDemoCmd() *cobra.Command {
 	var (

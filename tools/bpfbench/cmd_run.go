@@ -143,7 +143,7 @@ func loadCompletions(cmd *cobra.Command) {
 		_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 	}
 	fixed("endpoint", loadgen.EndpointCompletions, loadgen.EndpointChat)
-	fixed("dataset", loadgen.DatasetRandom, "jsonl", "sharegpt")
+	fixed("dataset", loadgen.DatasetRandom, "jsonl", "sharegpt", "rag", "multiturn")
 	fixed("trace-time-unit", "s", "ms")
 	fixed("otlp-protocol", "grpc", "http/protobuf")
 }
