@@ -461,11 +461,12 @@ scrape_configs:
 	for _, m := range missing {
 		t.Error(m)
 	}
-	var gpuSeries []string
 	for _, c := range checks {
+		note := ""
 		if exempt[c.where] {
-			gpuSeries = append(gpuSeries, fmt.Sprintf("%s: %d", c.where, c.series))
+			note = " (NVML only: parsed)"
 		}
+		t.Logf("%-58s %3d series%s", c.where, c.series, note)
 	}
 	t.Logf("%d expressions evaluated (%d NVML-only, parsed only) in %v from the start", len(checks), len(nvmlOnly), time.Since(began).Round(time.Second))
 
