@@ -144,6 +144,20 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 			skipped[s] = true
 		}
 	}
+	// The net injection's settings, checked before the server starts.
+	var shaping perturb.Net
+	var err error
+	if v.netRate != "auto" {
+		if shaping.Rate, err = perturb.ParseRate(v.netRate); err != nil {
+			return usageError{"--net-" + err.Error()}
+		}
+	}
+	if shaping.Burst, err = perturb.ParseSize(v.netBurst); err != nil {
+		return usageError{"--net-burst " + err.Error()}
+	}
+	if shaping.Limit, err = perturb.ParseSize(v.netLimit); err != nil {
+		return usageError{"--net-limit " + err.Error()}
+	}
 	cpuList, err := cpuList(v.busyCPUs)
 	if err != nil {
 		return usageError{err.Error()}
@@ -226,22 +240,8 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 		injs = append(injs, job.ClientInjection(v.slowRead))
 	}
 	if !skipped["net"] && v.netIface != "" {
-		n := perturb.Net{Iface: v.netIface, Netns: v.netNS}
-		if v.netRate != "auto" {
-			if n.Rate, err = perturb.ParseRate(v.netRate); err != nil {
-				return usageError{"--net-" + err.Error()}
-			}
-		}
-		if v.netBurst != "" {
-			if n.Burst, err = perturb.ParseSize(v.netBurst); err != nil {
-				return usageError{"--net-burst " + err.Error()}
-			}
-		}
-		if v.netLimit != "" {
-			if n.Limit, err = perturb.ParseSize(v.netLimit); err != nil {
-				return usageError{"--net-limit " + err.Error()}
-			}
-		}
+		n := shaping
+		n.Iface, n.Netns = v.netIface, v.netNS
 		check := n
 		if check.Rate == 0 {
 			check.Rate = 1 // chosen in the baseline phase

@@ -1,30 +1,42 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/perturb"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
 )
 
 // The validation matrix against llmsim: each injected cause (CPU
 // contention, O_DIRECT reads of the server's KV file, the CUDA stub
-// slowed, a slow-reading client) must be the top cause of the excess it
-// added to its phase's slowest 10% of gaps, with at least 60% of it. On a shared
-// host a run can be spoilt by other work; one retry is allowed.
+// slowed, a slow-reading client, the server's side of its veth pair
+// shaped below its baseline rate) must be the top cause of the excess it
+// added to its phase's slowest 10% of gaps, with at least 60% of it. On
+// a shared host a run can be spoilt by other work; one retry is allowed.
+// Nothing of the server's network namespace is left behind.
 func TestValidateMatrixOnLLMSim(t *testing.T) {
 	privtest.Require(t)
+	privtest.RequireTool(t, "ip", "apt-get install iproute2")
 	simBinaries(t)
 	var last []string
 	for attempt := 1; attempt <= 2; attempt++ {
 		dir := t.TempDir()
 		code, stdout, stderr := runCLI("validate", "--sim", "--phase", "4s", "--rate", "4", "--out", dir, "--min-share", "0.6")
 		t.Logf("attempt %d:\n%s", attempt, stdout)
+		checkSimNetGone(t, stdout)
 		b, err := os.ReadFile(filepath.Join(dir, "validation.json"))
 		if err != nil {
 			t.Fatalf("exit %d, no validation.json: %v\n%s", code, err, stderr)
@@ -33,11 +45,17 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 		if err := json.Unmarshal(b, &v); err != nil {
 			t.Fatal(err)
 		}
-		if len(v.Rows) != 4 {
-			t.Fatalf("%d rows, want cpu, io, gpu and client", len(v.Rows))
+		var names []string
+		for _, r := range v.Rows {
+			names = append(names, r.Injection)
+		}
+		if got := strings.Join(names, ","); got != "cpu,io,gpu,client,net" {
+			t.Fatalf("rows %s, want cpu, io, gpu, client and net", got)
 		}
 		last = nil
 		for _, r := range v.Rows {
+			t.Logf("%s: injected %s, top %s, %s of the added tail excess (%v); ITL p99 %+.1f ms; %s",
+				r.Injection, r.Injected, r.Attributed, pct(r.Share), shares(r.AddedShares), r.AddedP99ITLMs, r.Achieved)
 			if r.Attributed != r.Injected || r.Share < 0.6 {
 				last = append(last, r.Injection+": top "+r.Attributed+" "+pct(r.Share)+" of the added tail excess")
 			}
@@ -55,4 +73,163 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 	t.Errorf("attribution not validated: %v", last)
 }
 
+// The server's network namespace, its veth pair and the shaping go on
+// SIGTERM in the middle of the net phase and when the validation ends in
+// an error; after a SIGKILL the server dies with bpfbench and the next
+// run sweeps what was left.
+func TestValidateSimNetnsCleanup(t *testing.T) {
+	privtest.Require(t)
+	privtest.RequireTool(t, "ip", "apt-get install iproute2")
+	privtest.RequireTool(t, "tc", "apt-get install iproute2")
+	simBinaries(t)
+	failing := func(t *testing.T) string {
+		t.Helper()
+		code, stdout, stderr := runCLI("validate", "--sim", "--phase", "2s", "--skip", "cpu,gpu,client,net",
+			"--io-file", "/nonexistent/kv.img", "--out", t.TempDir())
+		if code == 0 {
+			t.Fatalf("exit 0 with a missing --io-file: %s", stdout)
+		}
+		t.Logf("exit %d: %s", code, strings.TrimSpace(stderr))
+		return stdout
+	}
+	t.Run("sigterm", func(t *testing.T) {
+		v := startUntilNet(t)
+		_ = v.cmd.Process.Signal(syscall.SIGTERM)
+		v.wait(t)
+		t.Logf("exit %d after SIGTERM\n%s%s", v.cmd.ProcessState.ExitCode(), v.first, v.stderr.String())
+		checkGone(t, v.ns, v.iface, v.host)
+	})
+	t.Run("error", func(t *testing.T) {
+		checkSimNetGone(t, failing(t))
+	})
+	t.Run("sigkill", func(t *testing.T) {
+		v := startUntilNet(t)
+		_ = v.cmd.Process.Signal(syscall.SIGKILL)
+		v.wait(t)
+		deadline := time.Now().Add(5 * time.Second)
+		for syscall.Kill(v.serverPid, 0) == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("llmsim (pid %d) outlived bpfbench's SIGKILL by 5s", v.serverPid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if _, err := os.Stat(filepath.Join("/run/netns", v.ns)); err != nil {
+			t.Logf("network namespace %s already gone after SIGKILL: %v", v.ns, err)
+		}
+		checkSimNetGone(t, failing(t))
+		checkGone(t, v.ns, v.iface, v.host)
+	})
+}
+
+// validateProc is a validate --sim process running in the background.
+type validateProc struct {
+	cmd             *exec.Cmd
+	first           string
+	stderr          strings.Builder
+	ns, iface, host string
+	serverPid       int
+}
+
+// startUntilNet starts validate --sim with only the net row and returns
+// once the net phase shapes the server's interface.
+func startUntilNet(t *testing.T) *validateProc {
+	t.Helper()
+	v := &validateProc{cmd: cliCmd("validate", "--sim", "--phase", "3s", "--skip", "cpu,io,gpu,client", "--out", t.TempDir())}
+	out, err := v.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.cmd.Stderr = &v.stderr
+	if err := v.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if v.cmd.ProcessState == nil {
+			_ = v.cmd.Process.Kill()
+			_ = v.cmd.Wait()
+		}
+	})
+	r := bufio.NewReader(out)
+	if v.first, err = r.ReadString('\n'); err != nil {
+		t.Fatalf("no first line: %v %s", err, v.stderr.String())
+	}
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	v.ns, v.iface, v.host = simNetOf(t, v.first)
+	if _, err := fmt.Sscanf(v.first[strings.Index(v.first, "(pid "):], "(pid %d)", &v.serverPid); err != nil {
+		t.Fatalf("no server pid in %q: %v", v.first, err)
+	}
+	// The tbf's state file is there while the net phase shapes.
+	state := filepath.Join(perturb.DefaultStateDir, fmt.Sprintf("tbf-%s-%s.json", v.ns, v.iface))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(state); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the net phase did not start within 30s: %s", v.stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if out, _ := exec.Command("tc", "-n", v.ns, "qdisc", "show", "dev", v.iface).CombinedOutput(); !strings.Contains(string(out), "tbf") {
+		t.Errorf("no tbf on %s during the net phase: %s", v.iface, out)
+	}
+	return v
+}
+
+func (v *validateProc) wait(t *testing.T) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { _ = v.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = v.cmd.Process.Kill()
+		<-done
+		t.Fatalf("validate did not exit within 30s")
+	}
+}
+
+var simNetLine = regexp.MustCompile(`in network namespace (\S+) \(veth (\S+), host side (\S+)\)`)
+
+func simNetOf(t *testing.T, stdout string) (ns, iface, host string) {
+	t.Helper()
+	m := simNetLine.FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("llmsim not in a network namespace of its own: %q", stdout)
+	}
+	return m[1], m[2], m[3]
+}
+
+// checkSimNetGone checks that the namespace a validate --sim run printed,
+// its veth pair and their state files are gone.
+func checkSimNetGone(t *testing.T, stdout string) {
+	t.Helper()
+	ns, iface, host := simNetOf(t, stdout)
+	checkGone(t, ns, iface, host)
+}
+
+func checkGone(t *testing.T, ns, iface, host string) {
+	t.Helper()
+	if out, err := exec.Command("ip", "netns", "list").CombinedOutput(); err != nil || regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(ns)+`\b`).Match(out) {
+		t.Errorf("network namespace %s left behind (ip netns list: %v): %s", ns, err, out)
+	}
+	if out, err := exec.Command("ip", "-o", "link").CombinedOutput(); err != nil || strings.Contains(string(out), " "+host+"@") || strings.Contains(string(out), " "+host+":") {
+		t.Errorf("veth %s left behind (ip link: %v): %s", host, err, out)
+	}
+	for _, f := range []string{fmt.Sprintf("tbf-%s-%s.json", ns, iface), "simnet-" + ns + ".json"} {
+		if _, err := os.Stat(filepath.Join(perturb.DefaultStateDir, f)); err == nil {
+			t.Errorf("state file %s left behind", f)
+		}
+	}
+}
+
 func pct(f float64) string { return fmt.Sprintf("%.0f%%", f*100) }
+
+func shares(b map[string]float64) string {
+	var parts []string
+	for _, c := range []string{"cpu_runqueue", "io_block", "gpu_sync", "net_backpressure", "unexplained"} {
+		parts = append(parts, fmt.Sprintf("%s %s", c, pct(b[c])))
+	}
+	return strings.Join(parts, ", ")
+}
