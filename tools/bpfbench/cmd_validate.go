@@ -77,7 +77,8 @@ func newValidateCmd() *cobra.Command {
 		Short: "Check the attribution by intervention: inject each cause in turn under one load and print the confusion matrix",
 		Long: `Runs a baseline, then each perturbation in turn under the same load (CPU, disk,
 GPU through the CUDA stub's control file, a slow-reading client; network
-shaping with --net-iface), and prints a confusion matrix of injected cause
+shaping: with --sim, of llmsim's side of the veth pair that joins its own
+network namespace to the host; otherwise of --net-iface), and prints a confusion matrix of injected cause
 against the attributed top cause, with the share of the excess attributed to
 the injected cause. Writes DIR/validation.json and adds it to DIR/result.json.
 The load options that shape each request apply; those that decide which
