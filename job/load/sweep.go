@@ -1,0 +1,160 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/bpfbench/bpfbench/exporter/otlp"
+	"github.com/bpfbench/bpfbench/loadgen"
+)
+
+// SweepJob is `bpfbench sweep`: the load options, the search and where
+// to write its steps.
+type SweepJob struct {
+	Options
+	SLO                  string
+	Mode                 string
+	RequestsPerStep      int
+	Precision, Step      float64
+	MaxRate              float64
+	MaxSearchConcurrency int
+	// Result is the file all steps are written to as JSON.
+	Result string
+}
+
+// NewSweepJob returns the job with the defaults of its flags.
+func NewSweepJob() *SweepJob {
+	return &SweepJob{Options: *NewOptions(), Mode: loadgen.SweepRate, RequestsPerStep: 200, Precision: 0.05, MaxSearchConcurrency: 1024}
+}
+
+// AddFlags defines the load options, the search's flags and --result
+// (with --out, its old spelling, deprecated).
+func (j *SweepJob) AddFlags(fs *pflag.FlagSet) {
+	j.Options.AddFlags(fs)
+	fs.StringVar(&j.SLO, "slo", j.SLO, "objectives every step must meet, e.g. \"p99_ttft_ms<=500,p99_itl_ms<=50\" (any result field: mean_/median_/pNN_ ttft/tpot/itl/e2el _ms, request_goodput, ...)")
+	fs.StringVar(&j.Mode, "mode", j.Mode, "search over the request rate (rate) or the concurrency (concurrency)")
+	fs.IntVar(&j.RequestsPerStep, "requests-per-step", j.RequestsPerStep, "measured requests at every step")
+	fs.Float64Var(&j.Precision, "precision", j.Precision, "rate search resolution, as a fraction of the probed capacity")
+	fs.Float64Var(&j.Step, "step", j.Step, "rate search resolution in req/s (overrides --precision)")
+	fs.Float64Var(&j.MaxRate, "max-rate", j.MaxRate, "top of the rate search (0: 1.25 × the probed capacity)")
+	fs.IntVar(&j.MaxSearchConcurrency, "max-search-concurrency", j.MaxSearchConcurrency, "top of the concurrency search")
+	fs.StringVar(&j.Result, "result", "", "write every step as JSON to this `FILE`")
+	deprecatedAlias(fs, &j.Result, "out", "result", "write every step as JSON to this `FILE`")
+}
+
+// LoadConfig is the load of every step, checked.
+func (j *SweepJob) LoadConfig() (loadgen.Config, []loadgen.SLO, error) {
+	slos, err := loadgen.ParseSLOs(j.SLO)
+	if err != nil {
+		return loadgen.Config{}, nil, err
+	}
+	cfg := j.Config
+	cfg.NumRequests = j.RequestsPerStep
+	if err := cfg.Validate(); err != nil {
+		return loadgen.Config{}, nil, err
+	}
+	return cfg, slos, nil
+}
+
+// Run finds the highest request rate (or concurrency) that meets every
+// SLO, printing each step and the answer, and writes all steps to JSON.
+// cfg is the load each step was sent with (its model resolved).
+func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *loadgen.SweepResult, cfg loadgen.Config, err error) {
+	cfg, slos, err := j.LoadConfig()
+	if err != nil {
+		return nil, cfg, err
+	}
+	if err := ResolveModel(ctx, &cfg); err != nil {
+		return nil, cfg, err
+	}
+	exp, err := otlp.New(ctx, j.OTLP)
+	if err != nil {
+		return nil, cfg, err
+	}
+	if exp != nil {
+		defer exp.Shutdown(context.Background())
+		cfg.OnRecord = exp.Hook(&cfg)
+	}
+	fmt.Fprintf(stdout, "Sweeping %s against %s for %s, %d requests per step\n", j.Mode, cfg.Target, j.SLO, j.RequestsPerStep)
+	sc := loadgen.SweepConfig{
+		Load:            cfg,
+		SLOs:            slos,
+		Mode:            j.Mode,
+		RequestsPerStep: j.RequestsPerStep,
+		Precision:       j.Precision,
+		Step:            j.Step,
+		MaxRate:         j.MaxRate,
+		MaxConcurrency:  j.MaxSearchConcurrency,
+		OnStep:          func(s *loadgen.SweepStep) { printStep(stdout, s, slos) },
+	}
+	res, err = loadgen.Sweep(ctx, sc)
+	if res != nil {
+		printAnswer(stdout, res, slos)
+		if j.Result != "" {
+			if werr := writeSweep(j.Result, res); werr != nil {
+				return res, cfg, werr
+			}
+			fmt.Fprintf(stdout, "steps written to %s\n", j.Result)
+		}
+	}
+	cfg.OnRecord = nil
+	return res, cfg, err
+}
+
+func printStep(w io.Writer, s *loadgen.SweepStep, slos []loadgen.SLO) {
+	at := fmt.Sprintf("rate %8.2f req/s", s.Rate)
+	if s.Rate == 0 {
+		at = "rate      inf      "
+	}
+	if s.Concurrency > 0 {
+		at += fmt.Sprintf(" concurrency %d", s.Concurrency)
+	}
+	verdict := "ok"
+	if !s.Pass {
+		verdict = "FAIL"
+	}
+	var parts []string
+	for _, slo := range slos {
+		parts = append(parts, fmt.Sprintf("%s=%.2f", slo.Metric, s.Values[slo.Metric]))
+	}
+	fmt.Fprintf(w, "step %2d %-6s %s: %-4s throughput %.2f req/s, %s", s.N, s.Phase, at, verdict, s.Values["request_throughput"], strings.Join(parts, " "))
+	if s.StoppedEarly {
+		fmt.Fprint(w, " (stopped early)")
+	}
+	fmt.Fprintln(w)
+}
+
+func printAnswer(w io.Writer, r *loadgen.SweepResult, slos []loadgen.SLO) {
+	unit := "req/s"
+	if r.Mode == loadgen.SweepConcurrency {
+		unit = "requests in flight"
+	}
+	fmt.Fprintf(w, "capacity (saturation probe): %.2f req/s; search step %.2f %s\n", r.Capacity, r.StepSize, unit)
+	if r.Best == nil {
+		fmt.Fprintf(w, "answer: no %s met every SLO\n", r.Mode)
+		return
+	}
+	var parts []string
+	for _, slo := range slos {
+		parts = append(parts, fmt.Sprintf("%s=%.2f", slo.Metric, r.Best.Values[slo.Metric]))
+	}
+	fmt.Fprintf(w, "answer: %.2f %s meets every SLO (%s; throughput %.2f req/s, %.1f tok/s)\n",
+		r.Answer, unit, strings.Join(parts, ", "), r.Best.Values["request_throughput"], r.Best.Values["output_throughput"])
+}
+
+func writeSweep(path string, r *loadgen.SweepResult) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encoding sweep result: %w", err)
+	}
+	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing sweep result: %w", err)
+	}
+	return nil
+}
