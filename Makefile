@@ -11,7 +11,7 @@ export CGO_ENABLED := 1
 # go-nvml's headers mark many NVML calls deprecated; the warnings are not ours.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build generate test lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated
+.PHONY: all build generate test lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs
 
 all: build
 
@@ -46,6 +46,16 @@ STATICCHECK_PKGS ?= ./...
 staticcheck:
 	$(GO) tool staticcheck $(STATICCHECK_PKGS)
 
+# The CLI reference in docs/cli, generated from the commands (TestCLIDocs
+# fails when it is stale).
+docs:
+	$(GO) generate ./tools/bpfbench
+
+# The Prometheus rules of deploy/prometheus: syntax and the alerts' unit tests.
+rules:
+	promtool check rules deploy/prometheus/rules.yml
+	promtool test rules deploy/prometheus/rules_test.yml
+
 # Fails when the tests left anything in the source tree (see tools/ci/clean-tree.sh).
 clean-tree:
 	bash tools/ci/clean-tree.sh check
@@ -77,6 +87,8 @@ install: build
 	install -D -m 0644 systemd/bpfbench.service $(DESTDIR)/etc/systemd/system/bpfbench.service
 	install -D -m 0644 systemd/bpfbench.sysusers $(DESTDIR)/usr/lib/sysusers.d/bpfbench.conf
 	install -D -m 0644 systemd/bpfbench.tmpfiles $(DESTDIR)/usr/lib/tmpfiles.d/bpfbench.conf
+	install -D -m 0644 deploy/prometheus/rules.yml $(DESTDIR)/etc/prometheus/rules.d/bpfbench.yml
+	install -D -m 0644 deploy/grafana/bpfbench.json $(DESTDIR)/usr/share/bpfbench/grafana/bpfbench.json
 	@if [ ! -e $(DESTDIR)/etc/bpfbench/config.yaml ]; then install -D -m 0644 systemd/config.yaml $(DESTDIR)/etc/bpfbench/config.yaml; fi
 
 clean:
