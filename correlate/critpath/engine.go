@@ -1,0 +1,365 @@
+package critpath
+
+import (
+	"cmp"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Options tune an Engine; the zero value takes the defaults.
+type Options struct {
+	// MaxDepth is how many wakeup edges the walk follows from the sending
+	// thread (default 4); a sleep beyond it is server_sleep, "depth limit".
+	MaxDepth int
+	// Keep is how much history behind the watermark is kept for reads not
+	// added yet (default 30 s): a gap starting earlier than that finds
+	// part of its history forgotten (unexplained, counted in
+	// Stats.BeforeHorizon). SetFloor narrows it when the caller knows
+	// where the open gaps start.
+	Keep int64
+	// Margin is kept before the oldest open gap (default 100 ms).
+	Margin int64
+	// Classify gives the cause of a sleep ended by a task outside the
+	// target (default DefaultClassify).
+	Classify func(waker Thread) Cause
+}
+
+// DefaultClassify: a kernel thread of the block layer, a file system's
+// journal or memory reclaim (kworker, kblockd, jbd2, nvme, scsi_, dm-,
+// loop, kswapd) ended an IO wait: io_block; any other task (a lock or a
+// pipe released by another process): server_sleep.
+func DefaultClassify(w Thread) Cause {
+	for _, p := range []string{"kworker", "kblockd", "jbd2", "nvme", "scsi_", "dm-", "dm_", "loop", "kswapd", "blkcg"} {
+		if strings.HasPrefix(w.Comm, p) {
+			return IOBlock
+		}
+	}
+	return ServerSleep
+}
+
+// Stats count what the engine saw, rejected, forgot and guessed.
+type Stats struct {
+	Events    uint64 // events added
+	Malformed uint64 // rejected: end before start, unknown state
+	// Late: events at or before a watermark already flushed; gaps flushed
+	// before they came did not see them.
+	Late uint64
+	// Dropped: events older than the history horizon, forgotten at once.
+	Dropped uint64
+	// Pruned: history items forgotten as the horizon moved.
+	Pruned uint64
+	Gaps   uint64 // gaps flushed
+	// BeforeHorizon: reads starting before the history horizon when added.
+	BeforeHorizon uint64
+	// NoArrival: gaps with no arrival on their port up to the read (the
+	// send-to-read time is network, "no arrival seen"); NoSend: no send on
+	// the port before the arrival (or the read); Guessed: of those, gaps
+	// whose server time was walked on the thread that last ran (see
+	// Engine.Flush); NoThread: none had run.
+	NoArrival, NoSend, Guessed, NoThread uint64
+	DepthLimited                         uint64 // sleeps not followed past Options.MaxDepth
+	Cycles                               uint64 // sleeps not followed: the waker already on the path
+}
+
+type history struct {
+	th   Thread
+	segs []Segment  // sorted by Start
+	cuda []CUDACall // sorted by Start
+	// maxCuda is the longest CUDA call held.
+	maxCuda int64
+}
+
+// Engine builds each gap's critical path as events arrive. Events may be
+// added in any order as long as each comes before the Flush whose
+// watermark passes its time (a segment's End, a CUDA call's End, a send's
+// or an arrival's Time, a read's End); later ones are counted Late. Memory
+// is bounded by the history of the open gaps (see Options.Keep, SetFloor),
+// and each event costs O(log n) to add, each gap O(log n) per step.
+type Engine struct {
+	opt      Options
+	threads  map[uint32]*history
+	sends    map[uint16][]Send    // by Time
+	arrivals map[uint16][]Arrival // by Time
+	pending  []Read
+	flushed  int64 // the last watermark flushed
+	horizon  int64 // history before it is forgotten
+	floor    int64
+	stats    Stats
+
+	// the walk's scratch
+	steps []Step
+	path  []uint32
+	port  uint16
+}
+
+const (
+	maxNs = int64(^uint64(0) >> 1)
+	minNs = -maxNs - 1
+)
+
+// New returns an engine.
+func New(opt Options) *Engine {
+	if opt.MaxDepth <= 0 {
+		opt.MaxDepth = 4
+	}
+	if opt.Keep <= 0 {
+		opt.Keep = 30e9
+	}
+	if opt.Margin <= 0 {
+		opt.Margin = 100e6
+	}
+	if opt.Classify == nil {
+		opt.Classify = DefaultClassify
+	}
+	return &Engine{
+		opt:      opt,
+		threads:  map[uint32]*history{},
+		sends:    map[uint16][]Send{},
+		arrivals: map[uint16][]Arrival{},
+		flushed:  minNs,
+		horizon:  minNs,
+		floor:    maxNs,
+	}
+}
+
+// Stats returns the counters.
+func (e *Engine) Stats() Stats { return e.stats }
+
+// SetFloor promises that every read added from now on starts at or after
+// ns, so that history before it (less the margin) can be forgotten even
+// within Options.Keep.
+func (e *Engine) SetFloor(ns int64) { e.floor = ns }
+
+// insert puts x into s sorted by key, cheaply when it comes in order.
+func insert[T any](s []T, x T, key func(*T) int64) []T {
+	k := key(&x)
+	i := len(s)
+	if i > 0 && key(&s[i-1]) > k {
+		i = sort.Search(len(s), func(j int) bool { return key(&s[j]) > k })
+	}
+	s = append(s, x)
+	if i < len(s)-1 {
+		copy(s[i+1:], s[i:])
+		s[i] = x
+	}
+	return s
+}
+
+func segStart(s *Segment) int64   { return s.Start }
+func cudaStart(c *CUDACall) int64 { return c.Start }
+func sendTime(s *Send) int64      { return s.Time }
+func arrivalTime(a *Arrival) int64 {
+	return a.Time
+}
+
+// admit counts an event with time t and says whether to keep it.
+func (e *Engine) admit(t int64) bool {
+	e.stats.Events++
+	if t <= e.flushed {
+		e.stats.Late++
+	}
+	if t < e.horizon {
+		e.stats.Dropped++
+		return false
+	}
+	return true
+}
+
+func (e *Engine) thread(tid uint32) *history {
+	h := e.threads[tid]
+	if h == nil {
+		h = &history{th: Thread{Tid: tid}}
+		e.threads[tid] = h
+	}
+	return h
+}
+
+// AddSegment adds a state segment of a target thread.
+func (e *Engine) AddSegment(s Segment) {
+	if s.End <= s.Start || s.State == None || s.State > Sleep {
+		e.stats.Events++
+		e.stats.Malformed++
+		return
+	}
+	if !e.admit(s.End) {
+		return
+	}
+	h := e.thread(s.Thread.Tid)
+	if s.Thread.Comm != "" || s.Thread.Tgid != 0 {
+		h.th = s.Thread
+	}
+	h.segs = insert(h.segs, s, segStart)
+}
+
+// AddCUDA adds a blocking CUDA call.
+func (e *Engine) AddCUDA(c CUDACall) {
+	if c.End <= c.Start {
+		e.stats.Events++
+		e.stats.Malformed++
+		return
+	}
+	if !e.admit(c.End) {
+		return
+	}
+	h := e.thread(c.Tid)
+	h.cuda = insert(h.cuda, c, cudaStart)
+	h.maxCuda = max(h.maxCuda, c.End-c.Start)
+}
+
+// AddSend adds a server send.
+func (e *Engine) AddSend(s Send) {
+	if e.admit(s.Time) {
+		e.sends[s.Port] = insert(e.sends[s.Port], s, sendTime)
+	}
+}
+
+// AddArrival adds an arrival at the client's socket.
+func (e *Engine) AddArrival(a Arrival) {
+	if e.admit(a.Time) {
+		e.arrivals[a.Port] = insert(e.arrivals[a.Port], a, arrivalTime)
+	}
+}
+
+// AddRead adds a token gap; it is walked by the Flush whose watermark
+// reaches its End.
+func (e *Engine) AddRead(r Read) {
+	if r.End < r.Start {
+		e.stats.Events++
+		e.stats.Malformed++
+		return
+	}
+	e.stats.Events++
+	if r.End <= e.flushed {
+		e.stats.Late++
+	}
+	if r.Start < e.horizon {
+		e.stats.BeforeHorizon++
+	}
+	e.pending = append(e.pending, r)
+}
+
+// Pending is the number of reads waiting for the watermark.
+func (e *Engine) Pending() int { return len(e.pending) }
+
+// Retained is the number of history items held (segments, CUDA calls,
+// sends, arrivals).
+func (e *Engine) Retained() int {
+	n := 0
+	for _, h := range e.threads {
+		n += len(h.segs) + len(h.cuda)
+	}
+	for _, s := range e.sends {
+		n += len(s)
+	}
+	for _, a := range e.arrivals {
+		n += len(a)
+	}
+	return n
+}
+
+// Flush walks every pending read that ends at or before watermark (every
+// event with a time up to it has been added) and returns their gaps,
+// ordered by End, Request, Index; then it forgets history older than the
+// oldest pending read, SetFloor's floor and watermark-Options.Keep, less
+// Options.Margin.
+func (e *Engine) Flush(watermark int64) []Gap {
+	var out []Gap
+	keep := e.pending[:0]
+	var ready []Read
+	for _, r := range e.pending {
+		if r.End <= watermark {
+			ready = append(ready, r)
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	clear(e.pending[len(keep):])
+	e.pending = keep
+	slices.SortFunc(ready, func(a, b Read) int {
+		return cmp.Or(cmp.Compare(a.End, b.End), cmp.Compare(a.Request, b.Request), cmp.Compare(a.Index, b.Index), cmp.Compare(a.Start, b.Start))
+	})
+	for _, r := range ready {
+		out = append(out, e.gap(r))
+	}
+	e.stats.Gaps += uint64(len(ready))
+	e.flushed = max(e.flushed, watermark)
+	h := min(e.floor, watermark)
+	if watermark < maxNs-e.opt.Keep {
+		h = min(h, watermark-e.opt.Keep)
+	}
+	for _, r := range e.pending {
+		h = min(h, r.Start)
+	}
+	if h > minNs+e.opt.Margin {
+		h -= e.opt.Margin
+	}
+	if h > e.horizon {
+		e.horizon = h
+		e.prune()
+	}
+	return out
+}
+
+// prune forgets history ending before the horizon. It keeps each port's
+// latest send and arrival and each thread's latest segment (the walk
+// needs "the latest before", and a thread's last Runnable tells that it
+// runs now) unless they are older than the horizon by Options.Keep too.
+func (e *Engine) prune() {
+	hz := e.horizon
+	stale := hz - e.opt.Keep
+	for tid, h := range e.threads {
+		if n := len(h.segs); n > 0 {
+			cut := sort.Search(n, func(j int) bool { return h.segs[j].Start >= hz })
+			if cut > 0 && h.segs[cut-1].End > hz {
+				cut--
+			}
+			cut = min(cut, n-1)
+			if cut > 0 {
+				clear(h.segs[:cut])
+				h.segs = h.segs[cut:]
+				e.stats.Pruned += uint64(cut)
+			}
+		}
+		if n := len(h.cuda); n > 0 {
+			cut := sort.Search(n, func(j int) bool { return h.cuda[j].Start >= hz-h.maxCuda })
+			if cut > 0 {
+				clear(h.cuda[:cut])
+				h.cuda = h.cuda[cut:]
+				e.stats.Pruned += uint64(cut)
+			}
+		}
+		if (len(h.segs) == 0 || h.segs[len(h.segs)-1].End < stale) && (len(h.cuda) == 0 || h.cuda[len(h.cuda)-1].End < stale) {
+			e.stats.Pruned += uint64(len(h.segs) + len(h.cuda))
+			delete(e.threads, tid)
+		}
+	}
+	for p, s := range e.sends {
+		e.sends[p] = pruneTimes(s, hz, stale, sendTime, &e.stats.Pruned)
+		if len(e.sends[p]) == 0 {
+			delete(e.sends, p)
+		}
+	}
+	for p, a := range e.arrivals {
+		e.arrivals[p] = pruneTimes(a, hz, stale, arrivalTime, &e.stats.Pruned)
+		if len(e.arrivals[p]) == 0 {
+			delete(e.arrivals, p)
+		}
+	}
+}
+
+func pruneTimes[T any](s []T, hz, stale int64, key func(*T) int64, pruned *uint64) []T {
+	n := len(s)
+	if n == 0 {
+		return s
+	}
+	cut := sort.Search(n, func(j int) bool { return key(&s[j]) >= hz })
+	if cut == n && key(&s[n-1]) >= stale {
+		cut = n - 1 // keep the latest
+	}
+	*pruned += uint64(cut)
+	if cut == n {
+		return nil
+	}
+	return s[cut:]
+}

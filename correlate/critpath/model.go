@@ -1,0 +1,210 @@
+// Package critpath attributes each token gap to causes along its critical
+// path (ARCHITECTURE.md, "Attribution model"): walking back from the
+// client's read c(k), the chunk waited in the client's socket from its
+// arrival r(k), was in flight from the server's send s(k), and before that
+// the sending thread's states from the previous read c(k-1) tell what the
+// server did: ran, waited for a CPU (and who held it), waited for a disk,
+// or slept until something woke it, in which case the walk follows the
+// waker. The parts of a gap sum exactly to the gap; what no event covers
+// is unexplained.
+//
+// All times are CLOCK_MONOTONIC ns. The package is pure Go: the kernel
+// side (collectors) and the load generator deliver the events below, in
+// any order within a bounded lateness, and Flush hands back the gaps the
+// watermark has passed.
+package critpath
+
+import (
+	"strconv"
+
+	"github.com/bpfbench/bpfbench/correlate"
+)
+
+// Cause is one reason a part of a token gap took the time it did. The
+// first four are correlate's causes, with the same values and names; the
+// critical path adds the server's own work and sleeps, the client, and
+// unexplained as a cause of its own.
+type Cause uint8
+
+// The causes.
+const (
+	CPURunqueue     = Cause(correlate.CPURunqueue)     // runnable, another task on the CPU
+	IOBlock         = Cause(correlate.IOBlock)         // D state, or woken by a block completion
+	GPUSync         = Cause(correlate.GPUSync)         // inside a blocking CUDA call (running or asleep)
+	NetBackpressure = Cause(correlate.NetBackpressure) // the chunk in flight, or waiting on this connection
+	ServerCompute   = Cause(correlate.NumCauses) + iota - 4
+	ServerSleep     // asleep until a timer or an outside process
+	Client          // the chunk in the client's socket, not yet read
+	Unexplained     // no event covers it
+	NumCauses
+)
+
+var extraNames = [...]string{"server_compute", "server_sleep", "client", "unexplained"}
+
+func (c Cause) String() string {
+	if c < Cause(correlate.NumCauses) {
+		return correlate.Cause(c).String()
+	}
+	if i := int(c - ServerCompute); i < len(extraNames) {
+		return extraNames[i]
+	}
+	return "cause(" + strconv.Itoa(int(c)) + ")"
+}
+
+// CauseNames lists every cause's name, in Cause order.
+func CauseNames() []string {
+	out := make([]string, NumCauses)
+	for c := range NumCauses {
+		out[c] = c.String()
+	}
+	return out
+}
+
+// CauseByName is the cause called name.
+func CauseByName(name string) (Cause, bool) {
+	for c := range NumCauses {
+		if c.String() == name {
+			return c, true
+		}
+	}
+	return 0, false
+}
+
+// Thread names a task.
+type Thread struct {
+	Tid, Tgid uint32
+	Comm      string
+}
+
+// String is "comm[tgid]" (the process, as a user names a noisy
+// neighbour), "comm" when no pid is known, "tid N" when no name is.
+func (t Thread) String() string {
+	pid := t.Tgid
+	if pid == 0 {
+		pid = t.Tid
+	}
+	switch {
+	case t.Comm == "" && pid == 0:
+		return "?"
+	case t.Comm == "":
+		return "tid " + strconv.FormatUint(uint64(t.Tid), 10)
+	case pid == 0:
+		return t.Comm
+	}
+	return t.Comm + "[" + strconv.FormatUint(uint64(pid), 10) + "]"
+}
+
+// State is a thread's scheduler state over a segment.
+type State uint8
+
+// The states. None marks steps that are not a thread's (client, network,
+// a hole with no thread).
+const (
+	None     State = iota
+	Running        // on a CPU
+	Runnable       // TASK_RUNNING, waiting for a CPU
+	IOWait         // TASK_UNINTERRUPTIBLE (D)
+	Sleep          // TASK_INTERRUPTIBLE (S), ended by a wakeup
+)
+
+var stateNames = [...]string{"none", "running", "runnable", "io_wait", "sleep"}
+
+func (s State) String() string {
+	if int(s) < len(stateNames) {
+		return stateNames[s]
+	}
+	return "state(" + strconv.Itoa(int(s)) + ")"
+}
+
+// WakeKind says what ended a sleep.
+type WakeKind uint8
+
+// The wakers. WakeUnknown: the wakeup was lost or not recorded.
+const (
+	WakeUnknown      WakeKind = iota
+	WakeThread                // a task in process context (Wake.Waker)
+	WakeHardIRQ               // a device interrupt
+	WakeNetRx                 // softirq NET_RX (Wake.Port: the connection's client port, 0 when unknown)
+	WakeBlock                 // softirq BLOCK: a block IO completion
+	WakeSoftIRQTimer          // softirq TIMER (timer wheel)
+	WakeTimer                 // hrtimer expiry
+)
+
+var wakeNames = [...]string{"unknown", "thread", "hardirq", "softirq-net-rx", "softirq-block", "softirq-timer", "timer"}
+
+func (k WakeKind) String() string {
+	if int(k) < len(wakeNames) {
+		return wakeNames[k]
+	}
+	return "wake(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Wake is the wakeup edge that ended a Sleep segment (sched_wakeup at the
+// segment's End: the waker is current, or the interrupt context it ran in).
+type Wake struct {
+	Kind  WakeKind
+	Waker Thread // WakeThread
+	Port  uint16 // WakeNetRx: the connection's client port, 0 when unknown
+}
+
+// Holder is a task that ran on the waiting thread's CPU while it was
+// runnable (sched_switch's next task), and for how long.
+type Holder struct {
+	Thread
+	Ns int64
+}
+
+// Segment is one stretch of a target thread in one state. A thread's
+// segments are expected to be disjoint (sched_switch and sched_wakeup cut
+// them); a stretch no segment covers is a hole (lost events).
+type Segment struct {
+	Thread     Thread
+	State      State
+	Start, End int64
+	// Holders: for Runnable, the tasks that ran on its CPU meanwhile, in
+	// the order they ran; their Ns may sum to less than the segment (the
+	// rest is runnable time with no holder known).
+	Holders []Holder
+	// Wake: for Sleep, what woke it at End.
+	Wake Wake
+}
+
+// CUDACall is a blocking CUDA call (cudaStreamSynchronize, cuMemcpyDtoH,
+// ...) on a thread, from entry to return (uprobe and uretprobe).
+type CUDACall struct {
+	Tid        uint32
+	Start, End int64
+	Name       string
+}
+
+// Send is the server's send of a chunk on a connection (tcp_sendmsg or a
+// socket tracepoint, on the server's side): when, by which thread, on the
+// connection whose client port is Port, how many bytes.
+type Send struct {
+	Time  int64
+	Tid   uint32
+	Port  uint16
+	Bytes int64
+}
+
+// Arrival is a chunk reaching the load generator's socket (tcp_rcv or
+// sock_def_readable on the client's side), on the connection whose client
+// (local) port is Port.
+type Arrival struct {
+	Time  int64
+	Port  uint16
+	Bytes int64
+}
+
+// Read is one token gap as the load generator recorded it: request,
+// token index (0: the TTFT, from the request's write), the connection's
+// client port, the previous read c(k-1) (or the write) and this read c(k).
+type Read struct {
+	Request    int
+	Index      int
+	Port       uint16
+	Start, End int64
+}
+
+// Duration is End-Start.
+func (r Read) Duration() int64 { return r.End - r.Start }

@@ -1,0 +1,394 @@
+package critpath
+
+import (
+	"sort"
+	"strconv"
+)
+
+// Step is one part of a gap's critical path.
+type Step struct {
+	Start, End int64
+	// Thread is the thread whose state this is (zero for the client, the
+	// network and holes with no thread).
+	Thread Thread
+	State  State
+	Cause  Cause
+	// Depth is the number of wakeup edges followed to reach Thread (0: the
+	// sending thread).
+	Depth int
+	// Other is the task that held the CPU (runnable) or woke the sleep.
+	Other Thread
+	// Wake is what ended the sleep (sleeps only).
+	Wake WakeKind
+	// Note is the CUDA call (gpu_sync), or why the walk stopped here.
+	Note string
+}
+
+// Duration is End-Start.
+func (s Step) Duration() int64 { return s.End - s.Start }
+
+// Detail names who is to blame beyond the cause: the CPU's holder
+// ("stress-ng[4242]"), the waker ("woken by kworker/u8:3[57]",
+// "woken by softirq-block"), the CUDA call, or the note.
+func (s Step) Detail() string {
+	var d string
+	switch {
+	case s.State == Runnable && s.Cause == CPURunqueue:
+		d = "holder unknown"
+		if s.Other != (Thread{}) {
+			d = s.Other.String()
+		}
+	case s.State == Sleep && s.Cause != GPUSync:
+		switch s.Wake {
+		case WakeThread:
+			d = "woken by " + s.Other.String()
+		default:
+			d = "woken by " + s.Wake.String()
+		}
+	}
+	if s.Note != "" {
+		if d != "" {
+			return d + " (" + s.Note + ")"
+		}
+		return s.Note
+	}
+	return d
+}
+
+// Notes of steps.
+const (
+	NoteNoEvents     = "no events"            // a hole in a thread's history
+	NoteNoThread     = "no events for thread" // the thread has no history at all
+	NoteNoSender     = "no sending thread"    // no send and no target thread had run
+	NoteNoArrival    = "no arrival seen: network and client"
+	NoteDepthLimit   = "depth limit"
+	NoteCycle        = "cycle"
+	NoteWakerUnknown = "waker unknown"
+	NoteOtherConn    = "another connection"
+)
+
+// Gap is a token gap's critical path.
+type Gap struct {
+	Read
+	// Sent and Arrived are s(k) and r(k) as used, clamped into the gap
+	// (Start <= Sent <= Arrived <= End); with no send or arrival seen
+	// they fall back as Flush documents.
+	Sent, Arrived int64
+	// NoSend, NoArrival: no send (arrival) was matched; Guessed: the
+	// server time was walked on the thread that last ran.
+	NoSend, NoArrival, Guessed bool
+	// Steps cover [Start, End] in order, without gaps or overlaps.
+	Steps []Step
+	// Ns is each cause's time; it sums to the gap's duration.
+	Ns [NumCauses]int64
+}
+
+// gap builds r's critical path. The matching rule: r(k) is the latest
+// arrival on r.Port at or before c(k) = r.End; s(k) the latest send on
+// the port at or before r(k). Both are clamped into the gap: a chunk
+// that arrived before c(k-1) waited in the socket the whole gap. With no
+// arrival, r(k) = c(k) and the send-to-read time is net_backpressure
+// ("no arrival seen"); with no send, s(k) = r(k) and the server time is
+// walked on the target thread that last ran before it (Guessed), or is
+// unexplained when none had.
+func (e *Engine) gap(r Read) Gap {
+	g := Gap{Read: r}
+	e.steps = e.steps[:0]
+	e.port = r.Port
+	a, c := r.Start, r.End
+	rk, sk := c, c
+	limit := c
+	if arr := e.arrivals[r.Port]; len(arr) > 0 {
+		i := sort.Search(len(arr), func(j int) bool { return arr[j].Time > c })
+		if i > 0 {
+			limit = arr[i-1].Time
+			rk = min(max(limit, a), c)
+		} else {
+			g.NoArrival = true
+		}
+	} else {
+		g.NoArrival = true
+	}
+	sk = rk
+	tid, haveSender := uint32(0), false
+	if snd := e.sends[r.Port]; len(snd) > 0 {
+		i := sort.Search(len(snd), func(j int) bool { return snd[j].Time > limit })
+		if i > 0 {
+			sk = min(max(snd[i-1].Time, a), rk)
+			tid, haveSender = snd[i-1].Tid, true
+		}
+	}
+	if !haveSender {
+		g.NoSend = true
+		e.stats.NoSend++
+		tid, haveSender = e.lastRan(sk)
+		if haveSender {
+			g.Guessed = true
+			e.stats.Guessed++
+		} else {
+			e.stats.NoThread++
+		}
+	}
+	if g.NoArrival {
+		e.stats.NoArrival++
+	}
+	g.Sent, g.Arrived = sk, rk
+	if sk > a {
+		if haveSender {
+			e.path = e.path[:0]
+			e.walk(tid, a, sk, 0)
+		} else {
+			e.emit(Step{Start: a, End: sk, Cause: Unexplained, Note: NoteNoSender})
+		}
+	}
+	if rk > sk {
+		st := Step{Start: sk, End: rk, Cause: NetBackpressure}
+		if g.NoArrival {
+			st.Note = NoteNoArrival
+		}
+		e.emit(st)
+	}
+	if c > rk {
+		e.emit(Step{Start: rk, End: c, Cause: Client})
+	}
+	g.Steps = append([]Step(nil), e.steps...)
+	for _, s := range g.Steps {
+		g.Ns[s.Cause] += s.End - s.Start
+	}
+	return g
+}
+
+// lastRan is the target thread running at t or, failing that, the one
+// whose Running segment ended last before t (ties: the lowest tid).
+func (e *Engine) lastRan(t int64) (uint32, bool) {
+	best, bestAt, found := uint32(0), minNs, false
+	for tid, h := range e.threads {
+		s := h.segs
+		i := sort.Search(len(s), func(j int) bool { return s[j].Start >= t })
+		at := minNs
+		for j := i - 1; j >= 0; j-- {
+			if s[j].State == Running {
+				at = min(s[j].End, t)
+				break
+			}
+			if j == len(s)-1 && s[j].State == Runnable {
+				at = t // running since (see walk's tail rule)
+				break
+			}
+		}
+		if at == minNs {
+			continue
+		}
+		if !found || at > bestAt || (at == bestAt && tid < best) {
+			best, bestAt, found = tid, at, true
+		}
+	}
+	return best, found
+}
+
+// emit appends a step, merging it into the previous one when they are
+// the same thread, state, cause and detail back to back.
+func (e *Engine) emit(s Step) {
+	if s.End <= s.Start {
+		return
+	}
+	if n := len(e.steps); n > 0 {
+		p := &e.steps[n-1]
+		if p.End == s.Start && p.Thread == s.Thread && p.State == s.State && p.Cause == s.Cause &&
+			p.Depth == s.Depth && p.Other == s.Other && p.Wake == s.Wake && p.Note == s.Note {
+			p.End = s.End
+			return
+		}
+	}
+	e.steps = append(e.steps, s)
+}
+
+// walk covers [a, b] with thread tid's states, following wakeups.
+func (e *Engine) walk(tid uint32, a, b int64, depth int) {
+	h := e.threads[tid]
+	if h == nil || len(h.segs) == 0 {
+		th := Thread{Tid: tid}
+		if h != nil {
+			th = h.th
+		}
+		e.emit(Step{Start: a, End: b, Thread: th, Cause: Unexplained, Depth: depth, Note: NoteNoThread})
+		return
+	}
+	e.path = append(e.path, tid)
+	defer func() { e.path = e.path[:len(e.path)-1] }()
+	s := h.segs
+	i := sort.Search(len(s), func(j int) bool { return s[j].Start > a })
+	if i > 0 {
+		i--
+	}
+	t := a
+	for ; i < len(s) && t < b; i++ {
+		sg := &s[i]
+		if sg.End <= t {
+			continue
+		}
+		if sg.Start >= b {
+			break
+		}
+		if sg.Start > t {
+			e.emit(Step{Start: t, End: sg.Start, Thread: h.th, Cause: Unexplained, Depth: depth, Note: NoteNoEvents})
+			t = sg.Start
+		}
+		y := min(sg.End, b)
+		e.piece(h, sg, t, y, depth)
+		t = y
+	}
+	if t < b {
+		last := &s[len(s)-1]
+		if last.State == Runnable && last.End <= t {
+			// The tail rule: a thread whose last segment is Runnable was
+			// switched in at its end and has not been switched out yet
+			// (its Running segment is delivered when it ends).
+			e.running(h, t, b, depth)
+		} else {
+			e.emit(Step{Start: t, End: b, Thread: h.th, Cause: Unexplained, Depth: depth, Note: NoteNoEvents})
+		}
+	}
+}
+
+// piece covers [x, y], inside segment sg of h.
+func (e *Engine) piece(h *history, sg *Segment, x, y int64, depth int) {
+	switch sg.State {
+	case Running:
+		e.running(h, x, y, depth)
+	case Runnable:
+		e.runnable(h, sg, x, y, depth)
+	case IOWait:
+		e.emit(Step{Start: x, End: y, Thread: h.th, State: IOWait, Cause: IOBlock, Depth: depth})
+	case Sleep:
+		e.cudaSplit(h, x, y, func(x, y int64, call string) {
+			if call != "" {
+				e.emit(Step{Start: x, End: y, Thread: h.th, State: Sleep, Cause: GPUSync, Depth: depth, Note: call})
+				return
+			}
+			e.sleep(h, sg, x, y, depth)
+		})
+	}
+}
+
+// running: server_compute, or gpu_sync inside a blocking CUDA call (a
+// spin-wait on the CPU).
+func (e *Engine) running(h *history, x, y int64, depth int) {
+	e.cudaSplit(h, x, y, func(x, y int64, call string) {
+		st := Step{Start: x, End: y, Thread: h.th, State: Running, Cause: ServerCompute, Depth: depth}
+		if call != "" {
+			st.Cause, st.Note = GPUSync, call
+		}
+		e.emit(st)
+	})
+}
+
+// cudaSplit cuts [x, y] at h's CUDA calls and hands each part to fn with
+// the call's name ("" outside every call; nested calls: the outer one).
+func (e *Engine) cudaSplit(h *history, x, y int64, fn func(x, y int64, call string)) {
+	cs := h.cuda
+	if len(cs) == 0 {
+		fn(x, y, "")
+		return
+	}
+	// A call covering x starts at most the longest call's length before.
+	i := sort.Search(len(cs), func(j int) bool { return cs[j].Start >= y })
+	j := sort.Search(i, func(j int) bool { return cs[j].Start >= x-h.maxCuda })
+	t := x
+	for ; j < i && t < y; j++ {
+		c := &cs[j]
+		if c.End <= t {
+			continue
+		}
+		if c.Start > t {
+			fn(t, c.Start, "")
+			t = c.Start
+		}
+		end := min(c.End, y)
+		name := c.Name
+		if name == "" {
+			name = "cuda"
+		}
+		fn(t, end, name)
+		t = end
+	}
+	if t < y {
+		fn(t, y, "")
+	}
+}
+
+// runnable lays the holders out from the segment's start in the order
+// they ran (their Ns, cut at the segment's end; the rest has no holder)
+// and emits the part of that layout inside [x, y].
+func (e *Engine) runnable(h *history, sg *Segment, x, y int64, depth int) {
+	t := sg.Start
+	for _, ho := range sg.Holders {
+		if ho.Ns <= 0 {
+			continue
+		}
+		end := min(t+ho.Ns, sg.End)
+		if lo, hi := max(t, x), min(end, y); hi > lo {
+			e.emit(Step{Start: lo, End: hi, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth, Other: ho.Thread})
+		}
+		t = end
+		if t >= y {
+			return
+		}
+	}
+	if lo := max(t, x); y > lo {
+		e.emit(Step{Start: lo, End: y, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth})
+	}
+}
+
+// sleep classifies [x, y] of a sleep (outside CUDA calls) by its waker.
+func (e *Engine) sleep(h *history, sg *Segment, x, y int64, depth int) {
+	st := Step{Start: x, End: y, Thread: h.th, State: Sleep, Depth: depth, Wake: sg.Wake.Kind}
+	switch sg.Wake.Kind {
+	case WakeThread:
+		w := sg.Wake.Waker
+		st.Other = w
+		if wh := e.threads[w.Tid]; wh != nil && len(wh.segs) > 0 {
+			if st.Other.Comm == "" {
+				st.Other = wh.th
+			}
+			switch {
+			case e.onPath(w.Tid):
+				e.stats.Cycles++
+				st.Cause, st.Note = ServerSleep, NoteCycle
+			case depth >= e.opt.MaxDepth:
+				e.stats.DepthLimited++
+				st.Cause, st.Note = ServerSleep, NoteDepthLimit
+			default:
+				e.walk(w.Tid, x, y, depth+1)
+				return
+			}
+		} else {
+			st.Cause = e.opt.Classify(w)
+		}
+	case WakeBlock, WakeHardIRQ:
+		st.Cause = IOBlock
+	case WakeNetRx:
+		if sg.Wake.Port != 0 && sg.Wake.Port == e.port {
+			st.Cause = NetBackpressure
+		} else {
+			st.Cause = ServerSleep
+			if sg.Wake.Port != 0 {
+				st.Note = NoteOtherConn + " " + strconv.Itoa(int(sg.Wake.Port))
+			}
+		}
+	case WakeTimer, WakeSoftIRQTimer:
+		st.Cause = ServerSleep
+	default:
+		st.Cause, st.Note = Unexplained, NoteWakerUnknown
+	}
+	e.emit(st)
+}
+
+func (e *Engine) onPath(tid uint32) bool {
+	for _, p := range e.path {
+		if p == tid {
+			return true
+		}
+	}
+	return false
+}
