@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // SLO is one service level objective on a metric of the result, by its vLLM
@@ -98,8 +99,166 @@ type SweepConfig struct {
 	MaxConcurrency int
 	// MaxFailedFraction of failed requests makes a step fail (default 0.01).
 	MaxFailedFraction float64
+	// Signals, when set, are the engine's and the kernel's limit signals,
+	// polled while every step runs (but the rate search's saturation
+	// probe, which fills every queue on purpose): a verdict past its
+	// limit ends the step, which then fails.
+	Signals Signals
+	// SignalPeriod is how often the signals are polled (default 250 ms).
+	SignalPeriod time.Duration
+	// MaxErrorRate is the load generator's own signal: a step ends once
+	// more than this fraction of its finished requests failed, counted
+	// from MinSignalRequests finished requests on (default 0.05; negative:
+	// off).
+	MaxErrorRate float64
+	// MaxResets is the other one: a step ends once more than this many of
+	// its requests failed on a connection reset or refused (default 0:
+	// the first; negative: off).
+	MaxResets int
 	// OnStep is called after every step.
 	OnStep func(*SweepStep)
+}
+
+// MinSignalRequests is how many finished requests of a step the error
+// rate signal waits for (fewer when the step has fewer).
+const MinSignalRequests = 10
+
+// Verdict is what one limit signal says: its name ("requests_waiting",
+// "kv_cache_usage", "preemptions", "error_rate", "connection_resets",
+// "cuda_alloc_failures", "ring_buffer_lost"), its reading in words, to
+// follow "at 16 req/s" ("the KV cache is 98% full (limit 95%)"), and
+// whether it is past its limit.
+type Verdict struct {
+	Name   string `json:"signal"`
+	Detail string `json:"detail"`
+	Limit  bool   `json:"-"`
+}
+
+// Signals are limit signals read while a sweep step runs.
+type Signals interface {
+	// Begin is called before a step starts sending; it may wait, within
+	// ctx, for what the previous step left behind to drain.
+	Begin(ctx context.Context, step *SweepStep)
+	// Check is polled every SignalPeriod while the step runs and once
+	// after it; a verdict with Limit set ends the step. It is called from
+	// one goroutine at a time.
+	Check() []Verdict
+}
+
+// SignalNotes is a Signals that says what it cannot watch ("the engine
+// exports no kv_cache_usage: that signal is off"), once each.
+type SignalNotes interface {
+	Notes() []string
+}
+
+// MultiSignals polls every source in turn; nil ones are left out.
+func MultiSignals(srcs ...Signals) Signals {
+	var m multiSignals
+	for _, s := range srcs {
+		if s != nil {
+			m = append(m, s)
+		}
+	}
+	return m
+}
+
+type multiSignals []Signals
+
+func (m multiSignals) Begin(ctx context.Context, step *SweepStep) {
+	for _, s := range m {
+		s.Begin(ctx, step)
+	}
+}
+
+func (m multiSignals) Check() []Verdict {
+	var out []Verdict
+	for _, s := range m {
+		out = append(out, s.Check()...)
+	}
+	return out
+}
+
+func (m multiSignals) Notes() []string {
+	var out []string
+	for _, s := range m {
+		if n, ok := s.(SignalNotes); ok {
+			out = append(out, n.Notes()...)
+		}
+	}
+	return out
+}
+
+// loadSignals are the load generator's own signals, counted from the
+// step's records: its error rate and its connection resets.
+type loadSignals struct {
+	maxRate   float64 // <0: off
+	maxResets int     // <0: off
+	min       int     // finished requests before the rate counts
+
+	mu                       sync.Mutex
+	finished, failed, resets int
+	firstReset               string
+}
+
+func (l *loadSignals) Begin(_ context.Context, _ *SweepStep) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.finished, l.failed, l.resets, l.firstReset = 0, 0, 0, ""
+}
+
+// record counts a finished request (Config.OnRecord); the requests the
+// sweep itself canceled are not the server's doing.
+func (l *loadSignals) record(r *Record) {
+	if r.Warmup || r.Failure == FailCanceled {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.finished++
+	if r.Success {
+		return
+	}
+	l.failed++
+	if IsReset(r) {
+		l.resets++
+		if l.firstReset == "" {
+			l.firstReset = r.Error
+		}
+	}
+}
+
+func (l *loadSignals) Check() []Verdict {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Verdict
+	if l.maxRate >= 0 && l.finished >= l.min && l.finished > 0 && float64(l.failed) > l.maxRate*float64(l.finished) {
+		out = append(out, Verdict{Name: "error_rate", Limit: true,
+			Detail: fmt.Sprintf("%d of %d finished requests failed (%.0f%%, limit %.0f%%)", l.failed, l.finished, 100*float64(l.failed)/float64(l.finished), 100*l.maxRate)})
+	}
+	if l.maxResets >= 0 && l.resets > l.maxResets {
+		out = append(out, Verdict{Name: "connection_resets", Limit: true,
+			Detail: fmt.Sprintf("%d %s reset or refused by the server (limit %d; first: %s)", l.resets, plural(l.resets, "connection was", "connections were"), l.maxResets, l.firstReset)})
+	}
+	return out
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// IsReset says whether a failed request was refused or reset by the
+// server: a connection it could not make (refused) or one it cut with a
+// reset or a broken pipe.
+func IsReset(r *Record) bool {
+	if r.Success {
+		return false
+	}
+	e := strings.ToLower(r.Error)
+	return strings.Contains(e, "connection refused") || strings.Contains(e, "connection reset") ||
+		strings.Contains(e, "broken pipe") || strings.Contains(e, "econnreset") || strings.Contains(e, "econnrefused")
 }
 
 // SweepStep is one measured point of the search.
@@ -112,9 +271,12 @@ type SweepStep struct {
 	Violations  []string `json:"violations,omitempty"`
 	// StoppedEarly is set when the step was ended as soon as an SLO could
 	// no longer be met (over-saturation), without waiting for every request.
-	StoppedEarly bool               `json:"stopped_early,omitempty"`
-	Values       map[string]float64 `json:"values"`
-	Metrics      *Metrics           `json:"-"`
+	StoppedEarly bool `json:"stopped_early,omitempty"`
+	// StoppedBy are the signals past their limit that ended the step (or
+	// that were past it when the step ended): the step fails.
+	StoppedBy []Verdict          `json:"stopped_by,omitempty"`
+	Values    map[string]float64 `json:"values"`
+	Metrics   *Metrics           `json:"-"`
 }
 
 // SweepResult is the outcome of a search.
@@ -127,9 +289,18 @@ type SweepResult struct {
 	StepSize float64 `json:"step_size"`
 	// Answer is the highest rate (or concurrency) that met every SLO; 0
 	// when none did. Best is the step measured there.
-	Answer float64      `json:"answer"`
-	Best   *SweepStep   `json:"best,omitempty"`
-	Steps  []*SweepStep `json:"steps"`
+	Answer float64    `json:"answer"`
+	Best   *SweepStep `json:"best,omitempty"`
+	// Limit is the lowest failing step above the answer, and LimitedBy
+	// what failed it: the names of the signals that stopped it, or "slo".
+	Limit     *SweepStep `json:"limit,omitempty"`
+	LimitedBy []string   `json:"limited_by,omitempty"`
+	// Conclusion is the answer in a sentence naming the limit: "the SLO
+	// holds up to 14 req/s; at 16 req/s the KV cache is 98% full".
+	Conclusion string `json:"conclusion"`
+	// SignalNotes say which limit signals could not be watched, and why.
+	SignalNotes []string     `json:"signal_notes,omitempty"`
+	Steps       []*SweepStep `json:"steps"`
 }
 
 // evaluate checks the SLOs against m.
@@ -242,10 +413,32 @@ func Sweep(ctx context.Context, sc SweepConfig) (*SweepResult, error) {
 	if sc.MaxFailedFraction <= 0 {
 		sc.MaxFailedFraction = 0.01
 	}
+	if sc.MaxErrorRate == 0 {
+		sc.MaxErrorRate = 0.05
+	}
+	if sc.SignalPeriod <= 0 {
+		sc.SignalPeriod = 250 * time.Millisecond
+	}
 	res := &SweepResult{Mode: sc.Mode}
 	for _, s := range sc.SLOs {
 		res.SLOs = append(res.SLOs, s.String())
 	}
+	own := &loadSignals{maxRate: sc.MaxErrorRate, maxResets: sc.MaxResets, min: min(MinSignalRequests, sc.RequestsPerStep)}
+	signals := MultiSignals(own, sc.Signals)
+	keep, err := search(ctx, sc, res, own, signals)
+	if !keep {
+		return nil, err
+	}
+	res.conclude()
+	if n, ok := signals.(SignalNotes); ok {
+		res.SignalNotes = n.Notes()
+	}
+	return res, err
+}
+
+// search runs the steps of the sweep into res; keep says whether res is
+// worth returning with err.
+func search(ctx context.Context, sc SweepConfig, res *SweepResult, own *loadSignals, signals Signals) (keep bool, err error) {
 	run := func(phase string, rate float64, conc int) (*SweepStep, error) {
 		cfg := sc.Load
 		cfg.NumRequests = sc.RequestsPerStep
@@ -261,17 +454,31 @@ func Sweep(ctx context.Context, sc SweepConfig) (*SweepResult, error) {
 		defer cancel()
 		if phase == "search" {
 			if hook := earlyStop(sc.SLOs, cfg.NumRequests, cancel, &step.StoppedEarly); hook != nil {
-				prev := cfg.OnRecord
-				cfg.OnRecord = func(r *Record) {
-					if prev != nil {
-						prev(r)
-					}
-					hook(r)
-				}
+				cfg.OnRecord = chain(cfg.OnRecord, hook)
 			}
 		}
+		// The rate search's saturation probe sends everything at once:
+		// its queue is full on purpose, so no signal watches it.
+		watch := sc.Mode == SweepConcurrency || phase != "probe"
+		var stopWatch func() []Verdict
+		if watch {
+			cfg.OnRecord = chain(cfg.OnRecord, own.record)
+			signals.Begin(ctx, step)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			stopWatch = watchSignals(signals, sc.SignalPeriod, cancel)
+		}
 		r, err := Run(sctx, cfg)
-		if err != nil && !(step.StoppedEarly && ctx.Err() == nil && r != nil) {
+		if watch {
+			step.StoppedBy = stopWatch()
+			if len(step.StoppedBy) == 0 && ctx.Err() == nil {
+				// A signal past its limit as the step ended fails it too.
+				step.StoppedBy = limits(signals.Check())
+			}
+		}
+		stopped := step.StoppedEarly || len(step.StoppedBy) > 0
+		if err != nil && !(stopped && ctx.Err() == nil && r != nil) {
 			return nil, err
 		}
 		step.Metrics = r.Metrics
@@ -279,6 +486,14 @@ func Sweep(ctx context.Context, sc SweepConfig) (*SweepResult, error) {
 		if step.StoppedEarly {
 			step.Pass = false
 			step.Violations = append([]string{"stopped early: an SLO could no longer be met"}, step.Violations...)
+		}
+		if len(step.StoppedBy) > 0 {
+			step.Pass = false
+			var vs []string
+			for _, v := range step.StoppedBy {
+				vs = append(vs, "stopped by "+v.Name+": "+v.Detail)
+			}
+			step.Violations = append(vs, step.Violations...)
 		}
 		res.Steps = append(res.Steps, step)
 		if sc.OnStep != nil {
@@ -304,7 +519,7 @@ func Sweep(ctx context.Context, sc SweepConfig) (*SweepResult, error) {
 			c = min(c, hiCap)
 			s, err := run("probe", math.Inf(1), c)
 			if err != nil {
-				return nil, err
+				return false, err
 			}
 			res.Capacity = math.Max(res.Capacity, s.Metrics.RequestThroughput)
 			if !s.Pass {
@@ -314,14 +529,14 @@ func Sweep(ctx context.Context, sc SweepConfig) (*SweepResult, error) {
 			lo = c
 			better(s, float64(c))
 			if c == hiCap {
-				return res, nil
+				return true, nil
 			}
 		}
 		for hi-lo > 1 {
 			mid := (lo + hi) / 2
 			s, err := run("search", math.Inf(1), mid)
 			if err != nil {
-				return nil, err
+				return false, err
 			}
 			if s.Pass {
 				lo = mid
@@ -330,16 +545,16 @@ func Sweep(ctx context.Context, sc SweepConfig) (*SweepResult, error) {
 				hi = mid
 			}
 		}
-		return res, nil
+		return true, nil
 	}
 
 	probe, err := run("probe", math.Inf(1), sc.Load.MaxConcurrency)
 	if err != nil {
-		return nil, err
+		return false, err
 	}
 	res.Capacity = probe.Metrics.RequestThroughput
 	if res.Capacity <= 0 {
-		return res, fmt.Errorf("saturation probe completed no request: %s", strings.Join(probe.Violations, "; "))
+		return true, fmt.Errorf("saturation probe completed no request: %s", strings.Join(probe.Violations, "; "))
 	}
 	hi := sc.MaxRate
 	if hi <= 0 {
@@ -355,14 +570,14 @@ func Sweep(ctx context.Context, sc SweepConfig) (*SweepResult, error) {
 	for {
 		top, err := run("search", hi, sc.Load.MaxConcurrency)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		if !top.Pass {
 			break
 		}
 		better(top, hi)
 		if sc.MaxRate > 0 || hi > 16*res.Capacity {
-			return res, nil
+			return true, nil
 		}
 		lo, hi = hi, 2*hi
 	}
@@ -370,7 +585,7 @@ func Sweep(ctx context.Context, sc SweepConfig) (*SweepResult, error) {
 		mid := (lo + hi) / 2
 		s, err := run("search", mid, sc.Load.MaxConcurrency)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		if s.Pass {
 			lo = mid
@@ -379,5 +594,133 @@ func Sweep(ctx context.Context, sc SweepConfig) (*SweepResult, error) {
 			hi = mid
 		}
 	}
-	return res, nil
+	return true, nil
+}
+
+// chain calls a, then b, for every record.
+func chain(a, b func(*Record)) func(*Record) {
+	if a == nil {
+		return b
+	}
+	return func(r *Record) {
+		a(r)
+		b(r)
+	}
+}
+
+// limits keeps the verdicts past their limit.
+func limits(vs []Verdict) []Verdict {
+	var out []Verdict
+	for _, v := range vs {
+		if v.Limit {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// watchSignals polls s every period until one of its verdicts is past its
+// limit, then calls cancel to end the step. The function it returns stops
+// the polling and returns those verdicts (none when the step ended first).
+func watchSignals(s Signals, period time.Duration, cancel context.CancelFunc) func() []Verdict {
+	done := make(chan struct{})
+	var got []Verdict
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if v := limits(s.Check()); len(v) > 0 {
+				got = v
+				cancel()
+				return
+			}
+		}
+	}()
+	return func() []Verdict {
+		close(done)
+		<-finished
+		return got
+	}
+}
+
+// level is where a step of a sweep in mode is: its rate, or its
+// concurrency.
+func level(mode string, s *SweepStep) float64 {
+	if mode == SweepConcurrency {
+		return float64(s.Concurrency)
+	}
+	return s.Rate
+}
+
+// StepLevel says where a step is: "16 req/s" or "8 requests in flight".
+func StepLevel(mode string, s *SweepStep) string {
+	if mode == SweepConcurrency && s.Concurrency > 0 {
+		return fmt.Sprintf("%d %s in flight", s.Concurrency, plural(s.Concurrency, "request", "requests"))
+	}
+	if s.Rate == 0 {
+		return "an infinite rate"
+	}
+	return strconv.FormatFloat(s.Rate, 'g', 3, 64) + " req/s"
+}
+
+// conclude finds the limit, the lowest failing step above the answer (the
+// rate search's probe aside), and says the answer in a sentence naming
+// what failed there: "the SLO holds up to 14 req/s; at 16 req/s the KV
+// cache is 98% full (limit 95%)".
+func (r *SweepResult) conclude() {
+	var limit *SweepStep
+	for _, s := range r.Steps {
+		if s.Pass || s.Phase == "probe" && r.Mode == SweepRate {
+			continue
+		}
+		if r.Best != nil && level(r.Mode, s) <= level(r.Mode, r.Best) {
+			continue
+		}
+		if limit == nil || level(r.Mode, s) < level(r.Mode, limit) {
+			limit = s
+		}
+	}
+	r.Limit = limit
+	var b strings.Builder
+	if r.Best != nil {
+		fmt.Fprintf(&b, "the SLO holds up to %s", StepLevel(r.Mode, r.Best))
+	} else {
+		fmt.Fprintf(&b, "no %s met every SLO", r.Mode)
+	}
+	if limit == nil {
+		if r.Best != nil {
+			b.WriteString(", the top of the search: no step reached a limit")
+		}
+		r.Conclusion = b.String()
+		return
+	}
+	fmt.Fprintf(&b, "; at %s ", StepLevel(r.Mode, limit))
+	if len(limit.StoppedBy) > 0 {
+		var parts []string
+		for _, v := range limit.StoppedBy {
+			r.LimitedBy = append(r.LimitedBy, v.Name)
+			parts = append(parts, v.Detail)
+		}
+		b.WriteString(strings.Join(parts, " and "))
+	} else {
+		r.LimitedBy = []string{"slo"}
+		var parts []string
+		for _, v := range limit.Violations {
+			if !strings.HasPrefix(v, "stopped early") {
+				parts = append(parts, v)
+			}
+		}
+		if len(parts) == 0 {
+			parts = limit.Violations
+		}
+		b.WriteString(strings.Join(parts, " and "))
+	}
+	r.Conclusion = b.String()
 }
