@@ -217,6 +217,8 @@ type Sim struct {
 	Net *SimNet
 	cmd *exec.Cmd
 	log *os.File
+	// release ends the thread that forked the server (startIn).
+	release func()
 }
 
 // SimConfig configures StartSim.
@@ -334,14 +336,15 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 		"--io-file", s.IOFile, "--io-bytes", "262144", "--cuda-lib", libcuda)
 	s.cmd.Env = append(os.Environ(), "CUDASTUB_KERNEL_US="+strconv.Itoa(DemoKernelUS), "CUDASTUB_CONTROL_FILE="+s.Control)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
-	var ns netns.NsHandle = -1
 	if sn != nil {
-		ns = sn.ns
 		// The server dies with bpfbench even when bpfbench is killed, so
 		// that nothing holds the namespace once its name is gone.
 		s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	}
-	if err := startOn(s.cmd, cfg.CPUs, ns); err != nil {
+		if s.release, err = startIn(s.cmd, cfg.CPUs, sn.ns); err != nil {
+			s.Close()
+			return nil, err
+		}
+	} else if err := startOn(s.cmd, cfg.CPUs); err != nil {
 		s.Close()
 		return nil, err
 	}
@@ -359,36 +362,39 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 	return nil, errors.New("llmsim did not become healthy within 10s (see llmsim.log in the run directory)")
 }
 
-// startOn starts cmd restricted to cpus and, when ns is valid, in that
-// network namespace: the child inherits the affinity and the namespace of
-// the thread that forks it.
-func startOn(cmd *exec.Cmd, cpus []int, ns netns.NsHandle) error {
-	if ns.IsOpen() {
-		// A thread that cannot be put back in its namespace must not serve
-		// other goroutines: it stays locked and ends with this goroutine.
-		errc := make(chan error, 1)
-		go func() {
-			runtime.LockOSThread()
-			orig, err := netns.Get()
-			if err != nil {
-				runtime.UnlockOSThread()
-				errc <- fmt.Errorf("reading this thread's network namespace: %w", err)
-				return
-			}
-			defer orig.Close()
-			if err := netns.Set(ns); err != nil {
-				runtime.UnlockOSThread()
-				errc <- fmt.Errorf("entering the server's network namespace: %w", err)
-				return
-			}
-			err = startOn(cmd, cpus, -1)
-			if netns.Set(orig) == nil {
-				runtime.UnlockOSThread()
-			}
+// startIn starts cmd in network namespace ns, restricted to cpus, from a
+// thread kept for the server's life: the child's parent-death signal
+// follows the thread that forked it, and a thread back in Go's pool can
+// end at any time (a goroutine that locks it and exits without unlocking
+// takes it down). release lets the thread go; call it once the child has
+// exited.
+func startIn(cmd *exec.Cmd, cpus []int, ns netns.NsHandle) (release func(), err error) {
+	errc := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		// Never unlocked: the thread, in the server's namespace, ends with
+		// this goroutine.
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("entering the server's network namespace: %w", err)
+			return
+		}
+		if err := startOn(cmd, cpus); err != nil {
 			errc <- err
-		}()
-		return <-errc
+			return
+		}
+		errc <- nil
+		<-done
+	}()
+	if err := <-errc; err != nil {
+		return nil, err
 	}
+	return sync.OnceFunc(func() { close(done) }), nil
+}
+
+// startOn starts cmd restricted to cpus: the child inherits the affinity
+// of the thread that forks it.
+func startOn(cmd *exec.Cmd, cpus []int) error {
 	if len(cpus) > 0 {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
@@ -429,6 +435,9 @@ func (s *Sim) Close() error {
 	if s.cmd != nil && s.cmd.Process != nil {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
+	}
+	if s.release != nil {
+		s.release()
 	}
 	os.Remove(s.IOFile)
 	err := s.log.Close()

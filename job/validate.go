@@ -337,7 +337,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	}
 	for k, inj := range cfg.Injections {
 		if inj.SlowRead > 0 {
-			slow := (k+1)*perPhase + perPhase/4
+			slow := (k+1)*perPhase + slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
 			reqs[slow].OutputLen = max(3*cfg.OutputLen, 200)
 			reqs[slow].SlowRead = inj.SlowRead
 		}
@@ -389,7 +389,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 				}
 				stop = s
 			} else if inj.SlowRead > 0 {
-				achieved[k] = fmt.Sprintf("request %d stops reading for %v after its first token", (k+1)*perPhase+perPhase/4, inj.SlowRead)
+				achieved[k] = fmt.Sprintf("request %d stops reading for %v after its first token", (k+1)*perPhase+slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead), inj.SlowRead)
 			}
 			ok := wait()
 			if stop != nil {
@@ -466,6 +466,15 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		err = werr
 	}
 	return v, res, err
+}
+
+// slowOffset is the index in its phase of the slow-reading request: a
+// quarter into the phase, or earlier when its stall would otherwise end
+// in the next phase (half a second kept for its first token), where the
+// gap it makes would be judged.
+func slowOffset(perPhase int, rate float64, phase, stall time.Duration) int {
+	latest := int((phase - stall - 500*time.Millisecond).Seconds() * rate)
+	return max(min(perPhase/4, latest), 0)
 }
 
 // tailBand returns, for the ITL gaps ending in [from, to), the mean excess
