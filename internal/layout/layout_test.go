@@ -26,6 +26,7 @@ var rules = []struct {
 	{"collectors/bpfutil", []string{"internal/..."}},
 	{"collectors/*", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"correlate", nil},
+	{"correlate/*", []string{"correlate"}}, // critpath: the critical-path engine, reusing correlate's causes
 	{"loadgen", []string{"internal/..."}},
 	{"loadgen/*", []string{"internal/..."}},
 	{"perturb", []string{"internal/..."}},

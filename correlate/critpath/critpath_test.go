@@ -1,0 +1,489 @@
+package critpath
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+const ms = int64(1_000_000)
+
+var (
+	thA    = Thread{Tid: 101, Tgid: 100, Comm: "llama-server"}
+	thB    = Thread{Tid: 102, Tgid: 100, Comm: "llama-worker"}
+	thC    = Thread{Tid: 103, Tgid: 100, Comm: "llama-io"}
+	stress = Thread{Tid: 4243, Tgid: 4242, Comm: "stress-ng"}
+	kwork  = Thread{Tid: 57, Tgid: 57, Comm: "kworker/u8:3"}
+)
+
+const port = 40001
+
+func seg(th Thread, st State, a, b int64) Segment {
+	return Segment{Thread: th, State: st, Start: a * ms, End: b * ms}
+}
+
+func sleepBy(th Thread, a, b int64, w Wake) Segment {
+	s := seg(th, Sleep, a, b)
+	s.Wake = w
+	return s
+}
+
+func runq(th Thread, a, b int64, holders ...Holder) Segment {
+	s := seg(th, Runnable, a, b)
+	s.Holders = holders
+	return s
+}
+
+func step(a, b int64, th Thread, st State, c Cause, depth int) Step {
+	return Step{Start: a * ms, End: b * ms, Thread: th, State: st, Cause: c, Depth: depth}
+}
+
+func (s Step) with(other Thread, w WakeKind, note string) Step {
+	s.Other, s.Wake, s.Note = other, w, note
+	return s
+}
+
+// only runs one gap through a fresh engine.
+func only(t *testing.T, segs []Segment, cuda []CUDACall, sends []Send, arrs []Arrival, r Read) Gap {
+	t.Helper()
+	e := New(Options{})
+	for _, s := range segs {
+		e.AddSegment(s)
+	}
+	for _, c := range cuda {
+		e.AddCUDA(c)
+	}
+	for _, s := range sends {
+		e.AddSend(s)
+	}
+	for _, a := range arrs {
+		e.AddArrival(a)
+	}
+	e.AddRead(r)
+	gs := e.Flush(maxNs)
+	if len(gs) != 1 {
+		t.Fatalf("%d gaps flushed, want 1", len(gs))
+	}
+	checkSums(t, gs[0])
+	return gs[0]
+}
+
+func checkSteps(t *testing.T, g Gap, want []Step) {
+	t.Helper()
+	if len(g.Steps) != len(want) {
+		t.Errorf("%d steps, want %d:\n%s", len(g.Steps), len(want), dump(g.Steps))
+		return
+	}
+	for i := range want {
+		if g.Steps[i] != want[i] {
+			t.Errorf("step %d:\n got %s\nwant %s", i, fmtStep(g.Steps[i]), fmtStep(want[i]))
+		}
+	}
+}
+
+func fmtStep(s Step) string {
+	return fmt.Sprintf("[%v, %v] %s %s %s depth %d %q", float64(s.Start)/1e6, float64(s.End)/1e6, s.Thread, s.State, s.Cause, s.Depth, s.Detail())
+}
+
+func dump(ss []Step) string {
+	var b strings.Builder
+	for _, s := range ss {
+		b.WriteString(fmtStep(s) + "\n")
+	}
+	return b.String()
+}
+
+// checkSums: the steps tile the gap and the causes sum to it.
+func checkSums(t *testing.T, g Gap) {
+	t.Helper()
+	at := g.Start
+	for i, s := range g.Steps {
+		if s.Start != at || s.End <= s.Start {
+			t.Fatalf("gap %d/%d: step %d is [%d, %d], the previous ended at %d\n%s", g.Request, g.Index, i, s.Start, s.End, at, dump(g.Steps))
+		}
+		at = s.End
+	}
+	if g.Duration() > 0 && at != g.End {
+		t.Fatalf("gap %d/%d: the steps end at %d, the gap at %d", g.Request, g.Index, at, g.End)
+	}
+	var sum int64
+	for _, v := range g.Ns {
+		sum += v
+	}
+	if sum != g.Duration() {
+		t.Fatalf("gap %d/%d: causes sum to %d, the gap is %d", g.Request, g.Index, sum, g.Duration())
+	}
+	if !(g.Start <= g.Sent && g.Sent <= g.Arrived && g.Arrived <= g.End) {
+		t.Fatalf("gap %d/%d: send %d, arrival %d out of [%d, %d]", g.Request, g.Index, g.Sent, g.Arrived, g.Start, g.End)
+	}
+}
+
+// A chain of three threads: the sender sleeps until B wakes it, B until
+// C, which waited for a disk; the sender then waits for a CPU held by
+// stress-ng.
+func TestChainOfThreeThreads(t *testing.T) {
+	g := only(t, []Segment{
+		seg(thA, Running, 0, 10),
+		sleepBy(thA, 10, 70, Wake{Kind: WakeThread, Waker: Thread{Tid: thB.Tid}}),
+		runq(thA, 70, 75, Holder{stress, 4 * ms}),
+		seg(thA, Running, 75, 95),
+		seg(thB, Running, 0, 20),
+		sleepBy(thB, 20, 60, Wake{Kind: WakeThread, Waker: thC}),
+		seg(thB, Running, 60, 80),
+		sleepBy(thC, 0, 15, Wake{Kind: WakeTimer}),
+		seg(thC, Running, 15, 30),
+		seg(thC, IOWait, 30, 50),
+		seg(thC, Running, 50, 60),
+	}, nil, []Send{{Time: 90 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 95 * ms, Port: port}},
+		Read{Request: 1, Index: 3, Port: port, Start: 0, End: 100 * ms})
+	checkSteps(t, g, []Step{
+		step(0, 10, thA, Running, ServerCompute, 0),
+		step(10, 20, thB, Running, ServerCompute, 1),
+		step(20, 30, thC, Running, ServerCompute, 2),
+		step(30, 50, thC, IOWait, IOBlock, 2),
+		step(50, 60, thC, Running, ServerCompute, 2),
+		step(60, 70, thB, Running, ServerCompute, 1),
+		step(70, 74, thA, Runnable, CPURunqueue, 0).with(stress, 0, ""),
+		step(74, 75, thA, Runnable, CPURunqueue, 0),
+		step(75, 90, thA, Running, ServerCompute, 0),
+		step(90, 95, Thread{}, None, NetBackpressure, 0),
+		step(95, 100, Thread{}, None, Client, 0),
+	})
+	if d := g.Steps[6].Detail(); d != "stress-ng[4242]" {
+		t.Errorf("holder detail %q", d)
+	}
+	var a Aggregate
+	a.Add(g)
+	nb := a.Neighbours()
+	if len(nb) != 1 || nb[0].Process.String() != "stress-ng[4242]" || nb[0].Ns != 4*ms || nb[0].Gaps != 1 {
+		t.Errorf("neighbours %+v", nb)
+	}
+}
+
+// A wakeup from an IO completion (softirq), and one from a kernel worker
+// outside the target.
+func TestWakeupFromIOCompletion(t *testing.T) {
+	g := only(t, []Segment{
+		seg(thA, Running, 0, 10),
+		sleepBy(thA, 10, 40, Wake{Kind: WakeBlock}),
+		seg(thA, Running, 40, 45),
+		sleepBy(thA, 45, 60, Wake{Kind: WakeThread, Waker: kwork}),
+		runq(thA, 60, 62),
+		seg(thA, Running, 62, 100),
+	}, nil, []Send{{Time: 80 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 80 * ms, Port: port}},
+		Read{Request: 2, Index: 1, Port: port, Start: 0, End: 80 * ms})
+	checkSteps(t, g, []Step{
+		step(0, 10, thA, Running, ServerCompute, 0),
+		step(10, 40, thA, Sleep, IOBlock, 0).with(Thread{}, WakeBlock, ""),
+		step(40, 45, thA, Running, ServerCompute, 0),
+		step(45, 60, thA, Sleep, IOBlock, 0).with(kwork, WakeThread, ""),
+		step(60, 62, thA, Runnable, CPURunqueue, 0),
+		step(62, 80, thA, Running, ServerCompute, 0),
+	})
+	for i, want := range map[int]string{1: "woken by softirq-block", 3: "woken by kworker/u8:3[57]", 4: "holder unknown"} {
+		if d := g.Steps[i].Detail(); d != want {
+			t.Errorf("step %d detail %q, want %q", i, d, want)
+		}
+	}
+}
+
+// A CUDA synchronisation that spins on the CPU, then sleeps until the
+// device's interrupt, then waits for a CPU: all inside the call is
+// gpu_sync but the run-queue wait.
+func TestSpinWaitingCUDACall(t *testing.T) {
+	g := only(t, []Segment{
+		seg(thA, Running, 0, 50),
+		sleepBy(thA, 50, 65, Wake{Kind: WakeHardIRQ}),
+		runq(thA, 65, 68, Holder{stress, 3 * ms}),
+		seg(thA, Running, 68, 100),
+	}, []CUDACall{{Tid: thA.Tid, Start: 20 * ms, End: 70 * ms, Name: "cudaStreamSynchronize"}},
+		[]Send{{Time: 90 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 92 * ms, Port: port}},
+		Read{Request: 3, Index: 5, Port: port, Start: 0, End: 95 * ms})
+	const sync = "cudaStreamSynchronize"
+	checkSteps(t, g, []Step{
+		step(0, 20, thA, Running, ServerCompute, 0),
+		step(20, 50, thA, Running, GPUSync, 0).with(Thread{}, 0, sync),
+		step(50, 65, thA, Sleep, GPUSync, 0).with(Thread{}, 0, sync),
+		step(65, 68, thA, Runnable, CPURunqueue, 0).with(stress, 0, ""),
+		step(68, 70, thA, Running, GPUSync, 0).with(Thread{}, 0, sync),
+		step(70, 90, thA, Running, ServerCompute, 0),
+		step(90, 92, Thread{}, None, NetBackpressure, 0),
+		step(92, 95, Thread{}, None, Client, 0),
+	})
+	if g.Ns[GPUSync] != 47*ms {
+		t.Errorf("gpu_sync %d ms, want 47", g.Ns[GPUSync]/ms)
+	}
+}
+
+// A chunk that waits in the client's socket: it arrived at 20 ms, the
+// client read it at 100 ms; the next read finds its chunk already there.
+func TestChunkWaitsInClientSocket(t *testing.T) {
+	e := New(Options{})
+	e.AddSegment(seg(thA, Running, 0, 200))
+	e.AddSend(Send{Time: 15 * ms, Tid: thA.Tid, Port: port})
+	e.AddArrival(Arrival{Time: 20 * ms, Port: port})
+	e.AddRead(Read{Request: 4, Index: 1, Port: port, Start: 0, End: 100 * ms})
+	e.AddRead(Read{Request: 4, Index: 2, Port: port, Start: 100 * ms, End: 130 * ms})
+	gs := e.Flush(maxNs)
+	if len(gs) != 2 {
+		t.Fatalf("%d gaps", len(gs))
+	}
+	checkSums(t, gs[0])
+	checkSums(t, gs[1])
+	checkSteps(t, gs[0], []Step{
+		step(0, 15, thA, Running, ServerCompute, 0),
+		step(15, 20, Thread{}, None, NetBackpressure, 0),
+		step(20, 100, Thread{}, None, Client, 0),
+	})
+	checkSteps(t, gs[1], []Step{step(100, 130, Thread{}, None, Client, 0)})
+}
+
+// A hole in the sender's history (lost events), a sleep whose waker was
+// lost, and a sender with no history at all: unexplained.
+func TestLostEventHole(t *testing.T) {
+	e := New(Options{})
+	for _, s := range []Segment{
+		seg(thA, Running, 0, 30),
+		// 30..60: lost
+		seg(thA, Runnable, 60, 61),
+		seg(thA, Running, 61, 70),
+		sleepBy(thA, 70, 75, Wake{}),
+		seg(thA, Runnable, 75, 76),
+		seg(thA, Running, 76, 100),
+	} {
+		e.AddSegment(s)
+	}
+	e.AddSend(Send{Time: 90 * ms, Tid: thA.Tid, Port: port})
+	e.AddArrival(Arrival{Time: 90 * ms, Port: port})
+	e.AddRead(Read{Request: 5, Index: 1, Port: port, Start: 0, End: 90 * ms})
+	e.AddSend(Send{Time: 40 * ms, Tid: 999, Port: port + 1})
+	e.AddArrival(Arrival{Time: 45 * ms, Port: port + 1})
+	e.AddRead(Read{Request: 6, Index: 1, Port: port + 1, Start: 10 * ms, End: 50 * ms})
+	gs := e.Flush(maxNs)
+	if len(gs) != 2 {
+		t.Fatalf("%d gaps", len(gs))
+	}
+	checkSums(t, gs[0])
+	checkSums(t, gs[1])
+	checkSteps(t, gs[0], []Step{
+		step(10, 40, Thread{Tid: 999}, None, Unexplained, 0).with(Thread{}, 0, NoteNoThread),
+		step(40, 45, Thread{}, None, NetBackpressure, 0),
+		step(45, 50, Thread{}, None, Client, 0),
+	})
+	checkSteps(t, gs[1], []Step{
+		step(0, 30, thA, Running, ServerCompute, 0),
+		step(30, 60, thA, None, Unexplained, 0).with(Thread{}, 0, NoteNoEvents),
+		step(60, 61, thA, Runnable, CPURunqueue, 0),
+		step(61, 70, thA, Running, ServerCompute, 0),
+		step(70, 75, thA, Sleep, Unexplained, 0).with(Thread{}, WakeUnknown, NoteWakerUnknown),
+		step(75, 76, thA, Runnable, CPURunqueue, 0),
+		step(76, 90, thA, Running, ServerCompute, 0),
+	})
+}
+
+// The sender's Running segment is not delivered until it is switched out:
+// after its last Runnable it runs (the tail rule); after anything else
+// the rest is a hole.
+func TestTailRule(t *testing.T) {
+	e := New(Options{})
+	e.AddSegment(seg(thA, Running, 0, 10))
+	e.AddSegment(runq(thA, 10, 12))
+	e.AddSegment(seg(thB, Running, 0, 10))
+	e.AddSend(Send{Time: 30 * ms, Tid: thA.Tid, Port: port})
+	e.AddSend(Send{Time: 30 * ms, Tid: thB.Tid, Port: port + 1})
+	e.AddRead(Read{Request: 1, Index: 1, Port: port, Start: 0, End: 30 * ms})
+	e.AddRead(Read{Request: 2, Index: 1, Port: port + 1, Start: 0, End: 30 * ms})
+	gs := e.Flush(30 * ms)
+	if len(gs) != 2 {
+		t.Fatalf("%d gaps", len(gs))
+	}
+	checkSteps(t, gs[0], []Step{
+		step(0, 10, thA, Running, ServerCompute, 0),
+		step(10, 12, thA, Runnable, CPURunqueue, 0),
+		step(12, 30, thA, Running, ServerCompute, 0),
+		step(30, 30, Thread{}, None, NetBackpressure, 0).with(Thread{}, 0, NoteNoArrival),
+	}[:3])
+	checkSteps(t, gs[1], []Step{
+		step(0, 10, thB, Running, ServerCompute, 0),
+		step(10, 30, thB, None, Unexplained, 0).with(Thread{}, 0, NoteNoEvents),
+	})
+	if !gs[0].NoArrival || gs[0].NoSend {
+		t.Errorf("flags %+v", gs[0])
+	}
+}
+
+// With no sends or arrivals (an older kernel), the gap is server time on
+// the thread that ran last before the read.
+func TestFallbackWithoutSends(t *testing.T) {
+	e := New(Options{})
+	e.AddSegment(seg(thA, Running, 0, 40))
+	e.AddSegment(sleepBy(thA, 40, 100, Wake{Kind: WakeTimer}))
+	e.AddSegment(seg(thB, Running, 0, 20))
+	e.AddSegment(seg(thB, IOWait, 20, 45))
+	e.AddSegment(seg(thB, Running, 45, 60))
+	e.AddSegment(sleepBy(thB, 60, 100, Wake{Kind: WakeTimer}))
+	e.AddRead(Read{Request: 1, Index: 0, Port: port, Start: 10 * ms, End: 80 * ms})
+	gs := e.Flush(maxNs)
+	g := gs[0]
+	checkSums(t, g)
+	if !g.NoSend || !g.NoArrival || !g.Guessed {
+		t.Errorf("flags %+v", g)
+	}
+	checkSteps(t, g, []Step{
+		step(10, 20, thB, Running, ServerCompute, 0),
+		step(20, 45, thB, IOWait, IOBlock, 0),
+		step(45, 60, thB, Running, ServerCompute, 0),
+		step(60, 80, thB, Sleep, ServerSleep, 0).with(Thread{}, WakeTimer, ""),
+	})
+	st := e.Stats()
+	if st.NoSend != 1 || st.NoArrival != 1 || st.Guessed != 1 {
+		t.Errorf("stats %+v", st)
+	}
+	// No target thread at all: unexplained.
+	e2 := New(Options{})
+	e2.AddRead(Read{Request: 1, Index: 1, Port: port, Start: 0, End: 5 * ms})
+	g2 := e2.Flush(maxNs)[0]
+	checkSteps(t, g2, []Step{step(0, 5, Thread{}, None, Unexplained, 0).with(Thread{}, 0, NoteNoSender)})
+	if e2.Stats().NoThread != 1 {
+		t.Errorf("stats %+v", e2.Stats())
+	}
+}
+
+// Two threads that wake each other in turn: the walk stops at the cycle;
+// a chain longer than MaxDepth stops at the limit.
+func TestCycleAndDepthLimit(t *testing.T) {
+	e := New(Options{MaxDepth: 2})
+	th := []Thread{thA, thB, thC, {Tid: 104, Tgid: 100, Comm: "w4"}}
+	// Each thread i sleeps [10i, 50] woken by i+1; the last one by A.
+	for i, x := range th {
+		e.AddSegment(seg(x, Running, 0, int64(10*i)+10))
+		e.AddSegment(sleepBy(x, int64(10*i)+10, 50, Wake{Kind: WakeThread, Waker: th[(i+1)%len(th)]}))
+		e.AddSegment(seg(x, Running, 50, 100))
+	}
+	e.AddSend(Send{Time: 60 * ms, Tid: thA.Tid, Port: port})
+	e.AddRead(Read{Request: 1, Index: 1, Port: port, Start: 0, End: 60 * ms})
+	g := e.Flush(maxNs)[0]
+	checkSums(t, g)
+	checkSteps(t, g, []Step{
+		step(0, 10, thA, Running, ServerCompute, 0),
+		step(10, 20, thB, Running, ServerCompute, 1),
+		step(20, 30, thC, Running, ServerCompute, 2),
+		step(30, 50, thC, Sleep, ServerSleep, 2).with(th[3], WakeThread, NoteDepthLimit),
+		step(50, 60, thA, Running, ServerCompute, 0),
+	})
+	e = New(Options{})
+	e.AddSegment(seg(thA, Running, 0, 10))
+	e.AddSegment(sleepBy(thA, 10, 50, Wake{Kind: WakeThread, Waker: thB}))
+	e.AddSegment(seg(thA, Running, 50, 100))
+	e.AddSegment(sleepBy(thB, 0, 50, Wake{Kind: WakeThread, Waker: thA}))
+	e.AddSegment(seg(thB, Running, 50, 100))
+	e.AddSend(Send{Time: 60 * ms, Tid: thA.Tid, Port: port})
+	e.AddRead(Read{Request: 1, Index: 1, Port: port, Start: 0, End: 60 * ms})
+	g = e.Flush(maxNs)[0]
+	checkSums(t, g)
+	checkSteps(t, g, []Step{
+		step(0, 10, thA, Running, ServerCompute, 0),
+		step(10, 50, thB, Sleep, ServerSleep, 1).with(thA, WakeThread, NoteCycle),
+		step(50, 60, thA, Running, ServerCompute, 0),
+	})
+	if e.Stats().Cycles != 1 {
+		t.Errorf("stats %+v", e.Stats())
+	}
+}
+
+// A network receive wakes the sender: this request's connection is
+// net_backpressure, another one server_sleep.
+func TestNetRxWake(t *testing.T) {
+	e := New(Options{})
+	e.AddSegment(seg(thA, Running, 0, 10))
+	e.AddSegment(sleepBy(thA, 10, 20, Wake{Kind: WakeNetRx, Port: port}))
+	e.AddSegment(seg(thA, Running, 20, 30))
+	e.AddSegment(sleepBy(thA, 30, 40, Wake{Kind: WakeNetRx, Port: 5000}))
+	e.AddSegment(seg(thA, Running, 40, 60))
+	e.AddSend(Send{Time: 50 * ms, Tid: thA.Tid, Port: port})
+	e.AddArrival(Arrival{Time: 50 * ms, Port: port})
+	e.AddRead(Read{Request: 1, Index: 1, Port: port, Start: 0, End: 50 * ms})
+	g := e.Flush(maxNs)[0]
+	checkSums(t, g)
+	checkSteps(t, g, []Step{
+		step(0, 10, thA, Running, ServerCompute, 0),
+		step(10, 20, thA, Sleep, NetBackpressure, 0).with(Thread{}, WakeNetRx, ""),
+		step(20, 30, thA, Running, ServerCompute, 0),
+		step(30, 40, thA, Sleep, ServerSleep, 0).with(Thread{}, WakeNetRx, "another connection 5000"),
+		step(40, 50, thA, Running, ServerCompute, 0),
+	})
+}
+
+func TestExcess(t *testing.T) {
+	base := Baseline{ITL: Normal{ServerCompute: 8 * ms, CPURunqueue: 1 * ms, Client: 1 * ms}}
+	g := Gap{Read: Read{Index: 2, Start: 0, End: 30 * ms}}
+	g.Ns[ServerCompute] = 6 * ms // 2 ms below normal: clamped
+	g.Ns[CPURunqueue] = 19 * ms  // +18
+	g.Ns[IOBlock] = 3 * ms       // +3
+	g.Ns[Client] = 2 * ms        // +1
+	x := g.Excess(base)
+	if x.NormalNs != 10*ms || x.ExcessNs != 20*ms {
+		t.Fatalf("%+v", x)
+	}
+	// Σ over = 22 ms, renormalised to the 20 ms excess.
+	want := map[Cause]float64{CPURunqueue: 18.0 / 22, IOBlock: 3.0 / 22, Client: 1.0 / 22}
+	var sum float64
+	var ns int64
+	for c := range NumCauses {
+		sum += x.Shares[c]
+		ns += x.Ns[c]
+		if d := x.Shares[c] - want[c]; d > 1e-12 || d < -1e-12 {
+			t.Errorf("%s share %v, want %v", c, x.Shares[c], want[c])
+		}
+	}
+	if sum < 1-1e-12 || sum > 1+1e-12 || ns != x.ExcessNs {
+		t.Errorf("shares sum to %v, ns to %d", sum, ns)
+	}
+	// Rounding: 10 ns over three equal causes.
+	g = Gap{Read: Read{Index: 1, Start: 0, End: 10}}
+	g.Ns[CPURunqueue], g.Ns[IOBlock], g.Ns[Client], g.Ns[ServerCompute] = 3, 3, 3, 1
+	x = g.Excess(Baseline{ITL: Normal{}})
+	if x.Ns[CPURunqueue]+x.Ns[IOBlock]+x.Ns[Client]+x.Ns[ServerCompute] != 10 {
+		t.Errorf("%+v", x)
+	}
+	// No excess: all zero.
+	g = Gap{Read: Read{Index: 1, Start: 0, End: 5 * ms}}
+	g.Ns[ServerCompute] = 5 * ms
+	if x := g.Excess(base); x.ExcessNs != 0 || x.Shares != [NumCauses]float64{} {
+		t.Errorf("%+v", x)
+	}
+}
+
+func TestBaselineOfAndJSON(t *testing.T) {
+	mk := func(idx int, comp, rq int64) Gap {
+		g := Gap{Read: Read{Index: idx}}
+		g.Ns[ServerCompute], g.Ns[CPURunqueue] = comp, rq
+		return g
+	}
+	b := BaselineOf([]Gap{mk(0, 50, 0), mk(1, 8, 0), mk(1, 10, 2), mk(1, 9, 0), mk(0, 70, 10)})
+	if b.ITL[ServerCompute] != 9 || b.ITL[CPURunqueue] != 0 || b.TTFT[ServerCompute] != 60 || b.TTFT[CPURunqueue] != 5 {
+		t.Errorf("%+v", b)
+	}
+	js, err := json.Marshal(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), `"server_compute":9`) {
+		t.Errorf("%s", js)
+	}
+	var back Baseline
+	if err := json.Unmarshal(js, &back); err != nil || back != b {
+		t.Errorf("%+v %v", back, err)
+	}
+	if err := json.Unmarshal([]byte(`{"itl_ns":{"nope":1}}`), &back); err == nil {
+		t.Error("an unknown cause read")
+	}
+}
+
+func TestCauseNames(t *testing.T) {
+	want := "cpu_runqueue io_block gpu_sync net_backpressure server_compute server_sleep client unexplained"
+	if got := strings.Join(CauseNames(), " "); got != want {
+		t.Errorf("%s", got)
+	}
+}
