@@ -22,6 +22,23 @@
  * stint are both short (under fold_runq_ns, fold_offcpu_ns, fold_sleep_ns)
  * is folded into per-thread sums carried by the thread's next record, or by
  * a record forced once the sums are older than flush_ns.
+ *
+ * For the critical path of a token gap (optional programs, left out of the
+ * daemon):
+ * - sched_waking (with_wakers) stores, in a target wakee's task storage, who
+ *   woke it: the running task (tid, tgid, comm) and the context the wakeup
+ *   ran in (task, hardirq, softirq with its vector, NMI), read from this
+ *   CPU's preempt count. The wakee's next switch-in record carries it, and
+ *   the thread that took the CPU when a target thread was preempted (the
+ *   holder of the CPU during its run-queue wait) too: no record per wakeup.
+ * - softirq_entry/exit (with_softirq_vec) keep the vector being served on
+ *   each CPU, so a softirq wakeup says which (network receive, block
+ *   completion, timer...).
+ * - sched_process_fork/exit (with_tree) follow a target's process tree: a
+ *   process forked by a target becomes a target under the same slot and
+ *   flags (TARGET_CHILD), and leaves the targets map when it exits.
+ * - Threads of a target flagged TARGET_CLIENT (the load generator) send the
+ *   same records, flagged EVF_CLIENT.
  */
 #define PIPELINE_TARGETS
 #include "pipeline.h"
@@ -32,6 +49,33 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define TASK_INTERRUPTIBLE 0x0001
 #define TASK_UNINTERRUPTIBLE 0x0002
 #define TASK_NOLOAD 0x0400
+
+/* The preempt count's fields (include/linux/preempt.h). */
+#define SOFTIRQ_OFFSET 0x100
+#define HARDIRQ_MASK 0xf0000
+#define NMI_MASK 0xf00000
+
+/* Where a wakeup ran. */
+enum wake_ctx {
+	WAKE_NONE = 0,    /* no wakeup known (preempted, first sight) */
+	WAKE_TASK = 1,    /* in task context: the waker is that task */
+	WAKE_HARDIRQ = 2, /* in a hard interrupt (hrtimers, device IRQs) */
+	WAKE_SOFTIRQ = 3, /* serving a softirq (wake_vec says which) */
+	WAKE_NMI = 4,
+	WAKE_UNKNOWN = 5, /* woken, context unreadable on this kernel */
+};
+
+/* Record kinds. */
+enum rec_kind {
+	REC_SWITCH = 0, /* a switch-in */
+	REC_FORK = 1,   /* a target forked a process, now followed: tgid is the
+			 * child, waker_tgid the parent */
+	REC_EXIT = 2,   /* a followed process exited (its last thread) */
+};
+
+/* Record flags. */
+#define EVF_CLIENT 1 /* a thread of the load generator (TARGET_CLIENT) */
+#define EVF_CHILD 2  /* a process the kernel followed through fork */
 
 enum offcpu_state {
 	STATE_PREEMPTED = 0, /* left the CPU runnable */
@@ -56,8 +100,21 @@ struct event {
 	__u32 cpu;
 	__u8 state; /* enum offcpu_state of the off-CPU interval */
 	__u8 has_runq;
-	__u8 pad[2];
+	__u8 kind;  /* enum rec_kind */
+	__u8 flags; /* EVF_* */
 	char comm[16];
+	/* The wakeup that ended a sleep (S or D), 0s if none is known. */
+	__u64 wake_ts;     /* sched_waking, CLOCK_MONOTONIC ns */
+	__u32 waker_tid;   /* the task running the wakeup (in an interrupt: */
+	__u32 waker_tgid;  /*  the task it interrupted) */
+	char waker_comm[16];
+	/* The thread that took the CPU when this one was preempted. */
+	__u32 holder_tid;
+	__u32 holder_tgid;
+	char holder_comm[16];
+	__u8 wake_ctx; /* enum wake_ctx */
+	__u8 wake_vec; /* WAKE_SOFTIRQ: the softirq vector + 1, 0 if unknown */
+	__u8 pad[6];
 };
 
 /* Force BTF emission for bpf2go -type. */
@@ -72,6 +129,15 @@ struct task_info {
 	__u32 fold_runq_n;
 	__u32 fold_n;
 	__u32 offcpu_state;
+	__u32 wake_ctx; /* enum wake_ctx of the pending wakeup */
+	__u64 wake_ts;
+	__u32 waker_tid;
+	__u32 waker_tgid;
+	char waker_comm[16];
+	__u32 holder_tid;
+	__u32 holder_tgid;
+	char holder_comm[16];
+	__u32 wake_vec;
 	__u32 pad;
 };
 
@@ -113,6 +179,37 @@ volatile const __u64 fold_offcpu_ns = 50000;   /* preempted and D stints */
 volatile const __u64 fold_sleep_ns = 1000000;  /* S sleeps */
 volatile const __u64 flush_ns = 250000000;     /* oldest folded sums */
 
+/* Set by userspace before load: which optional parts run (their programs
+ * are also left out when off). */
+volatile const bool with_wakers = false;      /* sched_waking, holders */
+volatile const bool with_softirq_vec = false; /* softirq_entry/exit */
+volatile const bool with_tree = false;        /* sched_process_fork/exit */
+
+/* Set by userspace before load: this CPU's __preempt_count is at its
+ * run queue's address plus preempt_delta (both per-CPU variables; the
+ * difference of their offsets in the per-CPU section, from the kernel's
+ * BTF). 0: not known, wakeups are WAKE_UNKNOWN. */
+volatile const __s64 preempt_delta = 0;
+
+/* Processes the kernel added to targets (with_tree), so that target_of
+ * keeps looking while only they remain. */
+volatile __u32 nr_children = 0;
+
+/* The softirq vector each CPU serves + 1 (with_softirq_vec). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} cur_softirq SEC(".maps");
+
+static __always_inline struct target *target_or_child(__u32 tgid)
+{
+	if (!nr_targets && !nr_children)
+		return 0;
+	return bpf_map_lookup_elem(&targets, &tgid);
+}
+
 /* runq_of is next's run-queue wait, from the kernel's own stamp. */
 static __always_inline __u64 runq_of(struct task_struct *next, __u8 *has)
 {
@@ -138,6 +235,19 @@ static __always_inline __u64 runq_of(struct task_struct *next, __u8 *has)
 	return now - queued;
 }
 
+/* keep_wakeup says whether the wakeup that ended an interval must reach
+ * userspace even when the interval is short: an edge of the critical path
+ * to another process (a task of another tgid woke it), or a network
+ * receive (a request or a peer's message arriving). Wakeups within the
+ * process, by timers and by other interrupts are folded like the rest. */
+static __always_inline bool keep_wakeup(struct task_info *ti, __u32 tgid)
+{
+	if (ti->wake_ctx == WAKE_TASK)
+		return ti->waker_tgid != tgid;
+	/* NET_RX_SOFTIRQ is 3 (enum in include/linux/interrupt.h), + 1. */
+	return ti->wake_ctx == WAKE_SOFTIRQ && ti->wake_vec == 3 + 1;
+}
+
 static __always_inline bool foldable(__u64 runq, __u8 has_runq, __u32 st, __u64 offcpu)
 {
 	if (has_runq && runq >= fold_runq_ns)
@@ -152,6 +262,16 @@ static __always_inline bool foldable(__u64 runq, __u8 has_runq, __u32 st, __u64 
 	return true;
 }
 
+static __always_inline __u8 rec_flags(struct target *tgt)
+{
+	__u8 f = 0;
+	if (tgt->flags & TARGET_CLIENT)
+		f |= EVF_CLIENT;
+	if (tgt->flags & TARGET_CHILD)
+		f |= EVF_CHILD;
+	return f;
+}
+
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
@@ -163,12 +283,12 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 
 	if (host_wide && host_sample_mask) {
 		host_sample = !(bpf_get_prandom_u32() & host_sample_mask);
-		if (!host_sample && !nr_targets)
+		if (!host_sample && !nr_targets && !nr_children)
 			return 0;
 	}
 
 	/* The thread leaving the CPU: only targets keep state. */
-	if (prev->pid != 0 && (tgt = target_of(prev->tgid))) {
+	if (prev->pid != 0 && (tgt = target_or_child(prev->tgid))) {
 		bool runnable = preempt || (prev_state & 0xff) == TASK_RUNNING;
 		ti = bpf_task_storage_get(&task_infos, prev, 0,
 					  BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -182,6 +302,15 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 			now = bpf_ktime_get_ns();
 			ti->offcpu_ts = now;
 			ti->offcpu_state = st;
+			ti->wake_ctx = WAKE_NONE;
+			ti->holder_tid = 0;
+			if (with_wakers && runnable && next->pid != 0) {
+				/* The CPU's holder while prev waits for it. */
+				ti->holder_tid = next->pid;
+				ti->holder_tgid = next->tgid;
+				__builtin_memcpy(ti->holder_comm, next->comm,
+						 sizeof(ti->holder_comm));
+			}
 		}
 		if (runnable && self_tgid && next->tgid == self_tgid)
 			pipe_count(PIPE_SELF_PREEMPT, 1);
@@ -191,7 +320,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	if (next->pid == 0)
 		return 0;
 	__u32 tgid = next->tgid;
-	tgt = target_of(tgid);
+	tgt = target_or_child(tgid);
 	if (!tgt && !host_sample)
 		return 0;
 
@@ -235,6 +364,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	if (!ti->last_rec)
 		ti->last_rec = now;
 	if (foldable(runq, has_runq, st, offcpu) &&
+	    !(with_wakers && keep_wakeup(ti, tgid)) &&
 	    (ti->fold_n == 0 || now - ti->last_rec < flush_ns)) {
 		if (has_runq) {
 			ti->fold_runq_ns += runq;
@@ -266,9 +396,34 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	e->cpu = bpf_get_smp_processor_id();
 	e->state = st;
 	e->has_runq = has_runq;
-	e->pad[0] = 0;
-	e->pad[1] = 0;
+	e->kind = REC_SWITCH;
+	e->flags = rec_flags(tgt);
 	__builtin_memcpy(e->comm, next->comm, sizeof(e->comm));
+	if (ti->wake_ctx != WAKE_NONE && st != STATE_PREEMPTED) {
+		e->wake_ts = ti->wake_ts;
+		e->waker_tid = ti->waker_tid;
+		e->waker_tgid = ti->waker_tgid;
+		__builtin_memcpy(e->waker_comm, ti->waker_comm, sizeof(e->waker_comm));
+		e->wake_ctx = ti->wake_ctx;
+		e->wake_vec = ti->wake_vec;
+	} else {
+		e->wake_ts = 0;
+		e->waker_tid = 0;
+		e->waker_tgid = 0;
+		__builtin_memset(e->waker_comm, 0, sizeof(e->waker_comm));
+		e->wake_ctx = WAKE_NONE;
+		e->wake_vec = 0;
+	}
+	if (ti->holder_tid && st == STATE_PREEMPTED) {
+		e->holder_tid = ti->holder_tid;
+		e->holder_tgid = ti->holder_tgid;
+		__builtin_memcpy(e->holder_comm, ti->holder_comm, sizeof(e->holder_comm));
+	} else {
+		e->holder_tid = 0;
+		e->holder_tgid = 0;
+		__builtin_memset(e->holder_comm, 0, sizeof(e->holder_comm));
+	}
+	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	pipe_submit(e, sizeof(*e));
 
 	ti->last_rec = now;
@@ -278,5 +433,146 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	ti->fold_offcpu_ns[2] = 0;
 	ti->fold_runq_n = 0;
 	ti->fold_n = 0;
+	return 0;
+}
+
+/* wake_ctx_now reads where this wakeup runs from this CPU's preempt count,
+ * reached from the running task's run queue (see preempt_delta). */
+static __always_inline __u32 wake_ctx_now(struct task_struct *cur, __u32 *vec)
+{
+	if (!preempt_delta || !bpf_core_field_exists(cur->se.cfs_rq))
+		return WAKE_UNKNOWN;
+	struct cfs_rq *cfs = cur->se.cfs_rq;
+	if (!cfs)
+		return WAKE_UNKNOWN;
+	struct rq *rq = cfs->rq;
+	if (!rq)
+		return WAKE_UNKNOWN;
+	__u32 pc = 0;
+	if (bpf_probe_read_kernel(&pc, sizeof(pc), (void *)((__s64)rq + preempt_delta)))
+		return WAKE_UNKNOWN;
+	if (pc & NMI_MASK)
+		return WAKE_NMI;
+	if (pc & HARDIRQ_MASK)
+		return WAKE_HARDIRQ;
+	if (pc & SOFTIRQ_OFFSET) {
+		if (with_softirq_vec) {
+			__u32 zero = 0;
+			__u32 *v = bpf_map_lookup_elem(&cur_softirq, &zero);
+			if (v)
+				*vec = *v;
+		}
+		return WAKE_SOFTIRQ;
+	}
+	return WAKE_TASK;
+}
+
+/* The waker of a target thread, stored for its next switch-in. Every
+ * wakeup of the host runs this; it returns at the first lookup unless the
+ * wakee belongs to a target. */
+SEC("tp_btf/sched_waking")
+int BPF_PROG(sched_waking, struct task_struct *p)
+{
+	if (!with_wakers || !target_or_child(p->tgid))
+		return 0;
+	struct task_info *ti = bpf_task_storage_get(&task_infos, p, 0,
+						    BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!ti)
+		return 0;
+	struct task_struct *cur = bpf_get_current_task_btf();
+	__u32 vec = 0;
+	ti->wake_ctx = wake_ctx_now(cur, &vec);
+	ti->wake_vec = vec;
+	ti->wake_ts = bpf_ktime_get_ns();
+	ti->waker_tid = cur->pid;
+	ti->waker_tgid = cur->tgid;
+	__builtin_memcpy(ti->waker_comm, cur->comm, sizeof(ti->waker_comm));
+	return 0;
+}
+
+SEC("tp_btf/softirq_entry")
+int BPF_PROG(softirq_entry, unsigned int vec_nr)
+{
+	__u32 zero = 0;
+	__u32 *v = bpf_map_lookup_elem(&cur_softirq, &zero);
+	if (v)
+		*v = vec_nr + 1;
+	return 0;
+}
+
+SEC("tp_btf/softirq_exit")
+int BPF_PROG(softirq_exit, unsigned int vec_nr)
+{
+	__u32 zero = 0;
+	__u32 *v = bpf_map_lookup_elem(&cur_softirq, &zero);
+	if (v)
+		*v = 0;
+	return 0;
+}
+
+/* emit_proc sends a REC_FORK or REC_EXIT record of a streamed target. */
+static __always_inline void emit_proc(struct target *t, __u8 kind, __u32 tgid,
+				      __u32 tid, struct task_struct *other,
+				      const char *comm)
+{
+	if (!(t->flags & TARGET_STREAM))
+		return;
+	struct event *e = pipe_reserve(struct event);
+	if (!e)
+		return;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts = bpf_ktime_get_ns();
+	e->tgid = tgid;
+	e->tid = tid;
+	e->cpu = bpf_get_smp_processor_id();
+	e->state = STATE_NONE;
+	e->kind = kind;
+	e->flags = rec_flags(t);
+	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), comm);
+	if (other) {
+		e->waker_tid = other->pid;
+		e->waker_tgid = other->tgid;
+		__builtin_memcpy(e->waker_comm, other->comm, sizeof(e->waker_comm));
+	}
+	pipe_submit(e, sizeof(*e));
+}
+
+/* A process forked by a target joins it: same slot and flags. Threads are
+ * followed by tgid already. */
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(sched_process_fork, struct task_struct *parent,
+	     struct task_struct *child)
+{
+	if (!with_tree || child->pid != child->tgid)
+		return 0;
+	struct target *pt = target_or_child(parent->tgid);
+	if (!pt)
+		return 0;
+	struct target t = { .idx = pt->idx, .flags = pt->flags | TARGET_CHILD };
+	__u32 tgid = child->tgid;
+	if (bpf_map_update_elem(&targets, &tgid, &t, BPF_NOEXIST))
+		return 0;
+	__sync_fetch_and_add(&nr_children, 1);
+	emit_proc(&t, REC_FORK, tgid, child->pid, parent, child->comm);
+	return 0;
+}
+
+/* The last thread of a followed process exits: a child the kernel added
+ * leaves targets; userspace hears of every streamed one. */
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(sched_process_exit, struct task_struct *p, bool group_dead)
+{
+	if (!with_tree || !group_dead)
+		return 0;
+	__u32 tgid = p->tgid;
+	struct target *pt = target_or_child(tgid);
+	if (!pt)
+		return 0;
+	struct target t = *pt;
+	if (t.flags & TARGET_CHILD) {
+		if (bpf_map_delete_elem(&targets, &tgid) == 0)
+			__sync_fetch_and_add(&nr_children, (__u32)-1);
+	}
+	emit_proc(&t, REC_EXIT, tgid, p->pid, 0, p->comm);
 	return 0;
 }

@@ -23,6 +23,9 @@
 
 /* Flags of a target entry (value of the targets map). */
 #define TARGET_STREAM 1 /* stream discrete events through the ring buffer */
+#define TARGET_CLIENT 2 /* the load generator, not the server: its records
+			 * are flagged as the client's */
+#define TARGET_CHILD 4  /* added by the kernel: a process a target forked */
 
 struct target {
 	__u32 idx;   /* aggregate slot, 1..MAX_TARGETS-1 */

@@ -59,6 +59,10 @@ type Object struct {
 	// Rename attaches a program to another tracepoint (program name ->
 	// tracepoint name): tests simulate a kernel that lacks one.
 	Rename map[string]string
+	// Skip leaves programs out (by program name): optional parts the
+	// collector's configuration turned off. Their fields stay nil and they
+	// are not listed by Missing.
+	Skip []string
 }
 
 // Load is the first half of every collector's Start. It sizes the ring,
@@ -84,6 +88,9 @@ func (b *Base) Load(o Object) (err error) {
 		if err := vs.Set(v); err != nil {
 			return fmt.Errorf("configuring %s (%s): %w", b.name, name, err)
 		}
+	}
+	for _, name := range o.Skip {
+		delete(spec.Programs, name)
 	}
 	tpProgs, err := b.dropMissing(spec, o.Rename)
 	if err != nil {

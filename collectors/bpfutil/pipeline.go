@@ -64,8 +64,16 @@ type Target struct {
 	Flags uint32
 }
 
-// TargetStream is the flag of a target whose events are streamed.
-const TargetStream = 1
+// The flags of a target (TARGET_* of bpfbench.h).
+const (
+	// TargetStream: the target's events are streamed.
+	TargetStream = 1
+	// TargetClient: the target is the load generator, not the server; its
+	// records are flagged as the client's.
+	TargetClient = 2
+	// TargetChild: the kernel added the target, a process a target forked.
+	TargetChild = 4
+)
 
 // StreamFlags are the target flags of a target streamed or not.
 func StreamFlags(stream bool) uint32 {

@@ -1,6 +1,9 @@
 // Package sched is the scheduler collector: run-queue latency and off-CPU
 // time by state, from the sched_switch
 // tp_btf tracepoint (bpf/sched.bpf.c), through the shared event pipeline.
+// For sessions it also records who woke each target thread (sched_waking),
+// who held the CPU while it was preempted, and follows the target's process
+// tree (sched_process_fork/exit).
 package sched
 
 import (
@@ -8,9 +11,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math/bits"
+	"sync"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/hist"
@@ -40,13 +45,81 @@ func (s State) String() string {
 	return "none"
 }
 
-// Event is one switch-in of a streamed thread, as the kernel wrote it.
-// Ts is CLOCK_MONOTONIC ns; the off-CPU interval is [Ts-OffcpuNs, Ts] and,
-// when HasRunq is set, the run-queue interval is [Ts-RunqNs, Ts].
+// Event is one record of a streamed thread, as the kernel wrote it: a
+// switch-in (Kind RecSwitch), or a process of the target's tree forked or
+// exited (RecFork, RecExit). Ts is CLOCK_MONOTONIC ns; the off-CPU interval
+// is [Ts-OffcpuNs, Ts] and, when HasRunq is set, the run-queue interval is
+// [Ts-RunqNs, Ts]. With Config.Wakers, a switch-in after a sleep (S or D)
+// names its waker (WakeCtx, WakeTs, Waker*), and one after a preemption
+// the thread that took the CPU (Holder*).
 type Event = schedEvent
 
-// Tracepoints are the tracepoints the collector attaches to.
-var Tracepoints = []string{"sched_switch"}
+// RecKind is the kind of a record (enum rec_kind of bpf/sched.bpf.c).
+type RecKind uint8
+
+// The record kinds.
+const (
+	// RecSwitch is a switch-in.
+	RecSwitch RecKind = 0
+	// RecFork: a target forked process Tgid (now followed under the same
+	// slot); WakerTgid/WakerTid/WakerComm are the parent.
+	RecFork RecKind = 1
+	// RecExit: the last thread of followed process Tgid exited.
+	RecExit RecKind = 2
+)
+
+// Record flags (EVF_* of bpf/sched.bpf.c).
+const (
+	// FlagClient marks a thread of the load generator (SetClient).
+	FlagClient = 1
+	// FlagChild marks a process the kernel followed through fork.
+	FlagChild = 2
+)
+
+// WakeContext is where the wakeup that ended a sleep ran (enum wake_ctx).
+type WakeContext uint8
+
+// The wakeup contexts.
+const (
+	WakeNone    WakeContext = 0 // no wakeup known (preempted, or Wakers off)
+	WakeTask    WakeContext = 1 // in task context: the waker is Waker*
+	WakeHardirq WakeContext = 2 // in a hard interrupt (hrtimer expiry, device IRQ)
+	WakeSoftirq WakeContext = 3 // serving a softirq; WakeVec says which
+	WakeNMI     WakeContext = 4
+	WakeUnknown WakeContext = 5 // woken, but the context is unreadable here
+)
+
+func (w WakeContext) String() string {
+	switch w {
+	case WakeNone:
+		return "none"
+	case WakeTask:
+		return "task"
+	case WakeHardirq:
+		return "hardirq"
+	case WakeSoftirq:
+		return "softirq"
+	case WakeNMI:
+		return "nmi"
+	}
+	return "unknown"
+}
+
+// softirqNames are the softirq vectors (enum in include/linux/interrupt.h).
+var softirqNames = []string{"hi", "timer", "net_tx", "net_rx", "block", "irq_poll", "tasklet", "sched", "hrtimer", "rcu"}
+
+// SoftirqName names a softirq vector as WakeVec carries it (vector + 1);
+// "" when unknown.
+func SoftirqName(vec uint8) string {
+	if vec == 0 || int(vec) > len(softirqNames) {
+		return ""
+	}
+	return softirqNames[vec-1]
+}
+
+// Tracepoints are the tracepoints the collector attaches to: sched_switch
+// always, the others when the configuration asks for them.
+var Tracepoints = []string{"sched_switch", "sched_waking", "softirq_entry", "softirq_exit", "sched_process_fork", "sched_process_exit"}
 
 // MaxTargets bounds the aggregate slots; index 0 is host-wide.
 const MaxTargets = bpfutil.MaxTargets
@@ -82,6 +155,19 @@ type Config struct {
 	// random, and scales it back: the daemon's cost on a context-switch
 	// storm. Targets are always counted in full.
 	HostSample uint32
+	// Wakers records, for target threads, who woke them (task, or which
+	// kind of interrupt) and who held the CPU while they were preempted,
+	// carried by their switch-in records (sched_waking: one more program
+	// run per wakeup of the host). Sessions turn it on.
+	Wakers bool
+	// SoftirqVector, with Wakers, says which softirq a softirq wakeup ran
+	// in (network receive, block, timer...): two more program runs per
+	// softirq of the host.
+	SoftirqVector bool
+	// Tree follows the targets' process trees: processes they fork become
+	// targets under the same slot until they exit (sched_process_fork and
+	// sched_process_exit). Sessions turn it on.
+	Tree bool
 	// DrainPeriod is how often the reader drains the ring (default 100 ms).
 	DrainPeriod time.Duration
 	// OnEvent receives each event of a streamed target from the reader
@@ -112,10 +198,76 @@ func New(cfg Config) *Collector {
 // everything it took.
 func (c *Collector) Start(context.Context) error {
 	f := c.cfg.Fold
-	return c.Load(bpfutil.Object{Spec: loadSched, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Consts: map[string]any{
+	var skip []string
+	if !c.cfg.Wakers {
+		skip = append(skip, "sched_waking")
+	}
+	if !c.cfg.Wakers || !c.cfg.SoftirqVector {
+		skip = append(skip, "softirq_entry", "softirq_exit")
+	}
+	if !c.cfg.Tree {
+		skip = append(skip, "sched_process_fork", "sched_process_exit")
+	}
+	var delta int64
+	if c.cfg.Wakers {
+		var err error
+		if delta, err = PreemptDelta(); err != nil {
+			c.Log().Warn("wakeup contexts unknown on this kernel", "err", err)
+		}
+	}
+	return c.Load(bpfutil.Object{Spec: loadSched, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip, Consts: map[string]any{
 		schedVarHostWide: c.cfg.HostWide, schedVarFoldRunqNs: uint64(f.Runqueue), schedVarFoldOffcpuNs: uint64(f.OffCPU),
 		schedVarFoldSleepNs: uint64(f.Sleep), schedVarFlushNs: uint64(f.Flush), schedVarHostSampleMask: c.sampleMask(),
+		schedVarWithWakers: c.cfg.Wakers, schedVarWithSoftirqVec: c.cfg.Wakers && c.cfg.SoftirqVector,
+		schedVarWithTree: c.cfg.Tree, schedVarPreemptDelta: delta,
 	}})
+}
+
+var (
+	preemptOnce  sync.Once
+	preemptDelta int64
+	preemptErr   error
+)
+
+// PreemptDelta is the distance from a CPU's run queue to its preempt
+// count, both per-CPU variables (runqueues and __preempt_count, x86-64):
+// the difference of their offsets in the kernel's per-CPU section, read
+// from its BTF. The kernel reaches its CPU's run queue through the running
+// task, so it reads the preempt count, and so the context of a wakeup,
+// without a typed per-CPU ksym.
+func PreemptDelta() (int64, error) {
+	preemptOnce.Do(func() {
+		spec, err := bpfutil.KernelBTF()
+		if err != nil {
+			preemptErr = fmt.Errorf("reading kernel BTF: %w", err)
+			return
+		}
+		var ds *btf.Datasec
+		if err := spec.TypeByName(".data..percpu", &ds); err != nil {
+			preemptErr = fmt.Errorf("finding the per-CPU section in kernel BTF: %w", err)
+			return
+		}
+		off := map[string]int64{}
+		for _, v := range ds.Vars {
+			if vr, ok := v.Type.(*btf.Var); ok && (vr.Name == "__preempt_count" || vr.Name == "runqueues") {
+				off[vr.Name] = int64(v.Offset)
+			}
+		}
+		pc, ok1 := off["__preempt_count"]
+		rq, ok2 := off["runqueues"]
+		if !ok1 || !ok2 {
+			preemptErr = fmt.Errorf("the kernel's per-CPU section has no __preempt_count or runqueues (not x86-64?)")
+			return
+		}
+		preemptDelta = pc - rq
+	})
+	return preemptDelta, preemptErr
+}
+
+// SetClient follows the threads of tgid, the load generator, under slot
+// idx: their switch-ins are streamed like a target's, flagged FlagClient.
+func (c *Collector) SetClient(tgid, idx uint32) error {
+	return c.Base.SetTarget(tgid, idx, bpfutil.TargetStream|bpfutil.TargetClient)
 }
 
 // Run drains the ring buffer into OnEvent until ctx is done (after

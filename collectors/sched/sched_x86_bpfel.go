@@ -27,8 +27,19 @@ type schedEvent struct {
 	Cpu          uint32
 	State        uint8
 	HasRunq      uint8
-	Pad          [2]uint8
+	Kind         uint8
+	Flags        uint8
 	Comm         [16]int8
+	WakeTs       uint64
+	WakerTid     uint32
+	WakerTgid    uint32
+	WakerComm    [16]int8
+	HolderTid    uint32
+	HolderTgid   uint32
+	HolderComm   [16]int8
+	WakeCtx      uint8
+	WakeVec      uint8
+	Pad          [6]uint8
 }
 
 type schedHist struct {
@@ -58,6 +69,15 @@ type schedTaskInfo struct {
 	FoldRunqN    uint32
 	FoldN        uint32
 	OffcpuState  uint32
+	WakeCtx      uint32
+	WakeTs       uint64
+	WakerTid     uint32
+	WakerTgid    uint32
+	WakerComm    [16]int8
+	HolderTid    uint32
+	HolderTgid   uint32
+	HolderComm   [16]int8
+	WakeVec      uint32
 	Pad          uint32
 }
 
@@ -65,23 +85,34 @@ type schedTaskInfo struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	schedMapEvents         = "events"
-	schedMapOffcpuHist     = "offcpu_hist"
-	schedMapPipeStats      = "pipe_stats"
-	schedMapRunqHist       = "runq_hist"
-	schedMapTargets        = "targets"
-	schedMapTaskInfos      = "task_infos"
-	schedProgSchedSwitch   = "sched_switch"
-	schedVarFlushNs        = "flush_ns"
-	schedVarFoldOffcpuNs   = "fold_offcpu_ns"
-	schedVarFoldRunqNs     = "fold_runq_ns"
-	schedVarFoldSleepNs    = "fold_sleep_ns"
-	schedVarHostSampleMask = "host_sample_mask"
-	schedVarHostWide       = "host_wide"
-	schedVarNrTargets      = "nr_targets"
-	schedVarSelfTgid       = "self_tgid"
-	schedVarUnusedEvent    = "unused_event"
-	schedVarWakeupBytes    = "wakeup_bytes"
+	schedMapCurSoftirq        = "cur_softirq"
+	schedMapEvents            = "events"
+	schedMapOffcpuHist        = "offcpu_hist"
+	schedMapPipeStats         = "pipe_stats"
+	schedMapRunqHist          = "runq_hist"
+	schedMapTargets           = "targets"
+	schedMapTaskInfos         = "task_infos"
+	schedProgSchedProcessExit = "sched_process_exit"
+	schedProgSchedProcessFork = "sched_process_fork"
+	schedProgSchedSwitch      = "sched_switch"
+	schedProgSchedWaking      = "sched_waking"
+	schedProgSoftirqEntry     = "softirq_entry"
+	schedProgSoftirqExit      = "softirq_exit"
+	schedVarFlushNs           = "flush_ns"
+	schedVarFoldOffcpuNs      = "fold_offcpu_ns"
+	schedVarFoldRunqNs        = "fold_runq_ns"
+	schedVarFoldSleepNs       = "fold_sleep_ns"
+	schedVarHostSampleMask    = "host_sample_mask"
+	schedVarHostWide          = "host_wide"
+	schedVarNrChildren        = "nr_children"
+	schedVarNrTargets         = "nr_targets"
+	schedVarPreemptDelta      = "preempt_delta"
+	schedVarSelfTgid          = "self_tgid"
+	schedVarUnusedEvent       = "unused_event"
+	schedVarWakeupBytes       = "wakeup_bytes"
+	schedVarWithSoftirqVec    = "with_softirq_vec"
+	schedVarWithTree          = "with_tree"
+	schedVarWithWakers        = "with_wakers"
 )
 
 // loadSched returns the embedded CollectionSpec for sched.
@@ -126,13 +157,19 @@ type schedSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedProgramSpecs struct {
-	SchedSwitch *ebpf.ProgramSpec `ebpf:"sched_switch"`
+	SchedProcessExit *ebpf.ProgramSpec `ebpf:"sched_process_exit"`
+	SchedProcessFork *ebpf.ProgramSpec `ebpf:"sched_process_fork"`
+	SchedSwitch      *ebpf.ProgramSpec `ebpf:"sched_switch"`
+	SchedWaking      *ebpf.ProgramSpec `ebpf:"sched_waking"`
+	SoftirqEntry     *ebpf.ProgramSpec `ebpf:"softirq_entry"`
+	SoftirqExit      *ebpf.ProgramSpec `ebpf:"softirq_exit"`
 }
 
 // schedMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedMapSpecs struct {
+	CurSoftirq *ebpf.MapSpec `ebpf:"cur_softirq"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	OffcpuHist *ebpf.MapSpec `ebpf:"offcpu_hist"`
 	PipeStats  *ebpf.MapSpec `ebpf:"pipe_stats"`
@@ -151,10 +188,15 @@ type schedVariableSpecs struct {
 	FoldSleepNs    *ebpf.VariableSpec `ebpf:"fold_sleep_ns"`
 	HostSampleMask *ebpf.VariableSpec `ebpf:"host_sample_mask"`
 	HostWide       *ebpf.VariableSpec `ebpf:"host_wide"`
+	NrChildren     *ebpf.VariableSpec `ebpf:"nr_children"`
 	NrTargets      *ebpf.VariableSpec `ebpf:"nr_targets"`
+	PreemptDelta   *ebpf.VariableSpec `ebpf:"preempt_delta"`
 	SelfTgid       *ebpf.VariableSpec `ebpf:"self_tgid"`
 	UnusedEvent    *ebpf.VariableSpec `ebpf:"unused_event"`
 	WakeupBytes    *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	WithSoftirqVec *ebpf.VariableSpec `ebpf:"with_softirq_vec"`
+	WithTree       *ebpf.VariableSpec `ebpf:"with_tree"`
+	WithWakers     *ebpf.VariableSpec `ebpf:"with_wakers"`
 }
 
 // schedObjects contains all objects after they have been loaded into the kernel.
@@ -177,6 +219,7 @@ func (o *schedObjects) Close() error {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedMaps struct {
+	CurSoftirq *ebpf.Map `ebpf:"cur_softirq"`
 	Events     *ebpf.Map `ebpf:"events"`
 	OffcpuHist *ebpf.Map `ebpf:"offcpu_hist"`
 	PipeStats  *ebpf.Map `ebpf:"pipe_stats"`
@@ -187,6 +230,7 @@ type schedMaps struct {
 
 func (m *schedMaps) Close() error {
 	return _SchedClose(
+		m.CurSoftirq,
 		m.Events,
 		m.OffcpuHist,
 		m.PipeStats,
@@ -206,22 +250,37 @@ type schedVariables struct {
 	FoldSleepNs    *ebpf.Variable `ebpf:"fold_sleep_ns"`
 	HostSampleMask *ebpf.Variable `ebpf:"host_sample_mask"`
 	HostWide       *ebpf.Variable `ebpf:"host_wide"`
+	NrChildren     *ebpf.Variable `ebpf:"nr_children"`
 	NrTargets      *ebpf.Variable `ebpf:"nr_targets"`
+	PreemptDelta   *ebpf.Variable `ebpf:"preempt_delta"`
 	SelfTgid       *ebpf.Variable `ebpf:"self_tgid"`
 	UnusedEvent    *ebpf.Variable `ebpf:"unused_event"`
 	WakeupBytes    *ebpf.Variable `ebpf:"wakeup_bytes"`
+	WithSoftirqVec *ebpf.Variable `ebpf:"with_softirq_vec"`
+	WithTree       *ebpf.Variable `ebpf:"with_tree"`
+	WithWakers     *ebpf.Variable `ebpf:"with_wakers"`
 }
 
 // schedPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedPrograms struct {
-	SchedSwitch *ebpf.Program `ebpf:"sched_switch"`
+	SchedProcessExit *ebpf.Program `ebpf:"sched_process_exit"`
+	SchedProcessFork *ebpf.Program `ebpf:"sched_process_fork"`
+	SchedSwitch      *ebpf.Program `ebpf:"sched_switch"`
+	SchedWaking      *ebpf.Program `ebpf:"sched_waking"`
+	SoftirqEntry     *ebpf.Program `ebpf:"softirq_entry"`
+	SoftirqExit      *ebpf.Program `ebpf:"softirq_exit"`
 }
 
 func (p *schedPrograms) Close() error {
 	return _SchedClose(
+		p.SchedProcessExit,
+		p.SchedProcessFork,
 		p.SchedSwitch,
+		p.SchedWaking,
+		p.SoftirqEntry,
+		p.SoftirqExit,
 	)
 }
 

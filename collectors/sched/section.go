@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 
 	"github.com/bpfbench/bpfbench/collectors"
@@ -14,17 +15,26 @@ import (
 type Section struct {
 	*Collector
 	pid      int
+	client   bool
 	total    *Aggregator
 	interval *Aggregator
 }
 
 var _ collectors.Section = (*Section)(nil)
 
-// NewSection follows every thread of opts.Pid, streaming its events.
+// ClientSlot is the aggregate slot of the load generator's own threads in
+// a session (the target is slot 1).
+const ClientSlot = 2
+
+// NewSection follows every thread of opts.Pid and of the processes it
+// forks, streaming their events with their wakers. A session that runs its
+// own load (a Recorder: `bpfbench run`) also follows this process, the load
+// generator, as the client.
 func NewSection(opts collectors.Options) *Section {
-	s := &Section{pid: opts.Pid, total: NewAggregator(), interval: NewAggregator()}
+	s := &Section{pid: opts.Pid, total: NewAggregator(), interval: NewAggregator(), client: opts.Recorder != nil}
 	s.Collector = New(Config{
 		Logger: opts.Logger,
+		Wakers: true, SoftirqVector: true, Tree: true,
 		OnEvent: func(e *Event) {
 			s.total.Add(e)
 			s.interval.Add(e)
@@ -44,6 +54,12 @@ func (s *Section) Start(ctx context.Context) error {
 	if err := s.SetTarget(uint32(s.pid), 1, true); err != nil {
 		s.Close()
 		return err
+	}
+	if s.client && s.pid != os.Getpid() {
+		if err := s.SetClient(uint32(os.Getpid()), ClientSlot); err != nil {
+			s.Close()
+			return err
+		}
 	}
 	return nil
 }
@@ -74,6 +90,13 @@ func (s *Section) WriteSummary(w io.Writer) {
 		l.Count, bpfutil.Dur(l.P50), bpfutil.Dur(l.P99), bpfutil.Dur(l.Max), bpfutil.Dur(l.Sum))
 	fmt.Fprintf(w, "  off-CPU: preempted %s, io_wait (D) %s, sleep (S) %s\n",
 		bpfutil.Dur(sum.OffCPU.Preempted), bpfutil.Dur(sum.OffCPU.IOWait), bpfutil.Dur(sum.OffCPU.Sleep))
+	if wk := sum.Wakeups; wk != nil {
+		fmt.Fprintf(w, "  wakeups recorded: same process %d, other process %d, hardirq %d, softirq %v, nmi %d, unknown %d; preemptions with holder %d\n",
+			wk.SameProcess, wk.OtherProcess, wk.Hardirq, wk.Softirq, wk.NMI, wk.Unknown, wk.Preempted)
+	}
+	if sum.Forks+sum.Exits+sum.ClientRecords > 0 {
+		fmt.Fprintf(w, "  process tree: %d forks, %d exits followed; client records %d\n", sum.Forks, sum.Exits, sum.ClientRecords)
+	}
 	if len(sum.Threads) == 0 {
 		return
 	}
@@ -87,7 +110,12 @@ func (s *Section) WriteSummary(w io.Writer) {
 }
 
 // record turns an event into the run-queue and off-CPU spans it closes.
+// Until collectors.Span carries wakers and the client's threads, only the
+// server's switch-ins become spans.
 func record(r collectors.Recorder, e *Event) {
+	if RecKind(e.Kind) != RecSwitch || e.Flags&FlagClient != 0 {
+		return
+	}
 	end := int64(e.Ts)
 	if e.HasRunq != 0 && e.RunqNs > 0 {
 		r.Record(collectors.Span{Kind: collectors.SpanRunqueue, Start: end - int64(e.RunqNs), End: end, Tid: e.Tid, Blocking: true})

@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"maps"
 	"sort"
 	"sync"
 
@@ -33,6 +34,24 @@ type Thread struct {
 	OffCPU          OffCPU  `json:"offcpu_seconds"`
 }
 
+// Wakeups counts the wakeups the target's switch-in records name, by
+// where they ran (Config.Wakers; folded switch-ins are not counted).
+type Wakeups struct {
+	// SameProcess and OtherProcess: by a task of the woken thread's own
+	// process, or of another (an edge of the critical path).
+	SameProcess  uint64 `json:"same_process"`
+	OtherProcess uint64 `json:"other_process"`
+	Hardirq      uint64 `json:"hardirq"`
+	// Softirq counts softirq wakeups by vector ("net_rx", "timer", ...;
+	// "softirq" when the vector is not known).
+	Softirq map[string]uint64 `json:"softirq,omitempty"`
+	NMI     uint64            `json:"nmi"`
+	Unknown uint64            `json:"unknown"`
+	// Preempted counts switch-ins after a preemption that name the thread
+	// that took the CPU.
+	Preempted uint64 `json:"preempted_with_holder"`
+}
+
 // Summary is the `sched` section of `bpfbench attach`.
 type Summary struct {
 	RunqueueLatency Latency `json:"runqueue_latency_seconds"`
@@ -40,7 +59,15 @@ type Summary struct {
 	// Folded counts the switch-ins summed in the kernel instead of sent
 	// (short waits and stints); they are in every figure above.
 	Folded  uint64   `json:"folded_intervals"`
-	Threads []Thread `json:"threads,omitempty"`
+	Wakeups *Wakeups `json:"wakeups,omitempty"`
+	// Forks and Exits count the processes of the target's tree the kernel
+	// started and stopped following (Config.Tree).
+	Forks uint64 `json:"forks,omitempty"`
+	Exits uint64 `json:"exits,omitempty"`
+	// ClientRecords counts the load generator's own switch-in records
+	// (SetClient); they are in no figure above.
+	ClientRecords uint64   `json:"client_records,omitempty"`
+	Threads       []Thread `json:"threads,omitempty"`
 }
 
 type threadAgg struct {
@@ -59,6 +86,11 @@ type Aggregator struct {
 	offcpuNs [NumStates]uint64
 	threads  map[uint32]*threadAgg
 	folded   uint64
+	wakeups  Wakeups
+	woken    bool // a record named a waker or holder
+	forks    uint64
+	exits    uint64
+	client   uint64
 }
 
 // NewAggregator returns an empty aggregator.
@@ -68,6 +100,19 @@ func NewAggregator() *Aggregator { return &Aggregator{threads: map[uint32]*threa
 func (a *Aggregator) Add(e *Event) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	switch RecKind(e.Kind) {
+	case RecFork:
+		a.forks++
+		return
+	case RecExit:
+		a.exits++
+		return
+	}
+	if e.Flags&FlagClient != 0 {
+		a.client++
+		return
+	}
+	a.addWakeup(e)
 	t := a.threads[e.Tid]
 	if t == nil {
 		t = &threadAgg{comm: bpfutil.CString(e.Comm[:])}
@@ -97,6 +142,40 @@ func (a *Aggregator) Add(e *Event) {
 	a.folded += uint64(e.FoldN)
 }
 
+func (a *Aggregator) addWakeup(e *Event) {
+	w := &a.wakeups
+	if e.HolderTid != 0 {
+		w.Preempted++
+		a.woken = true
+	}
+	switch WakeContext(e.WakeCtx) {
+	case WakeNone:
+		return
+	case WakeTask:
+		if e.WakerTgid == e.Tgid {
+			w.SameProcess++
+		} else {
+			w.OtherProcess++
+		}
+	case WakeHardirq:
+		w.Hardirq++
+	case WakeSoftirq:
+		name := SoftirqName(e.WakeVec)
+		if name == "" {
+			name = "softirq"
+		}
+		if w.Softirq == nil {
+			w.Softirq = map[string]uint64{}
+		}
+		w.Softirq[name]++
+	case WakeNMI:
+		w.NMI++
+	default:
+		w.Unknown++
+	}
+	a.woken = true
+}
+
 // Reset forgets everything (for per-interval views).
 func (a *Aggregator) Reset() {
 	a.mu.Lock()
@@ -104,6 +183,9 @@ func (a *Aggregator) Reset() {
 	a.runq.Reset()
 	a.offcpuNs = [NumStates]uint64{}
 	a.folded = 0
+	a.wakeups = Wakeups{}
+	a.woken = false
+	a.forks, a.exits, a.client = 0, 0, 0
 	clear(a.threads)
 }
 
@@ -128,6 +210,14 @@ func (a *Aggregator) Summary(maxThreads int) Summary {
 		},
 		OffCPU: offcpuOf(a.offcpuNs),
 		Folded: a.folded,
+		Forks:  a.forks, Exits: a.exits, ClientRecords: a.client,
+	}
+	if a.woken {
+		w := a.wakeups
+		if w.Softirq != nil {
+			w.Softirq = maps.Clone(w.Softirq)
+		}
+		s.Wakeups = &w
 	}
 	for tid, t := range a.threads {
 		s.Threads = append(s.Threads, Thread{
