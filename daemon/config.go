@@ -32,10 +32,33 @@ type Config struct {
 	// Pprof serves the Go runtime's profiles under /debug/pprof/ (behind
 	// the same web configuration as /metrics).
 	Pprof bool `yaml:"enable_pprof"`
+	// Kubernetes says where the pods of this node are listed, for targets
+	// with Kubernetes selectors (k8s.go).
+	Kubernetes Kubernetes `yaml:"kubernetes"`
+}
+
+// Kubernetes is how the daemon lists the pods of its node. Every field has
+// an in-cluster default, so a DaemonSet that sets NODE_NAME from
+// spec.nodeName needs none of them.
+type Kubernetes struct {
+	// NodeName is the node whose pods are listed; empty: $NODE_NAME.
+	NodeName string `yaml:"node_name"`
+	// APIServer is the API server's URL; empty: https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT.
+	APIServer string `yaml:"api_server"`
+	// TokenFile is the bearer token, read again on every request
+	// (projected tokens rotate); empty: the service account's.
+	TokenFile string `yaml:"token_file"`
+	// CAFile verifies the API server; empty: the service account's ca.crt.
+	CAFile string `yaml:"ca_file"`
+	// RefreshInterval is how often the pods are listed; zero: the
+	// daemon's refresh_interval.
+	RefreshInterval time.Duration `yaml:"refresh_interval"`
 }
 
 // Target selects processes whose metrics carry target="Name". Exactly
-// one selector is set.
+// one selector is set: pid, comm, cgroup, or the Kubernetes selectors
+// (namespace, pod_labels and container, any of them; all that are set
+// must match).
 type Target struct {
 	Name string `yaml:"name"`
 	// Pid follows one process.
@@ -45,12 +68,51 @@ type Target struct {
 	// Cgroup follows every process in this cgroup path or below it
 	// (as in /proc/PID/cgroup, e.g. /system.slice/vllm.service).
 	Cgroup string `yaml:"cgroup"`
+
+	// Namespace follows the containers of the pods in this namespace.
+	Namespace string `yaml:"namespace"`
+	// PodLabels follows the containers of the pods carrying every one of
+	// these labels.
+	PodLabels map[string]string `yaml:"pod_labels"`
+	// Container follows only the containers of this name.
+	Container string `yaml:"container"`
+	// MaxPods bounds the pod containers of a Kubernetes target listed in
+	// bpfbench_target_info (DefaultMaxPods when zero); beyond it they are
+	// counted in bpfbench_target_pods_overflow.
+	MaxPods int `yaml:"max_pods"`
 }
+
+// Kubernetes reports whether t selects pods.
+func (t Target) Kubernetes() bool {
+	return t.Namespace != "" || len(t.PodLabels) > 0 || t.Container != ""
+}
+
+// PodLimit is the number of pod containers of t listed in bpfbench_target_info.
+func (t Target) PodLimit() int {
+	if t.MaxPods == 0 {
+		return DefaultMaxPods
+	}
+	return t.MaxPods
+}
+
+// DefaultMaxPods is a Kubernetes target's max_pods when none is set;
+// MaxPodsLimit is the largest accepted.
+const (
+	DefaultMaxPods = 16
+	MaxPodsLimit   = 256
+)
 
 // MaxConfigTargets is the number of target slots (slot 0 is the host).
 const MaxConfigTargets = 63
 
-var labelValueRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+var (
+	labelValueRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,64}$`)
+	// A namespace or container name: an RFC 1123 label.
+	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	// A label key: an optional DNS subdomain prefix and a name.
+	podLabelKeyRE   = regexp.MustCompile(`^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	podLabelValueRE = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+)
 
 // DefaultConfig is used when no file is given.
 func DefaultConfig() Config {
@@ -112,9 +174,41 @@ func (c *Config) Validate() error {
 				return fmt.Errorf("%s (%s): cgroup %q must be an absolute cgroup path like /system.slice/vllm.service", where, t.Name, t.Cgroup)
 			}
 		}
-		if n != 1 {
-			return fmt.Errorf("%s (%s): set exactly one of pid, comm or cgroup", where, t.Name)
+		if t.Kubernetes() {
+			n++
+			if err := t.validateKubernetes(); err != nil {
+				return fmt.Errorf("%s (%s): %w", where, t.Name, err)
+			}
+		} else if t.MaxPods != 0 {
+			return fmt.Errorf("%s (%s): max_pods applies to targets with namespace, pod_labels or container", where, t.Name)
 		}
+		if n != 1 {
+			return fmt.Errorf("%s (%s): set exactly one of pid, comm or cgroup, or the Kubernetes selectors (namespace, pod_labels, container)", where, t.Name)
+		}
+	}
+	if c.Kubernetes.RefreshInterval < 0 {
+		return fmt.Errorf("kubernetes.refresh_interval must not be negative (0: the daemon's refresh_interval)")
+	}
+	return nil
+}
+
+func (t Target) validateKubernetes() error {
+	if t.Namespace != "" && !dnsLabelRE.MatchString(t.Namespace) {
+		return fmt.Errorf("namespace %q is not a Kubernetes namespace name (lower-case letters, digits and -)", t.Namespace)
+	}
+	if t.Container != "" && !dnsLabelRE.MatchString(t.Container) {
+		return fmt.Errorf("container %q is not a Kubernetes container name (lower-case letters, digits and -)", t.Container)
+	}
+	for k, v := range t.PodLabels {
+		if !podLabelKeyRE.MatchString(k) {
+			return fmt.Errorf("pod_labels: %q is not a Kubernetes label key", k)
+		}
+		if !podLabelValueRE.MatchString(v) {
+			return fmt.Errorf("pod_labels: %s=%q is not a Kubernetes label value", k, v)
+		}
+	}
+	if t.MaxPods < 0 || t.MaxPods > MaxPodsLimit {
+		return fmt.Errorf("max_pods %d must be between 1 and %d (0: %d)", t.MaxPods, MaxPodsLimit, DefaultMaxPods)
 	}
 	return nil
 }

@@ -41,6 +41,10 @@ type Daemon struct {
 	mu       sync.Mutex
 	assigned map[uint32]uint32 // tgid -> slot, as set in the kernel
 	counts   map[uint32]int    // slot -> processes
+	// Kubernetes targets: the pods of the node, and the pod containers
+	// each slot's processes are in (k8s.go).
+	pods       *podSource
+	containers map[uint32]map[PodContainer]int
 
 	listening chan net.Addr
 	refreshed atomic.Bool // targets resolved at least once
@@ -48,11 +52,15 @@ type Daemon struct {
 
 // New returns a daemon for cfg.
 func New(cfg Config, logger *slog.Logger, factories []HostFactory) *Daemon {
-	return &Daemon{
+	d := &Daemon{
 		cfg: cfg, log: logger.With("component", "daemon"), factories: factories,
 		reg: prometheus.NewRegistry(), assigned: map[uint32]uint32{}, counts: map[uint32]int{},
 		listening: make(chan net.Addr, 1),
 	}
+	if kubernetesTargets(cfg.Targets) {
+		d.pods = newPodSource(cfg, logger)
+	}
+	return d
 }
 
 // Registry is the daemon's metrics registry.
@@ -155,6 +163,9 @@ func (d *Daemon) ready() error {
 	if !d.refreshed.Load() {
 		return errors.New("targets not resolved yet")
 	}
+	if d.pods != nil {
+		return d.pods.ready()
+	}
 	return nil
 }
 
@@ -163,7 +174,11 @@ func (d *Daemon) refresh() {
 	if len(d.cfg.Targets) == 0 {
 		return
 	}
-	want, err := Resolver{Targets: d.cfg.Targets}.Resolve()
+	r := Resolver{Targets: d.cfg.Targets}
+	if d.pods != nil {
+		r.Pods = d.pods.Index(context.Background())
+	}
+	want, containers, err := r.ResolvePods()
 	if err != nil {
 		d.log.Warn("resolving targets", "err", err)
 		return
@@ -196,6 +211,7 @@ func (d *Daemon) refresh() {
 	for _, slot := range d.assigned {
 		d.counts[slot]++
 	}
+	d.containers = containers
 }
 
 // Close closes the collectors in reverse order. It is idempotent.
@@ -222,6 +238,12 @@ var (
 		"Processes currently matched by each configured target.", []string{"target"}, nil)
 	upDesc = prometheus.NewDesc("bpfbench_collector_up",
 		"Whether a collector is loaded and attached (1) or unavailable on this host (0).", []string{"collector"}, nil)
+	targetInfoDesc = prometheus.NewDesc("bpfbench_target_info",
+		"The pod containers a Kubernetes target's processes are in, at most max_pods per target (join on target).",
+		[]string{"target", "namespace", "pod", "container"}, nil)
+	targetOverflowDesc = prometheus.NewDesc("bpfbench_target_pods_overflow",
+		"Pod containers of a Kubernetes target beyond its max_pods, followed but not listed in bpfbench_target_info.",
+		[]string{"target"}, nil)
 )
 
 // Describe implements prometheus.Collector for the daemon's own metrics.
@@ -231,6 +253,8 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 	ch <- decodeDesc
 	ch <- targetProcsDesc
 	ch <- upDesc
+	ch <- targetInfoDesc
+	ch <- targetOverflowDesc
 }
 
 // Collect implements prometheus.Collector for the daemon's own metrics.
@@ -254,5 +278,12 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 	defer d.mu.Unlock()
 	for i, t := range d.cfg.Targets {
 		ch <- prometheus.MustNewConstMetric(targetProcsDesc, prometheus.GaugeValue, float64(d.counts[uint32(i+1)]), t.Name)
+		if t.Kubernetes() {
+			listed, overflow := listPods(d.containers[uint32(i+1)], t.PodLimit())
+			for _, pc := range listed {
+				ch <- prometheus.MustNewConstMetric(targetInfoDesc, prometheus.GaugeValue, 1, t.Name, pc.Namespace, pc.Pod, pc.Container)
+			}
+			ch <- prometheus.MustNewConstMetric(targetOverflowDesc, prometheus.GaugeValue, float64(overflow), t.Name)
+		}
 	}
 }

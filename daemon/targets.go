@@ -10,16 +10,27 @@ import (
 type Resolver struct {
 	Proc    string // "/proc" unless testing
 	Targets []Target
+	// Pods are this node's containers, for Kubernetes targets (nil: the
+	// pods are not listed yet, and no Kubernetes target matches).
+	Pods *PodIndex
 }
 
 // Resolve returns, for every process matching a target, its slot (the
 // target's index + 1). A process matching several targets takes the first.
 func (r Resolver) Resolve() (map[uint32]uint32, error) {
+	slots, _, err := r.ResolvePods()
+	return slots, err
+}
+
+// ResolvePods is Resolve that also returns, for each slot of a Kubernetes
+// target, the pod containers its processes are in.
+func (r Resolver) ResolvePods() (map[uint32]uint32, map[uint32]map[PodContainer]int, error) {
 	proc := r.Proc
 	if proc == "" {
 		proc = "/proc"
 	}
 	out := map[uint32]uint32{}
+	pods := map[uint32]map[PodContainer]int{}
 	needScan := false
 	for i, t := range r.Targets {
 		if t.Pid != 0 {
@@ -33,11 +44,11 @@ func (r Resolver) Resolve() (map[uint32]uint32, error) {
 		}
 	}
 	if !needScan {
-		return out, nil
+		return out, pods, nil
 	}
 	ents, err := os.ReadDir(proc)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -46,6 +57,7 @@ func (r Resolver) Resolve() (map[uint32]uint32, error) {
 		}
 		var comm string
 		var cgroups []string
+		var container *podContainer
 		for i, t := range r.Targets {
 			if _, done := out[uint32(pid)]; done {
 				break
@@ -72,10 +84,29 @@ func (r Resolver) Resolve() (map[uint32]uint32, error) {
 						break
 					}
 				}
+			case t.Kubernetes():
+				if r.Pods == nil {
+					continue
+				}
+				if container == nil {
+					if cgroups == nil {
+						cgroups = readCgroups(proc + "/" + e.Name() + "/cgroup")
+					}
+					pc, _ := r.Pods.lookup(containerOf(cgroups))
+					container = &pc
+				}
+				if container.Pod != "" && t.matches(*container) {
+					slot := uint32(i + 1)
+					out[uint32(pid)] = slot
+					if pods[slot] == nil {
+						pods[slot] = map[PodContainer]int{}
+					}
+					pods[slot][container.PodContainer]++
+				}
 			}
 		}
 	}
-	return out, nil
+	return out, pods, nil
 }
 
 // readCgroups returns the cgroup paths of a process, one per hierarchy.
