@@ -71,7 +71,9 @@ type Config struct {
 	ExtraBody       map[string]any
 	// NetHTTP sends requests through Go's net/http instead of the raw
 	// HTTP/1.1 transport (which serves http:// targets without a proxy).
-	NetHTTP bool
+	// NoTraceparent sends requests without a W3C traceparent header.
+	NoTraceparent bool
+	NetHTTP       bool
 
 	Percentiles []float64
 	Goodput     Goodput
@@ -195,6 +197,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RequestIDPrefix, "request-id-prefix", c.RequestIDPrefix, "prefix of the x-request-id header (default: bench-<random>-)")
 	fs.Var(headerFlag{&c.Headers}, "header", "extra request header `KEY=VALUE` (repeatable)")
 	fs.BoolVar(&c.NoKeepAlive, "no-keepalive", c.NoKeepAlive, "open a new connection for every request")
+	fs.BoolVar(&c.NoTraceparent, "no-traceparent", c.NoTraceparent, "send no W3C traceparent header (by default each request carries one, whose ids its OTLP span takes, so a tracing engine's spans join it)")
 	fs.BoolVar(&c.NetHTTP, "net-http", c.NetHTTP, "send through Go's net/http instead of the raw HTTP/1.1 transport on non-blocking sockets (used for http:// targets without a proxy)")
 	fs.Var(floatList{&c.Percentiles}, "percentiles", "comma-separated percentiles to report, e.g. 50,90,99")
 	fs.Var(&c.Goodput, "goodput", "SLOs for goodput as ttft:MS,tpot:MS,e2el:MS")
@@ -325,17 +328,18 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	client, err := NewClient(ClientOptions{
-		Target:       cfg.Target,
-		Endpoint:     cfg.Endpoint,
-		Model:        cfg.Model,
-		IgnoreEOS:    cfg.IgnoreEOS,
-		IncludeUsage: !cfg.NoUsage,
-		Headers:      cfg.Headers,
-		Timeout:      cfg.Timeout,
-		StallTimeout: cfg.StallTimeout,
-		NoKeepAlive:  cfg.NoKeepAlive,
-		ExtraBody:    cfg.ExtraBody,
-		NetHTTP:      cfg.NetHTTP || mt != nil, // multiturn needs the replies' text
+		Target:        cfg.Target,
+		Endpoint:      cfg.Endpoint,
+		Model:         cfg.Model,
+		IgnoreEOS:     cfg.IgnoreEOS,
+		IncludeUsage:  !cfg.NoUsage,
+		Headers:       cfg.Headers,
+		Timeout:       cfg.Timeout,
+		StallTimeout:  cfg.StallTimeout,
+		NoKeepAlive:   cfg.NoKeepAlive,
+		ExtraBody:     cfg.ExtraBody,
+		NetHTTP:       cfg.NetHTTP || mt != nil, // multiturn needs the replies' text
+		NoTraceparent: cfg.NoTraceparent,
 	})
 	if err != nil {
 		return nil, err
