@@ -171,7 +171,7 @@ func (e *Engine) lastRan(t int64) (uint32, bool) {
 				at = min(s[j].End, t)
 				break
 			}
-			if j == len(s)-1 && s[j].State == Runnable {
+			if j == len(s)-1 && s[j].State == Runnable && s[j].End <= t {
 				at = t // running since (see walk's tail rule)
 				break
 			}

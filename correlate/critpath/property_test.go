@@ -1,0 +1,121 @@
+package critpath
+
+import (
+	"reflect"
+	"testing"
+)
+
+var seeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
+
+// Random graphs: every gap's steps tile it and its causes sum to it.
+func TestPropertyPartsSumToGap(t *testing.T) {
+	var agg Aggregate
+	for _, seed := range seeds {
+		tl := genTimeline(seed, 2+int(seed%5), 1000*ms, 4+int(seed%9))
+		gs := tl.batch(Options{})
+		if len(gs) != len(tl.reads) {
+			t.Fatalf("seed %d: %d gaps of %d reads", seed, len(gs), len(tl.reads))
+		}
+		for _, g := range gs {
+			checkSums(t, g)
+			agg.Add(g)
+			x := g.Excess(Baseline{ITL: Normal{ServerCompute: 5 * ms}})
+			var ns int64
+			var sh float64
+			for c := range NumCauses {
+				ns += x.Ns[c]
+				sh += x.Shares[c]
+			}
+			if ns != x.ExcessNs || (x.ExcessNs > 0 && (sh < 1-1e-9 || sh > 1+1e-9)) {
+				t.Fatalf("seed %d: excess %d split into %d, shares sum to %v", seed, x.ExcessNs, ns, sh)
+			}
+		}
+	}
+	var sum int64
+	for _, v := range agg.Ns {
+		sum += v
+	}
+	if sum != agg.GapNs {
+		t.Errorf("aggregate: %d of %d", sum, agg.GapNs)
+	}
+	t.Logf("%d gaps; unexplained %.1f%% of gap time (holes and lost wakers by construction), cpu_runqueue %.1f%%; neighbours %d",
+		agg.Gaps, 100*agg.Fraction(Unexplained), 100*agg.Fraction(CPURunqueue), len(agg.Neighbours()))
+}
+
+// Shifting every timestamp by a constant changes nothing.
+func TestPropertyShift(t *testing.T) {
+	const k = 7_777_777_777_777
+	for _, seed := range seeds[:4] {
+		tl := genTimeline(seed, 4, 500*ms, 5)
+		a := tl.batch(Options{})
+		b := tl.shift(k).batch(Options{})
+		for i := range b {
+			b[i].Start -= k
+			b[i].End -= k
+			b[i].Sent -= k
+			b[i].Arrived -= k
+			for j := range b[i].Steps {
+				b[i].Steps[j].Start -= k
+				b[i].Steps[j].End -= k
+			}
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("seed %d: shifted results differ", seed)
+		}
+	}
+}
+
+// Input order permutations within the lateness, flushed as the watermark
+// passes, give what one batch gives.
+func TestPropertyOrderWithinLateness(t *testing.T) {
+	for _, seed := range seeds[:4] {
+		tl := genTimeline(seed, 5, 500*ms, 6)
+		want := tl.batch(Options{})
+		for perm := uint64(1); perm <= 4; perm++ {
+			opt := Options{}
+			if perm == 4 {
+				opt.Keep = 300 * ms // pruning as it goes: longer than any gap plus the lateness
+			}
+			got := tl.stream(opt, seed*10+perm, 30*ms)
+			if len(got) != len(want) {
+				t.Fatalf("seed %d perm %d: %d gaps, want %d", seed, perm, len(got), len(want))
+			}
+			for i := range want {
+				if !reflect.DeepEqual(got[i], want[i]) {
+					t.Fatalf("seed %d perm %d: gap %d/%d differs:\n got %s\nwant %s", seed, perm, want[i].Request, want[i].Index, dump(got[i].Steps), dump(want[i].Steps))
+				}
+			}
+		}
+	}
+}
+
+// A long stream keeps only the history its open gaps need.
+func TestStreamMemoryBounded(t *testing.T) {
+	tl := genTimeline(9, 6, 20_000*ms, 8)
+	ev := tl.events()
+	sortEvents(ev)
+	e := New(Options{Keep: 400 * ms})
+	peak, gaps := 0, 0
+	for i, x := range ev {
+		tl.add(e, x)
+		if i%64 == 0 {
+			e.SetFloor(x.at - 300*ms)
+			gaps += len(e.Flush(x.at - maxSpan))
+			peak = max(peak, e.Retained())
+		}
+	}
+	gaps += len(e.Flush(maxNs))
+	st := e.Stats()
+	if gaps != len(tl.reads) {
+		t.Errorf("%d gaps of %d reads", gaps, len(tl.reads))
+	}
+	// 20 s of history is ~len(ev) items; a window of ~0.5 s holds 1/40.
+	if peak > len(ev)/20 || st.Pruned == 0 {
+		t.Errorf("peak %d items held of %d events, %d pruned", peak, len(ev), st.Pruned)
+	}
+	t.Logf("%d events, peak %d held, %d pruned, stats %+v", len(ev), peak, st.Pruned, st)
+}
+
+func sortEvents(ev []event) {
+	slicesSortStable(ev)
+}
