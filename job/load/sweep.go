@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
@@ -24,13 +25,26 @@ type SweepJob struct {
 	Precision, Step      float64
 	MaxRate              float64
 	MaxSearchConcurrency int
+	// The limit signals that end a step early (loadgen.SweepConfig's and
+	// job.SweepSignalsConfig's): the load generator's own error rate and
+	// connection resets, and the engine's KV cache, preemptions and queue.
+	MaxErrorRate   float64
+	MaxResets      int
+	MaxKVUsage     float64
+	MaxPreemptions int
+	MaxWaiting     int
+	MaxWaitingFor  time.Duration
+	// Signals, when set, are the engine's and the kernel's signals,
+	// polled during every step (job.StartSweepSignals).
+	Signals loadgen.Signals
 	// Result is the file all steps are written to as JSON.
 	Result string
 }
 
 // NewSweepJob returns the job with the defaults of its flags.
 func NewSweepJob() *SweepJob {
-	return &SweepJob{Options: *NewOptions(), Mode: loadgen.SweepRate, RequestsPerStep: 200, Precision: 0.05, MaxSearchConcurrency: 1024}
+	return &SweepJob{Options: *NewOptions(), Mode: loadgen.SweepRate, RequestsPerStep: 200, Precision: 0.05, MaxSearchConcurrency: 1024,
+		MaxErrorRate: 0.05, MaxKVUsage: 0.95, MaxWaitingFor: 2 * time.Second}
 }
 
 // AddFlags defines the load options, the search's flags and --result
@@ -44,6 +58,12 @@ func (j *SweepJob) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&j.Step, "step", j.Step, "rate search resolution in req/s (overrides --precision)")
 	fs.Float64Var(&j.MaxRate, "max-rate", j.MaxRate, "top of the rate search (0: 1.25 × the probed capacity)")
 	fs.IntVar(&j.MaxSearchConcurrency, "max-search-concurrency", j.MaxSearchConcurrency, "top of the concurrency search")
+	fs.Float64Var(&j.MaxErrorRate, "max-error-rate", j.MaxErrorRate, "end a step once more than this fraction of its finished requests failed (counted from 10 on; 0 or less: off)")
+	fs.IntVar(&j.MaxResets, "max-resets", j.MaxResets, "end a step once more than this many of its connections were reset or refused (negative: off)")
+	fs.Float64Var(&j.MaxKVUsage, "max-kv-usage", j.MaxKVUsage, "end a step once the engine's KV cache is fuller than this fraction, from its /metrics (0: off)")
+	fs.IntVar(&j.MaxPreemptions, "max-preemptions", j.MaxPreemptions, "end a step once the engine preempted more requests than this during it, from its /metrics (negative: off)")
+	fs.IntVar(&j.MaxWaiting, "max-waiting", j.MaxWaiting, "end a step once more requests than this wait in the engine's queue for --max-waiting-for, from its /metrics (0: twice its slots, the peak of its running requests; negative: off)")
+	fs.DurationVar(&j.MaxWaitingFor, "max-waiting-for", j.MaxWaitingFor, "how long the engine's queue must stay over --max-waiting to end a step")
 	fs.StringVar(&j.Result, "result", "", "write every step as JSON to this `FILE`")
 	deprecatedAlias(fs, &j.Result, "out", "result", "write every step as JSON to this `FILE`")
 }
@@ -91,7 +111,13 @@ func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *load
 		Step:            j.Step,
 		MaxRate:         j.MaxRate,
 		MaxConcurrency:  j.MaxSearchConcurrency,
+		Signals:         j.Signals,
+		MaxErrorRate:    j.MaxErrorRate,
+		MaxResets:       j.MaxResets,
 		OnStep:          func(s *loadgen.SweepStep) { printStep(stdout, s, slos) },
+	}
+	if sc.MaxErrorRate <= 0 {
+		sc.MaxErrorRate = -1 // 0 is loadgen's default; here it is off
 	}
 	res, err = loadgen.Sweep(ctx, sc)
 	if res != nil {
@@ -127,6 +153,9 @@ func printStep(w io.Writer, s *loadgen.SweepStep, slos []loadgen.SLO) {
 	if s.StoppedEarly {
 		fmt.Fprint(w, " (stopped early)")
 	}
+	for _, v := range s.StoppedBy {
+		fmt.Fprintf(w, " (stopped by %s: %s)", v.Name, v.Detail)
+	}
 	fmt.Fprintln(w)
 }
 
@@ -136,6 +165,7 @@ func printAnswer(w io.Writer, r *loadgen.SweepResult, slos []loadgen.SLO) {
 		unit = "requests in flight"
 	}
 	fmt.Fprintf(w, "capacity (saturation probe): %.2f req/s; search step %.2f %s\n", r.Capacity, r.StepSize, unit)
+	defer fmt.Fprintln(w, r.Conclusion)
 	if r.Best == nil {
 		fmt.Fprintf(w, "answer: no %s met every SLO\n", r.Mode)
 		return

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/spf13/cobra"
 
@@ -31,7 +32,18 @@ with the collectors attached and the knee is explained: "the SLO breaks at 14
 req/s, and what breaks it is run-queue wait on the tokenizer threads". The two
 runs are written to DIR/pass and DIR/fail (--knee-out DIR). It takes every
 load option of bpfbench load; --num-requests is the count of every step,
-like --requests-per-step.`,
+like --requests-per-step.
+
+A step also ends early, and fails, when a signal says the server is past
+its limit: more than --max-error-rate of its requests failed, more than
+--max-resets connections were reset or refused; from the server's /metrics
+(--server-metrics), its KV cache fuller than --max-kv-usage, more than
+--max-preemptions preemptions, or more than --max-waiting requests in its
+queue for --max-waiting-for (the queue signal); with --pid, CUDA
+allocations that failed for lack of device memory and events the kernel's
+ring buffer lost. A signal the engine does not export is off, and said so
+once. Each step shows what stopped it, and the answer names the limit:
+"the SLO holds up to 14 req/s; at 16 req/s the KV cache was 98% full".`,
 		Example: `  bpfbench sweep --target http://127.0.0.1:8000 --slo "p99_ttft_ms<=500,p99_itl_ms<=50" --result sweep.json
   sudo bpfbench sweep --target http://127.0.0.1:8000 --port 8000 --slo "p99_itl_ms<=50" --knee-out knee`,
 		Args:        noArgs,
@@ -80,12 +92,33 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 			return fmt.Errorf("explaining the knee follows the server with eBPF: %s", caps.Hint)
 		}
 	}
-	res, cfg, err := j.Run(ctx, stdout, stderr)
-	if err != nil || pid == 0 {
+	if pid != 0 {
+		if err := bpfutil.EnsureFilesystems(); err != nil {
+			logger.Warn("preparing kernel file systems", "err", err)
+		}
+	}
+	// The engine's signals from its /metrics, and with --pid the kernel's
+	// (the CUDA probes alone), watch every step.
+	var sayMu sync.Mutex
+	sigs, err := job.StartSweepSignals(ctx, job.SweepSignalsConfig{
+		Target: j.Config.Target, ServerMetrics: sm.url, ServerMetricsPeriod: sm.period,
+		MaxKVUsage: j.MaxKVUsage, MaxPreemptions: j.MaxPreemptions, MaxWaiting: j.MaxWaiting, WaitingFor: j.MaxWaitingFor,
+		Pid: pid, Sections: sessionSections(), Logger: logger,
+		Say: func(note string) {
+			sayMu.Lock()
+			defer sayMu.Unlock()
+			fmt.Fprintf(stdout, "signals: %s\n", note)
+		},
+	})
+	if err != nil {
 		return err
 	}
-	if err := bpfutil.EnsureFilesystems(); err != nil {
-		logger.Warn("preparing kernel file systems", "err", err)
+	defer sigs.Close()
+	j.Signals = sigs
+	res, cfg, err := j.Run(ctx, stdout, stderr)
+	sigs.Close()
+	if err != nil || pid == 0 {
+		return err
 	}
 	var knee *job.Knee
 	knee, err = job.ExplainKnee(ctx, job.KneeConfig{
