@@ -44,6 +44,8 @@ func (s Step) with(other Thread, w WakeKind, note string) Step {
 	return s
 }
 
+func (s Step) port(p uint16) Step { s.Port = p; return s }
+
 // only runs one gap through a fresh engine.
 func only(t *testing.T, segs []Segment, cuda []CUDACall, sends []Send, arrs []Arrival, r Read) Gap {
 	t.Helper()
@@ -408,11 +410,14 @@ func TestNetRxWake(t *testing.T) {
 	checkSums(t, g)
 	checkSteps(t, g, []Step{
 		step(0, 10, thA, Running, ServerCompute, 0),
-		step(10, 20, thA, Sleep, NetBackpressure, 0).with(Thread{}, WakeNetRx, ""),
+		step(10, 20, thA, Sleep, NetBackpressure, 0).with(Thread{}, WakeNetRx, "").port(port),
 		step(20, 30, thA, Running, ServerCompute, 0),
-		step(30, 40, thA, Sleep, ServerSleep, 0).with(Thread{}, WakeNetRx, "another connection 5000"),
+		step(30, 40, thA, Sleep, ServerSleep, 0).with(Thread{}, WakeNetRx, NoteOtherConn).port(5000),
 		step(40, 50, thA, Running, ServerCompute, 0),
 	})
+	if d := g.Steps[3].Detail(); d != "woken by softirq-net-rx port 5000 (another connection)" {
+		t.Errorf("detail %q", d)
+	}
 }
 
 func TestExcess(t *testing.T) {

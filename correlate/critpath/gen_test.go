@@ -249,3 +249,7 @@ func sortGaps(gs []Gap) []Gap {
 func slicesSortStable(ev []event) {
 	slices.SortStableFunc(ev, func(a, b event) int { return cmp.Compare(a.at, b.at) })
 }
+
+func sortBy[T any](s []T, key func(T) int64) {
+	slices.SortStableFunc(s, func(a, b T) int { return cmp.Compare(key(a), key(b)) })
+}

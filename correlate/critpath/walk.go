@@ -20,6 +20,9 @@ type Step struct {
 	Other Thread
 	// Wake is what ended the sleep (sleeps only).
 	Wake WakeKind
+	// Port is the connection a network receive woke the sleep for, when
+	// known (Wake WakeNetRx).
+	Port uint16
 	// Note is the CUDA call (gpu_sync), or why the walk stopped here.
 	Note string
 }
@@ -44,6 +47,9 @@ func (s Step) Detail() string {
 			d = "woken by " + s.Other.String()
 		default:
 			d = "woken by " + s.Wake.String()
+		}
+		if s.Port != 0 {
+			d += " port " + strconv.Itoa(int(s.Port))
 		}
 	}
 	if s.Note != "" {
@@ -195,7 +201,7 @@ func (e *Engine) emit(s Step) {
 	if n := len(e.steps); n > 0 {
 		p := &e.steps[n-1]
 		if p.End == s.Start && p.Thread == s.Thread && p.State == s.State && p.Cause == s.Cause &&
-			p.Depth == s.Depth && p.Other == s.Other && p.Wake == s.Wake && p.Note == s.Note {
+			p.Depth == s.Depth && p.Other == s.Other && p.Wake == s.Wake && p.Port == s.Port && p.Note == s.Note {
 			p.End = s.End
 			return
 		}
@@ -368,12 +374,13 @@ func (e *Engine) sleep(h *history, sg *Segment, x, y int64, depth int) {
 	case WakeBlock, WakeHardIRQ:
 		st.Cause = IOBlock
 	case WakeNetRx:
+		st.Port = sg.Wake.Port
 		if sg.Wake.Port != 0 && sg.Wake.Port == e.port {
 			st.Cause = NetBackpressure
 		} else {
 			st.Cause = ServerSleep
 			if sg.Wake.Port != 0 {
-				st.Note = NoteOtherConn + " " + strconv.Itoa(int(sg.Wake.Port))
+				st.Note = NoteOtherConn
 			}
 		}
 	case WakeTimer, WakeSoftIRQTimer:
