@@ -1,0 +1,71 @@
+package critpath
+
+// SwitchIn is the scheduler collector's record of a target thread put
+// back on a CPU (collectors/sched's switch-in record, in plain fields): at
+// Ts it had been off the CPU OffCPU ns, the last Runq ns of them runnable,
+// and it had left the CPU in state Left.
+type SwitchIn struct {
+	Thread Thread
+	Ts     int64
+	OffCPU int64
+	Runq   int64
+	// Left is the state it left the CPU in: Runnable (preempted), Sleep
+	// (S) or IOWait (D).
+	Left State
+	// Wake is what woke it (Left Sleep or IOWait).
+	Wake Wake
+	// Holder is the task that took its CPU (preempted) or ran on it last
+	// before it got the CPU back (woken); zero when unknown.
+	Holder Thread
+}
+
+// Switches turns each thread's switch-in records into segments: Running
+// from its previous switch-in to the switch-out (Ts-OffCPU), then the
+// off-CPU time: preempted, Runnable all along (held by Holder); asleep,
+// Sleep or IOWait until the wakeup (Ts-Runq), then Runnable. A thread's
+// first record yields no Running segment (its previous switch-in is not
+// known). The zero value is ready to use.
+type Switches struct {
+	lastIn map[uint32]int64
+}
+
+// Segments appends r's segments to out.
+func (w *Switches) Segments(r SwitchIn, out []Segment) []Segment {
+	if w.lastIn == nil {
+		w.lastIn = map[uint32]int64{}
+	}
+	out0 := r.Ts - max(r.OffCPU, 0)
+	if prev, ok := w.lastIn[r.Thread.Tid]; ok && out0 > prev {
+		out = append(out, Segment{Thread: r.Thread, State: Running, Start: prev, End: out0})
+	}
+	w.lastIn[r.Thread.Tid] = r.Ts
+	if out0 == r.Ts {
+		return out
+	}
+	holders := func(ns int64) []Holder {
+		if r.Holder == (Thread{}) {
+			return nil
+		}
+		return []Holder{{r.Holder, ns}}
+	}
+	switch r.Left {
+	case Sleep, IOWait:
+		woke := r.Ts - min(max(r.Runq, 0), r.OffCPU)
+		if woke > out0 {
+			s := Segment{Thread: r.Thread, State: r.Left, Start: out0, End: woke}
+			if r.Left == Sleep {
+				s.Wake = r.Wake
+			}
+			out = append(out, s)
+		}
+		if r.Ts > woke {
+			out = append(out, Segment{Thread: r.Thread, State: Runnable, Start: woke, End: r.Ts, Holders: holders(r.Ts - woke)})
+		}
+	default:
+		out = append(out, Segment{Thread: r.Thread, State: Runnable, Start: out0, End: r.Ts, Holders: holders(r.Ts - out0)})
+	}
+	return out
+}
+
+// Forget drops a thread that exited.
+func (w *Switches) Forget(tid uint32) { delete(w.lastIn, tid) }

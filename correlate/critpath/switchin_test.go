@@ -1,0 +1,33 @@
+package critpath
+
+import (
+	"reflect"
+	"testing"
+)
+
+// The chain test's sender, as the scheduler collector reports it: three
+// switch-ins make its segments, and the last Runnable's tail rule the
+// Running segment still open at the send.
+func TestSwitchesSegments(t *testing.T) {
+	var w Switches
+	var segs []Segment
+	for _, r := range []SwitchIn{
+		{Thread: thA, Ts: 0, Left: Runnable},
+		{Thread: thA, Ts: 75 * ms, OffCPU: 65 * ms, Runq: 5 * ms, Left: Sleep, Wake: Wake{Kind: WakeThread, Waker: thB}, Holder: stress},
+		{Thread: thB, Ts: 100 * ms, OffCPU: 20 * ms, Left: IOWait},
+		{Thread: thB, Ts: 130 * ms, OffCPU: 10 * ms, Left: Runnable, Holder: stress},
+	} {
+		segs = w.Segments(r, segs)
+	}
+	want := []Segment{
+		seg(thA, Running, 0, 10),
+		sleepBy(thA, 10, 70, Wake{Kind: WakeThread, Waker: thB}),
+		runq(thA, 70, 75, Holder{stress, 5 * ms}),
+		seg(thB, IOWait, 80, 100),
+		seg(thB, Running, 100, 120),
+		runq(thB, 120, 130, Holder{stress, 10 * ms}),
+	}
+	if !reflect.DeepEqual(segs, want) {
+		t.Errorf("got %+v\nwant %+v", segs, want)
+	}
+}
