@@ -27,6 +27,15 @@
  * sock_rcvqueue_full the same for the generic sock_queue_rcv_skb path
  * (which TCP itself does not take). All filter on followed sockets first.
  *
+ * For the critical path of a token gap (optional, left out of the daemon):
+ * sock_send_length records each send of a followed server socket (time,
+ * thread, ports, bytes); sends within send_fold_ns of the connection's last
+ * send record are folded into sums carried by its next record. sk_data_ready
+ * records each arrival of data at a socket of the load generator
+ * (TARGET_CLIENT: sockets that client_tgid connects, followed from SYN_SENT
+ * in its own context): ports, bytes arrived since the previous arrival and
+ * bytes queued unread. Client sockets send no other records.
+ *
  * Aggregates per target slot (per-CPU array; slot 0 is host-wide for
  * retransmits and srtt): retransmits, zero-window time and episodes, and a
  * log2 srtt histogram sampled per received segment. Discrete events of
@@ -42,6 +51,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define IPPROTO_TCP 6
 #define TCP_ESTABLISHED_STATE 1
 #define TCP_CLOSE_STATE 7
+#define TCP_SYN_SENT_STATE 2
 
 enum ev_kind {
 	EV_OPEN = 0,         /* became ESTABLISHED */
@@ -53,6 +63,8 @@ enum ev_kind {
 	EV_CWND = 6,         /* snd_cwnd moved by a quarter or more since the last report */
 	EV_LOSS_START = 7,   /* entered Recovery or Loss from Open, Disorder or CWR */
 	EV_LOSS_END = 8,     /* back below Recovery; duration_ns is the episode */
+	EV_SEND = 9,         /* a send of a followed server socket */
+	EV_ARRIVAL = 10,     /* data arrived at a client socket */
 };
 
 struct event {
@@ -87,6 +99,18 @@ struct event {
 	__u32 recoveries; /* entries into Recovery so far */
 	__u32 losses;     /* entries into Loss so far */
 	__u64 loss_total_ns; /* time in Recovery/Loss so far (closed episodes) */
+	/* EV_SEND: this send's bytes; EV_ARRIVAL: the bytes this arrival
+	 * queued (rcv_nxt moved by). */
+	__u64 bytes;
+	/* Sends (arrivals) folded since the previous EV_SEND (EV_ARRIVAL)
+	 * record of the connection, each within send_fold_ns of it: they
+	 * belong to that record's burst, which ended at fold_last_ts. */
+	__u64 fold_bytes;
+	__u64 fold_last_ts;
+	__u32 fold_n;
+	__u32 tid;    /* EV_SEND: the sending thread */
+	__u32 queued; /* EV_ARRIVAL: bytes received and not yet read */
+	__u32 pad2;
 };
 
 /* Force BTF emission for bpf2go -type. */
@@ -115,6 +139,13 @@ struct sock_info {
 	__u32 rcvbuf;     /* sk_rcvbuf at the last autotuning */
 	__u32 recoveries; /* entries into Recovery */
 	__u32 losses;     /* entries into Loss */
+	__u64 data_ts;    /* last EV_SEND or EV_ARRIVAL record */
+	__u64 fold_bytes; /* folded since it */
+	__u64 fold_last_ts;
+	__u32 fold_n;
+	__u32 rcv_nxt;    /* client sockets: rcv_nxt at the last arrival (0: none) */
+	__u32 fin;        /* client sockets: the peer's FIN was counted out */
+	__u32 pad;
 };
 
 struct listen_key {
@@ -160,6 +191,15 @@ struct {
  * socket under slot 0 (the daemon) or only followed sockets (a session). */
 volatile const bool host_wide = true;
 
+/* Set by userspace before load: sends and arrivals within this of the
+ * connection's last such record are folded into it. */
+volatile const __u64 send_fold_ns = 50000;
+
+/* Set by userspace at run time: the load generator, whose connections are
+ * followed from SYN_SENT as TARGET_CLIENT sockets of slot client_idx. */
+volatile __u32 client_tgid = 0;
+volatile __u32 client_idx = 0;
+
 static __always_inline struct tstats *tstats_of(__u32 idx)
 {
 	if (idx >= MAX_TARGETS)
@@ -172,7 +212,7 @@ static __always_inline void emit_ca(struct sock *sk, struct sock_info *si,
 				    __u8 state, __u8 old_state, __u64 duration,
 				    __u8 ca_state, __u8 old_ca_state)
 {
-	if (!(si->flags & TARGET_STREAM))
+	if (!(si->flags & TARGET_STREAM) || (si->flags & TARGET_CLIENT))
 		return;
 	struct event *e = pipe_reserve(struct event);
 	if (!e)
@@ -252,6 +292,73 @@ static __always_inline void snapshot(struct sock *sk, struct sock_info *si)
 	__u32 left = tp->sacked_out + tp->lost_out;
 	__u32 out = tp->packets_out;
 	si->in_flight = (out > left ? out - left : 0) + tp->retrans_out;
+}
+
+/* fill_data fills the parts of an EV_SEND/EV_ARRIVAL record that come from
+ * the socket, and hands it the sums folded since the previous one. */
+static __always_inline void fill_data(struct event *e, const struct sock *sk,
+				      struct sock_info *si, __u64 cookie,
+				      __u64 now, __u8 kind)
+{
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts = now;
+	e->cookie = cookie;
+	__u16 family = sk->__sk_common.skc_family;
+	e->family = family;
+	if (family == AF_INET6) {
+		__builtin_memcpy(e->saddr, &sk->__sk_common.skc_v6_rcv_saddr, 16);
+		__builtin_memcpy(e->daddr, &sk->__sk_common.skc_v6_daddr, 16);
+	} else {
+		__u32 sa = sk->__sk_common.skc_rcv_saddr;
+		__u32 da = sk->__sk_common.skc_daddr;
+		__builtin_memcpy(e->saddr, &sa, 4);
+		__builtin_memcpy(e->daddr, &da, 4);
+	}
+	e->sport = sk->__sk_common.skc_num;
+	e->dport = __builtin_bswap16(sk->__sk_common.skc_dport);
+	e->kind = kind;
+	e->target = si->idx;
+	e->fold_bytes = si->fold_bytes;
+	e->fold_last_ts = si->fold_last_ts;
+	e->fold_n = si->fold_n;
+	si->data_ts = now;
+	si->fold_bytes = 0;
+	si->fold_last_ts = 0;
+	si->fold_n = 0;
+}
+
+/* fold_data folds bytes into si when its last data record is recent. */
+static __always_inline bool fold_data(struct sock_info *si, __u64 now, __u64 bytes)
+{
+	if (!si->data_ts || now - si->data_ts >= send_fold_ns)
+		return false;
+	si->fold_bytes += bytes;
+	si->fold_last_ts = now;
+	si->fold_n++;
+	pipe_count(PIPE_FOLDED, 1);
+	return true;
+}
+
+static __always_inline bool is_tcp(const struct sock *sk)
+{
+	__u16 family = sk->__sk_common.skc_family;
+	return (family == AF_INET || family == AF_INET6) &&
+	       sk->sk_protocol == IPPROTO_TCP;
+}
+
+/* flush_data sends the sums still folded into a closing socket's last
+ * send (arrival) record: a record of 0 bytes carrying them. */
+static __always_inline void flush_data(struct sock *sk, struct sock_info *si,
+				       __u64 cookie, __u64 now)
+{
+	if (!si->fold_n || !(si->flags & TARGET_STREAM))
+		return;
+	struct event *e = pipe_reserve(struct event);
+	if (!e)
+		return;
+	fill_data(e, sk, si, cookie, now,
+		  (si->flags & TARGET_CLIENT) ? EV_ARRIVAL : EV_SEND);
+	pipe_submit(e, sizeof(*e));
 }
 
 SEC("tp_btf/tcp_probe")
@@ -357,6 +464,17 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 	__u64 cookie = bpf_get_socket_cookie(sk);
 	__u64 now = bpf_ktime_get_ns();
 	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
+	if (!si && newstate == TCP_SYN_SENT_STATE && client_tgid &&
+	    (bpf_get_current_pid_tgid() >> 32) == client_tgid) {
+		/* connect() of the load generator, in its own context. */
+		struct sock_info n = {
+			.idx = client_idx,
+			.flags = TARGET_STREAM | TARGET_CLIENT,
+			.snd_wnd_min = 0xffffffff,
+		};
+		bpf_map_update_elem(&socks, &cookie, &n, BPF_NOEXIST);
+		return 0;
+	}
 	if (!si && newstate == TCP_ESTABLISHED_STATE) {
 		/* A connection accepted on a followed listening port. */
 		struct listen_key lk = {
@@ -385,6 +503,7 @@ int BPF_PROG(inet_sock_set_state, struct sock *sk, int oldstate, int newstate)
 		emit(sk, si, cookie, now, EV_STATE, newstate, oldstate, 0);
 		return 0;
 	}
+	flush_data(sk, si, cookie, now);
 	if (si->loss_start) {
 		/* Closed during loss recovery: the episode ends with it. */
 		__u8 ca = TCP_CA_Loss;
@@ -510,5 +629,70 @@ int BPF_PROG(tcp_cong_state_set, struct sock *sk, __u8 ca_state)
 		snapshot(sk, si);
 		emit_ca(sk, si, cookie, now, EV_LOSS_END, 0, 0, d, ca_state, old);
 	}
+	return 0;
+}
+
+/* Every sendmsg of the host (sock_sendmsg) runs this, in the sender's
+ * context: after two plain loads and a lookup it returns unless the
+ * socket is a streamed server socket. */
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
+{
+	if (ret <= 0 || !is_tcp(sk))
+		return 0;
+	__u64 cookie = bpf_get_socket_cookie(sk);
+	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
+	if (!si || !(si->flags & TARGET_STREAM) || (si->flags & TARGET_CLIENT))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (fold_data(si, now, ret))
+		return 0;
+	struct event *e = pipe_reserve(struct event);
+	if (!e)
+		return 0;
+	fill_data(e, sk, si, cookie, now, EV_SEND);
+	e->bytes = ret;
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+	pipe_submit(e, sizeof(*e));
+	return 0;
+}
+
+/* Data queued on a socket (tcp_data_ready, usually in softirq): arrivals
+ * at the load generator's own sockets. */
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(sk_data_ready, const struct sock *sk)
+{
+	if (!client_tgid || !is_tcp(sk))
+		return 0;
+	__u64 cookie = bpf_get_socket_cookie((void *)sk);
+	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
+	if (!si || !(si->flags & TARGET_CLIENT))
+		return 0;
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
+	if (!tp)
+		return 0;
+	__u32 nxt = tp->rcv_nxt, copied = tp->copied_seq;
+	/* The first arrival seen: what is queued unread. */
+	__u32 bytes = si->rcv_nxt ? nxt - si->rcv_nxt : nxt - copied;
+	__u32 queued = nxt - copied;
+	si->rcv_nxt = nxt;
+	/* The peer's FIN takes a sequence number and no byte. */
+	if (sk->sk_shutdown & 1 /* RCV_SHUTDOWN */) {
+		if (!si->fin && bytes)
+			bytes--;
+		si->fin = 1;
+		if (queued)
+			queued--;
+	}
+	__u64 now = bpf_ktime_get_ns();
+	if (fold_data(si, now, bytes))
+		return 0;
+	struct event *e = pipe_reserve(struct event);
+	if (!e)
+		return 0;
+	fill_data(e, sk, si, cookie, now, EV_ARRIVAL);
+	e->bytes = bytes;
+	e->queued = queued;
+	pipe_submit(e, sizeof(*e));
 	return 0;
 }

@@ -53,6 +53,10 @@ type Conn struct {
 	LossEntries      uint32
 	CongestionLossNs uint64
 
+	// Sends and SendBytes count the connection's sends (Config.Sends).
+	Sends     uint64
+	SendBytes uint64
+
 	// From tcp_info, at InfoTime.
 	InfoTime      time.Time
 	RwndLimited   time.Duration

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"text/tabwriter"
 	"time"
@@ -39,11 +40,17 @@ type Connection struct {
 	RecoveryEntries       uint32  `json:"recovery_entries"`
 	LossEntries           uint32  `json:"loss_entries"`
 	CongestionLossSeconds float64 `json:"congestion_loss_seconds"`
+	// Sends and SendBytes count the target's sends on the connection
+	// (folded ones included).
+	Sends     uint64 `json:"sends,omitempty"`
+	SendBytes uint64 `json:"send_bytes,omitempty"`
 }
 
 // Summary is the `tcp` section of `bpfbench attach`.
 type Summary struct {
 	Connections []Connection `json:"connections"`
+	// Data counts the send and arrival records (sessions).
+	Data *DataCounts `json:"data,omitempty"`
 }
 
 // ConnectionOf is the section's view of a connection.
@@ -61,14 +68,20 @@ func ConnectionOf(c Conn) Connection {
 		RcvqueueFull: c.RcvqueueFull, RcvSpace: c.RcvSpace, Rcvbuf: c.Rcvbuf,
 		RecoveryEntries: c.RecoveryEntries, LossEntries: c.LossEntries,
 		CongestionLossSeconds: float64(c.CongestionLossNs) / 1e9,
+		Sends:                 c.Sends, SendBytes: c.SendBytes,
 	}
 }
 
 // Section is the TCP part of a session on one process.
 type Section struct {
 	*Collector
-	pid int
+	pid    int
+	client bool
 }
+
+// ClientSlot is the slot of the load generator's connections in a session
+// (the target is slot 1).
+const ClientSlot = 2
 
 var _ collectors.Section = (*Section)(nil)
 
@@ -81,14 +94,17 @@ func NewSection(opts collectors.Options) (*Section, error) {
 	if opts.Port < 0 || opts.Port > 65535 {
 		return nil, fmt.Errorf("tcp: --port %d is out of range: give a local port in 1..65535, or 0 for every connection", opts.Port)
 	}
-	cfg := Config{Port: uint16(opts.Port), Logger: opts.Logger}
+	// A session that runs its own load (a Recorder: `bpfbench run`) also
+	// follows the arrivals at this process's sockets, the load generator's.
+	client := opts.Recorder != nil && opts.Pid != os.Getpid()
+	cfg := Config{Port: uint16(opts.Port), Logger: opts.Logger, Sends: true, Arrivals: client}
 	if r := opts.Recorder; r != nil {
 		cfg.OnEpisode = func(ep Episode) { recordEpisode(r, ep) }
 	}
 	if opts.Interval > 0 {
 		cfg.RefreshInterval = opts.Interval
 	}
-	return &Section{Collector: New(cfg), pid: opts.Pid}, nil
+	return &Section{Collector: New(cfg), pid: opts.Pid, client: client}, nil
 }
 
 // Start loads the programs and follows the process's sockets.
@@ -98,6 +114,11 @@ func (s *Section) Start(ctx context.Context) error {
 	}
 	if err := s.SetTarget(uint32(s.pid), 1, true); err != nil {
 		s.Log().Warn("looking for the target's sockets", "pid", s.pid, "err", err)
+	}
+	if s.client {
+		if err := s.SetClient(uint32(os.Getpid()), ClientSlot); err != nil {
+			s.Log().Warn("following the load generator's sockets", "err", err)
+		}
 	}
 	return nil
 }
@@ -122,6 +143,9 @@ func (s *Section) summary() Summary {
 	out := Summary{Connections: []Connection{}}
 	for _, c := range conns {
 		out.Connections = append(out.Connections, ConnectionOf(c))
+	}
+	if d := s.Data(); d != (DataCounts{}) {
+		out.Data = &d
 	}
 	return out
 }
@@ -148,6 +172,10 @@ func (s *Section) WriteInterval(w io.Writer) {
 func (s *Section) WriteSummary(w io.Writer) {
 	sum := s.Summary().(Summary)
 	fmt.Fprintln(w, "TCP")
+	if d := sum.Data; d != nil {
+		fmt.Fprintf(w, "  sends %d records (%d bytes), client arrivals %d records (%d bytes), %d folded\n",
+			d.Sends, d.SendBytes, d.Arrivals, d.ArrivalBytes, d.Folded)
+	}
 	if len(sum.Connections) == 0 {
 		fmt.Fprintln(w, "  no connections")
 		return

@@ -50,6 +50,19 @@ const (
 	CongestionLossStart Kind = 7
 	// CongestionLossEnd: back below Recovery; DurationNs is the episode.
 	CongestionLossEnd Kind = 8
+	// Send: a send of a followed server socket (Config.Sends): Bytes by
+	// thread Tid. FoldN sends (FoldBytes) followed the connection's
+	// previous Send record within the fold window, the last at FoldLastTs:
+	// they belong to that record's burst.
+	Send Kind = 9
+	// Arrival: data arrived at a socket of the load generator
+	// (Config.Arrivals, SetClient): Bytes queued by this arrival, Queued
+	// bytes unread; folded like sends.
+	//
+	// A Send or Arrival record of 0 bytes, at the connection's close, only
+	// carries what was still folded; its ports may be 0 (match it by
+	// Cookie) and its Tid is not the sender's.
+	Arrival Kind = 10
 )
 
 func (k Kind) String() string {
@@ -72,6 +85,10 @@ func (k Kind) String() string {
 		return "congestion_loss_start"
 	case CongestionLossEnd:
 		return "congestion_loss_end"
+	case Send:
+		return "send"
+	case Arrival:
+		return "arrival"
 	}
 	return fmt.Sprintf("kind%d", uint8(k))
 }
@@ -100,7 +117,12 @@ func addrPort(family uint16, a [16]uint8, port uint16) netip.AddrPort {
 var Tracepoints = []string{
 	"inet_sock_set_state", "tcp_probe", "tcp_retransmit_skb",
 	"tcp_cong_state_set", "tcp_rcv_space_adjust", "kfree_skb", "sock_rcvqueue_full",
+	"sock_send_length", "sk_data_ready",
 }
+
+// DefaultSendFold is the fold window of sends and arrivals: those within
+// it of the connection's previous record are summed into its burst.
+const DefaultSendFold = 50 * time.Microsecond
 
 // kfreeSkbNoRxSk is what Missing reports for a kernel whose kfree_skb
 // tracepoint does not pass the receiving socket.
@@ -143,6 +165,20 @@ type Config struct {
 	RingBufferBytes uint32
 	// DrainPeriod is how often the ring buffer is read (default 100 ms).
 	DrainPeriod time.Duration
+	// Sends records each send of a streamed target's connections
+	// (sock_send_length: one more program run per sendmsg of the host).
+	// Sessions turn it on.
+	Sends bool
+	// Arrivals records each arrival of data at the load generator's
+	// sockets (SetClient; sk_data_ready: one more program run per segment
+	// queued on the host). Sessions that run their own load turn it on.
+	Arrivals bool
+	// SendFold is the fold window of sends and arrivals (default
+	// DefaultSendFold; negative: none).
+	SendFold time.Duration
+	// OnData receives each Send and Arrival record, from the reader
+	// goroutine; the pointer is valid during the call only.
+	OnData func(*Event)
 	// OnEvent receives each event of a streamed target from the reader
 	// goroutine. It must be quick; the pointer is valid during the call only.
 	OnEvent func(*Event)
@@ -159,6 +195,7 @@ type Config struct {
 type targetInfo struct {
 	idx    uint32
 	stream bool
+	client bool
 }
 
 // Collector loads and runs the TCP programs and follows the sockets of
@@ -172,6 +209,17 @@ type Collector struct {
 	targets map[uint32]targetInfo
 	conns   map[uint64]*Conn // by cookie
 	listens map[tcpListenKey]struct{}
+	data    DataCounts
+}
+
+// DataCounts count the Send and Arrival records and their bytes (folded
+// ones included).
+type DataCounts struct {
+	Sends        uint64 `json:"send_records"`
+	SendBytes    uint64 `json:"send_bytes"`
+	Arrivals     uint64 `json:"arrival_records"`
+	ArrivalBytes uint64 `json:"arrival_bytes"`
+	Folded       uint64 `json:"folded"`
 }
 
 // New returns a collector; Start loads it.
@@ -196,8 +244,45 @@ func (c *Collector) Start(context.Context) error {
 			rename[k] = v
 		}
 	}
-	return c.Load(bpfutil.Object{Spec: loadTcp, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes,
-		Consts: map[string]any{tcpVarHostWide: c.cfg.HostWide}, Rename: rename})
+	var skip []string
+	if !c.cfg.Sends {
+		skip = append(skip, "sock_send_length")
+	}
+	if !c.cfg.Arrivals {
+		skip = append(skip, "sk_data_ready")
+	}
+	fold := c.cfg.SendFold
+	if fold == 0 {
+		fold = DefaultSendFold
+	}
+	return c.Load(bpfutil.Object{Spec: loadTcp, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip,
+		Consts: map[string]any{tcpVarHostWide: c.cfg.HostWide, tcpVarSendFoldNs: uint64(max(fold, 0))}, Rename: rename})
+}
+
+// SetClient follows the TCP connections of tgid, the load generator, under
+// slot idx: those it connects from now on (in the kernel, at connect) and
+// those it has (at each refresh). They send only Arrival records.
+func (c *Collector) SetClient(tgid, idx uint32) error {
+	if err := bpfutil.CheckSlot(idx); err != nil {
+		return err
+	}
+	if err := c.objs.ClientIdx.Set(idx); err != nil {
+		return fmt.Errorf("setting the client slot: %w", err)
+	}
+	if err := c.objs.ClientTgid.Set(tgid); err != nil {
+		return fmt.Errorf("setting the client pid: %w", err)
+	}
+	c.mu.Lock()
+	c.targets[tgid] = targetInfo{idx: idx, stream: true, client: true}
+	c.mu.Unlock()
+	return c.Refresh()
+}
+
+// Data counts the Send and Arrival records so far.
+func (c *Collector) Data() DataCounts {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.data
 }
 
 // Run refreshes the targets' sockets every RefreshInterval and drains the
@@ -231,6 +316,26 @@ func (c *Collector) Run(ctx context.Context) error {
 func (c *Collector) handle(e *Event) {
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent(e)
+	}
+	if k := Kind(e.Kind); k == Send || k == Arrival {
+		c.mu.Lock()
+		if k == Send {
+			c.data.Sends++
+			c.data.SendBytes += e.Bytes + e.FoldBytes
+			if conn := c.conns[e.Cookie]; conn != nil {
+				conn.Sends += 1 + uint64(e.FoldN)
+				conn.SendBytes += e.Bytes + e.FoldBytes
+			}
+		} else {
+			c.data.Arrivals++
+			c.data.ArrivalBytes += e.Bytes + e.FoldBytes
+		}
+		c.data.Folded += uint64(e.FoldN)
+		c.mu.Unlock()
+		if c.cfg.OnData != nil {
+			c.cfg.OnData(e)
+		}
+		return
 	}
 	c.mu.Lock()
 	conn := c.conns[e.Cookie]
@@ -292,7 +397,20 @@ func (c *Collector) Refresh() error {
 			continue
 		}
 		flags := bpfutil.StreamFlags(ti.stream)
+		if ti.client {
+			flags |= bpfutil.TargetClient
+		}
 		for _, s := range socks {
+			if ti.client {
+				// The load generator's connections: arrivals only.
+				if s.state != tcpListen {
+					v := tcpSockInfo{Idx: ti.idx, Flags: flags, SndWndMin: ^uint32(0)}
+					if err := c.objs.Socks.Update(s.cookie, v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+						errs = append(errs, fmt.Errorf("following client socket %v -> %v: %w", s.local, s.remote, err))
+					}
+				}
+				continue
+			}
 			if s.state == tcpListen {
 				k := tcpListenKey{Netns: s.netns, Port: s.local.Port()}
 				listens[k] = struct{}{}

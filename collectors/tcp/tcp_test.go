@@ -565,6 +565,7 @@ func TestMissingTracepoint(t *testing.T) {
 		kinds = map[Kind]int{}
 	)
 	c := New(Config{
+		Sends: true, Arrivals: true,
 		rename:  map[string]string{"tcp_retransmit_skb": "tcp_retransmit_skb_gone"},
 		OnEvent: func(e *Event) { mu.Lock(); kinds[Kind(e.Kind)]++; mu.Unlock() },
 	})
@@ -603,7 +604,7 @@ func TestMissingTracepoint(t *testing.T) {
 
 func TestCloseReleasesEverything(t *testing.T) {
 	privtest.Require(t)
-	c := New(Config{})
+	c := New(Config{Sends: true, Arrivals: true})
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatalf("start: %+v", err)
 	}

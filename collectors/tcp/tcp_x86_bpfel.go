@@ -46,6 +46,13 @@ type tcpEvent struct {
 	Recoveries  uint32
 	Losses      uint32
 	LossTotalNs uint64
+	Bytes       uint64
+	FoldBytes   uint64
+	FoldLastTs  uint64
+	FoldN       uint32
+	Tid         uint32
+	Queued      uint32
+	Pad2        uint32
 }
 
 type tcpListenKey struct {
@@ -83,6 +90,13 @@ type tcpSockInfo struct {
 	Rcvbuf      uint32
 	Recoveries  uint32
 	Losses      uint32
+	DataTs      uint64
+	FoldBytes   uint64
+	FoldLastTs  uint64
+	FoldN       uint32
+	RcvNxt      uint32
+	Fin         uint32
+	Pad         uint32
 }
 
 type tcpTarget struct {
@@ -115,13 +129,18 @@ const (
 	tcpMapStats              = "stats"
 	tcpProgInetSockSetState  = "inet_sock_set_state"
 	tcpProgKfreeSkb          = "kfree_skb"
+	tcpProgSkDataReady       = "sk_data_ready"
 	tcpProgSockRcvqueueFull  = "sock_rcvqueue_full"
+	tcpProgSockSendLength    = "sock_send_length"
 	tcpProgTcpCongStateSet   = "tcp_cong_state_set"
 	tcpProgTcpProbe          = "tcp_probe"
 	tcpProgTcpRcvSpaceAdjust = "tcp_rcv_space_adjust"
 	tcpProgTcpRetransmitSkb  = "tcp_retransmit_skb"
+	tcpVarClientIdx          = "client_idx"
+	tcpVarClientTgid         = "client_tgid"
 	tcpVarHostWide           = "host_wide"
 	tcpVarSelfTgid           = "self_tgid"
+	tcpVarSendFoldNs         = "send_fold_ns"
 	tcpVarUnusedEvent        = "unused_event"
 	tcpVarWakeupBytes        = "wakeup_bytes"
 )
@@ -170,7 +189,9 @@ type tcpSpecs struct {
 type tcpProgramSpecs struct {
 	InetSockSetState  *ebpf.ProgramSpec `ebpf:"inet_sock_set_state"`
 	KfreeSkb          *ebpf.ProgramSpec `ebpf:"kfree_skb"`
+	SkDataReady       *ebpf.ProgramSpec `ebpf:"sk_data_ready"`
 	SockRcvqueueFull  *ebpf.ProgramSpec `ebpf:"sock_rcvqueue_full"`
+	SockSendLength    *ebpf.ProgramSpec `ebpf:"sock_send_length"`
 	TcpCongStateSet   *ebpf.ProgramSpec `ebpf:"tcp_cong_state_set"`
 	TcpProbe          *ebpf.ProgramSpec `ebpf:"tcp_probe"`
 	TcpRcvSpaceAdjust *ebpf.ProgramSpec `ebpf:"tcp_rcv_space_adjust"`
@@ -192,8 +213,11 @@ type tcpMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcpVariableSpecs struct {
+	ClientIdx   *ebpf.VariableSpec `ebpf:"client_idx"`
+	ClientTgid  *ebpf.VariableSpec `ebpf:"client_tgid"`
 	HostWide    *ebpf.VariableSpec `ebpf:"host_wide"`
 	SelfTgid    *ebpf.VariableSpec `ebpf:"self_tgid"`
+	SendFoldNs  *ebpf.VariableSpec `ebpf:"send_fold_ns"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
@@ -239,8 +263,11 @@ func (m *tcpMaps) Close() error {
 //
 // It can be passed to loadTcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcpVariables struct {
+	ClientIdx   *ebpf.Variable `ebpf:"client_idx"`
+	ClientTgid  *ebpf.Variable `ebpf:"client_tgid"`
 	HostWide    *ebpf.Variable `ebpf:"host_wide"`
 	SelfTgid    *ebpf.Variable `ebpf:"self_tgid"`
+	SendFoldNs  *ebpf.Variable `ebpf:"send_fold_ns"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
@@ -251,7 +278,9 @@ type tcpVariables struct {
 type tcpPrograms struct {
 	InetSockSetState  *ebpf.Program `ebpf:"inet_sock_set_state"`
 	KfreeSkb          *ebpf.Program `ebpf:"kfree_skb"`
+	SkDataReady       *ebpf.Program `ebpf:"sk_data_ready"`
 	SockRcvqueueFull  *ebpf.Program `ebpf:"sock_rcvqueue_full"`
+	SockSendLength    *ebpf.Program `ebpf:"sock_send_length"`
 	TcpCongStateSet   *ebpf.Program `ebpf:"tcp_cong_state_set"`
 	TcpProbe          *ebpf.Program `ebpf:"tcp_probe"`
 	TcpRcvSpaceAdjust *ebpf.Program `ebpf:"tcp_rcv_space_adjust"`
@@ -262,7 +291,9 @@ func (p *tcpPrograms) Close() error {
 	return _TcpClose(
 		p.InetSockSetState,
 		p.KfreeSkb,
+		p.SkDataReady,
 		p.SockRcvqueueFull,
+		p.SockSendLength,
 		p.TcpCongStateSet,
 		p.TcpProbe,
 		p.TcpRcvSpaceAdjust,
