@@ -27,7 +27,9 @@ var rules = []struct {
 	{"collectors/*", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"correlate", nil},
 	{"correlate/*", []string{"correlate"}}, // critpath: the critical-path engine, reusing correlate's causes
-	{"loadgen", []string{"internal/..."}},
+	{"loadgen", []string{"loadgen/kserve", "loadgen/kserve/inference", "internal/..."}},
+	{"loadgen/kserve/inference", nil}, // generated from Triton's grpc_service.proto
+	{"loadgen/kserve", []string{"loadgen/kserve/inference", "internal/..."}},
 	{"loadgen/*", []string{"internal/..."}},
 	{"perturb", []string{"internal/..."}},
 	{"exporter/*", []string{"correlate", "loadgen", "internal/..."}},
@@ -39,7 +41,7 @@ var rules = []struct {
 	{"job", []string{"job/load", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
 	{"loadgen/bench/*", []string{"job/load", "loadgen", "internal/..."}},
 	{"deploy", []string{"internal/..."}}, // tests of the dashboard and rules; run bin/bpfbench as a process
-	{"tools/llmsim/...", []string{"tools/llmsim/...", "internal/..."}},
+	{"tools/llmsim/...", []string{"tools/llmsim/...", "loadgen/kserve/inference", "internal/..."}},
 	{"tools/cudastub", nil},
 	{"tools/...", []string{"..."}}, // the binaries: the composition root
 }
