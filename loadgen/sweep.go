@@ -713,7 +713,9 @@ func (r *SweepResult) conclude() {
 		r.LimitedBy = []string{"slo"}
 		var parts []string
 		for _, v := range limit.Violations {
-			if !strings.HasPrefix(v, "stopped early") {
+			// A step stopped early counts the requests it canceled as
+			// failed; the error-rate signal names the server's failures.
+			if !strings.HasPrefix(v, "stopped early") && !(limit.StoppedEarly && strings.HasSuffix(v, " requests failed")) {
 				parts = append(parts, v)
 			}
 		}
