@@ -178,6 +178,7 @@ volatile const __u64 fold_runq_ns = 10000;     /* run-queue waits */
 volatile const __u64 fold_offcpu_ns = 50000;   /* preempted and D stints */
 volatile const __u64 fold_sleep_ns = 1000000;  /* S sleeps */
 volatile const __u64 flush_ns = 250000000;     /* oldest folded sums */
+volatile const __u64 edge_gap_ns = 1000000;    /* unfolded wakeup edges */
 
 /* Set by userspace before load: which optional parts run (their programs
  * are also left out when off). */
@@ -238,10 +239,14 @@ static __always_inline __u64 runq_of(struct task_struct *next, __u8 *has)
 /* keep_wakeup says whether the wakeup that ended an interval must reach
  * userspace even when the interval is short: an edge of the critical path
  * to another process (a task of another tgid woke it), or a network
- * receive (a request or a peer's message arriving). Wakeups within the
- * process, by timers and by other interrupts are folded like the rest. */
-static __always_inline bool keep_wakeup(struct task_info *ti, __u32 tgid)
+ * receive (a request or a peer's message arriving), at most one per
+ * edge_gap_ns per thread (a cross-process ping-pong would otherwise send
+ * every switch). Wakeups within the process, by timers and by other
+ * interrupts are folded like the rest. */
+static __always_inline bool keep_wakeup(struct task_info *ti, __u32 tgid, __u64 now)
 {
+	if (now - ti->last_rec < edge_gap_ns)
+		return false;
 	if (ti->wake_ctx == WAKE_TASK)
 		return ti->waker_tgid != tgid;
 	/* NET_RX_SOFTIRQ is 3 (enum in include/linux/interrupt.h), + 1. */
@@ -364,7 +369,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	if (!ti->last_rec)
 		ti->last_rec = now;
 	if (foldable(runq, has_runq, st, offcpu) &&
-	    !(with_wakers && keep_wakeup(ti, tgid)) &&
+	    !(with_wakers && keep_wakeup(ti, tgid, now)) &&
 	    (ti->fold_n == 0 || now - ti->last_rec < flush_ns)) {
 		if (has_runq) {
 			ti->fold_runq_ns += runq;

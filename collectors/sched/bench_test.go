@@ -35,6 +35,9 @@ func init() {
 			}
 		case "ping":
 			n, _ := strconv.Atoi(os.Getenv("BPFBENCH_STORM_N"))
+			if os.Getenv("BPFBENCH_STORM_WAIT") == "1" { // a go-ahead line
+				_, _ = os.Stdin.Read(make([]byte, 8))
+			}
 			start := time.Now()
 			for range n {
 				out.Write(b)

@@ -130,13 +130,18 @@ const MaxTargets = bpfutil.MaxTargets
 // Folded time is carried, summed, by the thread's next record, or by one
 // sent once the sums are older than Flush. Correlation sees the records;
 // the summaries and the in-kernel histograms count everything.
+//
+// With Config.Wakers, a short interval ended by a wakeup from another
+// process or by a network receive is sent anyway (an edge of the critical
+// path), at most one per Edge per thread.
 type Fold struct {
 	Runqueue, OffCPU, Sleep, Flush time.Duration
+	Edge                           time.Duration
 }
 
 // DefaultFold keeps every run-queue wait of 10 µs or more, every preempted
 // or D stint of 50 µs or more and every sleep of 1 ms or more.
-var DefaultFold = Fold{Runqueue: 10 * time.Microsecond, OffCPU: 50 * time.Microsecond, Sleep: time.Millisecond, Flush: 250 * time.Millisecond}
+var DefaultFold = Fold{Runqueue: 10 * time.Microsecond, OffCPU: 50 * time.Microsecond, Sleep: time.Millisecond, Flush: 250 * time.Millisecond, Edge: time.Millisecond}
 
 // NoFold sends every switch-in.
 var NoFold = Fold{Flush: time.Nanosecond}
@@ -218,7 +223,7 @@ func (c *Collector) Start(context.Context) error {
 	return c.Load(bpfutil.Object{Spec: loadSched, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip, Consts: map[string]any{
 		schedVarHostWide: c.cfg.HostWide, schedVarFoldRunqNs: uint64(f.Runqueue), schedVarFoldOffcpuNs: uint64(f.OffCPU),
 		schedVarFoldSleepNs: uint64(f.Sleep), schedVarFlushNs: uint64(f.Flush), schedVarHostSampleMask: c.sampleMask(),
-		schedVarWithWakers: c.cfg.Wakers, schedVarWithSoftirqVec: c.cfg.Wakers && c.cfg.SoftirqVector,
+		schedVarEdgeGapNs: uint64(f.Edge), schedVarWithWakers: c.cfg.Wakers, schedVarWithSoftirqVec: c.cfg.Wakers && c.cfg.SoftirqVector,
 		schedVarWithTree: c.cfg.Tree, schedVarPreemptDelta: delta,
 	}})
 }

@@ -314,7 +314,7 @@ func TestFullRingBufferIsCounted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 4 KiB holds 64 records (56-byte events with 8-byte headers); 50
+	// 4 KiB holds 24 records (160-byte events with 8-byte headers); 50
 	// sleeps and the Go runtime's own switches make more.
 	t.Logf("lost %d events; the kernel aggregate counted %d sleeps", lost, sleep.Count)
 	if lost == 0 {

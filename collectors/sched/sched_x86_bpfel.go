@@ -98,6 +98,7 @@ const (
 	schedProgSchedWaking      = "sched_waking"
 	schedProgSoftirqEntry     = "softirq_entry"
 	schedProgSoftirqExit      = "softirq_exit"
+	schedVarEdgeGapNs         = "edge_gap_ns"
 	schedVarFlushNs           = "flush_ns"
 	schedVarFoldOffcpuNs      = "fold_offcpu_ns"
 	schedVarFoldRunqNs        = "fold_runq_ns"
@@ -182,6 +183,7 @@ type schedMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedVariableSpecs struct {
+	EdgeGapNs      *ebpf.VariableSpec `ebpf:"edge_gap_ns"`
 	FlushNs        *ebpf.VariableSpec `ebpf:"flush_ns"`
 	FoldOffcpuNs   *ebpf.VariableSpec `ebpf:"fold_offcpu_ns"`
 	FoldRunqNs     *ebpf.VariableSpec `ebpf:"fold_runq_ns"`
@@ -244,6 +246,7 @@ func (m *schedMaps) Close() error {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedVariables struct {
+	EdgeGapNs      *ebpf.Variable `ebpf:"edge_gap_ns"`
 	FlushNs        *ebpf.Variable `ebpf:"flush_ns"`
 	FoldOffcpuNs   *ebpf.Variable `ebpf:"fold_offcpu_ns"`
 	FoldRunqNs     *ebpf.Variable `ebpf:"fold_runq_ns"`
