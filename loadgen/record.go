@@ -87,6 +87,9 @@ type Record struct {
 	ResponseID    string   `json:"response_id,omitempty"`
 	ResponseModel string   `json:"response_model,omitempty"`
 	FinishReasons []string `json:"finish_reasons,omitempty"`
+	// ServerTimings is the engine's own account of the request, when its
+	// stream's last chunk carries one (llama.cpp's "timings").
+	ServerTimings *ServerTimings `json:"server_timings,omitempty"`
 
 	Status  int    `json:"status"`
 	Success bool   `json:"success"`

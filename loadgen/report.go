@@ -74,9 +74,13 @@ func (r *Result) JSON() map[string]any {
 	itls := make([][]float64, n)
 	texts := make([]string, n)
 	errs := make([]string, n)
+	timings := make([]*ServerTimings, n)
+	hasTimings := false
 	for i := range r.Records {
 		rec := &r.Records[i]
 		inputLens[i] = rec.PromptLen
+		timings[i] = rec.ServerTimings
+		hasTimings = hasTimings || rec.ServerTimings != nil
 		itls[i] = []float64{}
 		errs[i] = rec.Error
 		if !rec.Success {
@@ -94,6 +98,11 @@ func (r *Result) JSON() map[string]any {
 	out["itls"] = itls
 	out["generated_texts"] = texts
 	out["errors"] = errs
+	if hasTimings {
+		// The engine's own timings of each request (llama.cpp's), null
+		// where its stream carried none, beside the client's ttfts and itls.
+		out["server_timings"] = timings
+	}
 	m := r.Metrics
 	bb := map[string]any{
 		"clock":                     "CLOCK_MONOTONIC",

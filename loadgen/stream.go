@@ -6,6 +6,25 @@ import (
 	"fmt"
 )
 
+// ServerTimings is llama.cpp's "timings" object, which the last chunk of a
+// llama-server stream carries (tools/server/server-task.cpp,
+// result_timings::to_json): the prompt's processing and the generation as
+// the engine timed them. PromptMs runs from the slot's start on the prompt
+// to its first token, PredictedMs from the first token to the last, so it
+// covers PredictedN-1 steps and PredictedPerTokenMs is PredictedMs over
+// them.
+type ServerTimings struct {
+	CacheN              int     `json:"cache_n"`
+	PromptN             int     `json:"prompt_n"`
+	PromptMs            float64 `json:"prompt_ms"`
+	PromptPerTokenMs    float64 `json:"prompt_per_token_ms"`
+	PromptPerSecond     float64 `json:"prompt_per_second"`
+	PredictedN          int     `json:"predicted_n"`
+	PredictedMs         float64 `json:"predicted_ms"`
+	PredictedPerTokenMs float64 `json:"predicted_per_token_ms"`
+	PredictedPerSecond  float64 `json:"predicted_per_second"`
+}
+
 // streamState turns the body of one streaming response into a Record: SSE
 // events are cut from the bytes fed, each "data:" payload is scanned
 // (ParseChunk, no general JSON decoder) and every chunk carrying output is
@@ -141,10 +160,11 @@ func (s *streamState) handle(data []byte, now int64) {
 		s.failed = true
 		return
 	}
-	if !s.meta || ci.Finished || ci.Choices > 1 {
+	if !s.meta || ci.Finished || ci.Choices != 1 {
 		// Twice a request (its first chunk, its last), not per token
 		// unless it asked for several choices (ParseChunk reads only the
-		// first): the response's id and model, the finish reasons.
+		// first): the response's id and model, the finish reasons, the
+		// engine's timings (on the last chunk, or a usage-only one).
 		scanMeta(data, rec, !s.meta)
 		s.meta = true
 	}
@@ -215,13 +235,27 @@ func (s *streamState) complete() {
 }
 
 // scanMeta reads, from a chunk ParseChunk accepted, the top-level "id" and
-// "model" (when ids is set) into rec.ResponseID and rec.ResponseModel, and
-// every choice's non-null "finish_reason" into rec.FinishReasons.
+// "model" (when ids is set) into rec.ResponseID and rec.ResponseModel,
+// every choice's non-null "finish_reason" into rec.FinishReasons, and a
+// "timings" object into rec.ServerTimings.
 func scanMeta(data []byte, rec *Record, ids bool) {
 	s := jscan{b: data}
 	s.ws()
 	s.object(func(key []byte) bool {
 		switch string(key) {
+		case "timings":
+			if s.peek() != '{' {
+				return s.value()
+			}
+			start := s.i
+			if !s.value() {
+				return false
+			}
+			var t ServerTimings
+			if json.Unmarshal(s.b[start:s.i], &t) == nil {
+				rec.ServerTimings = &t
+			}
+			return true
 		case "id", "model":
 			if !ids || s.peek() != '"' {
 				return s.value()
