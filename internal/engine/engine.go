@@ -17,6 +17,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Cache paths written by tools/bench/engine/build.sh.
@@ -81,6 +84,13 @@ type Options struct {
 	// the CPUs are shared, spinning threads wait on each other's time
 	// slices and throughput falls tenfold (2 cores, -t 2, other load).
 	SpinWait bool
+	// Metrics serves the Prometheus endpoint /metrics (--metrics); without
+	// it llama-server answers 501 there.
+	Metrics bool
+	// CPUs, when set (a list as taskset takes it: "0", "0,2-3"), pins the
+	// server and every thread it starts to those CPUs (taskset -c), so
+	// that a test can load the same CPUs on purpose.
+	CPUs string
 	// Stderr, when set, also receives the server's output.
 	Stderr io.Writer
 }
@@ -133,8 +143,21 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		"--alias", "tiny-llama",
 		"--no-webui",
 	}
+	if opts.Metrics {
+		args = append(args, "--metrics")
+	}
 	args = append(args, opts.Args...)
-	cmd := exec.CommandContext(ctx, opts.Paths.Server, args...)
+	exe, argv := opts.Paths.Server, args
+	if opts.CPUs != "" {
+		// taskset execs the server in its own process: the pid is the
+		// server's, its affinity set before its first thread.
+		ts, err := exec.LookPath("taskset")
+		if err != nil {
+			return nil, fmt.Errorf("engine: pinning the server to CPUs %s: %w (install util-linux)", opts.CPUs, err)
+		}
+		exe, argv = ts, append([]string{"--cpu-list", opts.CPUs, opts.Paths.Server}, args...)
+	}
+	cmd := exec.CommandContext(ctx, exe, argv...)
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
 	cmd.Env = os.Environ()
 	if !opts.SpinWait {
@@ -199,6 +222,45 @@ func (s *Server) waitHealthy(ctx context.Context, timeout time.Duration) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// Metrics reads the server's /metrics once (Start with Metrics) and
+// returns each family's value, its series summed: counters and gauges
+// (llamacpp:tokens_predicted_total, llamacpp:requests_processing, ...).
+func (s *Server) Metrics(ctx context.Context) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.URL+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("engine: reading %s/metrics: %w", s.URL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("engine: %s/metrics: %s (start the server with Options.Metrics)", s.URL, resp.Status)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("engine: parsing %s/metrics: %w", s.URL, err)
+	}
+	out := make(map[string]float64, len(fams))
+	for name, f := range fams {
+		v := 0.0
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				v += m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				v += m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				v += m.GetUntyped().GetValue()
+			}
+		}
+		out[name] = v
+	}
+	return out, nil
 }
 
 // Output returns the last 64 KiB the server wrote to stdout and stderr.

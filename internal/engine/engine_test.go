@@ -2,11 +2,17 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/internal/privtest"
 )
 
 func TestFindErrors(t *testing.T) {
@@ -96,4 +102,48 @@ func TestStartReportsEarlyExit(t *testing.T) {
 			t.Errorf("error %q lacks %q", err, w)
 		}
 	}
+}
+
+// CPUs pins every thread of the server (taskset runs before its first
+// thread) and Metrics reads its /metrics once.
+func TestStartPinnedWithMetrics(t *testing.T) {
+	paths, err := Find()
+	if err != nil {
+		privtest.SkipOptional(t, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv, err := Start(ctx, Options{Paths: paths, Threads: 2, Slots: 1, CtxSize: 256, Metrics: true, CPUs: "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Stop()
+	if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", srv.Pid)); filepath.Base(exe) != filepath.Base(paths.Server) {
+		t.Errorf("pid %d runs %s, want the server itself", srv.Pid, exe)
+	}
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", srv.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range tasks {
+		tid, _ := strconv.Atoi(e.Name())
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(tid, &set); err != nil {
+			t.Fatal(err)
+		}
+		if set.Count() != 1 || !set.IsSet(0) {
+			t.Errorf("thread %d may run on %d CPUs, want CPU 0 only", tid, set.Count())
+		}
+	}
+	if len(tasks) < 2 {
+		t.Errorf("%d threads, want the server's workers", len(tasks))
+	}
+	m, err := srv.Metrics(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m["llamacpp:tokens_predicted_total"]; !ok {
+		t.Errorf("no llamacpp:tokens_predicted_total in %v", m)
+	}
+	t.Logf("%d threads on CPU 0; metrics %v", len(tasks), m)
 }
