@@ -2,6 +2,7 @@
 // behaves like a real engine on a CPU (see package sim).
 //
 //	llmsim --addr 127.0.0.1:8000 --max-num-seqs 4 --itl 10ms --prefill-per-token 50us
+//	llmsim --addr 127.0.0.1:8000 --grpc 127.0.0.1:8001 --grpc-delay-headers
 package main
 
 import (
@@ -33,6 +34,7 @@ func run(args []string) error {
 	cfg := sim.DefaultConfig()
 	cfg.RegisterFlags(fs)
 	addr := fs.String("addr", "127.0.0.1:8000", "listen address")
+	grpcAddr := fs.String("grpc", "", "also serve Triton's gRPC inference protocol (KServe v2, ModelStreamInfer) on this `address`, e.g. 127.0.0.1:8001")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -49,5 +51,21 @@ func run(args []string) error {
 	defer stop()
 	slog.Info("serving", "component", "llmsim", "addr", l.Addr().String(), "model", cfg.Model,
 		"max_num_seqs", cfg.MaxNumSeqs, "itl", cfg.DecodeStep, "work", cfg.Work)
-	return srv.Serve(ctx, l)
+	if *grpcAddr == "" {
+		return srv.Serve(ctx, l)
+	}
+	gl, err := net.Listen("tcp", *grpcAddr)
+	if err != nil {
+		l.Close()
+		return fmt.Errorf("listening on %s: %w", *grpcAddr, err)
+	}
+	slog.Info("serving gRPC", "component", "llmsim", "addr", gl.Addr().String(), "delay_headers", cfg.GRPCDelayHeaders)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 2)
+	go func() { errc <- srv.ServeGRPC(ctx, gl) }()
+	go func() { errc <- srv.Serve(ctx, l) }()
+	err = <-errc
+	cancel()
+	return errors.Join(err, <-errc)
 }

@@ -67,6 +67,14 @@ type Config struct {
 	MalformedRate   float64
 	ErrorRate       float64
 	Seed            uint64
+	// DelayHeaders holds the HTTP response headers until the first chunk
+	// (they go out in its write) instead of sending them before the
+	// prefill; GRPCDelayHeaders does the same on the gRPC side, and
+	// GRPCCloseAfter ends every gRPC stream, status OK, after that many
+	// responses (0: never), before its final one.
+	DelayHeaders     bool
+	GRPCDelayHeaders bool
+	GRPCCloseAfter   int
 }
 
 // DefaultConfig returns the defaults of the flags.
@@ -110,6 +118,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&c.MalformedRate, "malformed-rate", c.MalformedRate, "fraction of requests that get a malformed JSON chunk")
 	fs.Float64Var(&c.ErrorRate, "error-rate", c.ErrorRate, "fraction of requests that get an error object in the stream")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed")
+	fs.BoolVar(&c.DelayHeaders, "delay-headers", c.DelayHeaders, "HTTP: send the response headers with the first chunk instead of before the prefill (as a gateway that buffers them would)")
+	fs.BoolVar(&c.GRPCDelayHeaders, "grpc-delay-headers", c.GRPCDelayHeaders, "gRPC: send the response headers with the first response instead of before the prefill")
+	fs.IntVar(&c.GRPCCloseAfter, "grpc-close-after", c.GRPCCloseAfter, "gRPC: end every stream (status OK) after this many responses, before its final one (0: never)")
 }
 
 func (c *Config) validate() error {
@@ -122,6 +133,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--work %q: use cpu or sleep", c.Work)
 	case c.PrefillBase < 0 || c.PrefillPerToken < 0 || c.DecodeStep < 0:
 		return errors.New("durations must not be negative")
+	case c.GRPCCloseAfter < 0:
+		return errors.New("--grpc-close-after must not be negative")
 	}
 	return nil
 }
@@ -352,6 +365,11 @@ func (s *Server) pickFault(r *http.Request) string {
 	if f := r.Header.Get("X-Llmsim-Fault"); f != "" {
 		return f
 	}
+	return s.drawFault()
+}
+
+// drawFault draws a request's fault from the configured rates.
+func (s *Server) drawFault() string {
 	if s.cfg.FailRate+s.cfg.StallRate+s.cfg.CutRate+s.cfg.MalformedRate+s.cfg.ErrorRate == 0 {
 		return ""
 	}
@@ -550,7 +568,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sq *seq, chat bo
 	h.Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
-	rc.Flush()
+	if !s.cfg.DelayHeaders {
+		rc.Flush()
+	}
 	idPrefix := "cmpl-"
 	if chat {
 		idPrefix = "chatcmpl-"
