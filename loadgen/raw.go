@@ -636,7 +636,7 @@ func (l *reactor) retry(req *rawReq) {
 	req.retried = true
 	rec := req.rec
 	rec.RetriedStaleConn = true
-	rec.ConnNs, rec.SentNs, rec.FirstByteNs, rec.LocalPort, rec.ConnReused = 0, 0, 0, 0, false
+	rec.ConnNs, rec.SentNs, rec.FirstByteNs, rec.HeadersNs, rec.LocalPort, rec.ConnReused = 0, 0, 0, 0, 0, false
 	rec.StartNs = Mono()
 	req.lastByte = rec.StartNs
 	l.start(req)
@@ -743,6 +743,7 @@ func (l *reactor) onBytes(c *rconn, b []byte, now int64) {
 			c.state = csBody
 			if c.req != nil {
 				c.req.rec.Status = c.status
+				c.req.rec.HeadersNs = now
 			}
 			b = rest
 		}

@@ -3,11 +3,12 @@ package loadgen
 // Failure kinds, the reasons a request is counted as failed.
 const (
 	FailHTTPStatus  = "http_status"  // the server answered with a non-200 status
+	FailGRPCStatus  = "grpc_status"  // the server ended a gRPC stream with an error status
 	FailConnect     = "connect"      // the connection could not be made (refused, DNS, ...)
 	FailTimeout     = "timeout"      // the request ran past its total timeout
 	FailStall       = "stall"        // no byte arrived for the stall timeout
-	FailCut         = "cut"          // the stream ended before its end ([DONE] or a finish_reason)
-	FailMalformed   = "malformed"    // a chunk was not valid JSON
+	FailCut         = "cut"          // the stream ended before its end ([DONE], a finish_reason, triton_final_response)
+	FailMalformed   = "malformed"    // a chunk was not valid JSON (gRPC: a response without one BYTES text_output)
 	FailStreamError = "stream_error" // the server sent an error object in the stream
 	FailNoTokens    = "no_tokens"    // the stream completed without one chunk of output
 	FailCanceled    = "canceled"     // the run was canceled while the request was in flight
@@ -47,6 +48,11 @@ type Record struct {
 	ConnNs      int64 `json:"conn_ns,omitempty"`
 	SentNs      int64 `json:"sent_ns,omitempty"`
 	FirstByteNs int64 `json:"first_byte_ns,omitempty"`
+	// HeadersNs is when the response headers arrived, apart from the first
+	// token: the status line and headers parsed (HTTP), the HEADERS frame
+	// (gRPC: the stream's Header returned). A server or gateway that holds
+	// them until the first token shows as HeadersNs at ChunkNs[0].
+	HeadersNs int64 `json:"headers_ns,omitempty"`
 	// ChunkNs holds the arrival time of every chunk that carried output
 	// (choices); chunks delivered by one socket read share one timestamp.
 	ChunkNs []int64 `json:"chunk_ns"`
@@ -103,6 +109,15 @@ func (r *Record) TTFTNs() int64 {
 		return 0
 	}
 	return r.ChunkNs[0] - r.StartNs
+}
+
+// HeadersAfterNs is the time to the response headers, from StartNs; 0
+// when they never came.
+func (r *Record) HeadersAfterNs() int64 {
+	if r.HeadersNs == 0 {
+		return 0
+	}
+	return r.HeadersNs - r.StartNs
 }
 
 // LatencyNs is the end-to-end latency (vLLM's E2EL).

@@ -364,4 +364,3 @@ func (g *grpcService) generate(ctx context.Context, q grpcRequest, fault string,
 		}
 	}
 }
-
