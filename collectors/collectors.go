@@ -56,6 +56,19 @@ const (
 	SpanBlockIO                  // a block request of the target in flight; Detail is device and op
 	SpanCUDA                     // a CUDA call; Detail is its name
 	SpanTCP                      // a TCP episode of a connection; Detail says which
+	// SpanSend is a send of the server on the connection whose peer (the
+	// client) is on Port, its own port LocalPort: Bytes sent by thread Tid
+	// from Start to End (a burst of sends folded within the collector's
+	// fold window; End is the last).
+	SpanSend
+	// SpanArrival is data arriving at the load generator's socket on
+	// LocalPort (the client's port; Port is the server's): Bytes queued
+	// from Start to End (folded like sends). Client is set.
+	SpanArrival
+	// SpanFork is a process joining (Detail "fork") or leaving ("exit")
+	// the target tree at Start = End: Tid and Tgid are its pid; for a
+	// fork, Waker* is the parent.
+	SpanFork
 )
 
 // Span is one interval of the target's timeline, CLOCK_MONOTONIC ns.
@@ -71,6 +84,33 @@ type Span struct {
 	// blocking CUDA calls, backpressure and retransmission episodes.
 	Blocking bool
 	Bytes    uint64
+
+	// Tgid is the thread's process (sched spans): the target tree may
+	// hold several.
+	Tgid uint32
+	// LocalPort is this side's port for SpanSend and SpanArrival (Port is
+	// the peer's): a client arrival needs its own port to join its request.
+	LocalPort uint16
+	// The wakeup that ended the sleep of a SpanOffCPU (sched, with
+	// wakers): WakeTs is when it was woken, WakerTid, WakerTgid and
+	// WakerComm the task that woke it (in an interrupt: the task the
+	// interrupt ran on), WakeCtx where the wakeup ran: "task", "hardirq",
+	// "softirq:net_rx", "softirq:timer", "softirq:block" (any vector by
+	// name), "nmi", "unknown", or "" when none is known (preempted, a
+	// folded interval, wakers off).
+	WakeTs    int64
+	WakerTid  uint32
+	WakerTgid uint32
+	WakerComm string
+	WakeCtx   string
+	// The task that took the CPU when the thread was preempted, on the
+	// SpanRunqueue (and SpanOffCPU "preempted") that followed.
+	HolderTid  uint32
+	HolderTgid uint32
+	HolderComm string
+	// Client marks spans of the load generator's own threads and sockets;
+	// they are not the target's.
+	Client bool
 }
 
 // Recorder receives spans from the sections' reader goroutines; it must be

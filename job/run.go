@@ -378,10 +378,13 @@ func activitiesOf(spans []collectors.Span) []correlate.Activity {
 // activityOf maps a section's span to its cause: run-queue waits are
 // cpu_runqueue; uninterruptible sleep and block requests are io_block;
 // blocking CUDA calls are gpu_sync; blocking TCP episodes are
-// net_backpressure on their connection's client port. Other spans
-// explain nothing.
+// net_backpressure on their connection's client port. Other spans (the
+// load generator's own, sends, arrivals, forks) explain nothing.
 func activityOf(s collectors.Span) (correlate.Activity, bool) {
 	a := correlate.Activity{Start: s.Start, End: s.End, Tid: s.Tid}
+	if s.Client {
+		return a, false
+	}
 	switch s.Kind {
 	case collectors.SpanRunqueue:
 		a.Cause = correlate.CPURunqueue

@@ -109,19 +109,58 @@ func (s *Section) WriteSummary(w io.Writer) {
 	tw.Flush()
 }
 
-// record turns an event into the run-queue and off-CPU spans it closes.
-// Until collectors.Span carries wakers and the client's threads, only the
-// server's switch-ins become spans.
+// record turns an event into spans: a switch-in into the run-queue and
+// off-CPU spans it closes (the run-queue span first), with the waker of a
+// sleep and the holder of a preemption; a fork or exit of the target tree
+// into a SpanFork. The load generator's threads are flagged Client.
 func record(r collectors.Recorder, e *Event) {
-	if RecKind(e.Kind) != RecSwitch || e.Flags&FlagClient != 0 {
+	client := e.Flags&FlagClient != 0
+	switch RecKind(e.Kind) {
+	case RecFork, RecExit:
+		sp := collectors.Span{Kind: collectors.SpanFork, Start: int64(e.Ts), End: int64(e.Ts), Tid: e.Tgid, Tgid: e.Tgid,
+			Detail: "fork", Client: client}
+		if RecKind(e.Kind) == RecExit {
+			sp.Detail = "exit"
+		} else {
+			sp.WakerTid, sp.WakerTgid, sp.WakerComm = e.WakerTid, e.WakerTgid, bpfutil.CString(e.WakerComm[:])
+		}
+		r.Record(sp)
+		return
+	case RecSwitch:
+	default:
 		return
 	}
 	end := int64(e.Ts)
+	var holder string
+	if e.HolderTid != 0 {
+		holder = bpfutil.CString(e.HolderComm[:])
+	}
 	if e.HasRunq != 0 && e.RunqNs > 0 {
-		r.Record(collectors.Span{Kind: collectors.SpanRunqueue, Start: end - int64(e.RunqNs), End: end, Tid: e.Tid, Blocking: true})
+		r.Record(collectors.Span{Kind: collectors.SpanRunqueue, Start: end - int64(e.RunqNs), End: end, Tid: e.Tid, Blocking: true,
+			Tgid: e.Tgid, HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder, Client: client})
 	}
 	if st := State(e.State); st < NumStates && e.OffcpuNs > 0 {
-		r.Record(collectors.Span{Kind: collectors.SpanOffCPU, Start: end - int64(e.OffcpuNs), End: end, Tid: e.Tid,
-			Detail: st.String(), Blocking: st == IOWait})
+		sp := collectors.Span{Kind: collectors.SpanOffCPU, Start: end - int64(e.OffcpuNs), End: end, Tid: e.Tid,
+			Detail: st.String(), Blocking: st == IOWait, Tgid: e.Tgid, Client: client,
+			HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder}
+		if ctx := WakeContext(e.WakeCtx); ctx != WakeNone && st != Preempted {
+			sp.WakeTs = int64(e.WakeTs)
+			sp.WakeCtx = wakeCtxName(ctx, e.WakeVec)
+			if ctx == WakeTask || e.WakerTid != 0 {
+				sp.WakerTid, sp.WakerTgid, sp.WakerComm = e.WakerTid, e.WakerTgid, bpfutil.CString(e.WakerComm[:])
+			}
+		}
+		r.Record(sp)
 	}
+}
+
+// wakeCtxName is a Span's WakeCtx: "task", "hardirq", "softirq:VECTOR"
+// ("softirq" when the vector is unknown), "nmi" or "unknown".
+func wakeCtxName(ctx WakeContext, vec uint8) string {
+	if ctx == WakeSoftirq {
+		if n := SoftirqName(vec); n != "" {
+			return "softirq:" + n
+		}
+	}
+	return ctx.String()
 }

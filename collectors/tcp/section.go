@@ -100,6 +100,8 @@ func NewSection(opts collectors.Options) (*Section, error) {
 	cfg := Config{Port: uint16(opts.Port), Logger: opts.Logger, Sends: true, Arrivals: client}
 	if r := opts.Recorder; r != nil {
 		cfg.OnEpisode = func(ep Episode) { recordEpisode(r, ep) }
+		d := &dataSpans{r: r, last: map[uint64]lastData{}}
+		cfg.OnData = d.record
 	}
 	if opts.Interval > 0 {
 		cfg.RefreshInterval = opts.Interval
@@ -215,4 +217,47 @@ func recordEpisode(r collectors.Recorder, ep Episode) {
 		sp.Blocking = true
 	}
 	r.Record(sp)
+}
+
+// dataSpans turns send and arrival records into spans. A record's folded
+// sends (FoldN, FoldBytes, FoldLastTs) belong to the burst of the
+// connection's previous record, whose time, thread and ports it keeps.
+type dataSpans struct {
+	r    collectors.Recorder
+	last map[uint64]lastData // by socket cookie; only the reader goroutine uses it
+}
+
+type lastData struct {
+	ts          int64
+	tid         uint32
+	local, peer uint16
+}
+
+// maxDataConns bounds the connections remembered for their folded bursts;
+// past it the map starts again (a burst tail is then lost).
+const maxDataConns = 1 << 14
+
+func (d *dataSpans) record(e *Event) {
+	kind := collectors.SpanSend
+	if Kind(e.Kind) == Arrival {
+		kind = collectors.SpanArrival
+	}
+	client := kind == collectors.SpanArrival
+	prev, ok := d.last[e.Cookie]
+	if e.FoldN > 0 && ok {
+		d.r.Record(collectors.Span{Kind: kind, Start: prev.ts, End: max(int64(e.FoldLastTs), prev.ts), Tid: prev.tid,
+			Port: prev.peer, LocalPort: prev.local, Bytes: e.FoldBytes, Detail: "folded", Client: client})
+	}
+	if e.Bytes == 0 {
+		// The flush at close: nothing more follows on the connection.
+		delete(d.last, e.Cookie)
+		return
+	}
+	ts := int64(e.Ts)
+	d.r.Record(collectors.Span{Kind: kind, Start: ts, End: ts, Tid: e.Tid, Port: e.Dport, LocalPort: e.Sport,
+		Bytes: e.Bytes, Client: client})
+	if !ok && len(d.last) >= maxDataConns {
+		clear(d.last)
+	}
+	d.last[e.Cookie] = lastData{ts: ts, tid: e.Tid, local: e.Sport, peer: e.Dport}
 }
