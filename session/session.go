@@ -75,6 +75,7 @@ type Session struct {
 	exitOnce    sync.Once
 	required    map[string]bool
 	meter       *overhead.Meter
+	tree        *tree // nil: no Recorder, forks are not seen
 
 	// MeasureBefore measures the target's involuntary context switches for
 	// this long before the collectors start (attach); 0 does not (run: the
@@ -127,6 +128,13 @@ func NewSession(opts collectors.Options, factories []SectionFactory) (*Session, 
 		opts: opts, comm: comm, log: opts.Logger.With("component", "session"),
 		unavailable: map[string]string{}, exited: make(chan struct{}),
 	}
+	if opts.Recorder != nil {
+		// The scheduler's fork spans pass through the tree on their way
+		// to the recorder: it hands each child to the other sections.
+		s.tree = newTree(opts.Recorder, s.log)
+		opts.Recorder = s.tree
+		s.opts.Recorder = s.tree
+	}
 	for _, f := range factories {
 		sec, err := f.New(opts)
 		if err != nil {
@@ -173,6 +181,9 @@ func (s *Session) Start(ctx context.Context) error {
 		started = append(started, sec)
 	}
 	s.sections = started
+	if s.tree != nil {
+		s.tree.start(started)
+	}
 	var sources []overhead.Source
 	for _, sec := range started {
 		if src, ok := sec.(overhead.Source); ok {
@@ -259,6 +270,9 @@ func (s *Session) Overhead() overhead.Report {
 // Close closes the sections in reverse order. It is idempotent.
 func (s *Session) Close() error {
 	s.closeOnce.Do(func() {
+		if s.tree != nil {
+			s.tree.stop()
+		}
 		var errs []error
 		for i := len(s.sections) - 1; i >= 0; i-- {
 			if err := s.sections[i].Close(); err != nil {
