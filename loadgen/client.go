@@ -18,6 +18,22 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/bpfbench/bpfbench/loadgen/kserve"
+	"github.com/bpfbench/bpfbench/loadgen/kserve/inference"
+)
+
+// Protocols.
+const (
+	// ProtocolOpenAI is the OpenAI-compatible HTTP API with SSE streaming.
+	ProtocolOpenAI = "openai"
+	// ProtocolKServeGRPC is the KServe v2 / Triton gRPC protocol: one
+	// decoupled ModelStreamInfer stream per request (package kserve).
+	ProtocolKServeGRPC = "kserve-grpc"
 )
 
 // Endpoints.
@@ -61,6 +77,8 @@ type Client struct {
 	stall     time.Duration
 	extra     map[string]any
 	bufs      sync.Pool
+	// grpc serves --protocol kserve-grpc; url, hc and raw are then unused.
+	grpc *kserve.Client
 	// traceparent: every request is sent with a traceparent header of
 	// its own (setTraceContext).
 	traceparent bool
@@ -90,11 +108,26 @@ type ClientOptions struct {
 	// Traceparent: that one is sent to every request as it is, or none at
 	// all when its value is empty (--header traceparent=).
 	NoTraceparent bool
+	// Protocol is ProtocolOpenAI ("" too) or ProtocolKServeGRPC, whose
+	// Target is HOST:PORT (or grpc://HOST:PORT); Endpoint, IncludeUsage,
+	// ExtraBody and NetHTTP do not apply to it.
+	Protocol string
 }
 
 // NewClient returns a client for opts.
 func NewClient(opts ClientOptions) (*Client, error) {
-	u, err := EndpointURL(opts.Target, opts.Endpoint)
+	var (
+		u   string
+		err error
+	)
+	switch opts.Protocol {
+	case ProtocolOpenAI, "":
+		u, err = EndpointURL(opts.Target, opts.Endpoint)
+	case ProtocolKServeGRPC:
+		_, err = kserve.Target(opts.Target)
+	default:
+		err = fmt.Errorf("unknown protocol %q: use %s or %s", opts.Protocol, ProtocolOpenAI, ProtocolKServeGRPC)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +181,12 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		traceparent: !opts.NoTraceparent && !ownTraceparent,
 	}
 	c.bufs.New = func() any { return &readState{buf: make([]byte, 64<<10)} }
+	if opts.Protocol == ProtocolKServeGRPC {
+		if c.grpc, err = kserve.New(kserve.Options{Target: opts.Target, Model: opts.Model, NewConnPerRequest: opts.NoKeepAlive}); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
 	if !opts.NetHTTP {
 		// http:// targets without a proxy: the raw HTTP/1.1 transport.
 		c.raw = newRawTransport(u, headers, opts.NoKeepAlive, opts.StallTimeout)
@@ -246,6 +285,9 @@ func (c *Client) Close() {
 	if c.raw != nil {
 		c.raw.close()
 	}
+	if c.grpc != nil {
+		c.grpc.Close()
+	}
 }
 
 type readState struct {
@@ -289,10 +331,15 @@ func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
 		rec.ChunkNs = make([]int64, 0, r.OutputLen+2)
 	}
 	c.setTraceContext(rec)
-	body, err := c.body(r)
-	if err != nil {
-		rec.fail(FailOther, fmt.Sprintf("encoding the request body: %v", err))
-		return
+	var (
+		body []byte
+		err  error
+	)
+	if c.grpc == nil {
+		if body, err = c.body(r); err != nil {
+			rec.fail(FailOther, fmt.Sprintf("encoding the request body: %v", err))
+			return
+		}
 	}
 	var cancelCause context.CancelCauseFunc
 	ctx, cancelCause = context.WithCancelCause(ctx)
@@ -301,6 +348,10 @@ func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeoutCause(ctx, c.timeout, errTimeout)
 		defer cancel()
+	}
+	if c.grpc != nil {
+		c.doGRPC(ctx, r, rec)
+		return
 	}
 	if c.raw != nil && r.SlowRead <= 0 {
 		c.raw.do(ctx, c, body, rec)
@@ -384,6 +435,9 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 		rec.StartNs = Mono()
 		resp, err = hc.Do(req)
 		att.publish(rec)
+		if err == nil {
+			rec.HeadersNs = Mono() // net/http has parsed the headers
+		}
 		if err != nil {
 			if attempt == 0 && rec.ConnReused && rec.FirstByteNs == 0 && ctx.Err() == nil && isStaleConnErr(err) {
 				// The server had closed the kept-alive connection: send
@@ -512,6 +566,124 @@ func (r *Record) failErr(ctx context.Context, stalled *atomic.Bool, err error) {
 			r.fail(FailOther, err.Error())
 		}
 	}
+}
+
+// grpcCall turns the events of one ModelStreamInfer stream into a Record.
+type grpcCall struct {
+	rec    *Record
+	stall  *time.Timer
+	wait   time.Duration
+	final  bool // triton_final_response seen
+	failed bool // a response failed the request (rec.Failure set)
+}
+
+func (g *grpcCall) Started(now int64, port int) { g.rec.ConnNs, g.rec.LocalPort = now, port }
+func (g *grpcCall) Sent(now int64)              { g.rec.SentNs = now }
+
+func (g *grpcCall) Headers(now int64) {
+	g.touch()
+	g.rec.HeadersNs, g.rec.FirstByteNs, g.rec.Status = now, now, http.StatusOK
+}
+
+func (g *grpcCall) touch() {
+	if g.stall != nil {
+		g.stall.Reset(g.wait)
+	}
+}
+
+func (g *grpcCall) Response(now int64, r *inference.ModelStreamInferResponse) bool {
+	g.touch()
+	rec := g.rec
+	if rec.FirstByteNs == 0 {
+		rec.FirstByteNs = now
+	}
+	text, hasOutput, final, errMsg, err := kserve.Text(r)
+	switch {
+	case err != nil:
+		rec.fail(FailMalformed, err.Error())
+		g.failed = true
+		return false
+	case errMsg != "":
+		rec.fail(FailStreamError, "error in stream: "+errMsg)
+		g.failed = true
+		return false
+	}
+	if ir := r.GetInferResponse(); rec.ResponseID == "" && ir != nil {
+		rec.ResponseID, rec.ResponseModel = ir.GetId(), ir.GetModelName()
+	}
+	// An empty final response (no outputs, or empty text) ends the
+	// request without a token, as a last SSE chunk without text does.
+	if hasOutput && !(final && len(text) == 0) {
+		rec.ChunkNs = append(rec.ChunkNs, now)
+		rec.LastNs = now
+		rec.TextBytes += len(text)
+	}
+	g.final = final
+	return !final
+}
+
+// doGRPC is Do over one ModelStreamInfer stream.
+func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
+	ctx, cancelCause := context.WithCancelCause(ctx)
+	defer cancelCause(nil)
+	g := &grpcCall{rec: rec, wait: c.stall}
+	var stalled atomic.Bool
+	if c.stall > 0 {
+		g.stall = time.AfterFunc(c.stall, func() {
+			stalled.Store(true)
+			cancelCause(errStall)
+		})
+		defer g.stall.Stop()
+	}
+	md := metadata.MD{}
+	for k, vs := range c.headers {
+		md[strings.ToLower(k)] = vs
+	}
+	if rec.RequestID != "" {
+		md.Set("x-request-id", rec.RequestID)
+	}
+	if c.traceparent {
+		md.Set("traceparent", traceparent(rec))
+	}
+	req := &kserve.Request{ID: rec.RequestID, Prompt: r.Prompt, MaxTokens: r.OutputLen, IgnoreEOS: c.ignoreEOS, Metadata: md}
+	rec.StartNs = Mono()
+	err := c.grpc.Stream(ctx, req, g)
+	rec.EndNs = Mono()
+	switch {
+	case rec.Failure != "":
+		return
+	case err == nil:
+	case errors.Is(err, kserve.ErrNoFinal):
+		rec.fail(FailCut, err.Error())
+		return
+	case ctx.Err() != nil: // the stall timer, the request's timeout, or the run's end
+		rec.failErr(ctx, &stalled, err)
+		return
+	default:
+		st := status.Convert(err)
+		switch {
+		case st.Code() == codes.Unavailable && rec.HeadersNs == 0 && len(rec.ChunkNs) == 0:
+			rec.fail(FailConnect, fmt.Sprintf("gRPC %s: %s", st.Code(), st.Message()))
+		case st.Code() == codes.Unavailable || st.Code() == codes.Internal && isGRPCTransportCut(st.Message()):
+			rec.fail(FailCut, fmt.Sprintf("connection cut mid-stream: gRPC %s: %s", st.Code(), st.Message()))
+		default:
+			rec.fail(FailGRPCStatus, fmt.Sprintf("gRPC %s: %s", st.Code(), st.Message()))
+		}
+		return
+	}
+	if len(rec.ChunkNs) == 0 {
+		rec.fail(FailNoTokens, "never received a response with text_output")
+		return
+	}
+	rec.OutputTokens = len(rec.ChunkNs)
+	rec.TokenSource = TokensFromChunks
+	rec.Success = true
+}
+
+// isGRPCTransportCut reports whether an Internal status is gRPC-Go's
+// report of a transport that broke (a reset stream), not the server's own.
+func isGRPCTransportCut(msg string) bool {
+	return strings.Contains(msg, "RST_STREAM") || strings.Contains(msg, "stream terminated")
 }
 
 func isConnectErr(err error) bool {

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Dist summarizes one latency metric in milliseconds, as vLLM does: mean,
@@ -154,13 +155,37 @@ type Metrics struct {
 	// because the kept-alive one they were given had been closed by the
 	// server (Record.RetriedStaleConn).
 	RetriedStaleConns int
+	// Headers is the time to the response headers (Record.HeadersNs, from
+	// StartNs, ms) over the successful requests that saw them.
+	Headers Dist
+	// HeadersTimed counts the successful requests with both headers and a
+	// chunk; HeadersWithFirstChunk those of them whose headers came with
+	// their first chunk: no earlier before it than HeadersWithFirstChunkNs
+	// or a tenth of the request's TTFT, whichever is longer (a loaded
+	// client can take a millisecond between reading the headers and the
+	// chunk that came with them).
+	HeadersTimed, HeadersWithFirstChunk int
+	// HeaderBlocking says that the response headers were held until the
+	// first token (see HeaderBlockingShare); empty when they were not.
+	HeaderBlocking string
 }
+
+// The header-blocking rule: a run says "header blocking" when at least
+// HeaderBlockingShare of its successful requests got their headers within
+// HeadersWithFirstChunkNs (or a tenth of their TTFT) of their first chunk and its median
+// TTFT is over HeaderBlockingMinTTFTMs, so that headers and the first
+// token could have been told apart had the server sent them early.
+const (
+	HeadersWithFirstChunkNs = int64(time.Millisecond)
+	HeaderBlockingShare     = 0.9
+	HeaderBlockingMinTTFTMs = 10.0
+)
 
 // ComputeMetrics applies vLLM's calculate_metrics to the records of a run
 // that lasted durS seconds.
 func ComputeMetrics(recs []Record, durS float64, percentiles []float64, goodput Goodput) *Metrics {
 	m := &Metrics{DurationS: durS, Failures: map[string]int{}, TokenSources: map[string]int{}}
-	var ttfts, tpots, itls, e2els, queue []float64
+	var ttfts, tpots, itls, e2els, queue, headers []float64
 	good := 0
 	for i := range recs {
 		r := &recs[i]
@@ -189,6 +214,15 @@ func ComputeMetrics(recs []Record, durS float64, percentiles []float64, goodput 
 			itls = append(itls, float64(r.ChunkNs[j]-r.ChunkNs[j-1])/1e6)
 		}
 		ttfts = append(ttfts, ttft*1e3)
+		if r.HeadersNs != 0 {
+			headers = append(headers, float64(r.HeadersAfterNs())/1e6)
+			if len(r.ChunkNs) > 0 {
+				m.HeadersTimed++
+				if r.ChunkNs[0]-r.HeadersNs <= max(HeadersWithFirstChunkNs, r.TTFTNs()/10) {
+					m.HeadersWithFirstChunk++
+				}
+			}
+		}
 		e2els = append(e2els, lat*1e3)
 		queue = append(queue, float64(r.QueueNs())/1e6)
 		if len(goodput) > 0 {
@@ -221,6 +255,11 @@ func ComputeMetrics(recs []Record, durS float64, percentiles []float64, goodput 
 	m.ITL = NewDist(itls, percentiles)
 	m.E2EL = NewDist(e2els, percentiles)
 	m.Queue = NewDist(queue, percentiles)
+	m.Headers = NewDist(headers, percentiles)
+	if m.HeadersTimed > 0 && float64(m.HeadersWithFirstChunk) >= HeaderBlockingShare*float64(m.HeadersTimed) && m.TTFT.Median > HeaderBlockingMinTTFTMs {
+		m.HeaderBlocking = fmt.Sprintf("header blocking: headers arrive with the first token (%d of %d requests), p50 %.0f ms after the request; a gateway (or the server) holds the connection that long",
+			m.HeadersWithFirstChunk, m.HeadersTimed, m.Headers.Median)
+	}
 	m.MaxOutputTokensPerS, m.MaxConcurrentRequests = peaks(recs)
 	return m
 }

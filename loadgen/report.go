@@ -11,6 +11,9 @@ import (
 
 // Backend returns vLLM's backend name for the endpoint.
 func (c *Config) Backend() string {
+	if c.Protocol == ProtocolKServeGRPC {
+		return ProtocolKServeGRPC
+	}
 	if c.Endpoint == EndpointChat {
 		return "openai-chat"
 	}
@@ -120,6 +123,11 @@ func (r *Result) JSON() map[string]any {
 		"retried_stale_connections": m.RetriedStaleConns,
 		"client_cpu_seconds":        r.ClientCPU.Seconds(),
 		"mean_queue_ms":             m.Queue.Mean,
+		"protocol":                  c.Protocol,
+		"time_to_headers_ms":        distJSON(m.Headers),
+		"headers_with_first_chunk":  m.HeadersWithFirstChunk,
+		"headers_timed":             m.HeadersTimed,
+		"header_blocking":           nilIfEmpty(m.HeaderBlocking),
 		"max_queue_ms":              maxOf(m.Queue),
 		"warmup":                    r.Warmup,
 		"records":                   r.Records,
@@ -128,6 +136,15 @@ func (r *Result) JSON() map[string]any {
 		bb["chunks_per_cpu_second"] = float64(m.Chunks) / cpu
 	}
 	out["bpfbench"] = bb
+	return out
+}
+
+// distJSON is d as {mean, median, p50, p99, ...} in ms.
+func distJSON(d Dist) map[string]any {
+	out := map[string]any{"mean": d.Mean, "median": d.Median, "n": d.N}
+	for _, p := range d.Percentiles {
+		out["p"+pName(p.P)] = p.Value
+	}
 	return out
 }
 
@@ -238,6 +255,15 @@ func (r *Result) WriteSummary(w io.Writer) {
 		line("Requests with tokens from "+k+":", m.TokenSources[k])
 	}
 	line("Retried stale connections:", m.RetriedStaleConns)
+	if m.Headers.N > 0 {
+		line("Median time to headers (ms):", m.Headers.Median)
+		for _, pv := range m.Headers.Percentiles {
+			if pv.P == 99 {
+				line("P99 time to headers (ms):", pv.Value)
+			}
+		}
+		line("Headers with the first chunk:", fmt.Sprintf("%d of %d", m.HeadersWithFirstChunk, m.HeadersTimed))
+	}
 	if cpu := r.ClientCPU.Seconds(); cpu > 0 {
 		line("Client CPU (s):", cpu)
 		line("Chunks per client CPU-second:", float64(m.Chunks)/cpu)
@@ -249,6 +275,9 @@ func (r *Result) WriteSummary(w io.Writer) {
 	sort.Strings(kinds)
 	for _, k := range kinds {
 		line("Failed ("+k+"):", m.Failures[k])
+	}
+	if m.HeaderBlocking != "" {
+		fmt.Fprintln(w, m.HeaderBlocking)
 	}
 	if f := r.Failures(); len(f) > 0 {
 		fmt.Fprintf(w, "first failure: request %s: %s: %s\n", f[0].RequestID, f[0].Kind, f[0].Error)

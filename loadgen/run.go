@@ -22,12 +22,16 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/loadgen/kserve"
 )
 
 // Config is one load run.
 type Config struct {
-	Target   string // base URL of the server, e.g. http://127.0.0.1:8000
+	Target   string // base URL of the server, e.g. http://127.0.0.1:8000 (kserve-grpc: HOST:PORT)
 	Endpoint string // EndpointCompletions (default) or EndpointChat
+	// Protocol is ProtocolOpenAI (default) or ProtocolKServeGRPC.
+	Protocol string
 	Model    string
 	Label    string
 
@@ -89,6 +93,7 @@ type Config struct {
 // DefaultConfig returns the defaults the flags use.
 func DefaultConfig() Config {
 	return Config{
+		Protocol:    ProtocolOpenAI,
 		Endpoint:    EndpointCompletions,
 		Model:       "llmsim",
 		Rate:        math.Inf(1),
@@ -160,6 +165,7 @@ func (f headerFlag) Set(s string) error {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Target, "target", c.Target, "base `URL` of the OpenAI-compatible server, e.g. http://127.0.0.1:8000")
 	fs.StringVar(&c.Endpoint, "endpoint", c.Endpoint, "API: completions (/v1/completions) or chat (/v1/chat/completions)")
+	fs.StringVar(&c.Protocol, "protocol", c.Protocol, "openai (HTTP, SSE) or kserve-grpc (KServe v2 / Triton gRPC, a ModelStreamInfer stream per request; --target HOST:PORT, inputs text_input, max_tokens, stream, output text_output)")
 	fs.StringVar(&c.Model, "model", c.Model, "model name sent in requests")
 	fs.StringVar(&c.Label, "label", c.Label, "label stored in the result")
 	fs.Float64Var(&c.Rate, "rate", c.Rate, "request rate in requests/s; inf sends all at once (closed loop with --max-concurrency)")
@@ -205,8 +211,20 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // Validate checks the configuration.
 func (c *Config) Validate() error {
-	if _, err := EndpointURL(c.Target, c.Endpoint); err != nil {
-		return err
+	switch c.Protocol {
+	case ProtocolOpenAI, "":
+		if _, err := EndpointURL(c.Target, c.Endpoint); err != nil {
+			return err
+		}
+	case ProtocolKServeGRPC:
+		if _, err := kserve.Target(c.Target); err != nil {
+			return err
+		}
+		if c.isMultiturn() {
+			return errors.New("--dataset multiturn needs --protocol openai (its replies come from the chat API)")
+		}
+	default:
+		return fmt.Errorf("--protocol %q: use %s or %s", c.Protocol, ProtocolOpenAI, ProtocolKServeGRPC)
 	}
 	if c.Burstiness <= 0 {
 		return fmt.Errorf("burstiness %v: must be positive", c.Burstiness)
@@ -340,6 +358,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		ExtraBody:     cfg.ExtraBody,
 		NetHTTP:       cfg.NetHTTP || mt != nil, // multiturn needs the replies' text
 		NoTraceparent: cfg.NoTraceparent,
+		Protocol:      cfg.Protocol,
 	})
 	if err != nil {
 		return nil, err
