@@ -11,7 +11,7 @@ export CGO_ENABLED := 1
 # go-nvml's headers mark many NVML calls deprecated; the warnings are not ours.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build generate test lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs
+.PHONY: all build generate test lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image
 
 all: build
 
@@ -45,6 +45,13 @@ lint:
 STATICCHECK_PKGS ?= ./...
 staticcheck:
 	$(GO) tool staticcheck $(STATICCHECK_PKGS)
+
+# The container image: a Debian root from Debian packages (mmdebstrap) and
+# the binary (deploy/Containerfile), built with buildah.
+image: build
+	mkdir -p build
+	mmdebstrap --variant=essential --include=ca-certificates --dpkgopt='path-exclude=/usr/share/{doc,man,locale,info}/*' bookworm build/rootfs.tar http://deb.debian.org/debian
+	buildah build -f deploy/Containerfile --build-arg VERSION=$(VERSION) -t bpfbench:$(VERSION) .
 
 # The CLI reference in docs/cli, generated from the commands (TestCLIDocs
 # fails when it is stale).
