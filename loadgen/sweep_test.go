@@ -105,7 +105,9 @@ func (f *fakeQueue) Check() []Verdict {
 	return []Verdict{{Name: "requests_waiting", Detail: "no queue"}}
 }
 
-func (f *fakeQueue) Notes() []string { return []string{"kv_cache_usage: not exported, its signal is off"} }
+func (f *fakeQueue) Notes() []string {
+	return []string{"kv_cache_usage: not exported, its signal is off"}
+}
 
 // A signal past its limit ends a step early and fails it, and the answer
 // names it; the latency SLO alone would pass every step.
