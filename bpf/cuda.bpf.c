@@ -13,7 +13,11 @@
  * copies, allocations, frees) also get a return probe: the entry stores the
  * start in `inflight` keyed by (tid, call) and the return accounts the call.
  * Hot calls (launches, asynchronous copies) are entry-only and accounted at
- * entry.
+ * entry. Graph launches are launches: entry-only, counted per CPU, streamed
+ * only with TARGET_STREAM_ALL, and under the launch-probe budget.
+ * Calls that are counted only (CK_QUIET: graph instantiations and exec
+ * destroys, pool trims and attribute sets) get a return probe for their
+ * return code and duration but are never streamed.
  *
  * Per (target slot, call): counts, errors, bytes and out-of-memory failures
  * in a per-CPU array, and a log2 duration histogram (calls with a return
@@ -29,7 +33,7 @@
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
 /* Calls per target slot: ids are assigned by userspace (collectors/cuda). */
-#define MAX_CALLS 32
+#define MAX_CALLS 64
 /* Copy directions per target slot. */
 #define MAX_DIRS 8
 
@@ -46,6 +50,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define CK_RET (1ULL << 24)                     /* a return probe ends the call */
 #define CK_ALLOC (1ULL << 25)                   /* an allocation */
 #define CK_LAUNCH(c) ((__u32)((c) >> 26) & 0x3) /* enum launch_layout */
+#define CK_QUIET (1ULL << 28)                   /* counted, never streamed */
 
 enum launch_layout {
 	LAUNCH_NONE = 0,
@@ -346,7 +351,7 @@ static __always_inline int enter(struct pt_regs *ctx)
 	struct args a = {};
 	/* Entry-only calls of a target that streams nothing need no more
 	 * than the counters: keep the hot path short. */
-	read_args(ctx, ck, &a, (ck & CK_RET) || (flags & TARGET_STREAM));
+	read_args(ctx, ck, &a, ((ck & CK_RET) && !(ck & CK_QUIET)) || (flags & TARGET_STREAM));
 
 	if (ck & CK_RET) {
 		__u64 key = (id << 32) | call;
@@ -425,7 +430,7 @@ int cuda_exit(struct pt_regs *ctx)
 		__sync_fetch_and_add(&h->count, 1);
 		__sync_fetch_and_add(&h->sum_ns, dur);
 	}
-	if (flags & TARGET_STREAM)
+	if ((flags & TARGET_STREAM) && !(ck & CK_QUIET))
 		emit(id, call, start, now, &a, ret, 1);
 	return 0;
 }

@@ -28,11 +28,31 @@ const (
 	Sync               // waits for the GPU
 	Alloc              // allocates device memory
 	Free               // frees device memory (cudaFree synchronizes the device)
+	Graph              // instantiates or destroys an executable CUDA graph
+	Pool               // trims a memory pool or sets its attributes
+
+	numKinds = iota
 )
 
 func (k Kind) String() string {
-	return [...]string{"launch", "copy", "sync", "alloc", "free"}[k]
+	if int(k) >= numKinds {
+		return fmt.Sprintf("kind%d", k)
+	}
+	return [...]string{"launch", "copy", "sync", "alloc", "free", "graph", "pool"}[k]
 }
+
+// graphRole is what a call counts for in the graph figures (graphs.go).
+type graphRole uint8
+
+const (
+	roleNone        graphRole = iota
+	roleInstantiate           // cuGraphInstantiate*, cudaGraphInstantiate*
+	roleExecDestroy           // cuGraphExecDestroy, cudaGraphExecDestroy
+	roleGraphLaunch           // cuGraphLaunch, cudaGraphLaunch
+	rolePoolAlloc             // stream-ordered allocations: from a pool or the current one
+	rolePoolTrim              // cuMemPoolTrimTo, cudaMemPoolTrimTo
+	rolePoolAttr              // cuMemPoolSetAttribute, cudaMemPoolSetAttribute
+)
 
 // Direction is the direction of a copy.
 type Direction uint8
@@ -89,6 +109,10 @@ type CallInfo struct {
 	Kind Kind
 	// Blocking calls get a return probe: duration and return code.
 	Blocking bool
+	// Counted calls get a return probe too (duration and return code) but
+	// do not wait for the GPU and are never streamed, only counted in the
+	// kernel: graph instantiations and destroys, pool trims and attributes.
+	Counted bool
 	// Aliases are other exported names of the same call (per-thread
 	// default stream variants).
 	Aliases []string
@@ -96,13 +120,17 @@ type CallInfo struct {
 	bytesSlot, handleSlot, kindSlot uint8
 	dir                             Direction
 	layout                          uint8
+	graph                           graphRole
 }
+
+// returns reports whether the call has a return probe.
+func (i CallInfo) returns() bool { return i.Blocking || i.Counted }
 
 // calls is indexed by Call. Keep ids stable: they key the kernel's maps.
 var calls = []CallInfo{
 	{Name: "cuLaunchKernel", API: Driver, Kind: Launch, layout: layoutArgs, handleSlot: 9, Aliases: []string{"cuLaunchKernel_ptsz"}},
 	{Name: "cuLaunchKernelEx", API: Driver, Kind: Launch, layout: layoutConfig, Aliases: []string{"cuLaunchKernelEx_ptsz"}},
-	{Name: "cuGraphLaunch", API: Driver, Kind: Launch, handleSlot: 2, Aliases: []string{"cuGraphLaunch_ptsz"}},
+	{Name: "cuGraphLaunch", API: Driver, Kind: Launch, handleSlot: 2, Aliases: []string{"cuGraphLaunch_ptsz"}, graph: roleGraphLaunch},
 	{Name: "cuMemcpy", API: Driver, Kind: Copy, Blocking: true, bytesSlot: 3, dir: Unified, Aliases: []string{"cuMemcpy_ptds"}},
 	{Name: "cuMemcpyAsync", API: Driver, Kind: Copy, bytesSlot: 3, handleSlot: 4, dir: Unified, Aliases: []string{"cuMemcpyAsync_ptsz"}},
 	{Name: "cuMemcpyHtoD_v2", API: Driver, Kind: Copy, Blocking: true, bytesSlot: 3, dir: HostToDevice, Aliases: []string{"cuMemcpyHtoD_v2_ptds"}},
@@ -116,10 +144,10 @@ var calls = []CallInfo{
 	{Name: "cuEventSynchronize", API: Driver, Kind: Sync, Blocking: true, handleSlot: 1},
 	{Name: "cuMemAlloc_v2", API: Driver, Kind: Alloc, Blocking: true, bytesSlot: 2},
 	{Name: "cuMemFree_v2", API: Driver, Kind: Free, Blocking: true, handleSlot: 1},
-	{Name: "cuMemAllocAsync", API: Driver, Kind: Alloc, Blocking: true, bytesSlot: 2, handleSlot: 3, Aliases: []string{"cuMemAllocAsync_ptsz"}},
+	{Name: "cuMemAllocAsync", API: Driver, Kind: Alloc, Blocking: true, bytesSlot: 2, handleSlot: 3, Aliases: []string{"cuMemAllocAsync_ptsz"}, graph: rolePoolAlloc},
 	{Name: "cudaLaunchKernel", API: Runtime, Kind: Launch, layout: layoutDim3, handleSlot: 8, Aliases: []string{"cudaLaunchKernel_ptsz"}},
 	{Name: "cudaLaunchKernelExC", API: Runtime, Kind: Launch, layout: layoutConfig, Aliases: []string{"cudaLaunchKernelExC_ptsz"}},
-	{Name: "cudaGraphLaunch", API: Runtime, Kind: Launch, handleSlot: 2, Aliases: []string{"cudaGraphLaunch_ptsz"}},
+	{Name: "cudaGraphLaunch", API: Runtime, Kind: Launch, handleSlot: 2, Aliases: []string{"cudaGraphLaunch_ptsz"}, graph: roleGraphLaunch},
 	{Name: "cudaMemcpy", API: Runtime, Kind: Copy, Blocking: true, bytesSlot: 3, kindSlot: 4, Aliases: []string{"cudaMemcpy_ptds"}},
 	{Name: "cudaMemcpyAsync", API: Runtime, Kind: Copy, bytesSlot: 3, kindSlot: 4, handleSlot: 5, Aliases: []string{"cudaMemcpyAsync_ptsz"}},
 	{Name: "cudaStreamSynchronize", API: Runtime, Kind: Sync, Blocking: true, handleSlot: 1, Aliases: []string{"cudaStreamSynchronize_ptsz"}},
@@ -127,11 +155,30 @@ var calls = []CallInfo{
 	{Name: "cudaEventSynchronize", API: Runtime, Kind: Sync, Blocking: true, handleSlot: 1},
 	{Name: "cudaMalloc", API: Runtime, Kind: Alloc, Blocking: true, bytesSlot: 2},
 	{Name: "cudaFree", API: Runtime, Kind: Free, Blocking: true, handleSlot: 1},
-	{Name: "cudaMallocAsync", API: Runtime, Kind: Alloc, Blocking: true, bytesSlot: 2, handleSlot: 3, Aliases: []string{"cudaMallocAsync_ptsz"}},
+	{Name: "cudaMallocAsync", API: Runtime, Kind: Alloc, Blocking: true, bytesSlot: 2, handleSlot: 3, Aliases: []string{"cudaMallocAsync_ptsz"}, graph: rolePoolAlloc},
+	// CUDA Graphs and memory pools. cuGraphInstantiate is the CUDA 11
+	// export (cuda.h 12 maps the name to cuGraphInstantiateWithFlags);
+	// _v2 is its CUDA 11.x twin. Pool allocations are blocking like
+	// cuMemAllocAsync (streamed, so that an out-of-memory one is an
+	// event); the others are only counted.
+	{Name: "cuGraphInstantiate", API: Driver, Kind: Graph, Counted: true, handleSlot: 2, Aliases: []string{"cuGraphInstantiate_v2"}, graph: roleInstantiate},
+	{Name: "cuGraphInstantiateWithFlags", API: Driver, Kind: Graph, Counted: true, handleSlot: 2, graph: roleInstantiate},
+	{Name: "cuGraphInstantiateWithParams", API: Driver, Kind: Graph, Counted: true, handleSlot: 2, Aliases: []string{"cuGraphInstantiateWithParams_ptsz"}, graph: roleInstantiate},
+	{Name: "cuGraphExecDestroy", API: Driver, Kind: Graph, Counted: true, handleSlot: 1, graph: roleExecDestroy},
+	{Name: "cuMemAllocFromPoolAsync", API: Driver, Kind: Alloc, Blocking: true, bytesSlot: 2, handleSlot: 4, Aliases: []string{"cuMemAllocFromPoolAsync_ptsz"}, graph: rolePoolAlloc},
+	{Name: "cuMemPoolTrimTo", API: Driver, Kind: Pool, Counted: true, bytesSlot: 2, handleSlot: 1, graph: rolePoolTrim},
+	{Name: "cuMemPoolSetAttribute", API: Driver, Kind: Pool, Counted: true, handleSlot: 1, graph: rolePoolAttr},
+	{Name: "cudaGraphInstantiate", API: Runtime, Kind: Graph, Counted: true, handleSlot: 2, graph: roleInstantiate},
+	{Name: "cudaGraphInstantiateWithFlags", API: Runtime, Kind: Graph, Counted: true, handleSlot: 2, graph: roleInstantiate},
+	{Name: "cudaGraphInstantiateWithParams", API: Runtime, Kind: Graph, Counted: true, handleSlot: 2, Aliases: []string{"cudaGraphInstantiateWithParams_ptsz"}, graph: roleInstantiate},
+	{Name: "cudaGraphExecDestroy", API: Runtime, Kind: Graph, Counted: true, handleSlot: 1, graph: roleExecDestroy},
+	{Name: "cudaMallocFromPoolAsync", API: Runtime, Kind: Alloc, Blocking: true, bytesSlot: 2, handleSlot: 4, Aliases: []string{"cudaMallocFromPoolAsync_ptsz"}, graph: rolePoolAlloc},
+	{Name: "cudaMemPoolTrimTo", API: Runtime, Kind: Pool, Counted: true, bytesSlot: 2, handleSlot: 1, graph: rolePoolTrim},
+	{Name: "cudaMemPoolSetAttribute", API: Runtime, Kind: Pool, Counted: true, handleSlot: 1, graph: rolePoolAttr},
 }
 
 // maxCalls is MAX_CALLS of bpf/cuda.bpf.c.
-const maxCalls = 32
+const maxCalls = 64
 
 func init() {
 	if len(calls) > maxCalls {
@@ -184,6 +231,7 @@ func CallByName(name string) (Call, bool) {
 const (
 	cookieRet   = 1 << 24
 	cookieAlloc = 1 << 25
+	cookieQuiet = 1 << 28
 )
 
 // cookie is the attach cookie that tells the programs which call fired
@@ -196,8 +244,11 @@ func (c Call) cookie() uint64 {
 		uint64(i.kindSlot&0xf)<<16 |
 		uint64(i.dir&0xf)<<20 |
 		uint64(i.layout&0x3)<<26
-	if i.Blocking {
+	if i.returns() {
 		ck |= cookieRet
+	}
+	if i.Counted {
+		ck |= cookieQuiet
 	}
 	if i.Kind == Alloc {
 		ck |= cookieAlloc

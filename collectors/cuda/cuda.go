@@ -1,9 +1,11 @@
 // Package cuda is the CUDA collector: driver (libcuda) and runtime
 // (libcudart) API calls of target processes, from uprobes on the
-// libraries each target really maps (bpf/cuda.bpf.c). Launches and
-// asynchronous copies are probed at entry only (a uprobe hit is a trap);
-// synchronizes, blocking copies, allocations and frees also at return, for
-// their duration and return code.
+// libraries each target really maps (bpf/cuda.bpf.c). Launches (graph
+// launches too) and asynchronous copies are probed at entry only (a uprobe
+// hit is a trap); synchronizes, blocking copies, allocations and frees also
+// at return, for their duration and return code, and so are the calls that
+// are only counted: graph instantiations and exec destroys, pool trims and
+// attribute sets (graphs.go).
 package cuda
 
 import (
@@ -400,7 +402,7 @@ func (c *Collector) attach(tgid uint32, l Library) (*attachment, error) {
 				return nil, fmt.Errorf("attaching uprobe %s in %s: %w", name, l.Path, err)
 			}
 			a.links = append(a.links, up)
-			if info.Blocking {
+			if info.returns() {
 				ret, err := ex.Uretprobe(name, c.objs.CudaExit, opts)
 				if err != nil {
 					a.close()
@@ -456,7 +458,8 @@ func (c *Collector) Counts(idx uint32) ([]Counts, error) {
 	return out, nil
 }
 
-// Durations reads the in-kernel duration histogram of a blocking call for slot idx.
+// Durations reads the in-kernel duration histogram of a call with a return
+// probe (blocking or counted) for slot idx.
 func (c *Collector) Durations(idx uint32, call Call) (hist.Log2, error) {
 	var h cudaHist
 	key := idx*maxCalls + uint32(call)

@@ -19,8 +19,8 @@ import (
 var RescanInterval = 10 * time.Second
 
 // Host is the daemon's CUDA collector: per-target call counts, errors,
-// durations of blocking calls and copy bytes, aggregated in the kernel
-// and read at scrape time. Uprobes are per target process (the kernel
+// durations of blocking calls, copy bytes and the CUDA Graph and pool
+// counters (graphs.go), aggregated in the kernel and read at scrape time. Uprobes are per target process (the kernel
 // plants breakpoints only in targets' address spaces, so other processes
 // using the same library pay nothing).
 type Host struct {
@@ -33,6 +33,8 @@ type Host struct {
 	runCtx  context.Context
 
 	calls, durations, errs, copies, duty, estimated *prometheus.Desc
+	// CUDA Graph and memory-pool counters, per target and API (graphs.go).
+	graphInst, graphDestroys, graphLaunches, poolFailures, poolTrims, poolAttrs *prometheus.Desc
 }
 
 var _ collectors.Host = (*Host)(nil)
@@ -49,10 +51,10 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 			"CUDA driver and runtime API calls of a target by call name (launches and asynchronous copies at entry, blocking calls at return).",
 			[]string{"target", "call"}, nil),
 		durations: prometheus.NewDesc("bpfbench_cuda_call_duration_seconds",
-			"Time a target's threads spent inside blocking CUDA calls (synchronizes, blocking copies, allocations, frees).",
+			"Time a target's threads spent inside CUDA calls with a return probe: blocking ones (synchronizes, blocking copies, allocations, frees), graph instantiations and exec destroys, pool trims and attribute sets.",
 			[]string{"target", "call"}, nil),
 		errs: prometheus.NewDesc("bpfbench_cuda_errors_total",
-			"Blocking CUDA calls of a target that returned an error (a failed allocation is out of memory).",
+			"CUDA calls of a target with a return probe that returned an error (a failed allocation is out of memory).",
 			[]string{"target", "call"}, nil),
 		copies: prometheus.NewDesc("bpfbench_cuda_copy_bytes_total",
 			"Bytes a target copied with CUDA memcpy calls by direction (unified: cuMemcpy or cudaMemcpyDefault, direction unknown).",
@@ -63,6 +65,24 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 		estimated: prometheus.NewDesc("bpfbench_cuda_launches_estimated_total",
 			"Launches of a target made while its launch probes were detached, estimated from the sample windows (not in bpfbench_cuda_calls_total).",
 			[]string{"target"}, nil),
+		graphInst: prometheus.NewDesc("bpfbench_cuda_graph_instantiations_total",
+			"Successful CUDA Graph instantiations of a target (cuGraphInstantiate*, cudaGraphInstantiate*), per API: a runtime call usually reaches the driver's too. Reuse rate: bpfbench_cuda_graph_launches_total / bpfbench_cuda_graph_instantiations_total.",
+			[]string{"target", "api"}, nil),
+		graphDestroys: prometheus.NewDesc("bpfbench_cuda_graph_exec_destroys_total",
+			"Successful cuGraphExecDestroy / cudaGraphExecDestroy calls of a target, per API.",
+			[]string{"target", "api"}, nil),
+		graphLaunches: prometheus.NewDesc("bpfbench_cuda_graph_launches_total",
+			"CUDA Graph launches of a target counted by its launch probes (cuGraphLaunch, cudaGraphLaunch), per API; while the probes are sampled, launches between windows are in bpfbench_cuda_launches_estimated_total.",
+			[]string{"target", "api"}, nil),
+		poolFailures: prometheus.NewDesc("bpfbench_cuda_pool_alloc_failures_total",
+			"Stream-ordered allocations of a target (cuMemAllocFromPoolAsync, cuMemAllocAsync and the runtime's) that returned out of memory, per API. Per 1,000 graph launches: 1000 * increase(bpfbench_cuda_pool_alloc_failures_total[5m]) / increase(bpfbench_cuda_graph_launches_total[5m]).",
+			[]string{"target", "api"}, nil),
+		poolTrims: prometheus.NewDesc("bpfbench_cuda_pool_trims_total",
+			"Successful cuMemPoolTrimTo / cudaMemPoolTrimTo calls of a target, per API.",
+			[]string{"target", "api"}, nil),
+		poolAttrs: prometheus.NewDesc("bpfbench_cuda_pool_attribute_sets_total",
+			"Successful cuMemPoolSetAttribute / cudaMemPoolSetAttribute calls of a target, per API.",
+			[]string{"target", "api"}, nil),
 	}
 }
 
@@ -164,6 +184,12 @@ func (h *Host) Describe(ch chan<- *prometheus.Desc) {
 	ch <- h.copies
 	ch <- h.duty
 	ch <- h.estimated
+	ch <- h.graphInst
+	ch <- h.graphDestroys
+	ch <- h.graphLaunches
+	ch <- h.poolFailures
+	ch <- h.poolTrims
+	ch <- h.poolAttrs
 }
 
 // Collect reads the kernel's aggregates of every target slot. Only calls
@@ -184,7 +210,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 			}
 			info := calls[i]
 			ch <- prometheus.MustNewConstMetric(h.calls, prometheus.CounterValue, float64(c.Count), name, info.Name)
-			if !info.Blocking {
+			if !info.returns() {
 				continue
 			}
 			ch <- prometheus.MustNewConstMetric(h.errs, prometheus.CounterValue, float64(c.Errors), name, info.Name)
@@ -194,6 +220,21 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 				continue
 			}
 			ch <- prometheus.MustNewConstHistogram(h.durations, d.Count, float64(d.SumNs)/1e9, d.Buckets(), name, info.Name)
+		}
+		// Every graph and pool family of an API the target made such calls
+		// with, zeros included, so that the ratios have both sides.
+		for api, g := range graphFigures(counts) {
+			if !g.used {
+				continue
+			}
+			a := API(api).String()
+			for _, m := range []struct {
+				d *prometheus.Desc
+				v uint64
+			}{{h.graphInst, g.instantiations}, {h.graphDestroys, g.execDestroys}, {h.graphLaunches, g.launches},
+				{h.poolFailures, g.poolOOM}, {h.poolTrims, g.trims}, {h.poolAttrs, g.setAttr}} {
+				ch <- prometheus.MustNewConstMetric(m.d, prometheus.CounterValue, float64(m.v), name, a)
+			}
 		}
 		h.mu.Lock()
 		st := h.budgets[idx]

@@ -49,6 +49,7 @@ type snapshot struct {
 	copies [numDirections]uint64
 	dims   []LaunchDims
 	libs   []Library
+	instNs [2]uint64 // time in graph instantiations, per API
 }
 
 var _ collectors.Section = (*Section)(nil)
@@ -170,6 +171,16 @@ func (s *Section) read() (snapshot, error) {
 		return sn, err
 	}
 	sn.libs = s.Libraries(uint32(s.pid))
+	for i, info := range calls {
+		if info.graph != roleInstantiate || sn.counts[i].Count == 0 {
+			continue
+		}
+		d, err := s.Durations(1, Call(i))
+		if err != nil {
+			return sn, err
+		}
+		sn.instNs[info.API&1] += d.SumNs
+	}
 	return sn, nil
 }
 
@@ -230,6 +241,12 @@ func (s *Section) summary(maxDims int) Summary {
 			}
 		}
 	}
+	sum.Graphs = graphSummaries(sn.counts, sn.instNs, func(c Call) uint64 {
+		if cs, ok := findCallSummary(sum, c.String()); ok {
+			return cs.EstimatedCount
+		}
+		return 0
+	})
 	return sum
 }
 
@@ -240,7 +257,7 @@ func (s *Section) WriteInterval(w io.Writer) {
 	prev := s.lastIntv
 	s.lastIntv = sn.counts
 	s.mu.Unlock()
-	var byKind [5]uint64
+	var byKind [numKinds]uint64
 	var errs, oom uint64
 	for i, c := range sn.counts {
 		d := c
@@ -300,10 +317,20 @@ func (s *Section) WriteSummary(w io.Writer) {
 		fmt.Fprintf(w, "  launch probes sampled: %s; attached %.0f%% of the time in %d windows, %d launches counted, %d estimated\n",
 			lp.Reason, 100*lp.duty(), lp.Windows, lp.MeasuredLaunches, lp.EstimatedLaunches)
 	}
+	writeGraphs(w, sum.Graphs)
 	if sum.OutOfMemory.Count > 0 {
 		fmt.Fprintf(w, "  out of memory: %d failed allocations\n", sum.OutOfMemory.Count)
 		for _, e := range sum.OutOfMemory.Events {
 			fmt.Fprintf(w, "    %s of %d bytes by tid %d: error %d\n", e.Call, e.Bytes, e.Tid, e.Code)
 		}
 	}
+}
+
+func findCallSummary(s Summary, name string) (CallSummary, bool) {
+	for _, c := range s.Calls {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return CallSummary{}, false
 }

@@ -61,6 +61,9 @@ type Summary struct {
 	// LaunchProbes says whether every launch was probed or launches were
 	// sampled to keep the probes within their budget.
 	LaunchProbes *LaunchProbes `json:"launch_probes,omitempty"`
+	// Graphs are the CUDA Graph and memory-pool figures per API that made
+	// such calls (graphs.go).
+	Graphs []GraphSummary `json:"graphs,omitempty"`
 }
 
 // Aggregator turns streamed events into per-call duration distributions

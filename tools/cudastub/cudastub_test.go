@@ -71,6 +71,21 @@ type result struct {
 	ElapsedNS      uint64            `json:"elapsed_ns"`
 	LaunchesPerSec float64           `json:"launches_per_second"`
 
+	// --graphs and --exhaust.
+	Instantiations      uint64 `json:"instantiations"`
+	InstantiateErrors   uint64 `json:"instantiate_errors"`
+	GraphLaunches       uint64 `json:"graph_launches"`
+	ExecDestroys        uint64 `json:"exec_destroys"`
+	Exhaustions         uint64 `json:"exhaustions"`
+	PoolFragmentation   int    `json:"pool_fragmentation"`
+	PoolAllocs          uint64 `json:"pool_allocs"`
+	PoolOOM             uint64 `json:"pool_oom"`
+	PoolOOMFragmented   uint64 `json:"pool_oom_fragmented"`
+	PoolTrims           uint64 `json:"pool_trims"`
+	PoolAttributeSets   uint64 `json:"pool_attribute_sets"`
+	PoolReservedPeak    uint64 `json:"pool_reserved_peak"`
+	PoolReservedTrimmed uint64 `json:"pool_reserved_after_trim"`
+
 	// Measured by the test around the process.
 	wall time.Duration // start to exit
 	cpu  time.Duration // user and system CPU time
@@ -385,10 +400,16 @@ func TestExportedSymbols(t *testing.T) {
 			"cuMemcpyDtoH_v2", "cuMemcpyDtoD_v2", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2",
 			"cuMemcpyAsync", "cuMemcpy", "cuStreamCreate", "cuStreamSynchronize", "cuCtxSynchronize",
 			"cuEventCreate", "cuEventRecord", "cuEventSynchronize", "cuMemAlloc_v2", "cuMemFree_v2",
-			"cuMemAllocAsync", "cuGetErrorString"},
+			"cuMemAllocAsync", "cuGetErrorString", "cuGraphInstantiate", "cuGraphInstantiate_v2",
+			"cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams", "cuGraphExecDestroy",
+			"cuMemPoolCreate", "cuMemPoolDestroy", "cuMemAllocFromPoolAsync", "cuMemFreeAsync",
+			"cuMemPoolTrimTo", "cuMemPoolSetAttribute", "cuMemPoolGetAttribute"},
 		"libcudart.so.12": {"cudaLaunchKernel", "cudaMemcpy", "cudaMemcpyAsync",
 			"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMalloc", "cudaFree",
-			"cudaGraphLaunch", "cudaGetErrorString"},
+			"cudaGraphLaunch", "cudaGetErrorString", "cudaGraphInstantiate",
+			"cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams", "cudaGraphExecDestroy",
+			"cudaMemPoolCreate", "cudaMemPoolDestroy", "cudaMallocFromPoolAsync", "cudaFreeAsync",
+			"cudaMemPoolTrimTo", "cudaMemPoolSetAttribute", "cudaMemPoolGetAttribute"},
 	}
 	for lib, syms := range want {
 		f, err := elf.Open(filepath.Join(binDir, lib))
@@ -549,4 +570,67 @@ func cString(p *byte) string {
 		b = append(b, *ptr)
 	}
 	return string(b)
+}
+
+// --graphs N --launches M --exhaust K: N instantiations (each instantiate
+// call in turn), M graph launches over them, N exec destroys, K pool
+// exhaustions (each one out-of-memory return and one trim), exactly, in
+// the counts and in the per-symbol calls.
+func TestGraphsAndPools(t *testing.T) {
+	names := map[string][]string{
+		"driver":  {"cuGraphInstantiateWithFlags", "cuGraphInstantiateWithParams", "cuGraphInstantiate", "cuGraphLaunch", "cuGraphExecDestroy", "cuMemAllocFromPoolAsync", "cuMemPoolTrimTo", "cuMemPoolSetAttribute", "cuMemFreeAsync"},
+		"runtime": {"cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams", "cudaGraphLaunch", "cudaGraphExecDestroy", "cudaMallocFromPoolAsync", "cudaMemPoolTrimTo", "cudaMemPoolSetAttribute", "cudaFreeAsync"},
+	}
+	for api, n := range names {
+		t.Run(api, func(t *testing.T) {
+			// 2 rounds of: 5 instantiations (+1 failing), 40 launches, 3
+			// exhaustions of a 4 MiB pool by 1 MiB blocks.
+			r := runDriver(t, nil, 0, "--api", api, "--lib", libFor(api), "--loop", "--duration-ms", "1",
+				"--graphs", "5", "--fail-instantiate", "--launches", "40", "--syncs", "2", "--kernel-us", "10",
+				"--exhaust", "3", "--pool-bytes", "4194304", "--alloc-bytes", "1048576")
+			rounds := r.Rounds
+			if rounds < 1 {
+				t.Fatalf("%d rounds", rounds)
+			}
+			if r.Instantiations != 5*rounds || r.InstantiateErrors != rounds || r.GraphLaunches != 40*rounds || r.ExecDestroys != 5*rounds {
+				t.Errorf("graphs: %d instantiations, %d failed, %d launches, %d destroys in %d rounds", r.Instantiations, r.InstantiateErrors, r.GraphLaunches, r.ExecDestroys, rounds)
+			}
+			// 4 blocks fit, the fifth fails: 5 allocations per exhaustion.
+			if r.Exhaustions != 3*rounds || r.PoolOOM != 3*rounds || r.PoolAllocs != 15*rounds || r.PoolTrims != 3*rounds || r.PoolOOMFragmented != 0 {
+				t.Errorf("pool: %d exhaustions, %d allocations, %d out of memory (%d fragmented), %d trims in %d rounds", r.Exhaustions, r.PoolAllocs, r.PoolOOM, r.PoolOOMFragmented, r.PoolTrims, rounds)
+			}
+			if r.PoolAttributeSets != 1 || r.PoolReservedPeak != 4<<20 || r.PoolReservedTrimmed != 1<<20 {
+				t.Errorf("pool: %d attribute sets, reserved peak %d, %d after the trim", r.PoolAttributeSets, r.PoolReservedPeak, r.PoolReservedTrimmed)
+			}
+			want := map[string]uint64{
+				n[0]: 2*rounds + rounds, n[1]: 2 * rounds, n[2]: rounds, n[3]: 40 * rounds, n[4]: 5 * rounds,
+				n[5]: 15 * rounds, n[6]: 3 * rounds, n[7]: 1, n[8]: 12 * rounds,
+			}
+			for name, w := range want {
+				if r.Calls[name] != w {
+					t.Errorf("%s called %d times, want %d", name, r.Calls[name], w)
+				}
+			}
+			if r.Errors[n[5]] != 3*rounds || r.Errors[n[0]] != rounds || len(r.Errors) != 2 {
+				t.Errorf("errors %v", r.Errors)
+			}
+		})
+	}
+}
+
+// With CUDASTUB_POOL_FRAGMENTATION=1 a pool places blocks first fit: with
+// every other block freed, two blocks' worth fails although the free total
+// holds it; without, it succeeds.
+func TestPoolFragmentation(t *testing.T) {
+	for _, api := range []string{"driver", "runtime"} {
+		for _, frag := range []int{0, 1} {
+			r := runDriver(t, []string{fmt.Sprintf("CUDASTUB_POOL_FRAGMENTATION=%d", frag)}, 0, "--api", api, "--lib", libFor(api),
+				"--launches", "0", "--syncs", "0", "--exhaust", "2", "--fragment", "--pool-bytes", "8388608", "--alloc-bytes", "1048576")
+			// Per exhaustion: 8 blocks and one refused, then the probe.
+			if r.PoolFragmentation != frag || r.PoolAllocs != 20 || r.PoolOOM != uint64(2+2*frag) || r.PoolOOMFragmented != uint64(2*frag) {
+				t.Errorf("%s, fragmentation %d: %d allocations, %d out of memory, %d with the free total enough (reported fragmentation %d)",
+					api, frag, r.PoolAllocs, r.PoolOOM, r.PoolOOMFragmented, r.PoolFragmentation)
+			}
+		}
+	}
 }

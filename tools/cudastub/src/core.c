@@ -75,6 +75,9 @@ static void config_load(void)
 	config.fail_bytes = env_u64("CUDASTUB_FAIL_BYTES", 0xDEADBEEFull);
 	config.queue_depth = (unsigned)env_u64("CUDASTUB_QUEUE_DEPTH", 1024);
 	config.devices = (int)env_u64("CUDASTUB_DEVICES", 1);
+	config.pool_bytes = env_u64("CUDASTUB_POOL_BYTES", config.mem_bytes);
+	config.pool_fragmentation =
+	    env_u64("CUDASTUB_POOL_FRAGMENTATION", 0) != 0;
 	__atomic_store_n(&kernel_ns_now, config.kernel_ns, __ATOMIC_RELAXED);
 }
 
@@ -371,9 +374,11 @@ uint64_t stub_event_at(const void *ev)
 
 /* ---- device memory ---- */
 
-/* Device addresses come from a range no host mapping uses in practice. */
+/* Device addresses come from a range no host mapping uses in practice: the
+ * lower half for cuMemAlloc and friends, the upper half for pools. */
 #define DEV_BASE 0x700000000000ull
 #define DEV_SPAN (1ull << 40)
+#define DEV_HALF (DEV_SPAN / 2)
 #define DEV_ALIGN 512ull
 
 struct allocation {
@@ -394,7 +399,7 @@ int stub_alloc(size_t bytes, uint64_t *addr)
 
 	if (span == 0)
 		span = DEV_ALIGN;
-	if ((uint64_t)bytes == c->fail_bytes || span >= DEV_SPAN)
+	if ((uint64_t)bytes == c->fail_bytes || span >= DEV_HALF)
 		return -1;
 	pthread_mutex_lock(&mem_lock);
 	if (mem_used + (uint64_t)bytes > c->mem_bytes) {
@@ -412,7 +417,7 @@ int stub_alloc(size_t bytes, uint64_t *addr)
 		allocs = n;
 		capallocs = cap;
 	}
-	if (next_addr + span > DEV_BASE + DEV_SPAN)
+	if (next_addr + span > DEV_BASE + DEV_HALF)
 		next_addr = DEV_BASE;
 	*addr = next_addr;
 	next_addr += span;
@@ -456,6 +461,264 @@ void stub_mem_info(size_t *free_bytes, size_t *total_bytes)
 	if (total_bytes != NULL)
 		*total_bytes = (size_t)c->mem_bytes;
 	pthread_mutex_unlock(&mem_lock);
+}
+
+/* ---- memory pools ---- */
+
+#define STUB_MAX_POOLS 8
+#define POOL_SPAN (DEV_HALF / STUB_MAX_POOLS) /* 64 GiB of addresses each */
+
+struct pool_block {
+	uint64_t off, size;
+};
+
+struct stub_pool {
+	uint32_t kind;
+	uint32_t live;
+	uint64_t base;  /* first address */
+	uint64_t limit; /* live bytes at most */
+	uint64_t arena; /* addresses blocks are placed in */
+	uint64_t used, used_high, reserved, reserved_high, threshold;
+	int reuse[3];
+	struct pool_block *blocks; /* sorted by offset */
+	size_t n, cap;
+};
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct stub_pool pools[STUB_MAX_POOLS];
+
+/* Callers hold pool_lock. */
+static struct stub_pool *pool_of(const void *handle)
+{
+	uintptr_t d = (uintptr_t)handle - (uintptr_t)pools;
+	struct stub_pool *p;
+
+	if ((uintptr_t)handle < (uintptr_t)pools || d >= sizeof(pools) ||
+	    d % sizeof(pools[0]) != 0)
+		return NULL;
+	p = &pools[d / sizeof(pools[0])];
+	return p->kind == STUB_KIND_POOL && p->live ? p : NULL;
+}
+
+struct stub_pool *stub_pool_new(uint64_t max_bytes)
+{
+	const struct stub_config *c = stub_config();
+	struct stub_pool *p = NULL;
+	int i;
+
+	if (max_bytes == 0)
+		max_bytes = c->pool_bytes;
+	if (max_bytes > POOL_SPAN)
+		max_bytes = POOL_SPAN;
+	pthread_mutex_lock(&pool_lock);
+	for (i = 0; i < STUB_MAX_POOLS; i++) {
+		if (!pools[i].live) {
+			p = &pools[i];
+			break;
+		}
+	}
+	if (p != NULL) {
+		memset(p, 0, sizeof(*p));
+		p->kind = STUB_KIND_POOL;
+		p->live = 1;
+		p->base = DEV_BASE + DEV_HALF + (uint64_t)i * POOL_SPAN;
+		p->limit = max_bytes;
+		/* Without fragmentation the addresses never run out first. */
+		p->arena = c->pool_fragmentation ? max_bytes : POOL_SPAN;
+		p->reuse[0] = p->reuse[1] = p->reuse[2] = 1;
+	}
+	pthread_mutex_unlock(&pool_lock);
+	return p;
+}
+
+int stub_pool_free(void *pool)
+{
+	struct stub_pool *p;
+
+	pthread_mutex_lock(&pool_lock);
+	p = pool_of(pool);
+	if (p != NULL) {
+		free(p->blocks);
+		memset(p, 0, sizeof(*p));
+	}
+	pthread_mutex_unlock(&pool_lock);
+	return p != NULL ? 0 : -1;
+}
+
+int stub_is_pool(const void *pool)
+{
+	int r;
+
+	pthread_mutex_lock(&pool_lock);
+	r = pool_of(pool) != NULL;
+	pthread_mutex_unlock(&pool_lock);
+	return r;
+}
+
+int stub_pool_alloc(void *pool, size_t bytes, uint64_t *addr)
+{
+	uint64_t size = ((uint64_t)bytes + DEV_ALIGN - 1) & ~(DEV_ALIGN - 1);
+	uint64_t at = 0;
+	struct stub_pool *p;
+	size_t i;
+
+	if (size == 0)
+		size = DEV_ALIGN;
+	pthread_mutex_lock(&pool_lock);
+	p = pool_of(pool);
+	if (p == NULL || (uint64_t)bytes == stub_config()->fail_bytes ||
+	    size > p->limit || p->used + size > p->limit)
+		goto oom;
+	/* First fit: the first gap between blocks (or after the last) that
+	 * holds size. */
+	for (i = 0; i < p->n; i++) {
+		if (p->blocks[i].off - at >= size)
+			break;
+		at = p->blocks[i].off + p->blocks[i].size;
+	}
+	if (i == p->n && p->arena - at < size)
+		goto oom;
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 64;
+		struct pool_block *nb = realloc(p->blocks, cap * sizeof(*nb));
+
+		if (nb == NULL)
+			goto oom;
+		p->blocks = nb;
+		p->cap = cap;
+	}
+	memmove(&p->blocks[i + 1], &p->blocks[i], (p->n - i) * sizeof(*p->blocks));
+	p->blocks[i].off = at;
+	p->blocks[i].size = size;
+	p->n++;
+	p->used += size;
+	if (p->used > p->used_high)
+		p->used_high = p->used;
+	if (p->used > p->reserved)
+		p->reserved = p->used;
+	if (p->reserved > p->reserved_high)
+		p->reserved_high = p->reserved;
+	*addr = p->base + at;
+	pthread_mutex_unlock(&pool_lock);
+	return 0;
+oom:
+	pthread_mutex_unlock(&pool_lock);
+	return -1;
+}
+
+int stub_pool_release(uint64_t addr)
+{
+	struct stub_pool *p;
+	uint64_t off;
+	size_t lo, hi;
+	int i = (int)((addr - (DEV_BASE + DEV_HALF)) / POOL_SPAN);
+
+	if (addr < DEV_BASE + DEV_HALF || addr >= DEV_BASE + DEV_SPAN)
+		return 1;
+	pthread_mutex_lock(&pool_lock);
+	p = &pools[i];
+	if (!p->live) {
+		pthread_mutex_unlock(&pool_lock);
+		return -1;
+	}
+	off = addr - p->base;
+	for (lo = 0, hi = p->n; lo < hi;) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p->blocks[mid].off < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo == p->n || p->blocks[lo].off != off) {
+		pthread_mutex_unlock(&pool_lock);
+		return -1;
+	}
+	p->used -= p->blocks[lo].size;
+	memmove(&p->blocks[lo], &p->blocks[lo + 1],
+	        (p->n - lo - 1) * sizeof(*p->blocks));
+	p->n--;
+	/* Memory above the release threshold goes back to the device. */
+	if (p->reserved > p->threshold)
+		p->reserved = p->used > p->threshold ? p->used : p->threshold;
+	pthread_mutex_unlock(&pool_lock);
+	return 0;
+}
+
+void stub_pool_trim(void *pool, uint64_t keep)
+{
+	struct stub_pool *p;
+
+	pthread_mutex_lock(&pool_lock);
+	p = pool_of(pool);
+	if (p != NULL && p->reserved > keep)
+		p->reserved = p->used > keep ? p->used : keep;
+	pthread_mutex_unlock(&pool_lock);
+}
+
+int stub_pool_set_attr(void *pool, int attr, const void *value)
+{
+	struct stub_pool *p;
+	int r = 0;
+
+	if (value == NULL)
+		return -1;
+	pthread_mutex_lock(&pool_lock);
+	p = pool_of(pool);
+	if (p == NULL) {
+		r = -1;
+	} else if (attr >= 1 && attr <= 3) {
+		p->reuse[attr - 1] = *(const int *)value != 0;
+	} else if (attr == 4) {
+		p->threshold = *(const uint64_t *)value;
+	} else if ((attr == 6 || attr == 8) && *(const uint64_t *)value == 0) {
+		/* The high watermarks can only be reset. */
+		if (attr == 6)
+			p->reserved_high = p->reserved;
+		else
+			p->used_high = p->used;
+	} else {
+		r = -1;
+	}
+	pthread_mutex_unlock(&pool_lock);
+	return r;
+}
+
+int stub_pool_get_attr(void *pool, int attr, void *value)
+{
+	struct stub_pool *p;
+	uint64_t v = 0;
+	int r = 0;
+
+	if (value == NULL)
+		return -1;
+	pthread_mutex_lock(&pool_lock);
+	p = pool_of(pool);
+	if (p == NULL || attr < 1 || attr > 8) {
+		r = -1;
+	} else if (attr <= 3) {
+		*(int *)value = p->reuse[attr - 1];
+	} else {
+		switch (attr) {
+		case 4:
+			v = p->threshold;
+			break;
+		case 5:
+			v = p->reserved;
+			break;
+		case 6:
+			v = p->reserved_high;
+			break;
+		case 7:
+			v = p->used;
+			break;
+		default:
+			v = p->used_high;
+		}
+		*(uint64_t *)value = v;
+	}
+	pthread_mutex_unlock(&pool_lock);
+	return r;
 }
 
 /* ---- errors (the driver and runtime codes used here coincide) ---- */

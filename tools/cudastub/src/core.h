@@ -22,6 +22,9 @@ struct stub_config {
 	uint64_t fail_bytes;  /* CUDASTUB_FAIL_BYTES, default 0xDEADBEEF */
 	unsigned queue_depth; /* CUDASTUB_QUEUE_DEPTH, default 1024, 0 = none */
 	int devices;          /* CUDASTUB_DEVICES, default 1 */
+	uint64_t pool_bytes;  /* CUDASTUB_POOL_BYTES: a pool's size when its
+	                         props say 0, default mem_bytes */
+	int pool_fragmentation; /* CUDASTUB_POOL_FRAGMENTATION=0|1 */
 };
 
 struct stub_stream;
@@ -59,7 +62,8 @@ enum stub_kind {
 	STUB_KIND_GRAPH = 0x47525031,
 	STUB_KIND_GRAPH_EXEC = 0x47455831,
 	STUB_KIND_FUNCTION = 0x46554e31,
-	STUB_KIND_STREAM = 0x53544d31
+	STUB_KIND_STREAM = 0x53544d31,
+	STUB_KIND_POOL = 0x504f4c31
 };
 STUB_HIDDEN void *stub_object_new(enum stub_kind kind);
 STUB_HIDDEN int stub_object_is(const void *obj, enum stub_kind kind);
@@ -77,6 +81,31 @@ STUB_HIDDEN int stub_alloc(size_t bytes, uint64_t *addr);
 STUB_HIDDEN int stub_free(uint64_t addr);
 STUB_HIDDEN int stub_is_device_ptr(uint64_t addr);
 STUB_HIDDEN void stub_mem_info(size_t *free_bytes, size_t *total_bytes);
+
+/*
+ * Memory pools (cuMemPoolCreate, cudaMemPoolCreate). A pool holds at most
+ * max_bytes live (0: CUDASTUB_POOL_BYTES). Without fragmentation an
+ * allocation fails only when the live total would exceed that; with
+ * CUDASTUB_POOL_FRAGMENTATION=1 blocks are placed first fit in the pool's
+ * max_bytes of addresses and an allocation fails when no free gap holds it,
+ * even when the free total would. Reserved memory (what the pool holds from
+ * the device) grows with use and shrinks on a free to the release threshold
+ * (default 0) or on a trim to minBytesToKeep, never below the live total.
+ */
+struct stub_pool;
+/* NULL when STUB_MAX_POOLS pools are live. */
+STUB_HIDDEN struct stub_pool *stub_pool_new(uint64_t max_bytes);
+/* -1 for a handle that is not a live pool. Live blocks are dropped. */
+STUB_HIDDEN int stub_pool_free(void *pool);
+STUB_HIDDEN int stub_is_pool(const void *pool);
+/* 0 on success, -1 when the pool has no room (out of memory). */
+STUB_HIDDEN int stub_pool_alloc(void *pool, size_t bytes, uint64_t *addr);
+/* 0 freed, 1 not an address of any pool, -1 in a pool but not a block. */
+STUB_HIDDEN int stub_pool_release(uint64_t addr);
+STUB_HIDDEN void stub_pool_trim(void *pool, uint64_t keep);
+/* 0, or -1 for an attribute that cannot be set or read (or a bad value). */
+STUB_HIDDEN int stub_pool_set_attr(void *pool, int attr, const void *value);
+STUB_HIDDEN int stub_pool_get_attr(void *pool, int attr, void *value);
 
 STUB_HIDDEN const char *stub_error_name(int code);
 STUB_HIDDEN const char *stub_error_string(int code);

@@ -19,6 +19,12 @@
  *   cudaLaunchKernelExC(const cudaLaunchConfig_t *cfg, func, args):
  *     grid at cfg+0/4/8, block at cfg+12/16/20, dynamicSmemBytes at cfg+24,
  *     stream at cfg+32.
+ *   cuGraphInstantiate*(phGraphExec, hGraph, ...), cudaGraphInstantiate*:
+ *     rdi=the CUgraphExec out pointer, rsi=the graph.
+ *   cuMemAllocFromPoolAsync(dptr, bytesize, pool, stream),
+ *   cudaMallocFromPoolAsync(ptr, size, memPool, stream):
+ *     rsi=bytes, rdx=pool, rcx=stream.
+ *   cuMemPoolTrimTo(pool, minBytesToKeep), cudaMemPoolTrimTo: rsi=bytes.
  */
 #ifndef CUDASTUB_H
 #define CUDASTUB_H
@@ -60,6 +66,8 @@ typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef struct CUgraph_st *CUgraph;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUgraphNode_st *CUgraphNode;
+typedef struct CUmemPoolHandle_st *CUmemoryPool;
 
 #define CU_STREAM_LEGACY ((CUstream)0x1)
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
@@ -82,6 +90,42 @@ typedef struct CUlaunchConfig_st {
 	CUlaunchAttribute *attrs;
 	unsigned int numAttrs;
 } CUlaunchConfig;
+
+/* CUDA_GRAPH_INSTANTIATE_PARAMS (CUDA 12.0+). */
+typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
+	unsigned long long flags;
+	CUstream hUploadStream;
+	CUgraphNode hErrNode_out;
+	int result_out; /* CUgraphInstantiateResult */
+} CUDA_GRAPH_INSTANTIATE_PARAMS;
+
+typedef enum CUmemPool_attribute_enum {
+	CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,
+	CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC = 2,
+	CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES = 3,
+	CU_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4,    /* cuuint64_t */
+	CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT = 5, /* cuuint64_t, read only */
+	CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH = 6,    /* cuuint64_t, set to 0 */
+	CU_MEMPOOL_ATTR_USED_MEM_CURRENT = 7,     /* cuuint64_t, read only */
+	CU_MEMPOOL_ATTR_USED_MEM_HIGH = 8         /* cuuint64_t, set to 0 */
+} CUmemPool_attribute;
+
+typedef struct CUmemLocation_st {
+	int type; /* CUmemLocationType: 1 = device */
+	int id;
+} CUmemLocation;
+
+/* CUmemPoolProps (CUDA 12.2+ layout, 88 bytes): maxSize 0 is the device's
+ * memory (the stub: CUDASTUB_POOL_BYTES). */
+typedef struct CUmemPoolProps_st {
+	int allocType;   /* CUmemAllocationType: 1 = pinned */
+	int handleTypes; /* CUmemAllocationHandleType */
+	CUmemLocation location;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned short usage;
+	unsigned char reserved[54];
+} CUmemPoolProps;
 
 /* ---- runtime API types (cuda_runtime_api.h) ---- */
 
@@ -112,6 +156,31 @@ typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 typedef struct CUgraph_st *cudaGraph_t;
 typedef struct CUgraphExec_st *cudaGraphExec_t;
+typedef struct CUgraphNode_st *cudaGraphNode_t;
+typedef struct CUmemPoolHandle_st *cudaMemPool_t;
+
+/* cudaGraphInstantiateParams (CUDA 12.0+). */
+typedef struct cudaGraphInstantiateParams_st {
+	unsigned long long flags;
+	cudaStream_t uploadStream;
+	cudaGraphNode_t errNode_out;
+	int result_out; /* cudaGraphInstantiateResult */
+} cudaGraphInstantiateParams;
+
+/* cudaMemPoolAttr: the values of CUmemPool_attribute. */
+enum cudaMemPoolAttr {
+	cudaMemPoolReuseFollowEventDependencies = 1,
+	cudaMemPoolReuseAllowOpportunistic = 2,
+	cudaMemPoolReuseAllowInternalDependencies = 3,
+	cudaMemPoolAttrReleaseThreshold = 4,
+	cudaMemPoolAttrReservedMemCurrent = 5,
+	cudaMemPoolAttrReservedMemHigh = 6,
+	cudaMemPoolAttrUsedMemCurrent = 7,
+	cudaMemPoolAttrUsedMemHigh = 8
+};
+
+/* struct cudaMemPoolProps: the layout of CUmemPoolProps. */
+typedef CUmemPoolProps cudaMemPoolProps;
 
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 #define cudaStreamPerThread ((cudaStream_t)0x2)
@@ -166,8 +235,19 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX,
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f,
                           void **kernelParams, void **extra);
 CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags);
+/* cuGraphInstantiate and cuGraphInstantiate_v2 are the CUDA 11 exports
+ * (cuda.h 12 maps cuGraphInstantiate to cuGraphInstantiateWithFlags). */
+CUresult cuGraphInstantiate(CUgraphExec *phGraphExec, CUgraph hGraph,
+                            CUgraphNode *phErrorNode, char *logBuffer,
+                            size_t bufferSize);
+CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec, CUgraph hGraph,
+                               CUgraphNode *phErrorNode, char *logBuffer,
+                               size_t bufferSize);
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
                                      unsigned long long flags);
+CUresult
+cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph,
+                             CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams);
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
 CUresult cuGraphExecDestroy(CUgraphExec hGraphExec);
 CUresult cuGraphDestroy(CUgraph hGraph);
@@ -191,6 +271,15 @@ CUresult cuMemFree_v2(CUdeviceptr dptr);
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream);
 CUresult cuMemGetInfo_v2(size_t *free, size_t *total);
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize,
+                                 CUmemoryPool pool, CUstream hStream);
+CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep);
+CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                               void *value);
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr,
+                               void *value);
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
 CUresult cuStreamDestroy_v2(CUstream hStream);
 CUresult cuStreamQuery(CUstream hStream);
@@ -219,6 +308,12 @@ cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t *config,
 cudaError_t cudaGraphCreate(cudaGraph_t *pGraph, unsigned int flags);
 cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec,
                                  cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec,
+                                          cudaGraph_t graph,
+                                          unsigned long long flags);
+cudaError_t
+cudaGraphInstantiateWithParams(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                               cudaGraphInstantiateParams *instantiateParams);
 cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream);
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec);
 cudaError_t cudaGraphDestroy(cudaGraph_t graph);
@@ -231,6 +326,17 @@ cudaError_t cudaFree(void *devPtr);
 cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream);
 cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream);
 cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool,
+                              const cudaMemPoolProps *poolProps);
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool);
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size,
+                                    cudaMemPool_t memPool,
+                                    cudaStream_t stream);
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep);
+cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool,
+                                    enum cudaMemPoolAttr attr, void *value);
+cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool,
+                                    enum cudaMemPoolAttr attr, void *value);
 cudaError_t cudaStreamCreate(cudaStream_t *pStream);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamQuery(cudaStream_t stream);

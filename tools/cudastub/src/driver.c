@@ -31,6 +31,9 @@ static struct {
 	long launches, syncs, allocs, copies;
 	unsigned long long alloc_bytes, copy_bytes;
 	int fail_alloc, async_copies, default_stream, wait_start, loop;
+	long graphs, exhaust;
+	unsigned long long pool_bytes;
+	int fragment, fail_instantiate;
 	double rate;
 	long duration_ms;
 	unsigned grid[3], block[3];
@@ -42,6 +45,7 @@ static struct {
     .syncs = 1,
     .alloc_bytes = 1 << 20,
     .copy_bytes = 1 << 20,
+    .pool_bytes = 8 << 20,
     .grid = {1, 1, 1},
     .block = {128, 1, 1},
 };
@@ -87,7 +91,22 @@ static void usage(FILE *f)
 	    "                         'cudastub-driver: ready pid=N' on stderr and\n"
 	    "                         wait for a byte (or EOF) on stdin or SIGUSR1\n"
 	    "  --loop                 repeat rounds until SIGINT or SIGTERM\n"
-	    "  --duration-ms D        with --loop, stop after D milliseconds\n");
+	    "  --duration-ms D        with --loop, stop after D milliseconds\n"
+	    "  --graphs N             per round, instantiate N executable graphs\n"
+	    "                         (cycling through the instantiate calls), make\n"
+	    "                         the round's launches graph launches spread\n"
+	    "                         over them, then destroy them\n"
+	    "  --fail-instantiate     per round, one more instantiation of a NULL\n"
+	    "                         graph, which fails (with --graphs)\n"
+	    "  --exhaust K            per round, exhaust a memory pool K times:\n"
+	    "                         allocate --alloc-bytes blocks from it until one\n"
+	    "                         fails with out of memory, free them, trim it\n"
+	    "                         to keep one block's worth\n"
+	    "  --pool-bytes P         the pool's maxSize (default 8388608)\n"
+	    "  --fragment             with --exhaust, before freeing, free every\n"
+	    "                         other block and ask for two blocks' worth:\n"
+	    "                         fits the free total, fails when the pool\n"
+	    "                         fragments (CUDASTUB_POOL_FRAGMENTATION=1)\n");
 }
 
 static int parse_dims(const char *s, unsigned d[3])
@@ -138,7 +157,8 @@ static void parse_args(int argc, char **argv)
 		O_API = 256, O_LIB, O_LAUNCHES, O_SYNCS, O_LAUNCH, O_SYNC,
 		O_DEFSTREAM, O_ALLOCS, O_ALLOC_BYTES, O_FAIL_ALLOC, O_COPIES,
 		O_COPY_BYTES, O_ASYNC_COPIES, O_RATE, O_GRID, O_BLOCK,
-		O_KERNEL_US, O_MODE, O_WAIT_START, O_LOOP, O_DURATION, O_HELP
+		O_KERNEL_US, O_MODE, O_WAIT_START, O_LOOP, O_DURATION, O_GRAPHS,
+		O_FAIL_INST, O_EXHAUST, O_POOL_BYTES, O_FRAGMENT, O_HELP
 	};
 	static const struct option longopts[] = {
 	    {"api", required_argument, NULL, O_API},
@@ -162,6 +182,11 @@ static void parse_args(int argc, char **argv)
 	    {"wait-start", no_argument, NULL, O_WAIT_START},
 	    {"loop", no_argument, NULL, O_LOOP},
 	    {"duration-ms", required_argument, NULL, O_DURATION},
+	    {"graphs", required_argument, NULL, O_GRAPHS},
+	    {"fail-instantiate", no_argument, NULL, O_FAIL_INST},
+	    {"exhaust", required_argument, NULL, O_EXHAUST},
+	    {"pool-bytes", required_argument, NULL, O_POOL_BYTES},
+	    {"fragment", no_argument, NULL, O_FRAGMENT},
 	    {"help", no_argument, NULL, O_HELP},
 	    {NULL, 0, NULL, 0},
 	};
@@ -259,6 +284,22 @@ static void parse_args(int argc, char **argv)
 		case O_DURATION:
 			opt.duration_ms = parse_long("--duration-ms", optarg);
 			break;
+		case O_GRAPHS:
+			opt.graphs = parse_long("--graphs", optarg);
+			break;
+		case O_FAIL_INST:
+			opt.fail_instantiate = 1;
+			break;
+		case O_EXHAUST:
+			opt.exhaust = parse_long("--exhaust", optarg);
+			break;
+		case O_POOL_BYTES:
+			opt.pool_bytes =
+			    (unsigned long long)parse_long("--pool-bytes", optarg);
+			break;
+		case O_FRAGMENT:
+			opt.fragment = 1;
+			break;
 		case 'h':
 		case O_HELP:
 			usage(stdout);
@@ -280,6 +321,14 @@ static void parse_args(int argc, char **argv)
 	}
 	if (opt.fail_alloc && opt.allocs == 0)
 		opt.allocs = 1;
+	if (opt.graphs > 0)
+		opt.launch = LAUNCH_GRAPH;
+	if (opt.exhaust > 0 &&
+	    (opt.alloc_bytes == 0 || opt.pool_bytes < opt.alloc_bytes)) {
+		fprintf(stderr, "cudastub-driver: --exhaust wants --alloc-bytes "
+		                "between 1 and --pool-bytes\n");
+		exit(2);
+	}
 	if (opt.lib == NULL)
 		opt.lib = opt.api == API_DRIVER ? "libcuda.so.1" : "libcudart.so.12";
 }
@@ -415,6 +464,16 @@ static struct {
 	SYM(cuEventCreate);
 	SYM(cuEventRecord);
 	SYM(cuEventSynchronize);
+	SYM(cuGraphInstantiate);
+	SYM(cuGraphInstantiateWithParams);
+	SYM(cuGraphExecDestroy);
+	SYM(cuMemPoolCreate);
+	SYM(cuMemPoolDestroy);
+	SYM(cuMemAllocFromPoolAsync);
+	SYM(cuMemFreeAsync);
+	SYM(cuMemPoolTrimTo);
+	SYM(cuMemPoolSetAttribute);
+	SYM(cuMemPoolGetAttribute);
 } drv;
 
 static struct {
@@ -434,6 +493,16 @@ static struct {
 	SYM(cudaEventCreate);
 	SYM(cudaEventRecord);
 	SYM(cudaEventSynchronize);
+	SYM(cudaGraphInstantiateWithFlags);
+	SYM(cudaGraphInstantiateWithParams);
+	SYM(cudaGraphExecDestroy);
+	SYM(cudaMemPoolCreate);
+	SYM(cudaMemPoolDestroy);
+	SYM(cudaMallocFromPoolAsync);
+	SYM(cudaFreeAsync);
+	SYM(cudaMemPoolTrimTo);
+	SYM(cudaMemPoolSetAttribute);
+	SYM(cudaMemPoolGetAttribute);
 } rt;
 
 static double (*stub_kernel_us)(void);
@@ -486,6 +555,20 @@ static void load(void)
 		RESOLVE(h, drv, cuEventCreate);
 		RESOLVE(h, drv, cuEventRecord);
 		RESOLVE(h, drv, cuEventSynchronize);
+		if (opt.graphs > 0) {
+			RESOLVE(h, drv, cuGraphInstantiate);
+			RESOLVE(h, drv, cuGraphInstantiateWithParams);
+			RESOLVE(h, drv, cuGraphExecDestroy);
+		}
+		if (opt.exhaust > 0) {
+			RESOLVE(h, drv, cuMemPoolCreate);
+			RESOLVE(h, drv, cuMemPoolDestroy);
+			RESOLVE(h, drv, cuMemAllocFromPoolAsync);
+			RESOLVE(h, drv, cuMemFreeAsync);
+			RESOLVE(h, drv, cuMemPoolTrimTo);
+			RESOLVE(h, drv, cuMemPoolSetAttribute);
+			RESOLVE(h, drv, cuMemPoolGetAttribute);
+		}
 	} else {
 		RESOLVE(h, rt, cudaSetDevice);
 		RESOLVE(h, rt, cudaLaunchKernel);
@@ -503,6 +586,20 @@ static void load(void)
 		RESOLVE(h, rt, cudaEventCreate);
 		RESOLVE(h, rt, cudaEventRecord);
 		RESOLVE(h, rt, cudaEventSynchronize);
+		if (opt.graphs > 0) {
+			RESOLVE(h, rt, cudaGraphInstantiateWithFlags);
+			RESOLVE(h, rt, cudaGraphInstantiateWithParams);
+			RESOLVE(h, rt, cudaGraphExecDestroy);
+		}
+		if (opt.exhaust > 0) {
+			RESOLVE(h, rt, cudaMemPoolCreate);
+			RESOLVE(h, rt, cudaMemPoolDestroy);
+			RESOLVE(h, rt, cudaMallocFromPoolAsync);
+			RESOLVE(h, rt, cudaFreeAsync);
+			RESOLVE(h, rt, cudaMemPoolTrimTo);
+			RESOLVE(h, rt, cudaMemPoolSetAttribute);
+			RESOLVE(h, rt, cudaMemPoolGetAttribute);
+		}
 	}
 }
 
@@ -514,10 +611,254 @@ static struct {
 	CUfunction func;
 	CUevent event;
 	CUgraphExec graph;
+	CUgraph graph_def;   /* with --graphs: instantiated every round */
+	CUgraphExec *execs;  /* with --graphs: this round's */
+	CUmemoryPool pool;   /* with --exhaust; also the runtime's cudaMemPool_t */
 } h;
 
 static const char kernel_image[] = "cudastub kernel image";
 static char host_buf[64];
+
+/* What --graphs and --exhaust did: the ground truth of the graph and pool
+ * probes. */
+static struct {
+	unsigned long long instantiations, instantiate_errors, exec_destroys,
+	    exhaustions, pool_allocs, pool_oom, pool_oom_fragmented, pool_trims,
+	    pool_attribute_sets;
+	uint64_t pool_reserved_peak, pool_reserved_after_trim;
+	long next_exec;
+} gres;
+
+/* The executable graph the next launch runs: this round's, in turn, with
+ * --graphs; else the one instantiated at setup. */
+static CUgraphExec graph_exec(void)
+{
+	if (opt.graphs > 0 && h.execs != NULL)
+		return h.execs[gres.next_exec++ % opt.graphs];
+	return h.graph;
+}
+
+static void pool_setup(void)
+{
+	CUmemPoolProps props = {.allocType = 1,
+	                        .location = {.type = 1, .id = 0},
+	                        .maxSize = (size_t)opt.pool_bytes};
+	unsigned long long keep_all = ~0ull; /* never release on free */
+	int rc;
+
+	if (opt.api == API_DRIVER) {
+		check("cuMemPoolCreate", CALL(drv, cuMemPoolCreate, &h.pool, &props));
+		rc = CALL(drv, cuMemPoolSetAttribute, h.pool,
+		          CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all);
+	} else {
+		check("cudaMemPoolCreate",
+		      CALL(rt, cudaMemPoolCreate, (cudaMemPool_t *)&h.pool, &props));
+		rc = CALL(rt, cudaMemPoolSetAttribute, (cudaMemPool_t)h.pool,
+		          cudaMemPoolAttrReleaseThreshold, &keep_all);
+	}
+	check("pool set attribute", rc);
+	if (rc == 0)
+		gres.pool_attribute_sets++;
+}
+
+static uint64_t pool_attr(int attr)
+{
+	uint64_t v = 0;
+
+	if (opt.api == API_DRIVER)
+		check("cuMemPoolGetAttribute",
+		      CALL(drv, cuMemPoolGetAttribute, h.pool,
+		           (CUmemPool_attribute)attr, &v));
+	else
+		check("cudaMemPoolGetAttribute",
+		      CALL(rt, cudaMemPoolGetAttribute, (cudaMemPool_t)h.pool,
+		           (enum cudaMemPoolAttr)attr, &v));
+	return v;
+}
+
+static int pool_alloc(size_t bytes, uint64_t *addr)
+{
+	int rc;
+
+	gres.pool_allocs++;
+	if (opt.api == API_DRIVER) {
+		CUdeviceptr p = 0;
+
+		rc = CALL(drv, cuMemAllocFromPoolAsync, &p, bytes, h.pool, h.stream);
+		*addr = p;
+	} else {
+		void *p = NULL;
+
+		rc = CALL(rt, cudaMallocFromPoolAsync, &p, bytes,
+		          (cudaMemPool_t)h.pool, (cudaStream_t)h.stream);
+		*addr = (uint64_t)(uintptr_t)p;
+	}
+	if (rc == 2)
+		gres.pool_oom++;
+	else if (rc != 0)
+		check("pool allocation", rc);
+	return rc;
+}
+
+static void pool_release(uint64_t addr)
+{
+	if (opt.api == API_DRIVER)
+		check("cuMemFreeAsync", CALL(drv, cuMemFreeAsync, addr, h.stream));
+	else
+		check("cudaFreeAsync", CALL(rt, cudaFreeAsync, (void *)(uintptr_t)addr,
+		                            (cudaStream_t)h.stream));
+}
+
+static void pool_trim(size_t keep)
+{
+	int rc;
+
+	if (opt.api == API_DRIVER)
+		rc = CALL(drv, cuMemPoolTrimTo, h.pool, keep);
+	else
+		rc = CALL(rt, cudaMemPoolTrimTo, (cudaMemPool_t)h.pool, keep);
+	check("pool trim", rc);
+	if (rc == 0)
+		gres.pool_trims++;
+}
+
+/* One exhaustion: blocks until the pool refuses one (out of memory); with
+ * --fragment, every other block freed and a request for two blocks' worth,
+ * which the free total holds; then everything freed and the pool trimmed. */
+static void exhaust_once(void)
+{
+	size_t cap = (size_t)(opt.pool_bytes / opt.alloc_bytes) + 2, n = 0, i;
+	uint64_t *blocks = calloc(cap, sizeof(*blocks)), addr, r;
+
+	if (blocks == NULL) {
+		perror("cudastub-driver");
+		exit(1);
+	}
+	/* The pool is made with the first exhaustion, after --wait-start. */
+	if (h.pool == NULL)
+		pool_setup();
+	for (;;) {
+		int rc = pool_alloc((size_t)opt.alloc_bytes, &addr);
+
+		if (rc != 0)
+			break;
+		if (n == cap) {
+			fprintf(stderr, "cudastub-driver: the pool holds more than "
+			                "--pool-bytes\n");
+			unexpected_errors++;
+			pool_release(addr);
+			break;
+		}
+		blocks[n++] = addr;
+	}
+	gres.exhaustions++;
+	if ((r = pool_attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT)) >
+	    gres.pool_reserved_peak)
+		gres.pool_reserved_peak = r;
+	if (opt.fragment) {
+		uint64_t want = 2 * opt.alloc_bytes, free_total;
+
+		for (i = 1; i < n; i += 2) {
+			pool_release(blocks[i]);
+			blocks[i] = 0;
+		}
+		free_total =
+		    opt.pool_bytes - pool_attr(CU_MEMPOOL_ATTR_USED_MEM_CURRENT);
+		if (pool_alloc((size_t)want, &addr) == 0)
+			pool_release(addr);
+		else if (want <= free_total)
+			gres.pool_oom_fragmented++;
+	}
+	for (i = 0; i < n; i++)
+		if (blocks[i] != 0)
+			pool_release(blocks[i]);
+	free(blocks);
+	/* Keep one block's worth reserved. */
+	pool_trim((size_t)opt.alloc_bytes);
+	gres.pool_reserved_after_trim =
+	    pool_attr(CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
+}
+
+/* --graphs: this round's N instantiations, cycling through the calls. */
+static void instantiate_round(void)
+{
+	long i;
+
+	free(h.execs);
+	h.execs = calloc((size_t)opt.graphs, sizeof(*h.execs));
+	if (h.execs == NULL) {
+		perror("cudastub-driver");
+		exit(1);
+	}
+	gres.next_exec = 0;
+	for (i = 0; i < opt.graphs; i++) {
+		CUgraphExec *e = &h.execs[i];
+		int rc;
+
+		if (opt.api == API_DRIVER) {
+			CUDA_GRAPH_INSTANTIATE_PARAMS params = {0};
+
+			if (i % 3 == 0)
+				rc = CALL(drv, cuGraphInstantiateWithFlags, e,
+				          h.graph_def, 0);
+			else if (i % 3 == 1)
+				rc = CALL(drv, cuGraphInstantiateWithParams, e,
+				          h.graph_def, &params);
+			else
+				rc = CALL(drv, cuGraphInstantiate, e, h.graph_def,
+				          NULL, NULL, 0);
+		} else {
+			cudaGraphInstantiateParams params = {0};
+			cudaGraphExec_t *re = (cudaGraphExec_t *)e;
+
+			if (i % 3 == 0)
+				rc = CALL(rt, cudaGraphInstantiate, re,
+				          (cudaGraph_t)h.graph_def, 0);
+			else if (i % 3 == 1)
+				rc = CALL(rt, cudaGraphInstantiateWithFlags, re,
+				          (cudaGraph_t)h.graph_def, 0);
+			else
+				rc = CALL(rt, cudaGraphInstantiateWithParams, re,
+				          (cudaGraph_t)h.graph_def, &params);
+		}
+		check("graph instantiation", rc);
+		if (rc == 0)
+			gres.instantiations++;
+	}
+	if (opt.fail_instantiate) {
+		CUgraphExec bad = NULL;
+		int rc = opt.api == API_DRIVER
+		             ? CALL(drv, cuGraphInstantiateWithFlags, &bad, NULL, 0)
+		             : CALL(rt, cudaGraphInstantiate,
+		                    (cudaGraphExec_t *)&bad, NULL, 0);
+
+		if (rc == 0) {
+			fprintf(stderr, "cudastub-driver: instantiating a NULL "
+			                "graph succeeded\n");
+			unexpected_errors++;
+		} else {
+			gres.instantiate_errors++;
+		}
+	}
+}
+
+static void destroy_round(void)
+{
+	long i;
+
+	for (i = 0; i < opt.graphs; i++) {
+		int rc = opt.api == API_DRIVER
+		             ? CALL(drv, cuGraphExecDestroy, h.execs[i])
+		             : CALL(rt, cudaGraphExecDestroy,
+		                    (cudaGraphExec_t)h.execs[i]);
+
+		check("graph exec destroy", rc);
+		if (rc == 0)
+			gres.exec_destroys++;
+	}
+	free(h.execs);
+	h.execs = NULL;
+}
 
 static void setup(void)
 {
@@ -538,7 +879,10 @@ static void setup(void)
 			      CALL(drv, cuStreamCreate, &h.stream, 0));
 		if (opt.sync == SYNC_EVENT)
 			check("cuEventCreate", CALL(drv, cuEventCreate, &h.event, 0));
-		if (opt.launch == LAUNCH_GRAPH) {
+		if (opt.graphs > 0) {
+			check("cuGraphCreate",
+			      CALL(drv, cuGraphCreate, &h.graph_def, 0));
+		} else if (opt.launch == LAUNCH_GRAPH) {
 			check("cuGraphCreate", CALL(drv, cuGraphCreate, &g, 0));
 			check("cuGraphInstantiateWithFlags",
 			      CALL(drv, cuGraphInstantiateWithFlags, &h.graph, g, 0));
@@ -552,7 +896,10 @@ static void setup(void)
 			      CALL(rt, cudaStreamCreate, &h.stream));
 		if (opt.sync == SYNC_EVENT)
 			check("cudaEventCreate", CALL(rt, cudaEventCreate, &h.event));
-		if (opt.launch == LAUNCH_GRAPH) {
+		if (opt.graphs > 0) {
+			check("cudaGraphCreate",
+			      CALL(rt, cudaGraphCreate, &h.graph_def, 0));
+		} else if (opt.launch == LAUNCH_GRAPH) {
 			check("cudaGraphCreate", CALL(rt, cudaGraphCreate, &g, 0));
 			check("cudaGraphInstantiate",
 			      CALL(rt, cudaGraphInstantiate, &h.graph, g, 0));
@@ -584,7 +931,7 @@ static void launch(void)
 			};
 			rc = CALL(drv, cuLaunchKernelEx, &cfg, h.func, NULL, NULL);
 		} else {
-			rc = CALL(drv, cuGraphLaunch, h.graph, h.stream);
+			rc = CALL(drv, cuGraphLaunch, graph_exec(), h.stream);
 		}
 	} else {
 		dim3 grid = {opt.grid[0], opt.grid[1], opt.grid[2]};
@@ -601,7 +948,7 @@ static void launch(void)
 			};
 			rc = CALL(rt, cudaLaunchKernelExC, &cfg, runtime_kernel, NULL);
 		} else {
-			rc = CALL(rt, cudaGraphLaunch, h.graph,
+			rc = CALL(rt, cudaGraphLaunch, (cudaGraphExec_t)graph_exec(),
 			          (cudaStream_t)h.stream);
 		}
 	}
@@ -718,6 +1065,8 @@ static void round_once(uint64_t *next_launch, uint64_t period)
 		perror("cudastub-driver");
 		exit(1);
 	}
+	if (opt.graphs > 0)
+		instantiate_round();
 	for (i = 0; i < opt.allocs; i++) {
 		int last = i == opt.allocs - 1;
 		size_t bytes = opt.fail_alloc && last ? CUDASTUB_FAIL_BYTES_DEFAULT
@@ -789,6 +1138,10 @@ static void round_once(uint64_t *next_launch, uint64_t period)
 		res.launch_ns += now_ns() - t0;
 		res.launches++;
 	}
+	for (i = 0; i < opt.exhaust && !stop_requested; i++)
+		exhaust_once();
+	if (opt.graphs > 0)
+		destroy_round();
 	for (i = 0; i < nptrs; i++) {
 		release(ptrs[i]);
 		res.frees++;
@@ -813,6 +1166,14 @@ static void json_string(const char *s)
 	putchar('"');
 }
 
+/* CUDASTUB_POOL_FRAGMENTATION as the library reads it (non-zero: on). */
+static int fragmentation_env(void)
+{
+	const char *v = getenv("CUDASTUB_POOL_FRAGMENTATION");
+
+	return v != NULL && *v != '\0' && strtoull(v, NULL, 0) != 0;
+}
+
 static void print_json(void)
 {
 	double secs = (double)(res.end_ns - res.start_ns) / 1e9;
@@ -834,6 +1195,21 @@ static void print_json(void)
 	       "\"frees\":%llu,\"copies\":%llu,\"copy_bytes\":%llu,",
 	       res.rounds, res.launches, res.syncs, res.allocs, res.alloc_errors,
 	       res.alloc_error_code, res.frees, res.copies, res.copy_bytes);
+	printf("\"graphs\":%ld,\"instantiations\":%llu,\"instantiate_errors\":%llu,"
+	       "\"graph_launches\":%llu,\"exec_destroys\":%llu,",
+	       opt.graphs, gres.instantiations, gres.instantiate_errors,
+	       opt.launch == LAUNCH_GRAPH ? res.launches : 0ull,
+	       gres.exec_destroys);
+	printf("\"exhaustions\":%llu,\"pool_bytes\":%llu,"
+	       "\"pool_fragmentation\":%d,\"pool_allocs\":%llu,"
+	       "\"pool_oom\":%llu,\"pool_oom_fragmented\":%llu,"
+	       "\"pool_trims\":%llu,\"pool_attribute_sets\":%llu,"
+	       "\"pool_reserved_peak\":%llu,\"pool_reserved_after_trim\":%llu,",
+	       gres.exhaustions, opt.exhaust > 0 ? opt.pool_bytes : 0ull,
+	       fragmentation_env(), gres.pool_allocs, gres.pool_oom,
+	       gres.pool_oom_fragmented, gres.pool_trims, gres.pool_attribute_sets,
+	       (unsigned long long)gres.pool_reserved_peak,
+	       (unsigned long long)gres.pool_reserved_after_trim);
 	printf("\"calls\":{");
 	for (i = 0, n = 0; i < (unsigned)ncounts; i++)
 		printf("%s\"%s\":%llu", n++ ? "," : "", counts[i].name,
@@ -886,6 +1262,14 @@ int main(int argc, char **argv)
 			break;
 	} while (opt.loop && !stop_requested);
 	res.end_ns = now_ns();
+	if (h.pool != NULL) {
+		if (opt.api == API_DRIVER)
+			check("cuMemPoolDestroy",
+			      CALL(drv, cuMemPoolDestroy, h.pool));
+		else
+			check("cudaMemPoolDestroy",
+			      CALL(rt, cudaMemPoolDestroy, (cudaMemPool_t)h.pool));
+	}
 	print_json();
 	return unexpected_errors ? 1 : 0;
 }

@@ -300,11 +300,8 @@ CUDASTUB_API CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 	return *phGraph ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-CUDASTUB_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec,
-                                                  CUgraph hGraph,
-                                                  unsigned long long flags)
+static CUresult instantiate(CUgraphExec *phGraphExec, CUgraph hGraph)
 {
-	(void)flags;
 	REQUIRE_INIT();
 	if (phGraphExec == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -312,6 +309,53 @@ CUDASTUB_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec,
 		return CUDA_ERROR_INVALID_HANDLE;
 	*phGraphExec = stub_object_new(STUB_KIND_GRAPH_EXEC);
 	return *phGraphExec ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* The CUDA 11 exports: an error node and a log buffer instead of flags. */
+CUDASTUB_API CUresult cuGraphInstantiate(CUgraphExec *phGraphExec,
+                                         CUgraph hGraph,
+                                         CUgraphNode *phErrorNode,
+                                         char *logBuffer, size_t bufferSize)
+{
+	if (phErrorNode != NULL)
+		*phErrorNode = NULL;
+	if (logBuffer != NULL && bufferSize > 0)
+		logBuffer[0] = '\0';
+	return instantiate(phGraphExec, hGraph);
+}
+
+CUDASTUB_API CUresult cuGraphInstantiate_v2(CUgraphExec *phGraphExec,
+                                            CUgraph hGraph,
+                                            CUgraphNode *phErrorNode,
+                                            char *logBuffer, size_t bufferSize)
+{
+	if (phErrorNode != NULL)
+		*phErrorNode = NULL;
+	if (logBuffer != NULL && bufferSize > 0)
+		logBuffer[0] = '\0';
+	return instantiate(phGraphExec, hGraph);
+}
+
+CUDASTUB_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec,
+                                                  CUgraph hGraph,
+                                                  unsigned long long flags)
+{
+	(void)flags;
+	return instantiate(phGraphExec, hGraph);
+}
+
+CUDASTUB_API CUresult cuGraphInstantiateWithParams(
+    CUgraphExec *phGraphExec, CUgraph hGraph,
+    CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
+{
+	CUresult r;
+
+	if (instantiateParams == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	r = instantiate(phGraphExec, hGraph);
+	instantiateParams->hErrNode_out = NULL;
+	instantiateParams->result_out = r == CUDA_SUCCESS ? 0 : 1;
+	return r;
 }
 
 /* A graph runs like one kernel of the configured time. */
@@ -435,12 +479,23 @@ CUDASTUB_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	return alloc(dptr, bytesize);
 }
 
+/* Frees a device or pool allocation. */
+static CUresult release(CUdeviceptr dptr)
+{
+	int r;
+
+	if (dptr == 0)
+		return CUDA_SUCCESS;
+	r = stub_pool_release(dptr);
+	if (r == 1)
+		r = stub_free(dptr);
+	return r == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
 CUDASTUB_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
 	REQUIRE_INIT();
-	if (dptr == 0)
-		return CUDA_SUCCESS;
-	return stub_free(dptr) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return release(dptr);
 }
 
 CUDASTUB_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize,
@@ -457,9 +512,75 @@ CUDASTUB_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 	REQUIRE_INIT();
 	if (stub_stream_get(hStream) == NULL)
 		return CUDA_ERROR_INVALID_HANDLE;
-	if (dptr == 0)
-		return CUDA_SUCCESS;
-	return stub_free(dptr) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return release(dptr);
+}
+
+/* ---- memory pools ---- */
+
+CUDASTUB_API CUresult cuMemPoolCreate(CUmemoryPool *pool,
+                                      const CUmemPoolProps *poolProps)
+{
+	REQUIRE_INIT();
+	if (pool == NULL || poolProps == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (poolProps->location.type != 1 ||
+	    check_device(poolProps->location.id) != CUDA_SUCCESS)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pool = (CUmemoryPool)stub_pool_new(poolProps->maxSize);
+	return *pool ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUDASTUB_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	REQUIRE_INIT();
+	return stub_pool_free(pool) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUDASTUB_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr,
+                                              size_t bytesize,
+                                              CUmemoryPool pool,
+                                              CUstream hStream)
+{
+	uint64_t addr;
+
+	REQUIRE_INIT();
+	if (dptr == NULL || bytesize == 0 || !stub_is_pool(pool))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (stub_stream_get(hStream) == NULL)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (stub_pool_alloc(pool, bytesize, &addr) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*dptr = addr;
+	return CUDA_SUCCESS;
+}
+
+CUDASTUB_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+	REQUIRE_INIT();
+	if (!stub_is_pool(pool))
+		return CUDA_ERROR_INVALID_VALUE;
+	stub_pool_trim(pool, minBytesToKeep);
+	return CUDA_SUCCESS;
+}
+
+CUDASTUB_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool,
+                                            CUmemPool_attribute attr,
+                                            void *value)
+{
+	REQUIRE_INIT();
+	return stub_pool_set_attr(pool, (int)attr, value) == 0
+	           ? CUDA_SUCCESS
+	           : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUDASTUB_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool,
+                                            CUmemPool_attribute attr,
+                                            void *value)
+{
+	REQUIRE_INIT();
+	return stub_pool_get_attr(pool, (int)attr, value) == 0
+	           ? CUDA_SUCCESS
+	           : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUDASTUB_API CUresult cuMemGetInfo_v2(size_t *free, size_t *total)

@@ -80,11 +80,17 @@ static cudaError_t alloc(void **devPtr, size_t size)
 	return cudaSuccess;
 }
 
+/* Frees a device or pool allocation. */
 static cudaError_t release(void *devPtr)
 {
+	int r;
+
 	if (devPtr == NULL)
 		return cudaSuccess;
-	if (stub_free((uint64_t)(uintptr_t)devPtr) != 0)
+	r = stub_pool_release((uint64_t)(uintptr_t)devPtr);
+	if (r == 1)
+		r = stub_free((uint64_t)(uintptr_t)devPtr);
+	if (r != 0)
 		return ret(cudaErrorInvalidValue);
 	return cudaSuccess;
 }
@@ -161,17 +167,44 @@ CUDASTUB_API cudaError_t cudaGraphCreate(cudaGraph_t *pGraph,
 	return *pGraph ? cudaSuccess : ret(cudaErrorMemoryAllocation);
 }
 
-CUDASTUB_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec,
-                                              cudaGraph_t graph,
-                                              unsigned long long flags)
+static cudaError_t instantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph)
 {
-	(void)flags;
 	if (pGraphExec == NULL)
 		return ret(cudaErrorInvalidValue);
 	if (!stub_object_is(graph, STUB_KIND_GRAPH))
 		return ret(cudaErrorInvalidResourceHandle);
 	*pGraphExec = stub_object_new(STUB_KIND_GRAPH_EXEC);
 	return *pGraphExec ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+/* The CUDA 12 signature (CUDA 11's took an error node and a log buffer). */
+CUDASTUB_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec,
+                                              cudaGraph_t graph,
+                                              unsigned long long flags)
+{
+	(void)flags;
+	return instantiate(pGraphExec, graph);
+}
+
+CUDASTUB_API cudaError_t cudaGraphInstantiateWithFlags(
+    cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags)
+{
+	(void)flags;
+	return instantiate(pGraphExec, graph);
+}
+
+CUDASTUB_API cudaError_t cudaGraphInstantiateWithParams(
+    cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+    cudaGraphInstantiateParams *instantiateParams)
+{
+	cudaError_t r;
+
+	if (instantiateParams == NULL)
+		return ret(cudaErrorInvalidValue);
+	r = instantiate(pGraphExec, graph);
+	instantiateParams->errNode_out = NULL;
+	instantiateParams->result_out = r == cudaSuccess ? 0 : 1;
+	return r;
 }
 
 /* A graph runs like one kernel of the configured time. */
@@ -246,6 +279,68 @@ CUDASTUB_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 	if (stub_stream_get(hStream) == NULL)
 		return ret(cudaErrorInvalidResourceHandle);
 	return release(devPtr);
+}
+
+/* ---- memory pools ---- */
+
+CUDASTUB_API cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool,
+                                           const cudaMemPoolProps *poolProps)
+{
+	if (memPool == NULL || poolProps == NULL ||
+	    poolProps->location.type != 1 || poolProps->location.id < 0 ||
+	    poolProps->location.id >= stub_config()->devices)
+		return ret(cudaErrorInvalidValue);
+	*memPool = (cudaMemPool_t)stub_pool_new(poolProps->maxSize);
+	return *memPool ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+CUDASTUB_API cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
+{
+	return stub_pool_free(memPool) == 0 ? cudaSuccess
+	                                    : ret(cudaErrorInvalidValue);
+}
+
+CUDASTUB_API cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size,
+                                                 cudaMemPool_t memPool,
+                                                 cudaStream_t stream)
+{
+	uint64_t addr;
+
+	if (ptr == NULL || size == 0 || !stub_is_pool(memPool))
+		return ret(cudaErrorInvalidValue);
+	if (stub_stream_get(stream) == NULL)
+		return ret(cudaErrorInvalidResourceHandle);
+	if (stub_pool_alloc(memPool, size, &addr) != 0)
+		return ret(cudaErrorMemoryAllocation);
+	*ptr = (void *)(uintptr_t)addr;
+	return cudaSuccess;
+}
+
+CUDASTUB_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool,
+                                           size_t minBytesToKeep)
+{
+	if (!stub_is_pool(memPool))
+		return ret(cudaErrorInvalidValue);
+	stub_pool_trim(memPool, minBytesToKeep);
+	return cudaSuccess;
+}
+
+CUDASTUB_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool,
+                                                 enum cudaMemPoolAttr attr,
+                                                 void *value)
+{
+	return stub_pool_set_attr(memPool, (int)attr, value) == 0
+	           ? cudaSuccess
+	           : ret(cudaErrorInvalidValue);
+}
+
+CUDASTUB_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool,
+                                                 enum cudaMemPoolAttr attr,
+                                                 void *value)
+{
+	return stub_pool_get_attr(memPool, (int)attr, value) == 0
+	           ? cudaSuccess
+	           : ret(cudaErrorInvalidValue);
 }
 
 CUDASTUB_API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
