@@ -1,0 +1,627 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/internal/engine"
+	"github.com/bpfbench/bpfbench/internal/manifest"
+	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/loadgen"
+)
+
+// The real engine end to end: llama-server (-t 1 -np 2 --metrics) pinned to
+// CPU 0, bpfbench on CPU 1. A baseline run, then the same run with two busy
+// threads of another process on the server's CPU from 60% of its tokens
+// on; each run's load figures are checked against the engine's own
+// timings (the per-request timings of its stream, its /metrics), the
+// manifest against the model file, the contention run's tail against
+// cpu_runqueue, diff against both; then validate's slow-reading client,
+// whose excess must be its own connection's net_backpressure. After every
+// command nothing of bpfbench is left: no process, no BPF program or link,
+// no probe event, no file in the source tree.
+func TestRealEngineEndToEnd(t *testing.T) {
+	privtest.Require(t)
+	paths, err := engine.Find()
+	if err != nil {
+		privtest.SkipOptional(t, "%v", err)
+	}
+	if runtime.NumCPU() < 2 {
+		privtest.SkipOptional(t, "needs 2 CPUs (the server's and bpfbench's), have %d", runtime.NumCPU())
+	}
+	taskset := privtest.RequireTool(t, "taskset", "apt-get install util-linux")
+	bpftool := privtest.RequireTool(t, "bpftool", "apt-get install bpftool")
+	up, _ := os.ReadFile("/proc/loadavg")
+	t.Logf("load average at start: %s", strings.TrimSpace(string(up)))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	// One compute thread: two on one CPU wait for each other all the
+	// time, so that the union of their run-queue waits covers a whole gap
+	// already without contention and cannot grow with it. No prompt
+	// cache: the two runs send the same prompts, and the second would
+	// find them cached (a TTFT "faster" under contention).
+	srv, err := engine.Start(ctx, engine.Options{Paths: paths, Threads: 1, Slots: 2, CtxSize: 1024, Metrics: true, CPUs: "0",
+		Args: []string{"--no-cache-prompt"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Stop()
+		if t.Failed() {
+			out := srv.Output()
+			if len(out) > 6000 {
+				out = out[len(out)-6000:]
+			}
+			t.Logf("llama-server output (tail):\n%s", out)
+		}
+	})
+	pid := strconv.Itoa(srv.Pid)
+	const (
+		numRequests = 32
+		outLen      = 48
+	)
+	load := []string{"--target", srv.URL, "--pid", pid, "--model", "tiny-llama", "--input-len", "32", "--output-len", strconv.Itoa(outLen),
+		"--num-requests", strconv.Itoa(numRequests), "--max-concurrency", "2", "--warmup", "0", "--no-progress"}
+	leftovers := snapshotLeftovers(t, bpftool, srv.Pid)
+	// cli runs bpfbench (this test binary as the CLI) on CPU 1, away from
+	// the server and the busy threads.
+	cli := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(taskset, append([]string{"--cpu-list", "1", os.Args[0]}, args...)...)
+		cmd.Env = append(os.Environ(), envCLI+"=1")
+		return cmd
+	}
+	runCmd := func(t *testing.T, what string, cmd *exec.Cmd) string {
+		t.Helper()
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		t.Logf("%s:\n%s", what, out.String())
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", what, err, errb.String())
+		}
+		leftovers.check(t, what)
+		return out.String()
+	}
+	tokens := func() float64 {
+		t.Helper()
+		m, err := srv.Metrics(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m["llamacpp:tokens_predicted_total"]
+	}
+
+	// Baseline.
+	dir1 := filepath.Join(t.TempDir(), "baseline")
+	tok0 := tokens()
+	runCmd(t, "bpfbench run (baseline)", cli(append([]string{"run", "--out", dir1}, load...)...))
+	base := checkEngineRun(t, "baseline", dir1, tokens()-tok0, srv, paths)
+
+	// Contention: the same run, with --baseline-*-ms from the baseline
+	// run; two busy threads of `bpfbench perturb cpu` on CPU 0 from 60% of
+	// the run's tokens (as the engine counts them) to its end, so that the
+	// run's own medians (the normal activity of each cause) stay those of
+	// an uncontended gap.
+	contended := func(t *testing.T, dir string) engineRun {
+		tok0 := tokens()
+		args := append([]string{"run", "--out", dir,
+			"--baseline-itl-ms", fmt.Sprintf("%.3f", base.att.BaselineITLMs), "--baseline-ttft-ms", fmt.Sprintf("%.3f", base.att.BaselineTTFTMs)}, load...)
+		run := cli(args...)
+		var out, errb bytes.Buffer
+		run.Stdout, run.Stderr = &out, &errb
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- run.Wait() }()
+		start := tok0 + 0.6*numRequests*outLen
+		var busy *exec.Cmd
+		var busyOut bytes.Buffer
+		var runErr error
+	wait:
+		for {
+			select {
+			case runErr = <-done:
+				break wait
+			case <-time.After(20 * time.Millisecond):
+			}
+			if busy == nil && tokens() >= start {
+				busy = cli("perturb", "cpu", "--threads", "2", "--cpus", "0", "--duration", "90s")
+				busy.Stdout, busy.Stderr = &busyOut, &busyOut
+				if err := busy.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("busy threads on CPU 0 from %.0f of the run's %d tokens", tokens()-tok0, numRequests*outLen)
+			}
+		}
+		if busy != nil {
+			_ = busy.Process.Signal(syscall.SIGTERM)
+			if err := busy.Wait(); err != nil {
+				t.Errorf("perturb cpu: %v\n%s", err, busyOut.String())
+			}
+			t.Logf("perturb cpu: %s", strings.TrimSpace(busyOut.String()))
+		} else {
+			t.Errorf("the run ended before 60%% of its tokens (%.0f of %d)", tokens()-tok0, numRequests*outLen)
+		}
+		t.Logf("bpfbench run (contention):\n%s", out.String())
+		if runErr != nil {
+			t.Fatalf("run (contention): %v\n%s", runErr, errb.String())
+		}
+		leftovers.check(t, "bpfbench run (contention) and perturb cpu")
+		return checkEngineRun(t, "contention", dir, tokens()-tok0, srv, paths)
+	}
+	dir2 := filepath.Join(t.TempDir(), "contention")
+	cont := contended(t, dir2)
+	if !cont.cpuOnTop() {
+		up, _ := os.ReadFile("/proc/loadavg")
+		t.Logf("cpu_runqueue is not the top cause of the contention run's tail (load average %s): once more", strings.TrimSpace(string(up)))
+		dir2 = filepath.Join(t.TempDir(), "contention-again")
+		cont = contended(t, dir2)
+	}
+	t.Logf("ITL mean %.2f → %.2f ms, p99 %.2f → %.2f ms; TTFT mean %.2f → %.2f ms, p99 %.2f → %.2f ms",
+		base.doc.Float("mean_itl_ms"), cont.doc.Float("mean_itl_ms"), base.doc.Float("p99_itl_ms"), cont.doc.Float("p99_itl_ms"),
+		base.doc.Float("mean_ttft_ms"), cont.doc.Float("mean_ttft_ms"), base.doc.Float("p99_ttft_ms"), cont.doc.Float("p99_ttft_ms"))
+	for _, r := range []engineRun{base, cont} {
+		t.Logf("%s: cpu_runqueue %.0f%% of the p99 ITL excess (top %s), %.0f%% of the TTFT excess (top %s), %.0f%% of all ITL excess",
+			r.name, r.att.ITL["p99"]["cpu_runqueue"]*100, correlate.Top(r.att.ITL["p99"]), r.att.TTFT["cpu_runqueue"]*100, correlate.Top(r.att.TTFT),
+			r.att.ITL["all"]["cpu_runqueue"]*100)
+	}
+	if !cont.cpuOnTop() {
+		t.Errorf("contention run: cpu_runqueue is the top cause of neither the p99 ITL excess (%v) nor the TTFT excess (%v)", cont.att.ITL["p99"], cont.att.TTFT)
+	}
+	if cont.doc.Float("mean_itl_ms") <= base.doc.Float("mean_itl_ms") {
+		t.Errorf("the contention run's mean ITL %.2f ms is not above the baseline's %.2f ms", cont.doc.Float("mean_itl_ms"), base.doc.Float("mean_itl_ms"))
+	}
+
+	// diff names the contention run slower, with cpu_runqueue's share up.
+	var d struct {
+		Tests []struct {
+			Metric      string  `json:"metric"`
+			Unit        string  `json:"unit"`
+			P           float64 `json:"p"`
+			PBGreater   float64 `json:"p_b_greater"`
+			Significant bool    `json:"significant"`
+			Verdict     string  `json:"verdict"`
+		} `json:"tests"`
+		Attribution []struct {
+			Scope, Cause string
+			A, B, Points float64
+		} `json:"attribution"`
+		TopCause [2]string `json:"top_cause"`
+		Manifest []struct {
+			Text string `json:"text"`
+		} `json:"manifest"`
+	}
+	out := runCmd(t, "bpfbench diff", cli("diff", dir1, dir2, "--output", "json"))
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("diff --output json: %v", err)
+	}
+	slower := map[string]bool{}
+	for _, ts := range d.Tests {
+		t.Logf("diff: %s (per %s): p = %.3g, P(B > A) = %.2f, %s", ts.Metric, ts.Unit, ts.P, ts.PBGreater, ts.Verdict)
+		if ts.Significant && ts.Verdict == "slower" {
+			slower[ts.Metric] = true
+		}
+		if ts.Verdict == "faster" {
+			t.Errorf("diff: the contention run's %s is faster (p = %.3g)", ts.Metric, ts.P)
+		}
+	}
+	if !slower["itl"] && !slower["tpot"] {
+		t.Errorf("diff does not name the contention run slower in ITL or TPOT: %+v", d.Tests)
+	}
+	rose := false
+	for _, a := range d.Attribution {
+		if a.Cause == "cpu_runqueue" {
+			t.Logf("diff: cpu_runqueue in %s: %.0f%% → %.0f%% (%+.0f points)", a.Scope, a.A*100, a.B*100, a.Points)
+			if (a.Scope == "itl_p99" || a.Scope == "ttft") && a.Points > 0 {
+				rose = true
+			}
+		}
+	}
+	if !rose {
+		t.Errorf("diff: cpu_runqueue's share rose in neither the p99 band nor the TTFT: %+v", d.Attribution)
+	}
+	t.Logf("diff: top cause %s → %s; manifest changes %v", d.TopCause[0], d.TopCause[1], d.Manifest)
+	for _, c := range d.Manifest {
+		if strings.Contains(c.Text, "model file") {
+			t.Errorf("diff: the same server's model reported changed: %s", c.Text)
+		}
+	}
+
+	// A slow-reading client: validate's client injection (one request
+	// stops reading for 2 s after its first token, on its own connection
+	// with a 4 KiB receive buffer), the other injections skipped.
+	vdir := filepath.Join(t.TempDir(), "validate")
+	runCmd(t, "bpfbench validate (client)", cli("validate", "--target", srv.URL, "--pid", pid, "--model", "tiny-llama",
+		"--output-len", "96", "--rate", "4", "--phase", "3s", "--slow-read", "2s",
+		"--skip", "cpu,io,gpu,net", "--no-progress", "--out", vdir))
+	checkSlowReader(t, vdir)
+}
+
+// engineRun is one run's result.json, checked.
+type engineRun struct {
+	name string
+	doc  *report.Document
+	att  *correlate.Summary
+}
+
+// cpuOnTop reports whether cpu_runqueue is the top cause of the p99 band's
+// excess or of the TTFT's.
+func (r engineRun) cpuOnTop() bool {
+	return r.att != nil && (correlate.Top(r.att.ITL["p99"]) == "cpu_runqueue" || correlate.Top(r.att.TTFT) == "cpu_runqueue")
+}
+
+// checkEngineRun checks a run's figures against the engine's own: its
+// per-request timings and the increase of its tokens_predicted_total over
+// the run (predicted); the server metrics section; the manifest's model.
+func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engine.Server, paths engine.Paths) engineRun {
+	t.Helper()
+	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := engineRun{name: name, doc: doc, att: doc.Attribution}
+	if r.att == nil {
+		t.Fatalf("%s: result.json has no attribution", name)
+	}
+	var bb struct {
+		Records []loadgen.Record `json:"records"`
+		Warmup  []loadgen.Record `json:"warmup"`
+	}
+	if err := json.Unmarshal(doc.Load["bpfbench"], &bb); err != nil {
+		t.Fatal(err)
+	}
+	var perRequest []*loadgen.ServerTimings
+	if err := json.Unmarshal(doc.Load["server_timings"], &perRequest); err != nil || len(perRequest) != len(bb.Records) {
+		t.Errorf("%s: server_timings %d entries for %d requests (%v)", name, len(perRequest), len(bb.Records), err)
+	}
+	// Every request against its own timings. The client starts a request
+	// before the engine takes its prompt and sees its first and last
+	// tokens after the engine made them, so TTFT >= prompt_ms and E2EL >=
+	// prompt_ms + predicted_ms, to the engine's millisecond rounding.
+	const epsMs = 1.0
+	var outTokens, predN, gaps int
+	var spanMs, predMs, minTTFTMargin, minE2ELMargin float64 = 0, 0, math.Inf(1), math.Inf(1)
+	for i, rec := range slices.Concat(bb.Warmup, bb.Records) {
+		st := rec.ServerTimings
+		if !rec.Success || st == nil {
+			t.Errorf("%s: request %d: success %v, timings %v: %s", name, rec.Index, rec.Success, st, rec.Error)
+			continue
+		}
+		if i >= len(bb.Warmup) && perRequest != nil && (perRequest[i-len(bb.Warmup)] == nil || *perRequest[i-len(bb.Warmup)] != *st) {
+			t.Errorf("%s: request %d: server_timings %v, its record's %v", name, rec.Index, perRequest[i-len(bb.Warmup)], st)
+		}
+		if rec.OutputTokens != st.PredictedN || len(rec.ChunkNs) != st.PredictedN {
+			t.Errorf("%s: request %d: %d output tokens in %d chunks, the engine predicted %d", name, rec.Index, rec.OutputTokens, len(rec.ChunkNs), st.PredictedN)
+		}
+		outTokens += rec.OutputTokens
+		predN += st.PredictedN
+		ttft := float64(rec.TTFTNs()) / 1e6
+		e2el := float64(rec.LatencyNs()) / 1e6
+		minTTFTMargin = math.Min(minTTFTMargin, ttft-st.PromptMs)
+		minE2ELMargin = math.Min(minE2ELMargin, e2el-st.PromptMs-st.PredictedMs)
+		if ttft < st.PromptMs-epsMs {
+			t.Errorf("%s: request %d: TTFT %.2f ms below the engine's prompt time %.2f ms", name, rec.Index, ttft, st.PromptMs)
+		}
+		if e2el < st.PromptMs+st.PredictedMs-epsMs {
+			t.Errorf("%s: request %d: E2EL %.2f ms below the engine's prompt %.2f + generation %.2f ms", name, rec.Index, e2el, st.PromptMs, st.PredictedMs)
+		}
+		if n := len(rec.ChunkNs); n > 1 && i >= len(bb.Warmup) {
+			spanMs += float64(rec.ChunkNs[n-1]-rec.ChunkNs[0]) / 1e6
+			predMs += st.PredictedMs
+			gaps += n - 1
+		}
+	}
+	if len(bb.Records) == 0 || gaps == 0 {
+		t.Fatalf("%s: %d requests, %d gaps", name, len(bb.Records), gaps)
+	}
+	// The engine's count of the tokens it generated during the run is
+	// the client's, exactly.
+	t.Logf("%s: %d requests, %d output tokens; the engine's timings say %d, its tokens_predicted_total rose %.0f", name, len(bb.Records)+len(bb.Warmup), outTokens, predN, predicted)
+	if float64(outTokens) != predicted || predN != outTokens {
+		t.Errorf("%s: %d output tokens, the engine's timings %d, its tokens_predicted_total rose %.0f: want equal", name, outTokens, predN, predicted)
+	}
+	// The mean gap as the client saw it against the engine's mean time
+	// per generated token: the same steps, timed at the two ends of the
+	// connection.
+	clientITL, serverITL := spanMs/float64(gaps), predMs/float64(gaps)
+	t.Logf("%s: mean ITL %.3f ms (result %.3f), the engine's %.3f ms per token (ratio %.4f); TTFT - prompt_ms >= %.2f ms, E2EL - prompt_ms - predicted_ms >= %.2f ms",
+		name, clientITL, doc.Float("mean_itl_ms"), serverITL, clientITL/serverITL, minTTFTMargin, minE2ELMargin)
+	if clientITL < serverITL*0.95 || clientITL > serverITL*1.05 {
+		t.Errorf("%s: the client's mean ITL %.3f ms is not within 5%% of the engine's %.3f ms per token", name, clientITL, serverITL)
+	}
+	if math.Abs(doc.Float("mean_itl_ms")-clientITL) > 1e-6*clientITL+1e-9 {
+		t.Errorf("%s: mean_itl_ms %.6f, the records' %.6f", name, doc.Float("mean_itl_ms"), clientITL)
+	}
+
+	// The engine's metrics, scraped and mapped.
+	sm := doc.ServerMetrics
+	if sm == nil {
+		t.Fatalf("%s: result.json has no server_metrics", name)
+	}
+	t.Logf("%s: server_metrics: found %v engine %s matched %v, %d scrapes (%d failed), %d samples, peaks %v, overall %v",
+		name, sm.Found, sm.Engine, sm.VocabularyMatched, sm.Scrapes, sm.ScrapeFailures, len(sm.Samples), sm.Peaks, sm.Overall)
+	if !sm.Found || sm.Engine != "llamacpp" || !sm.VocabularyMatched || len(sm.Samples) == 0 || sm.ScrapeFailures != 0 {
+		t.Errorf("%s: server_metrics found %v engine %q matched %v, %d samples, %d failures (%s): want llamacpp's, matched, sampled", name,
+			sm.Found, sm.Engine, sm.VocabularyMatched, len(sm.Samples), sm.ScrapeFailures, sm.FirstError)
+	}
+	for k, v := range map[string]string{"generation_tokens_total": "llamacpp:tokens_predicted_total", "requests_running": "llamacpp:requests_processing", "requests_waiting": "llamacpp:requests_deferred"} {
+		if sm.Sources[k] != v {
+			t.Errorf("%s: server_metrics.sources[%s] = %q, want %s", name, k, sm.Sources[k], v)
+		}
+	}
+	if p := sm.Peaks["requests_running"]; p < 1 || p > 2 {
+		t.Errorf("%s: peak requests_running %v, want 1 or 2 (two slots, concurrency 2)", name, p)
+	}
+	if g := sm.Overall["generation_tokens_total"]; g <= 0 || g > predicted {
+		t.Errorf("%s: server_metrics.overall generation_tokens_total %v, want within (0, %.0f]", name, g, predicted)
+	}
+
+	// The manifest names the model file the server has open, with its
+	// size and sampled hash.
+	var m manifest.Manifest
+	if err := json.Unmarshal(doc.Load["manifest"], &m); err != nil {
+		t.Fatalf("%s: manifest: %v", name, err)
+	}
+	model, err := filepath.EvalSymlinks(paths.Model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, size, err := manifest.SampledFileSHA256(model)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *manifest.File
+	for i := range m.Models {
+		if m.Models[i].Path == model {
+			found = &m.Models[i]
+		}
+	}
+	if m.Pid != srv.Pid || found == nil {
+		t.Fatalf("%s: manifest of pid %d lists models %+v, want llama-server's (%d) %s", name, m.Pid, m.Models, srv.Pid, model)
+	}
+	t.Logf("%s: manifest: %s (%s) %d bytes sampled_sha256 %s", name, found.Path, found.Via, found.Size, found.SampledSHA256)
+	if found.Size != size || found.SampledSHA256 != sum || found.Error != "" {
+		t.Errorf("%s: manifest model %+v, want size %d sampled_sha256 %s", name, *found, size, sum)
+	}
+	if m.Binary == nil || filepath.Base(m.Binary.Path) != filepath.Base(paths.Server) || m.Binary.SHA256 == "" {
+		t.Errorf("%s: manifest binary %+v, want %s hashed", name, m.Binary, paths.Server)
+	}
+	return r
+}
+
+// checkSlowReader checks validate's client row on the real engine: the
+// slow request's excess is net_backpressure, and no other request's
+// connection is blamed for any.
+func checkSlowReader(t *testing.T, dir string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "validation.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Rows []struct {
+			Injection  string  `json:"injection"`
+			Achieved   string  `json:"achieved"`
+			Attributed string  `json:"attributed_top_cause"`
+			Share      float64 `json:"injected_share_of_tail_excess"`
+			RawShare   float64 `json:"injected_share_of_p99_raw_excess"`
+		} `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Rows) != 1 || v.Rows[0].Injection != "client" {
+		t.Fatalf("validation rows %+v, want the client's", v.Rows)
+	}
+	row := v.Rows[0]
+	t.Logf("slow reader: %s; top cause %s with %.0f%% of the tail's added excess (%.0f%% of the p99 band's)", row.Achieved, row.Attributed, row.Share*100, row.RawShare*100)
+	if row.Attributed != "net_backpressure" {
+		t.Errorf("slow reader: top cause %s, want net_backpressure", row.Attributed)
+	}
+	mt := regexp.MustCompile(`request (\d+) stops reading`).FindStringSubmatch(row.Achieved)
+	if mt == nil {
+		t.Fatalf("validation does not say which request read slowly: %q", row.Achieved)
+	}
+	slow, _ := strconv.Atoi(mt[1])
+	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Attribution == nil {
+		t.Fatal("validate's result.json has no attribution")
+	}
+	seen := false
+	for _, rb := range doc.Attribution.Requests {
+		nb := rb.ITLShares["net_backpressure"]*rb.ITLExcessMs + rb.TTFTShares["net_backpressure"]
+		if rb.Request == slow {
+			seen = true
+			t.Logf("slow reader: request %d: top %s, ITL excess %.0f ms, net_backpressure %.0f%% of it", rb.Request, rb.TopCause, rb.ITLExcessMs, rb.ITLShares["net_backpressure"]*100)
+			if rb.TopCause != "net_backpressure" {
+				t.Errorf("slow reader: request %d's top cause %s, want net_backpressure", slow, rb.TopCause)
+			}
+		} else if nb != 0 {
+			t.Errorf("request %d (not the slow reader) has net_backpressure: ITL %.0f%% of %.1f ms, TTFT %.0f%%", rb.Request, rb.ITLShares["net_backpressure"]*100, rb.ITLExcessMs, rb.TTFTShares["net_backpressure"]*100)
+		}
+	}
+	if !seen {
+		t.Errorf("the slow request %d has no blame", slow)
+	}
+}
+
+// leftovers is what the machine had before the first command: BPF
+// programs and links, probe events, the package directory's untracked
+// files.
+type leftovers struct {
+	bpftool string
+	server  int
+	progs   map[int]bool
+	links   map[int]bool
+	events  map[string]bool
+	files   map[string]bool
+}
+
+func snapshotLeftovers(t *testing.T, bpftool string, server int) *leftovers {
+	l := &leftovers{bpftool: bpftool, server: server, files: untracked(t), events: probeEvents()}
+	l.progs, _ = bpfObjects(t, bpftool, "prog")
+	l.links, _ = bpfObjects(t, bpftool, "link")
+	return l
+}
+
+// check fails t when, 30 s after a command ended, a process runs bpfbench
+// (this binary as the CLI), a BPF program or link appeared that no other
+// live process holds, a probe event appeared, or a file appeared in the
+// package directory. The kernel releases a uprobe's perf link some
+// seconds after the process that held it exited (the unregistration
+// waits for an RCU grace period per probe), so the wait is logged.
+func (l *leftovers) check(t *testing.T, after string) {
+	t.Helper()
+	var problems, first []string
+	start := time.Now()
+	deadline := start.Add(30 * time.Second)
+	for {
+		problems = problems[:0]
+		for _, p := range cliProcesses() {
+			problems = append(problems, "bpfbench process "+p)
+		}
+		for _, kind := range []string{"prog", "link"} {
+			known := l.progs
+			if kind == "link" {
+				known = l.links
+			}
+			_, orphans := bpfObjects(t, l.bpftool, kind)
+			for id, desc := range orphans {
+				if !known[id] {
+					problems = append(problems, fmt.Sprintf("BPF %s %d (%s) held by no process", kind, id, desc))
+				}
+			}
+		}
+		for e := range probeEvents() {
+			if !l.events[e] {
+				problems = append(problems, "probe event "+e)
+			}
+		}
+		for f := range untracked(t) {
+			if !l.files[f] {
+				problems = append(problems, "file "+f)
+			}
+		}
+		if first == nil {
+			first = append([]string{}, problems...)
+		}
+		if len(problems) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if len(problems) > 0 {
+		t.Errorf("after %s: left behind %s", after, strings.Join(problems, "; "))
+	} else if len(first) > 0 {
+		t.Logf("after %s: nothing left behind %.1f s later (at first: %s)", after, time.Since(start).Seconds(), strings.Join(first, "; "))
+	} else {
+		t.Logf("after %s: nothing left behind", after)
+	}
+}
+
+// cliProcesses lists the processes, other than this one, running this
+// test binary (bpfbench as the CLI; taskset execs into it).
+func cliProcesses() []string {
+	self, _ := os.Executable()
+	ents, _ := os.ReadDir("/proc")
+	var out []string
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil || p == os.Getpid() {
+			continue
+		}
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p))
+		if err != nil {
+			continue
+		}
+		if exe == self {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+			out = append(out, fmt.Sprintf("%d (%s)", p, strings.ReplaceAll(strings.TrimSpace(string(cmd)), "\x00", " ")))
+		}
+	}
+	return out
+}
+
+// bpfObjects returns the ids of every BPF program (kind "prog") or link,
+// and those no process holds (a pin, a legacy attachment) with their names.
+func bpfObjects(t *testing.T, bpftool, kind string) (all map[int]bool, orphans map[int]string) {
+	t.Helper()
+	out, err := exec.Command(bpftool, "-j", kind, "show").Output()
+	if err != nil {
+		t.Fatalf("bpftool %s show: %v", kind, err)
+	}
+	var objs []struct {
+		ID   int    `json:"id"`
+		Name string `json:"name"`
+		Type json.RawMessage `json:"type"` // a number for a type bpftool does not name
+		Pids []struct {
+			Pid  int    `json:"pid"`
+			Comm string `json:"comm"`
+		} `json:"pids"`
+	}
+	if len(bytes.TrimSpace(out)) > 0 {
+		if err := json.Unmarshal(out, &objs); err != nil {
+			t.Fatalf("bpftool %s show: %v", kind, err)
+		}
+	}
+	all, orphans = map[int]bool{}, map[int]string{}
+	for _, o := range objs {
+		all[o.ID] = true
+		if len(o.Pids) == 0 {
+			orphans[o.ID] = strings.Trim(string(o.Type), `"`) + " " + o.Name
+		}
+	}
+	return all, orphans
+}
+
+// probeEvents are the kprobe and uprobe events defined in tracefs.
+func probeEvents() map[string]bool {
+	out := map[string]bool{}
+	for _, f := range []string{"/sys/kernel/tracing/kprobe_events", "/sys/kernel/tracing/uprobe_events"} {
+		b, _ := os.ReadFile(f)
+		for _, line := range strings.Split(string(b), "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				out[line] = true
+			}
+		}
+	}
+	return out
+}
+
+// untracked lists the files git does not track in this package's
+// directory, ignored ones included.
+func untracked(t *testing.T) map[string]bool {
+	t.Helper()
+	out, err := exec.Command("git", "status", "--porcelain", "--ignored", "--untracked-files=all", "--", ".").Output()
+	if err != nil {
+		t.Fatalf("git status: %v", err)
+	}
+	files := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "??") || strings.HasPrefix(line, "!!") {
+			files[strings.TrimSpace(line[2:])] = true
+		}
+	}
+	return files
+}
