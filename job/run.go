@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -304,6 +305,12 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	doc.ServerMetrics, doc.ServerQueue = sm.report(res)
 	doc.Timeline = timeline(res, blames)
 	doc.Phases = phases(res, blames, base, marks)
+	doc.CriticalPath = stream.crit.critResult(res.StartNs, critPhases(res, marks), func(tid uint32) string {
+		if n := tr.threads.name(tid); !strings.HasPrefix(n, "thread ") {
+			return n
+		}
+		return ""
+	})
 	doc.Diagnosis = report.Diagnose(doc)
 	out.Doc = doc
 
@@ -549,6 +556,21 @@ func phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlat
 			p.TopCause, p.TopCauseBasis = best, "largest increase over "+ms[0].name
 		}
 		out = append(out, p)
+	}
+	return out
+}
+
+// critPhases are the phases' spans of time, as phases() cuts them.
+func critPhases(res *loadgen.Result, marks *PhaseMarks) []critPhase {
+	marks.mu.Lock()
+	defer marks.mu.Unlock()
+	var out []critPhase
+	for i, m := range marks.marks {
+		end := res.EndNs
+		if i+1 < len(marks.marks) {
+			end = marks.marks[i+1].ns
+		}
+		out = append(out, critPhase{name: m.name, from: m.ns, to: end})
 	}
 	return out
 }

@@ -144,6 +144,7 @@ type runStream struct {
 	lag     int64
 	window  int64
 	tr      *traceStream
+	crit    *critStream // the critical path (critpath.go)
 	now     func() int64 // the clock (CLOCK_MONOTONIC ns)
 
 	stop chan struct{}
@@ -165,6 +166,7 @@ func newRunStream(cfg RunConfig, tr *traceStream) *runStream {
 		now:     clock.Now,
 	}
 	s.eng.SetFloor(s.sched.floor0)
+	s.crit = newCritStream(max, s.sched.floor0)
 	return s
 }
 
@@ -172,6 +174,10 @@ func newRunStream(cfg RunConfig, tr *traceStream) *runStream {
 func (s *runStream) Record(sp collectors.Span) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.crit.record(sp)
+	if sp.Client || sp.Kind > collectors.SpanTCP {
+		return // the critical path's alone (sends, arrivals, forks, the load generator's)
+	}
 	if s.eng.Retained()+s.tr.held >= s.maxHeld {
 		s.dropped++
 		return
@@ -193,6 +199,7 @@ func (s *runStream) AddRecord(r *loadgen.Record) {
 	for _, iv := range intervalsOfRecord(nil, r) {
 		s.eng.AddInterval(iv)
 	}
+	s.crit.addRecord(r)
 	s.sched.finish(r)
 }
 
@@ -212,6 +219,7 @@ func (s *runStream) advance(final bool) {
 	}
 	s.eng.SetFloor(floor)
 	h := s.eng.Measure(wm, s.measured)
+	s.crit.advance(wm, floor)
 	out := s.tr.detach(h, final)
 	s.mu.Unlock()
 	s.tr.write(out)

@@ -110,6 +110,8 @@ type Document struct {
 	// queue, and that time's share of the TTFT.
 	ServerMetrics *ServerMetrics `json:"server_metrics,omitempty"`
 	ServerQueue   *ServerQueue   `json:"server_queue,omitempty"`
+	// CriticalPath is each gap's critical path, beside Attribution.
+	CriticalPath *CriticalPath `json:"critical_path,omitempty"`
 }
 
 // ServerMetrics is what the scrapes of the server's /metrics saw.
@@ -185,7 +187,7 @@ type QueuedRequest struct {
 	TTFTMs  float64 `json:"ttft_ms"`
 }
 
-var ownKeys = []string{"attribution", "collectors", "collection", "timeline", "phases", "diagnosis", "overhead", "server_metrics", "server_queue"}
+var ownKeys = []string{"attribution", "collectors", "collection", "timeline", "phases", "diagnosis", "overhead", "server_metrics", "server_queue", "critical_path"}
 
 // MarshalJSON writes the load fields and the added keys as one object.
 func (d *Document) MarshalJSON() ([]byte, error) {

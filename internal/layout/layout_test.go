@@ -38,7 +38,7 @@ var rules = []struct {
 	{"daemon", []string{"collectors", "collectors/bpfutil", "exporter/prom", "internal/..."}},
 	{"job/load", []string{"loadgen", "exporter/*", "internal/..."}},
 	{"job/diff", []string{"exporter/report", "correlate", "internal/..."}},
-	{"job", []string{"job/load", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
+	{"job", []string{"job/load", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
 	{"loadgen/bench/*", []string{"job/load", "loadgen", "internal/..."}},
 	{"deploy", []string{"internal/..."}}, // tests of the dashboard and rules; run bin/bpfbench as a process
 	{"tools/llmsim/...", []string{"tools/llmsim/...", "loadgen/kserve/inference", "internal/..."}},

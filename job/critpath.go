@@ -1,0 +1,506 @@
+package job
+
+import (
+	"cmp"
+	"container/heap"
+	"slices"
+	"strconv"
+
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/loadgen"
+)
+
+// The critical path of `bpfbench run`, beside the correlation: the same
+// spans and token intervals feed a critpath.Engine under the runStream's
+// lock, with the same watermark and floor, so its history is bounded the
+// same way. Each flushed gap leaves a compact record (its causes' times)
+// for the baseline and the bands, and the slowest keep their whole path.
+const (
+	// critSlowest is how many of the slowest gaps keep their path.
+	critSlowest = 10
+	// critMaxSteps bounds the steps of a gap written to result.json.
+	critMaxSteps = 64
+)
+
+// critRule is result.json's critical_path.rule.
+const critRule = "each token gap [c(k-1), c(k)] walked back from the client's read: [r(k), c(k)] client " +
+	"(the chunk in its socket), [s(k), r(k)] net_backpressure (sent, not yet arrived), and before the send " +
+	"the sending thread's states (running server_compute or gpu_sync in a blocking CUDA call, runnable " +
+	"cpu_runqueue behind the CPU's holder, D io_block, asleep: what woke it, following a target waker up " +
+	"to 4 edges); time no event covers is unexplained. The excess is the gap over the baseline's normal " +
+	"gap (each cause's median), split over the causes above their normal time."
+
+// critGap is a flushed gap, compactly.
+type critGap struct {
+	request, index int32
+	start, end     int64
+	noArrival      bool
+	ns             [critpath.NumCauses]int64
+}
+
+func (g *critGap) duration() int64 { return g.end - g.start }
+
+func (g *critGap) excess(base critpath.Baseline) critpath.Excess {
+	return critpath.Gap{Read: critpath.Read{Index: int(g.index), Start: g.start, End: g.end}, Ns: g.ns}.Excess(base)
+}
+
+// critStream feeds the engine; every method runs under the runStream's
+// lock.
+type critStream struct {
+	eng   *critpath.Engine
+	sw    critpath.Switches
+	runq  map[uint32]collectors.Span // a run-queue span waiting for its off-CPU span
+	segs  []critpath.Segment
+	gaps  []critGap
+	agg   critpath.Aggregate
+	slow  critHeap
+	stats report.CriticalStats
+	// held is the engine's history at the last tick plus what was added
+	// since (Retained walks every thread and port: once a tick).
+	held, maxHeld int
+}
+
+func newCritStream(maxHeld int, floor int64) *critStream {
+	c := &critStream{eng: critpath.New(critpath.Options{}), runq: map[uint32]collectors.Span{}, maxHeld: maxHeld}
+	c.eng.SetFloor(floor)
+	return c
+}
+
+// record feeds a span.
+func (c *critStream) record(sp collectors.Span) {
+	if sp.Client && sp.Kind != collectors.SpanArrival {
+		c.stats.ClientSpans++
+		return
+	}
+	switch sp.Kind {
+	case collectors.SpanRunqueue, collectors.SpanOffCPU, collectors.SpanSend, collectors.SpanArrival:
+	case collectors.SpanCUDA:
+		if !sp.Blocking {
+			return
+		}
+	default:
+		return
+	}
+	if c.held >= c.maxHeld {
+		c.stats.Dropped++
+		return
+	}
+	c.stats.Spans++
+	c.held++
+	switch sp.Kind {
+	case collectors.SpanRunqueue:
+		if p, ok := c.runq[sp.Tid]; ok {
+			c.switchIn(p, nil) // a switch-in with no off-CPU interval known
+		}
+		c.runq[sp.Tid] = sp
+	case collectors.SpanOffCPU:
+		p, ok := c.runq[sp.Tid]
+		if ok {
+			delete(c.runq, sp.Tid)
+			if p.End != sp.End {
+				c.switchIn(p, nil)
+				ok = false
+			}
+		}
+		if ok {
+			c.switchIn(sp, &p)
+		} else {
+			c.switchIn(sp, nil)
+		}
+	case collectors.SpanCUDA:
+		c.stats.CUDACalls++
+		c.eng.AddCUDA(critpath.CUDACall{Tid: sp.Tid, Start: sp.Start, End: sp.End, Name: sp.Detail})
+	case collectors.SpanSend:
+		c.stats.Sends++
+		c.eng.AddSend(critpath.Send{Time: sp.End, Tid: sp.Tid, Port: sp.Port, Bytes: int64(sp.Bytes)})
+	case collectors.SpanArrival:
+		c.stats.Arrivals++
+		c.eng.AddArrival(critpath.Arrival{Time: sp.End, Port: sp.LocalPort, Bytes: int64(sp.Bytes)})
+	}
+}
+
+// switchIn turns a switch-in's spans into segments: off is its off-CPU
+// span (or, alone, a run-queue span with no off-CPU interval known), rq
+// the run-queue span of the same switch-in.
+func (c *critStream) switchIn(off collectors.Span, rq *collectors.Span) {
+	th := critpath.Thread{Tid: off.Tid, Tgid: off.Tgid}
+	si := critpath.SwitchIn{Thread: th, Ts: off.End, OffCPU: off.End - off.Start, Left: critpath.Runnable}
+	if off.HolderTid != 0 {
+		si.Holder = critpath.Thread{Tid: off.HolderTid, Tgid: off.HolderTgid, Comm: off.HolderComm}
+	}
+	if off.Kind == collectors.SpanOffCPU {
+		switch off.Detail {
+		case "io_wait":
+			si.Left = critpath.IOWait
+		case "sleep":
+			si.Left = critpath.Sleep
+		}
+		switch {
+		case rq != nil:
+			si.Runq = rq.End - rq.Start
+			if rq.HolderTid != 0 && si.Holder == (critpath.Thread{}) {
+				si.Holder = critpath.Thread{Tid: rq.HolderTid, Tgid: rq.HolderTgid, Comm: rq.HolderComm}
+			}
+		case off.WakeTs > 0 && si.Left != critpath.Runnable:
+			si.Runq = off.End - min(max(off.WakeTs, off.Start), off.End)
+		}
+		if si.Left != critpath.Runnable {
+			si.Wake = wakeOf(off)
+			// The holder the kernel records is a preemption's.
+			si.Holder = critpath.Thread{}
+		}
+	} else {
+		si.Runq = si.OffCPU
+	}
+	c.segs = c.sw.Segments(si, c.segs[:0])
+	for _, s := range c.segs {
+		c.stats.Segments++
+		c.eng.AddSegment(s)
+	}
+}
+
+// wakeOf is the wakeup that ended an off-CPU span's sleep. A hard
+// interrupt ending an interruptible sleep is taken for a timer (hrtimers
+// expire in hard interrupt context: nanosleep, poll and futex timeouts);
+// a device interrupt ending an IO wait does not matter, D being io_block.
+func wakeOf(sp collectors.Span) critpath.Wake {
+	switch sp.WakeCtx {
+	case "task":
+		return critpath.Wake{Kind: critpath.WakeThread, Waker: critpath.Thread{Tid: sp.WakerTid, Tgid: sp.WakerTgid, Comm: sp.WakerComm}}
+	case "hardirq":
+		if sp.Detail == "io_wait" {
+			return critpath.Wake{Kind: critpath.WakeHardIRQ}
+		}
+		return critpath.Wake{Kind: critpath.WakeTimer}
+	case "softirq:net_rx":
+		return critpath.Wake{Kind: critpath.WakeNetRx}
+	case "softirq:block":
+		return critpath.Wake{Kind: critpath.WakeBlock}
+	case "softirq:timer":
+		return critpath.Wake{Kind: critpath.WakeSoftIRQTimer}
+	case "softirq:hrtimer":
+		return critpath.Wake{Kind: critpath.WakeTimer}
+	}
+	return critpath.Wake{Kind: critpath.WakeUnknown}
+}
+
+// addRecord adds a finished request's token gaps.
+func (c *critStream) addRecord(r *loadgen.Record) {
+	if !r.Success || len(r.ChunkNs) == 0 {
+		return
+	}
+	port := uint16(r.LocalPort)
+	c.stats.Reads += uint64(len(r.ChunkNs))
+	c.eng.AddRead(critpath.Read{Request: r.Index, Index: 0, Port: port, Start: r.StartNs, End: r.ChunkNs[0]})
+	for k := 1; k < len(r.ChunkNs); k++ {
+		c.eng.AddRead(critpath.Read{Request: r.Index, Index: k, Port: port, Start: r.ChunkNs[k-1], End: r.ChunkNs[k]})
+	}
+}
+
+// advance walks the gaps the watermark has passed.
+func (c *critStream) advance(wm, floor int64) {
+	c.eng.SetFloor(floor)
+	for _, g := range c.eng.Flush(wm) {
+		c.gaps = append(c.gaps, critGap{request: int32(g.Request), index: int32(g.Index), start: g.Start, end: g.End,
+			noArrival: g.NoArrival, ns: g.Ns})
+		c.agg.Add(g)
+		if g.Index == 0 {
+			continue
+		}
+		if len(c.slow) == critSlowest && g.Duration() <= c.slow[0].Duration() {
+			continue
+		}
+		if len(c.slow) == critSlowest {
+			c.slow[0] = g
+			heap.Fix(&c.slow, 0)
+		} else {
+			heap.Push(&c.slow, g)
+		}
+	}
+	c.held = c.eng.Retained()
+}
+
+// slowest are the kept gaps, slowest first.
+func (c *critStream) slowest() []critpath.Gap {
+	out := slices.Clone([]critpath.Gap(c.slow))
+	slices.SortFunc(out, func(a, b critpath.Gap) int {
+		return cmp.Or(cmp.Compare(b.Duration(), a.Duration()), cmp.Compare(a.Request, b.Request), cmp.Compare(a.Index, b.Index))
+	})
+	return out
+}
+
+type critHeap []critpath.Gap
+
+func (h critHeap) Len() int           { return len(h) }
+func (h critHeap) Less(i, j int) bool { return h[i].Duration() < h[j].Duration() }
+func (h critHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *critHeap) Push(x any)        { *h = append(*h, x.(critpath.Gap)) }
+func (h *critHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// critPhase is a phase's span of time.
+type critPhase struct {
+	name     string
+	from, to int64
+}
+
+// critResult builds result.json's critical_path. The baseline is the
+// first phase's gaps when there are phases, else the run's.
+func (c *critStream) critResult(runStart int64, phases []critPhase, name func(tid uint32) string) *report.CriticalPath {
+	st := c.eng.Stats()
+	c.stats.Events, c.stats.Malformed, c.stats.Late = st.Events, st.Malformed, st.Late
+	c.stats.BeforeHorizon, c.stats.Pruned = st.BeforeHorizon, st.Pruned+st.Dropped
+	c.stats.NoArrival, c.stats.NoSend, c.stats.Guessed, c.stats.NoThread = st.NoArrival, st.NoSend, st.Guessed, st.NoThread
+	c.stats.DepthLimited, c.stats.Cycles = st.DepthLimited, st.Cycles
+
+	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
+		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),
+		NoisyNeighbours: []report.NoisyNeighbour{}, Slowest: []report.CriticalGap{}}
+	baseGaps := c.gaps
+	if len(phases) > 0 {
+		out.Baseline = phases[0].name
+		baseGaps = inPhase(c.gaps, phases[0])
+	}
+	base := baselineOf(baseGaps)
+	out.NormalITLMs, out.NormalTTFTMs = causesMs(base.ITL), causesMs(base.TTFT)
+	out.ITLP99 = band(c.gaps, base, false)
+	out.TTFTP99 = band(c.gaps, base, true)
+
+	for _, nb := range c.agg.Neighbours() {
+		if len(out.NoisyNeighbours) == 10 {
+			break
+		}
+		pid := nb.Process.Tgid
+		if pid == 0 {
+			pid = nb.Process.Tid
+		}
+		share := 0.0
+		if c.agg.GapNs > 0 {
+			share = float64(nb.Ns) / float64(c.agg.GapNs)
+		}
+		out.NoisyNeighbours = append(out.NoisyNeighbours, report.NoisyNeighbour{Process: nb.Process.String(), Pid: pid,
+			Comm: nb.Process.Comm, Ms: ms(nb.Ns), Share: share, Gaps: nb.Gaps})
+	}
+
+	var delays []int64
+	for i := range c.gaps {
+		if !c.gaps[i].noArrival {
+			delays = append(delays, c.gaps[i].ns[critpath.Client])
+		}
+	}
+	if len(delays) > 0 {
+		slices.Sort(delays)
+		out.ClientReadDelay = &report.Distribution{Count: len(delays), P50Ms: ms(quantile(delays, 0.5)),
+			P99Ms: ms(quantile(delays, 0.99)), MaxMs: ms(delays[len(delays)-1])}
+	}
+
+	for _, g := range c.slowest() {
+		out.Slowest = append(out.Slowest, criticalGap(g, base, runStart, name))
+	}
+
+	if len(phases) > 0 {
+		baseTail := tailMean(baseGaps, base)
+		for _, p := range phases {
+			gs := inPhase(c.gaps, p)
+			cp := report.CriticalPhase{Name: p.name, Gaps: len(gs), ITLP99: band(gs, base, false)}
+			tail := tailMean(gs, base)
+			var added [critpath.NumCauses]float64
+			var sum float64
+			for k := range added {
+				added[k] = max(tail[k]-baseTail[k], 0)
+				sum += added[k]
+			}
+			cp.TailAddedShares = map[string]float64{}
+			for k, v := range added {
+				if sum > 0 {
+					v /= sum
+				}
+				cp.TailAddedShares[critpath.Cause(k).String()] = v
+			}
+			cp.TailTop = topOf(cp.TailAddedShares)
+			out.Phases = append(out.Phases, cp)
+		}
+	}
+	return out
+}
+
+func ms(ns int64) float64 { return float64(ns) / 1e6 }
+
+func causesMs(ns [critpath.NumCauses]int64) map[string]float64 {
+	out := make(map[string]float64, len(ns))
+	for k, v := range ns {
+		out[critpath.Cause(k).String()] = ms(v)
+	}
+	return out
+}
+
+// quantile of sorted xs, nearest rank below.
+func quantile(xs []int64, q float64) int64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[int(q*float64(len(xs)-1))]
+}
+
+func inPhase(gs []critGap, p critPhase) []critGap {
+	var out []critGap
+	for _, g := range gs {
+		if g.end >= p.from && g.end < p.to {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+func baselineOf(gs []critGap) critpath.Baseline {
+	var ttft, itl [][critpath.NumCauses]int64
+	for i := range gs {
+		if gs[i].index == 0 {
+			ttft = append(ttft, gs[i].ns)
+		} else {
+			itl = append(itl, gs[i].ns)
+		}
+	}
+	return critpath.Baseline{TTFT: critpath.NormalOf(ttft), ITL: critpath.NormalOf(itl)}
+}
+
+// band is the slowest 1% of the TTFTs (ttft) or of the later gaps: the
+// gaps at least as long as their p99.
+func band(gs []critGap, base critpath.Baseline, ttft bool) *report.CriticalBand {
+	var sel []critGap
+	for _, g := range gs {
+		if (g.index == 0) == ttft {
+			sel = append(sel, g)
+		}
+	}
+	if len(sel) == 0 {
+		return nil
+	}
+	durs := make([]int64, len(sel))
+	for i := range sel {
+		durs[i] = sel[i].duration()
+	}
+	slices.Sort(durs)
+	from := quantile(durs, 0.99)
+	b := &report.CriticalBand{FromMs: ms(from), ExcessShares: map[string]float64{}}
+	var tot, exc [critpath.NumCauses]int64
+	var excess int64
+	for i := range sel {
+		g := &sel[i]
+		if g.duration() < from {
+			continue
+		}
+		b.Gaps++
+		x := g.excess(base)
+		excess += x.ExcessNs
+		for k := range tot {
+			tot[k] += g.ns[k]
+			exc[k] += x.Ns[k]
+		}
+	}
+	b.TotalsMs, b.ExcessMs = causesMs(tot), ms(excess)
+	for k, v := range exc {
+		s := 0.0
+		if excess > 0 {
+			s = float64(v) / float64(excess)
+		}
+		b.ExcessShares[critpath.Cause(k).String()] = s
+	}
+	b.Top = topOf(b.ExcessShares)
+	return b
+}
+
+// tailMean is, per cause, the mean excess per gap of the slowest 10% of
+// the gaps after the first token.
+func tailMean(gs []critGap, base critpath.Baseline) [critpath.NumCauses]float64 {
+	var out [critpath.NumCauses]float64
+	var sel []critGap
+	for _, g := range gs {
+		if g.index > 0 {
+			sel = append(sel, g)
+		}
+	}
+	if len(sel) == 0 {
+		return out
+	}
+	slices.SortFunc(sel, func(a, b critGap) int { return cmp.Compare(b.duration(), a.duration()) })
+	n := max(len(sel)/10, 1)
+	for i := range sel[:n] {
+		x := sel[i].excess(base)
+		for k, v := range x.Ns {
+			out[k] += float64(v) / float64(n)
+		}
+	}
+	return out
+}
+
+// topOf is the cause with the largest share ("unexplained" when none has
+// any; ties: the first cause).
+func topOf(m map[string]float64) string {
+	best, bv := critpath.Unexplained.String(), 0.0
+	for _, name := range critpath.CauseNames() {
+		if v := m[name]; v > bv {
+			best, bv = name, v
+		}
+	}
+	return best
+}
+
+// criticalGap is a gap as result.json lists it: its longest steps, at
+// most critMaxSteps, in time order.
+func criticalGap(g critpath.Gap, base critpath.Baseline, runStart int64, name func(uint32) string) report.CriticalGap {
+	out := report.CriticalGap{Request: g.Request, Index: g.Index, Port: g.Port,
+		StartS: float64(g.Start-runStart) / 1e9, DurationMs: ms(g.Duration()), ExcessMs: ms(g.Excess(base).ExcessNs),
+		SentMs: ms(g.Sent - g.Start), ArrivedMs: ms(g.Arrived - g.Start),
+		NoSend: g.NoSend, NoArrival: g.NoArrival, Guessed: g.Guessed, CausesMs: causesMs(g.Ns)}
+	steps := g.Steps
+	if len(steps) > critMaxSteps {
+		idx := make([]int, len(steps))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(steps[b].Duration(), steps[a].Duration()) })
+		idx = idx[:critMaxSteps]
+		slices.Sort(idx)
+		kept := make([]critpath.Step, len(idx))
+		for i, j := range idx {
+			kept[i] = steps[j]
+		}
+		out.StepsOmitted = len(steps) - len(kept)
+		steps = kept
+	}
+	for _, s := range steps {
+		st := report.CriticalStep{StartMs: ms(s.Start - g.Start), DurationMs: ms(s.Duration()), State: s.State.String(),
+			Cause: s.Cause.String(), Detail: s.Detail(), Depth: s.Depth}
+		if s.Thread.Tid != 0 {
+			st.Tid = s.Thread.Tid
+			st.Thread = threadLabel(s.Thread, name)
+		}
+		switch {
+		case s.Cause == critpath.Client:
+			st.Thread = "client"
+		case s.Cause == critpath.NetBackpressure && s.Thread.Tid == 0:
+			st.Thread = "network"
+		}
+		out.Steps = append(out.Steps, st)
+	}
+	return out
+}
+
+// threadLabel is "comm[tid]", the comm from /proc when the engine has none.
+func threadLabel(t critpath.Thread, name func(uint32) string) string {
+	comm := t.Comm
+	if comm == "" && name != nil {
+		comm = name(t.Tid)
+	}
+	if comm == "" {
+		comm = "thread"
+	}
+	return comm + "[" + strconv.FormatUint(uint64(t.Tid), 10) + "]"
+}
