@@ -171,6 +171,29 @@ func formOf(cfg *inference.ModelConfig) form {
 	return f
 }
 
+// Models lists the models a server has loaded (RepositoryIndex, ready
+// only), for a --model left empty.
+func Models(ctx context.Context, target string) ([]string, error) {
+	addr, err := Target(target)
+	if err != nil {
+		return nil, err
+	}
+	cc, err := dial(addr)
+	if err != nil {
+		return nil, err
+	}
+	defer cc.Close()
+	resp, err := inference.NewGRPCInferenceServiceClient(cc).RepositoryIndex(ctx, &inference.RepositoryIndexRequest{Ready: true})
+	if err != nil {
+		return nil, fmt.Errorf("listing the models of %s (RepositoryIndex): %w", addr, err)
+	}
+	var out []string
+	for _, m := range resp.GetModels() {
+		out = append(out, m.GetName())
+	}
+	return out, nil
+}
+
 // Close closes the connection.
 func (c *Client) Close() error {
 	if c.conn != nil {

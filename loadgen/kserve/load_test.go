@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/kserve"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -126,6 +127,9 @@ func TestGRPCTTFTAndITL(t *testing.T) {
 	m := res.Metrics
 	if m.Completed != 6 || m.Failed != 0 {
 		t.Fatalf("completed %d failed %d: %v", m.Completed, m.Failed, res.Failures())
+	}
+	if models, err := kserve.Models(context.Background(), addr); err != nil || len(models) != 1 || models[0] != cfg.Model {
+		t.Errorf("models %v, %v; want [%s]", models, err, cfg.Model)
 	}
 	after := scrape(t, url)
 	srv := serverTimes{after.ttftSum - before.ttftSum, after.itlSum - before.itlSum, after.ttftN - before.ttftN, after.itlN - before.itlN, after.generation - before.generation}

@@ -78,6 +78,10 @@ func (g *grpcService) ModelReady(_ context.Context, r *inference.ModelReadyReque
 	return &inference.ModelReadyResponse{Ready: r.GetName() == g.s.cfg.Model}, nil
 }
 
+func (g *grpcService) RepositoryIndex(context.Context, *inference.RepositoryIndexRequest) (*inference.RepositoryIndexResponse, error) {
+	return &inference.RepositoryIndexResponse{Models: []*inference.RepositoryIndexResponse_ModelIndex{{Name: g.s.cfg.Model, Version: "1", State: "READY"}}}, nil
+}
+
 func (g *grpcService) ModelConfig(_ context.Context, r *inference.ModelConfigRequest) (*inference.ModelConfigResponse, error) {
 	if r.GetName() != g.s.cfg.Model {
 		return nil, status.Errorf(codes.NotFound, "Request for unknown model: '%s' is not found", r.GetName())
