@@ -36,7 +36,7 @@ var rules = []struct {
 	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"readiness", []string{"collectors/...", "internal/..."}},
 	{"daemon", []string{"collectors", "collectors/bpfutil", "exporter/prom", "internal/..."}},
-	{"job/load", []string{"loadgen", "exporter/*", "internal/..."}},
+	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "internal/..."}},
 	{"job/diff", []string{"exporter/report", "correlate", "internal/..."}},
 	{"job", []string{"job/load", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
 	{"loadgen/bench/*", []string{"job/load", "loadgen", "internal/..."}},

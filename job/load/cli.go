@@ -22,6 +22,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/exporter/otlp"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/kserve"
 )
 
 // Options are the load options. Every command that sends load (load,
@@ -125,6 +126,17 @@ func ResolveModel(ctx context.Context, cfg *loadgen.Config) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	if cfg.Protocol == loadgen.ProtocolKServeGRPC {
+		models, err := kserve.Models(ctx, cfg.Target)
+		if err != nil {
+			return fmt.Errorf("asking %s which model it serves: %w (or give --model)", cfg.Target, err)
+		}
+		if len(models) == 0 {
+			return fmt.Errorf("%s lists no model in its repository: give --model", cfg.Target)
+		}
+		cfg.Model = models[0]
+		return nil
+	}
 	base := strings.TrimRight(cfg.Target, "/")
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
 	if err != nil {
