@@ -31,7 +31,11 @@ type Config struct {
 	Ready func() error
 	// Pprof serves the Go runtime's profiles under /debug/pprof/ and links
 	// them from the landing page.
-	Pprof  bool
+	Pprof bool
+	// Routes are further handlers served beside /metrics, keyed by
+	// http.ServeMux pattern ("POST /api/v1/sessions"), behind the same web
+	// configuration (the daemon's session API).
+	Routes map[string]http.Handler
 	Logger *slog.Logger
 }
 
@@ -65,6 +69,9 @@ func Handler(reg *prometheus.Registry, cfg Config) (http.Handler, error) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	for pattern, h := range cfg.Routes {
+		mux.Handle(pattern, h)
 	}
 	landing, err := web.NewLandingPage(web.LandingConfig{
 		Name: cfg.Name, Description: cfg.Description, Version: cfg.Version, Profiling: profiling,
