@@ -46,9 +46,17 @@ func (g *critGap) excess(base critpath.Baseline) critpath.Excess {
 	return critpath.Gap{Read: critpath.Read{Index: int(g.index), Start: g.start, End: g.end}, Ns: g.ns}.Excess(base)
 }
 
+// critInlineRx bounds how long a send's stamp may follow its own arrival
+// (the sendmsg that delivered it in line).
+const critInlineRx = int64(2e6)
+
+// critPort is a client port's last send and arrival, as the spans came.
+type critPort struct{ send, arrival int64 }
+
 // critStream feeds the engine; every method runs under the runStream's
 // lock.
 type critStream struct {
+	ports map[uint16]critPort
 	eng   *critpath.Engine
 	sw    critpath.Switches
 	runq  map[uint32]collectors.Span // a run-queue span waiting for its off-CPU span
@@ -63,7 +71,7 @@ type critStream struct {
 }
 
 func newCritStream(maxHeld int, floor int64) *critStream {
-	c := &critStream{eng: critpath.New(critpath.Options{}), runq: map[uint32]collectors.Span{}, maxHeld: maxHeld}
+	c := &critStream{eng: critpath.New(critpath.Options{}), runq: map[uint32]collectors.Span{}, ports: map[uint16]critPort{}, maxHeld: maxHeld}
 	c.eng.SetFloor(floor)
 	return c
 }
@@ -114,11 +122,32 @@ func (c *critStream) record(sp collectors.Span) {
 		c.eng.AddCUDA(critpath.CUDACall{Tid: sp.Tid, Start: sp.Start, End: sp.End, Name: sp.Detail})
 	case collectors.SpanSend:
 		c.stats.Sends++
-		c.eng.AddSend(critpath.Send{Time: sp.End, Tid: sp.Tid, Port: sp.Port, Bytes: int64(sp.Bytes)})
+		t := sp.End
+		// sock_send_length fires as sendmsg returns; over loopback or a
+		// veth the receive runs inside the send (net_rx on its
+		// bh_enable), so the chunk arrives before its send is stamped. An
+		// arrival since the port's previous send and at most
+		// critInlineRx before this one was this send's: it left when it
+		// arrived.
+		p := c.ports[sp.Port]
+		if p.arrival > p.send && p.arrival <= t && t-p.arrival <= critInlineRx {
+			t = p.arrival
+			c.stats.InlineSends++
+		}
+		p.send = sp.End
+		c.setPort(sp.Port, p)
+		c.eng.AddSend(critpath.Send{Time: t, Tid: sp.Tid, Port: sp.Port, Bytes: int64(sp.Bytes)})
 	case collectors.SpanArrival:
 		c.stats.Arrivals++
+		p := c.ports[sp.LocalPort]
+		p.arrival = max(p.arrival, sp.End)
+		c.setPort(sp.LocalPort, p)
 		c.eng.AddArrival(critpath.Arrival{Time: sp.End, Port: sp.LocalPort, Bytes: int64(sp.Bytes)})
 	}
+}
+
+func (c *critStream) setPort(port uint16, p critPort) {
+	c.ports[port] = p
 }
 
 // switchIn turns a switch-in's spans into segments: off is its off-CPU

@@ -144,7 +144,7 @@ type runStream struct {
 	lag     int64
 	window  int64
 	tr      *traceStream
-	crit    *critStream // the critical path (critpath.go)
+	crit    *critStream  // the critical path (critpath.go)
 	now     func() int64 // the clock (CLOCK_MONOTONIC ns)
 
 	stop chan struct{}

@@ -1,5 +1,11 @@
 package report
 
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
 // CriticalPath is result.json's "critical_path": each token gap's critical
 // path (correlate/critpath), beside the union-of-activity attribution.
 // Every gap's parts sum to the gap; times are ms, shares fractions.
@@ -148,6 +154,106 @@ type CriticalStats struct {
 	Segments  uint64 `json:"segments"`
 	CUDACalls uint64 `json:"cuda_calls"`
 	Reads     uint64 `json:"reads"`
+	// InlineSends are sends stamped after their own arrival (a receive
+	// run inside the sendmsg, over loopback or a veth), taken to leave
+	// when they arrived.
+	InlineSends uint64 `json:"inline_sends"`
 	// ClientSpans are the load generator's own scheduler spans, not fed.
 	ClientSpans uint64 `json:"client_spans"`
+}
+
+// criticalPathLines are the terminal's and the page's "critical path"
+// block, in the critical path's causes: the p99 gap per cause, the slowest
+// gap's steps by who is to blame, the noisy neighbours, the unexplained
+// time and the client's read delay.
+func (d *Document) criticalPathLines() []string {
+	cp := d.CriticalPath
+	if cp == nil || cp.Gaps == 0 {
+		return nil
+	}
+	var out []string
+	if b := cp.ITLP99; b != nil && b.Gaps > 0 {
+		parts := causeParts(b.TotalsMs, float64(b.Gaps), 4)
+		l := fmt.Sprintf("the p99 gap is %s (%d gaps at least that long): per gap %s", fmtMs(b.FromMs), b.Gaps, strings.Join(parts, ", "))
+		if b.ExcessMs > 0 {
+			l += fmt.Sprintf("; of its excess over the baseline (%s), %s %s", cp.Baseline, fmtPct(b.ExcessShares[b.Top]), b.Top)
+		}
+		out = append(out, l)
+	}
+	if len(cp.Slowest) > 0 {
+		g := cp.Slowest[0]
+		out = append(out, fmt.Sprintf("the slowest gap is %s (request %d, token %d, %s s in): %s", fmtMs(g.DurationMs), g.Request, g.Index,
+			fmtNum(round2(g.StartS)), strings.Join(stepParts(g.Steps, 4), ", ")))
+	}
+	if len(cp.NoisyNeighbours) > 0 {
+		var parts []string
+		for _, nb := range cp.NoisyNeighbours[:min(len(cp.NoisyNeighbours), 4)] {
+			parts = append(parts, fmt.Sprintf("%s %s (%s of gap time, %d gaps)", nb.Process, fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps))
+		}
+		out = append(out, "noisy neighbours (held the CPU of a critical-path thread): "+strings.Join(parts, ", "))
+	}
+	l := fmt.Sprintf("unexplained: %s of all gap time", fmtPct(cp.UnexplainedFraction))
+	if c := cp.ClientReadDelay; c != nil {
+		l += fmt.Sprintf("; the client read chunks %s after they arrived at p50, %s at p99, %s at most", fmtMs(c.P50Ms), fmtMs(c.P99Ms), fmtMs(c.MaxMs))
+	}
+	if s := cp.Stats; s.NoSend+s.NoArrival > 0 {
+		l += fmt.Sprintf("; %d gaps without a send seen, %d without an arrival", s.NoSend, s.NoArrival)
+	}
+	return append(out, l)
+}
+
+// causeParts are the largest causes of totals divided by n, "12 ms cpu_runqueue".
+func causeParts(totals map[string]float64, n float64, k int) []string {
+	type cv struct {
+		c string
+		v float64
+	}
+	var xs []cv
+	for c, v := range totals {
+		if v > 0 {
+			xs = append(xs, cv{c, v / n})
+		}
+	}
+	sort.Slice(xs, func(i, j int) bool { return xs[i].v > xs[j].v || xs[i].v == xs[j].v && xs[i].c < xs[j].c })
+	var out []string
+	for _, x := range xs[:min(len(xs), k)] {
+		out = append(out, fmtMs(x.v)+" "+x.c)
+	}
+	return out
+}
+
+// stepParts sums a gap's steps by what a person blames (the thread in a
+// state, the holder, the network, the client) and names the largest:
+// "31 ms llmsim[17] in cuStreamSynchronize", "12 ms runnable behind
+// stress-ng[4242]".
+func stepParts(steps []CriticalStep, k int) []string {
+	sums := map[string]float64{}
+	var order []string
+	for _, s := range steps {
+		var key string
+		switch {
+		case s.Cause == "client":
+			key = "the chunk in the client's socket"
+		case s.Cause == "net_backpressure" && s.Thread == "network":
+			key = "the chunk sent, not yet arrived"
+		case s.Cause == "cpu_runqueue":
+			key = s.Thread + " runnable behind " + s.Detail
+		case s.Cause == "gpu_sync":
+			key = s.Thread + " in " + s.Detail
+		case s.Detail != "":
+			key = s.Thread + " " + s.State + ", " + s.Detail + " (" + s.Cause + ")"
+		default:
+			key = strings.TrimSpace(s.Thread + " " + s.State + " (" + s.Cause + ")")
+		}
+		if _, ok := sums[key]; !ok {
+			order = append(order, key)
+		}
+		sums[key] += s.DurationMs
+	}
+	sort.SliceStable(order, func(i, j int) bool { return sums[order[i]] > sums[order[j]] })
+	var out []string
+	for _, key := range order[:min(len(order), k)] {
+		out = append(out, fmtMs(sums[key])+" "+key)
+	}
+	return out
 }

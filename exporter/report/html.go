@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"html/template"
 	"io"
 	"math"
@@ -70,6 +71,9 @@ type htmlView struct {
 
 	Timeline template.HTML
 	Phases   []phaseRow
+
+	CriticalPath []string
+	Neighbours   []kvRow
 
 	ServerMetrics      []kvRow
 	ServerQueue        []kvRow
@@ -275,6 +279,13 @@ func buildView(d *Document) *htmlView {
 			}
 		}
 		v.Phases = append(v.Phases, r)
+	}
+
+	v.CriticalPath = d.criticalPathLines()
+	if cp := d.CriticalPath; cp != nil {
+		for _, nb := range cp.NoisyNeighbours {
+			v.Neighbours = append(v.Neighbours, kvRow{Name: nb.Process, Value: fmt.Sprintf("%s on critical paths, %s of gap time, %d gaps", fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps)})
+		}
 	}
 
 	if d.ServerMetrics != nil {

@@ -150,6 +150,13 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 {{range .Phases}}<tr><td>{{.Name}}</td><td class="n">{{.Span}}</td><td class="n">{{.Requests}}</td><td class="n">{{.P50}}</td><td class="n">{{.P99}}</td><td class="n">{{.TTFT99}}</td><td>{{if .TopColor}}<span class="swatch" style="background-color: {{.TopColor}}"></span>{{end}}{{.Top}}{{if .TopShare}} <span class="sub">{{.TopShare}}</span>{{end}}</td><td>{{.Bar}}</td></tr>
 {{end}}</tbody></table></div>{{end}}
 
+{{if .CriticalPath}}<h2 id="critical-path">Critical path</h2>
+<ul id="list-critical-path">{{range .CriticalPath}}<li>{{.}}</li>{{end}}</ul>
+{{if .Neighbours}}<table class="kv" id="table-noisy-neighbours"><tbody>
+{{range .Neighbours}}<tr><td>{{.Name}}</td><td>{{.Value}}</td></tr>
+{{end}}</tbody></table>{{end}}
+<p class="note">Each gap walked back from the client's read: the chunk in the client's socket, in flight from the server's send, and before the send the sending thread's states, following the wakeups that ended its sleeps. Every gap's parts sum to the gap (result.json: critical_path).</p>{{end}}
+
 {{if .ServerMetrics}}<h2 id="server-metrics">Server metrics (the engine's own /metrics)</h2>
 <div class="grid2">
 <div><table class="kv" id="table-server-metrics"><tbody>

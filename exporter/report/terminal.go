@@ -134,6 +134,14 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		tw.Flush()
 	}
 
+	if lines := d.criticalPathLines(); len(lines) > 0 {
+		fmt.Fprintln(bw)
+		fmt.Fprintln(bw, "Critical path")
+		for _, l := range lines {
+			fmt.Fprintln(bw, "  - "+l)
+		}
+	}
+
 	if lines := d.serverMetricsLines(); len(lines) > 0 {
 		fmt.Fprintln(bw)
 		for _, l := range lines {
