@@ -42,18 +42,24 @@ func decodeLoop(tb testing.TB, d *driver) loopResult {
 	return r
 }
 
-// launchesBare measures the stub's cuLaunchKernel rate with nothing attached.
-func launchesBare(tb testing.TB) float64 {
-	d := startDriver(tb, "driver", benchArgs...)
+// launchesBare measures the stub's launch rate (cuLaunchKernel, or what
+// extra asks for) with nothing attached.
+func launchesBare(tb testing.TB, extra ...string) float64 {
+	d := startDriver(tb, "driver", append(benchArgs, extra...)...)
 	d.release(tb)
 	return decodeLoop(tb, d).LaunchesPerSec
 }
 
 // launchesCollector measures it with the session section attached, and
 // returns the BPF run time per program run.
-func launchesCollector(tb testing.TB) (rate float64, bpfNs float64) {
-	d := startDriver(tb, "driver", benchArgs...)
-	s, err := NewSection(collectors.Options{Pid: d.pid()})
+func launchesCollector(tb testing.TB, extra ...string) (rate float64, bpfNs float64) {
+	return launchesSection(tb, Budget{}, extra...)
+}
+
+// launchesSection is launchesCollector with a budget of its own.
+func launchesSection(tb testing.TB, b Budget, extra ...string) (rate float64, bpfNs float64) {
+	d := startDriver(tb, "driver", append(benchArgs, extra...)...)
+	s, err := NewSectionConfig(collectors.Options{Pid: d.pid()}, SectionConfig{Budget: b})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -68,19 +74,28 @@ func launchesCollector(tb testing.TB) (rate float64, bpfNs float64) {
 	r := decodeLoop(tb, d)
 	cancel()
 	<-done
-	st, err := s.objs.CudaEnter.Stats()
-	if err == nil && st.RunCount > 0 {
-		bpfNs = float64(st.Runtime.Nanoseconds()) / float64(st.RunCount)
+	// The launch probes are one uprobe_multi link (CudaEnterMulti), or
+	// per-symbol uprobes (CudaEnter) where the kernel has no multi links.
+	for _, p := range []*ebpf.Program{s.objs.CudaEnterMulti, s.objs.CudaEnter} {
+		if st, err := p.Stats(); err == nil && st.RunCount > 0 {
+			bpfNs = float64(st.Runtime.Nanoseconds()) / float64(st.RunCount)
+			break
+		}
 	}
-	if c, _ := findCall(s.Aggregate(), "cuLaunchKernel"); c.Count != r.Launches {
+	call := "cuLaunchKernel"
+	if len(extra) > 0 {
+		call = "cuGraphLaunch"
+	}
+	sum := s.Aggregate()
+	if c, _ := findCall(sum, call); c.Count != r.Launches && sum.LaunchProbes != nil && sum.LaunchProbes.Mode == "full" {
 		tb.Errorf("collector counted %d launches, the driver made %d", c.Count, r.Launches)
 	}
 	return r.LaunchesPerSec, bpfNs
 }
 
 // launchesHost measures it with the daemon's collector following the process.
-func launchesHost(tb testing.TB) float64 {
-	d := startDriver(tb, "driver", benchArgs...)
+func launchesHost(tb testing.TB, extra ...string) float64 {
+	d := startDriver(tb, "driver", append(benchArgs, extra...)...)
 	h := NewHost(nil, func() map[uint32]string { return map[uint32]string{1: "bench"} })
 	if err := h.Start(context.Background()); err != nil {
 		tb.Fatalf("%+v", err)
@@ -192,5 +207,47 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 		b.ReportMetric(median(theirs), "bpftrace-launches/s")
 		b.ReportMetric(median(theirNs), "bpftrace-ns/call")
 		b.ReportMetric(median(ratios), "overhead-ratio-vs-bpftrace")
+	}
+}
+
+// BenchmarkGraphLaunchOverhead is BenchmarkLaunchOverhead for cuGraphLaunch
+// (the stub's driver with --launch graph): what the entry-only graph launch
+// probe costs a call, and the launch rate at which it would reach the
+// launch-probe budget (DefaultBudget.Ratio of a CPU).
+//
+//	sudo go test -run '^$' -bench GraphLaunchOverhead -benchtime 3x ./collectors/cuda/
+func BenchmarkGraphLaunchOverhead(b *testing.B) {
+	privtest.Require(b)
+	stats, err := ebpf.EnableStats(unix.BPF_STATS_RUN_TIME)
+	if err != nil {
+		b.Fatalf("enabling BPF run-time stats: %v", err)
+	}
+	defer stats.Close()
+	graph := []string{"--launch", "graph"}
+	var bare, ours, ourNs, probedNs, bpfNs, hostNs []float64
+	b.ResetTimer()
+	for range b.N {
+		base := launchesBare(b, graph...)
+		with, _ := launchesCollector(b, graph...)
+		// Probes held on (a budget of a whole CPU): the cost of every hit.
+		probed, ns := launchesSection(b, Budget{Ratio: 1}, graph...)
+		host := launchesHost(b, graph...)
+		bare = append(bare, base)
+		ours = append(ours, with)
+		ourNs = append(ourNs, 1e9/with-1e9/base)
+		probedNs = append(probedNs, 1e9/probed-1e9/base)
+		hostNs = append(hostNs, 1e9/host-1e9/base)
+		bpfNs = append(bpfNs, ns)
+		b.Logf("graph launches/s: bare %.0f, collector %.0f (%.2f µs/call), every launch probed %.0f (%.2f µs/call, %.0f ns of BPF), daemon %.0f (%.2f µs/call)",
+			base, with, (1e9/with-1e9/base)/1e3, probed, (1e9/probed-1e9/base)/1e3, ns, host, (1e9/host-1e9/base)/1e3)
+	}
+	b.ReportMetric(median(bare), "bare-launches/s")
+	b.ReportMetric(median(ourNs), "collector-ns/call")
+	b.ReportMetric(median(probedNs), "probed-ns/call")
+	b.ReportMetric(median(bpfNs), "bpf-ns/call")
+	b.ReportMetric(median(hostNs), "daemon-ns/call")
+	// The graph launch rate at which every-launch probing reaches the budget.
+	if c := median(probedNs); c > 0 {
+		b.ReportMetric(DefaultBudget.Ratio*1e9/c, "budget-launches/s")
 	}
 }
