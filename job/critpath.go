@@ -51,7 +51,10 @@ func (g *critGap) excess(base critpath.Baseline) critpath.Excess {
 const critInlineRx = int64(2e6)
 
 // critPort is a client port's last send and arrival, as the spans came.
-type critPort struct{ send, arrival int64 }
+type critPort struct {
+	send, arrival int64
+	bytes         uint64 // the last arrival's
+}
 
 // critStream feeds the engine; every method runs under the runStream's
 // lock.
@@ -126,11 +129,11 @@ func (c *critStream) record(sp collectors.Span) {
 		// sock_send_length fires as sendmsg returns; over loopback or a
 		// veth the receive runs inside the send (net_rx on its
 		// bh_enable), so the chunk arrives before its send is stamped. An
-		// arrival since the port's previous send and at most
-		// critInlineRx before this one was this send's: it left when it
-		// arrived.
+		// arrival of as many bytes, since the port's previous send and at
+		// most critInlineRx before this one, was this send's: it left
+		// when it arrived.
 		p := c.ports[sp.Port]
-		if p.arrival > p.send && p.arrival <= t && t-p.arrival <= critInlineRx {
+		if p.arrival > p.send && p.arrival <= t && t-p.arrival <= critInlineRx && p.bytes == sp.Bytes {
 			t = p.arrival
 			c.stats.InlineSends++
 		}
@@ -140,7 +143,7 @@ func (c *critStream) record(sp collectors.Span) {
 	case collectors.SpanArrival:
 		c.stats.Arrivals++
 		p := c.ports[sp.LocalPort]
-		p.arrival = max(p.arrival, sp.End)
+		p.arrival, p.bytes = max(p.arrival, sp.End), sp.Bytes
 		c.setPort(sp.LocalPort, p)
 		c.eng.AddArrival(critpath.Arrival{Time: sp.End, Port: sp.LocalPort, Bytes: int64(sp.Bytes)})
 	}
