@@ -264,7 +264,7 @@ func TestRealEngineEndToEnd(t *testing.T) {
 	for try := 1; ; try++ {
 		vdir := filepath.Join(t.TempDir(), "validate")
 		r := start(t, cli("validate", "--target", srv.URL, "--pid", pid, "--model", "tiny-llama",
-			"--output-len", "96", "--rate", "4", "--phase", "3s", "--slow-read", "2s", "--min-share", "0",
+			"--output-len", "96", "--rate", "4", "--phase", "3s", "--slow-read", slowPause.String(), "--min-share", "0",
 			"--skip", "cpu,io,gpu,net", "--no-progress", "--out", vdir))
 		err := <-r.done
 		if err != nil && try == 1 {
@@ -432,6 +432,9 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 	return r
 }
 
+// slowPause is how long validate's slow reader stops reading.
+const slowPause = 2 * time.Second
+
 // checkSlowReader checks validate's client row on the real engine: the
 // slow request's excess is net_backpressure, and no other request's
 // connection is blamed for any.
@@ -495,15 +498,20 @@ func checkSlowReader(t *testing.T, dir string) {
 			slowMs = nb
 			seen = true
 			t.Logf("slow reader: request %d: top %s, ITL excess %.0f ms, net_backpressure %.0f%% of it", rb.Request, rb.TopCause, rb.ITLExcessMs, rb.ITLShares["net_backpressure"]*100)
-			if rb.TopCause != "net_backpressure" {
-				t.Errorf("slow reader: request %d's top cause %s, want net_backpressure", slow, rb.TopCause)
-			}
+
 		} else if nb > 0 {
 			othersMs += nb
 			t.Logf("request %d (%s; not the slow reader): net_backpressure %.2f ms of its own connection", rb.Request, port[rb.Request], nb)
 		}
 	}
-	t.Logf("slow reader: net_backpressure %.0f ms on its connection, %.2f ms on all the others'", slowMs, othersMs)
+	// The ground truth is the pause: the window closes once the 4 KiB
+	// buffer is full and opens when reading resumes, so most of the 2 s
+	// and never more (the request's own top cause can still be the CPU
+	// on a busy host: its other gaps wait for the run queue).
+	t.Logf("slow reader: net_backpressure %.0f ms on its connection (paused %v), %.2f ms on all the others'", slowMs, slowPause, othersMs)
+	if slowMs < 0.5*float64(slowPause.Milliseconds()) || slowMs > float64(slowPause.Milliseconds())+50 {
+		t.Errorf("slow reader: net_backpressure %.0f ms on its connection, want most of its %v pause and no more", slowMs, slowPause)
+	}
 	if othersMs > 0.05*slowMs {
 		t.Errorf("net_backpressure on the other requests' connections (%.1f ms) is more than 5%% of the slow reader's (%.1f ms)", othersMs, slowMs)
 	}
