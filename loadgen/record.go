@@ -96,6 +96,10 @@ type Record struct {
 	// ServerTimings is the engine's own account of the request, when its
 	// stream's last chunk carries one (llama.cpp's "timings").
 	ServerTimings *ServerTimings `json:"server_timings,omitempty"`
+	// FirstToken holds the first generated token's top-K log-probabilities
+	// and their normalised entropy, when the run asked for them
+	// (--logprobs) and the stream carried them.
+	FirstToken *TokenLogprobs `json:"first_token_logprobs,omitempty"`
 
 	Status  int    `json:"status"`
 	Success bool   `json:"success"`

@@ -73,6 +73,9 @@ type Config struct {
 	Headers         http.Header
 	NoKeepAlive     bool
 	ExtraBody       map[string]any
+	// Logprobs asks for the top-K log-probabilities of every token (0:
+	// off) and keeps the first token's, for the prompt entropy (logprobs.go).
+	Logprobs int
 	// NetHTTP sends requests through Go's net/http instead of the raw
 	// HTTP/1.1 transport (which serves http:// targets without a proxy).
 	// NoTraceparent sends requests without a W3C traceparent header.
@@ -207,6 +210,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.NetHTTP, "net-http", c.NetHTTP, "send through Go's net/http instead of the raw HTTP/1.1 transport on non-blocking sockets (used for http:// targets without a proxy)")
 	fs.Var(floatList{&c.Percentiles}, "percentiles", "comma-separated percentiles to report, e.g. 50,90,99")
 	fs.Var(&c.Goodput, "goodput", "SLOs for goodput as ttft:MS,tpot:MS,e2el:MS")
+	fs.Var(logprobsFlag{&c.Logprobs}, "logprobs", "ask for the top-`K` log-probabilities of each token (completions: logprobs K; chat: logprobs, top_logprobs K) and report the first token's normalised entropy per prompt, clustered low/mid/high (0: off; openai protocol)")
 }
 
 // Validate checks the configuration.
@@ -355,7 +359,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Timeout:       cfg.Timeout,
 		StallTimeout:  cfg.StallTimeout,
 		NoKeepAlive:   cfg.NoKeepAlive,
-		ExtraBody:     cfg.ExtraBody,
+		ExtraBody:     cfg.logprobsBody(),
 		NetHTTP:       cfg.NetHTTP || mt != nil, // multiturn needs the replies' text
 		NoTraceparent: cfg.NoTraceparent,
 		Protocol:      cfg.Protocol,

@@ -173,6 +173,9 @@ func (s *streamState) handle(data []byte, now int64) {
 		rec.ChunkNs = append(rec.ChunkNs, now)
 		rec.LastNs = now
 		rec.TextBytes += ci.TextBytes
+		if rec.FirstToken == nil && len(rec.ChunkNs) <= 2 {
+			scanFirstTokenLogprobs(data, rec) // --logprobs: the first token's top-K (logprobs.go)
+		}
 		if ci.Finished {
 			s.finished = true
 		}

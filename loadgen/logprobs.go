@@ -1,0 +1,262 @@
+package loadgen
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+)
+
+// Prompt entropy (--logprobs K): the load generator asks for the top-K
+// log-probabilities of every generated token (OpenAI's "logprobs") and keeps
+// those of the first one, whose spread says how uncertain the model was
+// about how to start answering the prompt. Its normalised entropy is
+//
+//	p_i = exp(lp_i) / Σ_j exp(lp_j)   (the top K renormalised)
+//	H   = −Σ p_i ln p_i / ln n         (n: the values the server returned, K)
+//
+// in [0, 1]: 0 when one candidate takes all the top-K mass, 1 when the K are
+// equally likely. Truncation bias: the mass outside the top K is dropped, so
+// H measures the spread among the K best candidates, not the entropy over
+// the vocabulary. It saturates at 1 for any distribution flatter than K
+// equal candidates, and a long flat tail after one dominant token leaves it
+// low; a larger K sees more of the tail. Figures of two runs are therefore
+// comparable only for the same K (bpfbench diff says when they differ), and
+// the summary reports the mean top-K mass (Σ exp(lp_i)) so the dropped tail
+// is visible.
+//
+// Prompts are put in three clusters by fixed thresholds, so that runs and
+// datasets are compared on the same scale (a k-means per run would move
+// the boundaries with the data): low H < 1/3, mid 1/3 ≤ H < 2/3, high
+// H ≥ 2/3.
+const (
+	EntropyLowBelow = 1.0 / 3 // H below it: a low-entropy prompt
+	EntropyHighFrom = 2.0 / 3 // H from it: a high-entropy prompt
+)
+
+// Entropy clusters.
+const (
+	EntropyLow  = "low"
+	EntropyMid  = "mid"
+	EntropyHigh = "high"
+)
+
+// EntropyClusters are the clusters, low to high.
+var EntropyClusters = []string{EntropyLow, EntropyMid, EntropyHigh}
+
+// TokenLogprobs are the top-K log-probabilities (natural log) of a
+// request's first generated token, highest first, and their normalised
+// entropy (NormalizedEntropy).
+type TokenLogprobs struct {
+	Top     []float32 `json:"top"`
+	Entropy float64   `json:"entropy"`
+}
+
+// NormalizedEntropy is the entropy of the renormalised top-K distribution
+// over ln of the number of values, in [0, 1]; 0 for fewer than two values.
+func NormalizedEntropy(lps []float32) float64 {
+	if len(lps) < 2 {
+		return 0
+	}
+	m := math.Inf(-1)
+	for _, lp := range lps {
+		m = math.Max(m, float64(lp))
+	}
+	if math.IsInf(m, 0) || math.IsNaN(m) {
+		return 0
+	}
+	sum := 0.0
+	for _, lp := range lps {
+		sum += math.Exp(float64(lp) - m)
+	}
+	h := 0.0
+	for _, lp := range lps {
+		p := math.Exp(float64(lp)-m) / sum
+		if p > 0 {
+			h -= p * math.Log(p)
+		}
+	}
+	return min(max(h/math.Log(float64(len(lps))), 0), 1)
+}
+
+// EntropyCluster is the cluster of a normalised entropy.
+func EntropyCluster(h float64) string {
+	switch {
+	case h < EntropyLowBelow:
+		return EntropyLow
+	case h < EntropyHighFrom:
+		return EntropyMid
+	}
+	return EntropyHigh
+}
+
+// logprobsChunk is the part of a stream chunk that carries the first
+// choice's log-probabilities, in both endpoints' formats.
+type logprobsChunk struct {
+	Choices []struct {
+		Logprobs *struct {
+			// completions: one map token → logprob per token of the chunk.
+			TopLogprobs []map[string]float64 `json:"top_logprobs"`
+			// chat: one entry per token, each with its top candidates.
+			Content []struct {
+				TopLogprobs []struct {
+					Logprob float64 `json:"logprob"`
+				} `json:"top_logprobs"`
+			} `json:"content"`
+		} `json:"logprobs"`
+	} `json:"choices"`
+}
+
+var topLogprobsKey = []byte(`"top_logprobs"`)
+
+// parseFirstTokenLogprobs reads the top log-probabilities of the first token
+// of a chunk: choices[0].logprobs.top_logprobs[0] (completions: a map token
+// → logprob) or choices[0].logprobs.content[0].top_logprobs (chat: a list of
+// {token, logprob}), highest first; nil when the chunk carries none.
+func parseFirstTokenLogprobs(data []byte) []float32 {
+	if !bytes.Contains(data, topLogprobsKey) {
+		return nil
+	}
+	var c logprobsChunk
+	if json.Unmarshal(data, &c) != nil || len(c.Choices) == 0 || c.Choices[0].Logprobs == nil {
+		return nil
+	}
+	lp := c.Choices[0].Logprobs
+	var out []float32
+	switch {
+	case len(lp.TopLogprobs) > 0 && len(lp.TopLogprobs[0]) > 0:
+		for _, v := range lp.TopLogprobs[0] {
+			out = append(out, float32(v))
+		}
+	case len(lp.Content) > 0 && len(lp.Content[0].TopLogprobs) > 0:
+		for _, t := range lp.Content[0].TopLogprobs {
+			out = append(out, float32(t.Logprob))
+		}
+	default:
+		return nil
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] > out[j] })
+	return out
+}
+
+// scanFirstTokenLogprobs is the stream's hook, called for the first output
+// chunks of a request until one carries log-probabilities: it keeps them and
+// their entropy in rec.FirstToken.
+func scanFirstTokenLogprobs(data []byte, rec *Record) {
+	if top := parseFirstTokenLogprobs(data); top != nil {
+		rec.FirstToken = &TokenLogprobs{Top: top, Entropy: NormalizedEntropy(top)}
+	}
+}
+
+// logprobsFlag is --logprobs K: 0 (off) or at least 2.
+type logprobsFlag struct{ p *int }
+
+func (f logprobsFlag) String() string {
+	if f.p == nil {
+		return "0"
+	}
+	return strconv.Itoa(*f.p)
+}
+
+func (f logprobsFlag) Set(s string) error {
+	k, err := strconv.Atoi(s)
+	if err != nil || k < 0 || k == 1 {
+		return fmt.Errorf("logprobs %q: want 0 (off) or a K of at least 2 (the entropy of one value is undefined)", s)
+	}
+	*f.p = k
+	return nil
+}
+
+// logprobsBody is the extra body of the requests: ExtraBody, with the
+// fields that ask for the top-K log-probabilities when Logprobs is set
+// (completions: "logprobs": K; chat: "logprobs": true, "top_logprobs": K).
+// ExtraBody is copied, never changed; its own fields win.
+func (c *Config) logprobsBody() map[string]any {
+	if c.Logprobs <= 0 || c.Protocol == ProtocolKServeGRPC {
+		return c.ExtraBody
+	}
+	m := make(map[string]any, len(c.ExtraBody)+2)
+	if c.Endpoint == EndpointChat {
+		m["logprobs"] = true
+		m["top_logprobs"] = c.Logprobs
+	} else {
+		m["logprobs"] = c.Logprobs
+	}
+	for k, v := range c.ExtraBody {
+		m[k] = v
+	}
+	return m
+}
+
+// PromptEntropy summarises the first-token entropy of a run's successful
+// measured requests (the result's "prompt_entropy").
+type PromptEntropy struct {
+	// K is the top-K asked for (--logprobs).
+	K int `json:"k"`
+	// N is the requests whose stream carried log-probabilities, Missing the
+	// successful ones whose stream did not.
+	N       int     `json:"n"`
+	Missing int     `json:"missing,omitempty"`
+	Mean    float64 `json:"mean"`
+	P50     float64 `json:"p50"`
+	// MeanTopKMass is the mean of Σ exp(lp_i) over the top K: the share of
+	// the probability the entropy sees (the rest is the truncated tail).
+	MeanTopKMass float64 `json:"mean_top_k_mass"`
+	// Thresholds are the cluster boundaries: low below LowBelow, high from
+	// HighFrom.
+	Thresholds struct {
+		LowBelow float64 `json:"low_below"`
+		HighFrom float64 `json:"high_from"`
+	} `json:"thresholds"`
+	// Clusters are the fractions of the N requests per cluster, Counts
+	// their numbers.
+	Clusters map[string]float64 `json:"clusters"`
+	Counts   map[string]int     `json:"counts"`
+}
+
+// PromptEntropy summarises the run's prompt entropy; nil when --logprobs
+// was off and no record carries log-probabilities.
+func (r *Result) PromptEntropy() *PromptEntropy {
+	pe := &PromptEntropy{K: r.Config.Logprobs, Clusters: map[string]float64{}, Counts: map[string]int{}}
+	pe.Thresholds.LowBelow, pe.Thresholds.HighFrom = EntropyLowBelow, EntropyHighFrom
+	var hs []float64
+	mass := 0.0
+	for i := range r.Records {
+		rec := &r.Records[i]
+		if !rec.Success {
+			continue
+		}
+		if rec.FirstToken == nil {
+			pe.Missing++
+			continue
+		}
+		h := rec.FirstToken.Entropy
+		hs = append(hs, h)
+		pe.Counts[EntropyCluster(h)]++
+		for _, lp := range rec.FirstToken.Top {
+			mass += math.Exp(float64(lp))
+		}
+	}
+	if pe.K == 0 && len(hs) == 0 {
+		return nil
+	}
+	pe.N = len(hs)
+	if pe.N == 0 {
+		return pe
+	}
+	sort.Float64s(hs)
+	sum := 0.0
+	for _, h := range hs {
+		sum += h
+	}
+	pe.Mean = sum / float64(pe.N)
+	pe.P50 = Percentile(hs, 50)
+	pe.MeanTopKMass = mass / float64(pe.N)
+	for _, c := range EntropyClusters {
+		pe.Counts[c] += 0
+		pe.Clusters[c] = float64(pe.Counts[c]) / float64(pe.N)
+	}
+	return pe
+}
