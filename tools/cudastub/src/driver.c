@@ -611,7 +611,7 @@ static struct {
 	CUfunction func;
 	CUevent event;
 	CUgraphExec graph;
-	CUgraph graph_def;   /* with --graphs: instantiated every round */
+	CUgraph graph_def;   /* what every instantiation instantiates */
 	CUgraphExec *execs;  /* with --graphs: this round's */
 	CUmemoryPool pool;   /* with --exhaust; also the runtime's cudaMemPool_t */
 } h;
@@ -630,11 +630,24 @@ static struct {
 } gres;
 
 /* The executable graph the next launch runs: this round's, in turn, with
- * --graphs; else the one instantiated at setup. */
+ * --graphs; else one instantiated at the first launch (after --wait-start,
+ * so that probes see every graph call). */
 static CUgraphExec graph_exec(void)
 {
 	if (opt.graphs > 0 && h.execs != NULL)
 		return h.execs[gres.next_exec++ % opt.graphs];
+	if (h.graph == NULL) {
+		int rc = opt.api == API_DRIVER
+		             ? CALL(drv, cuGraphInstantiateWithFlags, &h.graph,
+		                    h.graph_def, 0)
+		             : CALL(rt, cudaGraphInstantiate,
+		                    (cudaGraphExec_t *)&h.graph,
+		                    (cudaGraph_t)h.graph_def, 0);
+
+		check("graph instantiation", rc);
+		if (rc == 0)
+			gres.instantiations++;
+	}
 	return h.graph;
 }
 
@@ -865,7 +878,6 @@ static void setup(void)
 	if (opt.api == API_DRIVER) {
 		CUdevice dev;
 		CUmodule mod;
-		CUgraph g;
 
 		check("cuInit", CALL(drv, cuInit, 0));
 		check("cuDeviceGet", CALL(drv, cuDeviceGet, &dev, 0));
@@ -879,16 +891,10 @@ static void setup(void)
 			      CALL(drv, cuStreamCreate, &h.stream, 0));
 		if (opt.sync == SYNC_EVENT)
 			check("cuEventCreate", CALL(drv, cuEventCreate, &h.event, 0));
-		if (opt.graphs > 0) {
+		if (opt.launch == LAUNCH_GRAPH)
 			check("cuGraphCreate",
 			      CALL(drv, cuGraphCreate, &h.graph_def, 0));
-		} else if (opt.launch == LAUNCH_GRAPH) {
-			check("cuGraphCreate", CALL(drv, cuGraphCreate, &g, 0));
-			check("cuGraphInstantiateWithFlags",
-			      CALL(drv, cuGraphInstantiateWithFlags, &h.graph, g, 0));
-		}
 	} else {
-		cudaGraph_t g;
 
 		check("cudaSetDevice", CALL(rt, cudaSetDevice, 0));
 		if (!opt.default_stream)
@@ -896,14 +902,10 @@ static void setup(void)
 			      CALL(rt, cudaStreamCreate, &h.stream));
 		if (opt.sync == SYNC_EVENT)
 			check("cudaEventCreate", CALL(rt, cudaEventCreate, &h.event));
-		if (opt.graphs > 0) {
+		if (opt.launch == LAUNCH_GRAPH)
 			check("cudaGraphCreate",
-			      CALL(rt, cudaGraphCreate, &h.graph_def, 0));
-		} else if (opt.launch == LAUNCH_GRAPH) {
-			check("cudaGraphCreate", CALL(rt, cudaGraphCreate, &g, 0));
-			check("cudaGraphInstantiate",
-			      CALL(rt, cudaGraphInstantiate, &h.graph, g, 0));
-		}
+			      CALL(rt, cudaGraphCreate,
+			           (cudaGraph_t *)&h.graph_def, 0));
 	}
 }
 
