@@ -35,7 +35,30 @@ type Config struct {
 	// Kubernetes says where the pods of this node are listed, for targets
 	// with Kubernetes selectors (k8s.go).
 	Kubernetes Kubernetes `yaml:"kubernetes"`
+	// Agent serves the session API (package agent) on the same listener
+	// and behind the same web configuration as /metrics, for
+	// `bpfbench run --agent`.
+	Agent Agent `yaml:"agent"`
 }
+
+// Agent is the session API's switch and limits. Zero limits take the
+// agent package's defaults (4 sessions, 65536 buffered spans each, 30 s).
+type Agent struct {
+	// Enabled serves the API. A session attaches eBPF programs to a
+	// process of this node on a client's request: give the listener a web
+	// configuration with basic auth (and TLS) before enabling it.
+	Enabled bool `yaml:"enabled"`
+	// MaxSessions bounds the sessions at once; beyond it starts get 429.
+	MaxSessions int `yaml:"max_sessions"`
+	// MaxBufferSpans bounds each session's spans waiting for its client
+	// (the oldest are dropped and counted beyond it).
+	MaxBufferSpans int `yaml:"max_buffer_spans"`
+	// IdleTimeout stops a session no client has streamed for this long.
+	IdleTimeout time.Duration `yaml:"idle_timeout"`
+}
+
+// MaxAgentSessions is the largest agent.max_sessions accepted.
+const MaxAgentSessions = 64
 
 // Kubernetes is how the daemon lists the pods of its node. Every field has
 // an in-cluster default, so a DaemonSet that sets NODE_NAME from
@@ -185,6 +208,15 @@ func (c *Config) Validate() error {
 		if n != 1 {
 			return fmt.Errorf("%s (%s): set exactly one of pid, comm or cgroup, or the Kubernetes selectors (namespace, pod_labels, container)", where, t.Name)
 		}
+	}
+	if a := c.Agent; a.MaxSessions < 0 || a.MaxSessions > MaxAgentSessions {
+		return fmt.Errorf("agent.max_sessions %d must be between 1 and %d (0: the default, 4)", a.MaxSessions, MaxAgentSessions)
+	}
+	if c.Agent.MaxBufferSpans < 0 {
+		return fmt.Errorf("agent.max_buffer_spans must not be negative (0: the default, 65536)")
+	}
+	if c.Agent.IdleTimeout < 0 {
+		return fmt.Errorf("agent.idle_timeout must not be negative (0: the default, 30s)")
 	}
 	if c.Kubernetes.RefreshInterval < 0 {
 		return fmt.Errorf("kubernetes.refresh_interval must not be negative (0: the daemon's refresh_interval)")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,9 +17,11 @@ import (
 	promcollectors "github.com/prometheus/client_golang/prometheus/collectors"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/bpfbench/bpfbench/agent"
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/exporter/prom"
 	"github.com/bpfbench/bpfbench/internal/version"
+	"github.com/bpfbench/bpfbench/session"
 )
 
 // HostFactory builds one of the daemon's collectors.
@@ -48,7 +51,15 @@ type Daemon struct {
 
 	listening chan net.Addr
 	refreshed atomic.Bool // targets resolved at least once
+
+	// sections build the sessions of the agent API (agent.enabled).
+	sections []session.SectionFactory
 }
+
+// SetSessionSections gives the daemon the sections the agent API builds
+// each remote session from (the composition root names the collectors).
+// agent.enabled needs them; call it before Run.
+func (d *Daemon) SetSessionSections(sections []session.SectionFactory) { d.sections = sections }
 
 // New returns a daemon for cfg.
 func New(cfg Config, logger *slog.Logger, factories []HostFactory) *Daemon {
@@ -130,15 +141,41 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w (another exporter on this port? choose one with --web.listen-address)", listen, err)
 	}
+	var routes map[string]http.Handler
+	var api *agent.Server
+	if d.cfg.Agent.Enabled {
+		if len(d.sections) == 0 {
+			l.Close()
+			return errors.New("agent.enabled: the daemon was given no session sections to build sessions from")
+		}
+		a := d.cfg.Agent
+		api, err = agent.NewServer(d.sections, agent.Limits{MaxSessions: a.MaxSessions, MaxBufferSpans: a.MaxBufferSpans, IdleTimeout: a.IdleTimeout}, d.log)
+		if err != nil {
+			l.Close()
+			return err
+		}
+		routes = api.Routes()
+		if webConfig == "" {
+			d.log.Warn("the session API is served without authentication: give --web.config.file with basic auth and TLS")
+		}
+	}
 	d.listening <- l.Addr()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		return prom.Serve(gctx, l, d.reg, prom.Config{
 			Name: "bpfbench", Description: "eBPF observability for LLM inference servers",
 			Version: version.Version, WebConfig: webConfig, Pprof: d.cfg.Pprof, Logger: d.log,
-			Ready: d.ready,
+			Ready: d.ready, Routes: routes,
 		})
 	})
+	if api != nil {
+		// Ending the sessions ends their streams, so the server's
+		// shutdown does not wait on them.
+		g.Go(func() error {
+			<-gctx.Done()
+			return api.Close()
+		})
+	}
 	for _, h := range d.hosts {
 		g.Go(func() error { return h.Run(gctx) })
 	}

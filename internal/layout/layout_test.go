@@ -35,10 +35,11 @@ var rules = []struct {
 	{"exporter/*", []string{"correlate", "loadgen", "internal/..."}},
 	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"readiness", []string{"collectors/...", "internal/..."}},
-	{"daemon", []string{"collectors", "collectors/bpfutil", "exporter/prom", "internal/..."}},
+	{"agent", []string{"session", "collectors", "internal/..."}}, // the session API of the daemon, server and client
+	{"daemon", []string{"agent", "session", "collectors", "collectors/bpfutil", "exporter/prom", "internal/..."}},
 	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "internal/..."}},
 	{"job/diff", []string{"exporter/report", "correlate", "internal/..."}},
-	{"job", []string{"job/load", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
+	{"job", []string{"job/load", "agent", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
 	{"loadgen/bench/*", []string{"job/load", "loadgen", "internal/..."}},
 	{"deploy", []string{"internal/..."}}, // tests of the dashboard and rules; run bin/bpfbench as a process
 	{"tools/llmsim/...", []string{"tools/llmsim/...", "loadgen/kserve/inference", "internal/..."}},
@@ -123,14 +124,16 @@ func TestImportRules(t *testing.T) {
 }
 
 // The systemd service's package links neither the load generator nor the
-// perturbations, whatever it imports indirectly.
+// perturbations, whatever it imports indirectly. It links the session (the
+// agent API runs sessions for remote runs) but not the jobs that join load
+// and observation, nor the attribution.
 func TestDaemonDependencies(t *testing.T) {
 	out, err := exec.Command(goTool(), "list", "-deps", module+"daemon").Output()
 	if err != nil {
 		t.Fatalf("go list -deps: %v", err)
 	}
 	for _, dep := range strings.Fields(string(out)) {
-		for _, banned := range []string{"loadgen", "perturb", "job", "session", "correlate"} {
+		for _, banned := range []string{"loadgen", "perturb", "job", "correlate"} {
 			if match(banned+"/...", strings.TrimPrefix(dep, module)) && strings.HasPrefix(dep, module) {
 				t.Errorf("daemon depends on %s", dep)
 			}
