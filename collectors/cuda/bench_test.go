@@ -242,6 +242,7 @@ func BenchmarkGraphLaunchOverhead(b *testing.B) {
 			base, with, (1e9/with-1e9/base)/1e3, probed, (1e9/probed-1e9/base)/1e3, ns, host, (1e9/host-1e9/base)/1e3)
 	}
 	b.ReportMetric(median(bare), "bare-launches/s")
+	b.ReportMetric(median(ours), "collector-launches/s")
 	b.ReportMetric(median(ourNs), "collector-ns/call")
 	b.ReportMetric(median(probedNs), "probed-ns/call")
 	b.ReportMetric(median(bpfNs), "bpf-ns/call")
