@@ -131,7 +131,13 @@ func TestGRPCTTFTAndITL(t *testing.T) {
 	if models, err := kserve.Models(context.Background(), addr); err != nil || len(models) != 1 || models[0] != cfg.Model {
 		t.Errorf("models %v, %v; want [%s]", models, err, cfg.Model)
 	}
+	// The server counts a request's last token after sending it: wait
+	// (bounded) until it has counted what the client received.
 	after := scrape(t, url)
+	for deadline := time.Now().Add(5 * time.Second); after.generation-before.generation < float64(m.TotalOutput) && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		after = scrape(t, url)
+	}
 	srv := serverTimes{after.ttftSum - before.ttftSum, after.itlSum - before.itlSum, after.ttftN - before.ttftN, after.itlN - before.itlN, after.generation - before.generation}
 	var ttfts, itls []float64
 	for _, r := range res.Records {
