@@ -75,6 +75,10 @@ type Config struct {
 	DelayHeaders     bool
 	GRPCDelayHeaders bool
 	GRPCCloseAfter   int
+	// Logprobs spreads the synthetic first-token distributions of the
+	// prompts, answered to a request with logprobs, over the entropy
+	// clusters (logprobs.go).
+	Logprobs LogprobsProfile
 }
 
 // DefaultConfig returns the defaults of the flags.
@@ -92,6 +96,7 @@ func DefaultConfig() Config {
 		IOBytes:         64 << 10,
 		CUDAKernelIters: 1 << 14,
 		Seed:            1,
+		Logprobs:        LogprobsProfile{1.0 / 3, 1.0 / 3, 1.0 / 3},
 	}
 }
 
@@ -120,6 +125,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed")
 	fs.BoolVar(&c.DelayHeaders, "delay-headers", c.DelayHeaders, "HTTP: send the response headers with the first chunk instead of before the prefill (as a gateway that buffers them would)")
 	fs.BoolVar(&c.GRPCDelayHeaders, "grpc-delay-headers", c.GRPCDelayHeaders, "gRPC: send the response headers with the first response instead of before the prefill")
+	fs.Var(&c.Logprobs, "logprobs-profile", "synthetic top-K logprobs of a request that asks for them, the same for a prompt every time (by its hash): low, mid, high (every prompt's normalised first-token entropy in that cluster: <1/3, <2/3, ≥2/3), mixed, or low=F,mid=F,high=F (the clusters' fractions)")
 	fs.IntVar(&c.GRPCCloseAfter, "grpc-close-after", c.GRPCCloseAfter, "gRPC: end every stream (status OK) after this many responses, before its final one (0: never)")
 }
 
@@ -311,6 +317,10 @@ type apiRequest struct {
 	} `json:"stream_options"`
 	IgnoreEOS bool `json:"ignore_eos"`
 	N         *int `json:"n"`
+	// Logprobs is an integer K (completions) or a boolean (chat, with
+	// TopLogprobs K).
+	Logprobs    json.RawMessage `json:"logprobs"`
+	TopLogprobs *int            `json:"top_logprobs"`
 }
 
 type apiMessage struct {
@@ -456,6 +466,15 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "max_tokens", fmt.Sprintf("prompt (%d) + max_tokens (%d) exceed this model's maximum context length %d", promptLen, maxTokens, s.cfg.MaxModelLen))
 		return
 	}
+	topK, err := requestLogprobs(&req, chat)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "logprobs", err.Error())
+		return
+	}
+	var lps []float64
+	if topK >= 0 {
+		lps = s.cfg.Logprobs.TopLogprobs(promptText(&req, chat), max(topK, 1))
+	}
 	fault := s.pickFault(r)
 	if fault != "" {
 		s.m.faults.WithLabelValues(fault).Inc()
@@ -486,7 +505,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	continuous := req.StreamOptions != nil && req.StreamOptions.ContinuousUsageStats
-	s.stream(w, r, sq, chat, model, reqID, fault, includeUsage, continuous)
+	s.stream(w, r, sq, chat, model, reqID, fault, includeUsage, continuous, lps, topK)
 }
 
 // chunkWriter builds stream chunks without fmt.
@@ -494,6 +513,10 @@ type chunkWriter struct {
 	prefix []byte // `data: {"id":...,"model":...,"choices":[{"index":0,`
 	buf    []byte
 	chat   bool
+	// lps are the top logprobs every token carries (nil: "logprobs":
+	// null), top how many of them are listed.
+	lps []float64
+	top int
 }
 
 func newChunkWriter(chat bool, id, model string, created int64) *chunkWriter {
@@ -524,12 +547,18 @@ func (c *chunkWriter) token(t token, promptLen int, continuous bool) {
 		}
 		b = append(b, `"content":" `...)
 		b = append(b, words[t.index%len(words)]...)
-		b = append(b, `"},"logprobs":null,"finish_reason":`...)
+		b = append(b, `"},"logprobs":`...)
 	} else {
 		b = append(b, `"text":" `...)
 		b = append(b, words[t.index%len(words)]...)
-		b = append(b, `","logprobs":null,"finish_reason":`...)
+		b = append(b, `","logprobs":`...)
 	}
+	if c.lps == nil {
+		b = append(b, "null"...)
+	} else {
+		b = appendLogprobs(b, c.chat, " "+words[t.index%len(words)], c.lps, c.top)
+	}
+	b = append(b, `,"finish_reason":`...)
 	if t.finish == "" {
 		b = append(b, "null"...)
 	} else {
@@ -562,7 +591,7 @@ func (c *chunkWriter) usage(prompt, completion int) {
 	c.buf = append(b, "}\n\n"...)
 }
 
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, sq *seq, chat bool, model, reqID, fault string, includeUsage, continuous bool) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, sq *seq, chat bool, model, reqID, fault string, includeUsage, continuous bool, lps []float64, topK int) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -576,6 +605,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sq *seq, chat bo
 		idPrefix = "chatcmpl-"
 	}
 	cw := newChunkWriter(chat, idPrefix+reqID, model, time.Now().Unix())
+	cw.lps, cw.top = lps, topK
 	var first, last time.Time
 	n := 0
 	finish := ""
