@@ -106,6 +106,10 @@ func (r *Result) JSON() map[string]any {
 		// where its stream carried none, beside the client's ttfts and itls.
 		out["server_timings"] = timings
 	}
+	if pe := r.PromptEntropy(); pe != nil {
+		// --logprobs: the first token's normalised entropy, clustered.
+		out["prompt_entropy"] = pe
+	}
 	m := r.Metrics
 	bb := map[string]any{
 		"clock":                     "CLOCK_MONOTONIC",
@@ -263,6 +267,13 @@ func (r *Result) WriteSummary(w io.Writer) {
 			}
 		}
 		line("Headers with the first chunk:", fmt.Sprintf("%d of %d", m.HeadersWithFirstChunk, m.HeadersTimed))
+	}
+	if pe := r.PromptEntropy(); pe != nil {
+		line(fmt.Sprintf("Prompts with top-%d logprobs:", pe.K), pe.N)
+		if pe.N > 0 {
+			line("Mean first-token entropy (0-1):", pe.Mean)
+			line("Prompt entropy low/mid/high (%):", fmt.Sprintf("%.0f / %.0f / %.0f", pe.Clusters[EntropyLow]*100, pe.Clusters[EntropyMid]*100, pe.Clusters[EntropyHigh]*100))
+		}
 	}
 	if cpu := r.ClientCPU.Seconds(); cpu > 0 {
 		line("Client CPU (s):", cpu)
