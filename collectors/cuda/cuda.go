@@ -178,11 +178,20 @@ func (c *Collector) detachAll() error {
 }
 
 func (a *attachment) close() error {
-	errs := []error{a.detachLaunches()}
-	for i := len(a.links) - 1; i >= 0; i-- {
-		errs = append(errs, a.links[i].Close())
+	// Every uprobe link waits for an RCU grace period as it closes (about
+	// 100 ms here): closed together, they wait for about one.
+	all := append(a.links, a.llinks...)
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, l := range all {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = l.Close()
+		}()
 	}
-	a.links = nil
+	wg.Wait()
+	a.links, a.llinks = nil, nil
 	return errors.Join(errs...)
 }
 
