@@ -89,7 +89,10 @@ type remoteSession struct {
 	reason   string
 	endNs    int64
 	summary  map[string]any
-	done     chan struct{} // closed when the sections are closed
+	// stopAsked: the client asked for the stop; delivered: a stream wrote
+	// the end. With both the session is forgotten.
+	stopAsked, delivered bool
+	done                 chan struct{} // closed when the sections are closed
 }
 
 func (rs *remoteSession) touch() { rs.lastSeen.Store(time.Now().UnixNano()) }
@@ -136,6 +139,15 @@ func (rs *remoteSession) finish(endNs int64, summary map[string]any) {
 	}
 	rs.mu.Unlock()
 	close(rs.done)
+}
+
+func (rs *remoteSession) ended() bool {
+	select {
+	case <-rs.done:
+		return true
+	default:
+		return false
+	}
 }
 
 func (rs *remoteSession) heartbeat(shift int64) Heartbeat {

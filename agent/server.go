@@ -128,11 +128,17 @@ func (s *Server) Handler() http.Handler {
 	return mux
 }
 
-// Active is the number of sessions held.
+// Active is the number of sessions collecting.
 func (s *Server) Active() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.sessions)
+	n := 0
+	for _, rs := range s.sessions {
+		if !rs.ended() {
+			n++
+		}
+	}
+	return n
 }
 
 // Close stops every session and waits for them. It is idempotent.
@@ -206,8 +212,16 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "the agent is shutting down")
 		return
 	}
-	if len(s.sessions) >= s.limits.MaxSessions {
-		n := len(s.sessions)
+	// Ended sessions whose client has not read their end yet hold their
+	// buffers too: at most as many again.
+	running := 0
+	for _, o := range s.sessions {
+		if !o.ended() {
+			running++
+		}
+	}
+	if running >= s.limits.MaxSessions || len(s.sessions) >= 2*s.limits.MaxSessions {
+		n := running
 		s.mu.Unlock()
 		w.Header().Set("Retry-After", "10")
 		writeError(w, http.StatusTooManyRequests, "the agent already runs %d sessions, its agent.max_sessions: stop one or raise the limit", n)
@@ -377,6 +391,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		rs.touch()
 		if ended {
+			s.forget(rs, false)
 			return
 		}
 	}
@@ -394,15 +409,31 @@ func (s *Server) stop(w http.ResponseWriter, r *http.Request) {
 	case <-r.Context().Done():
 		return
 	}
-	// Give a streaming client the spans still buffered before forgetting
-	// the session; the stream holds its own reference.
-	s.mu.Lock()
-	delete(s.sessions, rs.id)
-	s.mu.Unlock()
+	// A stream that has not yet delivered the end (or not yet begun: the
+	// client may stop at once) still finds the session.
+	s.forget(rs, true)
 	hb := rs.heartbeat(s.shift)
 	writeJSON(w, http.StatusOK, StopResponse{
 		ID: rs.id, EndNs: hb.EndNs, Reason: hb.Reason, Dropped: hb.Dropped, Sent: hb.Sent, Summary: rs.summaryNow(),
 	})
+}
+
+// forget drops a session once its client both asked for its stop and
+// received its end (the janitor drops the others after IdleTimeout).
+func (s *Server) forget(rs *remoteSession, stopped bool) {
+	rs.mu.Lock()
+	if stopped {
+		rs.stopAsked = true
+	} else {
+		rs.delivered = true
+	}
+	both := rs.stopAsked && rs.delivered
+	rs.mu.Unlock()
+	if both {
+		s.mu.Lock()
+		delete(s.sessions, rs.id)
+		s.mu.Unlock()
+	}
 }
 
 func newID() string {
