@@ -31,6 +31,9 @@ type Diff struct {
 	TopCause [2]string `json:"top_cause,omitzero"`
 	// Manifest lists every manifest difference, for humans.
 	Manifest []Change `json:"manifest"`
+	// PromptEntropy is the prompt-distribution drift (runs made with
+	// --logprobs), or why there is none.
+	PromptEntropy *EntropyShift `json:"prompt_entropy"`
 }
 
 // RunInfo names one of the two runs.
@@ -154,6 +157,7 @@ func Compare(a, b *Run) *Diff {
 		d.Tests = append(d.Tests, test(m, a.Samples[m], b.Samples[m]))
 	}
 	d.attribution(a, b)
+	d.entropy(a, b, DriftPoints)
 	d.Manifest = append(d.Manifest, CompareManifests(a.Manifest, b.Manifest)...)
 	return d
 }

@@ -1,7 +1,8 @@
 // Package diff compares two runs (`bpfbench diff A B`): the load metrics
 // with a significance test on the per-request figures, the attribution per
-// cause, and every difference of the two runs' manifests, for a terminal
-// and as JSON.
+// cause, the prompt-distribution drift (the first token's entropy clusters
+// of runs made with --logprobs: drift.go), and every difference of the two
+// runs' manifests, for a terminal and as JSON.
 //
 // It reads result.json files as `bpfbench run` (and `load`, `demo`,
 // `validate`) write them. Runs of different bpfbench versions, and runs

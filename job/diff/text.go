@@ -16,8 +16,8 @@ var metricLabel = map[string]string{
 
 // WriteText writes the diff for a terminal: the runs, the warnings, the
 // metrics with their deltas, the tests (what got slower, and whether that
-// is significant), the attribution per cause, the manifest differences and
-// what was missing.
+// is significant), the attribution per cause, the prompt-entropy drift, the
+// manifest differences and what was missing.
 func (d *Diff) WriteText(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "bpfbench diff\n  A  %s%s\n  B  %s%s\n", d.A.Path, versionNote(d.A), d.B.Path, versionNote(d.B))
@@ -78,6 +78,8 @@ func (d *Diff) WriteText(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+
+	d.writeEntropy(bw)
 
 	fmt.Fprintln(bw, "\nmanifest:")
 	switch {
