@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -300,7 +301,8 @@ func Probe(ctx context.Context, rawURL string, timeout time.Duration) error {
 }
 
 // MetricsURL is the default metrics endpoint of a load target: its scheme
-// and host with the path /metrics.
+// and host with the path /metrics; for a gRPC (KServe v2 / Triton) target,
+// Triton's HTTP metrics port 8002 on the same host.
 func MetricsURL(target string) (string, error) {
 	if !strings.Contains(target, "://") {
 		target = "http://" + target
@@ -308,6 +310,15 @@ func MetricsURL(target string) (string, error) {
 	u, err := url.Parse(target)
 	if err != nil || u.Host == "" {
 		return "", fmt.Errorf("target %q has no host for its /metrics", target)
+	}
+	if u.Scheme == "grpc" || u.Scheme == "grpcs" {
+		// A KServe v2 / Triton gRPC target: Triton serves its metrics
+		// over HTTP on its metrics port, 8002 by default.
+		scheme := "http"
+		if u.Scheme == "grpcs" {
+			scheme = "https"
+		}
+		return (&url.URL{Scheme: scheme, Host: net.JoinHostPort(u.Hostname(), "8002"), Path: "/metrics"}).String(), nil
 	}
 	return (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: "/metrics"}).String(), nil
 }

@@ -229,6 +229,8 @@ func TestMetricsURL(t *testing.T) {
 		"http://127.0.0.1:8000/v1":              "http://127.0.0.1:8000/metrics",
 		"localhost:8080":                        "http://localhost:8080/metrics",
 		"https://h.example/v1/chat/completions": "https://h.example/metrics",
+		"grpc://10.0.0.5:8001":                  "http://10.0.0.5:8002/metrics",
+		"grpc://[::1]:8001":                     "http://[::1]:8002/metrics",
 	} {
 		got, err := MetricsURL(in)
 		if err != nil || got != want {
