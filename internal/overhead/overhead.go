@@ -156,14 +156,15 @@ func (m *Meter) Start(sources []Source) {
 	m.sw0 = InvoluntarySwitches(m.target)
 	m.sw = Switches{}
 	m.sw.merge(m.sw0)
-	m.stop = make(chan struct{})
+	stop := make(chan struct{})
+	m.stop = stop
 	// Threads that exit during the session keep their last count.
 	go func() {
 		tk := time.NewTicker(time.Second)
 		defer tk.Stop()
 		for {
 			select {
-			case <-m.stop:
+			case <-stop:
 				return
 			case <-tk.C:
 				now := InvoluntarySwitches(m.target)
