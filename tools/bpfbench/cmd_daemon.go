@@ -91,6 +91,7 @@ func runDaemon(cmd *cobra.Command, configFile, listen, webConfig string, logs lo
 	logger.Info("starting bpfbench daemon", "version", version.Version, "revision", version.Revision, "targets", len(cfg.Targets))
 
 	d := daemon.New(cfg, logger, hostCollectors())
+	d.SetSessionSections(sessionSections()) // the agent API (agent.enabled) builds remote sessions from these
 	if err := d.Start(ctx); err != nil {
 		return err
 	}
