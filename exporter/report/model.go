@@ -112,6 +112,66 @@ type Document struct {
 	ServerQueue   *ServerQueue   `json:"server_queue,omitempty"`
 	// CriticalPath is each gap's critical path, beside Attribution.
 	CriticalPath *CriticalPath `json:"critical_path,omitempty"`
+	// Agents is each remote agent's collection and clock, for a run that
+	// followed the server through the daemons of its nodes (run --agent).
+	Agents []Agent `json:"agents,omitempty"`
+	// ClockBoundNs is the widest agent clock bound: spans shorter than it
+	// were kept out of the attribution and the critical path.
+	ClockBoundNs int64 `json:"clock_bound_ns,omitempty"`
+}
+
+// Agent is one agent's session of a run: what it collected, when it
+// stopped, and how its clock was mapped onto the run's.
+type Agent struct {
+	Agent   string `json:"agent"`
+	Session string `json:"session"`
+	Pid     int    `json:"pid"`
+	Comm    string `json:"comm"`
+	// Complete says the agent sent the end of its session; otherwise
+	// Error says how the stream ended and StoppedNs (the run's clock) is
+	// when collection was last seen alive.
+	Complete       bool      `json:"complete"`
+	Reason         string    `json:"reason,omitempty"`
+	Error          string    `json:"error,omitempty"`
+	StartNs        int64     `json:"start_ns"`
+	StoppedNs      int64     `json:"stopped_ns"`
+	StoppedAt      time.Time `json:"stopped_at"`
+	StoppedOffsetS float64   `json:"stopped_offset_seconds"`
+	Lost           uint64    `json:"lost_events"`
+	Dropped        uint64    `json:"dropped_spans"`
+	// Spans is what the agent sent; Received what reached the run, and
+	// BelowClockBound those of them shorter than the clock bound (not
+	// attributed).
+	Spans           uint64            `json:"spans"`
+	Received        uint64            `json:"spans_received"`
+	BelowClockBound uint64            `json:"spans_below_clock_bound"`
+	Unavailable     map[string]string `json:"unavailable,omitempty"`
+	Summary         map[string]any    `json:"summary,omitempty"`
+	// UncollectedRequests are the measured requests that started after
+	// collection stopped (an agent that died mid-run).
+	UncollectedRequests int        `json:"uncollected_requests"`
+	Clock               AgentClock `json:"clock"`
+}
+
+// AgentClock maps an agent's CLOCK_MONOTONIC onto the run's:
+// local = agent - OffsetNs, within ±BoundNs.
+type AgentClock struct {
+	Agent     string          `json:"agent"`
+	OffsetNs  int64           `json:"offset_ns"`
+	BoundNs   int64           `json:"bound_ns"`
+	DriftPPM  float64         `json:"drift_ppm"`
+	Estimates []ClockEstimate `json:"estimates"`
+}
+
+// ClockEstimate is one clock exchange with an agent.
+type ClockEstimate struct {
+	AtNs     int64     `json:"at_ns"`
+	Wall     time.Time `json:"wall"`
+	OffsetNs int64     `json:"offset_ns"`
+	BoundNs  int64     `json:"bound_ns"`
+	RTTMinNs int64     `json:"rtt_min_ns"`
+	Samples  int       `json:"samples"`
+	Used     int       `json:"used"`
 }
 
 // ServerMetrics is what the scrapes of the server's /metrics saw.
@@ -187,7 +247,7 @@ type QueuedRequest struct {
 	TTFTMs  float64 `json:"ttft_ms"`
 }
 
-var ownKeys = []string{"attribution", "collectors", "collection", "timeline", "phases", "diagnosis", "overhead", "server_metrics", "server_queue", "critical_path"}
+var ownKeys = []string{"attribution", "collectors", "collection", "timeline", "phases", "diagnosis", "overhead", "server_metrics", "server_queue", "critical_path", "agents", "clock_bound_ns"}
 
 // MarshalJSON writes the load fields and the added keys as one object.
 func (d *Document) MarshalJSON() ([]byte, error) {

@@ -1,6 +1,8 @@
 package report
 
 import (
+	"time"
+
 	"bufio"
 	"fmt"
 	"io"
@@ -149,6 +151,9 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		}
 	}
 
+	for _, l := range d.agentLines() {
+		fmt.Fprintln(bw, l)
+	}
 	fmt.Fprintln(bw)
 	if c := d.Collection; c != nil {
 		who := fmt.Sprintf("pid %d", c.Pid)
@@ -201,4 +206,34 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// agentLines say, per agent of the run, its clock offset ± bound and
+// whether its collection was complete or when it stopped.
+func (d *Document) agentLines() []string {
+	var out []string
+	for _, a := range d.Agents {
+		state := "complete"
+		if !a.Complete {
+			state = fmt.Sprintf("collection stopped at %s (%.1f s into the run)", a.StoppedAt.Format("15:04:05.000"), a.StoppedOffsetS)
+			if a.Error != "" {
+				state += ": " + a.Error
+			}
+		}
+		l := fmt.Sprintf("Agent %s: pid %d (%s), clock offset %s ± %s, %d spans, %s", a.Agent, a.Pid, a.Comm,
+			fmtNs(a.Clock.OffsetNs), fmtNs(a.Clock.BoundNs), a.Received, state)
+		if a.BelowClockBound > 0 {
+			l += fmt.Sprintf("; %d spans shorter than the clock bound not attributed", a.BelowClockBound)
+		}
+		if a.UncollectedRequests > 0 {
+			l += fmt.Sprintf("; %d requests after collection stopped", a.UncollectedRequests)
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// fmtNs is a duration in ns at a readable scale.
+func fmtNs(ns int64) string {
+	return time.Duration(ns).String()
 }
