@@ -11,6 +11,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
 
@@ -239,6 +240,57 @@ func TestCriticalPathInResult(t *testing.T) {
 	for _, k := range []string{`"critical_path"`, `"excess_shares"`, `"client_read_delay"`, `"unexplained_fraction"`, `"slowest"`} {
 		if !strings.Contains(string(raw), k) {
 			t.Errorf("result.json has no %s", k)
+		}
+	}
+}
+
+// trace.json draws the slowest gaps' critical paths in their own track
+// group: slices named by cause, and every flow arrow that starts ends.
+func TestCriticalPathInTrace(t *testing.T) {
+	run := newSynthCrit(4, 40)
+	dir := t.TempDir()
+	s := run.replay(t, dir)
+	res := &loadgen.Result{Records: run.records, StartNs: run.t0, EndNs: run.records[len(run.records)-1].EndNs}
+	if err := s.tr.finish(res, &s.log, s.log.Baseline(), nil); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, "trace.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	file, err := trace.Read(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs := file.TraceEvents
+	slicesByCause := map[string]int{}
+	starts, ends := map[string]bool{}, map[string]bool{}
+	for _, e := range evs {
+		if e.Pid != trace.PidCriticalPath {
+			continue
+		}
+		switch e.Ph {
+		case "X":
+			slicesByCause[e.Name]++
+		case "s":
+			starts[e.ID] = true
+		case "f":
+			ends[e.ID] = true
+			if e.Bp != "e" {
+				t.Errorf("flow end %s not bound to its enclosing slice", e.ID)
+			}
+		}
+	}
+	if slicesByCause["cpu_runqueue"] == 0 || slicesByCause["client"] == 0 {
+		t.Errorf("critical path slices by cause %v: want cpu_runqueue and client steps", slicesByCause)
+	}
+	if len(starts) == 0 || len(starts) != len(ends) {
+		t.Errorf("%d flow starts, %d ends", len(starts), len(ends))
+	}
+	for id := range starts {
+		if !ends[id] {
+			t.Errorf("flow %s starts and never ends", id)
 		}
 	}
 }

@@ -167,6 +167,9 @@ func newRunStream(cfg RunConfig, tr *traceStream) *runStream {
 	}
 	s.eng.SetFloor(s.sched.floor0)
 	s.crit = newCritStream(max, s.sched.floor0)
+	if tr != nil {
+		tr.crit = s.crit
+	}
 	return s
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
@@ -56,6 +57,7 @@ type traceStream struct {
 	live     map[counterKey]bool
 	devTid   map[string]int
 	threads  *threadNames // nil: tracks are named "thread TID"
+	crit     *critStream  // the slowest gaps' critical paths, drawn at the end
 	marks    *PhaseMarks
 	runMu    sync.Mutex
 	runStart int64 // the load's start, the first detail window without phases
@@ -424,6 +426,8 @@ func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base corre
 	}
 	t.gaps = nil
 
+	t.criticalPaths()
+
 	for _, sec := range sections {
 		if cs, ok := sec.(collectors.CounterSource); ok {
 			for _, c := range cs.Counters() {
@@ -470,4 +474,41 @@ func (t *traceStream) serverMetrics(r *enginemetrics.Result) {
 func (t *traceStream) abort() {
 	t.f.Close()
 	os.Remove(t.tmp)
+}
+
+// criticalPaths draws the slowest gaps' critical paths in their own track
+// group: one track per thread on a path (track 0: the client and the
+// network), a slice per step named by its cause, and flow arrows from each
+// step to the next when the path moves to another track.
+func (t *traceStream) criticalPaths() {
+	if t.crit == nil {
+		return
+	}
+	tr := t.tw
+	flow := 0
+	for gi, g := range t.crit.slowest() {
+		steps := slices.Clone(g.Steps)
+		slices.SortStableFunc(steps, func(a, b critpath.Step) int { return cmp.Compare(a.Start, b.Start) })
+		prev := -1
+		var prevStep critpath.Step
+		for _, st := range steps {
+			if st.End <= st.Start {
+				continue
+			}
+			tid := int(st.Thread.Tid)
+			if tid == 0 {
+				tr.NameTrack(trace.PidCriticalPath, 0, "client and network")
+			} else {
+				tr.NameTrack(trace.PidCriticalPath, tid, t.threads.name(st.Thread.Tid))
+			}
+			tr.Slice(trace.PidCriticalPath, tid, st.Cause.String(), "critical_path", st.Start, st.End, map[string]any{
+				"gap": gi, "request": g.Read.Request, "index": g.Read.Index, "detail": st.Detail(), "depth": st.Depth})
+			if prev >= 0 && prev != tid {
+				flow++
+				tr.Flow(trace.PidCriticalPath, prev, "critical path", "critical_path", flow, "s", max(prevStep.Start, prevStep.End-1000))
+				tr.Flow(trace.PidCriticalPath, tid, "critical path", "critical_path", flow, "f", st.Start)
+			}
+			prev, prevStep = tid, st
+		}
+	}
 }

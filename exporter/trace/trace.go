@@ -17,18 +17,23 @@ import (
 	"errors"
 	"io"
 	"sort"
+	"strconv"
 )
 
 // Event is one trace event in the Chrome trace event format.
 type Event struct {
-	Name string         `json:"name"`
-	Cat  string         `json:"cat,omitempty"`
-	Ph   string         `json:"ph"`
-	Ts   float64        `json:"ts"`
-	Dur  *float64       `json:"dur,omitempty"`
-	Pid  int            `json:"pid"`
-	Tid  int            `json:"tid"`
-	S    string         `json:"s,omitempty"`
+	Name string   `json:"name"`
+	Cat  string   `json:"cat,omitempty"`
+	Ph   string   `json:"ph"`
+	Ts   float64  `json:"ts"`
+	Dur  *float64 `json:"dur,omitempty"`
+	Pid  int      `json:"pid"`
+	Tid  int      `json:"tid"`
+	S    string   `json:"s,omitempty"`
+	// ID and Bp tie flow events ("s", "t", "f") together and to the
+	// enclosing slice.
+	ID   string         `json:"id,omitempty"`
+	Bp   string         `json:"bp,omitempty"`
 	Args map[string]any `json:"args,omitempty"`
 }
 
@@ -43,6 +48,9 @@ const (
 	// PidServerMetrics holds the server's own /metrics, one counter track
 	// per vocabulary name (per raw series for an unknown engine).
 	PidServerMetrics = 7
+	// PidCriticalPath holds the slowest gaps' critical paths: a track
+	// per thread on the path, flow arrows from step to step.
+	PidCriticalPath = 8
 )
 
 // Trace accumulates events, or streams them (NewStream); it is not safe
@@ -64,6 +72,7 @@ var processNames = map[int]string{
 	PidRequests: "Requests (client)", PidServer: "Server threads", PidBlock: "Block IO",
 	PidCUDA: "CUDA calls", PidGPU: "GPU (NVML)", PidNetwork: "TCP connections",
 	PidServerMetrics: "Server metrics (/metrics)",
+	PidCriticalPath:  "Critical paths of the slowest gaps",
 }
 
 // New returns a trace whose time zero is origin (CLOCK_MONOTONIC ns).
@@ -84,7 +93,7 @@ func NewStream(w io.Writer, origin int64) *Trace {
 }
 
 func (t *Trace) header() {
-	for pid := PidRequests; pid <= PidServerMetrics; pid++ {
+	for pid := PidRequests; pid <= PidCriticalPath; pid++ {
 		t.add(Event{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": processNames[pid]}})
 		t.add(Event{Name: "process_sort_index", Ph: "M", Pid: pid, Args: map[string]any{"sort_index": pid}})
 	}
@@ -148,6 +157,17 @@ func (t *Trace) Slice(pid, tid int, name, cat string, startNs, endNs int64, args
 	}
 	d := float64(endNs-startNs) / 1e3
 	t.add(Event{Name: name, Cat: cat, Ph: "X", Ts: t.us(startNs), Dur: &d, Pid: pid, Tid: tid, Args: args})
+}
+
+// Flow adds one end of a flow arrow: phase "s" starts flow id inside the
+// slice enclosing ns on track (pid, tid), "f" ends it in the slice that
+// encloses ns there (Perfetto draws the arrow between the two slices).
+func (t *Trace) Flow(pid, tid int, name, cat string, id int, phase string, ns int64) {
+	e := Event{Name: name, Cat: cat, Ph: phase, Ts: t.us(ns), Pid: pid, Tid: tid, ID: strconv.Itoa(id)}
+	if phase == "f" {
+		e.Bp = "e"
+	}
+	t.add(e)
 }
 
 // Instant adds a point event on track (pid, tid).
