@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bpfbench/bpfbench/agent"
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/report"
@@ -66,6 +67,13 @@ type RunConfig struct {
 	// Args default to os.Args, Dataset to the load's): result.json
 	// records the manifest of Pid under "manifest".
 	Manifest manifest.Options
+	// Agents, when set, follow the server through the bpfbench daemons of
+	// its nodes: a session on AgentTarget at each (no local session; Pid
+	// is then the server's on its node, and the manifest and thread names
+	// are not read here). AgentTCPPort restricts their network sections.
+	Agents       []*agent.Client
+	AgentTarget  agent.Target
+	AgentTCPPort int
 }
 
 // PhaseMarks records where the phases of a scenario begin.
@@ -136,6 +144,10 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	// The manifest is taken first, while the target is surely alive and
 	// before the load, whose timing its reads (hashes) would disturb.
 	man := collectManifest(cfg, log)
+	localPid := cfg.Pid
+	if len(cfg.Agents) > 0 {
+		localPid = 0
+	}
 	sm, err := newServerMetrics(ctx, cfg, log)
 	if err != nil {
 		return nil, err
@@ -151,7 +163,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	tr.threads = newThreadNames(cfg.Pid)
+	tr.threads = newThreadNames(localPid)
 	traceDone := false
 	defer func() {
 		if !traceDone {
@@ -166,29 +178,41 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		}
 		stream.AddRecord(r)
 	}
-	opts := collectors.Options{Pid: cfg.Pid, Interval: time.Second, Logger: cfg.Logger, Recorder: stream}
-	sess, err := session.NewSession(opts, cfg.Sections)
-	if err != nil {
-		return nil, err
-	}
-	if err := sess.Start(ctx); err != nil {
-		return nil, err
-	}
-	defer sess.Close()
-	stream.start()
-	defer stream.finish()
-
+	var sess *session.Session
+	var remote *remoteRun
 	sessCtx, stopSess := context.WithCancel(context.Background())
 	defer stopSess()
 	sessDone := make(chan error, 1)
-	go func() { sessDone <- sess.Run(sessCtx, 0, nil) }()
+	exited := make(<-chan struct{})
+	if len(cfg.Agents) > 0 {
+		req := agent.StartRequest{Target: cfg.AgentTarget, TCPPort: cfg.AgentTCPPort}
+		if remote, err = startAgents(ctx, cfg.Agents, req, stream, cfg.Logger); err != nil {
+			return nil, err
+		}
+		stream.start()
+		defer stream.finish()
+		sessDone <- nil
+	} else {
+		opts := collectors.Options{Pid: cfg.Pid, Interval: time.Second, Logger: cfg.Logger, Recorder: stream}
+		if sess, err = session.NewSession(opts, cfg.Sections); err != nil {
+			return nil, err
+		}
+		if err := sess.Start(ctx); err != nil {
+			return nil, err
+		}
+		defer sess.Close()
+		stream.start()
+		defer stream.finish()
+		exited = sess.Exited()
+		go func() { sessDone <- sess.Run(sessCtx, 0, nil) }()
+	}
 
 	var stopMu sync.Mutex
 	stoppedReason := "load finished"
 	stoppedNs := int64(0)
 	go func() {
 		select {
-		case <-sess.Exited():
+		case <-exited:
 			stopMu.Lock()
 			stoppedNs = clock.Now()
 			stoppedReason = fmt.Sprintf("target pid %d (%s) exited during the run", cfg.Pid, sess.Comm())
@@ -222,7 +246,12 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if err := <-sessDone; err != nil {
 		log.Warn("collection", "err", err)
 	}
-	sess.Close()
+	if sess != nil {
+		sess.Close()
+	}
+	if remote != nil {
+		remote.stop()
+	}
 	stream.finish()
 	if res == nil {
 		if loadErr == nil {
@@ -281,24 +310,35 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if b, err := json.Marshal(man); err == nil {
 		doc.Load["manifest"] = b
 	}
-	for _, sec := range sess.Sections() {
-		b, err := json.Marshal(sec.Summary())
-		if err == nil {
-			doc.Collectors[sec.Name()] = b
+	var sections []collectors.Section
+	if sess != nil {
+		sections = sess.Sections()
+		for _, sec := range sections {
+			b, err := json.Marshal(sec.Summary())
+			if err == nil {
+				doc.Collectors[sec.Name()] = b
+			}
 		}
+		anchor := sess.Anchor()
+		doc.Collection = &report.Collection{
+			Pid: cfg.Pid, Comm: sess.Comm(),
+			Started: anchor.ToWall(sess.StartNs()), Stopped: anchor.ToWall(stoppedNs),
+			StartedOffsetS: float64(sess.StartNs()-res.StartNs) / 1e9,
+			StoppedOffsetS: float64(stoppedNs-res.StartNs) / 1e9,
+			StoppedReason:  reason, LostEvents: sess.Lost(),
+			Spans: stream.spans, SpansDropped: stream.dropped,
+			Unavailable: sess.Unavailable(),
+		}
+		ov := sess.Overhead()
+		doc.Overhead = &ov
+	} else {
+		remote.collection(res, doc, stream.spans, stream.dropped)
+		if ctx.Err() != nil {
+			doc.Collection.StoppedReason = "interrupted; " + doc.Collection.StoppedReason
+		}
+		doc.Agents = remote.report(res)
+		doc.ClockBoundNs = remote.boundNs()
 	}
-	anchor := sess.Anchor()
-	doc.Collection = &report.Collection{
-		Pid: cfg.Pid, Comm: sess.Comm(),
-		Started: anchor.ToWall(sess.StartNs()), Stopped: anchor.ToWall(stoppedNs),
-		StartedOffsetS: float64(sess.StartNs()-res.StartNs) / 1e9,
-		StoppedOffsetS: float64(stoppedNs-res.StartNs) / 1e9,
-		StoppedReason:  reason, LostEvents: sess.Lost(),
-		Spans: stream.spans, SpansDropped: stream.dropped,
-		Unavailable: sess.Unavailable(),
-	}
-	ov := sess.Overhead()
-	doc.Overhead = &ov
 	for _, c := range checks {
 		doc.Collection.Readiness = append(doc.Collection.Readiness, report.Check{Status: string(c.Status), Name: c.Name, Detail: c.Detail, Fix: c.Fix})
 	}
@@ -316,7 +356,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 
 	traceDone = true
 	tr.serverMetrics(sm.result())
-	if err := tr.finish(res, &stream.log, base, sess.Sections()); err != nil {
+	if err := tr.finish(res, &stream.log, base, sections); err != nil {
 		return out, err
 	}
 	if err := writeRunDir(cfg.OutDir, doc); err != nil {
@@ -748,7 +788,11 @@ func collectManifest(cfg RunConfig, log *slog.Logger) *manifest.Manifest {
 	if opts.Args == nil {
 		opts.Args = os.Args
 	}
-	m, notes := manifest.Collect(cfg.Pid, opts)
+	pid := cfg.Pid
+	if len(cfg.Agents) > 0 {
+		pid = 0 // the server's on another node: its manifest is not readable here
+	}
+	m, notes := manifest.Collect(pid, opts)
 	for _, n := range notes {
 		log.Debug("manifest", "note", n)
 	}

@@ -2,19 +2,26 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.opentelemetry.io/otel/attribute"
 
+	"github.com/bpfbench/bpfbench/agent"
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/job"
@@ -57,6 +64,7 @@ func newRunCmd() *cobra.Command {
 		baseITL, baseTTFT float64
 		logs              logFlags
 		cpus              *string
+		agents            agentFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run --target URL (--pid PID | --port PORT) --out DIR [load options]",
@@ -73,7 +81,7 @@ It takes every load option of bpfbench load.`,
 		Args:        noArgs,
 		Annotations: map[string]string{memoryBound: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, logs, *cpus)
+			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, logs, *cpus, agents)
 		},
 	}
 	fs := cmd.Flags()
@@ -85,27 +93,47 @@ It takes every load option of bpfbench load.`,
 	fs.Float64Var(&baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms (default: the run's median)")
 	logs.add(fs, "warn", true)
 	cpus = cpusFlag(fs)
+	agents.add(fs)
 	_ = cmd.MarkFlagDirname("out")
 	loadCompletions(cmd)
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, logs logFlags, cpus string) error {
+func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, logs logFlags, cpus string, agents agentFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	cfg := opts.Config
 	logger, err := logs.logger(cmd)
 	if err != nil {
 		return err
 	}
-	pid, err := server.resolve(cfg.Target, cmd)
+	clients, err := agents.clients(logger)
 	if err != nil {
 		return err
 	}
-	if !caps.CanTrace() {
-		return fmt.Errorf("following the server needs privileges: %s", caps.Hint)
-	}
-	if err := bpfutil.EnsureFilesystems(); err != nil {
-		logger.Warn("preparing kernel file systems", "err", err)
+	var pid int
+	var target agent.Target
+	if len(clients) > 0 {
+		// The server is on the agents' node: --pid or --port are its
+		// there, or the target URL's port; nothing is checked or traced here.
+		if server.pid != 0 && server.port != 0 {
+			return usageError{"give --pid or --port, not both"}
+		}
+		pid, target = server.pid, agent.Target{Pid: server.pid, Port: server.port}
+		if target.Pid == 0 && target.Port == 0 {
+			if target.Port = urlPort(cfg.Target); target.Port == 0 {
+				return usageError{"with --agent, give the server's --pid or --port on the agent's node"}
+			}
+		}
+	} else {
+		if pid, err = server.resolve(cfg.Target, cmd); err != nil {
+			return err
+		}
+		if !caps.CanTrace() {
+			return fmt.Errorf("following the server needs privileges: %s", caps.Hint)
+		}
+		if err := bpfutil.EnsureFilesystems(); err != nil {
+			logger.Warn("preparing kernel file systems", "err", err)
+		}
 	}
 	if err := applyCPUs(cpus); err != nil {
 		return err
@@ -124,6 +152,7 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 		BaselineTTFT:  time.Duration(baseTTFT * float64(time.Millisecond)),
 		Readiness:     readinessChecks,
 		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
+		Agents: clients, AgentTarget: target, AgentTCPPort: target.Port,
 	})
 	finish()
 	if res != nil {
@@ -179,6 +208,69 @@ func exportSpans(ctx context.Context, oo otlp.Options, res *job.RunResult) error
 		exp.ExportWith(&res.Load.Config, r, extra...)
 	}
 	return exp.Shutdown(ctx)
+}
+
+// agentFlags are run's --agent options: the bpfbench daemons that follow
+// the server on its node.
+type agentFlags struct {
+	addrs                      []string
+	user, passwordFile, caFile string
+}
+
+func (a *agentFlags) add(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&a.addrs, "agent", nil, "follow the server through the bpfbench daemon on its node (agent.enabled): `HOST:PORT` or https://HOST:PORT (repeatable, comma-separated); --pid/--port are then the server's on that node")
+	fs.StringVar(&a.user, "agent.user", "", "basic auth user of the agents' web configuration")
+	fs.StringVar(&a.passwordFile, "agent.password-file", "", "`FILE` holding the agents' basic auth password")
+	fs.StringVar(&a.caFile, "agent.ca-file", "", "`FILE` of the CA that signed the agents' TLS certificates")
+}
+
+// clients builds a client per --agent (none without it).
+func (a *agentFlags) clients(logger *slog.Logger) ([]*agent.Client, error) {
+	if len(a.addrs) == 0 {
+		if a.user != "" || a.passwordFile != "" || a.caFile != "" {
+			return nil, usageError{"--agent.user, --agent.password-file and --agent.ca-file need --agent HOST:PORT"}
+		}
+		return nil, nil
+	}
+	tr := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}
+	if a.caFile != "" {
+		pem, err := os.ReadFile(a.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading --agent.ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, usageError{"--agent.ca-file " + a.caFile + " holds no PEM certificate"}
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	}
+	pass := ""
+	if a.passwordFile != "" {
+		b, err := os.ReadFile(a.passwordFile)
+		if err != nil {
+			return nil, fmt.Errorf("reading --agent.password-file: %w", err)
+		}
+		pass = strings.TrimSpace(string(b))
+	}
+	httpc := &http.Client{Transport: tr}
+	var out []*agent.Client
+	for _, addr := range a.addrs {
+		if addr = strings.TrimSpace(addr); addr == "" {
+			continue
+		}
+		out = append(out, agent.NewClient(addr, agent.ClientOptions{HTTP: httpc, Username: a.user, Password: pass, Logger: logger}))
+	}
+	return out, nil
+}
+
+// urlPort is the port of a target URL, local or not.
+func urlPort(target string) int {
+	u, err := url.Parse(target)
+	if err != nil {
+		return 0
+	}
+	p, _ := strconv.Atoi(u.Port())
+	return p
 }
 
 func newReportCmd() *cobra.Command {

@@ -1,0 +1,218 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bpfbench/bpfbench/agent"
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/loadgen"
+)
+
+// agentStopTimeout bounds each agent's stop after the load.
+const agentStopTimeout = 15 * time.Second
+
+// remoteRun is the server followed through the agents of its nodes: one
+// session on each, their spans fed into the run's Recorder on the local
+// clock, so correlation and the critical path see one timeline.
+//
+// The attribution never claims a cause for less time than the clock
+// bound: a span shorter than the bound in force when it arrived (the
+// widest of every agent's estimates so far) is not fed to correlation or
+// the critical path, only counted (agents[].spans_below_clock_bound).
+type remoteRun struct {
+	log     *slog.Logger
+	rec     collectors.Recorder
+	remotes []*remote
+	// bound is the widest clock bound of every agent so far (ns).
+	bound atomic.Int64
+}
+
+type remote struct {
+	c    *agent.Client
+	s    *agent.Session
+	done chan struct{}
+	// received and below count the spans that arrived and those shorter
+	// than the clock bound.
+	received, below atomic.Uint64
+	col             agent.Collection
+	err             error
+}
+
+// startAgents starts a session on target at every agent, fails fast
+// (stopping those already started) when one cannot start, and feeds every
+// span into rec until the sessions are stopped.
+func startAgents(ctx context.Context, clients []*agent.Client, req agent.StartRequest, rec collectors.Recorder, log *slog.Logger) (*remoteRun, error) {
+	rr := &remoteRun{log: log, rec: rec}
+	for _, c := range clients {
+		s, err := c.Start(ctx, req)
+		if err != nil {
+			rr.abort()
+			return nil, fmt.Errorf("starting the session on agent %s: %w", c.Agent(), err)
+		}
+		r := &remote{c: c, s: s, done: make(chan struct{})}
+		rr.widen(s.Clock().BoundNs)
+		log.Info("agent session", "agent", c.Agent(), "session", s.Info.ID, "pid", s.Info.Pid, "comm", s.Info.Comm,
+			"offset_ns", s.Clock().OffsetNs, "bound_ns", s.Clock().BoundNs)
+		rr.remotes = append(rr.remotes, r)
+		go rr.drain(r)
+	}
+	return rr, nil
+}
+
+func (rr *remoteRun) widen(ns int64) {
+	for {
+		cur := rr.bound.Load()
+		if ns <= cur || rr.bound.CompareAndSwap(cur, ns) {
+			return
+		}
+	}
+}
+
+// drain reads a session's spans until the stream closes (a stalled reader
+// would stall the stream and make the agent drop its oldest spans).
+func (rr *remoteRun) drain(r *remote) {
+	defer close(r.done)
+	n := 0
+	for batch := range r.s.Spans() {
+		// The clock is re-estimated every few seconds: follow its bound.
+		if n++; n%64 == 1 {
+			rr.widen(r.s.Clock().BoundNs)
+		}
+		bound := rr.bound.Load()
+		for _, sp := range batch {
+			r.received.Add(1)
+			if sp.End-sp.Start < bound {
+				r.below.Add(1)
+				continue
+			}
+			rr.rec.Record(sp)
+		}
+	}
+}
+
+// abort stops every session started, for a run that does not go on.
+func (rr *remoteRun) abort() {
+	for _, r := range rr.remotes {
+		ctx, cancel := context.WithTimeout(context.Background(), agentStopTimeout)
+		_, _ = r.s.Stop(ctx)
+		cancel()
+	}
+}
+
+// stop ends every session after the load, in parallel, and waits for
+// their streams to deliver what remained. A session cut short keeps what
+// it delivered; its collection says when it stopped.
+func (rr *remoteRun) stop() {
+	var wg sync.WaitGroup
+	for _, r := range rr.remotes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), agentStopTimeout)
+			defer cancel()
+			r.col, r.err = r.s.Stop(ctx)
+			<-r.done
+			if r.err != nil {
+				var se *agent.StreamError
+				if errors.As(r.err, &se) {
+					rr.log.Warn("agent session cut short; the load result stays", "agent", r.c.Agent(), "err", r.err)
+				} else {
+					rr.log.Warn("stopping the agent session", "agent", r.c.Agent(), "err", r.err)
+				}
+			}
+			rr.widen(r.s.Clock().BoundNs)
+		}()
+	}
+	wg.Wait()
+}
+
+// report is the agents[] of result.json.
+func (rr *remoteRun) report(res *loadgen.Result) []report.Agent {
+	var out []report.Agent
+	for _, r := range rr.remotes {
+		col, clk := r.col, r.s.Clock()
+		a := report.Agent{
+			Agent: col.Agent, Session: col.ID, Pid: col.Pid, Comm: col.Comm,
+			Complete: col.Complete, Reason: col.Reason, Error: col.Error,
+			StartNs: col.StartNs, StoppedNs: col.StoppedNs, StoppedAt: col.StoppedAt,
+			StoppedOffsetS: float64(col.StoppedNs-res.StartNs) / 1e9,
+			Lost:           col.Lost, Dropped: col.Dropped, Spans: col.Spans,
+			Received: r.received.Load(), BelowClockBound: r.below.Load(),
+			Unavailable: col.Unavailable, Summary: col.Summary,
+			Clock: report.AgentClock{Agent: clk.Agent, OffsetNs: clk.OffsetNs, BoundNs: clk.BoundNs, DriftPPM: clk.DriftPPM},
+		}
+		for _, e := range clk.Estimates {
+			a.Clock.Estimates = append(a.Clock.Estimates, report.ClockEstimate{AtNs: e.AtNs, Wall: e.Wall, OffsetNs: e.OffsetNs,
+				BoundNs: e.BoundNs, RTTMinNs: e.RTTMinNs, Samples: e.Samples, Used: e.Used})
+		}
+		if !col.Complete {
+			for i := range res.Records {
+				if res.Records[i].StartNs > col.StoppedNs {
+					a.UncollectedRequests++
+				}
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// collection is the run's collection section from the agents' sessions:
+// the first agent's target, the earliest start and stop, the sums of
+// what was lost and dropped; the sections' summaries go into collectors
+// (by section name with one agent, "AGENT/section" with more).
+func (rr *remoteRun) collection(res *loadgen.Result, doc *report.Document, spans, dropped uint64) {
+	c := &report.Collection{Spans: spans, SpansDropped: dropped, Unavailable: map[string]string{}}
+	reasons := ""
+	for i, r := range rr.remotes {
+		col := r.col
+		if i == 0 {
+			c.Pid, c.Comm = col.Pid, col.Comm
+			c.Started, c.Stopped = r.s.Info.Anchor.ToWall(r.s.Info.StartNs), col.StoppedAt
+			c.StartedOffsetS = float64(col.StartNs-res.StartNs) / 1e9
+			c.StoppedOffsetS = float64(col.StoppedNs-res.StartNs) / 1e9
+		} else if off := float64(col.StoppedNs-res.StartNs) / 1e9; off < c.StoppedOffsetS {
+			c.Stopped, c.StoppedOffsetS = col.StoppedAt, off
+		}
+		c.LostEvents += col.Lost
+		c.SpansDropped += col.Dropped
+		why := col.Reason
+		if !col.Complete {
+			why = "collection stopped"
+			if col.Error != "" {
+				why = col.Error
+			}
+		}
+		if reasons != "" {
+			reasons += "; "
+		}
+		reasons += "agent " + col.Agent + ": " + why
+		for k, v := range col.Unavailable {
+			if len(rr.remotes) > 1 {
+				k = col.Agent + "/" + k
+			}
+			c.Unavailable[k] = v
+		}
+		for k, v := range col.Summary {
+			if len(rr.remotes) > 1 {
+				k = col.Agent + "/" + k
+			}
+			if b, err := json.Marshal(v); err == nil {
+				doc.Collectors[k] = b
+			}
+		}
+	}
+	c.StoppedReason = reasons
+	doc.Collection = c
+}
+
+// boundNs is the widest clock bound of the run's agents.
+func (rr *remoteRun) boundNs() int64 { return rr.bound.Load() }
