@@ -3,6 +3,7 @@
 //
 //	llmsim --addr 127.0.0.1:8000 --max-num-seqs 4 --itl 10ms --prefill-per-token 50us
 //	llmsim --addr 127.0.0.1:8000 --grpc 127.0.0.1:8001 --grpc-delay-headers
+//	llmsim --processes 2   # a frontend and an engine child process, as vLLM V1
 package main
 
 import (
@@ -35,8 +36,12 @@ func run(args []string) error {
 	cfg.RegisterFlags(fs)
 	addr := fs.String("addr", "127.0.0.1:8000", "listen address")
 	grpcAddr := fs.String("grpc", "", "also serve Triton's gRPC inference protocol (KServe v2, ModelStreamInfer) on this `address`, e.g. 127.0.0.1:8001")
+	engineSocket := fs.String("engine-socket", "", "run as the engine process of a --processes 2 frontend on this socket (a file descriptor number or a unix socket path); the frontend starts it")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *engineSocket != "" {
+		return sim.ServeEngine(*engineSocket)
 	}
 	srv, err := sim.New(cfg)
 	if err != nil {
@@ -50,7 +55,7 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	slog.Info("serving", "component", "llmsim", "addr", l.Addr().String(), "model", cfg.Model,
-		"max_num_seqs", cfg.MaxNumSeqs, "itl", cfg.DecodeStep, "work", cfg.Work)
+		"max_num_seqs", cfg.MaxNumSeqs, "itl", cfg.DecodeStep, "work", cfg.Work, "processes", cfg.Processes, "engine_pid", srv.EnginePid())
 	if *grpcAddr == "" {
 		return srv.Serve(ctx, l)
 	}

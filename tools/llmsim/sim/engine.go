@@ -20,6 +20,7 @@ type token struct {
 // seq is one request inside the engine.
 type seq struct {
 	id        string
+	rid       uint64 // its id between the frontend and the engine process (Processes 2)
 	promptLen int
 	maxTokens int
 	ignoreEOS bool
@@ -38,7 +39,7 @@ type seq struct {
 type engine struct {
 	cfg     *Config
 	log     *slog.Logger
-	m       *metrics
+	out     engineOut
 	mu      sync.Mutex
 	waiting []*seq
 	running []*seq
@@ -51,15 +52,50 @@ type engine struct {
 	gpuErrs atomic.Int64
 }
 
-func newEngine(cfg *Config, m *metrics, log *slog.Logger) *engine {
-	return &engine{cfg: cfg, m: m, log: log, wake: make(chan struct{}, 1), rng: rand.New(rand.NewPCG(cfg.Seed, 0x656e67))}
+// engineOut receives what the engine produces: in one process the
+// Server's metrics and the sequences' channels (localOut), in the engine
+// process of two the socket to the frontend (remote.go). waiting is called
+// under the engine's lock, the others on the engine's thread.
+type engineOut interface {
+	waiting(n int)
+	admitted(queue time.Duration)
+	running(n int)
+	stepDone(d time.Duration, cache float64)
+	// token hands t of s over; prompt is the number of prompt tokens its
+	// step prefilled (the first token), else 0.
+	token(s *seq, t token, prompt int)
+	endStep(generated int)
+}
+
+// localOut is engineOut in one process.
+type localOut struct{ m *metrics }
+
+func (o localOut) waiting(n int)                { o.m.waiting.Set(float64(n)) }
+func (o localOut) admitted(queue time.Duration) { o.m.queueTime.Observe(queue.Seconds()) }
+func (o localOut) running(n int)                { o.m.running.Set(float64(n)) }
+func (o localOut) stepDone(d time.Duration, cache float64) {
+	o.m.stepDuration.Observe(d.Seconds())
+	o.m.cacheUsage(cache)
+}
+func (o localOut) token(s *seq, t token, prompt int) {
+	if prompt > 0 {
+		o.m.promptTokens.Add(float64(prompt))
+	}
+	// The channel holds every token the sequence can produce: the engine
+	// never waits for a slow client.
+	s.out <- t
+}
+func (o localOut) endStep(generated int) { o.m.generationTokens.Add(float64(generated)) }
+
+func newEngine(cfg *Config, out engineOut, log *slog.Logger) *engine {
+	return &engine{cfg: cfg, out: out, log: log, wake: make(chan struct{}, 1), rng: rand.New(rand.NewPCG(cfg.Seed, 0x656e67))}
 }
 
 // submit queues s.
 func (e *engine) submit(s *seq) {
 	e.mu.Lock()
 	e.waiting = append(e.waiting, s)
-	e.m.waiting.Set(float64(len(e.waiting)))
+	e.out.waiting(len(e.waiting))
 	e.mu.Unlock()
 	select {
 	case e.wake <- struct{}{}:
@@ -129,16 +165,16 @@ func (e *engine) loop(ctx context.Context) {
 				continue
 			}
 			s.admitted = now
-			e.m.queueTime.Observe(now.Sub(s.arrival).Seconds())
+			e.out.admitted(now.Sub(s.arrival))
 			e.running = append(e.running, s)
 		}
 		if len(e.waiting) == 0 {
 			e.waiting = nil
 		}
 		batch := append([]*seq(nil), e.running...)
-		e.m.waiting.Set(float64(len(e.waiting)))
+		e.out.waiting(len(e.waiting))
 		e.mu.Unlock()
-		e.m.running.Set(float64(len(batch)))
+		e.out.running(len(batch))
 		if len(batch) == 0 {
 			continue
 		}
@@ -189,8 +225,7 @@ func (e *engine) loop(ctx context.Context) {
 		}
 		end := time.Now()
 		e.steps.Add(1)
-		e.m.stepDuration.Observe(end.Sub(stepStart).Seconds())
-		e.m.cacheUsage(float64(kvTokens) / float64(e.cfg.KVCacheTokens))
+		e.out.stepDone(end.Sub(stepStart), float64(kvTokens)/float64(e.cfg.KVCacheTokens))
 
 		// Emit one token per sequence.
 		finished := 0
@@ -199,9 +234,10 @@ func (e *engine) loop(ctx context.Context) {
 			if s.canceled.Load() {
 				continue
 			}
+			prompt := 0
 			if !s.prefilled {
 				s.prefilled = true
-				e.m.promptTokens.Add(float64(s.promptLen))
+				prompt = s.promptLen
 			}
 			tok := token{index: s.generated, at: end}
 			s.generated++
@@ -212,14 +248,12 @@ func (e *engine) loop(ctx context.Context) {
 			case !s.ignoreEOS && e.cfg.EOSProb > 0 && e.rng.Float64() < e.cfg.EOSProb:
 				tok.finish = "stop"
 			}
-			// The channel holds every token the sequence can produce: the
-			// engine never waits for a slow client.
-			s.out <- tok
+			e.out.token(s, tok, prompt)
 			if tok.finish != "" {
 				s.canceled.Store(true) // leaves the batch at the next step
 				finished++
 			}
 		}
-		e.m.generationTokens.Add(float64(generated))
+		e.out.endStep(generated)
 	}
 }

@@ -321,7 +321,7 @@ func (g *grpcService) generate(ctx context.Context, q grpcRequest, fault string,
 		out:       make(chan token, q.maxTokens+1),
 		arrival:   time.Now(),
 	}
-	defer sq.canceled.Store(true)
+	defer s.eng.cancel(sq)
 	s.eng.submit(sq)
 	var first, last time.Time
 	n := 0

@@ -79,6 +79,11 @@ type Config struct {
 	// prompts, answered to a request with logprobs, over the entropy
 	// clusters (logprobs.go).
 	Logprobs LogprobsProfile
+	// Processes is 1 (one process does everything) or 2: this process is
+	// the frontend (HTTP and gRPC, tokenizing, detokenizing, /metrics) and
+	// runs the scheduler and the steps in a child process, the engine,
+	// over a unix socket, as vLLM's V1 does (remote.go).
+	Processes int
 }
 
 // DefaultConfig returns the defaults of the flags.
@@ -97,6 +102,7 @@ func DefaultConfig() Config {
 		CUDAKernelIters: 1 << 14,
 		Seed:            1,
 		Logprobs:        LogprobsProfile{1.0 / 3, 1.0 / 3, 1.0 / 3},
+		Processes:       defaultProcesses(),
 	}
 }
 
@@ -126,6 +132,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.DelayHeaders, "delay-headers", c.DelayHeaders, "HTTP: send the response headers with the first chunk instead of before the prefill (as a gateway that buffers them would)")
 	fs.BoolVar(&c.GRPCDelayHeaders, "grpc-delay-headers", c.GRPCDelayHeaders, "gRPC: send the response headers with the first response instead of before the prefill")
 	fs.Var(&c.Logprobs, "logprobs-profile", "synthetic top-K logprobs of a request that asks for them, the same for a prompt every time (by its hash): low, mid, high (every prompt's normalised first-token entropy in that cluster: <1/3, <2/3, ≥2/3), mixed, or low=F,mid=F,high=F (the clusters' fractions)")
+	fs.IntVar(&c.Processes, "processes", c.Processes, "1: one process; 2: a frontend (HTTP, gRPC, tokenize, detokenize, /metrics) and an engine child process (scheduler, steps, IO, CUDA calls) over a unix socket, as vLLM V1")
 	fs.IntVar(&c.GRPCCloseAfter, "grpc-close-after", c.GRPCCloseAfter, "gRPC: end every stream (status OK) after this many responses, before its final one (0: never)")
 }
 
@@ -141,6 +148,8 @@ func (c *Config) validate() error {
 		return errors.New("durations must not be negative")
 	case c.GRPCCloseAfter < 0:
 		return errors.New("--grpc-close-after must not be negative")
+	case c.Processes != 1 && c.Processes != 2:
+		return fmt.Errorf("--processes %d: use 1 or 2", c.Processes)
 	}
 	return nil
 }
@@ -208,7 +217,7 @@ func newMetrics(model string) *metrics {
 type Server struct {
 	cfg     Config
 	log     *slog.Logger
-	eng     *engine
+	eng     backend
 	m       *metrics
 	mux     *http.ServeMux
 	cancel  context.CancelFunc
@@ -235,12 +244,22 @@ func New(cfg Config) (*Server, error) {
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x666c74)),
 		created: time.Now().Unix(),
 	}
-	s.eng = newEngine(&s.cfg, s.m, s.log)
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
-	if err := s.eng.start(ctx); err != nil {
-		cancel()
-		return nil, err
+	if cfg.Processes == 2 {
+		r, err := startRemote(&s.cfg, s.m, s.log)
+		if err != nil {
+			cancel()
+			return nil, err
+		}
+		s.eng = r
+	} else {
+		e := newEngine(&s.cfg, localOut{s.m}, s.log)
+		if err := e.start(ctx); err != nil {
+			cancel()
+			return nil, err
+		}
+		s.eng = e
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
@@ -255,8 +274,32 @@ func New(cfg Config) (*Server, error) {
 // Handler serves the OpenAI-compatible API, /health and /metrics.
 func (s *Server) Handler() http.Handler { return s.mux }
 
+// backend is the engine as the frontend sees it: in this process
+// (*engine) or in a child process over a socket (*remoteEngine).
+type backend interface {
+	submit(*seq)
+	// cancel takes s out of the batch at the next step.
+	cancel(*seq)
+	stats() Stats
+	close() error
+}
+
+func (e *engine) cancel(s *seq) { s.canceled.Store(true) }
+func (e *engine) close() error  { return nil }
+func (e *engine) stats() Stats {
+	return Stats{Steps: e.steps.Load(), IOErrors: e.ioErrs.Load(), CUDAErrors: e.gpuErrs.Load()}
+}
+
 // Steps returns the number of engine steps run so far.
-func (s *Server) Steps() int64 { return s.eng.steps.Load() }
+func (s *Server) Steps() int64 { return s.eng.stats().Steps }
+
+// EnginePid is the engine process's pid with Processes 2, else 0.
+func (s *Server) EnginePid() int {
+	if r, ok := s.eng.(*remoteEngine); ok {
+		return r.cmd.Process.Pid
+	}
+	return 0
+}
 
 // Stats are the engine's counters.
 type Stats struct {
@@ -266,14 +309,17 @@ type Stats struct {
 }
 
 // Stats returns the engine's counters.
-func (s *Server) Stats() Stats {
-	return Stats{Steps: s.eng.steps.Load(), IOErrors: s.eng.ioErrs.Load(), CUDAErrors: s.eng.gpuErrs.Load()}
-}
+func (s *Server) Stats() Stats { return s.eng.stats() }
 
-// Close stops the engine. It is idempotent.
+// Close stops the engine (and waits for its process with Processes 2). It
+// is idempotent.
 func (s *Server) Close() error {
-	s.once.Do(s.cancel)
-	return nil
+	var err error
+	s.once.Do(func() {
+		s.cancel()
+		err = s.eng.close()
+	})
+	return err
 }
 
 // Serve serves on l until ctx ends.
@@ -492,7 +538,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		out:       make(chan token, maxTokens+1),
 		arrival:   time.Now(),
 	}
-	defer sq.canceled.Store(true)
+	defer s.eng.cancel(sq)
 	s.eng.submit(sq)
 
 	model := req.Model
@@ -642,14 +688,14 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sq *seq, chat bo
 		if fault != "" && n >= 1 {
 			switch fault {
 			case FaultStall:
-				sq.canceled.Store(true)
+				s.eng.cancel(sq)
 				<-r.Context().Done()
 				return
 			case FaultCut:
-				sq.canceled.Store(true)
+				s.eng.cancel(sq)
 				panic(http.ErrAbortHandler)
 			case FaultError:
-				sq.canceled.Store(true)
+				s.eng.cancel(sq)
 				w.Write([]byte("data: {\"object\":\"error\",\"error\":{\"message\":\"injected error in stream\",\"type\":\"internal_server_error\",\"code\":500}}\n\ndata: [DONE]\n\n"))
 				rc.Flush()
 				return

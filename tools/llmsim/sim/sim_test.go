@@ -132,6 +132,7 @@ func TestCPUWorkBurnsCPU(t *testing.T) {
 		c.DecodeStep = 5 * time.Millisecond
 		c.PrefillBase = 0
 		c.PrefillPerToken = 0
+		c.Processes = 1 // this process's CPU time (TestTwoProcesses: the engine's)
 	})
 	var ru0, ru1 unix.Rusage
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru0); err != nil {
