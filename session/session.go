@@ -76,6 +76,7 @@ type Session struct {
 	required    map[string]bool
 	meter       *overhead.Meter
 	tree        *tree // nil: no Recorder, forks are not seen
+	via         []int // the processes Follow added
 
 	// MeasureBefore measures the target's involuntary context switches for
 	// this long before the collectors start (attach); 0 does not (run: the

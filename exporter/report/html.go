@@ -74,6 +74,7 @@ type htmlView struct {
 
 	CriticalPath []string
 	Neighbours   []kvRow
+	Gateway      []string
 
 	ServerMetrics      []kvRow
 	ServerQueue        []kvRow
@@ -282,6 +283,7 @@ func buildView(d *Document) *htmlView {
 	}
 
 	v.CriticalPath = d.criticalPathLines()
+	v.Gateway = d.gatewayLines()
 	if cp := d.CriticalPath; cp != nil {
 		for _, nb := range cp.NoisyNeighbours {
 			v.Neighbours = append(v.Neighbours, kvRow{Name: nb.Process, Value: fmt.Sprintf("%s on critical paths, %s of gap time, %d gaps", fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps)})

@@ -112,6 +112,9 @@ type Document struct {
 	ServerQueue   *ServerQueue   `json:"server_queue,omitempty"`
 	// CriticalPath is each gap's critical path, beside Attribution.
 	CriticalPath *CriticalPath `json:"critical_path,omitempty"`
+	// Gateway is the time per hop through a proxy in front of the engine
+	// (run --via-pid/--via-port).
+	Gateway *Gateway `json:"gateway,omitempty"`
 	// Agents is each remote agent's collection and clock, for a run that
 	// followed the server through the daemons of its nodes (run --agent).
 	Agents []Agent `json:"agents,omitempty"`

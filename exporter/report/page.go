@@ -150,6 +150,8 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 {{range .Phases}}<tr><td>{{.Name}}</td><td class="n">{{.Span}}</td><td class="n">{{.Requests}}</td><td class="n">{{.P50}}</td><td class="n">{{.P99}}</td><td class="n">{{.TTFT99}}</td><td>{{if .TopColor}}<span class="swatch" style="background-color: {{.TopColor}}"></span>{{end}}{{.Top}}{{if .TopShare}} <span class="sub">{{.TopShare}}</span>{{end}}</td><td>{{.Bar}}</td></tr>
 {{end}}</tbody></table></div>{{end}}
 
+{{if .Gateway}}<h2 id="gateway">Gateway</h2>
+<ul id="list-gateway">{{range .Gateway}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{if .CriticalPath}}<h2 id="critical-path">Critical path</h2>
 <ul id="list-critical-path">{{range .CriticalPath}}<li>{{.}}</li>{{end}}</ul>
 {{if .Neighbours}}<table class="kv" id="table-noisy-neighbours"><tbody>

@@ -136,6 +136,14 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		tw.Flush()
 	}
 
+	if lines := d.gatewayLines(); len(lines) > 0 {
+		fmt.Fprintln(bw)
+		fmt.Fprintln(bw, "Gateway")
+		for _, l := range lines {
+			fmt.Fprintln(bw, "  - "+l)
+		}
+	}
+
 	if lines := d.criticalPathLines(); len(lines) > 0 {
 		fmt.Fprintln(bw)
 		fmt.Fprintln(bw, "Critical path")
