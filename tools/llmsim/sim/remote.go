@@ -167,6 +167,11 @@ type remoteEngine struct {
 	steps, ioErrs, gpuErrs atomic.Int64
 	done                   chan struct{} // the reader has ended
 	closing                atomic.Bool
+	// once starts the engine (spawn), at New or at the first request
+	// (Config.EngineLazy); startErr is why it did not.
+	once     sync.Once
+	startErr error
+	pid      atomic.Int64
 }
 
 // EngineCommand returns the command that runs the engine process: this
@@ -182,40 +187,54 @@ var EngineCommand = func() (*exec.Cmd, error) {
 }
 
 // startRemote starts the engine process and waits until it has opened its
-// devices.
+// devices; with cfg.EngineLazy it starts it at the first request instead.
 func startRemote(cfg *Config, m *metrics, log *slog.Logger) (*remoteEngine, error) {
+	r := &remoteEngine{cfg: cfg, m: m, log: log, seqs: map[uint64]*seq{}, done: make(chan struct{})}
+	if cfg.EngineLazy {
+		return r, nil
+	}
+	var err error
+	r.once.Do(func() { err = r.spawn() })
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+var errEngineClosed = errors.New("the server is closed")
+
+func (r *remoteEngine) spawn() error {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("creating the engine's socket pair: %w", err)
+		return fmt.Errorf("creating the engine's socket pair: %w", err)
 	}
 	local, child := os.NewFile(uintptr(fds[0]), "llmsim-frontend"), os.NewFile(uintptr(fds[1]), "llmsim-engine")
 	defer child.Close()
 	fc, err := net.FileConn(local)
 	local.Close()
 	if err != nil {
-		return nil, fmt.Errorf("opening the engine's socket: %w", err)
+		return fmt.Errorf("opening the engine's socket: %w", err)
 	}
 	conn := fc.(*net.UnixConn)
 	cmd, err := EngineCommand()
 	if err != nil {
 		conn.Close()
-		return nil, err
+		return err
 	}
 	cmd.ExtraFiles = []*os.File{child}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("starting the engine process %s: %w", cmd.Path, err)
+		return fmt.Errorf("starting the engine process %s: %w", cmd.Path, err)
 	}
-	r := &remoteEngine{cfg: cfg, m: m, log: log, cmd: cmd, conn: conn, seqs: map[uint64]*seq{}, done: make(chan struct{})}
-	fail := func(err error) (*remoteEngine, error) {
+	fail := func(err error) error {
 		conn.Close()
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
-		return nil, err
+		return err
 	}
-	js, err := json.Marshal(cfg)
+	js, err := json.Marshal(r.cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -237,9 +256,11 @@ func startRemote(cfg *Config, m *metrics, log *slog.Logger) (*remoteEngine, erro
 		return fail(errors.New(string(p)))
 	}
 	conn.SetReadDeadline(time.Time{})
-	log.Info("engine process started", "pid", cmd.Process.Pid)
+	r.cmd, r.conn = cmd, conn
+	r.pid.Store(int64(cmd.Process.Pid))
+	r.log.Info("engine process started", "pid", cmd.Process.Pid)
 	go r.read(br)
-	return r, nil
+	return nil
 }
 
 func (r *remoteEngine) write(b []byte) {
@@ -249,6 +270,12 @@ func (r *remoteEngine) write(b []byte) {
 }
 
 func (r *remoteEngine) submit(s *seq) {
+	r.once.Do(func() { r.startErr = r.spawn() })
+	if r.startErr != nil {
+		r.log.Error("starting the engine process", "err", r.startErr)
+		s.out <- token{finish: "abort", at: time.Now()}
+		return
+	}
 	r.mu.Lock()
 	r.next++
 	s.rid = r.next
@@ -295,6 +322,10 @@ func (r *remoteEngine) stats() Stats {
 // close ends the socket, which ends the engine process, and waits for it.
 func (r *remoteEngine) close() error {
 	r.closing.Store(true)
+	r.once.Do(func() { r.startErr = errEngineClosed })
+	if r.cmd == nil {
+		return nil
+	}
 	r.conn.Close()
 	<-r.done
 	exited := make(chan error, 1)

@@ -84,6 +84,11 @@ type Config struct {
 	// runs the scheduler and the steps in a child process, the engine,
 	// over a unix socket, as vLLM's V1 does (remote.go).
 	Processes int
+	// EngineLazy starts the engine process at the first generation request
+	// instead of at New, so that a tracer attached to the frontend
+	// meanwhile sees the fork (bpfbench's scheduler collector follows the
+	// children a target forks once it runs, not those it had before).
+	EngineLazy bool
 }
 
 // DefaultConfig returns the defaults of the flags.
@@ -133,6 +138,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.GRPCDelayHeaders, "grpc-delay-headers", c.GRPCDelayHeaders, "gRPC: send the response headers with the first response instead of before the prefill")
 	fs.Var(&c.Logprobs, "logprobs-profile", "synthetic top-K logprobs of a request that asks for them, the same for a prompt every time (by its hash): low, mid, high (every prompt's normalised first-token entropy in that cluster: <1/3, <2/3, ≥2/3), mixed, or low=F,mid=F,high=F (the clusters' fractions)")
 	fs.IntVar(&c.Processes, "processes", c.Processes, "1: one process; 2: a frontend (HTTP, gRPC, tokenize, detokenize, /metrics) and an engine child process (scheduler, steps, IO, CUDA calls) over a unix socket, as vLLM V1")
+	fs.BoolVar(&c.EngineLazy, "engine-lazy", c.EngineLazy, "with --processes 2: start the engine process at the first generation request instead of at startup")
 	fs.IntVar(&c.GRPCCloseAfter, "grpc-close-after", c.GRPCCloseAfter, "gRPC: end every stream (status OK) after this many responses, before its final one (0: never)")
 }
 
@@ -296,7 +302,7 @@ func (s *Server) Steps() int64 { return s.eng.stats().Steps }
 // EnginePid is the engine process's pid with Processes 2, else 0.
 func (s *Server) EnginePid() int {
 	if r, ok := s.eng.(*remoteEngine); ok {
-		return r.cmd.Process.Pid
+		return int(r.pid.Load())
 	}
 	return 0
 }
