@@ -75,8 +75,9 @@ type Session struct {
 	exitOnce    sync.Once
 	required    map[string]bool
 	meter       *overhead.Meter
-	tree        *tree // nil: no Recorder, forks are not seen
-	via         []int // the processes Follow added
+	tree        *tree    // nil: no Recorder, forks are not seen
+	children    []uint32 // the target's processes started before the session
+	via         []int    // the processes Follow added
 
 	// MeasureBefore measures the target's involuntary context switches for
 	// this long before the collectors start (attach); 0 does not (run: the
@@ -182,6 +183,10 @@ func (s *Session) Start(ctx context.Context) error {
 		started = append(started, sec)
 	}
 	s.sections = started
+	if kids := adopt(s.opts.Pid, started, s.log); len(kids) > 0 {
+		s.log.Info("following the target's child processes", "pids", kids)
+		s.children = kids
+	}
 	if s.tree != nil {
 		s.tree.start(started)
 	}
@@ -356,6 +361,9 @@ func (s *Session) Summary() map[string]any {
 		"lost_events":      s.Lost(),
 		"start_time":       s.anchor.ToWall(s.startMono),
 		"overhead":         s.Overhead(),
+	}
+	if len(s.children) > 0 {
+		out["child_processes"] = s.children
 	}
 	for _, sec := range s.sections {
 		out[sec.Name()] = sec.Summary()

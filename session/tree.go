@@ -167,3 +167,26 @@ func (s *Session) Children() (handed, dropped uint64) {
 	defer s.tree.mu.Unlock()
 	return s.tree.handed, s.tree.dropped
 }
+
+// adopt follows the target's existing descendants in every section that
+// follows by pid, the scheduler included (it learns only of forks it sees):
+// a server made of processes started before the session (vLLM's API server
+// and EngineCore) is one target.
+func adopt(pid int, sections []collectors.Section, log *slog.Logger) []uint32 {
+	var kids []uint32
+	for _, d := range Descendants(pid) {
+		kids = append(kids, uint32(d))
+	}
+	for _, k := range kids {
+		for _, sec := range sections {
+			f, ok := sec.(follower)
+			if !ok {
+				continue
+			}
+			if err := f.SetTarget(k, treeSlot, true); err != nil {
+				log.Info("following a child started before the session", "section", sec.Name(), "pid", k, "err", err)
+			}
+		}
+	}
+	return kids
+}
