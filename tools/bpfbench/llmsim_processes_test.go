@@ -16,10 +16,12 @@ import (
 	"github.com/bpfbench/bpfbench/internal/privtest"
 )
 
-// startTwoProcessSim runs `llmsim --processes 2 --engine-lazy` (built by
-// simBinaries) and returns its URL and the frontend's pid: the engine is
-// forked at the first request, once bpfbench follows the frontend.
-func startTwoProcessSim(t *testing.T, dir string) (url string, frontend, engine int) {
+// startTwoProcessSim runs `llmsim --processes 2` (built by simBinaries)
+// and returns its URL and the frontend's pid. lazy: the engine is forked at
+// the first request, once bpfbench follows the frontend (followed through
+// the scheduler's fork records); otherwise at once, before bpfbench starts
+// (followed as a child the target already has, as vLLM's EngineCore).
+func startTwoProcessSim(t *testing.T, dir string, lazy bool) (url string, frontend, engine int) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -33,8 +35,12 @@ func startTwoProcessSim(t *testing.T, dir string) (url string, frontend, engine 
 	}
 	// The frontend on CPU 1, beside the load generator; the engine is
 	// moved to CPU 0 once it runs.
-	cmd := exec.Command("taskset", "-c", "1", "llmsim", "--processes", "2", "--engine-lazy", "--addr", addr,
-		"--work", "cpu", "--itl", "10ms", "--max-num-seqs", "32", "--eos-prob", "0")
+	args := []string{"-c", "1", "llmsim", "--processes", "2", "--addr", addr,
+		"--work", "cpu", "--itl", "10ms", "--max-num-seqs", "32", "--eos-prob", "0"}
+	if lazy {
+		args = append(args, "--engine-lazy")
+	}
+	cmd := exec.Command("taskset", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -104,10 +110,20 @@ func TestRunCriticalPathTwoProcesses(t *testing.T) {
 	privtest.Require(t)
 	privtest.RequireTool(t, "taskset", "apt-get install util-linux")
 	simBinaries(t)
+	for _, lazy := range []bool{true, false} {
+		name := "engine started before the run"
+		if lazy {
+			name = "engine forked during the run"
+		}
+		t.Run(name, func(t *testing.T) { criticalPathTwoProcesses(t, lazy) })
+	}
+}
+
+func criticalPathTwoProcesses(t *testing.T, lazy bool) {
 	var problems []string
 	for attempt := 1; attempt <= 2; attempt++ {
 		dir := t.TempDir()
-		url, frontend, _ := startTwoProcessSim(t, dir)
+		url, frontend, _ := startTwoProcessSim(t, dir, lazy)
 		var busy []*exec.Cmd
 		for range 2 {
 			c := exec.Command("taskset", "-c", "0", "sh", "-c", "while :; do :; done")
