@@ -74,6 +74,10 @@ type RunConfig struct {
 	Agents       []*agent.Client
 	AgentTarget  agent.Target
 	AgentTCPPort int
+	// ViaPid is a gateway in front of the server (a proxy the load goes
+	// through): it and the processes it forked are followed too, and the
+	// report gets the time per hop (result.json "gateway").
+	ViaPid int
 }
 
 // PhaseMarks records where the phases of a scenario begin.
@@ -141,6 +145,12 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if err := checkWritable(cfg.OutDir); err != nil {
 		return nil, err
 	}
+	if cfg.ViaPid != 0 && len(cfg.Agents) > 0 {
+		return nil, errors.New("--via-pid/--via-port follow a gateway on this node: not with --agent")
+	}
+	if cfg.ViaPid != 0 && cfg.ViaPid == cfg.Pid {
+		return nil, fmt.Errorf("the gateway (pid %d) is the server itself: give the server's --pid and the proxy's --via-pid", cfg.Pid)
+	}
 	// The manifest is taken first, while the target is surely alive and
 	// before the load, whose timing its reads (hashes) would disturb.
 	man := collectManifest(cfg, log)
@@ -180,6 +190,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	}
 	var sess *session.Session
 	var remote *remoteRun
+	var via []int // the gateway's processes
 	sessCtx, stopSess := context.WithCancel(context.Background())
 	defer stopSess()
 	sessDone := make(chan error, 1)
@@ -201,6 +212,17 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 			return nil, err
 		}
 		defer sess.Close()
+		if cfg.ViaPid != 0 {
+			pids, err := sess.Follow(cfg.ViaPid)
+			if len(pids) == 0 {
+				return nil, fmt.Errorf("following the gateway: %w", err)
+			}
+			if err != nil {
+				log.Warn("following the gateway", "pids", pids, "err", err)
+			}
+			via = pids
+			stream.setGateway(newGatewayStream(cfg.Pid, pids))
+		}
 		stream.start()
 		defer stream.finish()
 		exited = sess.Exited()
@@ -351,6 +373,9 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		}
 		return ""
 	})
+	if via != nil {
+		doc.Gateway = stream.gatewayReport(res, viaComm(cfg.ViaPid), via, sm.result())
+	}
 	doc.Diagnosis = report.Diagnose(doc)
 	out.Doc = doc
 

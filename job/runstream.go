@@ -8,8 +8,10 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
 )
 
 // The streaming correlation of `bpfbench run`. Spans are joined with the
@@ -144,8 +146,9 @@ type runStream struct {
 	lag     int64
 	window  int64
 	tr      *traceStream
-	crit    *critStream  // the critical path (critpath.go)
-	now     func() int64 // the clock (CLOCK_MONOTONIC ns)
+	crit    *critStream    // the critical path (critpath.go)
+	gw      *gatewayStream // the hops through a gateway (gateway.go); nil: none
+	now     func() int64   // the clock (CLOCK_MONOTONIC ns)
 
 	stop chan struct{}
 	done chan struct{}
@@ -178,6 +181,9 @@ func (s *runStream) Record(sp collectors.Span) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.crit.record(sp)
+	if s.gw != nil {
+		s.gw.record(sp)
+	}
 	if sp.Client || sp.Kind > collectors.SpanTCP {
 		return // the critical path's alone (sends, arrivals, forks, the load generator's)
 	}
@@ -190,6 +196,23 @@ func (s *runStream) Record(sp collectors.Span) {
 		s.eng.AddActivity(a)
 	}
 	s.tr.add(sp)
+}
+
+// setGateway starts keeping what the gateway section needs.
+func (s *runStream) setGateway(g *gatewayStream) {
+	s.mu.Lock()
+	s.gw = g
+	s.mu.Unlock()
+}
+
+// gatewayReport is the gateway section, once the stream is finished.
+func (s *runStream) gatewayReport(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *report.Gateway {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gw == nil {
+		return nil
+	}
+	return s.gw.report(res, comm, via, sm)
 }
 
 // AddRecord takes a request the load generator has finished.

@@ -31,6 +31,7 @@ import (
 	"github.com/bpfbench/bpfbench/internal/caps"
 	"github.com/bpfbench/bpfbench/job/load"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/session"
 )
 
 func init() {
@@ -65,6 +66,7 @@ func newRunCmd() *cobra.Command {
 		logs              logFlags
 		cpus              *string
 		agents            agentFlags
+		via               viaFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run --target URL (--pid PID | --port PORT) --out DIR [load options]",
@@ -81,7 +83,7 @@ It takes every load option of bpfbench load.`,
 		Args:        noArgs,
 		Annotations: map[string]string{memoryBound: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, logs, *cpus, agents)
+			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, logs, *cpus, agents, via)
 		},
 	}
 	fs := cmd.Flags()
@@ -94,12 +96,13 @@ It takes every load option of bpfbench load.`,
 	logs.add(fs, "warn", true)
 	cpus = cpusFlag(fs)
 	agents.add(fs)
+	via.add(fs)
 	_ = cmd.MarkFlagDirname("out")
 	loadCompletions(cmd)
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, logs logFlags, cpus string, agents agentFlags) error {
+func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, logs logFlags, cpus string, agents agentFlags, via viaFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	cfg := opts.Config
 	logger, err := logs.logger(cmd)
@@ -125,6 +128,9 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 			}
 		}
 	} else {
+		if via.given() && !server.given() {
+			return usageError{"with --via-pid or --via-port the target URL's port is the gateway's: give the server's --pid or --port"}
+		}
 		if pid, err = server.resolve(cfg.Target, cmd); err != nil {
 			return err
 		}
@@ -134,6 +140,13 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 		if err := bpfutil.EnsureFilesystems(); err != nil {
 			logger.Warn("preparing kernel file systems", "err", err)
 		}
+	}
+	viaPid, err := via.resolve(cmd)
+	if err != nil {
+		return err
+	}
+	if viaPid != 0 && len(clients) > 0 {
+		return usageError{"--via-pid and --via-port follow a gateway on this node: not with --agent"}
 	}
 	if err := applyCPUs(cpus); err != nil {
 		return err
@@ -153,6 +166,7 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 		Readiness:     readinessChecks,
 		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
 		Agents: clients, AgentTarget: target, AgentTCPPort: target.Port,
+		ViaPid: viaPid,
 	})
 	finish()
 	if res != nil {
@@ -208,6 +222,38 @@ func exportSpans(ctx context.Context, oo otlp.Options, res *job.RunResult) error
 		exp.ExportWith(&res.Load.Config, r, extra...)
 	}
 	return exp.Shutdown(ctx)
+}
+
+// viaFlags are run's --via-pid and --via-port: a gateway (a proxy) between
+// the load and the server, followed with it.
+type viaFlags struct{ pid, port int }
+
+func (v *viaFlags) add(fs *pflag.FlagSet) {
+	fs.IntVar(&v.pid, "via-pid", 0, "a gateway in front of the server (nginx, any proxy the --target goes through): follow this `PID` and the processes it forked too, and report the time per hop (client → gateway → engine and back)")
+	fs.IntVar(&v.port, "via-port", 0, "find the gateway as the process listening on this local TCP `PORT` (as --port finds the server)")
+}
+
+func (v *viaFlags) given() bool { return v.pid != 0 || v.port != 0 }
+
+// resolve returns the gateway's pid, or 0 without --via-pid/--via-port.
+func (v *viaFlags) resolve(cmd *cobra.Command) (int, error) {
+	if v.pid != 0 && v.port != 0 {
+		return 0, usageError{"give --via-pid or --via-port, not both"}
+	}
+	if v.port != 0 {
+		pid, err := session.ListenerPid(v.port)
+		if err != nil {
+			return 0, fmt.Errorf("--via-port: %w", err)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "gateway: pid %d listens on port %d\n", pid, v.port)
+		return pid, nil
+	}
+	if v.pid != 0 {
+		if _, err := session.CheckPid(v.pid); err != nil {
+			return 0, fmt.Errorf("--via-pid: %w", err)
+		}
+	}
+	return v.pid, nil
 }
 
 // agentFlags are run's --agent options: the bpfbench daemons that follow

@@ -1,0 +1,328 @@
+package job
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
+)
+
+// gatewayRule is how the gateway section matches chunks and connections
+// across the hop, as result.json states it.
+const gatewayRule = "a request's client connection is its local port within [start, end]; its engine-side connection is, " +
+	"in request start order, the engine connection (the engine's sends to a port that is no client's) not busy with an " +
+	"earlier request that carried the most bytes within the request's window (one upstream connection per request, or " +
+	"keepalive: a connection is busy until its last send for the request it was given). Per chunk k: c = the client's read, " +
+	"r = the latest arrival on the client port at or before c, s_g = the latest gateway send on it at or before r + 200µs " +
+	"(sends over loopback are stamped after their own arrival), s_e = the latest engine send on the upstream connection " +
+	"at or before s_g + 200µs. Hops: engine → gateway = s_g − s_e (the gateway's buffering included), " +
+	"gateway → client = r − s_g, client = c − r, each floored at 0."
+
+// gatewaySlack is how far after the later event a send may be stamped
+// and still be the earlier event's (the send stamped as sendmsg returns,
+// after its receive ran inline).
+const gatewaySlack = 200_000
+
+// maxGatewaySpans bounds the sends, arrivals and episodes kept for the
+// gateway section; the rest are counted.
+const maxGatewaySpans = 1 << 21
+
+// gatewayStream keeps what the per-hop figures need: every send, client
+// arrival and blocking TCP episode, and each thread's process. Its
+// methods run under the runStream's lock.
+type gatewayStream struct {
+	via      map[uint32]bool
+	engine   uint32
+	tgid     map[uint32]uint32
+	sends    []collectors.Span
+	arrivals []collectors.Span
+	episodes []collectors.Span
+	dropped  uint64
+}
+
+func newGatewayStream(engine int, via []int) *gatewayStream {
+	g := &gatewayStream{via: map[uint32]bool{}, engine: uint32(engine), tgid: map[uint32]uint32{}}
+	for _, p := range via {
+		g.via[uint32(p)] = true
+	}
+	return g
+}
+
+func (g *gatewayStream) record(sp collectors.Span) {
+	switch sp.Kind {
+	case collectors.SpanRunqueue, collectors.SpanOffCPU:
+		if sp.Tgid != 0 && !sp.Client {
+			g.tgid[sp.Tid] = sp.Tgid
+		}
+		return
+	case collectors.SpanSend, collectors.SpanArrival:
+	case collectors.SpanTCP:
+		if !sp.Blocking {
+			return
+		}
+	default:
+		return
+	}
+	if len(g.sends)+len(g.arrivals)+len(g.episodes) >= maxGatewaySpans {
+		g.dropped++
+		return
+	}
+	switch sp.Kind {
+	case collectors.SpanSend:
+		g.sends = append(g.sends, sp)
+	case collectors.SpanArrival:
+		g.arrivals = append(g.arrivals, sp)
+	default:
+		g.episodes = append(g.episodes, sp)
+	}
+}
+
+// processOf is the thread's process, from the scheduler's spans or /proc.
+func (g *gatewayStream) processOf(tid uint32) uint32 {
+	if p, ok := g.tgid[tid]; ok {
+		return p
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(tid)) + "/status")
+	if err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "Tgid:"); ok {
+				p, _ := strconv.Atoi(strings.TrimSpace(v))
+				g.tgid[tid] = uint32(p)
+				return uint32(p)
+			}
+		}
+	}
+	g.tgid[tid] = 0
+	return 0
+}
+
+// ev is one send or arrival: its time and bytes.
+type ev struct {
+	t     int64
+	bytes uint64
+}
+
+// byPort groups times per port, sorted.
+type byPort map[uint16][]ev
+
+func (b byPort) sort() {
+	for _, es := range b {
+		sort.Slice(es, func(i, j int) bool { return es[i].t < es[j].t })
+	}
+}
+
+// in is the events of port within [from, to].
+func (b byPort) in(port uint16, from, to int64) []ev {
+	es := b[port]
+	i := sort.Search(len(es), func(i int) bool { return es[i].t >= from })
+	j := sort.Search(len(es), func(i int) bool { return es[i].t > to })
+	return es[i:j]
+}
+
+// latest is the time of the latest event at or before t, or 0.
+func latest(es []ev, t int64) int64 {
+	i := sort.Search(len(es), func(i int) bool { return es[i].t > t })
+	if i == 0 {
+		return 0
+	}
+	return es[i-1].t
+}
+
+// report builds the gateway section from the load and what was kept.
+func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *report.Gateway {
+	out := &report.Gateway{Pids: via, Comm: comm, Rule: gatewayRule}
+	var recs []*loadgen.Record
+	clientPorts := map[uint16]bool{}
+	for i := range res.Records {
+		r := &res.Records[i]
+		if r.LocalPort == 0 {
+			continue
+		}
+		clientPorts[uint16(r.LocalPort)] = true
+		if r.Success && len(r.ChunkNs) > 0 {
+			recs = append(recs, r)
+		}
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].StartNs < recs[j].StartNs })
+	eng, gw, arr := byPort{}, byPort{}, byPort{}
+	engineSends := 0
+	for _, s := range g.sends {
+		p := g.processOf(s.Tid)
+		e := ev{s.End, s.Bytes}
+		switch {
+		case clientPorts[s.Port] && (g.via[p] || p == 0):
+			gw[s.Port] = append(gw[s.Port], e)
+		case !clientPorts[s.Port] && !g.via[p] && (p == g.engine || p == 0):
+			eng[s.Port] = append(eng[s.Port], e)
+			engineSends++
+		}
+	}
+	for _, a := range g.arrivals {
+		if clientPorts[a.LocalPort] {
+			arr[a.LocalPort] = append(arr[a.LocalPort], ev{a.End, a.Bytes})
+		}
+	}
+	eng.sort()
+	gw.sort()
+	arr.sort()
+
+	busy := map[uint16]int64{}
+	var hops [3][]int64
+	clientBP := &report.HopBackpressure{Connection: "client", Kinds: map[string]int{}}
+	upBP := &report.HopBackpressure{Connection: "upstream", Kinds: map[string]int{}}
+	for _, r := range recs {
+		pc := uint16(r.LocalPort)
+		from, to := r.StartNs, r.EndNs
+		var up uint16
+		var best uint64
+		for port := range eng {
+			if b, ok := busy[port]; ok && b >= from {
+				continue
+			}
+			var n uint64
+			for _, e := range eng.in(port, from, to) {
+				n += e.bytes
+			}
+			if n > best || (n == best && n > 0 && port < up) {
+				up, best = port, n
+			}
+		}
+		if best == 0 {
+			out.RequestsUnmatched++
+			continue
+		}
+		es, gs, as := eng.in(up, from, to), gw.in(pc, from, to), arr.in(pc, from, to)
+		busy[up] = es[len(es)-1].t
+		out.Requests++
+		gr := report.GatewayRequest{Index: r.Index, ClientPort: pc, UpstreamPort: up, EngineSends: len(es), GatewaySends: len(gs), ClientArrivals: len(as)}
+		out.EngineSends += len(es)
+		out.GatewaySends += len(gs)
+		out.ClientArrivals += len(as)
+		for _, c := range r.ChunkNs {
+			out.ChunksSeen++
+			rt := latest(as, c)
+			if rt == 0 {
+				continue
+			}
+			sg := latest(gs, rt+gatewaySlack)
+			if sg == 0 {
+				continue
+			}
+			se := latest(es, sg+gatewaySlack)
+			if se == 0 {
+				continue
+			}
+			out.Chunks++
+			hops[0] = append(hops[0], max(0, sg-se))
+			hops[1] = append(hops[1], max(0, rt-sg))
+			hops[2] = append(hops[2], max(0, c-rt))
+		}
+		for _, ep := range g.episodes {
+			if ep.End < from || ep.Start > to {
+				continue
+			}
+			d := float64(min(ep.End, to)-max(ep.Start, from)) / 1e6
+			switch ep.Port {
+			case pc:
+				clientBP.Kinds[ep.Detail]++
+				clientBP.Ms += d
+				gr.ClientBlockMs += d
+			case up:
+				upBP.Kinds[ep.Detail]++
+				upBP.Ms += d
+				gr.UpBlockMs += d
+			}
+		}
+		if gr.ClientBlockMs > 0 {
+			clientBP.Requests = append(clientBP.Requests, r.Index)
+		}
+		if gr.UpBlockMs > 0 {
+			upBP.Requests = append(upBP.Requests, r.Index)
+		}
+		out.PerRequest = append(out.PerRequest, gr)
+	}
+	for i, name := range []string{"engine → gateway", "gateway → client", "client"} {
+		out.Hops = append(out.Hops, hopOf(name, hops[i]))
+	}
+	if out.GatewaySends > 0 {
+		out.EngineSendsPerGatewaySend = float64(out.EngineSends) / float64(out.GatewaySends)
+	}
+	if out.Requests > 0 {
+		out.ArrivalsPerRequest = float64(out.ClientArrivals) / float64(out.Requests)
+	}
+	out.Buffering = out.EngineSendsPerGatewaySend >= report.BufferingRatio
+	for _, bp := range []*report.HopBackpressure{clientBP, upBP} {
+		if len(bp.Kinds) > 0 {
+			out.Backpressure = append(out.Backpressure, *bp)
+		}
+	}
+	out.Throughput = gatewayThroughput(res, sm, engineSends)
+	return out
+}
+
+// gatewayThroughput is requests/s and tokens/s at the gateway (the load's)
+// and at the engine (its /metrics' generation tokens, else its sends).
+func gatewayThroughput(res *loadgen.Result, sm *enginemetrics.Result, engineSends int) report.Throughput {
+	var t report.Throughput
+	dur := float64(res.EndNs-res.StartNs) / 1e9
+	if dur <= 0 {
+		return t
+	}
+	var reqs, toks float64
+	for i := range res.Records {
+		r := &res.Records[i]
+		if !r.Success {
+			continue
+		}
+		reqs++
+		if len(r.ChunkTokens) > 0 {
+			for _, n := range r.ChunkTokens {
+				toks += float64(n)
+			}
+		} else {
+			toks += float64(len(r.ChunkNs))
+		}
+	}
+	t.GatewayRequestsPerS, t.GatewayTokensPerS = reqs/dur, toks/dur
+	if sm != nil {
+		if v, ok := sm.Overall[enginemetrics.GenerationTokens]; ok && v > 0 {
+			t.EngineSource = "server_metrics"
+			t.EngineTokensPerS = v / dur
+			return t
+		}
+	}
+	t.EngineSource = "engine sends"
+	t.EngineSendsPerS = float64(engineSends) / dur
+	return t
+}
+
+func hopOf(name string, ns []int64) report.Hop {
+	h := report.Hop{Name: name, Count: len(ns)}
+	if len(ns) == 0 {
+		return h
+	}
+	slices.Sort(ns)
+	var sum int64
+	for _, v := range ns {
+		sum += v
+	}
+	h.MeanMs = ms(sum) / float64(len(ns))
+	h.P50Ms, h.P99Ms, h.MaxMs = ms(quantile(ns, 0.5)), ms(quantile(ns, 0.99)), ms(ns[len(ns)-1])
+	return h
+}
+
+// viaComm is the gateway's command name, for the report.
+func viaComm(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
