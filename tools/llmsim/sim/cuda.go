@@ -168,6 +168,17 @@ func (d *cudaDriver) step(batch int) error {
 	return nil
 }
 
+// allocKV allocates n bytes of device memory for a sequence's KV cache
+// with cuMemAlloc_v2 and returns its CUresult: CUDA_ERROR_OUT_OF_MEMORY (2)
+// once the device's memory is used up.
+func (d *cudaDriver) allocKV(n int64) (dptr uint64, r int32) {
+	r = d.cuMemAlloc(&dptr, uintptr(n))
+	return dptr, r
+}
+
+// freeKV frees what allocKV allocated.
+func (d *cudaDriver) freeKV(dptr uint64) { d.cuMemFree(dptr) }
+
 // close frees the device buffer and the context.
 func (d *cudaDriver) close() {
 	if d.dptr != 0 {

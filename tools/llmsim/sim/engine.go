@@ -30,7 +30,16 @@ type seq struct {
 	prefilled bool
 	generated int
 	canceled  atomic.Bool
+	kv        uint64 // its KV cache on the device (Config.KVBytesPerSeq), 0: none; the engine's thread only
 }
+
+// finishOOM is the one token of a sequence the engine could not admit
+// because its KV cache allocation failed (out of device memory): its
+// request fails.
+const finishOOM = "out_of_memory"
+
+// oomMessage is the error a request whose KV cache allocation failed gets.
+const oomMessage = "CUDA out of memory: cuMemAlloc_v2 could not allocate the KV cache of this request"
 
 // engine is a continuous-batching scheduler: a waiting queue, at most
 // MaxNumSeqs running sequences, and a loop of steps. A step prefills the
@@ -78,6 +87,9 @@ func (o localOut) stepDone(d time.Duration, cache float64) {
 	o.m.cacheUsage(cache)
 }
 func (o localOut) token(s *seq, t token, prompt int) {
+	if t.finish == finishOOM {
+		o.m.kvAllocFailures.Inc()
+	}
 	if prompt > 0 {
 		o.m.promptTokens.Add(float64(prompt))
 	}
@@ -134,8 +146,35 @@ func (e *engine) start(ctx context.Context) error {
 	return <-errc
 }
 
+// allocKV allocates s's KV cache (Config.KVBytesPerSeq) on the device;
+// false: out of memory. On the engine's thread.
+func (e *engine) allocKV(s *seq) bool {
+	if e.cfg.KVBytesPerSeq <= 0 || e.cuda == nil {
+		return true
+	}
+	p, r := e.cuda.allocKV(e.cfg.KVBytesPerSeq)
+	if r != 0 {
+		return false
+	}
+	s.kv = p
+	return true
+}
+
+// freeKV frees s's KV cache, if it has one. On the engine's thread.
+func (e *engine) freeKV(s *seq) {
+	if s.kv != 0 {
+		e.cuda.freeKV(s.kv)
+		s.kv = 0
+	}
+}
+
 func (e *engine) loop(ctx context.Context) {
-	var ioErrLogged, cudaErrLogged bool
+	var ioErrLogged, cudaErrLogged, oomLogged bool
+	defer func() {
+		for _, s := range e.running {
+			e.freeKV(s)
+		}
+	}()
 	for {
 		e.mu.Lock()
 		for len(e.waiting) == 0 && len(e.running) == 0 {
@@ -152,11 +191,14 @@ func (e *engine) loop(ctx context.Context) {
 		for _, s := range e.running {
 			if !s.canceled.Load() {
 				live = append(live, s)
+			} else {
+				e.freeKV(s)
 			}
 		}
 		clear(e.running[len(live):])
 		e.running = live
 		now := time.Now()
+		var oom []*seq
 		for len(e.running) < e.cfg.MaxNumSeqs && len(e.waiting) > 0 {
 			s := e.waiting[0]
 			e.waiting[0] = nil
@@ -166,6 +208,10 @@ func (e *engine) loop(ctx context.Context) {
 			}
 			s.admitted = now
 			e.out.admitted(now.Sub(s.arrival))
+			if !e.allocKV(s) {
+				oom = append(oom, s)
+				continue
+			}
 			e.running = append(e.running, s)
 		}
 		if len(e.waiting) == 0 {
@@ -174,6 +220,16 @@ func (e *engine) loop(ctx context.Context) {
 		batch := append([]*seq(nil), e.running...)
 		e.out.waiting(len(e.waiting))
 		e.mu.Unlock()
+		// The sequences whose KV cache did not fit fail (before running:
+		// with no batch, running ends the frame of the engine process).
+		for _, s := range oom {
+			if !oomLogged {
+				e.log.Error("allocating a sequence's KV cache", "bytes", e.cfg.KVBytesPerSeq, "err", "CUDA_ERROR_OUT_OF_MEMORY")
+				oomLogged = true
+			}
+			s.canceled.Store(true)
+			e.out.token(s, token{finish: finishOOM, at: now}, 0)
+		}
 		e.out.running(len(batch))
 		if len(batch) == 0 {
 			continue
@@ -251,6 +307,7 @@ func (e *engine) loop(ctx context.Context) {
 			e.out.token(s, tok, prompt)
 			if tok.finish != "" {
 				s.canceled.Store(true) // leaves the batch at the next step
+				e.freeKV(s)
 				finished++
 			}
 		}

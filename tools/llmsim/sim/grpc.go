@@ -333,6 +333,9 @@ func (g *grpcService) generate(ctx context.Context, q grpcRequest, fault string,
 		case <-ctx.Done():
 			return nil
 		}
+		if t.finish == finishOOM {
+			return status.Error(codes.ResourceExhausted, oomMessage)
+		}
 		n++
 		s.observeToken(t, sq, &first, &last)
 		text = append(append(text[:0], ' '), words[t.index%len(words)]...)

@@ -38,6 +38,7 @@ import (
 //	engine → frontend  's' a step: steps, io_errors, cuda_errors i64; waiting, running i32;
 //	                       duration i64 ns (-1: no step ran); cache f64; end i64 (CLOCK_MONOTONIC ns);
 //	                       generated u32; n u32 queue times i64 ns; n u32 tokens {rid u64, index u32, finish u8, prompt u32}
+//	                       (finish: 0 none, 1 length, 2 stop, 3 out of memory: the KV cache allocation failed)
 //
 // One request is a 'q' frame; each step's tokens go out in one 's' frame
 // written by the engine's thread as the step ends, and the frontend hands
@@ -140,7 +141,7 @@ func (d *dec) u32() uint32 { return binary.LittleEndian.Uint32(d.take(4)) }
 func (d *dec) u64() uint64 { return binary.LittleEndian.Uint64(d.take(8)) }
 func (d *dec) i64() int64  { return int64(d.u64()) }
 
-var finishes = []string{"", "length", "stop"}
+var finishes = []string{"", "length", "stop", finishOOM}
 
 func finishCode(f string) byte {
 	for i, s := range finishes {
@@ -398,6 +399,9 @@ func (r *remoteEngine) step(p []byte) error {
 		t := token{index: int(index), at: at}
 		if int(fin) < len(finishes) {
 			t.finish = finishes[fin]
+		}
+		if t.finish == finishOOM {
+			r.m.kvAllocFailures.Inc()
 		}
 		r.mu.Lock()
 		s := r.seqs[rid]

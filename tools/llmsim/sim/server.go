@@ -61,12 +61,17 @@ type Config struct {
 	IOBytes         int
 	CUDALib         string
 	CUDAKernelIters int
-	FailRate        float64
-	StallRate       float64
-	CutRate         float64
-	MalformedRate   float64
-	ErrorRate       float64
-	Seed            uint64
+	// KVBytesPerSeq, with CUDALib, is the device memory each sequence's KV
+	// cache takes: allocated (cuMemAlloc_v2) when the engine admits it,
+	// freed when it ends; a request whose allocation fails gets an error
+	// ("CUDA out of memory"), as from a real engine. 0: no allocation.
+	KVBytesPerSeq int64
+	FailRate      float64
+	StallRate     float64
+	CutRate       float64
+	MalformedRate float64
+	ErrorRate     float64
+	Seed          uint64
 	// DelayHeaders holds the HTTP response headers until the first chunk
 	// (they go out in its write) instead of sending them before the
 	// prefill; GRPCDelayHeaders does the same on the gRPC side, and
@@ -128,6 +133,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.IOBytes, "io-bytes", c.IOBytes, "bytes read from --io-file per step")
 	fs.StringVar(&c.CUDALib, "cuda-lib", c.CUDALib, "dlopen this CUDA driver library (libcuda.so.1 or tools/cudastub) and call it at every step")
 	fs.IntVar(&c.CUDAKernelIters, "cuda-kernel-iters", c.CUDAKernelIters, "loop length of the step kernel on a real GPU")
+	fs.Int64Var(&c.KVBytesPerSeq, "kv-bytes-per-seq", c.KVBytesPerSeq, "with --cuda-lib: allocate this many bytes of device memory (cuMemAlloc_v2) for each sequence's KV cache when the engine admits it, freed when it ends; a request whose allocation fails (out of memory) fails with HTTP 500 or an error in its stream (0: off)")
 	fs.Float64Var(&c.FailRate, "fail-rate", c.FailRate, "fraction of requests answered with HTTP 500")
 	fs.Float64Var(&c.StallRate, "stall-rate", c.StallRate, "fraction of requests that stall after their first token")
 	fs.Float64Var(&c.CutRate, "cut-rate", c.CutRate, "fraction of requests whose connection is cut after their first token")
@@ -154,6 +160,10 @@ func (c *Config) validate() error {
 		return errors.New("durations must not be negative")
 	case c.GRPCCloseAfter < 0:
 		return errors.New("--grpc-close-after must not be negative")
+	case c.KVBytesPerSeq < 0:
+		return errors.New("--kv-bytes-per-seq must not be negative")
+	case c.KVBytesPerSeq > 0 && c.CUDALib == "":
+		return errors.New("--kv-bytes-per-seq allocates device memory: it needs --cuda-lib (libcuda.so.1 or tools/cudastub's)")
 	case c.Processes != 1 && c.Processes != 2:
 		return fmt.Errorf("--processes %d: use 1 or 2", c.Processes)
 	}
@@ -171,6 +181,7 @@ type metrics struct {
 	e2e, queueTime   prometheus.Histogram
 	stepDuration     prometheus.Histogram
 	faults           *prometheus.CounterVec
+	kvAllocFailures  prometheus.Counter
 }
 
 func (m *metrics) cacheUsage(v float64) {
@@ -212,6 +223,7 @@ func newMetrics(model string) *metrics {
 		e2e:              h("vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds."),
 		queueTime:        h("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request."),
 		stepDuration:     h("llmsim_step_duration_seconds", "Duration of one engine step (prefill and decode)."),
+		kvAllocFailures:  c("llmsim_kv_alloc_failures_total", "Requests failed because their KV cache allocation (cuMemAlloc_v2, --kv-bytes-per-seq) ran out of device memory."),
 	}
 	m.success = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "vllm:request_success_total", Help: "Count of successfully processed requests.", ConstLabels: l}, []string{"finished_reason"})
 	m.faults = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "llmsim_injected_faults_total", Help: "Faults injected, by kind.", ConstLabels: l}, []string{"kind"})
@@ -671,6 +683,12 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sq *seq, chat bo
 		// Coalesce what the engine already produced: one write, one flush.
 		cw.buf = cw.buf[:0]
 		for {
+			if t.finish == finishOOM {
+				// The headers are out: the error goes in the stream.
+				w.Write(append(cw.buf, "data: {\"object\":\"error\",\"error\":{\"message\":\""+oomMessage+"\",\"type\":\"internal_server_error\",\"code\":500}}\n\ndata: [DONE]\n\n"...))
+				rc.Flush()
+				return
+			}
 			cw.token(t, sq.promptLen, continuous)
 			n++
 			s.observeToken(t, sq, &first, &last)
@@ -745,6 +763,10 @@ func (s *Server) complete(w http.ResponseWriter, r *http.Request, sq *seq, chat 
 	for finish == "" {
 		select {
 		case t := <-sq.out:
+			if t.finish == finishOOM {
+				writeError(w, http.StatusInternalServerError, "internal_server_error", "", oomMessage)
+				return
+			}
 			text.WriteString(" " + words[t.index%len(words)])
 			n++
 			s.observeToken(t, sq, &first, &last)
