@@ -1,0 +1,303 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/session"
+)
+
+// freePort is a local TCP port nobody listens on (now).
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// waitHTTP waits until url answers, or fails t with the log's text.
+func waitHTTP(t *testing.T, url, log string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("%s did not answer:\n%s", url, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startSimProcess runs bin/llmsim as its own process; it returns its
+// address and pid.
+func startSimProcess(t *testing.T, dir string) (addr string, pid int) {
+	t.Helper()
+	addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	logf, err := os.Create(filepath.Join(dir, "llmsim.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("llmsim", "--addr", addr, "--itl", "2ms")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		logf.Close()
+	})
+	waitHTTP(t, "http://"+addr+"/health", logf.Name())
+	return addr, cmd.Process.Pid
+}
+
+// startNginx runs nginx in the foreground (its master and one worker) in
+// front of upstream with proxy buffering on or off, its config, logs, pid
+// file and temp files in a directory of its own; it returns the port it
+// listens on. The client-facing sockets have a small send buffer so that
+// a slow reader's backpressure reaches the upstream connection quickly.
+func startNginx(t *testing.T, bin, dir, upstream string, buffering bool) int {
+	t.Helper()
+	nd := filepath.Join(dir, "nginx")
+	if err := os.MkdirAll(nd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	// Buffering on as a proxy in front of a streaming server is often
+	// configured: large buffers, and output held until a packet's worth.
+	onOff := "off"
+	if buffering {
+		onOff = "on;\n\t\t\tproxy_buffers 8 16k;\n\t\t\tpostpone_output 4096"
+	}
+	conf := fmt.Sprintf(`daemon off;
+master_process on;
+worker_processes 1;
+user root;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log info;
+events { worker_connections 256; }
+http {
+	access_log %[1]s/access.log;
+	client_body_temp_path %[1]s/body;
+	proxy_temp_path %[1]s/proxy;
+	fastcgi_temp_path %[1]s/fastcgi;
+	uwsgi_temp_path %[1]s/uwsgi;
+	scgi_temp_path %[1]s/scgi;
+	server {
+		listen 127.0.0.1:%[2]d sndbuf=8k;
+		location / {
+			proxy_pass http://%[3]s;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering %[4]s;
+			proxy_read_timeout 60s;
+		}
+	}
+}
+`, nd, port, upstream, onOff)
+	cf := filepath.Join(nd, "nginx.conf")
+	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logf, err := os.Create(filepath.Join(nd, "stderr.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", nd, "-c", cf, "-e", filepath.Join(nd, "error.log"))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group: the workers go with the master.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+		logf.Close()
+		if t.Failed() {
+			b, _ := os.ReadFile(filepath.Join(nd, "error.log"))
+			t.Logf("nginx error.log:\n%s", b)
+		}
+	})
+	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", port), filepath.Join(nd, "error.log"))
+	return port
+}
+
+// gatewayRun is `bpfbench run` through nginx in front of llmsim.
+func gatewayRun(t *testing.T, nginx, simAddr string, simPid int, buffering bool) *report.Gateway {
+	t.Helper()
+	dir := t.TempDir()
+	port := startNginx(t, nginx, dir, simAddr, buffering)
+	out := filepath.Join(dir, "run")
+	code, stdout, stderr := runCLI("run", "--target", fmt.Sprintf("http://127.0.0.1:%d", port), "--pid", strconv.Itoa(simPid),
+		"--via-port", strconv.Itoa(port), "--num-requests", "12", "--rate", "4", "--output-len", "64", "--ignore-eos",
+		"--no-progress", "--out", out)
+	t.Logf("proxy_buffering %v:\n%s", buffering, stdout)
+	if code != 0 {
+		t.Fatalf("run exit %d: %s", code, stderr)
+	}
+	doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := doc.Gateway
+	if g == nil {
+		t.Fatalf("result.json has no gateway section")
+	}
+	if len(g.Pids) < 2 || g.Comm != "nginx" {
+		t.Errorf("gateway pids %v (%s): want nginx's master and its worker", g.Pids, g.Comm)
+	}
+	if g.Requests < 10 || g.Chunks == 0 {
+		t.Fatalf("gateway: %d requests matched (%d not), %d chunks timed of %d", g.Requests, g.RequestsUnmatched, g.Chunks, g.ChunksSeen)
+	}
+	for _, h := range g.Hops {
+		if h.Count == 0 {
+			t.Errorf("hop %q timed no chunk", h.Name)
+		}
+	}
+	if g.Throughput.GatewayTokensPerS <= 0 || g.Throughput.EngineSource == "" {
+		t.Errorf("throughput %+v", g.Throughput)
+	}
+	if doc.CriticalPath == nil || doc.CriticalPath.Stats.Sends == 0 {
+		t.Errorf("the critical path was fed no send (the gateway's on the client connections)")
+	}
+	return g
+}
+
+// nginx in front of llmsim, with proxy buffering on and off: the per-hop
+// figures are there in both runs and the buffering flag follows the
+// engine sends per gateway send (logged for both). Then a slow-reading
+// client behind the gateway: its backpressure shows on its own connection
+// in both, and on the engine's connection towards the gateway only
+// without buffering (less with it).
+func TestRunThroughGateway(t *testing.T) {
+	privtest.Require(t)
+	nginx := privtest.RequireTool(t, "nginx", "apt-get install nginx-light")
+	simBinaries(t)
+	simAddr, simPid := startSimProcess(t, t.TempDir())
+
+	on := gatewayRun(t, nginx, simAddr, simPid, true)
+	off := gatewayRun(t, nginx, simAddr, simPid, false)
+	t.Logf("buffering on: %.2f engine sends per gateway send, %.1f client arrivals per request; off: %.2f, %.1f",
+		on.EngineSendsPerGatewaySend, on.ArrivalsPerRequest, off.EngineSendsPerGatewaySend, off.ArrivalsPerRequest)
+	// The figure is measured, not asserted: nginx's buffering reads the
+	// upstream ahead but writes to a client that keeps up as soon as it
+	// has read (its event pipe flushes when the upstream has nothing more).
+	for name, g := range map[string]*report.Gateway{"on": on, "off": off} {
+		if g.Buffering != (g.EngineSendsPerGatewaySend >= report.BufferingRatio) {
+			t.Errorf("buffering %s: flag %v for %.2f engine sends per gateway send", name, g.Buffering, g.EngineSendsPerGatewaySend)
+		}
+	}
+
+	// A slow reader behind the gateway: with buffering off its
+	// backpressure reaches the engine's connection to the gateway; with
+	// buffering on the gateway takes the response and the engine is not
+	// held back. Both send the held chunks in bursts after the pause
+	// (logged: several engine sends per gateway send either way).
+	slowOff := slowClientRun(t, nginx, simAddr, simPid, false)
+	slowOn := slowClientRun(t, nginx, simAddr, simPid, true)
+	if slowOff.ClientBlockMs <= 0 || slowOn.ClientBlockMs <= 0 {
+		t.Errorf("backpressure on the slow reader's own connection: buffering off %.1f ms, on %.1f ms; want both", slowOff.ClientBlockMs, slowOn.ClientBlockMs)
+	}
+	if slowOff.UpBlockMs <= 0 {
+		t.Errorf("buffering off: no backpressure on the engine's connection towards the gateway for the slow reader")
+	}
+	if slowOn.UpBlockMs >= slowOff.UpBlockMs {
+		t.Errorf("upstream backpressure of the slow reader: buffering on %.1f ms, off %.1f ms: want less with buffering", slowOn.UpBlockMs, slowOff.UpBlockMs)
+	}
+	ratio := func(r *report.GatewayRequest) float64 {
+		return float64(r.EngineSends) / float64(max(r.GatewaySends, 1))
+	}
+	t.Logf("slow reader: engine sends per gateway send, buffering on %.1f, off %.1f; client arrivals on %d, off %d",
+		ratio(slowOn), ratio(slowOff), slowOn.ClientArrivals, slowOff.ClientArrivals)
+}
+
+// slowClientRun is a run through nginx (buffering on or off) in which one
+// request reads slowly; it returns that request's legs.
+func slowClientRun(t *testing.T, nginx, simAddr string, simPid int, buffering bool) *report.GatewayRequest {
+	t.Helper()
+	var out *report.GatewayRequest
+	t.Run(fmt.Sprintf("slow client buffering %v", buffering), func(t *testing.T) {
+		dir := t.TempDir()
+		port := startNginx(t, nginx, dir, simAddr, buffering)
+		viaPid, err := session.ListenerPid(port)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n, slow = 8, 3
+		reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: 64}, n, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range reqs {
+			reqs[i].OffsetNs = -1
+		}
+		reqs[slow].OutputLen = 1500
+		reqs[slow].SlowRead = 3 * time.Second
+		lc := loadgen.DefaultConfig()
+		lc.Target = fmt.Sprintf("http://127.0.0.1:%d", port)
+		lc.Requests, lc.NumRequests, lc.Rate, lc.Constant, lc.IgnoreEOS = reqs, n, 2, true, true
+		lc.Timeout = time.Minute
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		res, err := job.Run(ctx, job.RunConfig{Load: lc, Pid: simPid, ViaPid: viaPid, OutDir: filepath.Join(dir, "run"), Sections: sessionSections()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := res.Doc.Gateway
+		if g == nil {
+			t.Fatal("no gateway section")
+		}
+		var slowReq *report.GatewayRequest
+		for i := range g.PerRequest {
+			if g.PerRequest[i].Index == slow {
+				slowReq = &g.PerRequest[i]
+			}
+		}
+		t.Logf("backpressure %+v; slow request %+v", g.Backpressure, slowReq)
+		if slowReq == nil {
+			t.Fatalf("the slow reader (request %d) was not matched to an engine connection", slow)
+		}
+		if buffering {
+			out = slowReq
+			return
+		}
+		for _, r := range g.PerRequest {
+			if r.Index != slow && r.UpBlockMs > 0 {
+				t.Errorf("request %d, read at once, has %.1f ms of upstream backpressure", r.Index, r.UpBlockMs)
+			}
+		}
+		out = slowReq
+	})
+	if out == nil {
+		t.FailNow()
+	}
+	return out
+}
