@@ -23,7 +23,8 @@ const gatewayRule = "a request's client connection is its local port within [sta
 	"r = the latest arrival on the client port at or before c, s_g = the latest gateway send on it at or before r + 200µs " +
 	"(sends over loopback are stamped after their own arrival), s_e = the latest engine send on the upstream connection " +
 	"at or before s_g + 200µs. Hops: engine → gateway = s_g − s_e (the gateway's buffering included), " +
-	"gateway → client = r − s_g, client = c − r, each floored at 0."
+	"gateway → client = r − s_g, client = c − r, each floored at 0 (inline_gateway_sends: the chunks whose gateway send " +
+	"was stamped after the client's arrival, loopback's inline receive: their gateway → client hop is below resolution)."
 
 // gatewaySlack is how far after the later event a send may be stamped
 // and still be the earlier event's (the send stamped as sendmsg returns,
@@ -220,6 +221,9 @@ func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *
 				continue
 			}
 			out.Chunks++
+			if sg > rt {
+				out.InlineGatewaySends++
+			}
 			hops[0] = append(hops[0], max(0, sg-se))
 			hops[1] = append(hops[1], max(0, rt-sg))
 			hops[2] = append(hops[2], max(0, c-rt))

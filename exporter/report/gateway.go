@@ -20,6 +20,10 @@ type Gateway struct {
 	// Chunks is the chunks with all four times found, of ChunksSeen.
 	Chunks     int `json:"chunks"`
 	ChunksSeen int `json:"chunks_seen"`
+	// InlineGatewaySends is the chunks whose gateway send was stamped
+	// after the client's arrival (over loopback the receive runs inside
+	// the send): their gateway → client hop reads 0.
+	InlineGatewaySends int `json:"inline_gateway_sends"`
 	// Requests is the requests matched to an engine-side connection.
 	Requests          int `json:"requests"`
 	RequestsUnmatched int `json:"requests_unmatched"`
@@ -99,7 +103,11 @@ func (d *Document) gatewayLines() []string {
 	out := []string{fmt.Sprintf("gateway pid %v (%s): %d of %d requests matched to an engine connection, %d of %d chunks timed on every leg",
 		g.Pids, g.Comm, g.Requests, g.Requests+g.RequestsUnmatched, g.Chunks, g.ChunksSeen)}
 	for _, h := range g.Hops {
-		out = append(out, fmt.Sprintf("%s: mean %s, p50 %s, p99 %s per chunk", h.Name, fmtMs(h.MeanMs), fmtMs(h.P50Ms), fmtMs(h.P99Ms)))
+		l := fmt.Sprintf("%s: mean %s, p50 %s, p99 %s per chunk", h.Name, fmtMs(h.MeanMs), fmtMs(h.P50Ms), fmtMs(h.P99Ms))
+		if h.Name == "gateway → client" && g.InlineGatewaySends > 0 {
+			l += fmt.Sprintf(" (%d chunks sent inline with their arrival: below resolution)", g.InlineGatewaySends)
+		}
+		out = append(out, l)
 	}
 	b := fmt.Sprintf("%.2f engine sends per gateway send, %.1f client arrivals per request", g.EngineSendsPerGatewaySend, g.ArrivalsPerRequest)
 	if g.Buffering {
