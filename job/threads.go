@@ -52,6 +52,13 @@ func (t *threadNames) name(tid uint32) string {
 	}
 	t.scan()
 	n, ok := t.names[tid]
+	if !ok {
+		// A thread of another followed process (a child, a gateway):
+		// /proc/TID is there for every thread, listed or not.
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", tid)); err == nil {
+			n, ok = strings.TrimSpace(string(b)), true
+		}
+	}
 	if !ok || n == "" {
 		n = fmt.Sprintf("thread %d", tid)
 	}

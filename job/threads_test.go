@@ -35,6 +35,11 @@ func TestThreadNames(t *testing.T) {
 	if got := tn.name(1 << 30); got != "thread 1073741824" {
 		t.Errorf("unknown thread: %q", got)
 	}
+	// A thread of another process is named too (a child, a gateway).
+	other := newThreadNames(1)
+	if got := other.name(uint32(tid)); got != "kv-prefetch" {
+		t.Errorf("a thread of another process: %q", got)
+	}
 	var none *threadNames
 	if got := none.name(7); got != "thread 7" {
 		t.Errorf("no namer: %q", got)
