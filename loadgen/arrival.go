@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 )
@@ -93,4 +94,51 @@ func gamma(rng *rand.Rand, shape float64) float64 {
 			return d * v
 		}
 	}
+}
+
+// pacer sends the i-th request or conversation of a run at its time: from
+// the precomputed offsets, or drawn as it goes in duration mode; it waits
+// for a slot under --max-concurrency and stops at the run's deadline or
+// end (wait returns false, and then holds no slot).
+type pacer struct {
+	ctx          context.Context
+	arr          *Arrivals
+	offsets      []int64
+	start        int64
+	deadline     int64 // 0: none
+	durationMode bool
+	sem          chan struct{} // nil: no concurrency limit
+	nextOffset   float64
+}
+
+// wait blocks until the i-th send is due and a slot is free; it returns
+// the time it was due, or false when the run is over.
+func (p *pacer) wait(i int) (int64, bool) {
+	var at int64
+	if p.durationMode {
+		at = p.start + int64(p.nextOffset*1e9)
+		p.nextOffset += p.arr.Next()
+	} else {
+		at = p.start + p.offsets[i]
+	}
+	if p.deadline > 0 && at >= p.deadline {
+		return 0, false
+	}
+	if !sleepUntil(at, p.ctx.Done()) {
+		return 0, false
+	}
+	if p.sem != nil {
+		select {
+		case p.sem <- struct{}{}:
+		case <-p.ctx.Done():
+			return 0, false
+		}
+	}
+	if p.deadline > 0 && Mono() >= p.deadline {
+		if p.sem != nil {
+			<-p.sem
+		}
+		return 0, false
+	}
+	return at, true
 }

@@ -477,33 +477,10 @@ func (m *multiturnRun) run(ctx context.Context, cfg *Config, client *Client, arr
 	if !durationMode {
 		offsets = arr.Offsets(len(m.convs))
 	}
-	nextOffset := 0.0
-dispatch:
+	p := &pacer{ctx: ctx, arr: arr, offsets: offsets, start: start, deadline: deadline, durationMode: durationMode, sem: sem}
 	for i := 0; durationMode || i < len(m.convs); i++ {
-		var at int64
-		if durationMode {
-			at = start + int64(nextOffset*1e9)
-			nextOffset += arr.Next()
-		} else {
-			at = start + offsets[i]
-		}
-		if deadline > 0 && at >= deadline {
-			break
-		}
-		if !sleepUntil(at, ctx.Done()) {
-			break
-		}
-		if sem != nil {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				break dispatch
-			}
-		}
-		if deadline > 0 && Mono() >= deadline {
-			if sem != nil {
-				<-sem
-			}
+		at, ok := p.wait(i)
+		if !ok {
 			break
 		}
 		wg.Add(1)

@@ -446,39 +446,16 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Duration > 0 {
 		deadline = start + int64(cfg.Duration)
 	}
-	nextOffset := 0.0
 	if mt != nil {
 		records = mt.run(ctx, &cfg, client, arr, start, deadline, sem, durationMode)
 	}
-dispatch:
+	p := &pacer{ctx: ctx, arr: arr, offsets: offsets, start: start, deadline: deadline, durationMode: durationMode, sem: sem}
 	for i := 0; mt == nil; i++ {
 		if !durationMode && i >= len(reqs) {
 			break
 		}
-		var at int64
-		if durationMode {
-			at = start + int64(nextOffset*1e9)
-			nextOffset += arr.Next()
-		} else {
-			at = start + offsets[i]
-		}
-		if deadline > 0 && at >= deadline {
-			break
-		}
-		if !sleepUntil(at, ctx.Done()) {
-			break
-		}
-		if sem != nil {
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				break dispatch
-			}
-		}
-		if deadline > 0 && Mono() >= deadline {
-			if sem != nil {
-				<-sem
-			}
+		at, ok := p.wait(i)
+		if !ok {
 			break
 		}
 		rec := &Record{
