@@ -13,6 +13,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -70,12 +72,33 @@ func (c *CPU) Validate() error {
 			}
 		}
 	}
+	n := possibleCPUs()
 	for _, cpu := range c.CPUs {
-		if cpu < 0 || cpu >= runtime.NumCPU() {
-			return fmt.Errorf("CPU %d does not exist (this machine has %d)", cpu, runtime.NumCPU())
+		if cpu < 0 || cpu >= n {
+			return fmt.Errorf("CPU %d does not exist (this machine has %d)", cpu, n)
 		}
 	}
 	return nil
+}
+
+// possibleCPUs is the machine's CPU count, not this process's share of it
+// (runtime.NumCPU counts the CPUs this process was started allowed on: a
+// bpfbench under taskset would refuse the CPUs it was kept off).
+func possibleCPUs() int {
+	b, err := os.ReadFile("/sys/devices/system/cpu/possible")
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	// "0-3" or "0": the last number is the highest CPU.
+	f := strings.FieldsFunc(strings.TrimSpace(string(b)), func(r rune) bool { return r == '-' || r == ',' })
+	if len(f) == 0 {
+		return runtime.NumCPU()
+	}
+	hi, err := strconv.Atoi(f[len(f)-1])
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	return max(hi+1, runtime.NumCPU())
 }
 
 // Run burns CPU until ctx is done, then reports. Its threads exit with it.

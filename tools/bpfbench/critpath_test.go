@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os/exec"
 	"path/filepath"
@@ -39,7 +40,7 @@ func TestRunCriticalPathCPUContention(t *testing.T) {
 			pids[uint32(c.Process.Pid)] = true
 		}
 		out := filepath.Join(dir, "run")
-		code, stdout, stderr := runCLI("run", "--target", sim.URL, "--pid", strconv.Itoa(sim.Pid()),
+		code, stdout, stderr := runCLIChild("run", "--target", sim.URL, "--pid", strconv.Itoa(sim.Pid()),
 			"--num-requests", "24", "--rate", "4", "--output-len", "32", "--cpus", "1", "--out", out)
 		for _, c := range busy {
 			_ = c.Process.Kill()
@@ -75,4 +76,20 @@ func TestRunCriticalPathCPUContention(t *testing.T) {
 		}
 	}
 	t.Errorf("critical path under CPU contention: %v", problems)
+}
+
+// runCLIChild runs the CLI as a child process: for options that change the
+// whole process (--cpus restricts every thread of bpfbench), which must not
+// outlive the command in this test process.
+func runCLIChild(args ...string) (code int, stdout, stderr string) {
+	var o, e bytes.Buffer
+	cmd := cliCmd(args...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = cmd.ProcessState.ExitCode()
+	if err != nil && code == 0 {
+		code = -1
+		e.WriteString(err.Error())
+	}
+	return code, o.String(), e.String()
 }

@@ -54,7 +54,7 @@ func TestRealEngineRunAndAttach(t *testing.T) {
 		}
 		done := make(chan result, 1)
 		go func() {
-			c, o, e := runCLI("attach", pid, "--duration", "3s", "--output", "json")
+			c, o, e := runCLIChild("attach", pid, "--duration", "3s", "--output", "json")
 			done <- result{c, o, e}
 		}()
 		// The load, in a child process, overlaps the attach window.

@@ -142,7 +142,7 @@ func criticalPathTwoProcesses(t *testing.T, lazy bool) {
 			}
 		}()
 		out := filepath.Join(dir, "run")
-		code, stdout, stderr := runCLI("run", "--target", url, "--pid", strconv.Itoa(frontend),
+		code, stdout, stderr := runCLIChild("run", "--target", url, "--pid", strconv.Itoa(frontend),
 			"--num-requests", "24", "--rate", "4", "--output-len", "32", "--cpus", "1", "--out", out)
 		for _, c := range busy {
 			_ = c.Process.Kill()

@@ -67,7 +67,9 @@ func cliCmd(args ...string) *exec.Cmd {
 	return cmd
 }
 
-// runCLI runs the CLI in-process.
+// runCLI runs the CLI in-process. Commands that change the whole process
+// (attach lowers every thread to nice 19; --cpus restricts every thread)
+// run through runCLIChild, so that nothing outlives them in the tests.
 func runCLI(args ...string) (code int, stdout, stderr string) {
 	var o, e bytes.Buffer
 	code = run(args, &o, &e)
@@ -151,7 +153,7 @@ func TestAttachJSONAndTargetExit(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		c, o, e := runCLI("attach", strconv.Itoa(child.Pid()), "--output", "json")
+		c, o, e := runCLIChild("attach", strconv.Itoa(child.Pid()), "--output", "json")
 		done <- result{c, o, e}
 	}()
 	time.Sleep(1500 * time.Millisecond) // let attach load its programs

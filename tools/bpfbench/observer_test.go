@@ -82,7 +82,7 @@ func TestBarrierPoolReaderWakeups(t *testing.T) {
 	}
 	done := make(chan res, 1)
 	go func() {
-		c, o, e := runCLI("attach", strconv.Itoa(cmd.Process.Pid), "--duration", "6s", "--output", "json")
+		c, o, e := runCLIChild("attach", strconv.Itoa(cmd.Process.Pid), "--duration", "6s", "--output", "json")
 		done <- res{c, o, e}
 	}()
 	// The pool runs while attach is attached (it loads in about a second
