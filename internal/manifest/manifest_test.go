@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // envCollect makes the test binary a collector: it prints the manifest of
@@ -62,6 +63,20 @@ func startSleep(t *testing.T, bin string, env []string, extra []*os.File, cred *
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
+	// Start returns once exec has closed the close-on-exec pipe, which is
+	// before the kernel has laid out the new argv: until then
+	// /proc/PID/cmdline reads empty. Wait for the new image's argv.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", cmd.Process.Pid))
+		if len(b) > 0 && strings.HasPrefix(string(b), bin) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d) has no argv after 5s: %q", bin, cmd.Process.Pid, b)
+		}
+		time.Sleep(time.Millisecond)
+	}
 	return cmd
 }
 
