@@ -57,6 +57,7 @@ type validateFlags struct {
 	out                            string
 	phase                          time.Duration
 	ioFile, busyCPUs, control      string
+	simCPUs                        string
 	gpuUS                          int
 	slowRead                       time.Duration
 	netIface, netNS, netRate, skip string
@@ -97,6 +98,7 @@ req/s unless given.`,
 	server.add(fs)
 	fs.BoolVar(&v.useSim, "sim", false, "start bin/llmsim with the CUDA stub and validate against it (as make validate does)")
 	fs.BoolVar(&v.simNetns, "sim-netns", true, "with --sim, serve llmsim in a network namespace of its own behind a veth pair, whose server side the net row shapes (false: on 127.0.0.1, no net row unless --net-iface)")
+	fs.StringVar(&v.simCPUs, "sim-cpus", "auto", "with --sim, the CPUs llmsim runs on, e.g. 1 or 2-3; auto: the last of bpfbench's CPUs when it has two or more, so that the cpu row's busy threads share a CPU with the server and not with the load generator; all: no pinning")
 	fs.StringVar(&v.out, "out", "bpfbench-validate", "run `DIR`: result.json, trace.json, report.html and validation.json")
 	fs.DurationVar(&v.phase, "phase", 6*time.Second, "length of the baseline and of each injection")
 	fs.StringVar(&v.ioFile, "io-file", "", "file to read with O_DIRECT for the io injection (default: a file the server has open with O_DIRECT)")
@@ -187,7 +189,11 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 		if server.given() {
 			return usageError{"--sim starts its own server: give no --pid or --port"}
 		}
-		sim, err := job.StartSim(ctx, job.SimConfig{Dir: v.out, Netns: v.simNetns})
+		simCPUs, err := simCPUList(v.simCPUs)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		sim, err := job.StartSim(ctx, job.SimConfig{Dir: v.out, Netns: v.simNetns, CPUs: simCPUs})
 		if err != nil {
 			if v.simNetns {
 				return fmt.Errorf("%w (--sim-netns=false serves on 127.0.0.1, without the net row)", err)
@@ -212,6 +218,19 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 		where := ""
 		if sim.Net != nil {
 			where = fmt.Sprintf(" in network namespace %s (veth %s, host side %s)", sim.Net.Name, sim.Net.Iface, sim.Net.HostIface)
+		}
+		if len(simCPUs) > 0 {
+			where += fmt.Sprintf(" on CPUs %v", simCPUs)
+			// bpfbench (the load generator, the readers) keeps off the
+			// server's CPUs: the cpu row's busy threads then delay the
+			// server, not the client's clock.
+			if rest := otherCPUs(simCPUs); len(rest) > 0 {
+				if err := bpfutil.RestrictToCPUs(rest); err != nil {
+					logger.Warn("keeping bpfbench off llmsim's CPUs", "err", err)
+				} else {
+					where += fmt.Sprintf(" (bpfbench on %v)", rest)
+				}
+			}
 		}
 		fmt.Fprintf(stdout, "bpfbench validate: llmsim (pid %d) at %s%s with the CUDA stub\n", pid, sim.URL, where)
 	} else if pid, err = server.resolve(target, cmd); err != nil {
@@ -308,4 +327,51 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 		return fmt.Errorf("attribution not validated for %s: want each injected cause on top with at least %.0f%% of the tail excess", strings.Join(bad, ", "), v.minShare*100)
 	}
 	return nil
+}
+
+// simCPUList reads --sim-cpus: auto is the last CPU bpfbench may run on
+// when it may run on two or more (none otherwise), all is no pinning.
+func simCPUList(s string) ([]int, error) {
+	switch s {
+	case "all", "":
+		return nil, nil
+	case "auto":
+		var set unix.CPUSet
+		if err := unix.SchedGetaffinity(0, &set); err != nil {
+			return nil, fmt.Errorf("reading bpfbench's CPUs for --sim-cpus auto: %w", err)
+		}
+		if set.Count() < 2 {
+			return nil, nil
+		}
+		last := -1
+		for c := 0; c < 1024; c++ {
+			if set.IsSet(c) {
+				last = c
+			}
+		}
+		return []int{last}, nil
+	}
+	l, err := cpuList(s)
+	if err != nil {
+		return nil, fmt.Errorf("--sim-cpus %q: use auto, all or a list like 1 or 2-3", s)
+	}
+	return l, nil
+}
+
+// otherCPUs lists the CPUs bpfbench may run on that are not in cpus.
+func otherCPUs(cpus []int) []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return nil
+	}
+	for _, c := range cpus {
+		set.Clear(c)
+	}
+	var out []int
+	for c := 0; c < 1024; c++ {
+		if set.IsSet(c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -36,7 +36,7 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 	var last []string
 	for attempt := 1; attempt <= 2; attempt++ {
 		dir := t.TempDir()
-		code, stdout, stderr := runCLI("validate", "--sim", "--phase", "4s", "--rate", "4", "--out", dir, "--min-share", "0.6")
+		code, stdout, stderr := runCLIChild("validate", "--sim", "--phase", "4s", "--rate", "4", "--out", dir, "--min-share", "0.6")
 		t.Logf("attempt %d:\n%s", attempt, stdout)
 		checkSimNetGone(t, stdout)
 		b, err := os.ReadFile(filepath.Join(dir, "validation.json"))
@@ -87,7 +87,7 @@ func TestValidateSimNetnsCleanup(t *testing.T) {
 	simBinaries(t)
 	failing := func(t *testing.T) string {
 		t.Helper()
-		code, stdout, stderr := runCLI("validate", "--sim", "--phase", "2s", "--skip", "cpu,gpu,client,net",
+		code, stdout, stderr := runCLIChild("validate", "--sim", "--phase", "2s", "--skip", "cpu,gpu,client,net",
 			"--io-file", "/nonexistent/kv.img", "--out", t.TempDir())
 		if code == 0 {
 			t.Fatalf("exit 0 with a missing --io-file: %s", stdout)
