@@ -325,3 +325,64 @@ func TestAgentKilledMidStream(t *testing.T) {
 		t.Errorf("stop after the agent died: %+v, %v", col, err)
 	}
 }
+
+// A pod target is resolved by the server's PodResolver (the daemon's pod
+// list); without one, and for a bad reference, the start is refused with
+// what to do. The resolver's not-found is a 404.
+func TestStartPodTarget(t *testing.T) {
+	srv, hs := newTestServer(t, Limits{})
+	c := NewClient(hs.Listener.Addr().String(), ClientOptions{})
+	ctx := context.Background()
+	ref := PodRef{Namespace: "inference", Name: "vllm-0"}
+	if _, err := c.Start(ctx, StartRequest{Target: Target{Pod: &ref}}); err == nil || !strings.Contains(err.Error(), "501") || !strings.Contains(err.Error(), ErrNoKubernetes.Error()) {
+		t.Errorf("pod target without a resolver: %v, want 501 and %q", err, ErrNoKubernetes)
+	}
+	var asked []PodRef
+	srv.SetPodResolver(func(_ context.Context, r PodRef) (int, PodRef, error) {
+		asked = append(asked, r)
+		if r.Name != "vllm-0" {
+			return 0, r, fmt.Errorf("pod %s: %w", r, ErrPodNotFound)
+		}
+		r.Container = "vllm"
+		return os.Getpid(), r, nil
+	})
+	s, err := c.Start(ctx, StartRequest{Target: Target{Pod: &ref}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Info.Pid != os.Getpid() || s.Info.Pod == nil || *s.Info.Pod != (PodRef{"inference", "vllm-0", "vllm"}) {
+		t.Errorf("session pid %d pod %v, want %d inference/vllm-0/vllm", s.Info.Pid, s.Info.Pod, os.Getpid())
+	}
+	if _, err := s.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(ctx, StartRequest{Target: Target{Pod: &PodRef{Namespace: "inference", Name: "gone"}}}); err == nil || !strings.Contains(err.Error(), "404") {
+		t.Errorf("unknown pod: %v, want 404", err)
+	}
+	for _, bad := range []PodRef{{Namespace: "", Name: "x"}, {Namespace: "ns", Name: "Bad_Name"}, {Namespace: "ns", Name: "x", Container: "a/b"}} {
+		if _, err := c.Start(ctx, StartRequest{Target: Target{Pod: &bad}}); err == nil || !strings.Contains(err.Error(), "400") {
+			t.Errorf("pod %s: %v, want 400", bad, err)
+		}
+	}
+	if len(asked) != 2 {
+		t.Errorf("the resolver was asked %d times (%v), want 2: bad references are refused before it", len(asked), asked)
+	}
+}
+
+func TestParsePodRef(t *testing.T) {
+	for in, want := range map[string]PodRef{
+		"inference/vllm-0":                 {"inference", "vllm-0", ""},
+		"inference/vllm-0/vllm":            {"inference", "vllm-0", "vllm"},
+		"kube-system/coredns-5d78c9869d.x": {"kube-system", "coredns-5d78c9869d.x", ""},
+	} {
+		got, err := ParsePodRef(in)
+		if err != nil || got != want || got.String() != in {
+			t.Errorf("ParsePodRef(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"vllm-0", "a/b/c/d", "/vllm-0", "ns/", "NS/pod", "ns/pod/Container", "ns/pod_1"} {
+		if _, err := ParsePodRef(in); err == nil {
+			t.Errorf("ParsePodRef(%q) accepted", in)
+		}
+	}
+}

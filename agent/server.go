@@ -67,6 +67,8 @@ type Server struct {
 	log      *slog.Logger
 	// shift is added to every agent time on the wire (ClockShiftEnv).
 	shift int64
+	// pods resolves pod targets (nil: they are refused).
+	pods PodResolver
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -193,6 +195,15 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
+	var pod *PodRef
+	if req.Pod != nil {
+		p, got, code, err := s.resolvePod(r.Context(), *req.Pod)
+		if err != nil {
+			writeError(w, code, "%v", err)
+			return
+		}
+		pid, pod = p, &got
+	}
 	if req.TCPPort != 0 {
 		port = req.TCPPort
 	}
@@ -259,11 +270,15 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		defer s.wg.Done()
 		s.run(ctx, rs)
 	}()
-	s.log.Info("session started", "session", id, "pid", pid, "comm", sess.Comm(), "remote", r.RemoteAddr)
+	if pod != nil {
+		s.log.Info("session started", "session", id, "pid", pid, "comm", sess.Comm(), "pod", pod.String(), "remote", r.RemoteAddr)
+	} else {
+		s.log.Info("session started", "session", id, "pid", pid, "comm", sess.Comm(), "remote", r.RemoteAddr)
+	}
 	writeJSON(w, http.StatusCreated, StartResponse{
 		ID: id, Pid: pid, Comm: sess.Comm(), StartNs: sess.StartNs() + s.shift,
 		Anchor:      clock.Anchor{Wall: sess.Anchor().Wall, MonotonicNs: sess.Anchor().MonotonicNs + s.shift},
-		Unavailable: sess.Unavailable(),
+		Unavailable: sess.Unavailable(), Pod: pod,
 	})
 }
 
@@ -446,15 +461,17 @@ func newID() string {
 // sections follow (the target's port, when it is given by port).
 func resolve(t Target) (pid, port int, err error) {
 	n := 0
-	for _, set := range []bool{t.Pid != 0, t.Port != 0, t.Cgroup != ""} {
+	for _, set := range []bool{t.Pid != 0, t.Port != 0, t.Cgroup != "", t.Pod != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return 0, 0, errors.New("give exactly one target: pid, port or cgroup")
+		return 0, 0, errors.New("give exactly one target: pid, port, cgroup or pod")
 	}
 	switch {
+	case t.Pod != nil:
+		return 0, 0, nil // the server's PodResolver
 	case t.Pid != 0:
 		return t.Pid, 0, nil
 	case t.Port != 0:

@@ -29,12 +29,32 @@ const (
 )
 
 // Target selects the process a session follows: exactly one of Pid, Port
-// (the process listening on that local TCP port) or Cgroup (the root of
-// the process tree in that cgroup v2 path, e.g. /system.slice/vllm.service).
+// (the process listening on that local TCP port), Cgroup (the root of
+// the process tree in that cgroup v2 path, e.g. /system.slice/vllm.service)
+// or Pod (the root of the process tree of a container of a pod on the
+// agent's node, resolved by the daemon's Kubernetes pod list).
 type Target struct {
-	Pid    int    `json:"pid,omitempty"`
-	Port   int    `json:"port,omitempty"`
-	Cgroup string `json:"cgroup,omitempty"`
+	Pid    int     `json:"pid,omitempty"`
+	Port   int     `json:"port,omitempty"`
+	Cgroup string  `json:"cgroup,omitempty"`
+	Pod    *PodRef `json:"pod,omitempty"`
+}
+
+// PodRef names a pod of the agent's node and, optionally, one of its
+// containers (needed when the pod runs more than one).
+type PodRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Container string `json:"container,omitempty"`
+}
+
+// String is NAMESPACE/POD[/CONTAINER], as ParsePodRef reads it.
+func (p PodRef) String() string {
+	s := p.Namespace + "/" + p.Name
+	if p.Container != "" {
+		s += "/" + p.Container
+	}
+	return s
 }
 
 // StartRequest is the body of POST /api/v1/sessions.
@@ -59,6 +79,9 @@ type StartResponse struct {
 	Anchor clock.Anchor `json:"anchor"`
 	// Unavailable maps each section that could not run to the reason.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
+	// Pod is the pod and container of a pod target, the container filled
+	// in when the request left it out.
+	Pod *PodRef `json:"pod,omitempty"`
 }
 
 // Line is one line of the span stream: a batch of spans, or a heartbeat.

@@ -35,7 +35,17 @@ func (idleSection) Lost() uint64                  { return 0 }
 // returns its address.
 func runDaemon(t *testing.T, cfg Config, webConfig string) string {
 	t.Helper()
+	return runDaemonWith(t, cfg, webConfig, nil)
+}
+
+// runDaemonWith is runDaemon with the daemon adjusted by set before it
+// starts (nil: as New made it).
+func runDaemonWith(t *testing.T, cfg Config, webConfig string, set func(*Daemon)) string {
+	t.Helper()
 	d := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
+	if set != nil {
+		set(d)
+	}
 	d.SetSessionSections([]session.SectionFactory{{Name: "idle", New: func(collectors.Options) (collectors.Section, error) { return idleSection{}, nil }}})
 	if err := d.Start(context.Background()); err != nil {
 		t.Fatal(err)

@@ -54,6 +54,12 @@ type Daemon struct {
 
 	// sections build the sessions of the agent API (agent.enabled).
 	sections []session.SectionFactory
+	// agentPods lists the pods for the agent API's pod targets: pods,
+	// or a source of its own made at the first pod target (agentpods.go).
+	agentPods     *podSource
+	agentPodsOnce sync.Once
+	// proc is where processes are read ("" is /proc; tests set it).
+	proc string
 }
 
 // SetSessionSections gives the daemon the sections the agent API builds
@@ -154,6 +160,7 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 			l.Close()
 			return err
 		}
+		api.SetPodResolver(d.resolveAgentPod)
 		routes = api.Routes()
 		if webConfig == "" {
 			d.log.Warn("the session API is served without authentication: give --web.config.file with basic auth and TLS")
@@ -211,7 +218,7 @@ func (d *Daemon) refresh() {
 	if len(d.cfg.Targets) == 0 {
 		return
 	}
-	r := Resolver{Targets: d.cfg.Targets}
+	r := Resolver{Proc: d.proc, Targets: d.cfg.Targets}
 	if d.pods != nil {
 		r.Pods = d.pods.Index(context.Background())
 	}

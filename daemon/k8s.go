@@ -60,13 +60,30 @@ type podContainer struct {
 // PodIndex is the containers of this node's pods by container id.
 type PodIndex struct {
 	byID map[string]podContainer
+	// pods maps NAMESPACE/POD to the names of its containers (those not
+	// started too) and their ids ("" until started).
+	pods map[string]map[string]string
 }
 
 // NewPodIndex indexes the containers of pods by their container id (the
 // id without its runtime:// scheme). Containers not started yet have none.
 func NewPodIndex(pods []corev1.Pod) *PodIndex {
-	ix := &PodIndex{byID: map[string]podContainer{}}
+	ix := &PodIndex{byID: map[string]podContainer{}, pods: map[string]map[string]string{}}
 	for _, p := range pods {
+		names := map[string]string{}
+		for _, c := range p.Spec.Containers {
+			names[c.Name] = ""
+		}
+		// The pod's own containers (not its init or ephemeral ones) are
+		// what a pod target follows.
+		for _, cs := range p.Status.ContainerStatuses {
+			id := cs.ContainerID
+			if i := strings.Index(id, "://"); i >= 0 {
+				id = id[i+3:]
+			}
+			names[cs.Name] = id
+		}
+		ix.pods[p.Namespace+"/"+p.Name] = names
 		for _, statuses := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses, p.Status.EphemeralContainerStatuses} {
 			for _, cs := range statuses {
 				id := cs.ContainerID

@@ -59,7 +59,11 @@ func startAgents(ctx context.Context, clients []*agent.Client, req agent.StartRe
 		}
 		r := &remote{c: c, s: s, done: make(chan struct{})}
 		rr.widen(s.Clock().BoundNs)
-		log.Info("agent session", "agent", c.Agent(), "session", s.Info.ID, "pid", s.Info.Pid, "comm", s.Info.Comm,
+		pod := ""
+		if s.Info.Pod != nil {
+			pod = s.Info.Pod.String()
+		}
+		log.Info("agent session", "agent", c.Agent(), "session", s.Info.ID, "pid", s.Info.Pid, "comm", s.Info.Comm, "pod", pod,
 			"offset_ns", s.Clock().OffsetNs, "bound_ns", s.Clock().BoundNs)
 		rr.remotes = append(rr.remotes, r)
 		go rr.drain(r)

@@ -266,3 +266,25 @@ func TestAgentTwoNamespaces(t *testing.T) {
 		}
 	})
 }
+
+// --agent.pod's bad uses are refused before anything starts.
+func TestAgentPodFlag(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"without --agent", []string{"--agent.pod", "inference/vllm-0"}, "need --agent HOST:PORT"},
+		{"with --pid", []string{"--agent", "127.0.0.1:1", "--agent.pod", "inference/vllm-0", "--pid", "1"}, "give --agent.pod or the server's --pid/--port"},
+		{"not NAMESPACE/POD", []string{"--agent", "127.0.0.1:1", "--agent.pod", "vllm-0"}, "give NAMESPACE/POD or NAMESPACE/POD/CONTAINER"},
+		{"bad container", []string{"--agent", "127.0.0.1:1", "--agent.pod", "inference/vllm-0/Engine"}, `container "Engine" is not a Kubernetes container name`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"run", "--target", "http://127.0.0.1:1", "--out", t.TempDir()}, tc.args...)
+			code, _, stderr := runCLI(args...)
+			if code == 0 || !strings.Contains(stderr, tc.want) {
+				t.Errorf("exit %d, stderr %q, want it to say %q", code, stderr, tc.want)
+			}
+		})
+	}
+}

@@ -122,9 +122,18 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 			return usageError{"give --pid or --port, not both"}
 		}
 		pid, target = server.pid, agent.Target{Pid: server.pid, Port: server.port}
-		if target.Pid == 0 && target.Port == 0 {
+		if agents.pod != "" {
+			if server.given() {
+				return usageError{"give --agent.pod or the server's --pid/--port on the agent's node, not both"}
+			}
+			ref, err := agent.ParsePodRef(agents.pod)
+			if err != nil {
+				return usageError{"--agent.pod: " + err.Error()}
+			}
+			target = agent.Target{Pod: &ref}
+		} else if target.Pid == 0 && target.Port == 0 {
 			if target.Port = urlPort(cfg.Target); target.Port == 0 {
-				return usageError{"with --agent, give the server's --pid or --port on the agent's node"}
+				return usageError{"with --agent, give the server's --pid or --port on the agent's node, or its --agent.pod"}
 			}
 		}
 	} else {
@@ -261,6 +270,7 @@ func (v *viaFlags) resolve(cmd *cobra.Command) (int, error) {
 type agentFlags struct {
 	addrs                      []string
 	user, passwordFile, caFile string
+	pod                        string
 }
 
 func (a *agentFlags) add(fs *pflag.FlagSet) {
@@ -268,13 +278,14 @@ func (a *agentFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&a.user, "agent.user", "", "basic auth user of the agents' web configuration")
 	fs.StringVar(&a.passwordFile, "agent.password-file", "", "`FILE` holding the agents' basic auth password")
 	fs.StringVar(&a.caFile, "agent.ca-file", "", "`FILE` of the CA that signed the agents' TLS certificates")
+	fs.StringVar(&a.pod, "agent.pod", "", "follow the server as a Kubernetes pod of the agents' node: `NAMESPACE/POD[/CONTAINER]` (the container may be left out when the pod has one), resolved by each agent from its node's pod list to the root process of that container; instead of --pid/--port")
 }
 
 // clients builds a client per --agent (none without it).
 func (a *agentFlags) clients(logger *slog.Logger) ([]*agent.Client, error) {
 	if len(a.addrs) == 0 {
-		if a.user != "" || a.passwordFile != "" || a.caFile != "" {
-			return nil, usageError{"--agent.user, --agent.password-file and --agent.ca-file need --agent HOST:PORT"}
+		if a.user != "" || a.passwordFile != "" || a.caFile != "" || a.pod != "" {
+			return nil, usageError{"--agent.user, --agent.password-file, --agent.ca-file and --agent.pod need --agent HOST:PORT"}
 		}
 		return nil, nil
 	}
