@@ -23,10 +23,12 @@ const agentStopTimeout = 15 * time.Second
 // session on each, their spans fed into the run's Recorder on the local
 // clock, so correlation and the critical path see one timeline.
 //
-// The attribution never claims a cause for less time than the clock
-// bound: a span shorter than the bound in force when it arrived (the
-// widest of every agent's estimates so far) is not fed to correlation or
-// the critical path, only counted (agents[].spans_below_clock_bound).
+// The attribution never claims a cause for time the clock error could
+// have put outside a gap: every remote span is eroded by the clock bound
+// in force when it arrived (the widest of every agent's estimates so far)
+// at both ends before correlation and the critical path see it (erode);
+// a span no longer than twice the bound vanishes and is counted
+// (agents[].spans_below_clock_bound).
 type remoteRun struct {
 	log     *slog.Logger
 	rec     collectors.Recorder
@@ -39,9 +41,11 @@ type remote struct {
 	c    *agent.Client
 	s    *agent.Session
 	done chan struct{}
-	// received and below count the spans that arrived and those shorter
-	// than the clock bound.
+	// received and below count the spans that arrived and those no
+	// longer than twice the clock bound (eroded away); eroded is the
+	// time taken off the others (ns).
 	received, below atomic.Uint64
+	eroded          atomic.Int64
 	col             agent.Collection
 	err             error
 }
@@ -92,14 +96,45 @@ func (rr *remoteRun) drain(r *remote) {
 		}
 		bound := rr.bound.Load()
 		for _, sp := range batch {
-			r.received.Add(1)
-			if sp.End-sp.Start < bound {
-				r.below.Add(1)
-				continue
-			}
-			rr.rec.Record(sp)
+			rr.admit(r, sp, bound)
 		}
 	}
+}
+
+// admit feeds one remote span, eroded by bound, to the run's Recorder.
+func (rr *remoteRun) admit(r *remote, sp collectors.Span, bound int64) {
+	r.received.Add(1)
+	e, ok := erode(sp, bound)
+	if !ok {
+		r.below.Add(1)
+		return
+	}
+	r.eroded.Add((sp.End - sp.Start) - (e.End - e.Start))
+	rr.rec.Record(e)
+}
+
+// erode narrows a remote span to the local time it surely covers. Mapped
+// with an offset known within ±bound, the span truly lies at
+// [Start+d, End+d] on the local clock for some |d| <= bound; the instants
+// inside it whatever d is are [Start+bound, End-bound]. Joined with a
+// gap (whose ends are local, exact), the eroded span gives a cause at
+// most the overlap the span has at every offset within the bound, so no
+// cause is given time the clock error could have put outside the gap.
+// A span no longer than 2*bound covers no instant surely: ok is false.
+// Instants (Start == End: sends, arrivals, forks) claim no time and pass
+// unchanged, as does everything when bound is 0; the wakeup of an
+// off-CPU span (WakeTs) is kept (the critical path clamps it into the
+// span).
+func erode(sp collectors.Span, bound int64) (collectors.Span, bool) {
+	if bound <= 0 || sp.End == sp.Start {
+		return sp, true
+	}
+	if sp.End-sp.Start <= 2*bound {
+		return sp, false
+	}
+	sp.Start += bound
+	sp.End -= bound
+	return sp, true
 }
 
 // abort stops every session started, for a run that does not go on.
@@ -133,6 +168,8 @@ func (rr *remoteRun) stop() {
 				}
 			}
 			rr.widen(r.s.Clock().BoundNs)
+			rr.log.Info("agent spans eroded by the clock bound", "agent", r.c.Agent(), "received", r.received.Load(),
+				"vanished", r.below.Load(), "eroded_ns", r.eroded.Load(), "bound_ns", rr.bound.Load())
 		}()
 	}
 	wg.Wait()
