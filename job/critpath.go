@@ -87,7 +87,7 @@ func (c *critStream) record(sp collectors.Span) {
 	}
 	switch sp.Kind {
 	case collectors.SpanRunqueue, collectors.SpanOffCPU, collectors.SpanSend, collectors.SpanArrival:
-	case collectors.SpanCUDA:
+	case collectors.SpanCUDA, collectors.SpanTCP:
 		if !sp.Blocking {
 			return
 		}
@@ -140,6 +140,9 @@ func (c *critStream) record(sp collectors.Span) {
 		p.send = sp.End
 		c.setPort(sp.Port, p)
 		c.eng.AddSend(critpath.Send{Time: t, Tid: sp.Tid, Port: sp.Port, Bytes: int64(sp.Bytes)})
+	case collectors.SpanTCP:
+		c.stats.Holds++
+		c.eng.AddHold(critpath.Hold{Port: sp.Port, Start: sp.Start, End: sp.End, Kind: sp.Detail})
 	case collectors.SpanArrival:
 		c.stats.Arrivals++
 		p := c.ports[sp.LocalPort]

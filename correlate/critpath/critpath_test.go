@@ -492,3 +492,45 @@ func TestCauseNames(t *testing.T) {
 		t.Errorf("%s", got)
 	}
 }
+
+// A connection held back (the client's window at zero) while the sender
+// slept and ran: that time is net_backpressure; a CUDA call inside the
+// hold keeps gpu_sync; a hold of another connection changes nothing; the
+// parts still sum to the gap.
+func TestHeldConnection(t *testing.T) {
+	e := New(Options{})
+	e.AddSegment(seg(thA, Running, 0, 10))
+	e.AddSegment(sleepBy(thA, 10, 40, Wake{Kind: WakeTimer}))
+	e.AddSegment(seg(thA, Running, 40, 80))
+	e.AddCUDA(CUDACall{Tid: thA.Tid, Start: 50 * ms, End: 60 * ms, Name: "cuStreamSynchronize"})
+	e.AddHold(Hold{Port: port, Start: 20 * ms, End: 55 * ms, Kind: "zero_window"})
+	e.AddHold(Hold{Port: port, Start: 30 * ms, End: 45 * ms, Kind: "retransmit"})
+	e.AddHold(Hold{Port: 5000, Start: 0, End: 80 * ms, Kind: "zero_window"})
+	e.AddHold(Hold{Port: port, Start: 5 * ms, End: 5 * ms}) // malformed
+	e.AddSend(Send{Time: 70 * ms, Tid: thA.Tid, Port: port})
+	e.AddArrival(Arrival{Time: 75 * ms, Port: port})
+	e.AddRead(Read{Request: 1, Index: 1, Port: port, Start: 0, End: 80 * ms})
+	if n := e.Retained(); n != 3+3+1+2 {
+		t.Errorf("%d items retained, want 9 (3 segments, 3 holds, a CUDA call, a send and an arrival)", n)
+	}
+	g := e.Flush(maxNs)[0]
+	checkSums(t, g)
+	held := func(a, b int64) Step {
+		return Step{Start: a * ms, End: b * ms, Cause: NetBackpressure, Port: port, Note: NoteHeld + "zero_window"}
+	}
+	checkSteps(t, g, []Step{
+		step(0, 10, thA, Running, ServerCompute, 0),
+		step(10, 20, thA, Sleep, ServerSleep, 0).with(Thread{}, WakeTimer, ""),
+		held(20, 50),
+		step(50, 60, thA, Running, GPUSync, 0).with(Thread{}, 0, "cuStreamSynchronize"),
+		step(60, 70, thA, Running, ServerCompute, 0),
+		step(70, 75, Thread{}, None, NetBackpressure, 0),
+		step(75, 80, Thread{}, None, Client, 0),
+	})
+	if s := e.Stats(); s.Malformed != 1 {
+		t.Errorf("malformed %d, want 1", s.Malformed)
+	}
+	if hs := e.holds; len(hs) != 0 {
+		t.Errorf("holds kept past the horizon: %v", hs)
+	}
+}

@@ -81,6 +81,8 @@ type Engine struct {
 	threads  map[uint32]*history
 	sends    map[uint16][]Send    // by Time
 	arrivals map[uint16][]Arrival // by Time
+	holds    map[uint16][]Hold    // by Start
+	maxHold  int64                // the longest hold held
 	pending  []Read
 	flushed  int64 // the last watermark flushed
 	horizon  int64 // history before it is forgotten
@@ -88,9 +90,10 @@ type Engine struct {
 	stats    Stats
 
 	// the walk's scratch
-	steps []Step
-	path  []uint32
-	port  uint16
+	steps   []Step
+	overlay []Step
+	path    []uint32
+	port    uint16
 }
 
 const (
@@ -117,6 +120,7 @@ func New(opt Options) *Engine {
 		threads:  map[uint32]*history{},
 		sends:    map[uint16][]Send{},
 		arrivals: map[uint16][]Arrival{},
+		holds:    map[uint16][]Hold{},
 		flushed:  minNs,
 		horizon:  minNs,
 		floor:    maxNs,
@@ -149,6 +153,7 @@ func insert[T any](s []T, x T, key func(*T) int64) []T {
 func segStart(s *Segment) int64   { return s.Start }
 func cudaStart(c *CUDACall) int64 { return c.Start }
 func sendTime(s *Send) int64      { return s.Time }
+func holdStart(h *Hold) int64     { return h.Start }
 func arrivalTime(a *Arrival) int64 {
 	return a.Time
 }
@@ -221,6 +226,19 @@ func (e *Engine) AddArrival(a Arrival) {
 	}
 }
 
+// AddHold adds a stretch during which a connection was held back.
+func (e *Engine) AddHold(h Hold) {
+	if h.End <= h.Start {
+		e.stats.Events++
+		e.stats.Malformed++
+		return
+	}
+	if e.admit(h.End) {
+		e.holds[h.Port] = insert(e.holds[h.Port], h, holdStart)
+		e.maxHold = max(e.maxHold, h.End-h.Start)
+	}
+}
+
 // AddRead adds a token gap; it is walked by the Flush whose watermark
 // reaches its End.
 func (e *Engine) AddRead(r Read) {
@@ -243,7 +261,7 @@ func (e *Engine) AddRead(r Read) {
 func (e *Engine) Pending() int { return len(e.pending) }
 
 // Retained is the number of history items held (segments, CUDA calls,
-// sends, arrivals).
+// sends, arrivals, holds).
 func (e *Engine) Retained() int {
 	n := 0
 	for _, h := range e.threads {
@@ -254,6 +272,9 @@ func (e *Engine) Retained() int {
 	}
 	for _, a := range e.arrivals {
 		n += len(a)
+	}
+	for _, h := range e.holds {
+		n += len(h)
 	}
 	return n
 }
@@ -344,6 +365,18 @@ func (e *Engine) prune() {
 		e.arrivals[p] = pruneTimes(a, hz, stale, arrivalTime, &e.stats.Pruned)
 		if len(e.arrivals[p]) == 0 {
 			delete(e.arrivals, p)
+		}
+	}
+	for p, hs := range e.holds {
+		// Sorted by Start: a hold that starts before hz-maxHold ended
+		// before hz.
+		cut := sort.Search(len(hs), func(j int) bool { return hs[j].Start >= hz-e.maxHold })
+		e.stats.Pruned += uint64(cut)
+		if cut == len(hs) {
+			delete(e.holds, p)
+		} else if cut > 0 {
+			clear(hs[:cut])
+			e.holds[p] = hs[cut:]
 		}
 	}
 }

@@ -196,6 +196,16 @@ type Arrival struct {
 	Bytes int64
 }
 
+// Hold is a stretch during which the connection whose client port is
+// Port could not carry the server's data (the tcp collector's blocking
+// episodes: the peer's window at zero, the sender in loss recovery, a
+// segment on its way again after a retransmission). Kind names it.
+type Hold struct {
+	Port       uint16
+	Start, End int64
+	Kind       string
+}
+
 // Read is one token gap as the load generator recorded it: request,
 // token index (0: the TTFT, from the request's write), the connection's
 // client port, the previous read c(k-1) (or the write) and this read c(k).

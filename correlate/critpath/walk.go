@@ -71,6 +71,7 @@ const (
 	NoteCycle        = "cycle"
 	NoteWakerUnknown = "waker unknown"
 	NoteOtherConn    = "another connection"
+	NoteHeld         = "connection held back: " // + the hold's kind
 )
 
 // Gap is a token gap's critical path.
@@ -147,6 +148,7 @@ func (e *Engine) gap(r Read) Gap {
 			e.emit(Step{Start: a, End: sk, Cause: Unexplained, Note: NoteNoSender})
 		}
 	}
+	e.overlayHolds(a, sk)
 	if rk > sk {
 		st := Step{Start: sk, End: rk, Cause: NetBackpressure}
 		if g.NoArrival {
@@ -398,4 +400,64 @@ func (e *Engine) onPath(tid uint32) bool {
 		}
 	}
 	return false
+}
+
+// overlayHolds gives net_backpressure the time in [a, b] (the server's
+// part of the gap, walked already) during which the gap's connection was
+// held back (Hold), where the walk found only the server's own work or
+// sleep, or nothing: the chunk could not leave before the connection
+// took it. Waits the walk found for a cause of their own (a CPU, a disk,
+// a CUDA call) keep it.
+func (e *Engine) overlayHolds(a, b int64) {
+	hs := e.holds[e.port]
+	if len(hs) == 0 || b <= a {
+		return
+	}
+	i := sort.Search(len(hs), func(j int) bool { return hs[j].Start >= b })
+	j := sort.Search(i, func(j int) bool { return hs[j].Start >= a-e.maxHold })
+	// The union of the holds overlapping [a, b], clipped to it.
+	var iv []Hold
+	for ; j < i; j++ {
+		h := hs[j]
+		lo, hi := max(h.Start, a), min(h.End, b)
+		if hi <= lo {
+			continue
+		}
+		if n := len(iv); n > 0 && lo <= iv[n-1].End {
+			iv[n-1].End = max(iv[n-1].End, hi)
+			continue
+		}
+		iv = append(iv, Hold{Start: lo, End: hi, Kind: h.Kind})
+	}
+	if len(iv) == 0 {
+		return
+	}
+	steps := e.steps
+	e.steps = e.overlay[:0]
+	for _, st := range steps {
+		if st.Start >= b || st.End <= a || !(st.Cause == ServerCompute || st.Cause == ServerSleep || st.Cause == Unexplained) {
+			e.emit(st)
+			continue
+		}
+		t := st.Start
+		for _, h := range iv {
+			lo, hi := max(h.Start, t), min(h.End, st.End)
+			if hi <= lo {
+				continue
+			}
+			if lo > t {
+				part := st
+				part.Start, part.End = t, lo
+				e.emit(part)
+			}
+			e.emit(Step{Start: lo, End: hi, Cause: NetBackpressure, Port: e.port, Note: NoteHeld + h.Kind})
+			t = hi
+		}
+		if t < st.End {
+			part := st
+			part.Start = t
+			e.emit(part)
+		}
+	}
+	e.overlay = steps[:0]
 }

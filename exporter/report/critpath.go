@@ -148,7 +148,10 @@ type CriticalStats struct {
 	NoThread     uint64 `json:"no_thread"`
 	DepthLimited uint64 `json:"depth_limited"`
 	Cycles       uint64 `json:"cycles"`
-	// Sends, Arrivals, Segments, CUDACalls, Reads: what was added.
+	// Sends, Arrivals, Segments, CUDACalls, Holds, Reads: what was added
+	// (Holds: the connections' blocking TCP episodes, zero windows, loss
+	// recovery and retransmissions, DESIGN.md "Held connections").
+	Holds     uint64 `json:"holds"`
 	Sends     uint64 `json:"sends"`
 	Arrivals  uint64 `json:"arrivals"`
 	Segments  uint64 `json:"segments"`
