@@ -24,6 +24,16 @@ import (
 type agentNode struct {
 	ns, ip, dir, pwFile string
 	simPid              int
+	// daemonCPU, when set, pins the daemon (taskset -c).
+	daemonCPU string
+}
+
+// nodeOptions shape a node: llmsim's CPU and arguments, the daemon's CPU
+// and configuration (beyond agent.enabled).
+type nodeOptions struct {
+	simCPU, daemonCPU string
+	simArgs           []string
+	daemonConfig      string
 }
 
 const (
@@ -35,10 +45,15 @@ const (
 
 func newAgentNode(t *testing.T) *agentNode {
 	t.Helper()
+	return newAgentNodeWith(t, nodeOptions{})
+}
+
+func newAgentNodeWith(t *testing.T, o nodeOptions) *agentNode {
+	t.Helper()
 	privtest.Require(t)
 	ip := privtest.RequireTool(t, "ip", "apt-get install iproute2")
 	simBinaries(t)
-	n := &agentNode{ns: fmt.Sprintf("bbag%d", os.Getpid()), ip: "10.77.0.2", dir: t.TempDir()}
+	n := &agentNode{ns: fmt.Sprintf("bbag%d", os.Getpid()), ip: "10.77.0.2", dir: t.TempDir(), daemonCPU: o.daemonCPU}
 	sh := func(args ...string) {
 		t.Helper()
 		if out, err := exec.Command(ip, args...).CombinedOutput(); err != nil {
@@ -71,10 +86,15 @@ func newAgentNode(t *testing.T) *agentNode {
 		return p
 	}
 	write("web.yml", fmt.Sprintf("basic_auth_users:\n  %s: %s\n", agentUser, hash))
-	write("agent.yaml", "agent:\n  enabled: true\n")
+	write("agent.yaml", "agent:\n  enabled: true\n"+o.daemonConfig)
 	n.pwFile = write("password", agentPassword+"\n")
 
-	sim := exec.Command(ip, "netns", "exec", n.ns, "llmsim", "--addr", fmt.Sprintf("%s:%d", n.ip, agentSimPort))
+	simArgs := []string{"netns", "exec", n.ns}
+	if o.simCPU != "" {
+		simArgs = append(simArgs, "taskset", "-c", o.simCPU) // execs llmsim in place too
+	}
+	simArgs = append(append(simArgs, "llmsim", "--addr", fmt.Sprintf("%s:%d", n.ip, agentSimPort)), o.simArgs...)
+	sim := exec.Command(ip, simArgs...)
 	var simLog bytes.Buffer
 	sim.Stdout, sim.Stderr = &simLog, &simLog
 	if err := sim.Start(); err != nil {
@@ -108,8 +128,13 @@ func (n *agentNode) waitHTTP(t *testing.T, url string, auth bool, logs *bytes.Bu
 // daemon starts `bpfbench daemon` in the node with env added.
 func (n *agentNode) daemon(t *testing.T, env ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", n.ns, os.Args[0], "daemon", "--config", filepath.Join(n.dir, "agent.yaml"),
+	args := []string{"netns", "exec", n.ns}
+	if n.daemonCPU != "" {
+		args = append(args, "taskset", "-c", n.daemonCPU)
+	}
+	args = append(args, os.Args[0], "daemon", "--config", filepath.Join(n.dir, "agent.yaml"),
 		"--web.config.file", filepath.Join(n.dir, "web.yml"), "--web.listen-address", fmt.Sprintf("%s:%d", n.ip, agentPort))
+	cmd := exec.Command("ip", args...)
 	cmd.Env = append(append(os.Environ(), envCLI+"=1"), env...)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -287,4 +312,132 @@ func TestAgentPodFlag(t *testing.T) {
 			}
 		})
 	}
+}
+
+// agentShareTolerance is how far a cause's share of the gaps' time may
+// differ between the agent's run and the same-host run of one scenario:
+// two runs of a few seconds on a shared 2-core host, one of them with
+// every span eroded by the clock bound (its short spans gone, so some
+// time moves from cpu_runqueue to the server's own compute: 0.04-0.09
+// measured), differ by more than the clock alone would make them.
+const agentShareTolerance = 0.15
+
+// The same scenario observed through an agent across two network
+// namespaces and by a plain run on the server's host: llmsim (CPU work per
+// step) pinned to CPU 0 with two busy loops on it, bpfbench and the daemon
+// on CPU 1. The attribution compared is the critical path's (the run's
+// attribution model) over every gap: each cause's share of the gaps' time
+// (totals_ms / gap_ms) must agree within agentShareTolerance, and the top
+// cause (unexplained aside) must be the same, the injected cpu_runqueue.
+// The slowest 1% band (9 gaps here: one outlier moves its shares by
+// tens of percent) and the union-of-activity attribution are logged
+// beside them. The runs change process-wide state (--cpus), so the CLI
+// runs as a child. On a shared host a pair can be spoilt by other work;
+// one retry is allowed.
+func TestAgentMatchesSameHostRun(t *testing.T) {
+	privtest.Require(t)
+	taskset := privtest.RequireTool(t, "taskset", "apt-get install util-linux")
+	n := newAgentNodeWith(t, nodeOptions{simCPU: "0", daemonCPU: "1",
+		simArgs: []string{"--work", "cpu", "--itl", "15ms", "--jitter", "0.05", "--max-num-seqs", "32"}})
+	n.daemon(t)
+	target := fmt.Sprintf("http://%s:%d", n.ip, agentSimPort)
+	load := []string{"--target", target, "--pid", fmt.Sprint(n.simPid), "--num-requests", "24", "--rate", "4",
+		"--output-len", "32", "--cpus", "1"}
+	var problems []string
+	for attempt := 1; attempt <= 2; attempt++ {
+		var busy []*exec.Cmd
+		for range 2 {
+			c := exec.Command(taskset, "-c", "0", "sh", "-c", "while :; do :; done")
+			if err := c.Start(); err != nil {
+				t.Fatal(err)
+			}
+			busy = append(busy, c)
+		}
+		docs := map[string]*report.Document{}
+		for _, mode := range []string{"agent", "same host"} {
+			out := t.TempDir()
+			args := append(append([]string{"run"}, load...), "--out", out)
+			if mode == "agent" {
+				args = append(args, "--agent", fmt.Sprintf("%s:%d", n.ip, agentPort), "--agent.user", agentUser, "--agent.password-file", n.pwFile)
+			}
+			code, stdout, stderr := runCLIChild(args...)
+			if code != 0 {
+				for _, c := range busy {
+					_ = c.Process.Kill()
+					_ = c.Wait()
+				}
+				t.Fatalf("%s run: exit %d: %s\n%s", mode, code, stderr, stdout)
+			}
+			doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if doc.Attribution == nil {
+				t.Fatalf("%s run: no attribution in result.json:\n%s", mode, stdout)
+			}
+			docs[mode] = doc
+		}
+		for _, c := range busy {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+		remote, local := docs["agent"], docs["same host"]
+		if len(remote.Agents) == 1 {
+			a := remote.Agents[0]
+			t.Logf("attempt %d: agent clock offset %d ns ± %d ns; spans received %d, eroded away %d", attempt, a.Clock.OffsetNs, a.Clock.BoundNs, a.Received, a.BelowClockBound)
+		}
+		for _, mode := range []string{"agent", "same host"} {
+			d := docs[mode]
+			t.Logf("attempt %d: %s run: attribution top %s, ITL excess shares %v", attempt, mode, d.Attribution.TopCause, d.Attribution.ITL["all"])
+			if cp := d.CriticalPath; cp != nil && cp.ITLP99 != nil && cp.GapMs > 0 {
+				frac := map[string]float64{}
+				for c, ms := range cp.TotalsMs {
+					frac[c] = ms / cp.GapMs
+				}
+				t.Logf("attempt %d: %s run: critical path p99 band (%d gaps) top %s, excess shares %v; every gap's time per cause %v",
+					attempt, mode, cp.ITLP99.Gaps, cp.ITLP99.Top, cp.ITLP99.ExcessShares, frac)
+			}
+		}
+		rc, lc := remote.CriticalPath, local.CriticalPath
+		if rc == nil || lc == nil || rc.GapMs <= 0 || lc.GapMs <= 0 {
+			t.Fatalf("critical_path missing or without gaps: agent %+v, same host %+v", rc, lc)
+		}
+		problems = nil
+		rt, lt := gapTop(rc), gapTop(lc)
+		if rt != lt {
+			problems = append(problems, fmt.Sprintf("top cause %s through the agent, %s on the same host", rt, lt))
+		}
+		if lt != "cpu_runqueue" {
+			problems = append(problems, "the same-host run's top cause is "+lt+", not the injected cpu_runqueue")
+		}
+		causes := map[string]bool{}
+		for c := range lc.TotalsMs {
+			causes[c] = true
+		}
+		for c := range rc.TotalsMs {
+			causes[c] = true
+		}
+		for c := range causes {
+			ls, rs := lc.TotalsMs[c]/lc.GapMs, rc.TotalsMs[c]/rc.GapMs
+			if d := rs - ls; d > agentShareTolerance || d < -agentShareTolerance {
+				problems = append(problems, fmt.Sprintf("%s share %.3f through the agent, %.3f on the same host", c, rs, ls))
+			}
+		}
+		if len(problems) == 0 {
+			return
+		}
+		t.Logf("attempt %d: %v", attempt, problems)
+	}
+	t.Errorf("the agent's attribution does not match the same-host run's: %v", problems)
+}
+
+// gapTop is the cause with the most of the gaps' time, unexplained aside.
+func gapTop(cp *report.CriticalPath) string {
+	top, best := "unexplained", 0.0
+	for c, ms := range cp.TotalsMs {
+		if c != "unexplained" && ms > best {
+			top, best = c, ms
+		}
+	}
+	return top
 }
