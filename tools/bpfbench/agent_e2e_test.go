@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -440,4 +443,121 @@ func gapTop(cp *report.CriticalPath) string {
 		}
 	}
 	return top
+}
+
+// cgroup2Mount is where the unified cgroup hierarchy is mounted ("" when
+// it is not).
+func cgroup2Mount() string {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup2" {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+// A session on a pod through the agent, end to end: llmsim in the agent's
+// namespace is moved into a cgroup laid out as the kubelet's cgroupfs
+// driver lays out a container's (kubepods/burstable/pod<UID>/<ID>), a fake
+// API server lists it as container llmsim of pod inference/llmsim-0 on the
+// daemon's node (beside a sidecar with no process), and `run --agent
+// --agent.pod` follows it: the agent resolves the pod to llmsim's pid.
+// A pod of two containers with none named, and a pod the node does not
+// run, fail the run with what to give.
+func TestAgentPodTarget(t *testing.T) {
+	privtest.Require(t)
+	mnt := cgroup2Mount()
+	if mnt == "" {
+		t.Skip("no cgroup v2 hierarchy mounted: the pod's cgroup cannot be laid out")
+	}
+	const (
+		uid       = "5e2f0d6a-1b2c-4d3e-8f90-a1b2c3d4e5f6"
+		simID     = "7a6b5c4d3e2f10098a7b6c5d4e3f20117a6b5c4d3e2f10098a7b6c5d4e3f2011"
+		sidecarID = "8b7c6d5e4f3a21109b8c7d6e5f4a31228b7c6d5e4f3a21109b8c7d6e5f4a3122"
+		token     = "agent-pod-token"
+	)
+	pods := fmt.Sprintf(`{"kind":"PodList","apiVersion":"v1","items":[{"metadata":{"namespace":"inference","name":"llmsim-0","uid":%q,"labels":{"app":"llmsim"}},
+"spec":{"nodeName":"gpu-1","containers":[{"name":"llmsim"},{"name":"proxy"}]},
+"status":{"containerStatuses":[{"name":"llmsim","containerID":"containerd://%s"},{"name":"proxy","containerID":"containerd://%s"}]}}]}`, uid, simID, sidecarID)
+	var listed atomic.Int32
+	l, err := net.Listen("tcp", "0.0.0.0:0") // reached from the agent's namespace over the veth pair
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/pods" || r.URL.Query().Get("fieldSelector") != "spec.nodeName=gpu-1" || r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "unexpected request "+r.URL.String(), http.StatusBadRequest)
+			return
+		}
+		listed.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, pods)
+	})}
+	go func() { _ = api.Serve(l) }()
+	t.Cleanup(func() { _ = api.Close() })
+	port := l.Addr().(*net.TCPAddr).Port
+
+	tokFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := newAgentNodeWith(t, nodeOptions{daemonConfig: fmt.Sprintf("kubernetes:\n  node_name: gpu-1\n  api_server: http://10.77.0.1:%d\n  token_file: %s\n", port, tokFile)})
+
+	// llmsim into its "container", and back out before the cgroups go.
+	orig := ""
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", n.simPid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if p, ok := strings.CutPrefix(line, "0::"); ok {
+				orig = p
+			}
+		}
+	}
+	podDir := filepath.Join(mnt, "kubepods", "burstable", "pod"+uid)
+	ctrDir := filepath.Join(podDir, simID)
+	if err := os.MkdirAll(ctrDir, 0o755); err != nil {
+		t.Skipf("cannot create the container's cgroup under %s: %v", mnt, err)
+	}
+	t.Cleanup(func() {
+		_ = os.WriteFile(filepath.Join(mnt, orig, "cgroup.procs"), []byte(fmt.Sprint(n.simPid)), 0o644)
+		for _, d := range []string{ctrDir, podDir, filepath.Dir(podDir), filepath.Join(mnt, "kubepods")} {
+			_ = os.Remove(d)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(ctrDir, "cgroup.procs"), []byte(fmt.Sprint(n.simPid)), 0o644); err != nil {
+		t.Fatalf("moving llmsim into the container's cgroup: %v", err)
+	}
+	n.daemon(t)
+
+	run := func(out, pod string) *exec.Cmd {
+		return cliCmd("run", "--target", fmt.Sprintf("http://%s:%d", n.ip, agentSimPort),
+			"--agent", fmt.Sprintf("%s:%d", n.ip, agentPort), "--agent.user", agentUser, "--agent.password-file", n.pwFile,
+			"--agent.pod", pod, "--num-requests", "8", "--rate", "8", "--out", out)
+	}
+	out := t.TempDir()
+	if b, err := run(out, "inference/llmsim-0/llmsim").CombinedOutput(); err != nil {
+		t.Fatalf("run --agent.pod: %v\n%s", err, b)
+	}
+	doc := readAgentResult(t, out)
+	a := doc.Agents[0]
+	t.Logf("pod inference/llmsim-0/llmsim: agent session on pid %d (%s), complete %v, spans received %d; the API server listed the pods %d times",
+		a.Pid, a.Comm, a.Complete, a.Received, listed.Load())
+	if a.Pid != n.simPid || !a.Complete || a.Received == 0 {
+		t.Errorf("agents[0]: pid %d complete %v received %d; want llmsim's pid %d, complete, spans", a.Pid, a.Complete, a.Received, n.simPid)
+	}
+	if f := doc.Float("completed"); f != 8 {
+		t.Errorf("completed %v, want 8", f)
+	}
+	for pod, want := range map[string]string{
+		"inference/llmsim-0": "has 2 containers (llmsim, proxy): name one",
+		"inference/vllm-9":   "404 Not Found: pod inference/vllm-9: no such pod on this node",
+	} {
+		b, err := run(t.TempDir(), pod).CombinedOutput()
+		if err == nil || !strings.Contains(string(b), want) {
+			t.Errorf("run --agent.pod %s: %v, want it to say %q:\n%s", pod, err, want, b)
+		}
+	}
 }
