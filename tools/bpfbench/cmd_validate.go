@@ -178,12 +178,6 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 	if err := bpfutil.EnsureFilesystems(); err != nil {
 		logger.Warn("preparing kernel file systems", "err", err)
 	}
-	// Isolation: the load generator and the collectors run at a higher
-	// priority than the server and the busy threads (nice 0), so that the
-	// cpu injection delays the server and not the client's clock.
-	if err := reniceSelf(v.selfNice); err != nil {
-		logger.Warn("raising bpfbench's priority", "err", err)
-	}
 	var pid int
 	if v.useSim {
 		if server.given() {
@@ -235,6 +229,13 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 		fmt.Fprintf(stdout, "bpfbench validate: llmsim (pid %d) at %s%s with the CUDA stub\n", pid, sim.URL, where)
 	} else if pid, err = server.resolve(target, cmd); err != nil {
 		return err
+	}
+	// Isolation: the load generator and the collectors run at a higher
+	// priority than the server and the busy threads (nice 0), so that the
+	// cpu injection delays the server and not the client's clock. After
+	// llmsim's start: a child inherits its parent's nice level.
+	if err := reniceSelf(v.selfNice); err != nil {
+		logger.Warn("raising bpfbench's priority", "err", err)
 	}
 	if len(cpuList) == 0 {
 		if cpuList, err = affinityOf(pid); err != nil {
