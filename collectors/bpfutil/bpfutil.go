@@ -40,7 +40,11 @@ func ensureMount(path, fstype, source string) error {
 }
 
 // PrivilegeHint is the fix for a permission error on the bpf syscall.
-const PrivilegeHint = "run as root, or grant CAP_BPF, CAP_PERFMON and CAP_SYS_RESOURCE (e.g. AmbientCapabilities= in the systemd unit)"
+// Loading and attaching the programs needs CAP_BPF and CAP_PERFMON alone
+// (measured on Linux 6.18 with a memlock limit of 0: since 5.11 BPF
+// memory is charged to the cgroup, not RLIMIT_MEMLOCK, so
+// CAP_SYS_RESOURCE is not needed).
+const PrivilegeHint = "run as root, or grant CAP_BPF and CAP_PERFMON (e.g. AmbientCapabilities= in the systemd unit); on kernels before 5.11 also raise the memlock limit (LimitMEMLOCK=infinity)"
 
 // LoadError explains an error from loading a collection: verifier errors
 // carry the full log, permission errors name the fix.
