@@ -386,3 +386,34 @@ func TestParsePodRef(t *testing.T) {
 		}
 	}
 }
+
+// The collection's span count is what the stream delivered: the stop's
+// answer may come before the stream's last batches, whose end heartbeat
+// counts them.
+func TestStopCountsEverySpanDelivered(t *testing.T) {
+	_, hs := newTestServer(t, Limits{})
+	c := NewClient(hs.Listener.Addr().String(), ClientOptions{})
+	ctx := context.Background()
+	for round := 0; round < 5; round++ {
+		s, err := c.Start(ctx, StartRequest{Target: Target{Pid: os.Getpid()}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan uint64)
+		go func() {
+			var n uint64
+			for batch := range s.Spans() {
+				n += uint64(len(batch))
+			}
+			got <- n
+		}()
+		time.Sleep(150 * time.Millisecond)
+		col, err := s.Stop(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := <-got; col.Spans != n || !col.Complete {
+			t.Errorf("round %d: collection says %d spans sent, the client received %d (complete %v)", round, col.Spans, n, col.Complete)
+		}
+	}
+}

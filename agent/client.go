@@ -427,8 +427,14 @@ func (s *Session) Stop(ctx context.Context) (Collection, error) {
 		col.StoppedNs = s.lastBeat
 	}
 	if stopErr == nil {
-		col.Dropped, col.Spans, col.Reason = stop.Dropped, stop.Sent, stop.Reason
+		col.Reason = stop.Reason
 		col.StoppedNs = stop.EndNs - s.offset
+		// The stop may be answered before the stream wrote its last
+		// batches: the stream's end heartbeat, written after them, counts
+		// every span sent; without it the stop's counts are the best known.
+		if !s.ended {
+			col.Dropped, col.Spans = stop.Dropped, stop.Sent
+		}
 	}
 	col.StoppedAt = clock.NewAnchor().ToWall(col.StoppedNs)
 	err := s.err
