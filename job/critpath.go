@@ -285,9 +285,10 @@ type critPhase struct {
 	from, to int64
 }
 
-// critResult builds result.json's critical_path. The baseline is the
-// first phase's gaps when there are phases, else the run's.
-func (c *critStream) critResult(runStart int64, phases []critPhase, name func(tid uint32) string) *report.CriticalPath {
+// critResult builds result.json's critical_path. The baseline is prior
+// when given, else the first phase's gaps when there are phases, else
+// the run's.
+func (c *critStream) critResult(runStart int64, phases []critPhase, name func(tid uint32) string, prior *Prior) *report.CriticalPath {
 	st := c.eng.Stats()
 	c.stats.Events, c.stats.Malformed, c.stats.Late = st.Events, st.Malformed, st.Late
 	c.stats.BeforeHorizon, c.stats.Pruned = st.BeforeHorizon, st.Pruned+st.Dropped
@@ -297,15 +298,20 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),
 		NoisyNeighbours: []report.NoisyNeighbour{}, Slowest: []report.CriticalGap{}}
-	baseGaps := c.gaps
-	if len(phases) > 0 {
+	var base critpath.Baseline
+	var baseTail *[critpath.NumCauses]float64
+	switch {
+	case prior != nil:
+		out.Baseline, base = prior.Name(), prior.Crit
+		if prior.haveTail {
+			baseTail = &prior.tail
+		}
+	case len(phases) > 0:
 		out.Baseline = phases[0].name
-		baseGaps = inPhase(c.gaps, phases[0])
+		base = baselineOf(inPhase(c.gaps, phases[0]))
+	default:
+		base = baselineOf(c.gaps)
 	}
-	base := baselineOf(baseGaps)
-	out.NormalITLMs, out.NormalTTFTMs = causesMs(base.ITL), causesMs(base.TTFT)
-	out.ITLP99 = band(c.gaps, base, false)
-	out.TTFTP99 = band(c.gaps, base, true)
 
 	for _, nb := range c.agg.Neighbours() {
 		if len(out.NoisyNeighbours) == 10 {
@@ -338,30 +344,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	for _, g := range c.slowest() {
 		out.Slowest = append(out.Slowest, criticalGap(g, base, runStart, name))
 	}
-
-	if len(phases) > 0 {
-		baseTail := tailMean(baseGaps, base)
-		for _, p := range phases {
-			gs := inPhase(c.gaps, p)
-			cp := report.CriticalPhase{Name: p.name, Gaps: len(gs), ITLP99: band(gs, base, false)}
-			tail := tailMean(gs, base)
-			var added [critpath.NumCauses]float64
-			var sum float64
-			for k := range added {
-				added[k] = max(tail[k]-baseTail[k], 0)
-				sum += added[k]
-			}
-			cp.TailAddedShares = map[string]float64{}
-			for k, v := range added {
-				if sum > 0 {
-					v /= sum
-				}
-				cp.TailAddedShares[critpath.Cause(k).String()] = v
-			}
-			cp.TailTop = topOf(cp.TailAddedShares)
-			out.Phases = append(out.Phases, cp)
-		}
-	}
+	rebase(out, c.gaps, phases, base, baseTail)
 	return out
 }
 

@@ -139,7 +139,7 @@ func TestRunStreamCriticalPath(t *testing.T) {
 		t.Errorf("the correlation recorded %d spans, want the %d of the old kinds", s.spans, old)
 	}
 	res := &loadgen.Result{Records: run.records, StartNs: run.t0, EndNs: run.records[len(run.records)-1].EndNs}
-	cp := s.crit.critResult(res.StartNs, nil, nil)
+	cp := s.crit.critResult(res.StartNs, nil, nil, nil)
 	b, err := json.MarshalIndent(cp, "", " ")
 	if err != nil {
 		t.Fatal(err)
@@ -208,7 +208,7 @@ func TestCriticalPathInResult(t *testing.T) {
 	dir := t.TempDir()
 	s := run.replay(t, dir)
 	res := &loadgen.Result{Records: run.records, StartNs: run.t0, EndNs: run.records[len(run.records)-1].EndNs}
-	doc := &report.Document{Load: map[string]json.RawMessage{}, CriticalPath: s.crit.critResult(res.StartNs, nil, nil)}
+	doc := &report.Document{Load: map[string]json.RawMessage{}, CriticalPath: s.crit.critResult(res.StartNs, nil, nil, nil)}
 	path := filepath.Join(dir, "result.json")
 	if err := doc.WriteFile(path); err != nil {
 		t.Fatal(err)

@@ -42,8 +42,13 @@ type RunConfig struct {
 	// BaselineITL and BaselineTTFT, when set, are the normal gap and TTFT;
 	// otherwise they are the medians of the run.
 	BaselineITL, BaselineTTFT time.Duration
-	Sections                  []session.SectionFactory
-	Logger                    *slog.Logger
+	// Prior, when set, is a quiet run recorded earlier (--baseline DIR):
+	// its normal gaps are the baseline of both attributions, so that a run
+	// contended from start to end is still compared with normal.
+	// BaselineITL and BaselineTTFT still win when set.
+	Prior    *Prior
+	Sections []session.SectionFactory
+	Logger   *slog.Logger
 	// MaxSpans bounds the spans held at once while they wait for the
 	// token intervals they may overlap (default 2 million, far above what a
 	// run needs: spans are correlated as they come and then forgotten);
@@ -299,6 +304,9 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	// are all it needs, and the blames follow from them.
 	base := correlate.Baseline{TTFTNs: cfg.BaselineTTFT.Nanoseconds(), ITLNs: cfg.BaselineITL.Nanoseconds()}
 	est := stream.log.Baseline()
+	if p := cfg.Prior; p != nil && p.Union.ITLNs > 0 {
+		est = p.Union
+	}
 	if base.ITLNs == 0 {
 		base.ITLNs = est.ITLNs
 	}
@@ -367,12 +375,13 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	doc.ServerMetrics, doc.ServerQueue = sm.report(res)
 	doc.Timeline = timeline(res, blames)
 	doc.Phases = phases(res, blames, base, marks)
-	doc.CriticalPath = stream.crit.critResult(res.StartNs, critPhases(res, marks), func(tid uint32) string {
+	cphases := critPhases(res, marks)
+	doc.CriticalPath = stream.crit.critResult(res.StartNs, cphases, func(tid uint32) string {
 		if n := tr.threads.name(tid); !strings.HasPrefix(n, "thread ") {
 			return n
 		}
 		return ""
-	})
+	}, cfg.Prior)
 	if via != nil {
 		doc.Gateway = stream.gatewayReport(res, viaComm(cfg.ViaPid), via, sm.result())
 	}
@@ -386,6 +395,9 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	}
 	if err := writeRunDir(cfg.OutDir, doc); err != nil {
 		return out, err
+	}
+	if err := writeGaps(cfg.OutDir, res.StartNs, cphases, stream.crit.gaps); err != nil {
+		return out, fmt.Errorf("writing %s: %w", filepath.Join(cfg.OutDir, GapsFile), err)
 	}
 	if loadErr != nil && !errors.Is(loadErr, context.Canceled) {
 		return out, loadErr

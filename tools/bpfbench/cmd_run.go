@@ -63,6 +63,7 @@ func newRunCmd() *cobra.Command {
 		sm                = &serverMetricsFlags{}
 		out               string
 		baseITL, baseTTFT float64
+		baseline          string
 		logs              logFlags
 		cpus              *string
 		agents            agentFlags
@@ -83,7 +84,7 @@ It takes every load option of bpfbench load.`,
 		Args:        noArgs,
 		Annotations: map[string]string{memoryBound: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, logs, *cpus, agents, via)
+			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, baseline, logs, *cpus, agents, via)
 		},
 	}
 	fs := cmd.Flags()
@@ -93,6 +94,7 @@ It takes every load option of bpfbench load.`,
 	fs.StringVar(&out, "out", "", "run `DIR` for result.json, trace.json and report.html (required)")
 	fs.Float64Var(&baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms (default: the run's median)")
 	fs.Float64Var(&baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms (default: the run's median)")
+	fs.StringVar(&baseline, "baseline", "", "a quiet run recorded earlier (its `DIR` or result.json): the attribution and the critical path compare with its normal gaps, not this run's medians, so a run contended from start to end is still explained")
 	logs.add(fs, "warn", true)
 	cpus = cpusFlag(fs)
 	agents.add(fs)
@@ -102,9 +104,17 @@ It takes every load option of bpfbench load.`,
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, logs logFlags, cpus string, agents agentFlags, via viaFlags) error {
+func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, baseline string, logs logFlags, cpus string, agents agentFlags, via viaFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	cfg := opts.Config
+	var prior *job.Prior
+	if baseline != "" {
+		p, err := job.LoadPrior(baseline)
+		if err != nil {
+			return usageError{"--baseline: " + err.Error()}
+		}
+		prior = p
+	}
 	logger, err := logs.logger(cmd)
 	if err != nil {
 		return err
@@ -172,6 +182,7 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 		Load: cfg, Pid: pid, OutDir: out, Logger: logger, Sections: sessionSections(),
 		BaselineITL:   time.Duration(baseITL * float64(time.Millisecond)),
 		BaselineTTFT:  time.Duration(baseTTFT * float64(time.Millisecond)),
+		Prior:         prior,
 		Readiness:     readinessChecks,
 		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
 		Agents: clients, AgentTarget: target, AgentTCPPort: target.Port,
@@ -331,13 +342,23 @@ func urlPort(target string) int {
 }
 
 func newReportCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "report DIR",
-		Short: "Re-render report.html and the terminal summary of a run directory",
+	var baseline, out string
+	cmd := &cobra.Command{
+		Use:   "report DIR [--baseline DIR2 [--out DIR3]]",
+		Short: "Re-render report.html and the terminal summary of a run directory, or compare its critical path with another run's baseline",
 		Long: `Reads DIR/result.json (written by run, demo, validate or sweep --pid), writes
 DIR/report.html again (one self-contained page) and prints the run's
-terminal summary.`,
-		Example: `  bpfbench report bpfbench-demo`,
+terminal summary.
+
+With --baseline DIR2, the critical path's excess is computed again against
+the normal gaps of DIR2, a quiet run recorded earlier (from DIR's
+gaps.jsonl.gz): the p99 bands, the slowest gaps' excess and the phases'
+added shares. The union-of-activity attribution stays as recorded (its
+intervals are not kept). The result goes to --out (default DIR/vs-NAME,
+NAME being DIR2's base name): result.json and report.html; DIR is left as
+it was.`,
+		Example: `  bpfbench report bpfbench-demo
+  bpfbench report contended --baseline quiet`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
 				return usageError{"report needs the run directory: bpfbench report DIR"}
@@ -347,11 +368,22 @@ terminal summary.`,
 		ValidArgsFunction: func(*cobra.Command, []string, string) ([]cobra.Completion, cobra.ShellCompDirective) {
 			return nil, cobra.ShellCompDirectiveFilterDirs
 		},
-		RunE: func(cmd *cobra.Command, args []string) error { return runReport(cmd.OutOrStdout(), args[0]) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if out != "" && baseline == "" {
+				return usageError{"--out goes with --baseline (without it, report writes DIR/report.html)"}
+			}
+			return runReport(cmd.OutOrStdout(), args[0], baseline, out)
+		},
 	}
+	fs := cmd.Flags()
+	fs.StringVar(&baseline, "baseline", "", "a quiet run recorded earlier (its `DIR` or result.json) whose normal gaps the critical path is compared with")
+	fs.StringVar(&out, "out", "", "with --baseline, the `DIR` for the compared result.json and report.html (default DIR/vs-NAME)")
+	_ = cmd.MarkFlagDirname("baseline")
+	_ = cmd.MarkFlagDirname("out")
+	return cmd
 }
 
-func runReport(stdout io.Writer, dir string) error {
+func runReport(stdout io.Writer, dir, baseline, out string) error {
 	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
 	if err != nil {
 		return err
@@ -359,10 +391,30 @@ func runReport(stdout io.Writer, dir string) error {
 	if _, err := os.Stat(filepath.Join(dir, "trace.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	outDir := dir
+	if baseline != "" {
+		prior, err := job.LoadPrior(baseline)
+		if err != nil {
+			return usageError{"--baseline: " + err.Error()}
+		}
+		if err := job.Rebase(doc, dir, prior); err != nil {
+			return err
+		}
+		if outDir = out; outDir == "" {
+			outDir = filepath.Join(dir, "vs-"+filepath.Base(filepath.Clean(strings.TrimSuffix(baseline, "result.json"))))
+		}
+		if err := os.MkdirAll(outDir, 0o755); err != nil {
+			return fmt.Errorf("creating --out %s: %w", outDir, err)
+		}
+		doc.Diagnosis = report.Diagnose(doc)
+		if err := doc.WriteFile(filepath.Join(outDir, "result.json")); err != nil {
+			return err
+		}
+	}
 	if doc.Diagnosis == nil {
 		doc.Diagnosis = report.Diagnose(doc)
 	}
-	f, err := os.Create(filepath.Join(dir, "report.html"))
+	f, err := os.Create(filepath.Join(outDir, "report.html"))
 	if err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
@@ -374,6 +426,11 @@ func runReport(stdout io.Writer, dir string) error {
 		return err
 	}
 	report.WriteTerminal(stdout, doc)
-	fmt.Fprintf(stdout, "\nwrote %s\n", filepath.Join(dir, "report.html"))
+	if baseline != "" {
+		fmt.Fprintf(stdout, "\ncritical path compared with the baseline of %s\nwrote %s and %s\n", baseline,
+			filepath.Join(outDir, "result.json"), filepath.Join(outDir, "report.html"))
+		return nil
+	}
+	fmt.Fprintf(stdout, "\nwrote %s\n", filepath.Join(outDir, "report.html"))
 	return nil
 }

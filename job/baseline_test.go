@@ -1,0 +1,187 @@
+package job
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/exporter/report"
+)
+
+// gapsOf makes n requests of k gaps each, every gap after the first
+// computeMs of server_compute, runqMs of cpu_runqueue and 1 ms of client;
+// the TTFT is 50 ms of server_compute.
+func gapsOf(n, k int, computeMs, runqMs int64, t0 int64) []critGap {
+	var out []critGap
+	for r := range n {
+		at := t0 + int64(r)*1000*msNs
+		ttft := critGap{request: int32(r), index: 0, start: at, end: at + 50*msNs}
+		ttft.ns[critpath.ServerCompute] = 50 * msNs
+		out = append(out, ttft)
+		at = ttft.end
+		for i := 1; i < k; i++ {
+			g := critGap{request: int32(r), index: int32(i), start: at}
+			g.ns[critpath.ServerCompute] = computeMs * msNs
+			g.ns[critpath.CPURunqueue] = runqMs * msNs
+			g.ns[critpath.Client] = msNs
+			g.end = at + (computeMs+runqMs+1)*msNs
+			at = g.end
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// writeRun writes a run directory the way job.Run does for its critical
+// path: result.json (its own baseline: the run's medians) and the gaps.
+func writeRun(t *testing.T, gaps []critGap, phases []critPhase) string {
+	t.Helper()
+	dir := t.TempDir()
+	cp := &report.CriticalPath{Baseline: "run", Causes: critpath.CauseNames(), Gaps: len(gaps), Slowest: []report.CriticalGap{}}
+	rebase(cp, gaps, phases, baselineOf(gaps), nil)
+	doc := &report.Document{Load: map[string]json.RawMessage{}, CriticalPath: cp}
+	if err := doc.WriteFile(filepath.Join(dir, "result.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeGaps(dir, gaps[0].start, phases, gaps); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// A run contended from start to end (every gap 20 ms behind another
+// task) explains nothing against its own medians, and all of its excess
+// as cpu_runqueue against a quiet run recorded before.
+func TestRebaseOnAQuietRun(t *testing.T) {
+	quiet := writeRun(t, gapsOf(20, 50, 9, 0, 1e12), nil)
+	contended := gapsOf(20, 50, 9, 20, 2e12)
+	// One gap in a hundred is twice as contended: the p99 band.
+	for i := range contended {
+		if i%100 == 99 {
+			contended[i].ns[critpath.CPURunqueue] += 20 * msNs
+			contended[i].end += 20 * msNs
+		}
+	}
+	dir := writeRun(t, contended, nil)
+
+	own, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := own.CriticalPath.ITLP99; b == nil || b.ExcessMs > 21*float64(b.Gaps) {
+		t.Fatalf("against its own medians the p99 band's excess is %+v, want at most the extra 20 ms a gap", b)
+	}
+
+	prior, err := LoadPrior(quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !prior.haveTail {
+		t.Errorf("the quiet run's gaps file was not read")
+	}
+	if got := prior.Crit.ITL[critpath.ServerCompute]; got != 9*msNs {
+		t.Errorf("the quiet run's normal server_compute is %d ns, want 9 ms", got)
+	}
+	if err := Rebase(own, dir, prior); err != nil {
+		t.Fatal(err)
+	}
+	cp := own.CriticalPath
+	if cp.Baseline != "run "+quiet {
+		t.Errorf("baseline %q", cp.Baseline)
+	}
+	b := cp.ITLP99
+	if b == nil || b.Top != "cpu_runqueue" || math.Abs(b.ExcessShares["cpu_runqueue"]-1) > 1e-9 {
+		t.Fatalf("against the quiet run the p99 band is %+v, want all of its excess cpu_runqueue", b)
+	}
+	// Every gap in the band is 20 ms over the quiet normal, the ten
+	// doubly contended ones 40 ms.
+	if want := 20.0*float64(b.Gaps) + 20*10; math.Abs(b.ExcessMs-want) > 1e-6 {
+		t.Errorf("p99 excess %.3f ms over %d gaps, want %.0f", b.ExcessMs, b.Gaps, want)
+	}
+	if got := cp.NormalITLMs["cpu_runqueue"]; got != 0 {
+		t.Errorf("normal cpu_runqueue %.3f ms, want the quiet run's 0", got)
+	}
+}
+
+// Phases are recomputed against the prior's tail, and a gaps file keeps
+// its phases.
+func TestRebasePhases(t *testing.T) {
+	quiet := writeRun(t, gapsOf(10, 50, 9, 0, 1e12), nil)
+	gs := gapsOf(10, 50, 9, 0, 2e12)
+	gs = append(gs, gapsOf(10, 50, 9, 15, 3e12)...)
+	phases := []critPhase{{name: "baseline", from: 2e12, to: 3e12}, {name: "cpu", from: 3e12, to: 4e12}}
+	dir := writeRun(t, gs, phases)
+	h, back, err := readGaps(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back) != len(gs) || len(h.Phases) != 2 || back[len(back)-1] != gs[len(gs)-1] {
+		t.Fatalf("read back %d gaps and %d phases, want %d and 2 (last %+v, want %+v)", len(back), len(h.Phases), len(gs), back[len(back)-1], gs[len(gs)-1])
+	}
+	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	prior, err := LoadPrior(filepath.Join(quiet, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Rebase(doc, dir, prior); err != nil {
+		t.Fatal(err)
+	}
+	ps := doc.CriticalPath.Phases
+	if len(ps) != 2 || ps[0].TailTop != "unexplained" || ps[1].TailTop != "cpu_runqueue" || ps[1].TailAddedShares["cpu_runqueue"] != 1 {
+		t.Fatalf("phases %+v", ps)
+	}
+}
+
+// What cannot be a baseline says so; a damaged gaps file keeps the gaps
+// before the damage and says where it is.
+func TestPriorErrors(t *testing.T) {
+	empty := t.TempDir()
+	if _, err := LoadPrior(empty); err == nil || !strings.Contains(err.Error(), "no result.json") {
+		t.Errorf("a directory without result.json: %v", err)
+	}
+	if _, err := LoadPrior(filepath.Join(empty, "nothing")); err == nil || !strings.Contains(err.Error(), "no such file") {
+		t.Errorf("a missing directory: %v", err)
+	}
+	noCP := t.TempDir()
+	doc := &report.Document{Load: map[string]json.RawMessage{"completed": json.RawMessage("3")}}
+	if err := doc.WriteFile(filepath.Join(noCP, "result.json")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadPrior(noCP); err == nil || !strings.Contains(err.Error(), "no critical path") {
+		t.Errorf("a run without a critical path: %v", err)
+	}
+	dir := writeRun(t, gapsOf(2, 5, 9, 0, 1e12), nil)
+	d, _ := report.ReadFile(filepath.Join(dir, "result.json"))
+	prior, err := LoadPrior(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Rebase(d, noCP, prior); err == nil || !strings.Contains(err.Error(), "no "+GapsFile) {
+		t.Errorf("a run without a gaps file: %v", err)
+	}
+
+	// A gaps file cut short: a row with too few fields.
+	f, err := os.OpenFile(filepath.Join(dir, GapsFile), os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := gzip.NewWriter(f)
+	enc := json.NewEncoder(zw)
+	_ = enc.Encode(gapsHeader{Format: gapsFormat, Causes: critpath.CauseNames()})
+	_ = enc.Encode([]int64{1, 1, 0, 10, 0, 1, 2, 3, 4, 0, 0, 0, 0})
+	_ = enc.Encode([]int64{1, 2, 10})
+	_ = zw.Close()
+	_ = f.Close()
+	_, gs, err := readGaps(dir)
+	if err == nil || !strings.Contains(err.Error(), "line 3") || len(gs) != 1 {
+		t.Errorf("a damaged gaps file: %d gaps, %v", len(gs), err)
+	}
+}
