@@ -275,10 +275,14 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	} else {
 		s.log.Info("session started", "session", id, "pid", pid, "comm", sess.Comm(), "remote", r.RemoteAddr)
 	}
+	unavailable := sess.Unavailable()
+	for name, why := range unavailable {
+		unavailable[name] = ExplainPermission(why)
+	}
 	writeJSON(w, http.StatusCreated, StartResponse{
 		ID: id, Pid: pid, Comm: sess.Comm(), StartNs: sess.StartNs() + s.shift,
 		Anchor:      clock.Anchor{Wall: sess.Anchor().Wall, MonotonicNs: sess.Anchor().MonotonicNs + s.shift},
-		Unavailable: sess.Unavailable(), Pod: pod,
+		Unavailable: unavailable, Pod: pod,
 	})
 }
 

@@ -235,7 +235,7 @@ func (d *Daemon) refresh() {
 		}
 		for _, h := range d.hosts {
 			if err := h.SetTarget(tgid, slot); err != nil {
-				d.log.Warn("adding target process", "collector", h.Name(), "pid", tgid, "err", err)
+				d.log.Warn("adding target process", "collector", h.Name(), "pid", tgid, "err", agent.ExplainPermission(err.Error()))
 			}
 		}
 		d.assigned[tgid] = slot

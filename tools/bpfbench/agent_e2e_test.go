@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -27,8 +28,10 @@ import (
 type agentNode struct {
 	ns, ip, dir, pwFile string
 	simPid              int
-	// daemonCPU, when set, pins the daemon (taskset -c).
+	// daemonCPU, when set, pins the daemon (taskset -c); wrap, when set,
+	// is the command the daemon runs under (setpriv).
 	daemonCPU string
+	wrap      []string
 }
 
 // nodeOptions shape a node: llmsim's CPU and arguments, the daemon's CPU
@@ -135,6 +138,7 @@ func (n *agentNode) daemon(t *testing.T, env ...string) *exec.Cmd {
 	if n.daemonCPU != "" {
 		args = append(args, "taskset", "-c", n.daemonCPU)
 	}
+	args = append(args, n.wrap...)
 	args = append(args, os.Args[0], "daemon", "--config", filepath.Join(n.dir, "agent.yaml"),
 		"--web.config.file", filepath.Join(n.dir, "web.yml"), "--web.listen-address", fmt.Sprintf("%s:%d", n.ip, agentPort))
 	cmd := exec.Command("ip", args...)
@@ -559,5 +563,70 @@ func TestAgentPodTarget(t *testing.T) {
 		if err == nil || !strings.Contains(string(b), want) {
 			t.Errorf("run --agent.pod %s: %v, want it to say %q:\n%s", pod, err, want, b)
 		}
+	}
+}
+
+// The agent run with the daemon holding only the four capabilities the
+// chart and the systemd unit grant (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE,
+// CAP_DAC_READ_SEARCH): llmsim maps the CUDA stub, and the cuda section
+// attaches its uprobes or, where the kernel's uprobe PMU asks for
+// CAP_SYS_ADMIN (Linux 6.16+), result.json says it is unavailable and
+// names that capability; the scheduler's spans still arrive. With
+// CAP_SYS_ADMIN added, the capability named, the cuda section attaches.
+func TestAgentCapabilities(t *testing.T) {
+	privtest.Require(t)
+	setpriv := privtest.RequireTool(t, "setpriv", "apt-get install util-linux")
+	simBinaries(t)
+	n := newAgentNodeWith(t, nodeOptions{simArgs: []string{"--cuda-lib", filepath.Join(simBinsDir, "libcuda.so.1")}})
+	const four = "-all,+bpf,+perfmon,+sys_ptrace,+dac_read_search"
+	for _, caps := range []string{four, four + ",+sys_admin"} {
+		t.Run(caps, func(t *testing.T) {
+			n.wrap = []string{setpriv, "--inh-caps=" + caps, "--ambient-caps=" + caps, "--bounding-set=" + caps}
+			defer func() { n.wrap = nil }()
+			n.daemon(t)
+			out := t.TempDir()
+			if b, err := n.run(t, out, true, 8).CombinedOutput(); err != nil {
+				t.Fatalf("run --agent: %v\n%s", err, b)
+			}
+			doc := readAgentResult(t, out)
+			a := doc.Agents[0]
+			why, refused := a.Unavailable["cuda"]
+			var sum struct {
+				Calls []struct {
+					Name  string `json:"name"`
+					Count uint64 `json:"count"`
+				} `json:"calls"`
+			}
+			if raw, ok := doc.Collectors["cuda"]; ok {
+				if err := json.Unmarshal(raw, &sum); err != nil {
+					t.Fatalf("the cuda summary: %v", err)
+				}
+			}
+			calls := uint64(0)
+			for _, c := range sum.Calls {
+				calls += c.Count
+			}
+			t.Logf("daemon with %s: spans received %d; CUDA calls counted %d; cuda unavailable %v: %s", caps, a.Received, calls, refused, why)
+			if a.Received == 0 {
+				t.Errorf("no spans from the daemon")
+			}
+			switch {
+			case !refused:
+				if calls == 0 {
+					t.Errorf("cuda attached but counted no call of llmsim's")
+				}
+				if caps == four {
+					t.Logf("this kernel lets CAP_PERFMON place uprobes (before Linux 6.16)")
+				}
+			case caps != four:
+				t.Errorf("cuda unavailable with CAP_SYS_ADMIN: %s", why)
+			case strings.Contains(why, "perf_uprobe PMU"):
+				if !strings.Contains(why, "CAP_SYS_ADMIN") {
+					t.Errorf("cuda refused by the uprobe PMU without naming CAP_SYS_ADMIN: %s", why)
+				}
+			default:
+				t.Errorf("cuda unavailable for another reason: %s", why)
+			}
+		})
 	}
 }
