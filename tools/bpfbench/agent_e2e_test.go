@@ -224,6 +224,8 @@ func TestAgentTwoNamespaces(t *testing.T) {
 				a.Complete, a.Clock.OffsetNs, a.Clock.BoundNs, a.Clock.DriftPPM, len(a.Clock.Estimates), a.Spans, a.Received, a.BelowClockBound)
 			if !a.Complete {
 				t.Errorf("agents[0] not complete: %s", a.Error)
+			} else if a.Spans != a.Received {
+				t.Errorf("agents[0]: the agent sent %d spans, the run received %d", a.Spans, a.Received)
 			}
 			if a.Pid != n.simPid {
 				t.Errorf("agents[0].pid %d, want llmsim's %d", a.Pid, n.simPid)
