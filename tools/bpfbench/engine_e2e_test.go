@@ -37,7 +37,9 @@ import (
 // on; each run's load figures are checked against the engine's own
 // timings (the per-request timings of its stream, its /metrics), the
 // manifest against the model file, the contention run's tail against
-// cpu_runqueue, diff against both; then validate's slow-reading client,
+// cpu_runqueue, diff against both; a run contended from start to end
+// against the baseline run (--baseline), whose critical path must name
+// cpu_runqueue and the busy process; then validate's slow-reading client,
 // whose excess must be its own connection's net_backpressure. After every
 // command nothing of bpfbench is left: no process, no BPF program or link,
 // no probe event, no file in the source tree.
@@ -232,6 +234,43 @@ func TestRealEngineEndToEnd(t *testing.T) {
 			judged = append(judged, fmt.Sprintf("diff: cpu_runqueue's share rose in neither the p99 band nor the TTFT: %+v", d.Attribution))
 		}
 		t.Logf("diff: top cause %s → %s; %d manifest changes", d.TopCause[0], d.TopCause[1], len(d.Manifest))
+		// Contended from start to end, compared with the baseline run
+		// (--baseline): the run's own medians are contended, the quiet
+		// run's are not. The critical path names cpu_runqueue with at
+		// least 60% of the p99 gap's excess, leaves at most 10% of the gap
+		// time unexplained, and names the busy process.
+		dir3 := filepath.Join(t.TempDir(), fmt.Sprintf("contended-%d", n))
+		busy3 := start(t, cli("perturb", "cpu", "--threads", "2", "--cpus", "0", "--duration", "90s"))
+		run3 := start(t, cli(append([]string{"run", "--out", dir3, "--baseline", dir1}, load...)...))
+		run3Err := <-run3.done
+		_ = busy3.cmd.Process.Signal(syscall.SIGTERM)
+		wait(t, "bpfbench perturb cpu", busy3, <-busy3.done)
+		wait(t, "bpfbench run --baseline (contended throughout)", run3, run3Err)
+		doc3, err := report.ReadFile(filepath.Join(dir3, "result.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cp := doc3.CriticalPath; cp == nil || cp.ITLP99 == nil || cp.Baseline != "run "+dir1 {
+			t.Errorf("contended run: no critical path against the baseline run: %+v", cp)
+		} else {
+			b := cp.ITLP99
+			t.Logf("contended throughout, against the baseline run: critical path p99 gap %.1f ms (%d gaps), excess %.1f ms, top %s, shares %v; unexplained %.4f of gap time; neighbours %+v",
+				b.FromMs, b.Gaps, b.ExcessMs, b.Top, b.ExcessShares, cp.UnexplainedFraction, cp.NoisyNeighbours)
+			if b.Top != "cpu_runqueue" || b.ExcessShares["cpu_runqueue"] < 0.6 {
+				judged = append(judged, fmt.Sprintf("contended run against the baseline: the p99 gap's excess top %s, cpu_runqueue %.2f, want cpu_runqueue with at least 0.6", b.Top, b.ExcessShares["cpu_runqueue"]))
+			}
+			if cp.UnexplainedFraction > 0.1 {
+				t.Errorf("contended run: unexplained %.3f of the gap time, want at most 0.1", cp.UnexplainedFraction)
+			}
+			named := false
+			for _, nb := range cp.NoisyNeighbours {
+				named = named || strings.HasPrefix(nb.Process, "bpfbench")
+			}
+			if !named {
+				judged = append(judged, fmt.Sprintf("contended run: the busy process (bpfbench perturb cpu) is not among the noisy neighbours %+v", cp.NoisyNeighbours))
+			}
+		}
+
 		for _, c := range d.Manifest {
 			t.Logf("diff: manifest: %s", c.Text)
 			if strings.Contains(c.Text, "model file") || strings.Contains(c.Text, "command line") {
