@@ -29,6 +29,7 @@ func (d *Daemon) resolveAgentPod(ctx context.Context, ref agent.PodRef) (int, ag
 		d.agentPods = d.pods
 		if d.agentPods == nil {
 			d.agentPods = newPodSource(d.cfg, d.log)
+			d.agentPods.log = d.log // already the daemon's component
 		}
 	})
 	ix, err := d.agentPods.within(ctx, time.Duration(1<<62))
