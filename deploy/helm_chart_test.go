@@ -47,6 +47,12 @@ var helmCases = []struct {
 	kinds  []string // every kind rendered, sorted
 }{
 	{"default", ``, []string{"ConfigMap", "DaemonSet", "Service", "ServiceAccount"}},
+	// The agent API: its sessions may target a pod (run --agent.pod), so the
+	// daemon lists its node's pods as for Kubernetes targets.
+	{"agent-pod-sessions", `
+config:
+  agent: {enabled: true, max_sessions: 2}
+`, []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Service", "ServiceAccount"}},
 	{"servicemonitor-k8s-targets", `
 serviceMonitor:
   enabled: true
@@ -365,9 +371,9 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 			t.Errorf("host path %s mounted at %s", p, m.MountPath)
 		}
 	}
-	k8sTargets := name == "servicemonitor-k8s-targets"
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != k8sTargets {
-		t.Errorf("automountServiceAccountToken %v, want %v (only Kubernetes targets list pods)", spec.AutomountServiceAccountToken, k8sTargets)
+	listsPods := name == "servicemonitor-k8s-targets" || name == "agent-pod-sessions"
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != listsPods {
+		t.Errorf("automountServiceAccountToken %v, want %v (only Kubernetes targets and the agent's pod sessions list pods)", spec.AutomountServiceAccountToken, listsPods)
 	}
 	if len(spec.Tolerations) == 0 {
 		t.Error("no tolerations: tainted GPU nodes would go unobserved")
@@ -386,6 +392,9 @@ func checkConfigMap(t *testing.T, name string, cm *corev1.ConfigMap) {
 	}
 	if cfg.ListenAddress != ":9464" || cfg.LogFormat != "json" {
 		t.Errorf("config %+v", cfg)
+	}
+	if name == "agent-pod-sessions" && (!cfg.Agent.Enabled || cfg.Agent.MaxSessions != 2) {
+		t.Errorf("agent %+v, want enabled with 2 sessions", cfg.Agent)
 	}
 	if name == "servicemonitor-k8s-targets" {
 		if len(cfg.Targets) != 2 || !cfg.Targets[0].Kubernetes() || cfg.Targets[0].PodLabels["app.kubernetes.io/name"] != "vllm" || cfg.Targets[0].PodLimit() != 8 || cfg.Targets[1].Comm != "tokenizer" {

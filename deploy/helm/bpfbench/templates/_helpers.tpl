@@ -53,9 +53,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
-{{/* "true" when a target selects pods (namespace, pod_labels or container). */}}
+{{/* "true" when the daemon lists its node's pods: a target selects pods
+(namespace, pod_labels or container), or the agent API is on (its sessions
+may target a pod, run --agent.pod). */}}
 {{- define "bpfbench.kubernetesTargets" -}}
 {{- $k := false }}
+{{- if and .Values.config.agent .Values.config.agent.enabled }}{{ $k = true }}{{ end }}
 {{- range .Values.config.targets }}
 {{- if or .namespace .pod_labels .container }}{{ $k = true }}{{ end }}
 {{- end }}
