@@ -24,16 +24,17 @@ const agentStopTimeout = 15 * time.Second
 // clock, so correlation and the critical path see one timeline.
 //
 // The attribution never claims a cause for time the clock error could
-// have put outside a gap: every remote span is eroded by the clock bound
-// in force when it arrived (the widest of every agent's estimates so far)
-// at both ends before correlation and the critical path see it (erode);
+// have put outside a gap: every remote span is eroded by its agent's
+// clock bound in force when it arrived (the widest of that agent's
+// estimates so far) at both ends before correlation and the critical path see it (erode);
 // a span no longer than twice the bound vanishes and is counted
 // (agents[].spans_below_clock_bound).
 type remoteRun struct {
 	log     *slog.Logger
 	rec     collectors.Recorder
 	remotes []*remote
-	// bound is the widest clock bound of every agent so far (ns).
+	// bound is the widest clock bound of every agent so far (ns):
+	// result.json's clock_bound_ns.
 	bound atomic.Int64
 }
 
@@ -46,6 +47,9 @@ type remote struct {
 	// time taken off the others (ns).
 	received, below atomic.Uint64
 	eroded          atomic.Int64
+	// bound is this agent's widest clock bound so far (ns): its spans'
+	// error on the local clock.
+	bound atomic.Int64
 	col             agent.Collection
 	err             error
 }
@@ -62,7 +66,7 @@ func startAgents(ctx context.Context, clients []*agent.Client, req agent.StartRe
 			return nil, fmt.Errorf("starting the session on agent %s: %w", c.Agent(), err)
 		}
 		r := &remote{c: c, s: s, done: make(chan struct{})}
-		rr.widen(s.Clock().BoundNs)
+		rr.widen(r, s.Clock().BoundNs)
 		pod := ""
 		if s.Info.Pod != nil {
 			pod = s.Info.Pod.String()
@@ -75,10 +79,16 @@ func startAgents(ctx context.Context, clients []*agent.Client, req agent.StartRe
 	return rr, nil
 }
 
-func (rr *remoteRun) widen(ns int64) {
+// widen raises r's bound, and the run's, to ns when it is wider.
+func (rr *remoteRun) widen(r *remote, ns int64) {
+	raise(&r.bound, ns)
+	raise(&rr.bound, ns)
+}
+
+func raise(a *atomic.Int64, ns int64) {
 	for {
-		cur := rr.bound.Load()
-		if ns <= cur || rr.bound.CompareAndSwap(cur, ns) {
+		cur := a.Load()
+		if ns <= cur || a.CompareAndSwap(cur, ns) {
 			return
 		}
 	}
@@ -92,9 +102,9 @@ func (rr *remoteRun) drain(r *remote) {
 	for batch := range r.s.Spans() {
 		// The clock is re-estimated every few seconds: follow its bound.
 		if n++; n%64 == 1 {
-			rr.widen(r.s.Clock().BoundNs)
+			rr.widen(r, r.s.Clock().BoundNs)
 		}
-		bound := rr.bound.Load()
+		bound := r.bound.Load()
 		for _, sp := range batch {
 			rr.admit(r, sp, bound)
 		}
@@ -167,9 +177,9 @@ func (rr *remoteRun) stop() {
 					rr.log.Warn("stopping the agent session", "agent", r.c.Agent(), "err", r.err)
 				}
 			}
-			rr.widen(r.s.Clock().BoundNs)
+			rr.widen(r, r.s.Clock().BoundNs)
 			rr.log.Info("agent spans eroded by the clock bound", "agent", r.c.Agent(), "received", r.received.Load(),
-				"vanished", r.below.Load(), "eroded_ns", r.eroded.Load(), "bound_ns", rr.bound.Load())
+				"vanished", r.below.Load(), "eroded_ns", r.eroded.Load(), "bound_ns", r.bound.Load())
 		}()
 	}
 	wg.Wait()

@@ -102,3 +102,16 @@ func TestErodedSpanNeverClaimsMoreThanAnyOffset(t *testing.T) {
 		}
 	}
 }
+
+// Each agent's spans are eroded by its own clock bound (never narrowing),
+// the run's clock_bound_ns is the widest of them.
+func TestClockBoundPerAgent(t *testing.T) {
+	rr := &remoteRun{}
+	tight, loose := &remote{}, &remote{}
+	rr.widen(tight, 20_000)
+	rr.widen(loose, 90_000)
+	rr.widen(tight, 15_000) // a later, better estimate does not narrow it
+	if tight.bound.Load() != 20_000 || loose.bound.Load() != 90_000 || rr.boundNs() != 90_000 {
+		t.Errorf("bounds: tight %d, loose %d, run %d; want 20000, 90000, 90000", tight.bound.Load(), loose.bound.Load(), rr.boundNs())
+	}
+}
