@@ -50,8 +50,8 @@ type remote struct {
 	// bound is this agent's widest clock bound so far (ns): its spans'
 	// error on the local clock.
 	bound atomic.Int64
-	col             agent.Collection
-	err             error
+	col   agent.Collection
+	err   error
 }
 
 // startAgents starts a session on target at every agent, fails fast
