@@ -210,8 +210,9 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 type Sim struct {
 	URL string
 	// Control is the CUDA stub's control file (its kernel time in µs);
-	// IOFile the KV offload file the server reads with O_DIRECT.
-	Control, IOFile string
+	// StepControl llmsim's (its decode step's CPU work in µs); IOFile the
+	// KV offload file the server reads with O_DIRECT.
+	Control, StepControl, IOFile string
 	// Net is the network namespace the server serves in (SimConfig.Netns),
 	// nil when it serves on 127.0.0.1.
 	Net *SimNet
@@ -319,9 +320,10 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 	s := &Sim{
 		Net:     sn,
 		URL:     fmt.Sprintf("http://%s:%d", host, port),
-		Control: filepath.Join(cfg.Dir, "gpu-kernel-us"),
-		IOFile:  filepath.Join(cfg.Dir, "kv-offload.img"),
-		log:     logf,
+		Control:     filepath.Join(cfg.Dir, "gpu-kernel-us"),
+		StepControl: filepath.Join(cfg.Dir, "step-us"),
+		IOFile:      filepath.Join(cfg.Dir, "kv-offload.img"),
+		log:         logf,
 	}
 	if err := writeDataFile(s.IOFile, 128<<20); err != nil {
 		s.Close()
@@ -331,8 +333,12 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 		s.Close()
 		return nil, err
 	}
+	if err := s.SetStep(DemoStepUS); err != nil {
+		s.Close()
+		return nil, err
+	}
 	s.cmd = exec.CommandContext(ctx, llmsim, "--addr", fmt.Sprintf("%s:%d", host, port),
-		"--work", "cpu", "--itl", "15ms", "--max-num-seqs", "32", "--jitter", "0.05",
+		"--work", "cpu", "--itl", strconv.Itoa(DemoStepUS)+"us", "--step-control", s.StepControl, "--max-num-seqs", "32", "--jitter", "0.05",
 		"--io-file", s.IOFile, "--io-bytes", "262144", "--cuda-lib", libcuda)
 	s.cmd.Env = append(os.Environ(), "CUDASTUB_KERNEL_US="+strconv.Itoa(DemoKernelUS), "CUDASTUB_CONTROL_FILE="+s.Control)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
@@ -422,6 +428,14 @@ func (s *Sim) Pid() int {
 		return 0
 	}
 	return s.cmd.Process.Pid
+}
+
+// DemoStepUS is the simulated server's decode step: its CPU work, µs.
+const DemoStepUS = 15000
+
+// SetStep changes the decode step's CPU work in the running server.
+func (s *Sim) SetStep(us int) error {
+	return os.WriteFile(s.StepControl, []byte(strconv.Itoa(us)+"\n"), 0o644)
 }
 
 // SetGPUKernel changes the simulated GPU's step time in the running server.

@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/perturb"
@@ -29,8 +30,17 @@ import (
 type Injection struct {
 	// Name labels the phase ("cpu", "io", "gpu", "client", "net").
 	Name string
-	// Cause is the cause the attribution must name.
+	// Cause is the cause the union-of-activity attribution must name; ""
+	// when it has none for this injection (server compute, a starved
+	// client: only the critical path has those causes).
 	Cause string
+	// CritCause is the cause the critical path must name (default Cause).
+	CritCause string
+	// Judge is the attribution that judges the row: JudgeUnion (the
+	// default when Cause is set) or JudgeCriticalPath (always when Cause
+	// is ""). DESIGN.md, "The widened validation matrix", says which and
+	// why.
+	Judge string
 	// Start begins the perturbation; the function it returns ends it and
 	// says what it achieved. Nil for a slow-reading request.
 	Start func(ctx context.Context) (stop func() string, err error)
@@ -95,8 +105,43 @@ type ValidationRow struct {
 	AddedP50ITLMs float64 `json:"added_p50_itl_ms"`
 	AddedP99ITLMs float64 `json:"added_p99_itl_ms"`
 	Achieved      string  `json:"achieved,omitempty"`
-	Correct       bool    `json:"correct"`
+	// Correct: the judge's top cause is the injected one (Judge names
+	// which attribution judges the row: "union" when the union model has
+	// the injected cause, else "critical_path").
+	Correct bool   `json:"correct"`
+	Judge   string `json:"judge"`
+	// CritInjected, CritTop, CritShare and CritShares are the same rule
+	// (the excess added to the phase's slowest 10% of gaps over the
+	// baseline phase's) in the critical path's causes.
+	CritInjected string             `json:"critical_path_injected_cause"`
+	CritTop      string             `json:"critical_path_top_cause"`
+	CritShare    float64            `json:"critical_path_injected_share"`
+	CritShares   map[string]float64 `json:"critical_path_tail_added_shares"`
+	CritCorrect  bool               `json:"critical_path_correct"`
 }
+
+// JudgedShare is the injected cause's share of the added tail excess by
+// the row's judge.
+func (r ValidationRow) JudgedShare() float64 {
+	if r.Judge == JudgeCriticalPath {
+		return r.CritShare
+	}
+	return r.Share
+}
+
+// JudgedTop is the judge's top cause.
+func (r ValidationRow) JudgedTop() string {
+	if r.Judge == JudgeCriticalPath {
+		return r.CritTop
+	}
+	return r.Attributed
+}
+
+// The judges of a validation row.
+const (
+	JudgeUnion        = "union"
+	JudgeCriticalPath = "critical_path"
+)
 
 // Validation is the confusion matrix of injected × attributed causes.
 type Validation struct {
@@ -172,6 +217,46 @@ func GPUInjection(control string, slowUS int) Injection {
 	}}
 }
 
+// ComputeInjection raises the server's own step work (llmsim's step
+// control file) to us µs and puts the previous value back: the critical
+// path must name server_compute; the union model has no such cause.
+func ComputeInjection(control string, us int) Injection {
+	return Injection{Name: "compute", CritCause: critpath.ServerCompute.String(), Start: func(context.Context) (func() string, error) {
+		prev, err := os.ReadFile(control)
+		if err != nil {
+			return nil, fmt.Errorf("reading the server's step control file: %w", err)
+		}
+		if err := os.WriteFile(control, []byte(strconv.Itoa(us)+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("writing the server's step control file: %w", err)
+		}
+		return func() string {
+			_ = os.WriteFile(control, prev, 0o644)
+			return fmt.Sprintf("the server's step work from %s to %d µs", strings.TrimSpace(string(prev)), us)
+		}, nil
+	}}
+}
+
+// ClientCPUInjection keeps a thread busy on each of the load generator's
+// CPUs at its own nice level: the client reads late, and the
+// critical path must name client (the chunk waited in its socket); the
+// union model has no such cause.
+func ClientCPUInjection(cpus []int, nice int) Injection {
+	return Injection{Name: "client-cpu", CritCause: critpath.Client.String(), Start: func(ctx context.Context) (func() string, error) {
+		p := perturb.CPU{CPUs: cpus, Nice: nice}
+		if err := p.Validate(); err != nil {
+			return nil, err
+		}
+		p.Threads = len(p.CPUs)
+		return during(ctx, func(c context.Context) string {
+			r, err := p.RunProcess(c)
+			if err != nil {
+				return "client-cpu: " + err.Error()
+			}
+			return fmt.Sprintf("%d busy threads at nice %d on the load generator's CPUs %v burnt %.1f CPU-s (%.0f%% each)", r.Threads, nice, r.CPUs, r.CPUSeconds, r.Share*100)
+		}), nil
+	}}
+}
+
 // NetRateShare is the share of the interface's baseline rate that the
 // net injection shapes it to when no rate is given.
 const NetRateShare = 0.8
@@ -182,7 +267,7 @@ const NetRateShare = 0.8
 func NetInjection(n perturb.Net) Injection {
 	var baseBps float64
 	var baseErr error
-	inj := Injection{Name: "net", Cause: correlate.NetBackpressure.String(), Start: func(context.Context) (func() string, error) {
+	inj := Injection{Name: "net", Cause: correlate.NetBackpressure.String(), Judge: JudgeCriticalPath, Start: func(context.Context) (func() string, error) {
 		auto := ""
 		if n.Rate == 0 {
 			if baseBps <= 0 {
@@ -410,7 +495,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	}
 	v := &Validation{
 		Target: load.Target, Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
-		Causes: correlate.CauseNames(), Matrix: map[string]map[string]int{}, Dir: cfg.OutDir,
+		Causes: critpath.CauseNames(), Matrix: map[string]map[string]int{}, Dir: cfg.OutDir,
 	}
 	byName := map[string]report.Phase{}
 	for _, p := range res.Doc.Phases {
@@ -420,6 +505,12 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		from := res.Load.StartNs + int64(p.StartS*1e9)
 		to := res.Load.StartNs + int64(p.EndS*1e9)
 		return tailBand(res.Blames(), from, to)
+	}
+	critByName := map[string]report.CriticalPhase{}
+	if cp := res.Doc.CriticalPath; cp != nil {
+		for _, p := range cp.Phases {
+			critByName[p.Name] = p
+		}
 	}
 	var baseBand [correlate.NumCauses + 1]float64
 	base, ok := byName["baseline"]
@@ -445,21 +536,37 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 			}
 		}
 		row := ValidationRow{
-			Injection: inj.Name, Injected: inj.Cause, Attributed: topCause(added),
+			Injection: inj.Name, Injected: inj.Cause, Attributed: topCause(added), Judge: JudgeUnion,
 			Share: added[inj.Cause], AddedShares: added, RawShare: p.ITLP99[inj.Cause], RawTop: topCause(p.ITLP99),
 			ShareAll: p.ITLAll[inj.Cause], P99Shares: p.ITLP99,
 			Requests: p.Requests, P50ITLMs: p.P50ITLMs, P99ITLMs: p.P99ITLMs,
 			AddedP50ITLMs: p.P50ITLMs - v.BaselineP50, AddedP99ITLMs: p.P99ITLMs - v.BaselineP99,
 			Achieved: achieved[k],
 		}
-		row.Correct = row.Attributed == row.Injected
+		row.CritInjected = inj.CritCause
+		if row.CritInjected == "" {
+			row.CritInjected = inj.Cause
+		}
+		if cp, ok := critByName[inj.Name]; ok {
+			row.CritShares, row.CritTop = cp.TailAddedShares, cp.TailTop
+			row.CritShare = cp.TailAddedShares[row.CritInjected]
+			row.CritCorrect = row.CritTop == row.CritInjected
+		}
+		switch {
+		case inj.Cause == "":
+			row.Judge, row.Injected = JudgeCriticalPath, row.CritInjected
+			row.Share, row.Attributed = 0, ""
+		case inj.Judge == JudgeCriticalPath:
+			row.Judge = JudgeCriticalPath
+		}
+		row.Correct = row.JudgedTop() == row.Injected
 		if row.Correct {
 			v.Correct++
 		}
 		if v.Matrix[row.Injected] == nil {
 			v.Matrix[row.Injected] = map[string]int{}
 		}
-		v.Matrix[row.Injected][row.Attributed]++
+		v.Matrix[row.Injected][row.JudgedTop()]++
 		v.Rows = append(v.Rows, row)
 	}
 	if werr := v.write(res); werr != nil && err == nil {
@@ -529,19 +636,27 @@ func (v *Validation) write(res *RunResult) error {
 	return res.Doc.WriteFile(filepath.Join(v.Dir, "result.json"))
 }
 
-// WriteMatrix prints the confusion matrix and the rows.
+// WriteMatrix prints the confusion matrix (injected cause × the judge's
+// top cause) and, per row, both attributions' top causes and shares.
 func (v *Validation) WriteMatrix(w io.Writer) {
-	short := map[string]string{"cpu_runqueue": "cpu_rq", "io_block": "io_blk", "gpu_sync": "gpu", "net_backpressure": "net_bp", "unexplained": "unexpl"}
-	fmt.Fprintf(w, "%-18s", "injected \\ top")
-	for _, c := range v.Causes {
-		fmt.Fprintf(w, " %7s", short[c])
+	short := map[string]string{"cpu_runqueue": "cpu_rq", "io_block": "io_blk", "gpu_sync": "gpu", "net_backpressure": "net_bp",
+		"server_compute": "compute", "server_sleep": "sleep", "client": "client", "unexplained": "unexpl"}
+	sh := func(c string) string {
+		if v, ok := short[c]; ok {
+			return v
+		}
+		return c
 	}
-	fmt.Fprintf(w, "  %-8s %10s %14s %13s %15s\n", "phase", "tail share", "raw p99 (top)", "ITL p50 (+)", "ITL p99 (+)")
+	fmt.Fprintf(w, "%-16s", "injected \\ top")
+	for _, c := range v.Causes {
+		fmt.Fprintf(w, " %7s", sh(c))
+	}
+	fmt.Fprintf(w, "  %-9s %-5s %6s %-14s %-14s %13s %15s\n", "phase", "judge", "share", "union", "crit. path", "ITL p50 (+)", "ITL p99 (+)")
 	for _, r := range v.Rows {
-		fmt.Fprintf(w, "%-18s", r.Injected)
+		fmt.Fprintf(w, "%-16s", sh(r.Injected))
 		for _, c := range v.Causes {
 			mark := "."
-			if r.Attributed == c {
+			if r.JudgedTop() == c {
 				mark = "1"
 			}
 			fmt.Fprintf(w, " %7s", mark)
@@ -550,7 +665,16 @@ func (v *Validation) WriteMatrix(w io.Writer) {
 		if !r.Correct {
 			verdict = "WRONG"
 		}
-		fmt.Fprintf(w, "  %-8s %9.0f%% %4.0f%% %-9s %5.1f (%+5.1f) %6.1f (%+6.1f) %s\n", r.Injection, r.Share*100, r.RawShare*100, "("+short[r.RawTop]+")",
+		judge := "union"
+		if r.Judge == JudgeCriticalPath {
+			judge = "cp"
+		}
+		union := "-"
+		if r.Attributed != "" {
+			union = fmt.Sprintf("%3.0f%% %s", r.Share*100, sh(r.Attributed))
+		}
+		crit := fmt.Sprintf("%3.0f%% %s", r.CritShare*100, sh(r.CritTop))
+		fmt.Fprintf(w, "  %-9s %-5s %5.0f%% %-14s %-14s %5.1f (%+5.1f) %6.1f (%+6.1f) %s\n", r.Injection, judge, r.JudgedShare()*100, union, crit,
 			r.P50ITLMs, r.AddedP50ITLMs, r.P99ITLMs, r.AddedP99ITLMs, verdict)
 	}
 	fmt.Fprintf(w, "baseline ITL p50 %.1f ms, p99 %.1f ms at %.3g req/s; %d of %d injections named\n",

@@ -57,7 +57,9 @@ type validateFlags struct {
 	out                            string
 	phase                          time.Duration
 	ioFile, busyCPUs, control      string
-	simCPUs                        string
+	simCPUs, stepControl           string
+	stepUS                         int
+	with                           string
 	gpuUS                          int
 	slowRead                       time.Duration
 	netIface, netNS, netRate, skip string
@@ -107,6 +109,9 @@ req/s unless given.`,
 	_ = fs.MarkDeprecated("cpus", "use --busy-cpus instead (--cpus names bpfbench's own CPUs in attach, run and daemon)")
 	fs.StringVar(&v.control, "cuda-control", "", "the CUDA stub's control file (CUDASTUB_CONTROL_FILE) for the gpu injection; without it, no gpu row")
 	fs.IntVar(&v.gpuUS, "gpu-kernel-us", 20000, "the stub's kernel time during the gpu injection, µs")
+	fs.StringVar(&v.with, "with", "", "rows to add, judged by the critical path: compute (the server's step work raised through --step-control: server_compute), client-cpu (busy threads on bpfbench's own CPUs: client). Off by default, as they do not yet pass on llmsim (DESIGN.md, \"The widened validation matrix\")")
+	fs.StringVar(&v.stepControl, "step-control", "", "with --with compute, the server's step control file (llmsim --step-control: its step work in µs; --sim gives llmsim's)")
+	fs.IntVar(&v.stepUS, "step-us", 25000, "the server's step work during the compute injection, µs")
 	fs.DurationVar(&v.slowRead, "slow-read", 3*time.Second, "how long the client injection's request stops reading")
 	fs.StringVar(&v.netIface, "net-iface", "", "shape this interface with tbf for a net row (the server's egress towards the client; never lo unless nothing else uses it)")
 	fs.StringVar(&v.netNS, "net-netns", "", "named network namespace of --net-iface")
@@ -145,6 +150,15 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 				return usageError{fmt.Sprintf("--skip %q: use cpu, io, gpu, client or net", s)}
 			}
 			skipped[s] = true
+		}
+	}
+	with := map[string]bool{}
+	for _, s := range strings.Split(v.with, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if s != "compute" && s != "client-cpu" {
+				return usageError{fmt.Sprintf("--with %q: use compute or client-cpu", s)}
+			}
+			with[s] = true
 		}
 	}
 	// The net injection's settings, checked before the server starts.
@@ -206,6 +220,9 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 		if v.control == "" {
 			v.control = sim.Control
 		}
+		if v.stepControl == "" {
+			v.stepControl = sim.StepControl
+		}
 		if sim.Net != nil && v.netIface == "" {
 			v.netIface, v.netNS = sim.Net.Iface, sim.Net.Name
 		}
@@ -257,6 +274,12 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 	if !skipped["gpu"] && v.control != "" {
 		injs = append(injs, job.GPUInjection(v.control, v.gpuUS))
 	}
+	if with["compute"] && v.stepControl == "" {
+		return usageError{"--with compute needs the server's --step-control file (or --sim)"}
+	}
+	if with["compute"] {
+		injs = append(injs, job.ComputeInjection(v.stepControl, v.stepUS))
+	}
 	if !skipped["client"] {
 		injs = append(injs, job.ClientInjection(v.slowRead))
 	}
@@ -271,6 +294,21 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 			return usageError{err.Error()}
 		}
 		injs = append(injs, job.NetInjection(n))
+	}
+	// Last: a starved load generator falls behind its schedule, and the
+	// requests it sends late spill over into the next phase.
+	if with["client-cpu"] {
+		// Busy threads on bpfbench's own CPUs, at its nice level: only
+		// when the server runs elsewhere (--sim pins them apart).
+		self, err := affinityOf(0)
+		if err != nil {
+			return err
+		}
+		if shared := sharedCPUs(self, cpuList); len(shared) > 0 {
+			return usageError{fmt.Sprintf("--with client-cpu: bpfbench shares CPUs %v with the server (run it under taskset apart from the server, or with --sim)", shared)}
+		} else {
+			injs = append(injs, job.ClientCPUInjection(self, v.selfNice))
+		}
 	}
 	if len(injs) == 0 {
 		return usageError{"every injection is skipped"}
@@ -320,8 +358,8 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 	}
 	var bad []string
 	for _, r := range val.Rows {
-		if !r.Correct || r.Share < v.minShare {
-			bad = append(bad, fmt.Sprintf("%s (top %s, %.0f%%)", r.Injection, r.Attributed, r.Share*100))
+		if !r.Correct || r.JudgedShare() < v.minShare {
+			bad = append(bad, fmt.Sprintf("%s (top %s, %.0f%%)", r.Injection, r.JudgedTop(), r.JudgedShare()*100))
 		}
 	}
 	if len(bad) > 0 {
@@ -372,6 +410,19 @@ func otherCPUs(cpus []int) []int {
 	for c := 0; c < 1024; c++ {
 		if set.IsSet(c) {
 			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// sharedCPUs lists the CPUs in both a and b.
+func sharedCPUs(a, b []int) []int {
+	var out []int
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				out = append(out, x)
+			}
 		}
 	}
 	return out

@@ -4,7 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +60,8 @@ type engine struct {
 	io      *directReader
 	cuda    *cudaDriver
 	steps   atomic.Int64
+	// step is the decode step in ns (Config.StepControl, else DecodeStep).
+	step    atomic.Int64
 	ioErrs  atomic.Int64
 	gpuErrs atomic.Int64
 }
@@ -100,7 +105,35 @@ func (o localOut) token(s *seq, t token, prompt int) {
 func (o localOut) endStep(generated int) { o.m.generationTokens.Add(float64(generated)) }
 
 func newEngine(cfg *Config, out engineOut, log *slog.Logger) *engine {
-	return &engine{cfg: cfg, out: out, log: log, wake: make(chan struct{}, 1), rng: rand.New(rand.NewPCG(cfg.Seed, 0x656e67))}
+	e := &engine{cfg: cfg, out: out, log: log, wake: make(chan struct{}, 1), rng: rand.New(rand.NewPCG(cfg.Seed, 0x656e67))}
+	e.step.Store(int64(cfg.DecodeStep))
+	return e
+}
+
+// followStepControl reads Config.StepControl every 50 ms until ctx ends
+// and keeps its value (µs) as the decode step.
+func (e *engine) followStepControl(ctx context.Context) {
+	var last string
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		b, err := os.ReadFile(e.cfg.StepControl)
+		v := strings.TrimSpace(string(b))
+		if err == nil && v != last {
+			if us, perr := strconv.ParseInt(v, 10, 64); perr == nil && us >= 0 {
+				e.step.Store(us * int64(time.Microsecond))
+				e.log.Info("decode step changed", "us", us)
+			} else {
+				e.log.Warn("step control file: want the decode step in µs", "file", e.cfg.StepControl, "content", v)
+			}
+			last = v
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // submit queues s.
@@ -141,6 +174,9 @@ func (e *engine) start(ctx context.Context) error {
 			defer d.close()
 		}
 		errc <- nil
+		if e.cfg.StepControl != "" {
+			go e.followStepControl(ctx)
+		}
 		e.loop(ctx)
 	}()
 	return <-errc
@@ -249,7 +285,7 @@ func (e *engine) loop(ctx context.Context) {
 		}
 		var decode time.Duration
 		if decoding > 0 {
-			decode = time.Duration(float64(e.cfg.DecodeStep) * (1 + e.cfg.BatchSlowdown*float64(decoding-1)))
+			decode = time.Duration(float64(e.step.Load()) * (1 + e.cfg.BatchSlowdown*float64(decoding-1)))
 		}
 		d := prefill + decode
 		if e.cfg.Jitter > 0 {

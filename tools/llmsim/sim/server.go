@@ -53,6 +53,11 @@ type Config struct {
 	PrefillBase     time.Duration
 	PrefillPerToken time.Duration
 	DecodeStep      time.Duration
+	// StepControl, when set, is a file holding the decode step in µs,
+	// read every 50 ms while the server runs: the step's work raised or
+	// lowered from outside (validate's compute row). Until it reads, and
+	// while it cannot, DecodeStep holds.
+	StepControl     string
 	BatchSlowdown   float64
 	Jitter          float64
 	Work            string
@@ -125,6 +130,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PrefillBase, "prefill-base", c.PrefillBase, "fixed cost of prefilling one request")
 	fs.DurationVar(&c.PrefillPerToken, "prefill-per-token", c.PrefillPerToken, "prefill cost per input token")
 	fs.DurationVar(&c.DecodeStep, "itl", c.DecodeStep, "duration of a decode step with one sequence (the inter-token latency)")
+	fs.StringVar(&c.StepControl, "step-control", c.StepControl, "a `file` holding the decode step in µs, read every 50 ms: --itl changed while the server runs")
 	fs.Float64Var(&c.BatchSlowdown, "batch-slowdown", c.BatchSlowdown, "extra decode step time per additional sequence in the batch, as a fraction of --itl")
 	fs.Float64Var(&c.Jitter, "jitter", c.Jitter, "step time jitter: uniform in ±this fraction")
 	fs.StringVar(&c.Work, "work", c.Work, "step work: cpu (burns CPU time, slowed by CPU contention) or sleep")

@@ -200,3 +200,58 @@ func TestCUDAStub(t *testing.T) {
 		t.Errorf("10 steps with 3 ms kernels took %v: the synchronize did not wait", el)
 	}
 }
+
+// The step control file changes the decode step while the server runs:
+// the CPU time a request's steps burn follows it.
+func TestStepControl(t *testing.T) {
+	ctl := filepath.Join(t.TempDir(), "step-us")
+	if err := os.WriteFile(ctl, []byte("2000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, url := start(t, func(c *Config) {
+		c.Work = WorkCPU
+		c.DecodeStep = 50 * time.Millisecond // never used: the file says 2 ms
+		c.PrefillBase = 0
+		c.PrefillPerToken = 0
+		c.Processes = 1
+		c.StepControl = ctl
+	})
+	cpuOf := func() time.Duration {
+		var ru0, ru1 unix.Rusage
+		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru0)
+		post(t, url+"/v1/completions", `{"prompt":"a","max_tokens":20,"stream":true,"ignore_eos":true}`, nil)
+		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru1)
+		return time.Duration(ru1.Utime.Nano() - ru0.Utime.Nano() + ru1.Stime.Nano() - ru0.Stime.Nano())
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.engineStep() != 2*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("decode step %v after 5 s, the file says 2 ms", s.engineStep())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	short := cpuOf()
+	if err := os.WriteFile(ctl, []byte("8000\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for s.engineStep() != 8*time.Millisecond {
+		if time.Now().After(deadline) {
+			t.Fatalf("decode step %v after 5 s, the file says 8 ms", s.engineStep())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	long := cpuOf()
+	t.Logf("20 tokens: %v of CPU at 2 ms a step, %v at 8 ms", short, long)
+	// 19 decode steps of 2 ms, then of 8 ms, of spinning.
+	if short < 19*2*time.Millisecond || long < 19*8*time.Millisecond || long < 2*short {
+		t.Errorf("the step's CPU time did not follow the control file: %v at 2 ms, %v at 8 ms", short, long)
+	}
+}
+
+// engineStep is the one-process engine's decode step.
+func (s *Server) engineStep() time.Duration {
+	if e, ok := s.eng.(*engine); ok {
+		return time.Duration(e.step.Load())
+	}
+	return -1
+}
