@@ -3,7 +3,9 @@
  * CUDA collector: driver (libcuda) and runtime (libcudart) API calls of
  * target processes, from uprobes on the target's own libraries.
  *
- * One entry program and one return program serve every symbol; the attach
+ * One entry program and one return program serve every symbol (each also
+ * built for uprobe_multi links, which carry every symbol of a library in
+ * one link, with a cookie per address); the attach
  * cookie, set by userspace per symbol, says which call it is and where its
  * arguments are (x86-64 System V: integer slots 1..6 are rdi, rsi, rdx,
  * rcx, r8, r9; slot k >= 7 is on the stack at [rsp + 8*(k-6)] at entry,
@@ -381,15 +383,15 @@ int cuda_enter(struct pt_regs *ctx)
 
 /* The same entry program for a uprobe_multi link: the launch-rate probes
  * attach and detach together, with one RCU grace period, not one per
- * symbol (see collectors/cuda/budget.go). */
+ * symbol (see collectors/cuda/budget.go), and so do the other entry
+ * probes of a library, in a second link. */
 SEC("uprobe.multi")
 int cuda_enter_multi(struct pt_regs *ctx)
 {
 	return enter(ctx);
 }
 
-SEC("uretprobe")
-int cuda_exit(struct pt_regs *ctx)
+static __always_inline int leave(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
@@ -433,4 +435,20 @@ int cuda_exit(struct pt_regs *ctx)
 	if ((flags & TARGET_STREAM) && !(ck & CK_QUIET))
 		emit(id, call, start, now, &a, ret, 1);
 	return 0;
+}
+
+SEC("uretprobe")
+int cuda_exit(struct pt_regs *ctx)
+{
+	return leave(ctx);
+}
+
+/* The same return program for a uretprobe_multi link: every return probe
+ * of a library is one link (Linux 6.6+), attached and detached at once,
+ * and it needs CAP_BPF and CAP_PERFMON where a perf-event uprobe needs
+ * CAP_SYS_ADMIN since Linux 6.16 (collectors/cuda/cuda.go). */
+SEC("uretprobe.multi")
+int cuda_exit_multi(struct pt_regs *ctx)
+{
+	return leave(ctx);
 }

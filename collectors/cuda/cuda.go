@@ -5,7 +5,10 @@
 // hit is a trap); synchronizes, blocking copies, allocations and frees also
 // at return, for their duration and return code, and so are the calls that
 // are only counted: graph instantiations and exec destroys, pool trims and
-// attribute sets (graphs.go).
+// attribute sets (graphs.go). Where the kernel has uprobe_multi links
+// (6.6+) a library's probes are three links (entries, returns, launches),
+// which need CAP_BPF and CAP_PERFMON only; elsewhere one perf-event uprobe
+// per probe, which needs CAP_SYS_ADMIN since Linux 6.16.
 package cuda
 
 import (
@@ -101,21 +104,84 @@ type Config struct {
 	Logger  *slog.Logger
 }
 
+// An attachment is the probes of one library for one process. With
+// uprobe_multi (the kernel has it: multi) it holds three links at most:
+// every entry probe but the launches', every return probe, and the launch
+// probes; without, one perf-event uprobe link per probe (the fallback for
+// kernels before 6.6).
 type attachment struct {
 	lib   Library
+	multi bool
 	links []link.Link
 	// The launch-rate probes (entry-only launches), kept apart so that
 	// the budget can detach and re-attach them.
 	ex       *link.Executable
-	launches []launchProbe
+	launches []probe
 	llinks   []link.Link
-	noMulti  bool // the kernel refused a uprobe_multi link
 }
 
-type launchProbe struct {
-	name string
-	opts link.UprobeOptions
-	kind uprobecost.Kind
+// probe is one symbol to probe.
+type probe struct {
+	name   string
+	off    uint64
+	cookie uint64
+	kind   uprobecost.Kind // of its first instruction (launches)
+}
+
+// perSymbolOnly makes the collector attach one perf-event uprobe per
+// symbol even where the kernel has uprobe_multi (tests of the fallback).
+var perSymbolOnly bool
+
+// useMulti says whether to attach through uprobe_multi links: the kernel
+// has them (probed once per process, uprobecost.HaveMulti).
+func useMulti() bool { return !perSymbolOnly && uprobecost.HaveMulti() }
+
+// attachProbes attaches prog (entry) or its return form to every probe of
+// ps for pid: one uprobe_multi / uretprobe_multi link with multi, else one
+// perf-event uprobe per symbol. On error nothing of ps stays attached.
+func attachProbes(ex *link.Executable, lib string, pid uint32, ps []probe, multi, ret bool, single, multiProg *ebpf.Program) ([]link.Link, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	what := "uprobe"
+	if ret {
+		what = "uretprobe"
+	}
+	if multi {
+		opts := &link.UprobeMultiOptions{PID: pid}
+		for _, p := range ps {
+			opts.Addresses = append(opts.Addresses, p.off)
+			opts.Cookies = append(opts.Cookies, p.cookie)
+		}
+		var l link.Link
+		var err error
+		if ret {
+			l, err = ex.UretprobeMulti(nil, multiProg, opts)
+		} else {
+			l, err = ex.UprobeMulti(nil, multiProg, opts)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("attaching %d %ss (%s_multi link) in %s: %w", len(ps), what, what, lib, err)
+		}
+		return []link.Link{l}, nil
+	}
+	var out []link.Link
+	for _, p := range ps {
+		opts := &link.UprobeOptions{Address: p.off, PID: int(pid), Cookie: p.cookie}
+		var l link.Link
+		var err error
+		if ret {
+			l, err = ex.Uretprobe(p.name, single, opts)
+		} else {
+			l, err = ex.Uprobe(p.name, single, opts)
+		}
+		if err != nil {
+			closeAll(out)
+			return nil, fmt.Errorf("attaching %s %s in %s: %w", what, p.name, lib, err)
+		}
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 type proc struct {
@@ -162,46 +228,46 @@ func (c *Collector) Run(ctx context.Context) error {
 	return bpfutil.Drain(ctx, c.Base, c.cfg.DrainPeriod, c.cfg.OnEvent)
 }
 
-// detachAll detaches every uprobe (at Close, before the programs close).
+// detachAll detaches every uprobe (at Close, before the programs close),
+// every library's links together.
 func (c *Collector) detachAll() error {
-	var errs []error
+	var all []link.Link
 	c.mu.Lock()
 	c.closed = true
 	for _, p := range c.procs {
 		for _, a := range p.libs {
-			errs = append(errs, a.close())
+			all = append(all, a.take()...)
 		}
 	}
 	clear(c.procs)
 	c.mu.Unlock()
-	return errors.Join(errs...)
+	return closeAll(all)
 }
 
-func (a *attachment) close() error {
-	// Every uprobe link waits for an RCU grace period as it closes (about
-	// 100 ms here): closed together, they wait for about one.
-	all := append(a.links, a.llinks...)
-	errs := make([]error, len(all))
-	var wg sync.WaitGroup
-	for i, l := range all {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = l.Close()
-		}()
-	}
-	wg.Wait()
+func (a *attachment) close() error { return closeAll(a.take()) }
+
+// take hands over the attachment's links, to close.
+func (a *attachment) take() []link.Link {
+	ls := append(a.links, a.llinks...)
 	a.links, a.llinks = nil, nil
-	return errors.Join(errs...)
+	return ls
 }
 
-// detachLaunches closes the launch probes' links together: each close
-// waits for an RCU grace period in the kernel (uprobe unregistration), so
-// closing them one by one would keep the probes live for N grace periods.
-func (a *attachment) detachLaunches() error {
-	errs := make([]error, len(a.llinks))
+// closeAll closes links together. Closing a uprobe link waits for the
+// kernel's uprobe unregistration to sync (an RCU tasks-trace grace period,
+// 100-200 ms here), per link: a uprobe_multi link of N probes waits once,
+// N perf-event uprobes closed one by one would wait N times (and keep the
+// probes live meanwhile), so they are closed concurrently.
+func closeAll(ls []link.Link) error {
+	switch len(ls) {
+	case 0:
+		return nil
+	case 1:
+		return ls[0].Close()
+	}
+	errs := make([]error, len(ls))
 	var wg sync.WaitGroup
-	for i, l := range a.llinks {
+	for i, l := range ls {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -209,38 +275,25 @@ func (a *attachment) detachLaunches() error {
 		}()
 	}
 	wg.Wait()
-	a.llinks = nil
 	return errors.Join(errs...)
 }
 
-func (a *attachment) attachLaunches(prog, multi *ebpf.Program) error {
+// detachLaunches closes the launch probes' links (one with uprobe_multi).
+func (a *attachment) detachLaunches() error {
+	err := closeAll(a.llinks)
+	a.llinks = nil
+	return err
+}
+
+func (a *attachment) attachLaunches(pid uint32, prog, multi *ebpf.Program) error {
 	if len(a.llinks) > 0 || len(a.launches) == 0 {
 		return nil
 	}
-	// One uprobe_multi link for every launch symbol (Linux 6.6+): it
-	// attaches and detaches at once.
-	if multi != nil && !a.noMulti {
-		opts := &link.UprobeMultiOptions{PID: uint32(a.launches[0].opts.PID)}
-		for _, lp := range a.launches {
-			opts.Addresses = append(opts.Addresses, lp.opts.Address)
-			opts.Cookies = append(opts.Cookies, lp.opts.Cookie)
-		}
-		l, err := a.ex.UprobeMulti(nil, multi, opts)
-		if err == nil {
-			a.llinks = append(a.llinks, l)
-			return nil
-		}
-		a.noMulti = true
+	ls, err := attachProbes(a.ex, a.lib.Path, pid, a.launches, a.multi, false, prog, multi)
+	if err != nil {
+		return err
 	}
-	for _, lp := range a.launches {
-		opts := lp.opts
-		up, err := a.ex.Uprobe(lp.name, prog, &opts)
-		if err != nil {
-			a.detachLaunches()
-			return fmt.Errorf("attaching uprobe %s in %s: %w", lp.name, a.lib.Path, err)
-		}
-		a.llinks = append(a.llinks, up)
-	}
+	a.llinks = ls
 	return nil
 }
 
@@ -257,7 +310,7 @@ func (c *Collector) SetLaunchProbes(tgid uint32, on bool) error {
 	var errs []error
 	for _, a := range p.libs {
 		if on {
-			errs = append(errs, a.attachLaunches(c.objs.CudaEnter, c.objs.CudaEnterMulti))
+			errs = append(errs, a.attachLaunches(tgid, c.objs.CudaEnter, c.objs.CudaEnterMulti))
 		} else {
 			errs = append(errs, a.detachLaunches())
 		}
@@ -293,16 +346,17 @@ func (c *Collector) SetTarget(tgid, idx uint32, flags Flags) error {
 // DeleteTarget stops following tgid and detaches its uprobes. Deleting an
 // unknown tgid is not an error.
 func (c *Collector) DeleteTarget(tgid uint32) error {
-	errs := []error{c.Base.DeleteTarget(tgid)}
+	err := c.Base.DeleteTarget(tgid)
+	var ls []link.Link
 	c.mu.Lock()
 	if p := c.procs[tgid]; p != nil {
 		for _, a := range p.libs {
-			errs = append(errs, a.close())
+			ls = append(ls, a.take()...)
 		}
 		delete(c.procs, tgid)
 	}
 	c.mu.Unlock()
-	return errors.Join(errs...)
+	return errors.Join(err, closeAll(ls))
 }
 
 // Attach attaches the probes to each library of tgid not attached yet,
@@ -334,7 +388,7 @@ func (c *Collector) Attach(tgid uint32, libs []Library, detach bool) ([]Library,
 			continue
 		}
 		if !p.launchesOff {
-			if err := a.attachLaunches(c.objs.CudaEnter, c.objs.CudaEnterMulti); err != nil {
+			if err := a.attachLaunches(tgid, c.objs.CudaEnter, c.objs.CudaEnterMulti); err != nil {
 				a.close()
 				errs = append(errs, err)
 				continue
@@ -374,9 +428,10 @@ func (c *Collector) attach(tgid uint32, l Library) (*attachment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening %s: %w", l.Path, err)
 	}
-	a := &attachment{lib: l, ex: ex}
+	a := &attachment{lib: l, ex: ex, multi: useMulti()}
 	a.lib.Missing = nil
 	a.lib.Symbols = 0
+	var entries, returns []probe
 	done := map[uint64]bool{} // aliases at one address attach once
 	for id, info := range calls {
 		call := Call(id)
@@ -393,39 +448,42 @@ func (c *Collector) attach(tgid uint32, l Library) (*attachment, error) {
 				continue
 			}
 			done[off] = true
-			opts := &link.UprobeOptions{Address: off, PID: int(tgid), Cookie: call.cookie()}
+			p := probe{name: name, off: off, cookie: call.cookie()}
+			a.lib.Symbols++
 			if info.Kind == Launch {
-				// Launch-rate probes attach below, and only while
+				// Launch-rate probes attach in Attach, and only while
 				// within the budget (see budget.go).
 				k, err := uprobecost.Classify(l.Open, off)
 				if err != nil {
 					k = uprobecost.SingleStep
 				}
-				a.launches = append(a.launches, launchProbe{name: name, opts: *opts, kind: k})
-				a.lib.Symbols++
+				p.kind = k
+				a.launches = append(a.launches, p)
 				continue
 			}
-			up, err := ex.Uprobe(name, c.objs.CudaEnter, opts)
-			if err != nil {
-				a.close()
-				return nil, fmt.Errorf("attaching uprobe %s in %s: %w", name, l.Path, err)
-			}
-			a.links = append(a.links, up)
+			entries = append(entries, p)
 			if info.returns() {
-				ret, err := ex.Uretprobe(name, c.objs.CudaExit, opts)
-				if err != nil {
-					a.close()
-					return nil, fmt.Errorf("attaching uretprobe %s in %s: %w", name, l.Path, err)
-				}
-				a.links = append(a.links, ret)
+				returns = append(returns, p)
 			}
-			a.lib.Symbols++
 		}
 	}
 	if a.lib.Symbols == 0 {
 		return nil, fmt.Errorf("attaching to %s: none of the CUDA symbols is in it", l.Path)
 	}
-	c.Log().Debug("attached", "pid", tgid, "library", l.Path, "symbols", a.lib.Symbols, "missing", len(a.lib.Missing))
+	ls, err := attachProbes(ex, l.Path, tgid, entries, a.multi, false, c.objs.CudaEnter, c.objs.CudaEnterMulti)
+	if err != nil {
+		return nil, err
+	}
+	a.links = ls
+	// The return probes after the entries: a return without its entry's
+	// inflight record is not counted (cuda_exit), so none is half counted.
+	ls, err = attachProbes(ex, l.Path, tgid, returns, a.multi, true, c.objs.CudaExit, c.objs.CudaExitMulti)
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	a.links = append(a.links, ls...)
+	c.Log().Debug("attached", "pid", tgid, "library", l.Path, "symbols", a.lib.Symbols, "missing", len(a.lib.Missing), "uprobe_multi", a.multi, "links", len(a.links))
 	return a, nil
 }
 

@@ -88,6 +88,7 @@ const (
 	cudaProgCudaEnter      = "cuda_enter"
 	cudaProgCudaEnterMulti = "cuda_enter_multi"
 	cudaProgCudaExit       = "cuda_exit"
+	cudaProgCudaExitMulti  = "cuda_exit_multi"
 	cudaVarNrTargets       = "nr_targets"
 	cudaVarSelfTgid        = "self_tgid"
 	cudaVarUnusedEvent     = "unused_event"
@@ -139,6 +140,7 @@ type cudaProgramSpecs struct {
 	CudaEnter      *ebpf.ProgramSpec `ebpf:"cuda_enter"`
 	CudaEnterMulti *ebpf.ProgramSpec `ebpf:"cuda_enter_multi"`
 	CudaExit       *ebpf.ProgramSpec `ebpf:"cuda_exit"`
+	CudaExitMulti  *ebpf.ProgramSpec `ebpf:"cuda_exit_multi"`
 }
 
 // cudaMapSpecs contains maps before they are loaded into the kernel.
@@ -225,6 +227,7 @@ type cudaPrograms struct {
 	CudaEnter      *ebpf.Program `ebpf:"cuda_enter"`
 	CudaEnterMulti *ebpf.Program `ebpf:"cuda_enter_multi"`
 	CudaExit       *ebpf.Program `ebpf:"cuda_exit"`
+	CudaExitMulti  *ebpf.Program `ebpf:"cuda_exit_multi"`
 }
 
 func (p *cudaPrograms) Close() error {
@@ -232,6 +235,7 @@ func (p *cudaPrograms) Close() error {
 		p.CudaEnter,
 		p.CudaEnterMulti,
 		p.CudaExit,
+		p.CudaExitMulti,
 	)
 }
 

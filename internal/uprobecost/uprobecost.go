@@ -56,6 +56,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 )
@@ -94,7 +95,32 @@ var (
 	once    sync.Once
 	cached  Cost
 	errOnce error
+
+	multiOnce sync.Once
+	multi     bool
 )
+
+// HaveMulti reports whether the kernel offers uprobe_multi links (Linux
+// 6.6+), probed once per process. Where it does, every uprobe of bpfbench
+// is a uprobe_multi link: it needs CAP_BPF and CAP_PERFMON, where a
+// perf-event uprobe needs CAP_SYS_ADMIN since Linux 6.16, and a link of N
+// probes detaches after one RCU grace period instead of N.
+func HaveMulti() bool {
+	multiOnce.Do(func() { multi = features.HaveBPFLinkUprobeMulti() == nil })
+	return multi
+}
+
+// Attach attaches prog to the function at file offset off of ex for pid
+// (0: every process): one uprobe_multi link when the kernel has them
+// (prog must then be loaded with AttachType ebpf.AttachTraceUprobeMulti),
+// else a perf-event uprobe (prog without it). sym names the function in
+// errors only.
+func Attach(ex *link.Executable, sym string, off uint64, pid int, prog *ebpf.Program, useMulti bool) (link.Link, error) {
+	if useMulti {
+		return ex.UprobeMulti(nil, prog, &link.UprobeMultiOptions{Addresses: []uint64{off}, PID: uint32(pid)})
+	}
+	return ex.Uprobe(sym, prog, &link.UprobeOptions{Address: off, PID: pid})
+}
 
 // Measure returns the host's uprobe cost, measured once per process
 // (about 30 ms on a host where a hit costs 1-5 µs: a few thousand calls of
@@ -104,7 +130,28 @@ func Measure() (Cost, error) {
 	return cached, errOnce
 }
 
-func measure() (Cost, error) {
+func measure() (Cost, error) { return measureWith(HaveMulti()) }
+
+// NopProgram loads an empty uprobe program, for a uprobe_multi link with
+// multi.
+func NopProgram(multi bool) (*ebpf.Program, error) {
+	spec := &ebpf.ProgramSpec{
+		Type:    ebpf.Kprobe,
+		License: "Dual BSD/GPL",
+		Instructions: asm.Instructions{
+			asm.Mov.Imm(asm.R0, 0),
+			asm.Return(),
+		},
+	}
+	if multi {
+		spec.AttachType = ebpf.AttachTraceUprobeMulti
+	}
+	return ebpf.NewProgram(spec)
+}
+
+// measureWith measures through uprobe_multi links (multi) or perf-event
+// uprobes: the CUDA probes are the one or the other, and so are these.
+func measureWith(multi bool) (Cost, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return Cost{}, fmt.Errorf("finding this executable: %w", err)
@@ -113,14 +160,7 @@ func measure() (Cost, error) {
 	if err != nil {
 		return Cost{}, fmt.Errorf("opening %s: %w", exe, err)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Type:    ebpf.Kprobe,
-		License: "Dual BSD/GPL",
-		Instructions: asm.Instructions{
-			asm.Mov.Imm(asm.R0, 0),
-			asm.Return(),
-		},
-	})
+	prog, err := NopProgram(multi)
 	if err != nil {
 		return Cost{}, fmt.Errorf("loading the calibration program: %w", err)
 	}
@@ -142,9 +182,9 @@ func measure() (Cost, error) {
 			return Cost{}, err
 		}
 		bare := best(func() time.Duration { return timeLoop(k.which, k.n) })
-		up, err := ex.Uprobe(k.sym, prog, &link.UprobeOptions{PID: os.Getpid(), Address: off})
+		up, err := Attach(ex, k.sym, off, os.Getpid(), prog, multi)
 		if err != nil {
-			return Cost{}, fmt.Errorf("attaching a calibration uprobe to %s in %s: %w", k.sym, exe, err)
+			return Cost{}, fmt.Errorf("attaching a calibration %s to %s in %s: %w", linkKind(multi), k.sym, exe, err)
 		}
 		probed := best(func() time.Duration { return timeLoop(k.which, k.n) })
 		up.Close()
@@ -170,6 +210,13 @@ func fileOffset(exe string, addr uint64) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("address %#x is not in a mapping of %s", addr, exe)
+}
+
+func linkKind(multi bool) string {
+	if multi {
+		return "uprobe_multi link"
+	}
+	return "perf-event uprobe"
 }
 
 func best(f func() time.Duration) time.Duration {

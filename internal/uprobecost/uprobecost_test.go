@@ -38,3 +38,23 @@ func TestMeasure(t *testing.T) {
 		t.Fatalf("a probe hit cost nothing: %+v", c)
 	}
 }
+
+// Both ways of attaching a uprobe calibrate: a uprobe_multi link (where
+// the kernel has them; what Measure uses there) and a perf-event uprobe
+// (the fallback). A hit costs about the same through either.
+func TestMeasureBothLinks(t *testing.T) {
+	privtest.Require(t)
+	if !HaveMulti() {
+		t.Skip("this kernel has no uprobe_multi links (Linux 6.6+)")
+	}
+	for _, multi := range []bool{true, false} {
+		c, err := measureWith(multi)
+		if err != nil {
+			t.Fatalf("%s: %v", linkKind(multi), err)
+		}
+		t.Logf("%s: %.0f ns emulated, %.0f ns single-stepped", linkKind(multi), c.EmulatedNs, c.SingleStepNs)
+		if c.EmulatedNs <= 0 || c.SingleStepNs <= 0 {
+			t.Errorf("%s: a probe hit cost nothing: %+v", linkKind(multi), c)
+		}
+	}
+}
