@@ -71,10 +71,13 @@ type critStream struct {
 	// held is the engine's history at the last tick plus what was added
 	// since (Retained walks every thread and port: once a tick).
 	held, maxHeld int
+	// tgids are the followed processes seen (the server's).
+	tgids map[uint32]bool
 }
 
 func newCritStream(maxHeld int, floor int64) *critStream {
-	c := &critStream{eng: critpath.New(critpath.Options{}), runq: map[uint32]collectors.Span{}, ports: map[uint16]critPort{}, maxHeld: maxHeld}
+	c := &critStream{eng: critpath.New(critpath.Options{}), runq: map[uint32]collectors.Span{}, ports: map[uint16]critPort{}, maxHeld: maxHeld,
+		tgids: map[uint32]bool{}}
 	c.eng.SetFloor(floor)
 	return c
 }
@@ -100,6 +103,9 @@ func (c *critStream) record(sp collectors.Span) {
 	}
 	c.stats.Spans++
 	c.held++
+	if sp.Tgid != 0 && !sp.Client {
+		c.tgids[sp.Tgid] = true
+	}
 	switch sp.Kind {
 	case collectors.SpanRunqueue:
 		if p, ok := c.runq[sp.Tid]; ok {
@@ -326,7 +332,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 			share = float64(nb.Ns) / float64(c.agg.GapNs)
 		}
 		out.NoisyNeighbours = append(out.NoisyNeighbours, report.NoisyNeighbour{Process: nb.Process.String(), Pid: pid,
-			Comm: nb.Process.Comm, Ms: ms(nb.Ns), Share: share, Gaps: nb.Gaps})
+			Comm: nb.Process.Comm, Ms: ms(nb.Ns), Share: share, Gaps: nb.Gaps, Target: c.tgids[pid]})
 	}
 
 	var delays []int64

@@ -318,8 +318,8 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 		return nil, fmt.Errorf("cannot write to --out %s: %w", cfg.Dir, err)
 	}
 	s := &Sim{
-		Net:     sn,
-		URL:     fmt.Sprintf("http://%s:%d", host, port),
+		Net:         sn,
+		URL:         fmt.Sprintf("http://%s:%d", host, port),
 		Control:     filepath.Join(cfg.Dir, "gpu-kernel-us"),
 		StepControl: filepath.Join(cfg.Dir, "step-us"),
 		IOFile:      filepath.Join(cfg.Dir, "kv-offload.img"),

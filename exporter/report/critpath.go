@@ -67,6 +67,18 @@ type NoisyNeighbour struct {
 	Ms    float64 `json:"ms"`
 	Share float64 `json:"share"`
 	Gaps  int     `json:"gaps"`
+	// Target: it is one of the followed processes (the server's own
+	// threads waiting for each other's CPU, another process of the
+	// server), not an outside neighbour.
+	Target bool `json:"target,omitempty"`
+}
+
+// Label is the process, "(the server)" after a followed one.
+func (nb NoisyNeighbour) Label() string {
+	if nb.Target {
+		return nb.Process + " (the server)"
+	}
+	return nb.Process
 }
 
 // Distribution is a few quantiles of a duration, ms.
@@ -191,7 +203,7 @@ func (d *Document) criticalPathLines() []string {
 	if len(cp.NoisyNeighbours) > 0 {
 		var parts []string
 		for _, nb := range cp.NoisyNeighbours[:min(len(cp.NoisyNeighbours), 4)] {
-			parts = append(parts, fmt.Sprintf("%s %s (%s of gap time, %d gaps)", nb.Process, fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps))
+			parts = append(parts, fmt.Sprintf("%s %s (%s of gap time, %d gaps)", nb.Label(), fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps))
 		}
 		out = append(out, "noisy neighbours (held the CPU of a critical-path thread): "+strings.Join(parts, ", "))
 	}

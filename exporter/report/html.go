@@ -286,7 +286,7 @@ func buildView(d *Document) *htmlView {
 	v.Gateway = d.gatewayLines()
 	if cp := d.CriticalPath; cp != nil {
 		for _, nb := range cp.NoisyNeighbours {
-			v.Neighbours = append(v.Neighbours, kvRow{Name: nb.Process, Value: fmt.Sprintf("%s on critical paths, %s of gap time, %d gaps", fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps)})
+			v.Neighbours = append(v.Neighbours, kvRow{Name: nb.Label(), Value: fmt.Sprintf("%s on critical paths, %s of gap time, %d gaps", fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps)})
 		}
 	}
 
