@@ -19,7 +19,7 @@ func TestLinkModes(t *testing.T) {
 	for _, mode := range []string{"uprobe_multi", "per-symbol"} {
 		t.Run(mode, func(t *testing.T) {
 			if mode == "uprobe_multi" && !uprobecost.HaveMulti() {
-				t.Skip("this kernel has no uprobe_multi links (Linux 6.6+)")
+				privtest.Skip(t, "this kernel has no uprobe_multi links (Linux 6.6+)")
 			}
 			perSymbolOnly = mode == "per-symbol"
 			defer func() { perSymbolOnly = false }()

@@ -45,7 +45,7 @@ func TestMeasure(t *testing.T) {
 func TestMeasureBothLinks(t *testing.T) {
 	privtest.Require(t)
 	if !HaveMulti() {
-		t.Skip("this kernel has no uprobe_multi links (Linux 6.6+)")
+		privtest.Skip(t, "this kernel has no uprobe_multi links (Linux 6.6+)")
 	}
 	for _, multi := range []bool{true, false} {
 		c, err := measureWith(multi)
@@ -56,5 +56,22 @@ func TestMeasureBothLinks(t *testing.T) {
 		if c.EmulatedNs <= 0 || c.SingleStepNs <= 0 {
 			t.Errorf("%s: a probe hit cost nothing: %+v", linkKind(multi), c)
 		}
+	}
+}
+
+// As root both kinds of uprobe link attach to this binary (uprobe_multi
+// where the kernel has it).
+func TestCheckLinks(t *testing.T) {
+	privtest.Require(t)
+	c, err := CheckLinks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("uprobe_multi: %v; perf-event uprobe: %v", c.Multi, c.Perf)
+	if c.Perf != nil {
+		t.Errorf("a perf-event uprobe as root: %v", c.Perf)
+	}
+	if HaveMulti() != (c.Multi == nil) {
+		t.Errorf("HaveMulti %v, but a uprobe_multi link: %v", HaveMulti(), c.Multi)
 	}
 }

@@ -570,15 +570,29 @@ func TestAgentPodTarget(t *testing.T) {
 
 // The agent run with the daemon holding only the four capabilities the
 // chart and the systemd unit grant (CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE,
-// CAP_DAC_READ_SEARCH): llmsim maps the CUDA stub, and the cuda section
-// attaches its uprobes or, where the kernel's uprobe PMU asks for
-// CAP_SYS_ADMIN (Linux 6.16+), result.json says it is unavailable and
-// names that capability; the scheduler's spans still arrive. With
-// CAP_SYS_ADMIN added, the capability named, the cuda section attaches.
+// CAP_DAC_READ_SEARCH): llmsim maps the CUDA stub, and where the kernel has
+// uprobe_multi links (Linux 6.6+, as `bpfbench check` says) the cuda
+// section attaches through them, which those capabilities allow, and
+// counts llmsim's CUDA calls. On a kernel without them it falls back to
+// perf-event uprobes: where the kernel's uprobe PMU asks for CAP_SYS_ADMIN
+// (Linux 6.16+ and stable kernels with the change), result.json says cuda
+// is unavailable and names that capability. The scheduler's spans arrive
+// either way. With CAP_SYS_ADMIN added, the cuda section attaches.
 func TestAgentCapabilities(t *testing.T) {
 	privtest.Require(t)
 	setpriv := privtest.RequireTool(t, "setpriv", "apt-get install util-linux")
 	simBinaries(t)
+	var checks []struct{ Status, Name, Detail string }
+	if code, stdout, stderr := runCLI("check", "-o", "json"); json.Unmarshal([]byte(stdout), &checks) != nil {
+		t.Fatalf("bpfbench check -o json: exit %d\n%s%s", code, stdout, stderr)
+	}
+	multi := false
+	for _, c := range checks {
+		if c.Name == "uprobe links" {
+			multi = strings.Contains(c.Detail, "uprobe_multi: ok")
+			t.Logf("bpfbench check: %s: %s", c.Name, c.Detail)
+		}
+	}
 	n := newAgentNodeWith(t, nodeOptions{simArgs: []string{"--cuda-lib", filepath.Join(simBinsDir, "libcuda.so.1")}})
 	const four = "-all,+bpf,+perfmon,+sys_ptrace,+dac_read_search"
 	for _, caps := range []string{four, four + ",+sys_admin"} {
@@ -617,11 +631,13 @@ func TestAgentCapabilities(t *testing.T) {
 				if calls == 0 {
 					t.Errorf("cuda attached but counted no call of llmsim's")
 				}
-				if caps == four {
-					t.Logf("this kernel lets CAP_PERFMON place uprobes (before Linux 6.16)")
+				if caps == four && !multi {
+					t.Logf("this kernel lets CAP_PERFMON place perf-event uprobes (before Linux 6.16)")
 				}
 			case caps != four:
 				t.Errorf("cuda unavailable with CAP_SYS_ADMIN: %s", why)
+			case multi:
+				t.Errorf("cuda unavailable with %s on a kernel with uprobe_multi links: %s", caps, why)
 			case strings.Contains(why, "perf_uprobe PMU"):
 				if !strings.Contains(why, "CAP_SYS_ADMIN") {
 					t.Errorf("cuda refused by the uprobe PMU without naming CAP_SYS_ADMIN: %s", why)
