@@ -1,6 +1,7 @@
 // Package readiness checks what this kernel and host offer bpfbench
 // (`bpfbench check`): BTF, the BPF syscall and map types, tracefs, each
-// collector's tracepoints, the uprobe cost, CUDA and NVML libraries; every
+// collector's tracepoints, which kind of uprobe link works with the current
+// privileges, the uprobe cost, CUDA and NVML libraries; every
 // check says what to do when it fails.
 package readiness
 
@@ -84,6 +85,7 @@ func Readiness(sets []TracepointSet) []Check {
 	}
 	add(checkPMU("uprobe", true, "a kernel with CONFIG_UPROBE_EVENTS=y (CUDA probes need it)"))
 	if privileged {
+		add(checkUprobeLinks())
 		add(checkUprobeCost())
 	}
 	add(checkSchedInfo())
@@ -219,6 +221,51 @@ func checkPMU(name string, required bool, fix string) Check {
 		return Check{Warn, name + "s", "not supported by this kernel", fix}
 	}
 	return Check{OK, name + "s", "supported", ""}
+}
+
+// checkUprobeLinks places a uprobe on a function of bpfbench itself through
+// each kind of link, with the current privileges, and says which works:
+// the CUDA probes are uprobe_multi links where the kernel has them (6.6+;
+// CAP_BPF and CAP_PERFMON suffice), else perf-event uprobes, which need
+// CAP_SYS_ADMIN since Linux 6.16 (commit ba677dbe77af).
+func checkUprobeLinks() Check {
+	lc, err := uprobecost.CheckLinks()
+	if err != nil {
+		return Check{Warn, "uprobe links", "placing a uprobe on bpfbench itself: " + shortErr(err), "CUDA probes may not attach"}
+	}
+	rel, v := kernelRelease()
+	multi := "uprobe_multi: " + linkStatus(lc.Multi, v)
+	perf := "perf uprobes: " + linkStatus(lc.Perf, v)
+	switch {
+	case lc.Multi == nil:
+		return Check{OK, "uprobe links", multi + "; " + perf + "; CUDA probes use uprobe_multi", ""}
+	case lc.Perf == nil:
+		return Check{OK, "uprobe links", multi + "; " + perf + "; CUDA probes use perf uprobes (one link per probe: slower to detach)", ""}
+	case refused(lc.Perf):
+		return Check{Warn, "uprobe links", multi + "; " + perf + " (kernel " + rel + ")", caps.UprobeCapabilityHint}
+	}
+	return Check{Warn, "uprobe links", multi + "; " + perf, "CUDA probes cannot attach: use a kernel with CONFIG_UPROBE_EVENTS=y"}
+}
+
+func refused(err error) bool { return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) }
+
+// linkStatus says "ok" or why a kind of uprobe link cannot be placed.
+func linkStatus(err error, kernel [2]int) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return "not in this kernel (Linux 6.6+)"
+	case refused(err):
+		if ok, _ := caps.Effective(caps.CapSysAdmin); !ok {
+			if kernel[0] > 6 || (kernel[0] == 6 && kernel[1] >= 16) {
+				return "need CAP_SYS_ADMIN (Linux >= 6.16)"
+			}
+			return "need CAP_SYS_ADMIN (a stable kernel with commit ba677dbe77af)"
+		}
+		return "refused: " + shortErr(err)
+	}
+	return "failed: " + shortErr(err)
 }
 
 // checkUprobeCost measures a real uprobe hit on this host: it sets how many

@@ -269,3 +269,48 @@ func ClassifyBytes(b []byte) Kind {
 	}
 	return SingleStep
 }
+
+// LinkCheck says whether each kind of uprobe link can be placed here, with
+// the current privileges: nil, or why not.
+type LinkCheck struct {
+	Multi error // a uprobe_multi link (ebpf.ErrNotSupported: not in this kernel)
+	Perf  error // a perf-event uprobe
+}
+
+// CheckLinks attaches an empty program to a function of this binary (no
+// hit: nothing calls it meanwhile) through a uprobe_multi link and through
+// a perf-event uprobe, and detaches them.
+func CheckLinks() (LinkCheck, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return LinkCheck{}, fmt.Errorf("finding this executable: %w", err)
+	}
+	ex, err := link.OpenExecutable(exe)
+	if err != nil {
+		return LinkCheck{}, fmt.Errorf("opening %s: %w", exe, err)
+	}
+	off, err := fileOffset(exe, uint64(C.bpfbench_calib_addr(0)))
+	if err != nil {
+		return LinkCheck{}, err
+	}
+	try := func(multi bool) error {
+		prog, err := NopProgram(multi)
+		if err != nil {
+			return fmt.Errorf("loading a uprobe program: %w", err)
+		}
+		defer prog.Close()
+		l, err := Attach(ex, "bpfbench_calib_push", off, os.Getpid(), prog, multi)
+		if err != nil {
+			return err
+		}
+		return l.Close()
+	}
+	var c LinkCheck
+	if err := features.HaveBPFLinkUprobeMulti(); err != nil {
+		c.Multi = err
+	} else {
+		c.Multi = try(true)
+	}
+	c.Perf = try(false)
+	return c, nil
+}
