@@ -299,7 +299,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	c.stats.Events, c.stats.Malformed, c.stats.Late = st.Events, st.Malformed, st.Late
 	c.stats.BeforeHorizon, c.stats.Pruned = st.BeforeHorizon, st.Pruned+st.Dropped
 	c.stats.NoArrival, c.stats.NoSend, c.stats.Guessed, c.stats.NoThread = st.NoArrival, st.NoSend, st.Guessed, st.NoThread
-	c.stats.DepthLimited, c.stats.Cycles = st.DepthLimited, st.Cycles
+	c.stats.DepthLimited, c.stats.Cycles, c.stats.Hops = st.DepthLimited, st.Cycles, st.Hops
 
 	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),

@@ -534,3 +534,37 @@ func TestHeldConnection(t *testing.T) {
 		t.Errorf("holds kept past the horizon: %v", hs)
 	}
 }
+
+// A gateway: its worker sleeps until the engine's chunk arrives on the
+// upstream connection (a net-rx wakeup with no port), then sends it to
+// the client. The walk hops to the engine's thread up to its send on the
+// upstream connection (a port with no arrival), then the chunk in flight;
+// the gateway's own sleep before the engine began is not a hop.
+func TestGatewayHop(t *testing.T) {
+	gw := Thread{Tid: 201, Tgid: 200, Comm: "nginx"}
+	const upstream = 9000
+	e := New(Options{})
+	e.AddSegment(seg(gw, Running, 0, 2))
+	e.AddSegment(sleepBy(gw, 2, 41, Wake{Kind: WakeNetRx}))
+	e.AddSegment(seg(gw, Running, 41, 45))
+	e.AddSegment(sleepBy(thA, 0, 5, Wake{Kind: WakeTimer}))
+	e.AddSegment(seg(thA, Running, 5, 40))
+	e.AddSegment(sleepBy(thA, 40, 60, Wake{Kind: WakeTimer}))
+	e.AddSend(Send{Time: 40 * ms, Tid: thA.Tid, Port: upstream})
+	e.AddSend(Send{Time: 44 * ms, Tid: gw.Tid, Port: port})
+	e.AddArrival(Arrival{Time: 44 * ms, Port: port})
+	e.AddRead(Read{Request: 1, Index: 1, Port: port, Start: 0, End: 45 * ms})
+	g := e.Flush(maxNs)[0]
+	checkSums(t, g)
+	checkSteps(t, g, []Step{
+		step(0, 2, gw, Running, ServerCompute, 0),
+		step(2, 5, thA, Sleep, ServerSleep, 1).with(Thread{}, WakeTimer, ""),
+		step(5, 40, thA, Running, ServerCompute, 1),
+		Step{Start: 40 * ms, End: 41 * ms, Cause: NetBackpressure, Port: upstream, Note: NoteHop},
+		step(41, 44, gw, Running, ServerCompute, 0),
+		step(44, 45, Thread{}, None, Client, 0),
+	})
+	if s := e.Stats(); s.Hops != 1 {
+		t.Errorf("hops %d, want 1", s.Hops)
+	}
+}

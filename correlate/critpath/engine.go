@@ -59,6 +59,7 @@ type Stats struct {
 	// Engine.Flush); NoThread: none had run.
 	NoArrival, NoSend, Guessed, NoThread uint64
 	DepthLimited                         uint64 // sleeps not followed past Options.MaxDepth
+	Hops                                 uint64 // net-rx sleeps followed to another target thread's send
 	Cycles                               uint64 // sleeps not followed: the waker already on the path
 }
 
@@ -77,9 +78,14 @@ type history struct {
 // is bounded by the history of the open gaps (see Options.Keep, SetFloor),
 // and each event costs O(log n) to add, each gap O(log n) per step.
 type Engine struct {
-	opt      Options
-	threads  map[uint32]*history
-	sends    map[uint16][]Send    // by Time
+	opt     Options
+	threads map[uint32]*history
+	sends   map[uint16][]Send // by Time
+	// allSends are every port's sends by Time, for the hops: a sleep
+	// woken by a network receive follows the latest send of another
+	// target thread on a connection that is no client's (a gateway woken
+	// by the engine's chunk).
+	allSends []Send
 	arrivals map[uint16][]Arrival // by Time
 	holds    map[uint16][]Hold    // by Start
 	maxHold  int64                // the longest hold held
@@ -216,6 +222,7 @@ func (e *Engine) AddCUDA(c CUDACall) {
 func (e *Engine) AddSend(s Send) {
 	if e.admit(s.Time) {
 		e.sends[s.Port] = insert(e.sends[s.Port], s, sendTime)
+		e.allSends = insert(e.allSends, s, sendTime)
 	}
 }
 
@@ -354,6 +361,10 @@ func (e *Engine) prune() {
 			e.stats.Pruned += uint64(len(h.segs) + len(h.cuda))
 			delete(e.threads, tid)
 		}
+	}
+	if cut := sort.Search(len(e.allSends), func(j int) bool { return e.allSends[j].Time >= hz }); cut > 0 {
+		clear(e.allSends[:cut])
+		e.allSends = e.allSends[cut:]
 	}
 	for p, s := range e.sends {
 		e.sends[p] = pruneTimes(s, hz, stale, sendTime, &e.stats.Pruned)

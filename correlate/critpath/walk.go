@@ -72,6 +72,7 @@ const (
 	NoteWakerUnknown = "waker unknown"
 	NoteOtherConn    = "another connection"
 	NoteHeld         = "connection held back: " // + the hold's kind
+	NoteHop          = "upstream chunk in flight"
 )
 
 // Gap is a token gap's critical path.
@@ -379,6 +380,17 @@ func (e *Engine) sleep(h *history, sg *Segment, x, y int64, depth int) {
 		st.Port = sg.Wake.Port
 		if sg.Wake.Port != 0 && sg.Wake.Port == e.port {
 			st.Cause = NetBackpressure
+		} else if snd, ok := e.hopSend(h, sg, y); ok && depth < e.opt.MaxDepth {
+			// A hop: the chunk this thread woke for was another target
+			// thread's send on an upstream connection. The walk follows
+			// that thread up to its send, then the chunk in flight.
+			e.stats.Hops++
+			at := min(max(snd.Time, x), y)
+			if at > x {
+				e.walk(snd.Tid, x, at, depth+1)
+			}
+			e.emit(Step{Start: at, End: y, Cause: NetBackpressure, Depth: depth, Port: snd.Port, Note: NoteHop})
+			return
 		} else {
 			st.Cause = ServerSleep
 			if sg.Wake.Port != 0 {
@@ -460,4 +472,35 @@ func (e *Engine) overlayHolds(a, b int64) {
 		}
 	}
 	e.overlay = steps[:0]
+}
+
+// hopLate is how long after the wakeup the send it came from may be
+// stamped: sendmsg returns after the receive it ran in line (loopback,
+// veth).
+const hopLate = int64(200_000)
+
+// hopSend is the send a network-receive wakeup at y of h's sleep sg came
+// from, when it is another target thread's on a connection that is no
+// client's (no arrival on its port): the latest such send stamped in
+// [sg.Start, y+hopLate], looking back over at most 64 sends.
+func (e *Engine) hopSend(h *history, sg *Segment, y int64) (Send, bool) {
+	if y != sg.End {
+		return Send{}, false // only the part of the sleep the wakeup ends
+	}
+	ss := e.allSends
+	i := sort.Search(len(ss), func(j int) bool { return ss[j].Time > y+hopLate })
+	for k := i - 1; k >= 0 && k >= i-64; k-- {
+		s := ss[k]
+		if s.Time < sg.Start {
+			break
+		}
+		if s.Tid == h.th.Tid || s.Port == e.port || len(e.arrivals[s.Port]) > 0 || e.onPath(s.Tid) {
+			continue
+		}
+		if th := e.threads[s.Tid]; th == nil || len(th.segs) == 0 {
+			continue
+		}
+		return s, true
+	}
+	return Send{}, false
 }

@@ -159,7 +159,11 @@ type CriticalStats struct {
 	Guessed      uint64 `json:"guessed"`
 	NoThread     uint64 `json:"no_thread"`
 	DepthLimited uint64 `json:"depth_limited"`
-	Cycles       uint64 `json:"cycles"`
+	// Hops: sleeps woken by a network receive that the walk followed to
+	// another target thread's send on an upstream connection (a gateway
+	// woken by the engine's chunk).
+	Hops   uint64 `json:"hops"`
+	Cycles uint64 `json:"cycles"`
 	// Sends, Arrivals, Segments, CUDACalls, Holds, Reads: what was added
 	// (Holds: the connections' blocking TCP episodes, zero windows, loss
 	// recovery and retransmissions, DESIGN.md "Held connections").

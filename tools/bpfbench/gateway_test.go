@@ -9,10 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/job"
@@ -187,6 +189,28 @@ func gatewayRun(t *testing.T, nginx, simAddr string, simPid int, buffering bool)
 	}
 	if doc.CriticalPath == nil || doc.CriticalPath.Stats.Sends == 0 {
 		t.Errorf("the critical path was fed no send (the gateway's on the client connections)")
+	}
+	// The critical path crosses the gateway: the slowest gaps' steps reach
+	// the engine's threads through the gateway's sleeps woken by the
+	// engine's chunks (a hop).
+	var onEngine, onGateway, hopped float64
+	for _, gp := range doc.CriticalPath.Slowest {
+		for _, st := range gp.Steps {
+			switch {
+			case strings.HasPrefix(st.Thread, "nginx"):
+				onGateway += st.DurationMs
+			case strings.HasPrefix(st.Thread, "llmsim"):
+				onEngine += st.DurationMs
+			}
+			if strings.Contains(st.Detail, critpath.NoteHop) {
+				hopped += st.DurationMs
+			}
+		}
+	}
+	t.Logf("critical path of the %d slowest gaps: %.1f ms on nginx's threads, %.1f ms on llmsim's, %.1f ms in flight between them",
+		len(doc.CriticalPath.Slowest), onGateway, onEngine, hopped)
+	if onEngine == 0 {
+		t.Errorf("the critical path did not cross the gateway: no step of the slowest gaps on the engine's threads")
 	}
 	return g
 }
