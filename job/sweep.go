@@ -192,6 +192,16 @@ func (k *Knee) Explanation() string {
 	if k.TTFT {
 		what = "TTFT"
 	}
+	if len(k.Fail.StoppedBy) > 0 {
+		// A limit signal ended the step, not the latency: say so first,
+		// and the latency's cause only as what the step measured.
+		var parts []string
+		for _, v := range k.Fail.StoppedBy {
+			parts = append(parts, v.Detail)
+		}
+		return fmt.Sprintf("the sweep stops at %s because %s; of that step's p99 %s excess, %.0f%% is %s",
+			k.At(k.Fail), strings.Join(parts, " and "), what, k.Share*100, DescribeCause(k.Cause, k.FailRun))
+	}
 	return fmt.Sprintf("the SLO breaks at %s, and what breaks it is %s (%.0f%% of the p99 %s excess)",
 		k.At(k.Fail), DescribeCause(k.Cause, k.FailRun), k.Share*100, what)
 }

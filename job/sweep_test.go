@@ -55,6 +55,15 @@ func TestKneeExplanation(t *testing.T) {
 	if s := StepExplanation(run); !strings.Contains(s, "cpu_runqueue 70%") || !strings.Contains(s, "TTFT io_block 90%") {
 		t.Errorf("step explanation %q", s)
 	}
+	// A limit signal that ended the step comes first; the latency's cause
+	// is what the step measured.
+	fail.Violations = []string{"p99_itl_ms=80 > 50"}
+	fail.StoppedBy = []loadgen.Verdict{{Name: "kv_cache_usage", Detail: "the KV cache is 98% full (limit 95%)", Limit: true}}
+	k.Cause, k.Share, k.TTFT = kneeCause(run, fail)
+	want = "the sweep stops at 14 req/s because the KV cache is 98% full (limit 95%); of that step's p99 ITL excess, 70% is run-queue wait on the tokenizer threads"
+	if got := k.Explanation(); got != want {
+		t.Errorf("explanation of a step a limit signal stopped\n got %q\nwant %q", got, want)
+	}
 	if s := (&Knee{}).Explanation(); !strings.Contains(s, "no knee") {
 		t.Errorf("no failing step: %q", s)
 	}
