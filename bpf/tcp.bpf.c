@@ -207,6 +207,25 @@ static __always_inline struct tstats *tstats_of(__u32 idx)
 	return bpf_map_lookup_elem(&stats, &idx);
 }
 
+/* fill_conn fills a record's connection: family, addresses and ports (the
+ * local port in host order, the peer's from network order). */
+static __always_inline void fill_conn(struct event *e, const struct sock *sk)
+{
+	__u16 family = sk->__sk_common.skc_family;
+	e->family = family;
+	if (family == AF_INET6) {
+		__builtin_memcpy(e->saddr, &sk->__sk_common.skc_v6_rcv_saddr, 16);
+		__builtin_memcpy(e->daddr, &sk->__sk_common.skc_v6_daddr, 16);
+	} else {
+		__u32 sa = sk->__sk_common.skc_rcv_saddr;
+		__u32 da = sk->__sk_common.skc_daddr;
+		__builtin_memcpy(e->saddr, &sa, 4);
+		__builtin_memcpy(e->daddr, &da, 4);
+	}
+	e->sport = sk->__sk_common.skc_num;
+	e->dport = __builtin_bswap16(sk->__sk_common.skc_dport);
+}
+
 static __always_inline void emit_ca(struct sock *sk, struct sock_info *si,
 				    __u64 cookie, __u64 now, __u8 kind,
 				    __u8 state, __u8 old_state, __u64 duration,
@@ -222,19 +241,7 @@ static __always_inline void emit_ca(struct sock *sk, struct sock_info *si,
 	e->cookie = cookie;
 	e->duration_ns = duration;
 	e->zw_total_ns = si->zw_total_ns;
-	__u16 family = sk->__sk_common.skc_family;
-	e->family = family;
-	if (family == AF_INET6) {
-		__builtin_memcpy(e->saddr, &sk->__sk_common.skc_v6_rcv_saddr, 16);
-		__builtin_memcpy(e->daddr, &sk->__sk_common.skc_v6_daddr, 16);
-	} else {
-		__u32 s = sk->__sk_common.skc_rcv_saddr;
-		__u32 d = sk->__sk_common.skc_daddr;
-		__builtin_memcpy(e->saddr, &s, 4);
-		__builtin_memcpy(e->daddr, &d, 4);
-	}
-	e->sport = sk->__sk_common.skc_num;
-	e->dport = __builtin_bswap16(sk->__sk_common.skc_dport);
+	fill_conn(e, sk);
 	e->kind = kind;
 	e->state = state;
 	e->old_state = old_state;
@@ -303,19 +310,7 @@ static __always_inline void fill_data(struct event *e, const struct sock *sk,
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ts = now;
 	e->cookie = cookie;
-	__u16 family = sk->__sk_common.skc_family;
-	e->family = family;
-	if (family == AF_INET6) {
-		__builtin_memcpy(e->saddr, &sk->__sk_common.skc_v6_rcv_saddr, 16);
-		__builtin_memcpy(e->daddr, &sk->__sk_common.skc_v6_daddr, 16);
-	} else {
-		__u32 sa = sk->__sk_common.skc_rcv_saddr;
-		__u32 da = sk->__sk_common.skc_daddr;
-		__builtin_memcpy(e->saddr, &sa, 4);
-		__builtin_memcpy(e->daddr, &da, 4);
-	}
-	e->sport = sk->__sk_common.skc_num;
-	e->dport = __builtin_bswap16(sk->__sk_common.skc_dport);
+	fill_conn(e, sk);
 	e->kind = kind;
 	e->target = si->idx;
 	e->fold_bytes = si->fold_bytes;
