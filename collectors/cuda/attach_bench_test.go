@@ -7,18 +7,30 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/uprobecost"
 )
 
 // BenchmarkAttachDetach times a session's CUDA section attaching to both
 // stub libraries of a waiting cudastub-driver (Start: load, target,
 // every probe of both libraries) and detaching (Close), one op each, and
-// reports the links it held. The uprobe cost is measured once per process,
-// before the first op, so it is not in the figures.
+// reports the links it held: through uprobe_multi links (where the kernel
+// has them) and through the per-symbol perf-event uprobes of the fallback.
+// The uprobe cost is measured once per process, before the first op, so it
+// is not in the figures.
 //
 //	sudo go test -run '^$' -bench AttachDetach -benchtime 5x ./collectors/cuda/
 func BenchmarkAttachDetach(b *testing.B) {
 	privtest.Require(b)
-	benchAttachDetach(b)
+	for _, mode := range []string{"uprobe_multi", "per-symbol"} {
+		b.Run(mode, func(b *testing.B) {
+			if mode == "uprobe_multi" && !uprobecost.HaveMulti() {
+				privtest.Skip(b, "this kernel has no uprobe_multi links (Linux 6.6+)")
+			}
+			perSymbolOnly = mode == "per-symbol"
+			defer func() { perSymbolOnly = false }()
+			benchAttachDetach(b)
+		})
+	}
 }
 
 func benchAttachDetach(b *testing.B) {
