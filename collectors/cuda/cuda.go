@@ -253,11 +253,10 @@ func (a *attachment) take() []link.Link {
 	return ls
 }
 
-// closeAll closes links together. Closing a uprobe link waits for the
-// kernel's uprobe unregistration to sync (an RCU tasks-trace grace period,
-// 100-200 ms here), per link: a uprobe_multi link of N probes waits once,
-// N perf-event uprobes closed one by one would wait N times (and keep the
-// probes live meanwhile), so they are closed concurrently.
+// closeAll closes links concurrently. Closing a uprobe link waits for the
+// kernel's uprobe unregistration to sync, per link (~80 ms here): a
+// uprobe_multi link of N probes waits once; N perf-event uprobes wait in
+// turn even closed concurrently (70 links: 5.7 s, BenchmarkAttachDetach).
 func closeAll(ls []link.Link) error {
 	switch len(ls) {
 	case 0:
