@@ -1,6 +1,9 @@
 package cuda
 
 import (
+	"context"
+	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
@@ -105,4 +108,41 @@ func wantLinkCount(t *testing.T, s *Section, tgid uint32, multi bool) int {
 		}
 	}
 	return n
+}
+
+// Attaching to a process that no longer exists fails in both link modes
+// and leaves no link behind; Close releases the programs.
+func TestAttachErrorLeavesNoLink(t *testing.T) {
+	privtest.Require(t)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	libs, err := FindLibraries(os.Getpid(), []string{libPath("driver"), libPath("runtime")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mode := range []string{"uprobe_multi", "per-symbol"} {
+		t.Run(mode, func(t *testing.T) {
+			perSymbolOnly = mode == "per-symbol"
+			defer func() { perSymbolOnly = false }()
+			c := New(Config{})
+			if err := c.Start(context.Background()); err != nil {
+				t.Fatalf("start: %+v", err)
+			}
+			progs := c.ProgramIDs()
+			got, err := c.Attach(uint32(gone.Process.Pid), libs, false)
+			t.Logf("attaching to exited pid %d: %v", gone.Process.Pid, err)
+			if err == nil || len(got) != 0 {
+				t.Errorf("attached %v to an exited process (err %v)", got, err)
+			}
+			if n := len(c.LinkIDs()); n != 0 {
+				t.Errorf("%d links left after a failed attach", n)
+			}
+			if err := c.Close(); err != nil {
+				t.Errorf("close: %v", err)
+			}
+			privtest.AssertReleased(t, progs, nil)
+		})
+	}
 }
