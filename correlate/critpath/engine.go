@@ -268,7 +268,7 @@ func (e *Engine) AddRead(r Read) {
 func (e *Engine) Pending() int { return len(e.pending) }
 
 // Retained is the number of history items held (segments, CUDA calls,
-// sends, arrivals, holds).
+// sends, counted twice as they are indexed twice, arrivals, holds).
 func (e *Engine) Retained() int {
 	n := 0
 	for _, h := range e.threads {
@@ -283,7 +283,7 @@ func (e *Engine) Retained() int {
 	for _, h := range e.holds {
 		n += len(h)
 	}
-	return n
+	return n + len(e.allSends)
 }
 
 // Flush walks every pending read that ends at or before watermark (every

@@ -9,12 +9,14 @@ import (
 // timeline is a synthetic run: target threads moving through states,
 // waking each other (cycles included), preempted by neighbours, inside
 // CUDA calls now and then, with holes of lost events; connections whose
-// chunks are sent, arrive and are read.
+// chunks are sent, arrive and are read, held back now and then; an
+// upstream connection whose sends wake threads (hops).
 type timeline struct {
 	segs  []Segment
 	cuda  []CUDACall
 	sends []Send
 	arrs  []Arrival
+	holds []Hold
 	reads []Read
 }
 
@@ -67,6 +69,9 @@ func genTimeline(seed uint64, threads int, dur int64, ports int) *timeline {
 					s.Wake = Wake{Kind: k, Waker: w}
 				case WakeNetRx:
 					s.Wake = Wake{Kind: k, Port: uint16(40000 + r.IntN(ports+1))}
+					if r.IntN(3) == 0 {
+						s.Wake.Port = 0 // unknown: an upstream hop, a hold or server_sleep
+					}
 				default:
 					s.Wake = Wake{Kind: k}
 				}
@@ -88,6 +93,17 @@ func genTimeline(seed uint64, threads int, dur int64, ports int) *timeline {
 				t += d(maxSpan)
 				st = Runnable
 			}
+		}
+	}
+	// An upstream connection (a gateway's to its engine: sends, no
+	// arrivals), and connections held back now and then.
+	for t := r.Int64N(5 * ms); t < dur; t += d(5 * ms) {
+		tl.sends = append(tl.sends, Send{Time: t, Tid: ths[r.IntN(len(ths))].Tid, Port: 50000, Bytes: 64})
+	}
+	for p := range ports {
+		for range r.IntN(4) {
+			a := r.Int64N(dur)
+			tl.holds = append(tl.holds, Hold{Port: uint16(40000 + p), Start: a, End: a + d(maxSpan), Kind: "zero_window"})
 		}
 	}
 	for p := range ports {
@@ -148,6 +164,11 @@ func (tl *timeline) shift(k int64) *timeline {
 		a.Time += k
 		out.arrs = append(out.arrs, a)
 	}
+	for _, h := range tl.holds {
+		h.Start += k
+		h.End += k
+		out.holds = append(out.holds, h)
+	}
 	for _, rd := range tl.reads {
 		rd.Start += k
 		rd.End += k
@@ -181,6 +202,9 @@ func (tl *timeline) events() []event {
 	for i, rd := range tl.reads {
 		ev = append(ev, event{rd.End, 4, i})
 	}
+	for i, h := range tl.holds {
+		ev = append(ev, event{h.End, 5, i})
+	}
 	return ev
 }
 
@@ -196,16 +220,24 @@ func (tl *timeline) add(e *Engine, ev event) {
 		e.AddArrival(tl.arrs[ev.i])
 	case 4:
 		e.AddRead(tl.reads[ev.i])
+	case 5:
+		e.AddHold(tl.holds[ev.i])
 	}
 }
 
 // batch adds everything, then flushes once.
 func (tl *timeline) batch(opt Options) []Gap {
+	gs, _ := tl.batchStats(opt)
+	return gs
+}
+
+// batchStats is batch with the engine's counters.
+func (tl *timeline) batchStats(opt Options) ([]Gap, Stats) {
 	e := New(opt)
 	for _, ev := range tl.events() {
 		tl.add(e, ev)
 	}
-	return sortGaps(e.Flush(maxNs))
+	return sortGaps(e.Flush(maxNs)), e.Stats()
 }
 
 // stream delivers each event up to lateness after its time, in the order

@@ -10,9 +10,11 @@ var seeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
 // Random graphs: every gap's steps tile it and its causes sum to it.
 func TestPropertyPartsSumToGap(t *testing.T) {
 	var agg Aggregate
+	var hops uint64
 	for _, seed := range seeds {
 		tl := genTimeline(seed, 2+int(seed%5), 1000*ms, 4+int(seed%9))
-		gs := tl.batch(Options{})
+		gs, st := tl.batchStats(Options{})
+		hops += st.Hops
 		if len(gs) != len(tl.reads) {
 			t.Fatalf("seed %d: %d gaps of %d reads", seed, len(gs), len(tl.reads))
 		}
@@ -38,8 +40,8 @@ func TestPropertyPartsSumToGap(t *testing.T) {
 	if sum != agg.GapNs {
 		t.Errorf("aggregate: %d of %d", sum, agg.GapNs)
 	}
-	t.Logf("%d gaps; unexplained %.1f%% of gap time (holes and lost wakers by construction), cpu_runqueue %.1f%%; neighbours %d",
-		agg.Gaps, 100*agg.Fraction(Unexplained), 100*agg.Fraction(CPURunqueue), len(agg.Neighbours()))
+	t.Logf("%d gaps; unexplained %.1f%% of gap time (holes and lost wakers by construction), cpu_runqueue %.1f%%, net_backpressure %.1f%%; neighbours %d; hops %d",
+		agg.Gaps, 100*agg.Fraction(Unexplained), 100*agg.Fraction(CPURunqueue), 100*agg.Fraction(NetBackpressure), len(agg.Neighbours()), hops)
 }
 
 // Shifting every timestamp by a constant changes nothing.
