@@ -202,38 +202,34 @@ func IOInjection(path string) Injection {
 // GPUInjection raises the CUDA stub's kernel time through its control
 // file to slowUS, and puts the previous value back.
 func GPUInjection(control string, slowUS int) Injection {
-	return Injection{Name: "gpu", Cause: correlate.GPUSync.String(), Start: func(context.Context) (func() string, error) {
-		prev, err := os.ReadFile(control)
-		if err != nil {
-			return nil, fmt.Errorf("reading the CUDA stub's control file: %w", err)
-		}
-		if err := os.WriteFile(control, []byte(strconv.Itoa(slowUS)+"\n"), 0o644); err != nil {
-			return nil, fmt.Errorf("writing the CUDA stub's control file: %w", err)
-		}
-		return func() string {
-			_ = os.WriteFile(control, prev, 0o644)
-			return fmt.Sprintf("the stub's kernel time from %s to %d µs", strings.TrimSpace(string(prev)), slowUS)
-		}, nil
-	}}
+	return Injection{Name: "gpu", Cause: correlate.GPUSync.String(),
+		Start: controlFile(control, slowUS, "the CUDA stub's control file", "the stub's kernel time")}
 }
 
 // ComputeInjection raises the server's own step work (llmsim's step
 // control file) to us µs and puts the previous value back: the critical
 // path must name server_compute; the union model has no such cause.
 func ComputeInjection(control string, us int) Injection {
-	return Injection{Name: "compute", CritCause: critpath.ServerCompute.String(), Start: func(context.Context) (func() string, error) {
-		prev, err := os.ReadFile(control)
+	return Injection{Name: "compute", CritCause: critpath.ServerCompute.String(),
+		Start: controlFile(control, us, "the server's step control file", "the server's step work")}
+}
+
+// controlFile is an injection's Start that writes us (µs) to a control
+// file and, at the end, puts back what it held.
+func controlFile(path string, us int, file, what string) func(context.Context) (func() string, error) {
+	return func(context.Context) (func() string, error) {
+		prev, err := os.ReadFile(path)
 		if err != nil {
-			return nil, fmt.Errorf("reading the server's step control file: %w", err)
+			return nil, fmt.Errorf("reading %s: %w", file, err)
 		}
-		if err := os.WriteFile(control, []byte(strconv.Itoa(us)+"\n"), 0o644); err != nil {
-			return nil, fmt.Errorf("writing the server's step control file: %w", err)
+		if err := os.WriteFile(path, []byte(strconv.Itoa(us)+"\n"), 0o644); err != nil {
+			return nil, fmt.Errorf("writing %s: %w", file, err)
 		}
 		return func() string {
-			_ = os.WriteFile(control, prev, 0o644)
-			return fmt.Sprintf("the server's step work from %s to %d µs", strings.TrimSpace(string(prev)), us)
+			_ = os.WriteFile(path, prev, 0o644)
+			return fmt.Sprintf("%s from %s to %d µs", what, strings.TrimSpace(string(prev)), us)
 		}, nil
-	}}
+	}
 }
 
 // ClientCPUInjection keeps a thread busy on each of the load generator's
