@@ -99,9 +99,11 @@ type Target struct {
 	PodLabels map[string]string `yaml:"pod_labels"`
 	// Container follows only the containers of this name.
 	Container string `yaml:"container"`
-	// MaxPods bounds the pod containers of a Kubernetes target listed in
-	// bpfbench_target_info (DefaultMaxPods when zero); beyond it they are
-	// counted in bpfbench_target_pods_overflow.
+	// MaxPods bounds the pod containers of a Kubernetes target given a
+	// slot, and series with their namespace, pod and container labels, of
+	// their own (DefaultMaxPods when zero); beyond it (or when the slots
+	// run out) they are folded into the target's series without pod and
+	// container and counted in bpfbench_target_pods_overflow (slots.go).
 	MaxPods int `yaml:"max_pods"`
 }
 
@@ -110,7 +112,7 @@ func (t Target) Kubernetes() bool {
 	return t.Namespace != "" || len(t.PodLabels) > 0 || t.Container != ""
 }
 
-// PodLimit is the number of pod containers of t listed in bpfbench_target_info.
+// PodLimit is the number of pod containers of t with a slot of their own.
 func (t Target) PodLimit() int {
 	if t.MaxPods == 0 {
 		return DefaultMaxPods

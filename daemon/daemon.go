@@ -43,11 +43,19 @@ type Daemon struct {
 
 	mu       sync.Mutex
 	assigned map[uint32]uint32 // tgid -> slot, as set in the kernel
-	counts   map[uint32]int    // slot -> processes
-	// Kubernetes targets: the pods of the node, and the pod containers
-	// each slot's processes are in (k8s.go).
-	pods       *podSource
-	containers map[uint32]map[PodContainer]int
+	procs    map[int]int       // target index -> processes
+	// Kubernetes targets: the pods of the node (k8s.go), the slots of
+	// their pod containers (slots.go), and what the last refresh gave them.
+	pods   *podSource
+	slots  slotTable
+	owned  map[int][]PodContainer
+	folded map[int]int
+	// view is the slots' names and labels as scrapes see them; cols are
+	// the collectors as registered, relabelled through it.
+	view atomic.Pointer[slotView]
+	cols []*slotCollector
+	// pool is the highest slot given to pod containers (MaxConfigTargets).
+	pool uint32
 
 	listening chan net.Addr
 	refreshed atomic.Bool // targets resolved at least once
@@ -71,9 +79,10 @@ func (d *Daemon) SetSessionSections(sections []session.SectionFactory) { d.secti
 func New(cfg Config, logger *slog.Logger, factories []HostFactory) *Daemon {
 	d := &Daemon{
 		cfg: cfg, log: logger.With("component", "daemon"), factories: factories,
-		reg: prometheus.NewRegistry(), assigned: map[uint32]uint32{}, counts: map[uint32]int{},
-		listening: make(chan net.Addr, 1),
+		reg: prometheus.NewRegistry(), assigned: map[uint32]uint32{}, procs: map[int]int{},
+		listening: make(chan net.Addr, 1), slots: newSlotTable(), pool: MaxConfigTargets,
 	}
+	d.view.Store(d.slots.view(cfg.Targets, nil))
 	if kubernetesTargets(cfg.Targets) {
 		d.pods = newPodSource(cfg, logger)
 	}
@@ -86,14 +95,8 @@ func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
 // Listening delivers the address /metrics is served on, once.
 func (d *Daemon) Listening() <-chan net.Addr { return d.listening }
 
-// targetNames labels the slots: 0 is the host.
-func (d *Daemon) targetNames() map[uint32]string {
-	out := map[uint32]string{0: "host"}
-	for i, t := range d.cfg.Targets {
-		out[uint32(i+1)] = t.Name
-	}
-	return out
-}
+// targetNames labels the slots with their keys (slots.go): 0 is the host.
+func (d *Daemon) targetNames() map[uint32]string { return d.view.Load().targetNames() }
 
 // Start builds and starts every collector, failing fast; on error it
 // closes what it started.
@@ -118,10 +121,15 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d,
 	)
 	for _, h := range d.hosts {
-		if err := d.reg.Register(h); err != nil {
+		c, err := newSlotCollector(h, h.Name(), d.view.Load, d.log)
+		if err == nil {
+			err = d.reg.Register(c)
+		}
+		if err != nil {
 			d.Close()
 			return fmt.Errorf("registering the %s metrics: %w", h.Name(), err)
 		}
+		d.cols = append(d.cols, c)
 	}
 	return nil
 }
@@ -222,13 +230,22 @@ func (d *Daemon) refresh() {
 	if d.pods != nil {
 		r.Pods = d.pods.Index(context.Background())
 	}
-	want, containers, err := r.ResolvePods()
+	want, _, procPods, err := r.resolve()
 	if err != nil {
 		d.log.Warn("resolving targets", "err", err)
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	a := d.slots.allocate(d.cfg.Targets, want, procPods, d.pool)
+	if len(a.fresh) > 0 {
+		// Slots a pod container had before: read what the kernel kept
+		// of it before the new owner's processes add to it.
+		d.view.Store(d.slots.view(d.cfg.Targets, a.fresh))
+		for slot, base := range baselines(d.cols, a.fresh) {
+			d.slots.base[slot] = base
+		}
+	}
 	for tgid, slot := range want {
 		if d.assigned[tgid] == slot {
 			continue
@@ -251,11 +268,16 @@ func (d *Daemon) refresh() {
 		}
 		delete(d.assigned, tgid)
 	}
-	clear(d.counts)
+	d.view.Store(d.slots.view(d.cfg.Targets, nil))
+	clear(d.procs)
 	for _, slot := range d.assigned {
-		d.counts[slot]++
+		if o, ok := d.slots.owners[slot]; ok {
+			d.procs[o.target]++
+		} else {
+			d.procs[int(slot)-1]++
+		}
 	}
-	d.containers = containers
+	d.owned, d.folded = a.owned, a.folded
 }
 
 // Close closes the collectors in reverse order. It is idempotent.
@@ -279,14 +301,14 @@ var (
 	decodeDesc = prometheus.NewDesc("bpfbench_decode_errors_total",
 		"Ring buffer records a collector could not decode.", []string{"collector"}, nil)
 	targetProcsDesc = prometheus.NewDesc("bpfbench_target_processes",
-		"Processes currently matched by each configured target.", []string{"target"}, nil)
+		"Processes currently matched by each configured target (all its pod containers for a Kubernetes target).", []string{"target"}, nil)
 	upDesc = prometheus.NewDesc("bpfbench_collector_up",
 		"Whether a collector is loaded and attached (1) or unavailable on this host (0).", []string{"collector"}, nil)
 	targetInfoDesc = prometheus.NewDesc("bpfbench_target_info",
-		"The pod containers a Kubernetes target's processes are in, at most max_pods per target (join on target).",
+		"The pod containers of a Kubernetes target with a slot of their own, at most max_pods per target: its series carry these labels.",
 		[]string{"target", "namespace", "pod", "container"}, nil)
 	targetOverflowDesc = prometheus.NewDesc("bpfbench_target_pods_overflow",
-		"Pod containers of a Kubernetes target beyond its max_pods, followed but not listed in bpfbench_target_info.",
+		"Pod containers of a Kubernetes target beyond its max_pods (or the 63 slots), folded into its series without pod and container labels.",
 		[]string{"target"}, nil)
 )
 
@@ -321,13 +343,12 @@ func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for i, t := range d.cfg.Targets {
-		ch <- prometheus.MustNewConstMetric(targetProcsDesc, prometheus.GaugeValue, float64(d.counts[uint32(i+1)]), t.Name)
+		ch <- prometheus.MustNewConstMetric(targetProcsDesc, prometheus.GaugeValue, float64(d.procs[i]), t.Name)
 		if t.Kubernetes() {
-			listed, overflow := listPods(d.containers[uint32(i+1)], t.PodLimit())
-			for _, pc := range listed {
+			for _, pc := range d.owned[i] {
 				ch <- prometheus.MustNewConstMetric(targetInfoDesc, prometheus.GaugeValue, 1, t.Name, pc.Namespace, pc.Pod, pc.Container)
 			}
-			ch <- prometheus.MustNewConstMetric(targetOverflowDesc, prometheus.GaugeValue, float64(overflow), t.Name)
+			ch <- prometheus.MustNewConstMetric(targetOverflowDesc, prometheus.GaugeValue, float64(d.folded[i]), t.Name)
 		}
 	}
 }

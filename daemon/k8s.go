@@ -18,7 +18,6 @@ package daemon
 // list is logged and the last good one is kept.
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -32,7 +31,6 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,8 +44,8 @@ const (
 	serviceAccountCA    = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt"
 )
 
-// PodContainer names one container of one pod: the labels of
-// bpfbench_target_info.
+// PodContainer names one container of one pod: the namespace, pod and
+// container labels of its slot's series (slots.go).
 type PodContainer struct {
 	Namespace, Pod, Container string
 }
@@ -353,21 +351,4 @@ func (s *podSource) ready() error {
 		return fmt.Errorf("kubernetes pods not listed yet: %w", s.err)
 	}
 	return errors.New("kubernetes pods not listed yet")
-}
-
-// listPods returns the first limit pod containers in order of namespace,
-// pod and container (so the listed ones stay the same from scrape to
-// scrape), and how many are left out.
-func listPods(containers map[PodContainer]int, limit int) ([]PodContainer, int) {
-	all := make([]PodContainer, 0, len(containers))
-	for pc := range containers {
-		all = append(all, pc)
-	}
-	slices.SortFunc(all, func(a, b PodContainer) int {
-		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Pod, b.Pod), strings.Compare(a.Container, b.Container))
-	})
-	if len(all) <= limit {
-		return all, 0
-	}
-	return all[:limit], len(all) - limit
 }

@@ -23,7 +23,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -365,49 +364,6 @@ func writeToken(t *testing.T, tok string) string {
 		t.Fatal(err)
 	}
 	return p
-}
-
-func TestK8sTargetInfo(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Targets = []Target{
-		{Name: "vllm", Namespace: "inference", MaxPods: 2},
-		{Name: "py", Comm: "python3"},
-	}
-	d := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), nil)
-	if d.pods == nil {
-		t.Fatal("no pod source for a Kubernetes target")
-	}
-	d.containers = map[uint32]map[PodContainer]int{1: {
-		{"inference", "vllm-2", "vllm"}: 1, {"inference", "vllm-0", "vllm"}: 3, {"inference", "vllm-1", "vllm"}: 1,
-	}}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(d)
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var info []string
-	overflow := -1.0
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				l[lp.GetName()] = lp.GetValue()
-			}
-			switch mf.GetName() {
-			case "bpfbench_target_info":
-				info = append(info, l["target"]+"/"+l["namespace"]+"/"+l["pod"]+"/"+l["container"])
-			case "bpfbench_target_pods_overflow":
-				if l["target"] != "vllm" {
-					t.Errorf("overflow for %s, a target without Kubernetes selectors", l["target"])
-				}
-				overflow = m.GetGauge().GetValue()
-			}
-		}
-	}
-	if strings.Join(info, " ") != "vllm/inference/vllm-0/vllm vllm/inference/vllm-1/vllm" || overflow != 1 {
-		t.Errorf("info %v, overflow %v; want the first two pods and 1", info, overflow)
-	}
 }
 
 func TestK8sConfig(t *testing.T) {

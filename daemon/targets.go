@@ -25,12 +25,20 @@ func (r Resolver) Resolve() (map[uint32]uint32, error) {
 // ResolvePods is Resolve that also returns, for each slot of a Kubernetes
 // target, the pod containers its processes are in.
 func (r Resolver) ResolvePods() (map[uint32]uint32, map[uint32]map[PodContainer]int, error) {
+	slots, pods, _, err := r.resolve()
+	return slots, pods, err
+}
+
+// resolve is ResolvePods that also returns the pod container of every
+// process a Kubernetes target matched.
+func (r Resolver) resolve() (map[uint32]uint32, map[uint32]map[PodContainer]int, map[uint32]PodContainer, error) {
 	proc := r.Proc
 	if proc == "" {
 		proc = "/proc"
 	}
 	out := map[uint32]uint32{}
 	pods := map[uint32]map[PodContainer]int{}
+	procPods := map[uint32]PodContainer{}
 	needScan := false
 	for i, t := range r.Targets {
 		if t.Pid != 0 {
@@ -44,11 +52,11 @@ func (r Resolver) ResolvePods() (map[uint32]uint32, map[uint32]map[PodContainer]
 		}
 	}
 	if !needScan {
-		return out, pods, nil
+		return out, pods, procPods, nil
 	}
 	ents, err := os.ReadDir(proc)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -102,11 +110,12 @@ func (r Resolver) ResolvePods() (map[uint32]uint32, map[uint32]map[PodContainer]
 						pods[slot] = map[PodContainer]int{}
 					}
 					pods[slot][container.PodContainer]++
+					procPods[uint32(pid)] = container.PodContainer
 				}
 			}
 		}
 	}
-	return out, pods, nil
+	return out, pods, procPods, nil
 }
 
 // readCgroups returns the cgroup paths of a process, one per hierarchy.
