@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -52,14 +53,17 @@ func waitHTTP(t *testing.T, url, log string) {
 
 // startSimProcess runs bin/llmsim as its own process; it returns its
 // address and pid.
-func startSimProcess(t *testing.T, dir string) (addr string, pid int) {
+func startSimProcess(t *testing.T, dir string, extra ...string) (addr string, pid int) {
 	t.Helper()
 	addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	for slices.Contains(extra, addr) { // a port freed and handed out again
+		addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	}
 	logf, err := os.Create(filepath.Join(dir, "llmsim.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("llmsim", "--addr", addr, "--itl", "2ms")
+	cmd := exec.Command("llmsim", append([]string{"--addr", addr, "--itl", "2ms"}, extra...)...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -80,17 +84,46 @@ func startSimProcess(t *testing.T, dir string) (addr string, pid int) {
 // a slow reader's backpressure reaches the upstream connection quickly.
 func startNginx(t *testing.T, bin, dir, upstream string, buffering bool) int {
 	t.Helper()
+	onOff := "off"
+	if buffering {
+		onOff = "on;\n\t\t\tproxy_buffers 8 16k;\n\t\t\tpostpone_output 4096"
+	}
+	return startNginxServer(t, bin, dir, func(port int) string {
+		return fmt.Sprintf(`		listen 127.0.0.1:%d sndbuf=8k;
+		location / {
+			proxy_pass http://%s;
+			proxy_http_version 1.1;
+			proxy_set_header Connection "";
+			proxy_buffering %s;
+			proxy_read_timeout 60s;
+		}
+`, port, upstream, onOff)
+	})
+}
+
+// startNginxGRPC runs nginx as a gRPC proxy (HTTP/2, grpc_pass) in front
+// of a gRPC upstream; it has no buffering switch: it forwards frames as
+// they come.
+func startNginxGRPC(t *testing.T, bin, dir, upstream string) int {
+	t.Helper()
+	return startNginxServer(t, bin, dir, func(port int) string {
+		return fmt.Sprintf(`		listen 127.0.0.1:%d http2 sndbuf=8k;
+		location / {
+			grpc_pass grpc://%s;
+			grpc_read_timeout 60s;
+		}
+`, port, upstream)
+	})
+}
+
+// startNginxServer runs nginx with the server block server(port) gives.
+func startNginxServer(t *testing.T, bin, dir string, server func(port int) string) int {
+	t.Helper()
 	nd := filepath.Join(dir, "nginx")
 	if err := os.MkdirAll(nd, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	port := freePort(t)
-	// Buffering on as a proxy in front of a streaming server is often
-	// configured: large buffers, and output held until a packet's worth.
-	onOff := "off"
-	if buffering {
-		onOff = "on;\n\t\t\tproxy_buffers 8 16k;\n\t\t\tpostpone_output 4096"
-	}
 	conf := fmt.Sprintf(`daemon off;
 master_process on;
 worker_processes 1;
@@ -106,17 +139,9 @@ http {
 	uwsgi_temp_path %[1]s/uwsgi;
 	scgi_temp_path %[1]s/scgi;
 	server {
-		listen 127.0.0.1:%[2]d sndbuf=8k;
-		location / {
-			proxy_pass http://%[3]s;
-			proxy_http_version 1.1;
-			proxy_set_header Connection "";
-			proxy_buffering %[4]s;
-			proxy_read_timeout 60s;
-		}
-	}
+%[2]s	}
 }
-`, nd, port, upstream, onOff)
+`, nd, server(port))
 	cf := filepath.Join(nd, "nginx.conf")
 	if err := os.WriteFile(cf, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
@@ -148,8 +173,30 @@ http {
 			t.Logf("nginx error.log:\n%s", b)
 		}
 	})
-	waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", port), filepath.Join(nd, "error.log"))
+	if strings.Contains(server(port), " http2") {
+		waitTCP(t, fmt.Sprintf("127.0.0.1:%d", port), filepath.Join(nd, "error.log"))
+	} else {
+		waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", port), filepath.Join(nd, "error.log"))
+	}
 	return port
+}
+
+// waitTCP waits until addr accepts a connection, or fails t with the
+// log's text.
+func waitTCP(t *testing.T, addr, log string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(log)
+			t.Fatalf("%s accepts no connection:\n%s", addr, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // gatewayRun is `bpfbench run` through nginx in front of llmsim.
@@ -157,11 +204,20 @@ func gatewayRun(t *testing.T, nginx, simAddr string, simPid int, buffering bool)
 	t.Helper()
 	dir := t.TempDir()
 	port := startNginx(t, nginx, dir, simAddr, buffering)
+	return gatewayRunAt(t, dir, port, simPid, fmt.Sprintf("proxy_buffering %v", buffering), "--target", fmt.Sprintf("http://127.0.0.1:%d", port))
+}
+
+// gatewayRunAt is `bpfbench run` through the gateway listening on port,
+// with the target and protocol flags given.
+func gatewayRunAt(t *testing.T, dir string, port, simPid int, label string, target ...string) *report.Gateway {
+	t.Helper()
 	out := filepath.Join(dir, "run")
-	code, stdout, stderr := runCLI("run", "--target", fmt.Sprintf("http://127.0.0.1:%d", port), "--pid", strconv.Itoa(simPid),
+	args := append([]string{"run"}, target...)
+	args = append(args, "--pid", strconv.Itoa(simPid),
 		"--via-port", strconv.Itoa(port), "--num-requests", "12", "--rate", "4", "--output-len", "64", "--ignore-eos",
 		"--no-progress", "--out", out)
-	t.Logf("proxy_buffering %v:\n%s", buffering, stdout)
+	code, stdout, stderr := runCLI(args...)
+	t.Logf("%s:\n%s", label, stdout)
 	if code != 0 {
 		t.Fatalf("run exit %d: %s", code, stderr)
 	}
@@ -213,6 +269,24 @@ func gatewayRun(t *testing.T, nginx, simAddr string, simPid int, buffering bool)
 		t.Errorf("the critical path did not cross the gateway: no step of the slowest gaps on the engine's threads")
 	}
 	return g
+}
+
+// nginx as a gRPC proxy (HTTP/2, grpc_pass) in front of llmsim's KServe
+// v2 endpoint, the load on --protocol kserve-grpc with a connection per
+// request (--no-keepalive: one client port per request, as the legs are
+// matched by port): the same per-hop figures and the critical path
+// crossing the gateway as over HTTP.
+func TestRunGRPCThroughGateway(t *testing.T) {
+	privtest.Require(t)
+	nginx := privtest.RequireTool(t, "nginx", "apt-get install nginx-light")
+	simBinaries(t)
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	_, simPid := startSimProcess(t, t.TempDir(), "--grpc", grpcAddr)
+	dir := t.TempDir()
+	port := startNginxGRPC(t, nginx, dir, grpcAddr)
+	g := gatewayRunAt(t, dir, port, simPid, "grpc_pass", "--protocol", "kserve-grpc", "--no-keepalive", "--model", "llmsim",
+		"--target", fmt.Sprintf("127.0.0.1:%d", port))
+	t.Logf("gRPC through nginx: %.2f engine sends per gateway send, %.1f client arrivals per request", g.EngineSendsPerGatewaySend, g.ArrivalsPerRequest)
 }
 
 // nginx in front of llmsim, with proxy buffering on and off: the per-hop
