@@ -674,7 +674,13 @@ func newServerMetrics(ctx context.Context, cfg RunConfig, log *slog.Logger) (*se
 	}
 	auto := sm.url == ""
 	if auto {
-		u, err := enginemetrics.MetricsURL(cfg.Load.Target)
+		target := cfg.Load.Target
+		if cfg.Load.Protocol == loadgen.ProtocolKServeGRPC && !strings.Contains(target, "://") {
+			// HOST:PORT of a gRPC server: its metrics are not on that port
+			// (Triton's are on 8002).
+			target = "grpc://" + target
+		}
+		u, err := enginemetrics.MetricsURL(target)
 		if err != nil {
 			sm.note = err.Error()
 			return sm, nil
