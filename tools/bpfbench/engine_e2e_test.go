@@ -557,6 +557,20 @@ func checkSlowReader(t *testing.T, dir string) {
 	if !seen {
 		t.Errorf("the slow request %d has no blame", slow)
 	}
+	// The critical path names it on its own request: the run's slowest
+	// gap is the slow reader's pause, spent on its connection (held back,
+	// in flight) or in its client's socket.
+	cp := doc.CriticalPath
+	if cp == nil || len(cp.Slowest) == 0 {
+		t.Fatalf("validate's result.json has no critical path")
+	}
+	g := cp.Slowest[0]
+	conn := g.CausesMs["net_backpressure"] + g.CausesMs["client"]
+	t.Logf("slow reader: the slowest gap is request %d token %d, %.0f ms: %.0f ms net_backpressure, %.0f ms client, causes %v",
+		g.Request, g.Index, g.DurationMs, g.CausesMs["net_backpressure"], g.CausesMs["client"], g.CausesMs)
+	if g.Request != slow || conn < 0.5*g.DurationMs {
+		t.Errorf("critical path: the slowest gap is request %d's with %.0f of %.0f ms on its connection or client; want the slow reader's (%d), mostly there", g.Request, conn, g.DurationMs, slow)
+	}
 }
 
 // leftovers is what the machine had before the first command: probe
