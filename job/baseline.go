@@ -192,19 +192,14 @@ func nsOf(m map[string]float64) [critpath.NumCauses]int64 {
 	return out
 }
 
-// rebase computes the parts of out that depend on the baseline: the
-// normal gaps, the p99 bands, the slowest gaps' excess and the phases'
-// added tail shares. base is the normal gap; baseTail, when given, the
+// rebase computes the parts of out that depend on the baseline and on
+// every gap: the normal gaps, the p99 bands and the phases' added tail
+// shares. base is the normal gap; baseTail, when given, the
 // tail to subtract from each phase's (else the first phase's own).
 func rebase(out *report.CriticalPath, gaps []critGap, phases []critPhase, base critpath.Baseline, baseTail *[critpath.NumCauses]float64) {
 	out.NormalITLMs, out.NormalTTFTMs = causesMs(base.ITL), causesMs(base.TTFT)
 	out.ITLP99 = band(gaps, base, false)
 	out.TTFTP99 = band(gaps, base, true)
-	for i := range out.Slowest {
-		s := &out.Slowest[i]
-		g := critpath.Gap{Read: critpath.Read{Index: s.Index, End: int64(s.DurationMs * 1e6)}, Ns: nsOf(s.CausesMs)}
-		s.ExcessMs = ms(g.Excess(base).ExcessNs)
-	}
 	out.Phases = nil
 	if len(phases) == 0 {
 		return
@@ -260,7 +255,14 @@ func Rebase(doc *report.Document, dir string, prior *Prior) error {
 	if prior.haveTail {
 		bt = &prior.tail
 	}
-	doc.CriticalPath.Baseline = prior.Name()
-	rebase(doc.CriticalPath, gaps, phases, prior.Crit, bt)
+	cp := doc.CriticalPath
+	cp.Baseline = prior.Name()
+	rebase(cp, gaps, phases, prior.Crit, bt)
+	// The slowest gaps' excess, from the per-cause times they list.
+	for i := range cp.Slowest {
+		s := &cp.Slowest[i]
+		g := critpath.Gap{Read: critpath.Read{Index: s.Index, End: int64(s.DurationMs * 1e6)}, Ns: nsOf(s.CausesMs)}
+		s.ExcessMs = ms(g.Excess(prior.Crit).ExcessNs)
+	}
 	return nil
 }
