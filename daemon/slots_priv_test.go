@@ -50,7 +50,7 @@ func TestK8sPodSeriesLive(t *testing.T) {
 	privtest.Require(t)
 	mnt := cgroup2Mount()
 	if mnt == "" {
-		t.Skip("no cgroup v2 hierarchy mounted: the pods' cgroups cannot be laid out")
+		privtest.Skip(t, "no cgroup v2 hierarchy mounted: the pods' cgroups cannot be laid out")
 	}
 	type ctr struct{ pod, uid, id string }
 	ctrs := []ctr{
@@ -77,7 +77,7 @@ func TestK8sPodSeriesLive(t *testing.T) {
 		podDir := filepath.Join(mnt, "kubepods", "burstable", "pod"+c.uid)
 		dir := filepath.Join(podDir, c.id)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Skipf("cannot create a container's cgroup under %s: %v", mnt, err)
+			t.Fatalf("creating a container's cgroup under %s: %v", mnt, err)
 		}
 		sh := exec.Command("sh", "-c", "while :; do sleep 0.01; done")
 		sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

@@ -478,7 +478,7 @@ func TestAgentPodTarget(t *testing.T) {
 	privtest.Require(t)
 	mnt := cgroup2Mount()
 	if mnt == "" {
-		t.Skip("no cgroup v2 hierarchy mounted: the pod's cgroup cannot be laid out")
+		privtest.Skip(t, "no cgroup v2 hierarchy mounted: the pod's cgroup cannot be laid out")
 	}
 	const (
 		uid       = "5e2f0d6a-1b2c-4d3e-8f90-a1b2c3d4e5f6"
@@ -525,7 +525,7 @@ func TestAgentPodTarget(t *testing.T) {
 	podDir := filepath.Join(mnt, "kubepods", "burstable", "pod"+uid)
 	ctrDir := filepath.Join(podDir, simID)
 	if err := os.MkdirAll(ctrDir, 0o755); err != nil {
-		t.Skipf("cannot create the container's cgroup under %s: %v", mnt, err)
+		t.Fatalf("creating the container's cgroup under %s: %v", mnt, err)
 	}
 	t.Cleanup(func() {
 		_ = os.WriteFile(filepath.Join(mnt, orig, "cgroup.procs"), []byte(fmt.Sprint(n.simPid)), 0o644)
