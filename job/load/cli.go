@@ -26,8 +26,9 @@ import (
 )
 
 // Options are the load options. Every command that sends load (load,
-// run, sweep, validate, demo) takes all of them, with the same names and
-// defaults, from AddFlags.
+// run, sweep) takes all of them, with the same names and defaults, from
+// AddFlags; the phased jobs (validate, demo) the subset they honour, from
+// AddPhasedFlags.
 type Options struct {
 	Config     loadgen.Config
 	NoProgress bool
@@ -56,6 +57,35 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	if math.IsInf(o.Config.Rate, 1) {
 		r.DefValue = "inf"
 	}
+}
+
+// Scenario are the load options that decide which requests are sent and
+// when: their count or duration, arrivals, prompts and lengths. A phased
+// job (demo, validate) decides these itself, so it does not define them
+// (AddPhasedFlags).
+var Scenario = []string{"num-requests", "duration", "warmup", "constant", "burstiness",
+	"dataset", "dataset-path", "input-len", "range-ratio", "sharegpt-output-len", "trace", "trace-time-unit",
+	"input-len-file", "rag-prefix-len", "rag-prefixes", "rag-shared", "rag-passages", "rag-passage-len",
+	"rag-passage-sigma", "rag-passage-len-file", "rag-question-len", "turns", "think-time", "multiturn-replies"}
+
+// AddPhasedFlags defines the load options a phased job (demo, validate)
+// honours on fs: those that shape each request (endpoint, model, output
+// length, timeouts, headers, OTLP export, --no-progress, ...), from the
+// same definitions as AddFlags, so that their names, defaults and help
+// are the same. Left out are the Scenario options and those named in
+// omit.
+func (o *Options) AddPhasedFlags(fs *pflag.FlagSet, omit ...string) {
+	all := pflag.NewFlagSet("load options", pflag.ContinueOnError)
+	o.AddFlags(all)
+	skip := map[string]bool{}
+	for _, n := range append(append([]string{}, Scenario...), omit...) {
+		skip[n] = true
+	}
+	all.VisitAll(func(f *pflag.Flag) {
+		if !skip[f.Name] {
+			fs.AddFlag(f)
+		}
+	})
 }
 
 // Flags returns a flag set with only the load options, to list them.

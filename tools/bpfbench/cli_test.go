@@ -91,16 +91,32 @@ func TestCompletion(t *testing.T) {
 }
 
 // Every command that takes the load options takes all of them, with the
-// same defaults and the same help.
+// same defaults and the same help; the phased jobs (demo, validate) take
+// the subset they honour (load.AddPhasedFlags), from the same definitions,
+// and the others not at all: a flag in a command's help works.
 func TestLoadOptionsEverywhere(t *testing.T) {
 	opts := load.Flags()
+	scenario := map[string]bool{}
+	for _, n := range load.Scenario {
+		scenario[n] = true
+		if opts.Lookup(n) == nil {
+			t.Errorf("load.Scenario names --%s, which is no load option", n)
+		}
+	}
 	for _, path := range []string{"load", "run", "sweep", "validate", "demo"} {
 		fs := findCmd(t, path).Flags()
+		phased := path == "validate" || path == "demo"
 		opts.VisitAll(func(f *pflag.Flag) {
 			g := fs.Lookup(f.Name)
+			left := phased && (scenario[f.Name] || path == "demo" && f.Name == "target")
 			switch {
+			case left && g != nil:
+				t.Errorf("%s takes --%s, which its phases decide", path, f.Name)
+			case left:
 			case g == nil:
 				t.Errorf("%s does not take --%s", path, f.Name)
+			case phased && f.Name == "rate":
+				// The phases need a steady rate: the default is theirs.
 			case g.DefValue != f.DefValue || g.Usage != f.Usage:
 				t.Errorf("%s --%s: default %q (%q), want %q (%q)", path, f.Name, g.DefValue, g.Usage, f.DefValue, f.Usage)
 			}
@@ -115,10 +131,27 @@ func TestLoadOptionsEverywhere(t *testing.T) {
 	if code == 0 || strings.Contains(stderr, "unknown flag") || !strings.Contains(stderr, "nobody listens on TCP port 1") {
 		t.Errorf("run --no-progress: exit %d, %q", code, stderr)
 	}
-	// The phases of demo and validate decide the requests.
-	code, _, stderr = runCLI("demo", "--num-requests", "5")
-	if code != 2 || !strings.Contains(stderr, "--num-requests: the demo's phases decide") {
-		t.Errorf("demo --num-requests: exit %d, %q", code, stderr)
+	// The phases of demo and validate decide the requests: those options
+	// are not theirs, in their help or on their command line.
+	for _, args := range [][]string{{"demo", "--num-requests", "5"}, {"validate", "--sim", "--input-len", "8"}, {"demo", "--target", "http://127.0.0.1:1"}} {
+		code, _, stderr := runCLI(args...)
+		if code != 2 || !strings.Contains(stderr, "unknown flag: "+args[len(args)-2]) {
+			t.Errorf("%v: exit %d, %q", args, code, stderr)
+		}
+	}
+	for _, path := range []string{"demo", "validate"} {
+		_, help, _ := runCLI(path, "--help")
+		for _, n := range []string{"--num-requests", "--dataset", "--input-len", "--turns"} {
+			if strings.Contains(help, n+" ") {
+				t.Errorf("%s --help lists %s, which it does not take", path, n)
+			}
+		}
+		if !strings.Contains(help, "--output-len") || !strings.Contains(help, "--endpoint") {
+			t.Errorf("%s --help lacks the load options that shape each request", path)
+		}
+		if (path == "demo") == strings.Contains(help, "--target URL") {
+			t.Errorf("%s --help: --target listed %v", path, path != "demo")
+		}
 	}
 }
 

@@ -15,13 +15,6 @@ import (
 
 func init() { register(newDemoCmd) }
 
-// scenarioFlags are the load options a phased job (demo, validate) sets
-// itself: its phases decide the requests and when they are sent.
-var scenarioFlags = []string{"num-requests", "duration", "warmup", "constant", "burstiness",
-	"dataset", "dataset-path", "input-len", "range-ratio", "sharegpt-output-len", "trace", "trace-time-unit",
-	"input-len-file", "rag-prefix-len", "rag-prefixes", "rag-shared", "rag-passages", "rag-passage-len",
-	"rag-passage-sigma", "rag-passage-len-file", "rag-question-len", "turns", "think-time", "multiturn-replies"}
-
 func newDemoCmd() *cobra.Command {
 	var (
 		opts  = load.NewOptions()
@@ -36,10 +29,11 @@ func newDemoCmd() *cobra.Command {
 with every collector, and drives it through five phases: a baseline, CPU
 contention, disk contention, a GPU slowdown and a slow-reading client. Prints
 the attribution per phase and writes DIR/result.json, DIR/trace.json and
-DIR/report.html. The load options that shape each request (endpoint, model,
-output length, timeouts, headers, OTLP export, ...) apply; those that decide
-which requests are sent and when belong to the demo's phases and are refused.
---rate is 4 req/s unless given.`,
+DIR/report.html. It takes the load options that shape each request
+(endpoint, model, output length, timeouts, headers, OTLP export, ...); those
+that decide which requests are sent and when belong to the demo's phases, and
+--target to its own llmsim (bpfbench run takes another server), so it does
+not take them. --rate is 4 req/s unless given.`,
 		Example:     `  sudo bpfbench demo --out bpfbench-demo --phase 10s`,
 		Args:        noArgs,
 		Annotations: map[string]string{memoryBound: "true"},
@@ -48,7 +42,7 @@ which requests are sent and when belong to the demo's phases and are refused.
 		},
 	}
 	fs := cmd.Flags()
-	opts.AddFlags(fs)
+	opts.AddPhasedFlags(fs, "target")
 	fs.StringVar(&out, "out", "bpfbench-demo", "run `DIR` (result.json, trace.json, report.html)")
 	fs.DurationVar(&phase, "phase", 10*time.Second, "length of each phase")
 	logs.add(fs, "warn", false)
@@ -59,12 +53,6 @@ which requests are sent and when belong to the demo's phases and are refused.
 
 func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Duration, logs logFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	if err := refuse(cmd, "the demo drives its own llmsim; bpfbench run takes another server", "target"); err != nil {
-		return err
-	}
-	if err := refuse(cmd, "the demo's phases decide which requests are sent and when", scenarioFlags...); err != nil {
-		return err
-	}
 	rate := job.PhaseRate(opts.Config.Rate)
 	if cmd.Flags().Changed("rate") && rate != opts.Config.Rate {
 		return usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}

@@ -17,7 +17,7 @@ func newLoadCmd() *cobra.Command {
 Ollama) with vLLM's metric definitions (TTFT, TPOT, ITL, E2EL, goodput) and
 result field names. Prints vLLM's summary table; --result writes the result
 JSON. Its flags are the load options every command that sends load takes
-(run, sweep, validate, demo).`,
+(run, sweep; validate and demo those their phases leave to the user).`,
 		Example: `  bpfbench load --target http://127.0.0.1:8000 --num-requests 200 --rate 8 --result result.json
   bpfbench load --target http://127.0.0.1:8000 --duration 60s --max-concurrency 16 --endpoint chat`,
 		Args: noArgs,

@@ -84,9 +84,9 @@ shaping: with --sim, of llmsim's side of the veth pair that joins its own
 network namespace to the host; otherwise of --net-iface), and prints a confusion matrix of injected cause
 against the attributed top cause, with the share of the excess attributed to
 the injected cause. Writes DIR/validation.json and adds it to DIR/result.json.
-The load options that shape each request apply; those that decide which
-requests are sent and when belong to the phases and are refused. --rate is 4
-req/s unless given.`,
+It takes the load options that shape each request; those that decide which
+requests are sent and when belong to the phases, so it does not take them.
+--rate is 4 req/s unless given.`,
 		Example: `  sudo bpfbench validate --sim
   sudo bpfbench validate --target http://127.0.0.1:8000 --port 8000 --skip gpu --out validation`,
 		Args:        noArgs,
@@ -96,7 +96,7 @@ req/s unless given.`,
 		},
 	}
 	fs := cmd.Flags()
-	opts.AddFlags(fs)
+	opts.AddPhasedFlags(fs)
 	server.add(fs)
 	fs.BoolVar(&v.useSim, "sim", false, "start bin/llmsim with the CUDA stub and validate against it (as make validate does)")
 	fs.BoolVar(&v.simNetns, "sim-netns", true, "with --sim, serve llmsim in a network namespace of its own behind a veth pair, whose server side the net row shapes (false: on 127.0.0.1, no net row unless --net-iface)")
@@ -132,9 +132,6 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 	target := opts.Config.Target
 	if v.useSim == (target != "") {
 		return usageError{"give --sim, or the server's --target URL with --pid or --port"}
-	}
-	if err := refuse(cmd, "the validation's phases decide which requests are sent and when", scenarioFlags...); err != nil {
-		return err
 	}
 	rate := job.PhaseRate(opts.Config.Rate)
 	if cmd.Flags().Changed("rate") && rate != opts.Config.Rate {

@@ -149,21 +149,6 @@ func (s *serverFlags) resolve(target string, cmd *cobra.Command) (int, error) {
 	return pid, nil
 }
 
-// refuse fails when any of the named flags was given: they do not apply
-// to this command (why says why).
-func refuse(cmd *cobra.Command, why string, names ...string) error {
-	var set []string
-	for _, n := range names {
-		if cmd.Flags().Changed(n) {
-			set = append(set, "--"+n)
-		}
-	}
-	if len(set) == 0 {
-		return nil
-	}
-	return usageError{fmt.Sprintf("%s: %s", strings.Join(set, ", "), why)}
-}
-
 // noArgs refuses positional arguments.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
