@@ -2,15 +2,18 @@ package enginemetrics
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"runtime"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/bpfbench/bpfbench/internal/clock"
 )
 
 // A scrape that fails is counted with its reason, and the scraper keeps
@@ -91,9 +94,23 @@ func TestRunThroughFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n atomic.Int64
+	// The server's own account of each request, on the scraper's clock
+	// (CLOCK_MONOTONIC): when it came and when the server was done with it.
+	var (
+		mu       sync.Mutex
+		arr, end []int64
+	)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch n.Add(1) {
+		mu.Lock()
+		arr = append(arr, clock.Now())
+		n := len(arr)
+		mu.Unlock()
+		defer func() {
+			mu.Lock()
+			end = append(end, clock.Now())
+			mu.Unlock()
+		}()
+		switch n {
 		case 1:
 			http.NotFound(w, r)
 		case 2:
@@ -107,19 +124,23 @@ func TestRunThroughFailures(t *testing.T) {
 	}))
 	defer srv.Close()
 	before := runtime.NumGoroutine()
-	s, err := New(Config{URL: srv.URL + "/metrics", Period: 250 * time.Millisecond})
+	const period = 250 * time.Millisecond
+	s, err := New(Config{URL: srv.URL + "/metrics", Period: period})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 1600*time.Millisecond)
 	defer cancel()
 	done := make(chan struct{})
+	t0 := time.Now()
 	go func() { s.Run(ctx); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
+	ran := time.Since(t0) // at least the life of Run's ticker
+	srv.Close()           // every handler has returned
 	r := s.Result()
 	if r.Failures != 2 || !strings.Contains(r.FirstError, "404") || !strings.Contains(r.LastError, "no answer within") {
 		t.Errorf("failures %d, first %q, last %q", r.Failures, r.FirstError, r.LastError)
@@ -127,12 +148,34 @@ func TestRunThroughFailures(t *testing.T) {
 	if len(r.Samples) < 3 || r.Engine != EngineLlamaCpp {
 		t.Errorf("%d samples of %q after the failures", len(r.Samples), r.Engine)
 	}
-	for i := 1; i < len(r.Samples); i++ {
-		if d := time.Duration(r.Samples[i].Ns - r.Samples[i-1].Ns); d < 150*time.Millisecond {
-			t.Errorf("samples %d and %d %v apart with a 250 ms period", i-1, i, d)
+	// Paced by the period: a ticker alive for at most ran ticks at most
+	// ran/period times, so Run scraped at most 1+ran/period times, as the
+	// server counted (a retry at once after a failure would be more).
+	mu.Lock()
+	defer mu.Unlock()
+	most := 1 + int(ran/period)
+	if len(arr) > most || r.Scrapes > most {
+		t.Errorf("the server saw %d requests and the scraper counts %d scrapes in %v, more than %d at one per %v", len(arr), r.Scrapes, ran, most, period)
+	}
+	// Each sample is its own scrape's, the third request on: its time lies
+	// after the server was done with the request before and before the
+	// server saw the next one (the scrapes run one after the other).
+	if len(r.Samples) > len(arr)-2 {
+		t.Errorf("%d samples from %d answered requests", len(r.Samples), len(arr)-2)
+	}
+	for i, smp := range r.Samples {
+		k := i + 2 // index of its request
+		if k >= len(arr) {
+			break
+		}
+		if smp.Ns < end[k-1] || (k+1 < len(arr) && smp.Ns > arr[k+1]) {
+			next := "none"
+			if k+1 < len(arr) {
+				next = fmt.Sprint(arr[k+1])
+			}
+			t.Errorf("sample %d at %d ns, outside its scrape as the server saw it: after the request before ended at %d, before the next came at %s", i, smp.Ns, end[k-1], next)
 		}
 	}
-	srv.Close()
 	deadline := time.Now().Add(2 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
@@ -142,21 +185,51 @@ func TestRunThroughFailures(t *testing.T) {
 	}
 }
 
-// A Run cancelled while a scrape is in flight returns at once.
+// A Run cancelled while a scrape is in flight returns at once: it
+// abandons the request (rather than waiting for the scrape's timeout) and
+// returns before its next tick. The server stalls until the request is
+// abandoned and measures for how long.
 func TestRunCancelInFlight(t *testing.T) {
+	arrived := make(chan struct{}, 1)
+	stalled := make(chan time.Duration, 4)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t0 := time.Now()
+		arrived <- struct{}{}
 		<-r.Context().Done()
+		stalled <- time.Since(t0)
 	}))
 	defer srv.Close()
-	s, _ := New(Config{URL: srv.URL, Period: time.Second})
+	const period = time.Second
+	s, _ := New(Config{URL: srv.URL, Period: period})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	started := time.Now() // before Run made its ticker: its next tick comes after started+period
 	go func() { s.Run(ctx); close(done) }()
-	time.Sleep(100 * time.Millisecond)
+	select {
+	case <-arrived:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the scrape never reached the server")
+	}
 	t0 := time.Now()
 	cancel()
-	<-done
-	if d := time.Since(t0); d > 200*time.Millisecond {
-		t.Errorf("Run took %v to return after cancel", d)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after cancel")
 	}
+	returned := time.Now()
+	var stall time.Duration
+	select {
+	case stall = <-stalled:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server's request was never abandoned")
+	}
+	if tick := started.Add(period); !returned.Before(tick) {
+		t.Errorf("Run returned %v after cancel, at or after its next tick (%v after cancel): it waited for the tick", returned.Sub(t0), tick.Sub(t0))
+	}
+	r := s.Result()
+	if r.Scrapes != 1 || r.Failures != 1 || !strings.Contains(r.LastError, context.Canceled.Error()) {
+		t.Errorf("scrapes %d, failures %d, last error %q: want the one scrape abandoned by the cancel, not by its %v timeout", r.Scrapes, r.Failures, r.LastError, r.Timeout)
+	}
+	t.Logf("Run returned %v after cancel; the server stalled %v in all", returned.Sub(t0), stall)
 }
