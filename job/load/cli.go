@@ -13,6 +13,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -52,10 +53,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	g.BoolVar(&o.NoProgress, "no-progress", o.NoProgress, "do not draw a progress bar")
 	g.VisitAll(func(f *flag.Flag) { fs.AddFlag(fromGoFlag(f)) })
 	fs.Lookup("model").Usage = "model name sent in requests (default: the first model the server lists at /v1/models)"
-	r := fs.Lookup("rate")
-	r.Usage = "request rate in requests/s; inf sends all at once (closed loop with --max-concurrency); demo and validate, whose phases need a steady rate, send 4 req/s unless given one"
 	if math.IsInf(o.Config.Rate, 1) {
-		r.DefValue = "inf"
+		fs.Lookup("rate").DefValue = "inf"
 	}
 }
 
@@ -73,10 +72,15 @@ var Scenario = []string{"num-requests", "duration", "warmup", "constant", "burst
 // length, timeouts, headers, OTLP export, --no-progress, ...), from the
 // same definitions as AddFlags, so that their names, defaults and help
 // are the same. Left out are the Scenario options and those named in
-// omit.
-func (o *Options) AddPhasedFlags(fs *pflag.FlagSet, omit ...string) {
+// omit. --rate is the phases' steady rate, rate unless given: its default
+// and help are the phased job's.
+func (o *Options) AddPhasedFlags(fs *pflag.FlagSet, rate float64, omit ...string) {
 	all := pflag.NewFlagSet("load options", pflag.ContinueOnError)
+	o.Config.Rate = rate
 	o.AddFlags(all)
+	r := all.Lookup("rate")
+	r.DefValue = strconv.FormatFloat(rate, 'g', -1, 64)
+	r.Usage = "request rate in requests/s, steady through every phase (a positive number: the phases need a steady rate)"
 	skip := map[string]bool{}
 	for _, n := range append(append([]string{}, Scenario...), omit...) {
 		skip[n] = true

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/bpfbench/bpfbench/internal/version"
+	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/job/load"
 )
 
@@ -116,7 +118,11 @@ func TestLoadOptionsEverywhere(t *testing.T) {
 			case g == nil:
 				t.Errorf("%s does not take --%s", path, f.Name)
 			case phased && f.Name == "rate":
-				// The phases need a steady rate: the default is theirs.
+				// The phases need a steady rate: the default is theirs,
+				// and their help shows it.
+				if g.DefValue != strconv.FormatFloat(job.DefaultPhaseRate, 'g', -1, 64) || strings.Contains(g.Usage, "inf") {
+					t.Errorf("%s --rate: default %q (%q), want the phases' %v", path, g.DefValue, g.Usage, job.DefaultPhaseRate)
+				}
 			case g.DefValue != f.DefValue || g.Usage != f.Usage:
 				t.Errorf("%s --%s: default %q (%q), want %q (%q)", path, f.Name, g.DefValue, g.Usage, f.DefValue, f.Usage)
 			}
@@ -148,6 +154,9 @@ func TestLoadOptionsEverywhere(t *testing.T) {
 		}
 		if !strings.Contains(help, "--output-len") || !strings.Contains(help, "--endpoint") {
 			t.Errorf("%s --help lacks the load options that shape each request", path)
+		}
+		if !strings.Contains(help, "--rate float") || strings.Contains(help, "(default inf)") || !strings.Contains(help, "(default 4)") {
+			t.Errorf("%s --help does not show --rate's default of 4 req/s:\n%s", path, help)
 		}
 		if (path == "demo") == strings.Contains(help, "--target URL") {
 			t.Errorf("%s --help: --target listed %v", path, path != "demo")

@@ -42,7 +42,7 @@ not take them. --rate is 4 req/s unless given.`,
 		},
 	}
 	fs := cmd.Flags()
-	opts.AddPhasedFlags(fs, "target")
+	opts.AddPhasedFlags(fs, job.DefaultPhaseRate, "target")
 	fs.StringVar(&out, "out", "bpfbench-demo", "run `DIR` (result.json, trace.json, report.html)")
 	fs.DurationVar(&phase, "phase", 10*time.Second, "length of each phase")
 	logs.add(fs, "warn", false)

@@ -96,7 +96,7 @@ requests are sent and when belong to the phases, so it does not take them.
 		},
 	}
 	fs := cmd.Flags()
-	opts.AddPhasedFlags(fs)
+	opts.AddPhasedFlags(fs, job.DefaultPhaseRate)
 	server.add(fs)
 	fs.BoolVar(&v.useSim, "sim", false, "start bin/llmsim with the CUDA stub and validate against it (as make validate does)")
 	fs.BoolVar(&v.simNetns, "sim-netns", true, "with --sim, serve llmsim in a network namespace of its own behind a veth pair, whose server side the net row shapes (false: on 127.0.0.1, no net row unless --net-iface)")
