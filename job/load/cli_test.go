@@ -177,3 +177,34 @@ func TestRunSweep(t *testing.T) {
 		t.Errorf("sweep JSON: %v %s", err, b)
 	}
 }
+
+// --out is the run directory: the steps go to DIR/sweep.json unless
+// --result names another file; a file name there is refused.
+func TestSweepOut(t *testing.T) {
+	url := startSim(t, nil)
+	dir := filepath.Join(t.TempDir(), "sweep1")
+	args := []string{"--target", url, "--slo", "p90_ttft_ms<=1000", "--requests-per-step", "10",
+		"--output-len", "2", "--input-len", "4", "--precision", "0.5", "--max-rate", "20"}
+	var stdout, stderr bytes.Buffer
+	if err := runSweep(context.Background(), append(args, "--out", dir), &stdout, &stderr); err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "sweep.json")); err != nil || !json.Valid(b) {
+		t.Errorf("--out %s: no sweep.json in it: %v", dir, err)
+	}
+	if !strings.Contains(stdout.String(), "steps written to "+filepath.Join(dir, "sweep.json")) {
+		t.Errorf("output does not say where the steps are:\n%s", stdout.String())
+	}
+	err := runSweep(context.Background(), append(args, "--out", filepath.Join(t.TempDir(), "sweep.json")), &stdout, &stderr)
+	if err == nil || !strings.Contains(err.Error(), "--result FILE") {
+		t.Errorf("--out FILE.json: %v", err)
+	}
+	j := NewSweepJob()
+	if j.ResultFile() != filepath.Join("bpfbench-sweep", "sweep.json") {
+		t.Errorf("default steps file %q", j.ResultFile())
+	}
+	j.Result = "x.json"
+	if j.ResultFile() != "x.json" {
+		t.Errorf("--result x.json: steps file %q", j.ResultFile())
+	}
+}

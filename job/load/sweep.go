@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -37,18 +38,33 @@ type SweepJob struct {
 	// Signals, when set, are the engine's and the kernel's signals,
 	// polled during every step (job.StartSweepSignals).
 	Signals loadgen.Signals
-	// Result is the file all steps are written to as JSON.
+	// Out is the run directory: sweep.json (unless Result names another
+	// file) and, when the knee is explained, its two runs (Out/pass,
+	// Out/fail).
+	Out string
+	// Result, when set, is the file all steps are written to as JSON
+	// instead of Out/sweep.json.
 	Result string
+}
+
+// ResultFile is where the steps are written: Result, or sweep.json in
+// the run directory ("" when neither is set).
+func (j *SweepJob) ResultFile() string {
+	if j.Result != "" || j.Out == "" {
+		return j.Result
+	}
+	return filepath.Join(j.Out, "sweep.json")
 }
 
 // NewSweepJob returns the job with the defaults of its flags.
 func NewSweepJob() *SweepJob {
 	return &SweepJob{Options: *NewOptions(), Mode: loadgen.SweepRate, RequestsPerStep: 200, Precision: 0.05, MaxSearchConcurrency: 1024,
-		MaxErrorRate: 0.05, MaxKVUsage: 0.95, MaxWaitingFor: 2 * time.Second}
+		MaxErrorRate: 0.05, MaxKVUsage: 0.95, MaxWaitingFor: 2 * time.Second, Out: "bpfbench-sweep"}
 }
 
-// AddFlags defines the load options, the search's flags and --result
-// (with --out, its old spelling, deprecated).
+// AddFlags defines the load options, the search's flags, the run
+// directory --out (with --knee-out, its old spelling, deprecated) and
+// --result.
 func (j *SweepJob) AddFlags(fs *pflag.FlagSet) {
 	j.Options.AddFlags(fs)
 	fs.StringVar(&j.SLO, "slo", j.SLO, "objectives every step must meet, e.g. \"p99_ttft_ms<=500,p99_itl_ms<=50\" (any result field: mean_/median_/pNN_ ttft/tpot/itl/e2el _ms, request_goodput, ...)")
@@ -64,8 +80,9 @@ func (j *SweepJob) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&j.MaxPreemptions, "max-preemptions", j.MaxPreemptions, "end a step once the engine preempted more requests than this during it, from its /metrics (negative: off)")
 	fs.IntVar(&j.MaxWaiting, "max-waiting", j.MaxWaiting, "end a step once more requests than this wait in the engine's queue for --max-waiting-for, from its /metrics (0: twice its slots, the peak of its running requests; negative: off)")
 	fs.DurationVar(&j.MaxWaitingFor, "max-waiting-for", j.MaxWaitingFor, "how long the engine's queue must stay over --max-waiting to end a step")
-	fs.StringVar(&j.Result, "result", "", "write every step as JSON to this `FILE`")
-	deprecatedAlias(fs, &j.Result, "out", "result", "write every step as JSON to this `FILE`")
+	fs.StringVar(&j.Out, "out", j.Out, "run `DIR`: sweep.json (every step, unless --result names another file) and, with --pid or --port, the two runs around the knee (DIR/pass, DIR/fail)")
+	deprecatedAlias(fs, &j.Out, "knee-out", "out", "the `DIR` of the two runs around the knee")
+	fs.StringVar(&j.Result, "result", "", "write every step as JSON to this `FILE` instead of DIR/sweep.json")
 }
 
 // LoadConfig is the load of every step, checked.
@@ -89,6 +106,9 @@ func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *load
 	cfg, slos, err := j.LoadConfig()
 	if err != nil {
 		return nil, cfg, err
+	}
+	if strings.HasSuffix(j.Out, ".json") {
+		return nil, cfg, fmt.Errorf("--out %s: --out is the run directory (sweep.json goes inside it); --result FILE names the steps' file", j.Out)
 	}
 	if err := ResolveModel(ctx, &cfg); err != nil {
 		return nil, cfg, err
@@ -122,11 +142,11 @@ func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *load
 	res, err = loadgen.Sweep(ctx, sc)
 	if res != nil {
 		printAnswer(stdout, res, slos)
-		if j.Result != "" {
-			if werr := writeSweep(j.Result, res); werr != nil {
+		if file := j.ResultFile(); file != "" {
+			if werr := writeSweep(file, res); werr != nil {
 				return res, cfg, werr
 			}
-			fmt.Fprintf(stdout, "steps written to %s\n", j.Result)
+			fmt.Fprintf(stdout, "steps written to %s\n", file)
 		}
 	}
 	cfg.OnRecord = nil
@@ -182,6 +202,9 @@ func writeSweep(path string, r *loadgen.SweepResult) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding sweep result: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("writing sweep result: %w", err)
 	}
 	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("writing sweep result: %w", err)

@@ -182,14 +182,14 @@ func TestFlagSpellings(t *testing.T) {
 	}
 	for _, d := range []struct{ path, old string }{
 		{"attach", "log-level"}, {"run", "log-level"}, {"validate", "log-level"},
-		{"load", "out"}, {"sweep", "out"}, {"validate", "cpus"},
+		{"load", "out"}, {"sweep", "knee-out"}, {"validate", "cpus"},
 		{"perturb cpu", "json"}, {"perturb io", "json"}, {"perturb net", "json"}, {"perturb client", "json"},
 	} {
 		if f := findCmd(t, d.path).Flags().Lookup(d.old); f == nil || f.Deprecated == "" || !f.Hidden {
 			t.Errorf("%s --%s: want a deprecated alias", d.path, d.old)
 		}
 	}
-	for _, path := range []string{"run", "demo", "validate"} {
+	for _, path := range []string{"run", "demo", "validate", "sweep"} {
 		if f := findCmd(t, path).Flags().Lookup("out"); f == nil || f.Deprecated != "" || !strings.Contains(f.Usage, "DIR") {
 			t.Errorf("%s --out is not a run directory", path)
 		}

@@ -17,22 +17,22 @@ func init() { register(newSweepCmd) }
 
 func newSweepCmd() *cobra.Command {
 	var (
-		j       = load.NewSweepJob()
-		server  serverFlags
-		sm      = &serverMetricsFlags{}
-		kneeOut string
-		logs    logFlags
+		j      = load.NewSweepJob()
+		server serverFlags
+		sm     = &serverMetricsFlags{}
+		logs   logFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "sweep --target URL --slo \"p99_ttft_ms<=X,p99_itl_ms<=Y\" [--pid PID | --port PORT] [load options]",
+		Use:   "sweep --target URL --slo \"p99_ttft_ms<=X,p99_itl_ms<=Y\" [--pid PID | --port PORT] [--out DIR] [load options]",
 		Short: "Find the highest request rate (or concurrency) a server sustains within latency SLOs; with --pid, explain what breaks them",
 		Long: `Finds the highest request rate (or concurrency) that meets every SLO. With --pid
 (or --port), the highest passing and the first failing steps are run again
 with the collectors attached and the knee is explained: "the SLO breaks at 14
 req/s, and what breaks it is run-queue wait on the tokenizer threads". The two
-runs are written to DIR/pass and DIR/fail (--knee-out DIR). It takes every
-load option of bpfbench load; --num-requests is the count of every step,
-like --requests-per-step.
+runs are written to DIR/pass and DIR/fail of the run directory (--out DIR),
+every step to DIR/sweep.json (or --result FILE). It takes every load option
+of bpfbench load; --num-requests is the count of every step, like
+--requests-per-step.
 
 A step also ends early, and fails, when a signal says the server is past
 its limit: more than --max-error-rate of its requests failed, more than
@@ -44,12 +44,12 @@ allocations that failed for lack of device memory and events the kernel's
 ring buffer lost. A signal the engine does not export is off, and said so
 once. Each step shows what stopped it, and the answer names the limit:
 "the SLO holds up to 14 req/s; at 16 req/s the KV cache was 98% full".`,
-		Example: `  bpfbench sweep --target http://127.0.0.1:8000 --slo "p99_ttft_ms<=500,p99_itl_ms<=50" --result sweep.json
-  sudo bpfbench sweep --target http://127.0.0.1:8000 --port 8000 --slo "p99_itl_ms<=50" --knee-out knee`,
+		Example: `  bpfbench sweep --target http://127.0.0.1:8000 --slo "p99_ttft_ms<=500,p99_itl_ms<=50" --out sweep1
+  sudo bpfbench sweep --target http://127.0.0.1:8000 --port 8000 --slo "p99_itl_ms<=50" --out knee`,
 		Args:        noArgs,
 		Annotations: map[string]string{memoryBound: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runSweep(cmd, j, server, sm, kneeOut, logs)
+			return runSweep(cmd, j, server, sm, logs)
 		},
 	}
 	fs := cmd.Flags()
@@ -58,9 +58,8 @@ once. Each step shows what stopped it, and the answer names the limit:
 	sm.add(fs)
 	fs.Lookup("pid").Usage = "the server's process id: explain the knee by following it"
 	fs.Lookup("port").Usage = "explain the knee by following the process listening on this local TCP port"
-	fs.StringVar(&kneeOut, "knee-out", "bpfbench-sweep", "with --pid or --port: the `DIR` of the two runs around the knee (DIR/pass, DIR/fail)")
 	logs.add(fs, "warn", false)
-	_ = cmd.MarkFlagDirname("knee-out")
+	_ = cmd.MarkFlagDirname("out")
 	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{loadgen.SweepRate, loadgen.SweepConcurrency}, cobra.ShellCompDirectiveNoFileComp))
 	loadCompletions(cmd)
 	return cmd
@@ -69,7 +68,7 @@ once. Each step shows what stopped it, and the answer names the limit:
 // runSweep is `bpfbench sweep`: the load generator's SLO search; with
 // --pid it then runs the highest passing and the first failing step again
 // while following the server and says what breaks the SLO there.
-func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serverMetricsFlags, kneeOut string, logs logFlags) error {
+func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serverMetricsFlags, logs logFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	// --num-requests, a load option, is the count of every step here.
 	if cmd.Flags().Changed("num-requests") {
@@ -88,6 +87,9 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 			return err
 		}
 		pid = server.pid
+		if j.Out == "" {
+			return usageError{"explaining the knee writes its two runs into the run directory: give --out DIR"}
+		}
 		if !caps.CanTrace() {
 			return fmt.Errorf("explaining the knee follows the server with eBPF: %s", caps.Hint)
 		}
@@ -122,7 +124,7 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 	}
 	var knee *job.Knee
 	knee, err = job.ExplainKnee(ctx, job.KneeConfig{
-		Load: cfg, Sweep: res, RequestsPerStep: j.RequestsPerStep, Pid: pid, OutDir: kneeOut,
+		Load: cfg, Sweep: res, RequestsPerStep: j.RequestsPerStep, Pid: pid, OutDir: j.Out,
 		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger,
 		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
 		Before: func(side string, s *loadgen.SweepStep) {
@@ -151,6 +153,6 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 		return err
 	}
 	fmt.Fprintf(stdout, "\n%s\n", knee.Explanation())
-	fmt.Fprintf(stdout, "runs written to %s/{pass,fail}\n", kneeOut)
+	fmt.Fprintf(stdout, "runs written to %s/{pass,fail}\n", j.Out)
 	return err
 }

@@ -297,7 +297,7 @@ func TestSweepExplainsTheKnee(t *testing.T) {
 	dir := t.TempDir()
 	code, stdout, stderr := runCLI("sweep", "--target", url, "--pid", strconv.Itoa(os.Getpid()),
 		"--slo", "p90_ttft_ms<=60", "--requests-per-step", "60", "--step", "10",
-		"--input-len", "16", "--output-len", "8", "--no-progress", "--knee-out", dir)
+		"--input-len", "16", "--output-len", "8", "--no-progress", "--out", dir)
 	t.Logf("\n%s", stdout)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)

@@ -57,7 +57,7 @@ func TestSweepStopsOnCUDAAllocFailures(t *testing.T) {
 	result := filepath.Join(dir, "sweep.json")
 	code, stdout, stderr := runCLI("sweep", "--target", url, "--pid", strconv.Itoa(cmd.Process.Pid),
 		"--input-len", "16", "--output-len", "8", "--slo", "p99_ttft_ms<=60000", "--requests-per-step", "24",
-		"--precision", "0.5", "--max-error-rate", "0", "--no-progress", "--result", result, "--knee-out", filepath.Join(dir, "knee"))
+		"--precision", "0.5", "--max-error-rate", "0", "--no-progress", "--result", result, "--out", filepath.Join(dir, "knee"))
 	t.Logf("\n%s", stdout)
 	if code != 0 {
 		b, _ := os.ReadFile(logf.Name())
