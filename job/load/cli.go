@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"os"
@@ -264,6 +265,9 @@ type LoadJob struct {
 	Options
 	// Result is the file the result JSON (vLLM's fields) is written to.
 	Result string
+	// Logger, when set, takes the job's warnings (the command's
+	// --log.level and --log.format); without it they go to stderr.
+	Logger *slog.Logger
 }
 
 // NewLoadJob returns the job with the defaults of its flags.
@@ -342,7 +346,11 @@ func (j *LoadJob) Run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	if exp != nil {
 		if ferr := exp.Flush(context.Background()); ferr != nil {
-			fmt.Fprintf(stderr, "bpfbench load: exporting spans: %v\n", ferr)
+			if j.Logger != nil {
+				j.Logger.Warn("exporting spans", "err", ferr)
+			} else {
+				fmt.Fprintf(stderr, "bpfbench load: exporting spans: %v\n", ferr)
+			}
 		}
 	}
 	return err

@@ -167,7 +167,7 @@ func TestLoadOptionsEverywhere(t *testing.T) {
 // The same spelling everywhere, and the old spellings still accepted
 // (deprecated: hidden from help, a warning when used).
 func TestFlagSpellings(t *testing.T) {
-	for _, path := range []string{"attach", "run", "sweep", "demo", "validate", "daemon"} {
+	for _, path := range []string{"attach", "run", "sweep", "demo", "validate", "daemon", "load"} {
 		fs := findCmd(t, path).Flags()
 		for _, name := range []string{"log.level", "log.format"} {
 			if fs.Lookup(name) == nil {
@@ -193,6 +193,10 @@ func TestFlagSpellings(t *testing.T) {
 		if f := findCmd(t, path).Flags().Lookup("out"); f == nil || f.Deprecated != "" || !strings.Contains(f.Usage, "DIR") {
 			t.Errorf("%s --out is not a run directory", path)
 		}
+	}
+	// load's logs are checked like the others'.
+	if code, _, stderr := runCLI("load", "--log.level", "loud", "--target", "http://127.0.0.1:1"); code != 2 || !strings.Contains(stderr, `log level "loud"`) {
+		t.Errorf("load --log.level loud: exit %d, %q", code, stderr)
 	}
 	// --json still prints the report alone on stdout; the warning goes to stderr.
 	code, stdout, stderr := runCLI("perturb", "cpu", "--threads", "1", "--duty", "0.1", "--duration", "200ms", "--json")

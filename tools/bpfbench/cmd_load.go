@@ -1,6 +1,8 @@
 package main
 
 import (
+	"log/slog"
+
 	"github.com/spf13/cobra"
 
 	"github.com/bpfbench/bpfbench/job/load"
@@ -9,7 +11,10 @@ import (
 func init() { register(newLoadCmd) }
 
 func newLoadCmd() *cobra.Command {
-	j := load.NewLoadJob()
+	var (
+		j    = load.NewLoadJob()
+		logs logFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "load --target URL [load options] [--result FILE]",
 		Short: "Drive an OpenAI-compatible streaming server and measure TTFT, ITL, TPOT and throughput (vLLM's definitions)",
@@ -22,10 +27,20 @@ JSON. Its flags are the load options every command that sends load takes
   bpfbench load --target http://127.0.0.1:8000 --duration 60s --max-concurrency 16 --endpoint chat`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			logger, err := logs.logger(cmd)
+			if err != nil {
+				return err
+			}
+			// The OTLP exporter logs through the default logger.
+			prev := slog.Default()
+			slog.SetDefault(logger)
+			defer slog.SetDefault(prev)
+			j.Logger = logger
 			return j.Run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	j.AddFlags(cmd.Flags())
+	logs.add(cmd.Flags(), "warn", false)
 	loadCompletions(cmd)
 	return cmd
 }

@@ -315,7 +315,7 @@ window.`,
 	stopAfter := fs.Duration("stop-after", 0, "read normally this long, then stop reading (until the end)")
 	rcvbuf := fs.Int("rcvbuf", 4096, "SO_RCVBUF of the client's socket")
 	model := fs.String("model", "", "model to ask for (default: the first the server lists)")
-	outLen := fs.Int("output-len", 2048, "max_tokens of each request")
+	outLen := fs.Int("output-len", 2048, "max_tokens of each request: longer than the load options' 64, so that the stream outlasts the slow reading and the server's side of the connection fills up against the client's window")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 		if err := pf.check(); err != nil {
