@@ -32,9 +32,14 @@ check-generated: generate
 	@test -z "$$(git status --porcelain -- collectors/)" || { git status --porcelain -- collectors/; echo "untracked generated files: commit them"; exit 1; }
 
 # The README's test command. Privileged tests skip when not root unless
-# BPFBENCH_REQUIRE_PRIVILEGED=1, which turns the skips into failures.
+# BPFBENCH_REQUIRE_PRIVILEGED=1, which turns the skips into failures. The
+# source tree is snapshot before the tests and checked after them, pass or
+# fail: a test that writes into it fails the target (tools/ci/clean-tree.sh;
+# CLEAN_TREE_SNAPSHOT names the snapshot file).
 test: build
-	$(GO) test -count=1 -p 1 -timeout 40m ./...
+	bash tools/ci/clean-tree.sh snapshot
+	rc=0; $(GO) test -count=1 -p 1 -timeout 40m ./... || rc=$$?; \
+	bash tools/ci/clean-tree.sh check || rc=1; exit $$rc
 
 lint:
 	$(GO) vet ./...
@@ -63,7 +68,8 @@ rules:
 	promtool check rules deploy/prometheus/rules.yml
 	promtool test rules deploy/prometheus/rules_test.yml
 
-# Fails when the tests left anything in the source tree (see tools/ci/clean-tree.sh).
+# Fails when anything is new in the source tree since the snapshot `make
+# test` took (it runs this check itself; see tools/ci/clean-tree.sh).
 clean-tree:
 	bash tools/ci/clean-tree.sh check
 
