@@ -3,9 +3,8 @@ package session
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
+
+	"github.com/bpfbench/bpfbench/collectors"
 )
 
 // ViaSlot is the slot a gateway in front of the target (a proxy) is
@@ -48,30 +47,5 @@ func (s *Session) Follow(pid int) ([]int, error) {
 // Via is the pids Follow added.
 func (s *Session) Via() []int { return append([]int(nil), s.via...) }
 
-// Descendants is every process below pid, from /proc/PID/task/*/children.
-func Descendants(pid int) []int {
-	var out []int
-	seen := map[int]bool{pid: true}
-	queue := []int{pid}
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(p) + "/task")
-		for _, t := range tasks {
-			b, err := os.ReadFile("/proc/" + strconv.Itoa(p) + "/task/" + t.Name() + "/children")
-			if err != nil {
-				continue
-			}
-			for _, f := range strings.Fields(string(b)) {
-				c, err := strconv.Atoi(f)
-				if err != nil || seen[c] {
-					continue
-				}
-				seen[c] = true
-				out = append(out, c)
-				queue = append(queue, c)
-			}
-		}
-	}
-	return out
-}
+// Descendants is every process below pid (collectors.Descendants).
+func Descendants(pid int) []int { return collectors.Descendants(pid) }

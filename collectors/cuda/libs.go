@@ -46,9 +46,16 @@ func (l Library) key() fileKey { return fileKey{l.Dev, l.Inode} }
 
 // NotMappedError says a process maps no CUDA library. It wraps
 // collectors.ErrNotApplicable.
-type NotMappedError struct{ Pid int }
+type NotMappedError struct {
+	Pid int
+	// Below is how many processes below Pid were looked at too.
+	Below int
+}
 
 func (e *NotMappedError) Error() string {
+	if e.Below > 0 {
+		return fmt.Sprintf("no CUDA library mapped by pid %d nor by the %d processes below it", e.Pid, e.Below)
+	}
 	return fmt.Sprintf("no CUDA library mapped by pid %d", e.Pid)
 }
 

@@ -2,10 +2,13 @@ package cuda
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"sort"
 	"sync"
 	"text/tabwriter"
+	"time"
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
@@ -26,11 +29,16 @@ type SectionConfig struct {
 	RingBufferBytes uint32
 }
 
-// Section is the CUDA part of a session on one process.
+// Section is the CUDA part of a session on one process and the
+// processes below it: a server of several processes (vLLM's API server,
+// which maps no CUDA library, and its EngineCore, which does) is one
+// target. Processes that appear later, or map a CUDA library later, are
+// attached as the tree is rescanned (treeScan).
 type Section struct {
 	*Collector
 	pid      int
-	libs     []Library
+	libs     map[int][]Library // at NewSection: the tree's processes that map CUDA
+	override []string
 	flags    Flags
 	total    *Aggregator
 	interval *Aggregator
@@ -42,7 +50,12 @@ type Section struct {
 	live     bool
 	snap     snapshot
 	lastIntv []Counts
+	procs    map[uint32]bool // attached processes of the tree
 }
+
+// treeScan is how often the section looks for processes of the target's
+// tree that map a CUDA library and are not attached yet.
+const treeScan = time.Second
 
 type snapshot struct {
 	counts []Counts
@@ -54,9 +67,9 @@ type snapshot struct {
 
 var _ collectors.Section = (*Section)(nil)
 
-// NewSection finds the CUDA libraries opts.Pid maps (or opts.CUDALibs).
-// Without any, the error wraps collectors.ErrNotApplicable and reads
-// "no CUDA library mapped by pid N".
+// NewSection finds the CUDA libraries opts.Pid and its descendants map
+// (or opts.CUDALibs). Without any, the error wraps
+// collectors.ErrNotApplicable and reads "no CUDA library mapped by pid N".
 func NewSection(opts collectors.Options) (*Section, error) {
 	return NewSectionConfig(opts, SectionConfig{})
 }
@@ -66,11 +79,12 @@ func NewSectionConfig(opts collectors.Options, cfg SectionConfig) (*Section, err
 	if opts.Pid <= 0 {
 		return nil, fmt.Errorf("cuda: target pid %d is not a process id", opts.Pid)
 	}
-	libs, err := FindLibraries(opts.Pid, opts.CUDALibs)
+	libs, err := treeLibraries(opts.Pid, opts.CUDALibs)
 	if err != nil {
 		return nil, err
 	}
-	s := &Section{pid: opts.Pid, libs: libs, flags: StreamBlocking, total: NewAggregator(), interval: NewAggregator(), budget: cfg.Budget}
+	s := &Section{pid: opts.Pid, libs: libs, override: opts.CUDALibs, flags: StreamBlocking, total: NewAggregator(), interval: NewAggregator(),
+		budget: cfg.Budget, procs: map[uint32]bool{}}
 	if cfg.StreamLaunches {
 		s.flags = StreamAll
 	}
@@ -110,26 +124,165 @@ func (s *Section) Start(ctx context.Context) error {
 	if err := s.Collector.Start(ctx); err != nil {
 		return err
 	}
-	if err := s.SetTarget(uint32(s.pid), 1, s.flags); err != nil {
-		s.Collector.Close()
-		return err
-	}
-	attached, err := s.Attach(uint32(s.pid), s.libs, false)
-	if len(attached) == 0 {
-		s.Collector.Close()
-		if err == nil {
-			err = &NotMappedError{Pid: s.pid}
+	var firstErr error
+	for _, pid := range sortedPids(s.libs) {
+		n, err := s.attachProc(pid, s.libs[pid])
+		if err != nil {
+			s.Log().Warn("some CUDA libraries could not be probed", "pid", pid, "err", err)
+			if firstErr == nil {
+				firstErr = err
+			}
 		}
-		return err
-	}
-	if err != nil {
-		s.Log().Warn("some CUDA libraries could not be probed", "pid", s.pid, "err", err)
+		if n == 0 && firstErr == nil {
+			firstErr = &NotMappedError{Pid: s.pid}
+		}
 	}
 	s.mu.Lock()
-	s.live = true
-	s.snap.libs = attached
+	attached := len(s.procs)
+	s.live = attached > 0
+	s.mu.Unlock()
+	if attached == 0 {
+		s.Collector.Close()
+		if firstErr == nil {
+			firstErr = &NotMappedError{Pid: s.pid}
+		}
+		return firstErr
+	}
+	s.mu.Lock()
+	s.snap.libs = s.allLibraries()
 	s.mu.Unlock()
 	return nil
+}
+
+// attachProc targets pid (under the section's slot) and attaches to its
+// libraries; it returns how many are attached.
+func (s *Section) attachProc(pid int, libs []Library) (int, error) {
+	if err := s.SetTarget(uint32(pid), 1, s.flags); err != nil {
+		return 0, err
+	}
+	attached, err := s.Attach(uint32(pid), libs, false)
+	if len(attached) == 0 {
+		s.Collector.DeleteTarget(uint32(pid))
+		return 0, err
+	}
+	s.mu.Lock()
+	s.procs[uint32(pid)] = true
+	s.mu.Unlock()
+	s.Log().Debug("following a process of the target's tree", "pid", pid, "libraries", len(attached))
+	return len(attached), err
+}
+
+// pids is the attached processes of the tree.
+func (s *Section) pids() []uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]uint32, 0, len(s.procs))
+	for p := range s.procs {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// allLibraries is every attached process's libraries, each file once.
+// Callers hold s.mu.
+func (s *Section) allLibraries() []Library {
+	var out []Library
+	seen := map[fileKey]bool{}
+	for p := range s.procs {
+		for _, l := range s.Libraries(p) {
+			if !seen[l.key()] {
+				seen[l.key()] = true
+				out = append(out, l)
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// followTree attaches, every treeScan until ctx is done, the processes of
+// the target's tree that map a CUDA library and are not attached yet
+// (forked later, or mapping it later), and detaches those that left.
+func (s *Section) followTree(ctx context.Context) {
+	t := time.NewTicker(treeScan)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		tree := append([]int{s.pid}, collectors.Descendants(s.pid)...)
+		in := map[uint32]bool{}
+		for _, p := range tree {
+			in[uint32(p)] = true
+		}
+		for _, p := range s.pids() {
+			if !in[p] && p != uint32(s.pid) {
+				s.mu.Lock()
+				delete(s.procs, p)
+				s.mu.Unlock()
+				if err := s.Collector.DeleteTarget(p); err != nil {
+					s.Log().Debug("detaching a process that left the tree", "pid", p, "err", err)
+				}
+			}
+		}
+		for _, p := range tree {
+			s.mu.Lock()
+			known := s.procs[uint32(p)]
+			s.mu.Unlock()
+			if known {
+				continue
+			}
+			libs, err := FindLibraries(p, s.override)
+			if err != nil || len(libs) == 0 {
+				continue
+			}
+			if _, err := s.attachProc(p, libs); err != nil {
+				s.Log().Warn("some CUDA libraries could not be probed", "pid", p, "err", err)
+			}
+		}
+	}
+}
+
+// treeLibraries is the CUDA libraries of pid and each of its
+// descendants, for those that map any; with none, the error of pid's own
+// search (a *NotMappedError when it maps none).
+func treeLibraries(pid int, overrides []string) (map[int][]Library, error) {
+	libs, err := FindLibraries(pid, overrides)
+	if err != nil {
+		var nm *NotMappedError
+		if !errors.As(err, &nm) {
+			return nil, err
+		}
+	}
+	out := map[int][]Library{}
+	if len(libs) > 0 {
+		out[pid] = libs
+	}
+	below := collectors.Descendants(pid)
+	for _, c := range below {
+		if l, cerr := FindLibraries(c, overrides); cerr == nil && len(l) > 0 {
+			out[c] = l
+		}
+	}
+	if len(out) == 0 {
+		if err == nil || errors.As(err, new(*NotMappedError)) {
+			err = &NotMappedError{Pid: pid, Below: len(below)}
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+func sortedPids(m map[int][]Library) []int {
+	out := make([]int, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	sort.Ints(out)
+	return out
 }
 
 // Run streams events until ctx is done, then keeps the kernel's final
@@ -138,8 +291,14 @@ func (s *Section) Run(ctx context.Context) error {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.runBudget(ctx, func() []uint32 { return []uint32{uint32(s.pid)} }, 1, s.budget, &s.bstate)
+		s.runBudget(ctx, s.pids, 1, s.budget, &s.bstate)
 	}()
+	treeDone := make(chan struct{})
+	go func() {
+		defer close(treeDone)
+		s.followTree(ctx)
+	}()
+	defer func() { <-treeDone }()
 	err := s.Collector.Run(ctx)
 	<-done
 	s.takeSnapshot()
@@ -170,7 +329,7 @@ func (s *Section) read() (snapshot, error) {
 	if sn.dims, err = s.Collector.LaunchDims(1); err != nil {
 		return sn, err
 	}
-	sn.libs = s.Libraries(uint32(s.pid))
+	sn.libs = s.allLibraries()
 	for i, info := range calls {
 		if info.graph != roleInstantiate || sn.counts[i].Count == 0 {
 			continue
