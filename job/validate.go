@@ -72,6 +72,8 @@ type ValidateConfig struct {
 	Logger     *slog.Logger
 	// Progress is the load generator's progress callback.
 	Progress func(done, total int)
+	// ValidateRun: the server's metrics and the manifest, as run's.
+	ValidateRun
 }
 
 // ValidationRow is one injected cause and what the attribution named.
@@ -482,7 +484,8 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		}
 	}
 	res, err := Run(ctx, RunConfig{Load: load, Pid: cfg.Pid, OutDir: cfg.OutDir, Sections: cfg.Sections,
-		Phases: scenario, Readiness: cfg.Readiness, Logger: cfg.Logger})
+		Phases: scenario, Readiness: cfg.Readiness, Logger: cfg.Logger,
+		ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod, Manifest: cfg.Manifest})
 	if res == nil {
 		return nil, nil, err
 	}

@@ -226,3 +226,18 @@ func TestMemoryBoundCommands(t *testing.T) {
 		}
 	}
 }
+
+// The commands that follow a server while loading it take the server's
+// metrics flags, from one definition.
+func TestServerMetricsFlags(t *testing.T) {
+	want := pflag.NewFlagSet("", pflag.ContinueOnError)
+	(&serverMetricsFlags{}).add(want)
+	for _, path := range []string{"run", "sweep", "validate"} {
+		fs := findCmd(t, path).Flags()
+		want.VisitAll(func(f *pflag.Flag) {
+			if g := fs.Lookup(f.Name); g == nil || g.DefValue != f.DefValue || g.Usage != f.Usage {
+				t.Errorf("%s --%s: %+v, want the shared definition", path, f.Name, g)
+			}
+		})
+	}
+}

@@ -72,6 +72,7 @@ func newValidateCmd() *cobra.Command {
 	var (
 		opts   = load.NewOptions()
 		server serverFlags
+		sm     = &serverMetricsFlags{}
 		v      validateFlags
 		logs   logFlags
 	)
@@ -92,12 +93,13 @@ requests are sent and when belong to the phases, so it does not take them.
 		Args:        noArgs,
 		Annotations: map[string]string{memoryBound: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runValidate(cmd, opts, server, v, logs)
+			return runValidate(cmd, opts, server, sm, v, logs)
 		},
 	}
 	fs := cmd.Flags()
 	opts.AddPhasedFlags(fs, job.DefaultPhaseRate)
 	server.add(fs)
+	sm.add(fs)
 	fs.BoolVar(&v.useSim, "sim", false, "start bin/llmsim with the CUDA stub and validate against it (as make validate does)")
 	fs.BoolVar(&v.simNetns, "sim-netns", true, "with --sim, serve llmsim in a network namespace of its own behind a veth pair, whose server side the net row shapes (false: on 127.0.0.1, no net row unless --net-iface)")
 	fs.StringVar(&v.simCPUs, "sim-cpus", "auto", "with --sim, the CPUs llmsim runs on, e.g. 1 or 2-3; auto: the last of bpfbench's CPUs when it has two or more, so that the cpu row's busy threads share a CPU with the server and not with the load generator; all: no pinning")
@@ -127,7 +129,7 @@ requests are sent and when belong to the phases, so it does not take them.
 	return cmd
 }
 
-func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v validateFlags, logs logFlags) error {
+func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, v validateFlags, logs logFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	target := opts.Config.Target
 	if v.useSim == (target != "") {
@@ -324,6 +326,7 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, v v
 	val, res, err := job.Validate(ctx, job.ValidateConfig{
 		Load: lc, Pid: pid, OutDir: v.out, Phase: v.phase, Rate: rate, OutputLen: lc.Dataset.OutputLen,
 		Injections: injs, Sections: sessionSections(), Readiness: readinessChecks, Logger: logger, Progress: progress,
+		ValidateRun: job.ValidateRun{ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest()},
 	})
 	finish()
 	if res != nil {
