@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,12 +18,18 @@ import (
 // A sweep against a real engine with one slot (llama-server -np 1
 // --metrics) and an SLO latency alone would not break: the engine's queue
 // (llamacpp:requests_deferred) is what stops a step, and the answer says so.
+// With --pid the kernel's signals watch every step too and the knee's two
+// runs follow the server; afterwards nothing of bpfbench is left (no BPF
+// program or link it held, no probe event, no file in the source tree).
 func TestRealEngineSweepStopsOnQueue(t *testing.T) {
+	privtest.Require(t)
 	paths, err := engine.Find()
 	if err != nil {
 		privtest.SkipOptional(t, "%v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Cancelling ctx kills the server: long enough for the sweep and the
+	// knee's two runs.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	srv, err := engine.Start(ctx, engine.Options{Paths: paths, Threads: 2, Slots: 1, CtxSize: 512, Args: []string{"--metrics"}})
 	if err != nil {
@@ -38,10 +45,14 @@ func TestRealEngineSweepStopsOnQueue(t *testing.T) {
 			t.Logf("llama-server output (tail):\n%s", out)
 		}
 	})
-	result := filepath.Join(t.TempDir(), "sweep.json")
-	code, stdout, stderr := runCLI("sweep", "--target", srv.URL, "--model", "tiny-llama", "--input-len", "32", "--output-len", "16",
-		"--slo", "p99_ttft_ms<=60000", "--requests-per-step", "48", "--precision", "0.5", "--no-progress", "--result", result)
+	dir := t.TempDir()
+	result := filepath.Join(dir, "sweep.json") // in the run directory, --out
+	leftovers := snapshotLeftovers(t)
+	bpf := watchBPF(os.Getpid()) // the CLI runs in this process
+	code, stdout, stderr := runCLI("sweep", "--target", srv.URL, "--pid", strconv.Itoa(srv.Pid), "--model", "tiny-llama", "--input-len", "32", "--output-len", "16",
+		"--slo", "p99_ttft_ms<=60000", "--requests-per-step", "48", "--precision", "0.5", "--no-progress", "--out", dir)
 	t.Logf("\n%s", stdout)
+	leftovers.check(t, "bpfbench sweep --pid", bpf())
 	if code != 0 {
 		t.Fatalf("sweep exit %d: %s", code, stderr)
 	}
