@@ -39,6 +39,14 @@
  *   flags (TARGET_CHILD), and leaves the targets map when it exits.
  * - Threads of a target flagged TARGET_CLIENT (the load generator) send the
  *   same records, flagged EVF_CLIENT.
+ * - sk_data_ready/sock_recv_length (with_data_edges) follow data between
+ *   the target's own processes and threads through unix sockets (a
+ *   frontend and its engine): data a target queues stamps the receiving
+ *   socket with the writer and the time; a target's read of a stamped socket
+ *   sends one REC_DATA record (the reader, the writer, both times) and
+ *   clears the stamp, so a burst of reads costs one record. A wakeup edge
+ *   is lost when the reader was not asleep (an event loop busy with other
+ *   work, a runtime that polls): the data edge is not.
  */
 #define PIPELINE_TARGETS
 #include "pipeline.h"
@@ -71,6 +79,8 @@ enum rec_kind {
 	REC_FORK = 1,   /* a target forked a process, now followed: tgid is the
 			 * child, waker_tgid the parent */
 	REC_EXIT = 2,   /* a followed process exited (its last thread) */
+	REC_DATA = 3,   /* tid read at ts, from a unix socket, what waker_tid
+			 * wrote at wake_ts (with_data_edges) */
 };
 
 /* Record flags. */
@@ -185,6 +195,7 @@ volatile const __u64 edge_gap_ns = 1000000;    /* unfolded wakeup edges */
 volatile const bool with_wakers = false;      /* sched_waking, holders */
 volatile const bool with_softirq_vec = false; /* softirq_entry/exit */
 volatile const bool with_tree = false;        /* sched_process_fork/exit */
+volatile const bool with_data_edges = false;  /* sk_data_ready, sock_recv_length */
 
 /* Set by userspace before load: this CPU's __preempt_count is at its
  * run queue's address plus preempt_delta (both per-CPU variables; the
@@ -579,5 +590,131 @@ int BPF_PROG(sched_process_exit, struct task_struct *p, bool group_dead)
 			__sync_fetch_and_add(&nr_children, (__u32)-1);
 	}
 	emit_proc(&t, REC_EXIT, tgid, p->pid, 0, p->comm);
+	return 0;
+}
+
+#define AF_UNIX 1
+#define MSG_PEEK 2
+
+/* The last write of a target into a unix socket, in the receiving socket's
+ * local storage (freed with the socket), and
+ * a read that found no write to name (rd_*): a reader polling on another
+ * CPU can take the data between its queueing and sk_data_ready, and the
+ * write's stamp, arriving just after, then names that read. */
+struct unix_write {
+	__u64 ts; /* 0: consumed */
+	__u32 tid;
+	__u32 tgid;
+	char comm[16];
+	__u64 rd_ts; /* 0: none pending */
+	__u32 rd_tid;
+	__u32 rd_tgid;
+	char rd_comm[16];
+};
+
+/* How long a pending read waits for its write's stamp. */
+#define RACE_NS 20000000 /* the writer may be preempted between queueing and sk_data_ready */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct unix_write);
+} unix_writes SEC(".maps");
+
+static __always_inline void emit_data(struct target *t, __u64 rd_ts, __u32 rd_tid,
+				      __u32 rd_tgid, const char *rd_comm, __u64 wr_ts,
+				      __u32 wr_tid, __u32 wr_tgid, const char *wr_comm)
+{
+	struct event *e = pipe_reserve(struct event);
+	if (!e)
+		return;
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts = rd_ts;
+	e->tgid = rd_tgid;
+	e->tid = rd_tid;
+	e->cpu = bpf_get_smp_processor_id();
+	e->state = STATE_NONE;
+	e->kind = REC_DATA;
+	e->flags = rec_flags(t);
+	__builtin_memcpy(e->comm, rd_comm, sizeof(e->comm));
+	e->wake_ts = wr_ts;
+	e->waker_tid = wr_tid;
+	e->waker_tgid = wr_tgid;
+	__builtin_memcpy(e->waker_comm, wr_comm, sizeof(e->waker_comm));
+	e->wake_ctx = WAKE_TASK;
+	pipe_submit(e, sizeof(*e));
+}
+
+/* Data queued on a socket, in the writer's context (sk_data_ready: for a
+ * unix socket, the receiving one): every such wakeup of the host runs
+ * this; it returns after two loads unless a target writes into a unix
+ * socket. (sock_send_length fires as sendmsg returns, later still.)
+ *
+ * The stamp ts is the token of a record: whoever swaps it back to 0 sends
+ * it, the reader that finds it (data_recv) or, when the read came first
+ * and is pending, this writer. */
+SEC("tp_btf/sk_data_ready")
+int BPF_PROG(data_send, const struct sock *sk)
+{
+	if (!with_data_edges || sk->__sk_common.skc_family != AF_UNIX)
+		return 0;
+	struct task_struct *cur = bpf_get_current_task_btf();
+	if (!target_or_child(cur->tgid))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	struct unix_write *p = bpf_sk_storage_get(&unix_writes, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!p)
+		return 0;
+	p->tid = cur->pid;
+	p->tgid = cur->tgid;
+	__builtin_memcpy(p->comm, cur->comm, sizeof(p->comm));
+	__sync_lock_test_and_set(&p->ts, now);
+	__u64 rd = __sync_lock_test_and_set(&p->rd_ts, 0);
+	if (!rd || now - rd >= RACE_NS || p->rd_tid == cur->pid)
+		return 0;
+	/* A read took this data before the stamp: it is that read's. */
+	if (__sync_val_compare_and_swap(&p->ts, now, 0) != now)
+		return 0; /* the reader found the stamp meanwhile and sent it */
+	struct target *t = target_or_child(p->rd_tgid);
+	if (t && (t->flags & TARGET_STREAM))
+		emit_data(t, rd, p->rd_tid, p->rd_tgid, p->rd_comm, rd, cur->pid, cur->tgid, cur->comm);
+	return 0;
+}
+
+/* Every recvmsg of the host runs this: a target's read of a socket a
+ * target wrote into sends the data edge, once a write. */
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(data_recv, struct sock *sk, int ret, int flags)
+{
+	if (!with_data_edges || ret <= 0 || (flags & MSG_PEEK) || sk->__sk_common.skc_family != AF_UNIX)
+		return 0;
+	struct task_struct *cur = bpf_get_current_task_btf();
+	struct target *t = target_or_child(cur->tgid);
+	if (!t || !(t->flags & TARGET_STREAM))
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	struct unix_write *w = bpf_sk_storage_get(&unix_writes, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!w)
+		return 0;
+	__u64 ts = __sync_lock_test_and_set(&w->ts, 0);
+	if (!ts) {
+		/* No stamp yet: it may be on its way (the writer queued the
+		 * data and has not reached sk_data_ready). Leave the read
+		 * pending for it, then look once more. */
+		w->rd_tid = cur->pid;
+		w->rd_tgid = cur->tgid;
+		__builtin_memcpy(w->rd_comm, cur->comm, sizeof(w->rd_comm));
+		__sync_lock_test_and_set(&w->rd_ts, now);
+		ts = __sync_lock_test_and_set(&w->ts, 0);
+		if (!ts)
+			return 0;
+		/* The stamp came in between: this read sends it, unless the
+		 * writer took the pending read already (then ts was not ours:
+		 * it swapped it back before we did, and we got 0). */
+		__sync_val_compare_and_swap(&w->rd_ts, now, 0);
+	}
+	if (w->tid != cur->pid)
+		emit_data(t, now, cur->pid, cur->tgid, cur->comm, ts, w->tid, w->tgid, w->comm);
 	return 0;
 }

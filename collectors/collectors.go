@@ -69,6 +69,11 @@ const (
 	// the target tree at Start = End: Tid and Tgid are its pid; for a
 	// fork, Waker* is the parent.
 	SpanFork
+	// SpanData is data passed between the target's threads or processes
+	// through a unix socket: thread Tid (of Tgid) read at End what thread
+	// WakerTid (of WakerTgid, WakerComm) wrote at Start (Detail "unix").
+	// A wakeup edge is lost when the reader was busy; this one is not.
+	SpanData
 )
 
 // Span is one interval of the target's timeline, CLOCK_MONOTONIC ns.

@@ -1,8 +1,11 @@
 package job
 
 import (
+	"bufio"
 	"cmp"
 	"container/heap"
+	"encoding/json"
+	"os"
 	"slices"
 	"strconv"
 
@@ -73,12 +76,51 @@ type critStream struct {
 	held, maxHeld int
 	// tgids are the followed processes seen (the server's).
 	tgids map[uint32]bool
+	// dump, when set (BPFBENCH_CRITPATH_DUMP), receives every gap's path.
+	dump     *json.Encoder
+	dumpFile *os.File
+	dumpW    *bufio.Writer
+}
+
+// critDumpEnv names a file that receives every gap's critical path as
+// JSON lines (a developer's view of the walk; the run's result.json keeps
+// only the slowest gaps' paths).
+const critDumpEnv = "BPFBENCH_CRITPATH_DUMP"
+
+func (c *critStream) dumpGap(g critpath.Gap) {
+	type step struct {
+		Start, End int64
+		Thread     string `json:",omitempty"`
+		Tid        uint32 `json:",omitempty"`
+		State      string
+		Cause      string
+		Depth      int    `json:",omitempty"`
+		Detail     string `json:",omitempty"`
+	}
+	out := struct {
+		Request, Index int
+		Start, End     int64
+		Sent, Arrived  int64
+		Ns             map[string]float64
+		Steps          []step
+	}{Request: g.Request, Index: g.Index, Start: g.Start, End: g.End, Sent: g.Sent, Arrived: g.Arrived, Ns: causesMs(g.Ns)}
+	for _, s := range g.Steps {
+		out.Steps = append(out.Steps, step{Start: s.Start, End: s.End, Thread: s.Thread.String(), Tid: s.Thread.Tid,
+			State: s.State.String(), Cause: s.Cause.String(), Depth: s.Depth, Detail: s.Detail()})
+	}
+	c.dump.Encode(out) //nolint:errcheck // a debugging aid: a full disk loses lines, not the run
 }
 
 func newCritStream(maxHeld int, floor int64) *critStream {
 	c := &critStream{eng: critpath.New(critpath.Options{}), runq: map[uint32]collectors.Span{}, ports: map[uint16]critPort{}, maxHeld: maxHeld,
 		tgids: map[uint32]bool{}}
 	c.eng.SetFloor(floor)
+	if p := os.Getenv(critDumpEnv); p != "" {
+		if f, err := os.Create(p); err == nil {
+			c.dumpW = bufio.NewWriterSize(f, 1<<16)
+			c.dump, c.dumpFile = json.NewEncoder(c.dumpW), f
+		}
+	}
 	return c
 }
 
@@ -89,7 +131,7 @@ func (c *critStream) record(sp collectors.Span) {
 		return
 	}
 	switch sp.Kind {
-	case collectors.SpanRunqueue, collectors.SpanOffCPU, collectors.SpanSend, collectors.SpanArrival:
+	case collectors.SpanRunqueue, collectors.SpanOffCPU, collectors.SpanSend, collectors.SpanArrival, collectors.SpanData:
 	case collectors.SpanCUDA, collectors.SpanTCP:
 		if !sp.Blocking {
 			return
@@ -146,6 +188,10 @@ func (c *critStream) record(sp collectors.Span) {
 		p.send = sp.End
 		c.setPort(sp.Port, p)
 		c.eng.AddSend(critpath.Send{Time: t, Tid: sp.Tid, Port: sp.Port, Bytes: int64(sp.Bytes)})
+	case collectors.SpanData:
+		c.stats.DataEdges++
+		c.eng.AddData(critpath.Data{Reader: critpath.Thread{Tid: sp.Tid, Tgid: sp.Tgid},
+			Writer: critpath.Thread{Tid: sp.WakerTid, Tgid: sp.WakerTgid, Comm: sp.WakerComm}, Written: sp.Start, Read: sp.End})
 	case collectors.SpanTCP:
 		c.stats.Holds++
 		c.eng.AddHold(critpath.Hold{Port: sp.Port, Start: sp.Start, End: sp.End, Kind: sp.Detail})
@@ -244,6 +290,9 @@ func (c *critStream) addRecord(r *loadgen.Record) {
 func (c *critStream) advance(wm, floor int64) {
 	c.eng.SetFloor(floor)
 	for _, g := range c.eng.Flush(wm) {
+		if c.dump != nil {
+			c.dumpGap(g)
+		}
 		c.gaps = append(c.gaps, critGap{request: int32(g.Request), index: int32(g.Index), start: g.Start, end: g.End,
 			noArrival: g.NoArrival, ns: g.Ns})
 		c.agg.Add(g)
@@ -295,11 +344,17 @@ type critPhase struct {
 // when given, else the first phase's gaps when there are phases, else
 // the run's.
 func (c *critStream) critResult(runStart int64, phases []critPhase, name func(tid uint32) string, prior *Prior) *report.CriticalPath {
+	if c.dump != nil {
+		c.dumpW.Flush()
+		c.dumpFile.Close()
+		c.dump = nil
+	}
 	st := c.eng.Stats()
 	c.stats.Events, c.stats.Malformed, c.stats.Late = st.Events, st.Malformed, st.Late
 	c.stats.BeforeHorizon, c.stats.Pruned = st.BeforeHorizon, st.Pruned+st.Dropped
 	c.stats.NoArrival, c.stats.NoSend, c.stats.Guessed, c.stats.NoThread = st.NoArrival, st.NoSend, st.Guessed, st.NoThread
 	c.stats.DepthLimited, c.stats.Cycles, c.stats.Hops = st.DepthLimited, st.Cycles, st.Hops
+	c.stats.DataEdgesFollowed = st.DataEdges
 
 	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -233,6 +234,11 @@ type SimConfig struct {
 	// without touching any interface of the host (the net row of
 	// validate).
 	Netns bool
+	// Processes is llmsim's --processes: 2 (the default, 0) runs a
+	// frontend and an engine child process over a unix socket, as vLLM V1
+	// does, so that the demo and validation cross a process boundary; 1
+	// runs one process.
+	Processes int
 }
 
 // siblingBinary finds a file built next to this executable (make build
@@ -339,7 +345,7 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 	}
 	s.cmd = exec.CommandContext(ctx, llmsim, "--addr", fmt.Sprintf("%s:%d", host, port),
 		"--work", "cpu", "--itl", strconv.Itoa(DemoStepUS)+"us", "--step-control", s.StepControl, "--max-num-seqs", "32", "--jitter", "0.05",
-		"--io-file", s.IOFile, "--io-bytes", "262144", "--cuda-lib", libcuda)
+		"--io-file", s.IOFile, "--io-bytes", "262144", "--cuda-lib", libcuda, "--processes", strconv.Itoa(cmp.Or(cfg.Processes, 2)))
 	s.cmd.Env = append(os.Environ(), "CUDASTUB_KERNEL_US="+strconv.Itoa(DemoKernelUS), "CUDASTUB_CONTROL_FILE="+s.Control)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
 	if sn != nil {

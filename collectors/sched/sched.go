@@ -66,6 +66,9 @@ const (
 	RecFork RecKind = 1
 	// RecExit: the last thread of followed process Tgid exited.
 	RecExit RecKind = 2
+	// RecData: thread Tid read at Ts, from a unix socket, data thread
+	// WakerTid (of WakerTgid) wrote into it at WakeTs (Config.DataEdges).
+	RecData RecKind = 3
 )
 
 // Record flags (EVF_* of bpf/sched.bpf.c).
@@ -173,6 +176,12 @@ type Config struct {
 	// targets under the same slot until they exit (sched_process_fork and
 	// sched_process_exit). Sessions turn it on.
 	Tree bool
+	// DataEdges follows data between the targets' processes and threads
+	// through unix sockets: a read of what another target thread wrote
+	// sends a RecData record (sk_data_ready and sock_recv_length: one
+	// more program run per socket wakeup and per recvmsg of the host). Sessions
+	// turn it on, for the critical path.
+	DataEdges bool
 	// DrainPeriod is how often the reader drains the ring (default 100 ms).
 	DrainPeriod time.Duration
 	// OnEvent receives each event of a streamed target from the reader
@@ -213,6 +222,9 @@ func (c *Collector) Start(context.Context) error {
 	if !c.cfg.Tree {
 		skip = append(skip, "sched_process_fork", "sched_process_exit")
 	}
+	if !c.cfg.DataEdges {
+		skip = append(skip, "data_send", "data_recv")
+	}
 	var delta int64
 	if c.cfg.Wakers {
 		var err error
@@ -224,7 +236,7 @@ func (c *Collector) Start(context.Context) error {
 		schedVarHostWide: c.cfg.HostWide, schedVarFoldRunqNs: uint64(f.Runqueue), schedVarFoldOffcpuNs: uint64(f.OffCPU),
 		schedVarFoldSleepNs: uint64(f.Sleep), schedVarFlushNs: uint64(f.Flush), schedVarHostSampleMask: c.sampleMask(),
 		schedVarEdgeGapNs: uint64(f.Edge), schedVarWithWakers: c.cfg.Wakers, schedVarWithSoftirqVec: c.cfg.Wakers && c.cfg.SoftirqVector,
-		schedVarWithTree: c.cfg.Tree, schedVarPreemptDelta: delta,
+		schedVarWithTree: c.cfg.Tree, schedVarWithDataEdges: c.cfg.DataEdges, schedVarPreemptDelta: delta,
 	}})
 }
 

@@ -81,6 +81,18 @@ type schedTaskInfo struct {
 	Pad          uint32
 }
 
+type schedUnixWrite struct {
+	_      structs.HostLayout
+	Ts     uint64
+	Tid    uint32
+	Tgid   uint32
+	Comm   [16]int8
+	RdTs   uint64
+	RdTid  uint32
+	RdTgid uint32
+	RdComm [16]int8
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -92,6 +104,9 @@ const (
 	schedMapRunqHist          = "runq_hist"
 	schedMapTargets           = "targets"
 	schedMapTaskInfos         = "task_infos"
+	schedMapUnixWrites        = "unix_writes"
+	schedProgDataRecv         = "data_recv"
+	schedProgDataSend         = "data_send"
 	schedProgSchedProcessExit = "sched_process_exit"
 	schedProgSchedProcessFork = "sched_process_fork"
 	schedProgSchedSwitch      = "sched_switch"
@@ -111,6 +126,7 @@ const (
 	schedVarSelfTgid          = "self_tgid"
 	schedVarUnusedEvent       = "unused_event"
 	schedVarWakeupBytes       = "wakeup_bytes"
+	schedVarWithDataEdges     = "with_data_edges"
 	schedVarWithSoftirqVec    = "with_softirq_vec"
 	schedVarWithTree          = "with_tree"
 	schedVarWithWakers        = "with_wakers"
@@ -158,6 +174,8 @@ type schedSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedProgramSpecs struct {
+	DataRecv         *ebpf.ProgramSpec `ebpf:"data_recv"`
+	DataSend         *ebpf.ProgramSpec `ebpf:"data_send"`
 	SchedProcessExit *ebpf.ProgramSpec `ebpf:"sched_process_exit"`
 	SchedProcessFork *ebpf.ProgramSpec `ebpf:"sched_process_fork"`
 	SchedSwitch      *ebpf.ProgramSpec `ebpf:"sched_switch"`
@@ -177,6 +195,7 @@ type schedMapSpecs struct {
 	RunqHist   *ebpf.MapSpec `ebpf:"runq_hist"`
 	Targets    *ebpf.MapSpec `ebpf:"targets"`
 	TaskInfos  *ebpf.MapSpec `ebpf:"task_infos"`
+	UnixWrites *ebpf.MapSpec `ebpf:"unix_writes"`
 }
 
 // schedVariableSpecs contains global variables before they are loaded into the kernel.
@@ -196,6 +215,7 @@ type schedVariableSpecs struct {
 	SelfTgid       *ebpf.VariableSpec `ebpf:"self_tgid"`
 	UnusedEvent    *ebpf.VariableSpec `ebpf:"unused_event"`
 	WakeupBytes    *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	WithDataEdges  *ebpf.VariableSpec `ebpf:"with_data_edges"`
 	WithSoftirqVec *ebpf.VariableSpec `ebpf:"with_softirq_vec"`
 	WithTree       *ebpf.VariableSpec `ebpf:"with_tree"`
 	WithWakers     *ebpf.VariableSpec `ebpf:"with_wakers"`
@@ -228,6 +248,7 @@ type schedMaps struct {
 	RunqHist   *ebpf.Map `ebpf:"runq_hist"`
 	Targets    *ebpf.Map `ebpf:"targets"`
 	TaskInfos  *ebpf.Map `ebpf:"task_infos"`
+	UnixWrites *ebpf.Map `ebpf:"unix_writes"`
 }
 
 func (m *schedMaps) Close() error {
@@ -239,6 +260,7 @@ func (m *schedMaps) Close() error {
 		m.RunqHist,
 		m.Targets,
 		m.TaskInfos,
+		m.UnixWrites,
 	)
 }
 
@@ -259,6 +281,7 @@ type schedVariables struct {
 	SelfTgid       *ebpf.Variable `ebpf:"self_tgid"`
 	UnusedEvent    *ebpf.Variable `ebpf:"unused_event"`
 	WakeupBytes    *ebpf.Variable `ebpf:"wakeup_bytes"`
+	WithDataEdges  *ebpf.Variable `ebpf:"with_data_edges"`
 	WithSoftirqVec *ebpf.Variable `ebpf:"with_softirq_vec"`
 	WithTree       *ebpf.Variable `ebpf:"with_tree"`
 	WithWakers     *ebpf.Variable `ebpf:"with_wakers"`
@@ -268,6 +291,8 @@ type schedVariables struct {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedPrograms struct {
+	DataRecv         *ebpf.Program `ebpf:"data_recv"`
+	DataSend         *ebpf.Program `ebpf:"data_send"`
 	SchedProcessExit *ebpf.Program `ebpf:"sched_process_exit"`
 	SchedProcessFork *ebpf.Program `ebpf:"sched_process_fork"`
 	SchedSwitch      *ebpf.Program `ebpf:"sched_switch"`
@@ -278,6 +303,8 @@ type schedPrograms struct {
 
 func (p *schedPrograms) Close() error {
 	return _SchedClose(
+		p.DataRecv,
+		p.DataSend,
 		p.SchedProcessExit,
 		p.SchedProcessFork,
 		p.SchedSwitch,

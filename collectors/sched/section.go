@@ -34,7 +34,7 @@ func NewSection(opts collectors.Options) *Section {
 	s := &Section{pid: opts.Pid, total: NewAggregator(), interval: NewAggregator(), client: opts.Recorder != nil}
 	s.Collector = New(Config{
 		Logger: opts.Logger,
-		Wakers: true, SoftirqVector: true, Tree: true,
+		Wakers: true, SoftirqVector: true, Tree: true, DataEdges: opts.Recorder != nil,
 		OnEvent: func(e *Event) {
 			s.total.Add(e)
 			s.interval.Add(e)
@@ -125,6 +125,10 @@ func record(r collectors.Recorder, e *Event) {
 			sp.WakerTid, sp.WakerTgid, sp.WakerComm = e.WakerTid, e.WakerTgid, bpfutil.CString(e.WakerComm[:])
 		}
 		r.Record(sp)
+		return
+	case RecData:
+		r.Record(collectors.Span{Kind: collectors.SpanData, Start: int64(e.WakeTs), End: int64(e.Ts), Tid: e.Tid, Tgid: e.Tgid,
+			Detail: "unix", Client: client, WakerTid: e.WakerTid, WakerTgid: e.WakerTgid, WakerComm: bpfutil.CString(e.WakerComm[:])})
 		return
 	case RecSwitch:
 	default:

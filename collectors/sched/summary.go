@@ -66,8 +66,11 @@ type Summary struct {
 	Exits uint64 `json:"exits,omitempty"`
 	// ClientRecords counts the load generator's own switch-in records
 	// (SetClient); they are in no figure above.
-	ClientRecords uint64   `json:"client_records,omitempty"`
-	Threads       []Thread `json:"threads,omitempty"`
+	ClientRecords uint64 `json:"client_records,omitempty"`
+	// DataEdges counts the reads of data another of the target's threads
+	// wrote into a unix socket (Config.DataEdges).
+	DataEdges uint64   `json:"data_edges,omitempty"`
+	Threads   []Thread `json:"threads,omitempty"`
 }
 
 type threadAgg struct {
@@ -81,16 +84,17 @@ type threadAgg struct {
 // (a log-linear histogram and one record per thread). It is safe for
 // concurrent use.
 type Aggregator struct {
-	mu       sync.Mutex
-	runq     hist.LogLinear
-	offcpuNs [NumStates]uint64
-	threads  map[uint32]*threadAgg
-	folded   uint64
-	wakeups  Wakeups
-	woken    bool // a record named a waker or holder
-	forks    uint64
-	exits    uint64
-	client   uint64
+	mu        sync.Mutex
+	runq      hist.LogLinear
+	offcpuNs  [NumStates]uint64
+	threads   map[uint32]*threadAgg
+	folded    uint64
+	wakeups   Wakeups
+	woken     bool // a record named a waker or holder
+	forks     uint64
+	exits     uint64
+	client    uint64
+	dataEdges uint64
 }
 
 // NewAggregator returns an empty aggregator.
@@ -106,6 +110,9 @@ func (a *Aggregator) Add(e *Event) {
 		return
 	case RecExit:
 		a.exits++
+		return
+	case RecData:
+		a.dataEdges++
 		return
 	}
 	if e.Flags&FlagClient != 0 {
@@ -185,7 +192,7 @@ func (a *Aggregator) Reset() {
 	a.folded = 0
 	a.wakeups = Wakeups{}
 	a.woken = false
-	a.forks, a.exits, a.client = 0, 0, 0
+	a.forks, a.exits, a.client, a.dataEdges = 0, 0, 0, 0
 	clear(a.threads)
 }
 
@@ -210,7 +217,7 @@ func (a *Aggregator) Summary(maxThreads int) Summary {
 		},
 		OffCPU: offcpuOf(a.offcpuNs),
 		Folded: a.folded,
-		Forks:  a.forks, Exits: a.exits, ClientRecords: a.client,
+		Forks:  a.forks, Exits: a.exits, ClientRecords: a.client, DataEdges: a.dataEdges,
 	}
 	if a.woken {
 		w := a.wakeups

@@ -568,3 +568,56 @@ func TestGatewayHop(t *testing.T) {
 		t.Errorf("hops %d, want 1", s.Hops)
 	}
 }
+
+// TestDataEdge: a frontend thread busy with other work (running, woken
+// by nothing) reads the engine's step frame from a unix socket and sends
+// the chunk; the engine's GPU wait before the write is the gap's, through
+// the data edge. When the frontend waited for the connection between the
+// read and the send, the wait's own edge (a network receive on the gap's
+// connection) says what held the chunk, and the data edge is not taken.
+func TestDataEdge(t *testing.T) {
+	fe := Thread{Tid: 301, Tgid: 300, Comm: "frontend"}
+	eng := Thread{Tid: 311, Tgid: 310, Comm: "EngineCore"}
+	build := func(frontendWaits bool) (*Engine, Gap) {
+		e := New(Options{})
+		e.AddSegment(seg(eng, Running, 0, 10))
+		e.AddSegment(sleepBy(eng, 10, 30, Wake{Kind: WakeTimer}))
+		e.AddCUDA(CUDACall{Tid: eng.Tid, Start: 10 * ms, End: 30 * ms, Name: "cuStreamSynchronize"})
+		e.AddSegment(seg(eng, Running, 30, 60))
+		if frontendWaits {
+			e.AddSegment(seg(fe, Running, 0, 32))
+			e.AddSegment(sleepBy(fe, 32, 40, Wake{Kind: WakeNetRx, Port: port}))
+			e.AddSegment(seg(fe, Running, 40, 60))
+		} else {
+			e.AddSegment(seg(fe, Running, 0, 60))
+		}
+		e.AddData(Data{Reader: fe, Writer: eng, Written: 31 * ms, Read: 31 * ms})
+		e.AddSend(Send{Time: 41 * ms, Tid: fe.Tid, Port: port})
+		e.AddArrival(Arrival{Time: 41 * ms, Port: port})
+		e.AddRead(Read{Request: 1, Index: 1, Port: port, Start: 0, End: 42 * ms})
+		g := e.Flush(maxNs)[0]
+		checkSums(t, g)
+		return e, g
+	}
+	e, g := build(false)
+	checkSteps(t, g, []Step{
+		step(0, 10, eng, Running, ServerCompute, 1),
+		step(10, 30, eng, Sleep, GPUSync, 1).with(Thread{}, 0, "cuStreamSynchronize"),
+		step(30, 31, eng, Running, ServerCompute, 1),
+		step(31, 41, fe, Running, ServerCompute, 0),
+		step(41, 42, Thread{}, None, Client, 0),
+	})
+	if s := e.Stats(); s.DataEdges != 1 {
+		t.Errorf("data edges followed %d, want 1", s.DataEdges)
+	}
+	e, g = build(true)
+	checkSteps(t, g, []Step{
+		step(0, 32, fe, Running, ServerCompute, 0),
+		step(32, 40, fe, Sleep, NetBackpressure, 0).with(Thread{}, WakeNetRx, "").port(port),
+		step(40, 41, fe, Running, ServerCompute, 0),
+		step(41, 42, Thread{}, None, Client, 0),
+	})
+	if s := e.Stats(); s.DataEdges != 0 {
+		t.Errorf("data edges followed %d, want 0", s.DataEdges)
+	}
+}

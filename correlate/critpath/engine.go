@@ -61,6 +61,7 @@ type Stats struct {
 	DepthLimited                         uint64 // sleeps not followed past Options.MaxDepth
 	Hops                                 uint64 // net-rx sleeps followed to another target thread's send
 	Cycles                               uint64 // sleeps not followed: the waker already on the path
+	DataEdges                            uint64 // walks that followed data to its writer (Data)
 }
 
 type history struct {
@@ -89,6 +90,7 @@ type Engine struct {
 	arrivals map[uint16][]Arrival // by Time
 	holds    map[uint16][]Hold    // by Start
 	maxHold  int64                // the longest hold held
+	data     map[uint32][]Data    // by the reader's process, by Read
 	pending  []Read
 	flushed  int64 // the last watermark flushed
 	horizon  int64 // history before it is forgotten
@@ -127,6 +129,7 @@ func New(opt Options) *Engine {
 		sends:    map[uint16][]Send{},
 		arrivals: map[uint16][]Arrival{},
 		holds:    map[uint16][]Hold{},
+		data:     map[uint32][]Data{},
 		flushed:  minNs,
 		horizon:  minNs,
 		floor:    maxNs,
@@ -160,6 +163,7 @@ func segStart(s *Segment) int64   { return s.Start }
 func cudaStart(c *CUDACall) int64 { return c.Start }
 func sendTime(s *Send) int64      { return s.Time }
 func holdStart(h *Hold) int64     { return h.Start }
+func dataRead(d *Data) int64      { return d.Read }
 func arrivalTime(a *Arrival) int64 {
 	return a.Time
 }
@@ -246,6 +250,22 @@ func (e *Engine) AddHold(h Hold) {
 	}
 }
 
+// AddData adds data passed between target threads.
+func (e *Engine) AddData(d Data) {
+	if d.Read < d.Written || d.Reader.Tid == 0 || d.Writer.Tid == 0 || d.Reader.Tid == d.Writer.Tid {
+		e.stats.Events++
+		e.stats.Malformed++
+		return
+	}
+	if e.admit(d.Read) {
+		k := d.Reader.Tgid
+		if k == 0 {
+			k = d.Reader.Tid
+		}
+		e.data[k] = insert(e.data[k], d, dataRead)
+	}
+}
+
 // AddRead adds a token gap; it is walked by the Flush whose watermark
 // reaches its End.
 func (e *Engine) AddRead(r Read) {
@@ -282,6 +302,9 @@ func (e *Engine) Retained() int {
 	}
 	for _, h := range e.holds {
 		n += len(h)
+	}
+	for _, d := range e.data {
+		n += len(d)
 	}
 	return n + len(e.allSends)
 }
@@ -376,6 +399,12 @@ func (e *Engine) prune() {
 		e.arrivals[p] = pruneTimes(a, hz, stale, arrivalTime, &e.stats.Pruned)
 		if len(e.arrivals[p]) == 0 {
 			delete(e.arrivals, p)
+		}
+	}
+	for p, d := range e.data {
+		e.data[p] = pruneTimes(d, hz, stale, dataRead, &e.stats.Pruned)
+		if len(e.data[p]) == 0 {
+			delete(e.data, p)
 		}
 	}
 	for p, hs := range e.holds {

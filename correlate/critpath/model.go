@@ -206,6 +206,16 @@ type Hold struct {
 	Kind       string
 }
 
+// Data is data passed from one target thread to another through a local
+// socket (a frontend and its engine): Reader read at Read what Writer
+// wrote at Written. When the reader was asleep, the writer's wakeup is an
+// edge already; when it was busy (an event loop, a runtime that polls its
+// sockets) there is no wakeup, and this is the edge.
+type Data struct {
+	Reader, Writer Thread
+	Written, Read  int64
+}
+
 // Read is one token gap as the load generator recorded it: request,
 // token index (0: the TTFT, from the request's write), the connection's
 // client port, the previous read c(k-1) (or the write) and this read c(k).

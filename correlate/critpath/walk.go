@@ -225,6 +225,15 @@ func (e *Engine) walk(tid uint32, a, b int64, depth int) {
 	}
 	e.path = append(e.path, tid)
 	defer func() { e.path = e.path[:len(e.path)-1] }()
+	if d, ok := e.dataEdge(h, a, b, depth); ok {
+		// The data this thread's process read last before b came from
+		// another target thread: before the write, the walk is the
+		// writer's; from the write on, this thread's (the data waited
+		// for its reader).
+		e.stats.DataEdges++
+		e.walk(d.Writer.Tid, a, d.Written, depth+1)
+		a = d.Written
+	}
 	s := h.segs
 	i := sort.Search(len(s), func(j int) bool { return s[j].Start > a })
 	if i > 0 {
@@ -403,6 +412,61 @@ func (e *Engine) sleep(h *history, sg *Segment, x, y int64, depth int) {
 		st.Cause, st.Note = Unexplained, NoteWakerUnknown
 	}
 	e.emit(st)
+}
+
+// dataEdge is the data h's process read last in (a, b], when another
+// target thread with a history, not on the walk's path, wrote it inside
+// (a, b). Only the sending thread (depth 0) follows data: the chunk it
+// sends came from what its process read last (a frontend's step frame
+// from the engine); deeper in the walk, the latest data read (a new
+// request handed to the engine) need not be what the thread waited for,
+// and the wakeups say what was.
+func (e *Engine) dataEdge(h *history, a, b int64, depth int) (Data, bool) {
+	if depth > 0 || e.opt.MaxDepth < 1 {
+		return Data{}, false
+	}
+	k := h.th.Tgid
+	if k == 0 {
+		k = h.th.Tid
+	}
+	ds := e.data[k]
+	i := sort.Search(len(ds), func(j int) bool { return ds[j].Read > b })
+	for j := i - 1; j >= 0 && j >= i-64; j-- {
+		d := ds[j]
+		if d.Read <= a {
+			break
+		}
+		if d.Written <= a || d.Written >= b || e.onPath(d.Writer.Tid) {
+			continue
+		}
+		if wh := e.threads[d.Writer.Tid]; wh == nil || len(wh.segs) == 0 {
+			continue
+		}
+		if h.waitsIn(d.Read, b) {
+			// The thread waited between the read and b (a send that
+			// waited for the connection, a lock): the wait's own edge
+			// says what held the chunk, not the data.
+			return Data{}, false
+		}
+		return d, true
+	}
+	return Data{}, false
+}
+
+// waitsIn says whether h slept or waited in D for part of (x, y).
+func (h *history) waitsIn(x, y int64) bool {
+	s := h.segs
+	i := sort.Search(len(s), func(j int) bool { return s[j].Start >= y })
+	for j := i - 1; j >= 0; j-- {
+		sg := &s[j]
+		if sg.End <= x {
+			break // disjoint and sorted: the earlier ones end before x too
+		}
+		if sg.State == Sleep || sg.State == IOWait {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *Engine) onPath(tid uint32) bool {

@@ -164,6 +164,11 @@ type CriticalStats struct {
 	// woken by the engine's chunk).
 	Hops   uint64 `json:"hops"`
 	Cycles uint64 `json:"cycles"`
+	// DataEdgesFollowed: walks of a sending thread that followed the data
+	// its process read last (a unix socket) to the thread that wrote it;
+	// DataEdges: the reads of such data added.
+	DataEdgesFollowed uint64 `json:"data_edges_followed"`
+	DataEdges         uint64 `json:"data_edges"`
 	// Sends, Arrivals, Segments, CUDACalls, Holds, Reads: what was added
 	// (Holds: the connections' blocking TCP episodes, zero windows, loss
 	// recovery and retransmissions, DESIGN.md "Held connections").
