@@ -65,6 +65,9 @@ enum ev_kind {
 	EV_LOSS_END = 8,     /* back below Recovery; duration_ns is the episode */
 	EV_SEND = 9,         /* a send of a followed server socket */
 	EV_ARRIVAL = 10,     /* data arrived at a client socket */
+	EV_SEND_FULL = 11,   /* a send of a followed server socket found its
+			      * buffer full (EAGAIN): the first since the
+			      * last send that went through */
 };
 
 struct event {
@@ -146,6 +149,7 @@ struct sock_info {
 	__u32 rcv_nxt;    /* client sockets: rcv_nxt at the last arrival (0: none) */
 	__u32 fin;        /* client sockets: the peer's FIN was counted out */
 	__u32 pad;
+	__u64 full_ts;    /* the first EAGAIN send since the last one through, 0: none */
 };
 
 struct listen_key {
@@ -633,14 +637,33 @@ int BPF_PROG(tcp_cong_state_set, struct sock *sk, __u8 ca_state)
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 {
-	if (ret <= 0 || !is_tcp(sk))
+	if ((ret <= 0 && ret != -11 /* EAGAIN */) || !is_tcp(sk))
 		return 0;
 	__u64 cookie = bpf_get_socket_cookie(sk);
 	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
 	if (!si || !(si->flags & TARGET_STREAM) || (si->flags & TARGET_CLIENT))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	if (fold_data(si, now, ret))
+	if (ret < 0) {
+		/* A non-blocking server's send found the buffer full: the
+		 * chunk waits for the connection from now until a send goes
+		 * through (a blocking one sleeps in sendmsg instead). */
+		if (si->full_ts)
+			return 0;
+		si->full_ts = now;
+		struct event *f = pipe_reserve(struct event);
+		if (!f)
+			return 0;
+		fill_data(f, sk, si, cookie, now, EV_SEND_FULL);
+		f->tid = (__u32)bpf_get_current_pid_tgid();
+		pipe_submit(f, sizeof(*f));
+		return 0;
+	}
+	/* The first send through after a full buffer is never folded: its
+	 * record ends the wait. */
+	if (si->full_ts)
+		si->full_ts = 0;
+	else if (fold_data(si, now, ret))
 		return 0;
 	struct event *e = pipe_reserve(struct event);
 	if (!e)

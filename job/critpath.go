@@ -128,6 +128,16 @@ func newCritStream(maxHeld int, floor int64) *critStream {
 func (c *critStream) record(sp collectors.Span) {
 	if sp.Client && sp.Kind != collectors.SpanArrival {
 		c.stats.ClientSpans++
+		if sp.Kind == collectors.SpanRunqueue && c.held < c.maxHeld {
+			// The load generator's own waits for a CPU: a chunk in
+			// flight meanwhile was held by the client.
+			c.held++
+			w := critpath.ClientWait{Start: sp.Start, End: sp.End}
+			if sp.HolderTid != 0 {
+				w.Holder = critpath.Thread{Tid: sp.HolderTid, Tgid: sp.HolderTgid, Comm: sp.HolderComm}
+			}
+			c.eng.AddClientWait(w)
+		}
 		return
 	}
 	switch sp.Kind {
@@ -280,9 +290,13 @@ func (c *critStream) addRecord(r *loadgen.Record) {
 	}
 	port := uint16(r.LocalPort)
 	c.stats.Reads += uint64(len(r.ChunkNs))
-	c.eng.AddRead(critpath.Read{Request: r.Index, Index: 0, Port: port, Start: r.StartNs, End: r.ChunkNs[0]})
+	var ps, pe int64
+	if r.PausedNs != nil {
+		ps, pe = r.PausedNs[0], r.PausedNs[1]
+	}
+	c.eng.AddRead(critpath.Read{Request: r.Index, Index: 0, Port: port, Start: r.StartNs, End: r.ChunkNs[0], PauseStart: ps, PauseEnd: pe})
 	for k := 1; k < len(r.ChunkNs); k++ {
-		c.eng.AddRead(critpath.Read{Request: r.Index, Index: k, Port: port, Start: r.ChunkNs[k-1], End: r.ChunkNs[k]})
+		c.eng.AddRead(critpath.Read{Request: r.Index, Index: k, Port: port, Start: r.ChunkNs[k-1], End: r.ChunkNs[k], PauseStart: ps, PauseEnd: pe})
 	}
 }
 

@@ -475,10 +475,12 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 			if stallTimer != nil {
 				stallTimer.Stop()
 			}
+			from := Mono()
 			select {
 			case <-time.After(r.SlowRead):
 			case <-ctx.Done():
 			}
+			rec.PausedNs = &[2]int64{from, Mono()}
 			if stallTimer != nil {
 				stallTimer.Reset(c.stall)
 			}

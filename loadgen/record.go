@@ -56,6 +56,10 @@ type Record struct {
 	// ChunkNs holds the arrival time of every chunk that carried output
 	// (choices); chunks delivered by one socket read share one timestamp.
 	ChunkNs []int64 `json:"chunk_ns"`
+	// PausedNs is when a slow-reading request (SlowRead) stopped and
+	// started reading again: the reader's own backpressure, not a delay of
+	// the load generator.
+	PausedNs *[2]int64 `json:"paused_ns,omitempty"`
 	// ChunkTokens holds the tokens carried by each chunk when the server
 	// reported them per chunk; nil means one token per chunk.
 	ChunkTokens []int32 `json:"chunk_tokens,omitempty"`

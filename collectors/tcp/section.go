@@ -200,6 +200,10 @@ func dur(sec float64) string {
 	return time.Duration(sec * 1e9).Round(time.Microsecond).String()
 }
 
+// SendBufferFull is the Detail of a hold span: a non-blocking server's
+// send found the connection's buffer full and the chunk waited for it.
+const SendBufferFull = "send_buffer_full"
+
 // recordEpisode turns a finished episode into a span of the connection's
 // peer port: zero windows, retransmissions and loss recovery hold the
 // sender back (blocking); cwnd changes are marks.
@@ -225,6 +229,7 @@ func recordEpisode(r collectors.Recorder, ep Episode) {
 type dataSpans struct {
 	r    collectors.Recorder
 	last map[uint64]lastData // by socket cookie; only the reader goroutine uses it
+	full map[uint64]int64    // by socket cookie: when its send buffer was found full
 }
 
 type lastData struct {
@@ -248,12 +253,29 @@ func (d *dataSpans) record(e *Event) {
 		d.r.Record(collectors.Span{Kind: kind, Start: prev.ts, End: max(int64(e.FoldLastTs), prev.ts), Tid: prev.tid,
 			Port: prev.peer, LocalPort: prev.local, Bytes: e.FoldBytes, Detail: "folded", Client: client})
 	}
+	ts := int64(e.Ts)
+	if Kind(e.Kind) == SendFull {
+		if d.full == nil || len(d.full) >= maxDataConns {
+			d.full = map[uint64]int64{}
+		}
+		d.full[e.Cookie] = ts
+		return
+	}
+	if from, full := d.full[e.Cookie]; full && kind == collectors.SpanSend {
+		// The send that went through ends the wait for the buffer: the
+		// connection held the chunk back (a hold, like a zero window).
+		delete(d.full, e.Cookie)
+		if e.Bytes > 0 && ts > from {
+			d.r.Record(collectors.Span{Kind: collectors.SpanTCP, Start: from, End: ts, Port: e.Dport, LocalPort: e.Sport,
+				Detail: SendBufferFull, Blocking: true})
+		}
+	}
 	if e.Bytes == 0 {
 		// The flush at close: nothing more follows on the connection.
 		delete(d.last, e.Cookie)
+		delete(d.full, e.Cookie)
 		return
 	}
-	ts := int64(e.Ts)
 	d.r.Record(collectors.Span{Kind: kind, Start: ts, End: ts, Tid: e.Tid, Port: e.Dport, LocalPort: e.Sport,
 		Bytes: e.Bytes, Client: client})
 	if !ok && len(d.last) >= maxDataConns {

@@ -63,6 +63,11 @@ const (
 	// carries what was still folded; its ports may be 0 (match it by
 	// Cookie) and its Tid is not the sender's.
 	Arrival Kind = 10
+	// SendFull: a send of a followed server socket found its buffer full
+	// (EAGAIN from a non-blocking socket) at Ts, the first since the last
+	// Send that went through; it carries the folded sends like a Send.
+	// The connection held the server's data back until its next Send.
+	SendFull Kind = 11
 )
 
 func (k Kind) String() string {
@@ -220,6 +225,9 @@ type DataCounts struct {
 	Arrivals     uint64 `json:"arrival_records"`
 	ArrivalBytes uint64 `json:"arrival_bytes"`
 	Folded       uint64 `json:"folded"`
+	// SendsFull counts the waits of a non-blocking server for a full send
+	// buffer (SendFull records).
+	SendsFull uint64 `json:"sends_full,omitempty"`
 }
 
 // New returns a collector; Start loads it.
@@ -317,9 +325,11 @@ func (c *Collector) handle(e *Event) {
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent(e)
 	}
-	if k := Kind(e.Kind); k == Send || k == Arrival {
+	if k := Kind(e.Kind); k == Send || k == Arrival || k == SendFull {
 		c.mu.Lock()
-		if k == Send {
+		if k == SendFull {
+			c.data.SendsFull++
+		} else if k == Send {
 			c.data.Sends++
 			c.data.SendBytes += e.Bytes + e.FoldBytes
 			if conn := c.conns[e.Cookie]; conn != nil {

@@ -97,6 +97,7 @@ type tcpSockInfo struct {
 	RcvNxt      uint32
 	Fin         uint32
 	Pad         uint32
+	FullTs      uint64
 }
 
 type tcpTarget struct {

@@ -621,3 +621,46 @@ func TestDataEdge(t *testing.T) {
 		t.Errorf("data edges followed %d, want 0", s.DataEdges)
 	}
 }
+
+// TestChunksInOrder: the client fell behind (its socket queued chunks 2
+// and 3 before it read chunk 2), and a segment was lost and sent again
+// (chunk 3 left at 30 and arrived, with chunk 4, at 70). Each chunk is
+// the next send and the next arrival after the previous token's, not the
+// last chunk sent or arrived before the read; a stretch the load
+// generator waited for a CPU while a chunk was in flight is the client's;
+// and a deliberate pause of the reader is its backpressure.
+func TestChunksInOrder(t *testing.T) {
+	e := New(Options{})
+	e.AddSegment(seg(thA, Running, 0, 100))
+	for _, at := range []int64{10, 20, 30, 40} {
+		e.AddSend(Send{Time: at * ms, Tid: thA.Tid, Port: port})
+	}
+	for _, at := range []int64{11, 21, 70} {
+		e.AddArrival(Arrival{Time: at * ms, Port: port})
+	}
+	e.AddClientWait(ClientWait{Start: 50 * ms, End: 60 * ms, Holder: stress})
+	e.AddRead(Read{Request: 1, Index: 1, Port: port, Start: 0, End: 12 * ms})
+	e.AddRead(Read{Request: 1, Index: 2, Port: port, Start: 12 * ms, End: 25 * ms, PauseStart: 22 * ms, PauseEnd: 24 * ms})
+	e.AddRead(Read{Request: 1, Index: 3, Port: port, Start: 25 * ms, End: 71 * ms})
+	gs := e.Flush(maxNs)
+	if len(gs) != 3 {
+		t.Fatalf("%d gaps", len(gs))
+	}
+	for _, g := range gs {
+		checkSums(t, g)
+	}
+	checkSteps(t, gs[1], []Step{
+		step(12, 20, thA, Running, ServerCompute, 0),
+		step(20, 21, Thread{}, None, NetBackpressure, 0),
+		step(21, 22, Thread{}, None, Client, 0),
+		step(22, 24, Thread{}, None, NetBackpressure, 0).with(Thread{}, 0, NoteReaderPaused).port(port),
+		step(24, 25, Thread{}, None, Client, 0),
+	})
+	checkSteps(t, gs[2], []Step{
+		step(25, 30, thA, Running, ServerCompute, 0),
+		step(30, 50, Thread{}, None, NetBackpressure, 0),
+		step(50, 60, Thread{}, Runnable, Client, 0).with(stress, 0, NoteClientWaited),
+		step(60, 70, Thread{}, None, NetBackpressure, 0),
+		step(70, 71, Thread{}, None, Client, 0),
+	})
+}

@@ -91,17 +91,30 @@ type Engine struct {
 	holds    map[uint16][]Hold    // by Start
 	maxHold  int64                // the longest hold held
 	data     map[uint32][]Data    // by the reader's process, by Read
-	pending  []Read
-	flushed  int64 // the last watermark flushed
-	horizon  int64 // history before it is forgotten
-	floor    int64
-	stats    Stats
+	// clientWaits are the load generator's run-queue waits, by Start.
+	clientWaits   []ClientWait
+	maxClientWait int64
+	// last is each port's last walked gap: the next token's chunk is the
+	// next send and the next arrival after that gap's (a byte stream is
+	// in order).
+	last    map[uint16]lastChunk
+	pending []Read
+	flushed int64 // the last watermark flushed
+	horizon int64 // history before it is forgotten
+	floor   int64
+	stats   Stats
 
 	// the walk's scratch
 	steps   []Step
 	overlay []Step
 	path    []uint32
 	port    uint16
+}
+
+// lastChunk is the send and arrival a port's last gap matched.
+type lastChunk struct {
+	request, index int
+	send, arrival  int64 // minNs: none matched
 }
 
 const (
@@ -130,6 +143,7 @@ func New(opt Options) *Engine {
 		arrivals: map[uint16][]Arrival{},
 		holds:    map[uint16][]Hold{},
 		data:     map[uint32][]Data{},
+		last:     map[uint16]lastChunk{},
 		flushed:  minNs,
 		horizon:  minNs,
 		floor:    maxNs,
@@ -159,11 +173,12 @@ func insert[T any](s []T, x T, key func(*T) int64) []T {
 	return s
 }
 
-func segStart(s *Segment) int64   { return s.Start }
-func cudaStart(c *CUDACall) int64 { return c.Start }
-func sendTime(s *Send) int64      { return s.Time }
-func holdStart(h *Hold) int64     { return h.Start }
-func dataRead(d *Data) int64      { return d.Read }
+func segStart(s *Segment) int64     { return s.Start }
+func cudaStart(c *CUDACall) int64   { return c.Start }
+func sendTime(s *Send) int64        { return s.Time }
+func holdStart(h *Hold) int64       { return h.Start }
+func dataRead(d *Data) int64        { return d.Read }
+func waitStart(w *ClientWait) int64 { return w.Start }
 func arrivalTime(a *Arrival) int64 {
 	return a.Time
 }
@@ -250,6 +265,19 @@ func (e *Engine) AddHold(h Hold) {
 	}
 }
 
+// AddClientWait adds a run-queue wait of a load generator's thread.
+func (e *Engine) AddClientWait(w ClientWait) {
+	if w.End <= w.Start {
+		e.stats.Events++
+		e.stats.Malformed++
+		return
+	}
+	if e.admit(w.End) {
+		e.clientWaits = insert(e.clientWaits, w, waitStart)
+		e.maxClientWait = max(e.maxClientWait, w.End-w.Start)
+	}
+}
+
 // AddData adds data passed between target threads.
 func (e *Engine) AddData(d Data) {
 	if d.Read < d.Written || d.Reader.Tid == 0 || d.Writer.Tid == 0 || d.Reader.Tid == d.Writer.Tid {
@@ -306,7 +334,7 @@ func (e *Engine) Retained() int {
 	for _, d := range e.data {
 		n += len(d)
 	}
-	return n + len(e.allSends)
+	return n + len(e.allSends) + len(e.clientWaits)
 }
 
 // Flush walks every pending read that ends at or before watermark (every
@@ -400,6 +428,11 @@ func (e *Engine) prune() {
 		if len(e.arrivals[p]) == 0 {
 			delete(e.arrivals, p)
 		}
+	}
+	if cut := sort.Search(len(e.clientWaits), func(j int) bool { return e.clientWaits[j].Start >= hz-e.maxClientWait }); cut > 0 {
+		clear(e.clientWaits[:cut])
+		e.clientWaits = e.clientWaits[cut:]
+		e.stats.Pruned += uint64(cut)
 	}
 	for p, d := range e.data {
 		e.data[p] = pruneTimes(d, hz, stale, dataRead, &e.stats.Pruned)

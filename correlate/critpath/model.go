@@ -216,6 +216,16 @@ type Data struct {
 	Written, Read  int64
 }
 
+// ClientWait is a stretch during which a thread of the load generator
+// was runnable, waiting for a CPU (its own scheduler events: bpfbench
+// watches its client), with the task that held it when known. A chunk
+// "in flight" meanwhile was held by the client: its socket's receive
+// processing and acknowledgements wait for the owner thread.
+type ClientWait struct {
+	Start, End int64
+	Holder     Thread
+}
+
 // Read is one token gap as the load generator recorded it: request,
 // token index (0: the TTFT, from the request's write), the connection's
 // client port, the previous read c(k-1) (or the write) and this read c(k).
@@ -224,6 +234,11 @@ type Read struct {
 	Index      int
 	Port       uint16
 	Start, End int64
+	// PauseStart, PauseEnd: the reader stopped reading on purpose (a
+	// simulated slow client) from PauseStart to PauseEnd; a chunk waiting
+	// in the socket meanwhile is the reader's backpressure, not the load
+	// generator's delay. Zero: no pause.
+	PauseStart, PauseEnd int64
 }
 
 // Duration is End-Start.

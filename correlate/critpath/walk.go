@@ -73,6 +73,8 @@ const (
 	NoteOtherConn    = "another connection"
 	NoteHeld         = "connection held back: " // + the hold's kind
 	NoteHop          = "upstream chunk in flight"
+	NoteReaderPaused = "the reader paused: receive backpressure"
+	NoteClientWaited = "the load generator waited for a CPU"
 )
 
 // Gap is a token gap's critical path.
@@ -93,7 +95,9 @@ type Gap struct {
 
 // gap builds r's critical path. The matching rule: r(k) is the latest
 // arrival on r.Port at or before c(k) = r.End; s(k) the latest send on
-// the port at or before r(k). Both are clamped into the gap: a chunk
+// the port at or before r(k); for a token after the first, whose previous
+// token was the port's last gap, the first arrival (send) after that
+// gap's within those bounds. Both are clamped into the gap: a chunk
 // that arrived before c(k-1) waited in the socket the whole gap. With no
 // arrival, r(k) = c(k) and the send-to-read time is net_backpressure
 // ("no arrival seen"); with no send, s(k) = r(k) and the server time is
@@ -106,11 +110,25 @@ func (e *Engine) gap(r Read) Gap {
 	a, c := r.Start, r.End
 	rk, sk := c, c
 	limit := c
+	// A later token of the request on the port whose previous token was
+	// the port's last gap: its chunk is the first arrival (send) after
+	// that gap's, as the stream is in order; a chunk that waited in the
+	// client's socket, or behind a lost segment, is not mistaken for the
+	// later chunk that arrived (was sent) last.
+	prev, seq := e.last[r.Port]
+	seq = seq && r.Index > 0 && prev.request == r.Request && prev.index == r.Index-1
+	matched := lastChunk{request: r.Request, index: r.Index, send: minNs, arrival: minNs}
 	if arr := e.arrivals[r.Port]; len(arr) > 0 {
 		i := sort.Search(len(arr), func(j int) bool { return arr[j].Time > c })
+		if seq && prev.arrival != minNs {
+			if j := sort.Search(i, func(j int) bool { return arr[j].Time > prev.arrival }); j < i {
+				i = j + 1
+			}
+		}
 		if i > 0 {
 			limit = arr[i-1].Time
 			rk = min(max(limit, a), c)
+			matched.arrival = limit
 		} else {
 			g.NoArrival = true
 		}
@@ -121,11 +139,18 @@ func (e *Engine) gap(r Read) Gap {
 	tid, haveSender := uint32(0), false
 	if snd := e.sends[r.Port]; len(snd) > 0 {
 		i := sort.Search(len(snd), func(j int) bool { return snd[j].Time > limit })
+		if seq && prev.send != minNs {
+			if j := sort.Search(i, func(j int) bool { return snd[j].Time > prev.send }); j < i {
+				i = j + 1
+			}
+		}
 		if i > 0 {
 			sk = min(max(snd[i-1].Time, a), rk)
 			tid, haveSender = snd[i-1].Tid, true
+			matched.send = snd[i-1].Time
 		}
 	}
+	e.last[r.Port] = matched
 	if !haveSender {
 		g.NoSend = true
 		e.stats.NoSend++
@@ -155,10 +180,20 @@ func (e *Engine) gap(r Read) Gap {
 		if g.NoArrival {
 			st.Note = NoteNoArrival
 		}
-		e.emit(st)
+		e.inFlight(st)
 	}
 	if c > rk {
-		e.emit(Step{Start: rk, End: c, Cause: Client})
+		// The chunk in the client's socket: the reader's own pause is
+		// backpressure from the reader; the rest is the load generator's
+		// read delay.
+		lo, hi := max(rk, r.PauseStart), min(c, r.PauseEnd)
+		if hi > lo {
+			e.emit(Step{Start: rk, End: lo, Cause: Client})
+			e.emit(Step{Start: lo, End: hi, Cause: NetBackpressure, Port: r.Port, Note: NoteReaderPaused})
+			e.emit(Step{Start: hi, End: c, Cause: Client})
+		} else {
+			e.emit(Step{Start: rk, End: c, Cause: Client})
+		}
 	}
 	g.Steps = append([]Step(nil), e.steps...)
 	for _, s := range g.Steps {
@@ -467,6 +502,36 @@ func (h *history) waitsIn(x, y int64) bool {
 		}
 	}
 	return false
+}
+
+// inFlight emits the chunk's time in flight, st, less the stretches the
+// load generator's threads waited for a CPU: those are the client's (its
+// socket's receive processing waits for the thread that owns it), with
+// the holder named.
+func (e *Engine) inFlight(st Step) {
+	ws := e.clientWaits
+	i := sort.Search(len(ws), func(j int) bool { return ws[j].Start >= st.End })
+	j := sort.Search(i, func(j int) bool { return ws[j].Start >= st.Start-e.maxClientWait })
+	t := st.Start
+	for ; j < i && t < st.End; j++ {
+		w := ws[j]
+		lo, hi := max(w.Start, t), min(w.End, st.End)
+		if hi <= lo {
+			continue
+		}
+		if lo > t {
+			part := st
+			part.Start, part.End = t, lo
+			e.emit(part)
+		}
+		e.emit(Step{Start: lo, End: hi, State: Runnable, Cause: Client, Other: w.Holder, Note: NoteClientWaited})
+		t = hi
+	}
+	if t < st.End {
+		part := st
+		part.Start = t
+		e.emit(part)
+	}
 }
 
 func (e *Engine) onPath(tid uint32) bool {

@@ -182,7 +182,9 @@ type CriticalStats struct {
 	// run inside the sendmsg, over loopback or a veth), taken to leave
 	// when they arrived.
 	InlineSends uint64 `json:"inline_sends"`
-	// ClientSpans are the load generator's own scheduler spans, not fed.
+	// ClientSpans are the load generator's own scheduler spans; its run-queue
+	// waits are fed (a chunk in flight meanwhile is the client's), the rest
+	// only counted.
 	ClientSpans uint64 `json:"client_spans"`
 }
 
