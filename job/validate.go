@@ -165,7 +165,7 @@ type Validation struct {
 
 // CPUInjection keeps threads busy on cpus (nil: every CPU), two per CPU.
 func CPUInjection(cpus []int) Injection {
-	return Injection{Name: "cpu", Cause: correlate.CPURunqueue.String(), Start: func(ctx context.Context) (func() string, error) {
+	return Injection{Name: "cpu", Cause: correlate.CPURunqueue.String(), Judge: JudgeCriticalPath, Start: func(ctx context.Context) (func() string, error) {
 		p := perturb.CPU{CPUs: cpus}
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -183,7 +183,7 @@ func CPUInjection(cpus []int) Injection {
 
 // IOInjection reads path with O_DIRECT, 1 MiB at a time, 8 in flight.
 func IOInjection(path string) Injection {
-	return Injection{Name: "io", Cause: correlate.IOBlock.String(), Start: func(ctx context.Context) (func() string, error) {
+	return Injection{Name: "io", Cause: correlate.IOBlock.String(), Judge: JudgeCriticalPath, Start: func(ctx context.Context) (func() string, error) {
 		p := perturb.IO{Path: path, BlockSize: 1 << 20, Depth: 8}
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -204,7 +204,7 @@ func IOInjection(path string) Injection {
 // GPUInjection raises the CUDA stub's kernel time through its control
 // file to slowUS, and puts the previous value back.
 func GPUInjection(control string, slowUS int) Injection {
-	return Injection{Name: "gpu", Cause: correlate.GPUSync.String(),
+	return Injection{Name: "gpu", Cause: correlate.GPUSync.String(), Judge: JudgeCriticalPath,
 		Start: controlFile(control, slowUS, "the CUDA stub's control file", "the stub's kernel time")}
 }
 
@@ -344,7 +344,7 @@ func IfaceTxBytes(nsName, iface string) (uint64, error) {
 
 // ClientInjection makes one request a slow reader that stops for d.
 func ClientInjection(d time.Duration) Injection {
-	return Injection{Name: "client", Cause: correlate.NetBackpressure.String(), SlowRead: d}
+	return Injection{Name: "client", Cause: correlate.NetBackpressure.String(), Judge: JudgeCriticalPath, SlowRead: d}
 }
 
 // during runs fn until the returned stop is called, and returns its report.

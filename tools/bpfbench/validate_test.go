@@ -20,19 +20,17 @@ import (
 	"github.com/bpfbench/bpfbench/internal/privtest"
 )
 
-// The validation matrix against llmsim: each injected cause (CPU
-// contention, O_DIRECT reads of the server's KV file, the CUDA stub
-// slowed, a slow-reading client, the server's side of its veth pair
-// shaped below its baseline rate) must be the top cause of the excess it
-// added to its phase's slowest 10% of gaps, with at least 60% of it, by
-// the row's judge: the critical path for the net row (it measures the
-// chunk's time in flight, send to arrival, which the union of TCP episodes
-// leaves unexplained where the shaper queues without dropping), the
-// union-of-activity attribution for the others (DESIGN.md, "The widened
-// validation matrix"). On a shared host a run can be spoilt by
-// other work; one retry is allowed. validate's own verdict (its exit
-// status, at --min-share 0.6) must agree with the rows. Nothing of the
-// server's network namespace is left behind.
+// The validation matrix against llmsim (a frontend and an engine process):
+// each injected cause (CPU contention, O_DIRECT reads of the server's KV
+// file, the CUDA stub slowed, the engine's step work raised, a
+// slow-reading client, the server's side of its veth pair shaped below
+// its baseline rate) must be the top cause of the excess it added to its
+// phase's slowest 10% of gaps, with at least 60% of it, by the critical
+// path, which judges every row; the log says which rows reached the 80%
+// the design asks for (DESIGN.md, "The widened validation matrix"). On a
+// shared host a run can be spoilt by other work; one retry is allowed.
+// validate's own verdict (its exit status, at --min-share 0.6) must agree
+// with the rows. Nothing of the server's network namespace is left behind.
 func TestValidateMatrixOnLLMSim(t *testing.T) {
 	privtest.Require(t)
 	privtest.RequireTool(t, "ip", "apt-get install iproute2")
@@ -55,11 +53,12 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 		for _, r := range v.Rows {
 			names = append(names, r.Injection)
 		}
-		if got := strings.Join(names, ","); got != "cpu,io,gpu,client,net" {
-			t.Fatalf("rows %s, want cpu, io, gpu, client and net", got)
+		if got := strings.Join(names, ","); got != "cpu,io,gpu,compute,client,net" {
+			t.Fatalf("rows %s, want cpu, io, gpu, compute, client and net", got)
 		}
 		last = nil
 		cliPass := true
+		at80 := 0
 		for _, r := range v.Rows {
 			t.Logf("%s: injected %s, judged by %s: top %s, %s of the added tail excess; union: top %s %s (%v); critical path: top %s %s (%v); ITL p99 %+.1f ms; %s",
 				r.Injection, r.Injected, r.Judge, r.JudgedTop(), pct(r.JudgedShare()), r.Attributed, pct(r.Share), shares(r.AddedShares),
@@ -68,10 +67,14 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 				cliPass = false
 				last = append(last, r.Injection+": top "+r.JudgedTop()+" "+pct(r.JudgedShare())+" of the added tail excess ("+r.Judge+")")
 			}
-			if want := map[string]string{"net": job.JudgeCriticalPath}[r.Injection]; r.Judge != want && !(want == "" && r.Judge == job.JudgeUnion) {
-				t.Errorf("%s judged by %s", r.Injection, r.Judge)
+			if r.Judge != job.JudgeCriticalPath {
+				t.Errorf("%s judged by %s, want the critical path", r.Injection, r.Judge)
+			}
+			if r.JudgedTop() == r.Injected && r.JudgedShare() >= 0.8 {
+				at80++
 			}
 		}
+		t.Logf("attempt %d: %d of %d rows with the injected cause on top at 80%% or more", attempt, at80, len(v.Rows))
 		if cliPass != (code == 0) {
 			t.Errorf("validate exit %d, but its rows say pass=%v at --min-share 0.6: %s", code, cliPass, stderr)
 		}
