@@ -122,7 +122,7 @@ func (e *Engine) gap(r Read) Gap {
 		i := sort.Search(len(arr), func(j int) bool { return arr[j].Time > c })
 		if seq && prev.arrival != minNs {
 			if j := sort.Search(i, func(j int) bool { return arr[j].Time > prev.arrival }); j < i {
-				i = j + 1
+				i = fragmentsEnd(j, i, func(k int) int64 { return arr[k].Time }) + 1
 			}
 		}
 		if i > 0 {
@@ -141,7 +141,7 @@ func (e *Engine) gap(r Read) Gap {
 		i := sort.Search(len(snd), func(j int) bool { return snd[j].Time > limit })
 		if seq && prev.send != minNs {
 			if j := sort.Search(i, func(j int) bool { return snd[j].Time > prev.send }); j < i {
-				i = j + 1
+				i = fragmentsEnd(j, i, func(k int) int64 { return snd[k].Time }) + 1
 			}
 		}
 		if i > 0 {
@@ -200,6 +200,22 @@ func (e *Engine) gap(r Read) Gap {
 		g.Ns[s.Cause] += s.End - s.Start
 	}
 	return g
+}
+
+// fragmentGap is the longest pause between the sends (arrivals) of one
+// chunk: a server that writes a chunk in pieces (HTTP chunked framing,
+// then the data) sends them back to back, and tokens are a step apart.
+const fragmentGap = int64(1_000_000)
+
+// fragmentsEnd is, from index j below n, the last index of the run of
+// times (at(k)) each within fragmentGap of the one before: the chunk's
+// last piece, so that one chunk's pieces are not taken for the next
+// tokens' chunks.
+func fragmentsEnd(j, n int, at func(int) int64) int {
+	for j+1 < n && at(j+1)-at(j) < fragmentGap {
+		j++
+	}
+	return j
 }
 
 // lastRan is the target thread running at t or, failing that, the one

@@ -141,7 +141,10 @@ func TestRealEngineEndToEnd(t *testing.T) {
 	// that the run's own medians (each cause's normal activity) stay those
 	// of an uncontended gap; diff. What other load on the host can blur
 	// (cpu_runqueue on top, diff's verdict, the share's rise) is returned,
-	// for one more attempt; the rest fails t.
+	// for another attempt, three in all (the contended run's share of
+	// cpu_runqueue in the p99 band was 51-67% over ten attempts on this
+	// 2-core host, before and after the data edges: the 60% bar is at the
+	// edge of its spread); the rest fails t.
 	attempt := func(t *testing.T, n int) (judged []string) {
 		dir1 := filepath.Join(t.TempDir(), fmt.Sprintf("baseline-%d", n))
 		tok0 := tokens()
@@ -241,7 +244,9 @@ func TestRealEngineEndToEnd(t *testing.T) {
 		// time unexplained, and names the busy process.
 		dir3 := filepath.Join(t.TempDir(), fmt.Sprintf("contended-%d", n))
 		busy3 := start(t, cli("perturb", "cpu", "--threads", "2", "--cpus", "0", "--duration", "90s"))
-		run3 := start(t, cli(append([]string{"run", "--out", dir3, "--baseline", dir1}, load...)...))
+		// Twice the requests: the p99 band of 32 requests is 17 gaps, and a
+		// few long ones swing its shares by 10 points from run to run.
+		run3 := start(t, cli(append(append([]string{"run", "--out", dir3, "--baseline", dir1}, load...), "--num-requests", strconv.Itoa(2*numRequests))...))
 		run3Err := <-run3.done
 		_ = busy3.cmd.Process.Signal(syscall.SIGTERM)
 		wait(t, "bpfbench perturb cpu", busy3, <-busy3.done)
@@ -285,7 +290,7 @@ func TestRealEngineEndToEnd(t *testing.T) {
 			break
 		}
 		up, _ := os.ReadFile("/proc/loadavg")
-		if n == 2 {
+		if n == 3 {
 			for _, j := range judged {
 				t.Error(j)
 			}
