@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -171,21 +172,34 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	cmd.Stdout, cmd.Stderr = w, w
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("engine: starting %s: %w", opts.Paths.Server, err)
-	}
 	s := &Server{
 		URL:  "http://127.0.0.1:" + strconv.Itoa(port),
 		Port: port,
-		Pid:  cmd.Process.Pid,
 		Cmd:  cmd,
 		out:  out,
 		done: make(chan struct{}),
 	}
+	// The parent-death signal follows the thread that forked the server,
+	// not the process: a thread of Go's pool can end at any time (a
+	// goroutine that locked it and exits without unlocking takes it down,
+	// as the collectors' readers do), and the server with it. So it is
+	// forked from a thread kept locked for the server's life.
+	started := make(chan error, 1)
 	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
 		s.waitErr = cmd.Wait()
 		close(s.done)
 	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("engine: starting %s: %w", opts.Paths.Server, err)
+	}
+	s.Pid = cmd.Process.Pid
 	if err := s.waitHealthy(ctx, opts.StartTimeout); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("engine: %s %s: %w\n%s", opts.Paths.Server, strings.Join(args, " "), err, s.Output())
