@@ -57,6 +57,10 @@ type Section struct {
 // tree that map a CUDA library and are not attached yet.
 const treeScan = time.Second
 
+// maxTreeBackoff is the longest wait before a process of the tree that
+// mapped no CUDA library is read again.
+const maxTreeBackoff = 16 * time.Second
+
 type snapshot struct {
 	counts []Counts
 	copies [numDirections]uint64
@@ -207,16 +211,30 @@ func (s *Section) allLibraries() []Library {
 func (s *Section) followTree(ctx context.Context) {
 	t := time.NewTicker(treeScan)
 	defer t.Stop()
+	// A process that maps no CUDA library is read again after a wait
+	// that doubles up to maxTreeBackoff (vLLM's API server never will;
+	// its maps can be long).
+	type backoff struct {
+		next time.Time
+		wait time.Duration
+	}
+	unmapped := map[int]backoff{}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
+		now := time.Now()
 		tree := append([]int{s.pid}, collectors.Descendants(s.pid)...)
 		in := map[uint32]bool{}
 		for _, p := range tree {
 			in[uint32(p)] = true
+		}
+		for p := range unmapped {
+			if !in[uint32(p)] {
+				delete(unmapped, p)
+			}
 		}
 		for _, p := range s.pids() {
 			if !in[p] && p != uint32(s.pid) {
@@ -232,13 +250,18 @@ func (s *Section) followTree(ctx context.Context) {
 			s.mu.Lock()
 			known := s.procs[uint32(p)]
 			s.mu.Unlock()
-			if known {
+			b, seen := unmapped[p]
+			if known || (seen && now.Before(b.next)) {
 				continue
 			}
 			libs, err := FindLibraries(p, s.override)
 			if err != nil || len(libs) == 0 {
+				b.wait = min(max(2*b.wait, treeScan), maxTreeBackoff)
+				b.next = now.Add(b.wait)
+				unmapped[p] = b
 				continue
 			}
+			delete(unmapped, p)
 			if _, err := s.attachProc(p, libs); err != nil {
 				s.Log().Warn("some CUDA libraries could not be probed", "pid", p, "err", err)
 			}
