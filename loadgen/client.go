@@ -661,6 +661,15 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 	case ctx.Err() != nil: // the stall timer, the request's timeout, or the run's end
 		rec.failErr(ctx, &stalled, err)
 		return
+	case status.Code(err) == codes.DeadlineExceeded && deadlineWithin(ctx, grpcDeadlineSlack):
+		// The server enforced the request's deadline (it came as
+		// grpc-timeout) a moment before the client's own timer fired.
+		select {
+		case <-ctx.Done():
+		case <-time.After(grpcDeadlineSlack):
+		}
+		rec.failErr(ctx, &stalled, err)
+		return
 	default:
 		st := status.Convert(err)
 		switch {
@@ -680,6 +689,16 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 	rec.OutputTokens = len(rec.ChunkNs)
 	rec.TokenSource = TokensFromChunks
 	rec.Success = true
+}
+
+// grpcDeadlineSlack is how far before a request's deadline a
+// DeadlineExceeded status from the server is still that deadline's.
+const grpcDeadlineSlack = 50 * time.Millisecond
+
+// deadlineWithin reports whether ctx has a deadline less than d away.
+func deadlineWithin(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < d
 }
 
 // isGRPCTransportCut reports whether an Internal status is gRPC-Go's
