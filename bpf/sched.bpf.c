@@ -178,10 +178,39 @@ struct {
  * every thread on the host (the daemon) or only of targets (a session). */
 volatile const bool host_wide = true;
 
-/* Set by userspace before load: the host-wide histogram takes one switch
- * in host_sample_mask + 1, chosen at random (0: every switch); userspace
- * scales it back. With no target, the other switches cost almost nothing. */
-volatile const __u32 host_sample_mask = 0;
+/* Written by userspace at any time (the daemon follows the host's switch
+ * rate with it): the host-wide histogram takes one switch in
+ * host_sample_mask + 1 (a power of two) on average (0: every switch), and
+ * counts it host_sample_mask + 1 times, so the histogram stays unbiased
+ * while the mask changes. The switches between two samples are a random
+ * count (odd, from 1 to 2 * mask + 1, mean mask + 1) counted down per CPU:
+ * a random draw per switch costs ~40 ns here (bpf_get_prandom_u32), the
+ * countdown a few, and a random gap does not lock onto a periodic pattern
+ * (a ping-pong's every other switch). With no target, the switches between
+ * samples cost almost nothing. */
+volatile __u32 host_sample_mask = 0;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} host_left SEC(".maps");
+
+/* host_sampled says whether this switch goes into the host-wide histogram. */
+static __always_inline bool host_sampled(__u32 mask)
+{
+	__u32 zero = 0;
+	__u32 *left = bpf_map_lookup_elem(&host_left, &zero);
+	if (!left)
+		return false;
+	if (*left > 1) {
+		(*left)--;
+		return false;
+	}
+	*left = (bpf_get_prandom_u32() & (2 * mask)) + 1;
+	return true;
+}
 
 /* Folding thresholds, set by userspace before load (0 sends everything). */
 volatile const __u64 fold_runq_ns = 10000;     /* run-queue waits */
@@ -296,9 +325,10 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	struct target *tgt;
 	__u64 now = 0;
 	bool host_sample = host_wide;
+	__u32 mask = host_wide ? host_sample_mask : 0;
 
-	if (host_wide && host_sample_mask) {
-		host_sample = !(bpf_get_prandom_u32() & host_sample_mask);
+	if (mask) {
+		host_sample = host_sampled(mask);
 		if (!host_sample && !nr_targets && !nr_children)
 			return 0;
 	}
@@ -343,7 +373,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	__u8 has_runq = 0;
 	__u64 runq = runq_of(next, &has_runq);
 	if (has_runq && host_sample)
-		hist_add(&runq_hist, 0, runq);
+		hist_add_n(&runq_hist, 0, runq, mask + 1);
 	if (!tgt)
 		return 0;
 	__u32 idx = tgt->idx;

@@ -63,17 +63,24 @@ struct hist {
 	__u64 sum_ns;
 };
 
-/* hist_add adds v (ns) to the histogram at idx of an array map of struct hist. */
-static __always_inline void hist_add(void *map, __u32 idx, __u64 v)
+/* hist_add_n adds v (ns) n times to the histogram at idx of an array map
+ * of struct hist: a sample that stands for n intervals. */
+static __always_inline void hist_add_n(void *map, __u32 idx, __u64 v, __u32 n)
 {
 	struct hist *h = bpf_map_lookup_elem(map, &idx);
 	if (!h)
 		return;
 	__u32 s = hist_slot(v);
 	if (s < HIST_SLOTS)
-		h->slots[s]++;
-	h->count++;
-	h->sum_ns += v;
+		h->slots[s] += n;
+	h->count += n;
+	h->sum_ns += v * n;
+}
+
+/* hist_add adds v (ns) to the histogram at idx of an array map of struct hist. */
+static __always_inline void hist_add(void *map, __u32 idx, __u64 v)
+{
+	hist_add_n(map, idx, v, 1);
 }
 
 #endif

@@ -1,8 +1,14 @@
 package sched
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"log/slog"
+	"math"
+	"os"
+	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -23,10 +29,34 @@ type Host struct {
 
 var _ collectors.Host = (*Host)(nil)
 
-// DefaultHostSample is the daemon's host-wide sampling: one context switch
-// in 8 goes into the host-wide run-queue histogram (scaled back), which
-// keeps a context-switch storm within budget; targets count every switch.
+// DefaultHostSample is where the daemon's host-wide sampling starts: one
+// context switch in 8 goes into the host-wide run-queue histogram (counted
+// 8 times); targets count every switch. From then on Run follows the
+// host's switch rate (HostSamplesPerSecond).
 var DefaultHostSample uint32 = 8
+
+// HostSamplesPerSecond is about how many context switches a second the
+// daemon's host-wide run-queue histogram takes: Run sets the sampling to
+// the host's switch rate over this (a power of two, at most
+// MaxHostSample), so a context-switch storm costs the early return of
+// almost every switch and a quiet host is counted in full.
+var HostSamplesPerSecond = 2000.0
+
+// MaxHostSample bounds the host-wide sampling (one switch in this many).
+const MaxHostSample = 1024
+
+// hostSampleFor is the sampling that takes about HostSamplesPerSecond of
+// rate switches a second.
+func hostSampleFor(rate float64) uint32 {
+	n := rate / HostSamplesPerSecond
+	if !(n > 1) {
+		return 1
+	}
+	if n >= MaxHostSample {
+		return MaxHostSample
+	}
+	return pow2(uint32(math.Ceil(n)))
+}
 
 // NewHost returns the daemon's scheduler collector; names labels the slots.
 func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
@@ -43,10 +73,58 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 	}
 }
 
-// Run has nothing to stream in the daemon; it waits for ctx.
+// Run has nothing to stream in the daemon: until ctx ends, it reads the
+// host's context-switch count (/proc/stat ctxt, free) every second and
+// sets the host-wide sampling to that rate (hostSampleFor).
 func (h *Host) Run(ctx context.Context) error {
-	<-ctx.Done()
-	return nil
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last, lastT, err := procCtxt()
+	if err != nil {
+		h.Log().Warn("the host's context-switch rate is unknown; host-wide sampling stays fixed", "sample", h.HostSample(), "err", err)
+		<-ctx.Done()
+		return nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		n, now, err := procCtxt()
+		if err != nil || n < last {
+			continue
+		}
+		rate := float64(n-last) / now.Sub(lastT).Seconds()
+		last, lastT = n, now
+		if s := hostSampleFor(rate); s != h.HostSample() {
+			if err := h.SetHostSample(s); err != nil {
+				h.Log().Warn("setting the host-wide sampling", "err", err)
+				continue
+			}
+			h.Log().Debug("host-wide run-queue sampling", "switches_per_s", math.Round(rate), "one_in", s)
+		}
+	}
+}
+
+// procCtxt reads the host's context switches since boot from /proc/stat.
+func procCtxt() (uint64, time.Time, error) {
+	b, err := os.ReadFile("/proc/stat")
+	now := time.Now()
+	if err != nil {
+		return 0, now, err
+	}
+	return parseCtxt(b, now)
+}
+
+func parseCtxt(b []byte, now time.Time) (uint64, time.Time, error) {
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("ctxt ")); ok {
+			n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
+			return n, now, err
+		}
+	}
+	return 0, now, errors.New("/proc/stat has no ctxt line")
 }
 
 // SetTarget aggregates tgid under slot idx, without streaming.

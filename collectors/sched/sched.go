@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/bits"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -160,8 +161,10 @@ type Config struct {
 	Fold *Fold
 	// HostSample, with HostWide, puts one switch in HostSample (a power of
 	// two; 0 or 1: every switch) into the host-wide histogram, chosen at
-	// random, and scales it back: the daemon's cost on a context-switch
-	// storm. Targets are always counted in full.
+	// random, and counts it HostSample times: the daemon's cost on a
+	// context-switch storm. It is where the sampling starts; SetHostSample
+	// changes it while running (the daemon follows the host's switch rate).
+	// Targets' own histograms always count every switch.
 	HostSample uint32
 	// Wakers records, for target threads, who woke them (task, or which
 	// kind of interrupt) and who held the CPU while they were preempted,
@@ -193,8 +196,9 @@ type Config struct {
 // Collector loads and runs the scheduler program.
 type Collector struct {
 	*bpfutil.Base
-	cfg  Config
-	objs schedObjects
+	cfg        Config
+	objs       schedObjects
+	hostSample atomic.Uint32
 }
 
 // New returns a collector; Start loads it.
@@ -202,10 +206,10 @@ func New(cfg Config) *Collector {
 	if cfg.Fold == nil {
 		cfg.Fold = &DefaultFold
 	}
-	if cfg.HostSample&(cfg.HostSample-1) != 0 {
-		cfg.HostSample = 1 << bits.Len32(cfg.HostSample-1) // the next power of two
-	}
-	return &Collector{cfg: cfg, Base: bpfutil.NewBase("sched", cfg.Logger)}
+	cfg.HostSample = pow2(cfg.HostSample)
+	c := &Collector{cfg: cfg, Base: bpfutil.NewBase("sched", cfg.Logger)}
+	c.hostSample.Store(c.sampleMask() + 1)
+	return c
 }
 
 // Start loads the program and attaches it. On error it releases
@@ -313,17 +317,35 @@ func (c *Collector) readHist(m *ebpf.Map, key uint32) (hist.Log2, error) {
 
 // RunqueueHist is the in-kernel run-queue latency histogram of slot idx
 // (0 = every thread of the host when HostWide, else every target). A
-// sampled host-wide histogram is scaled back to every switch.
+// sampled host-wide histogram is scaled in the kernel: each sampled switch
+// counts as many as the mask in force when it was taken stood for.
 func (c *Collector) RunqueueHist(idx uint32) (hist.Log2, error) {
-	h, err := c.readHist(c.objs.RunqHist, idx)
-	if n := uint64(c.sampleMask()) + 1; err == nil && idx == 0 && c.cfg.HostWide && n > 1 {
-		for i := range h.Slots {
-			h.Slots[i] *= n
-		}
-		h.Count *= n
-		h.SumNs *= n
+	return c.readHist(c.objs.RunqHist, idx)
+}
+
+// SetHostSample makes the host-wide histogram take one switch in n from
+// now on (a power of two; rounded up; 0 or 1: every switch). It is safe
+// while the program runs; without HostWide it does nothing.
+func (c *Collector) SetHostSample(n uint32) error {
+	if !c.cfg.HostWide || c.objs.HostSampleMask == nil {
+		return nil
 	}
-	return h, err
+	n = pow2(n)
+	if err := c.objs.HostSampleMask.Set(max(n, 1) - 1); err != nil {
+		return fmt.Errorf("setting the host-wide sampling: %w", err)
+	}
+	c.hostSample.Store(max(n, 1))
+	return nil
+}
+
+// HostSample is the host-wide sampling in force: one switch in this many.
+func (c *Collector) HostSample() uint32 { return max(c.hostSample.Load(), 1) }
+
+func pow2(n uint32) uint32 {
+	if n&(n-1) != 0 {
+		return 1 << bits.Len32(n-1)
+	}
+	return n
 }
 
 func (c *Collector) sampleMask() uint32 {

@@ -99,6 +99,7 @@ type schedUnixWrite struct {
 const (
 	schedMapCurSoftirq        = "cur_softirq"
 	schedMapEvents            = "events"
+	schedMapHostLeft          = "host_left"
 	schedMapOffcpuHist        = "offcpu_hist"
 	schedMapPipeStats         = "pipe_stats"
 	schedMapRunqHist          = "runq_hist"
@@ -190,6 +191,7 @@ type schedProgramSpecs struct {
 type schedMapSpecs struct {
 	CurSoftirq *ebpf.MapSpec `ebpf:"cur_softirq"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
+	HostLeft   *ebpf.MapSpec `ebpf:"host_left"`
 	OffcpuHist *ebpf.MapSpec `ebpf:"offcpu_hist"`
 	PipeStats  *ebpf.MapSpec `ebpf:"pipe_stats"`
 	RunqHist   *ebpf.MapSpec `ebpf:"runq_hist"`
@@ -243,6 +245,7 @@ func (o *schedObjects) Close() error {
 type schedMaps struct {
 	CurSoftirq *ebpf.Map `ebpf:"cur_softirq"`
 	Events     *ebpf.Map `ebpf:"events"`
+	HostLeft   *ebpf.Map `ebpf:"host_left"`
 	OffcpuHist *ebpf.Map `ebpf:"offcpu_hist"`
 	PipeStats  *ebpf.Map `ebpf:"pipe_stats"`
 	RunqHist   *ebpf.Map `ebpf:"runq_hist"`
@@ -255,6 +258,7 @@ func (m *schedMaps) Close() error {
 	return _SchedClose(
 		m.CurSoftirq,
 		m.Events,
+		m.HostLeft,
 		m.OffcpuHist,
 		m.PipeStats,
 		m.RunqHist,
