@@ -179,7 +179,7 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 		}
 		marks.Begin(DemoPhases[2])
 		if !while(func(c context.Context) string {
-			r, err := perturb.IO{Path: cfg.Sim.IOFile, BlockSize: 1 << 20, Depth: 8}.Run(c)
+			r, err := perturb.IO{Path: cfg.Sim.IOFile, BlockSize: 1 << 20, Depth: 8}.RunProcess(c)
 			if err != nil {
 				return "disk: " + err.Error()
 			}

@@ -181,7 +181,8 @@ func CPUInjection(cpus []int) Injection {
 	}}
 }
 
-// IOInjection reads path with O_DIRECT, 1 MiB at a time, 8 in flight.
+// IOInjection reads path with O_DIRECT, 1 MiB at a time, 8 in flight, in a
+// child process (perturb.IO.RunProcess).
 func IOInjection(path string) Injection {
 	return Injection{Name: "io", Cause: correlate.IOBlock.String(), Judge: JudgeCriticalPath, Start: func(ctx context.Context) (func() string, error) {
 		p := perturb.IO{Path: path, BlockSize: 1 << 20, Depth: 8}
@@ -192,7 +193,7 @@ func IOInjection(path string) Injection {
 			return nil, fmt.Errorf("the IO injection's file: %w", err)
 		}
 		return during(ctx, func(c context.Context) string {
-			r, err := p.Run(c)
+			r, err := p.RunProcess(c)
 			if err != nil {
 				return "io: " + err.Error()
 			}

@@ -38,40 +38,70 @@ func (c CPU) RunProcess(ctx context.Context) (CPUReport, error) {
 	for i, n := range c.CPUs {
 		cpus[i] = strconv.Itoa(n)
 	}
-	cmd, err := SelfCommand("perturb", "cpu", "--output", "json",
+	var rep CPUReport
+	err := runChild(ctx, "CPU", &rep, "perturb", "cpu", "--output", "json",
 		"--threads", strconv.Itoa(c.Threads), "--cpus", strings.Join(cpus, ","),
 		"--duty", strconv.FormatFloat(c.Duty, 'f', -1, 64), "--nice", strconv.Itoa(c.Nice))
+	return rep, err
+}
+
+// RunProcess runs the IO perturbation in a child process (`bpfbench
+// perturb io --json`) until ctx is done, for the reason CPU.RunProcess
+// gives: its threads block in O_DIRECT reads for milliseconds at a time,
+// and each holds one of the Go scheduler's Ps while it does, so in the
+// caller's process (a load generator pinned to one CPU has one P) the
+// caller's goroutines would wait for a P until the scheduler's monitor
+// takes it back: a client delay of milliseconds per chunk that the kernel
+// sees as nothing.
+func (p IO) RunProcess(ctx context.Context) (IOReport, error) {
+	if err := p.Validate(); err != nil {
+		return IOReport{}, err
+	}
+	args := []string{"perturb", "io", "--output", "json", "--file", p.Path,
+		"--block-size", strconv.Itoa(p.BlockSize), "--depth", strconv.Itoa(p.Depth)}
+	if p.Write {
+		args = append(args, "--write")
+	}
+	var rep IOReport
+	err := runChild(ctx, "IO", &rep, args...)
+	return rep, err
+}
+
+// runChild runs `bpfbench ARGS...` until ctx is done, stops it with SIGTERM
+// and reads the "report" of its JSON output into rep.
+func runChild(ctx context.Context, what string, rep any, args ...string) error {
+	cmd, err := SelfCommand(args...)
 	if err != nil {
-		return CPUReport{}, err
+		return err
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Start(); err != nil {
-		return CPUReport{}, fmt.Errorf("starting the CPU perturbation: %w", err)
+		return fmt.Errorf("starting the %s perturbation: %w", what, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		return CPUReport{}, fmt.Errorf("the CPU perturbation exited early: %v: %s", err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("the %s perturbation exited early: %v: %s", what, err, strings.TrimSpace(stderr.String()))
 	case <-ctx.Done():
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-done:
 		if err != nil {
-			return CPUReport{}, fmt.Errorf("the CPU perturbation: %v: %s", err, strings.TrimSpace(stderr.String()))
+			return fmt.Errorf("the %s perturbation: %v: %s", what, err, strings.TrimSpace(stderr.String()))
 		}
 	case <-time.After(10 * time.Second):
 		_ = cmd.Process.Kill()
 		<-done
-		return CPUReport{}, fmt.Errorf("the CPU perturbation did not stop on SIGTERM; killed")
+		return fmt.Errorf("the %s perturbation did not stop on SIGTERM; killed", what)
 	}
-	var out struct {
-		Report CPUReport `json:"report"`
-	}
+	out := struct {
+		Report any `json:"report"`
+	}{rep}
 	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-		return CPUReport{}, fmt.Errorf("reading the CPU perturbation's report %q: %w", stdout.String(), err)
+		return fmt.Errorf("reading the %s perturbation's report %q: %w", what, stdout.String(), err)
 	}
-	return out.Report, nil
+	return nil
 }
