@@ -441,10 +441,14 @@ func quantile(xs []int64, q float64) int64 {
 	return xs[int(q*float64(len(xs)-1))]
 }
 
+// inPhase is the gaps of phase p: those whose middle lies in it. A gap
+// that straddles two phases belongs to the one it spent most of its time
+// in: a stream stalled by a shaped link that drains only when the shaping
+// ends is the net phase's, not the next one's, where it ends.
 func inPhase(gs []critGap, p critPhase) []critGap {
 	var out []critGap
 	for _, g := range gs {
-		if g.end >= p.from && g.end < p.to {
+		if mid := g.start + g.duration()/2; mid >= p.from && mid < p.to {
 			out = append(out, g)
 		}
 	}
