@@ -53,8 +53,8 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 		for _, r := range v.Rows {
 			names = append(names, r.Injection)
 		}
-		if got := strings.Join(names, ","); got != "cpu,io,gpu,compute,client,net" {
-			t.Fatalf("rows %s, want cpu, io, gpu, compute, client and net", got)
+		if got := strings.Join(names, ","); got != "cpu,io,gpu,compute,client,net,client-cpu" {
+			t.Fatalf("rows %s, want cpu, io, gpu, compute, client, net and client-cpu", got)
 		}
 		last = nil
 		cliPass := true
@@ -96,7 +96,7 @@ func TestValidateSimNetnsCleanup(t *testing.T) {
 	simBinaries(t)
 	failing := func(t *testing.T) string {
 		t.Helper()
-		code, stdout, stderr := runCLIChild("validate", "--sim", "--phase", "2s", "--skip", "cpu,gpu,client,net",
+		code, stdout, stderr := runCLIChild("validate", "--sim", "--phase", "2s", "--skip", "cpu,gpu,client,net,client-cpu",
 			"--io-file", "/nonexistent/kv.img", "--out", t.TempDir())
 		if code == 0 {
 			t.Fatalf("exit 0 with a missing --io-file: %s", stdout)
@@ -146,7 +146,7 @@ type validateProc struct {
 // once the net phase shapes the server's interface.
 func startUntilNet(t *testing.T) *validateProc {
 	t.Helper()
-	v := &validateProc{cmd: cliCmd("validate", "--sim", "--phase", "3s", "--skip", "cpu,io,gpu,client", "--out", t.TempDir())}
+	v := &validateProc{cmd: cliCmd("validate", "--sim", "--phase", "3s", "--skip", "cpu,io,gpu,client,client-cpu", "--out", t.TempDir())}
 	out, err := v.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
