@@ -369,6 +369,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	c.stats.NoArrival, c.stats.NoSend, c.stats.Guessed, c.stats.NoThread = st.NoArrival, st.NoSend, st.Guessed, st.NoThread
 	c.stats.DepthLimited, c.stats.Cycles, c.stats.Hops = st.DepthLimited, st.Cycles, st.Hops
 	c.stats.DataEdgesFollowed = st.DataEdges
+	c.stats.SiblingWaits = st.SiblingWaits
 
 	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),
@@ -441,14 +442,16 @@ func quantile(xs []int64, q float64) int64 {
 	return xs[int(q*float64(len(xs)-1))]
 }
 
-// inPhase is the gaps of phase p: those whose middle lies in it. A gap
-// that straddles two phases belongs to the one it spent most of its time
-// in: a stream stalled by a shaped link that drains only when the shaping
-// ends is the net phase's, not the next one's, where it ends.
+// inPhase is the gaps of phase p: those that lie wholly in it. A gap that
+// straddles two phases has both phases' causes in it (a stream stalled by
+// the net phase's shaping that drains when it ends, then waits for a
+// starved client in the next phase), so it judges neither: judged by its
+// end, the net phase's stalls were the next phase's net_backpressure;
+// by its middle, the next phase's starved client was the net phase's.
 func inPhase(gs []critGap, p critPhase) []critGap {
 	var out []critGap
 	for _, g := range gs {
-		if mid := g.start + g.duration()/2; mid >= p.from && mid < p.to {
+		if g.start >= p.from && g.end < p.to {
 			out = append(out, g)
 		}
 	}

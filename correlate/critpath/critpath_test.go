@@ -664,3 +664,40 @@ func TestChunksInOrder(t *testing.T) {
 		step(70, 71, Thread{}, None, Client, 0),
 	})
 }
+
+// A thread pool at a barrier: the sender runs (spins) while its sibling
+// waits for a CPU held by stress-ng: that stretch is the sibling's wait,
+// cpu_runqueue with stress-ng named. Its wait behind a thread of the
+// targets (the sender itself) stays the process's own compute, and so
+// does the sender's running while the sibling sleeps.
+func TestSiblingWaitAtABarrier(t *testing.T) {
+	g := only(t, []Segment{
+		seg(thA, Running, 0, 100),
+		seg(thB, Running, 0, 20),
+		runq(thB, 20, 60, Holder{stress, 30 * ms}, Holder{thC, 10 * ms}),
+		seg(thB, Running, 60, 70),
+		runq(thB, 70, 80, Holder{thA, 10 * ms}),
+		sleepBy(thB, 80, 100, Wake{Kind: WakeTimer}),
+		seg(thC, Sleep, 0, 100),
+	}, nil, []Send{{Time: 90 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 92 * ms, Port: port}},
+		Read{Request: 1, Index: 2, Port: port, Start: 0, End: 95 * ms})
+	checkSteps(t, g, []Step{
+		step(0, 20, thA, Running, ServerCompute, 0),
+		step(20, 50, thB, Runnable, CPURunqueue, 0).with(stress, 0, NoteSiblingWait),
+		step(50, 90, thA, Running, ServerCompute, 0),
+		step(90, 92, Thread{}, None, NetBackpressure, 0),
+		step(92, 95, Thread{}, None, Client, 0),
+	})
+	if g.Ns[CPURunqueue] != 30*ms || g.Ns[ServerCompute] != 60*ms {
+		t.Errorf("cpu_runqueue %d ms, server_compute %d ms; want 30 and 60", g.Ns[CPURunqueue]/ms, g.Ns[ServerCompute]/ms)
+	}
+	// A thread alone in its process keeps its running time.
+	g = only(t, []Segment{
+		seg(stress, Running, 0, 100),
+		seg(thB, Running, 0, 100),
+	}, nil, []Send{{Time: 90 * ms, Tid: stress.Tid, Port: port}}, []Arrival{{Time: 92 * ms, Port: port}},
+		Read{Request: 1, Index: 2, Port: port, Start: 0, End: 95 * ms})
+	if g.Ns[ServerCompute] != 90*ms {
+		t.Errorf("a lone thread: server_compute %d ms, want 90", g.Ns[ServerCompute]/ms)
+	}
+}

@@ -62,10 +62,13 @@ type Stats struct {
 	Hops                                 uint64 // net-rx sleeps followed to another target thread's send
 	Cycles                               uint64 // sleeps not followed: the waker already on the path
 	DataEdges                            uint64 // walks that followed data to its writer (Data)
+	SiblingWaits                         uint64 // running steps given to a sibling thread's wait for a CPU
 }
 
 type history struct {
-	th   Thread
+	th Thread
+	// proc is the tgid it is indexed under in Engine.procs (0: none).
+	proc uint32
 	segs []Segment  // sorted by Start
 	cuda []CUDACall // sorted by Start
 	// maxCuda is the longest CUDA call held.
@@ -81,7 +84,10 @@ type history struct {
 type Engine struct {
 	opt     Options
 	threads map[uint32]*history
-	sends   map[uint16][]Send // by Time
+	// procs are the target threads of each process (tgid), for the
+	// sibling rule of running steps.
+	procs map[uint32][]uint32
+	sends map[uint16][]Send // by Time
 	// allSends are every port's sends by Time, for the hops: a sleep
 	// woken by a network receive follows the latest send of another
 	// target thread on a connection that is no client's (a gateway woken
@@ -107,8 +113,10 @@ type Engine struct {
 	// the walk's scratch
 	steps   []Step
 	overlay []Step
-	path    []uint32
-	port    uint16
+	// sibWaits is scratch space of siblingWaits.
+	sibWaits []siblingWait
+	path     []uint32
+	port     uint16
 }
 
 // lastChunk is the send and arrival a port's last gap matched.
@@ -139,6 +147,7 @@ func New(opt Options) *Engine {
 	return &Engine{
 		opt:      opt,
 		threads:  map[uint32]*history{},
+		procs:    map[uint32][]uint32{},
 		sends:    map[uint16][]Send{},
 		arrivals: map[uint16][]Arrival{},
 		holds:    map[uint16][]Hold{},
@@ -219,7 +228,34 @@ func (e *Engine) AddSegment(s Segment) {
 	if s.Thread.Comm != "" || s.Thread.Tgid != 0 {
 		h.th = s.Thread
 	}
+	if h.th.Tgid != h.proc {
+		e.unindex(h)
+		if h.th.Tgid != 0 {
+			e.procs[h.th.Tgid] = append(e.procs[h.th.Tgid], h.th.Tid)
+			h.proc = h.th.Tgid
+		}
+	}
 	h.segs = insert(h.segs, s, segStart)
+}
+
+// unindex takes h out of its process's entry in procs.
+func (e *Engine) unindex(h *history) {
+	if h.proc == 0 {
+		return
+	}
+	ts := e.procs[h.proc]
+	for i, t := range ts {
+		if t == h.th.Tid {
+			ts = append(ts[:i], ts[i+1:]...)
+			break
+		}
+	}
+	if len(ts) == 0 {
+		delete(e.procs, h.proc)
+	} else {
+		e.procs[h.proc] = ts
+	}
+	h.proc = 0
 }
 
 // AddCUDA adds a blocking CUDA call.
@@ -410,6 +446,7 @@ func (e *Engine) prune() {
 		}
 		if (len(h.segs) == 0 || h.segs[len(h.segs)-1].End < stale) && (len(h.cuda) == 0 || h.cuda[len(h.cuda)-1].End < stale) {
 			e.stats.Pruned += uint64(len(h.segs) + len(h.cuda))
+			e.unindex(h)
 			delete(e.threads, tid)
 		}
 	}

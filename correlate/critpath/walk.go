@@ -1,6 +1,8 @@
 package critpath
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 	"strconv"
 )
@@ -75,6 +77,7 @@ const (
 	NoteHop          = "upstream chunk in flight"
 	NoteReaderPaused = "the reader paused: receive backpressure"
 	NoteClientWaited = "the load generator waited for a CPU"
+	NoteSiblingWait  = "a thread of the same process waited for a CPU"
 )
 
 // Gap is a token gap's critical path.
@@ -341,15 +344,110 @@ func (e *Engine) piece(h *history, sg *Segment, x, y int64, depth int) {
 }
 
 // running: server_compute, or gpu_sync inside a blocking CUDA call (a
-// spin-wait on the CPU).
+// spin-wait on the CPU), less the sibling rule's waits (siblingWaits).
 func (e *Engine) running(h *history, x, y int64, depth int) {
 	e.cudaSplit(h, x, y, func(x, y int64, call string) {
 		st := Step{Start: x, End: y, Thread: h.th, State: Running, Cause: ServerCompute, Depth: depth}
 		if call != "" {
 			st.Cause, st.Note = GPUSync, call
+			e.emit(st)
+			return
 		}
-		e.emit(st)
+		e.siblingWaits(h, st)
 	})
+}
+
+// siblingWait is a stretch a sibling thread waited for a CPU held by a
+// task outside the targets.
+type siblingWait struct {
+	start, end int64
+	thread     Thread // the sibling
+	holder     Thread
+}
+
+// siblingWaits emits st (server_compute of h) less the stretches during
+// which another thread of h's process was runnable on a CPU held by a task
+// outside the targets: cpu_runqueue, the sibling's wait, its holder named.
+// A process's threads are taken to work together: a thread pool meets at
+// a barrier every step (ggml's, an OpenMP team), where the threads that
+// ran spin until the preempted one gets its CPU back, so the step's time
+// is the preempted thread's wait, not compute. Waits behind the targets'
+// own threads are the process's own work and stay server_compute.
+func (e *Engine) siblingWaits(h *history, st Step) {
+	sibs := e.procs[h.th.Tgid]
+	if h.th.Tgid == 0 || len(sibs) < 2 {
+		e.emit(st)
+		return
+	}
+	ws := e.sibWaits[:0]
+	for _, tid := range sibs {
+		if tid == h.th.Tid {
+			continue
+		}
+		sh := e.threads[tid]
+		if sh == nil {
+			continue
+		}
+		s := sh.segs
+		i := sort.Search(len(s), func(j int) bool { return s[j].Start >= st.End })
+		// A thread's segments follow each other: walking back, the
+		// first that ends before st.Start ends the overlap.
+		for j := i - 1; j >= 0 && s[j].End > st.Start; j-- {
+			sg := &s[j]
+			if sg.State != Runnable {
+				continue
+			}
+			t := sg.Start
+			for _, ho := range sg.Holders {
+				if ho.Ns <= 0 {
+					continue
+				}
+				end := min(t+ho.Ns, sg.End)
+				if lo, hi := max(t, st.Start), min(end, st.End); hi > lo && !e.isTarget(ho.Thread) {
+					ws = append(ws, siblingWait{lo, hi, sh.th, ho.Thread})
+				}
+				t = end
+			}
+		}
+	}
+	e.sibWaits = ws
+	if len(ws) == 0 {
+		e.emit(st)
+		return
+	}
+	slices.SortFunc(ws, func(a, b siblingWait) int {
+		return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.thread.Tid, b.thread.Tid), cmp.Compare(a.end, b.end))
+	})
+	t := st.Start
+	for _, w := range ws {
+		lo, hi := max(w.start, t), w.end
+		if hi <= lo {
+			continue
+		}
+		if lo > t {
+			part := st
+			part.Start, part.End = t, lo
+			e.emit(part)
+		}
+		e.stats.SiblingWaits++
+		e.emit(Step{Start: lo, End: hi, Thread: w.thread, State: Runnable, Cause: CPURunqueue, Depth: st.Depth, Other: w.holder, Note: NoteSiblingWait})
+		t = hi
+	}
+	if t < st.End {
+		part := st
+		part.Start = t
+		e.emit(part)
+	}
+}
+
+// isTarget says whether th is one of the targets' threads (one with a
+// history, or of a process that has some).
+func (e *Engine) isTarget(th Thread) bool {
+	if _, ok := e.threads[th.Tid]; ok {
+		return true
+	}
+	_, ok := e.procs[th.Tgid]
+	return th.Tgid != 0 && ok
 }
 
 // cudaSplit cuts [x, y] at h's CUDA calls and hands each part to fn with

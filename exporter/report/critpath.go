@@ -168,7 +168,11 @@ type CriticalStats struct {
 	// its process read last (a unix socket) to the thread that wrote it;
 	// DataEdges: the reads of such data added.
 	DataEdgesFollowed uint64 `json:"data_edges_followed"`
-	DataEdges         uint64 `json:"data_edges"`
+	// SiblingWaits: stretches of a thread's running given to another
+	// thread of its process that waited for a CPU held outside the
+	// targets (a pool at a barrier spins while one of it is preempted).
+	SiblingWaits uint64 `json:"sibling_waits"`
+	DataEdges    uint64 `json:"data_edges"`
 	// Sends, Arrivals, Segments, CUDACalls, Holds, Reads: what was added
 	// (Holds: the connections' blocking TCP episodes, zero windows, loss
 	// recovery and retransmissions, DESIGN.md "Held connections").
