@@ -113,8 +113,9 @@ type Engine struct {
 	// the walk's scratch
 	steps   []Step
 	overlay []Step
-	// sibWaits is scratch space of siblingWaits.
+	// sibWaits and cuts are scratch space of siblingWaits and emitCut's callers.
 	sibWaits []siblingWait
+	cuts     []Step
 	path     []uint32
 	port     uint16
 }

@@ -418,9 +418,21 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 	slices.SortFunc(ws, func(a, b siblingWait) int {
 		return cmp.Or(cmp.Compare(a.start, b.start), cmp.Compare(a.thread.Tid, b.thread.Tid), cmp.Compare(a.end, b.end))
 	})
-	t := st.Start
+	cuts := e.cuts[:0]
 	for _, w := range ws {
-		lo, hi := max(w.start, t), w.end
+		cuts = append(cuts, Step{Start: w.start, End: w.end, Thread: w.thread, State: Runnable, Cause: CPURunqueue, Depth: st.Depth, Other: w.holder, Note: NoteSiblingWait})
+	}
+	e.cuts = cuts
+	e.stats.SiblingWaits += uint64(e.emitCut(st, cuts))
+}
+
+// emitCut emits st with the stretches of cuts (sorted by Start; each
+// clipped to st and to what the earlier ones left) replaced by those
+// steps, and says how many of them it emitted.
+func (e *Engine) emitCut(st Step, cuts []Step) int {
+	t, n := st.Start, 0
+	for _, c := range cuts {
+		lo, hi := max(c.Start, t), min(c.End, st.End)
 		if hi <= lo {
 			continue
 		}
@@ -429,8 +441,9 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 			part.Start, part.End = t, lo
 			e.emit(part)
 		}
-		e.stats.SiblingWaits++
-		e.emit(Step{Start: lo, End: hi, Thread: w.thread, State: Runnable, Cause: CPURunqueue, Depth: st.Depth, Other: w.holder, Note: NoteSiblingWait})
+		c.Start, c.End = lo, hi
+		e.emit(c)
+		n++
 		t = hi
 	}
 	if t < st.End {
@@ -438,6 +451,7 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 		part.Start = t
 		e.emit(part)
 	}
+	return n
 }
 
 // isTarget says whether th is one of the targets' threads (one with a
@@ -626,26 +640,12 @@ func (e *Engine) inFlight(st Step) {
 	ws := e.clientWaits
 	i := sort.Search(len(ws), func(j int) bool { return ws[j].Start >= st.End })
 	j := sort.Search(i, func(j int) bool { return ws[j].Start >= st.Start-e.maxClientWait })
-	t := st.Start
-	for ; j < i && t < st.End; j++ {
-		w := ws[j]
-		lo, hi := max(w.Start, t), min(w.End, st.End)
-		if hi <= lo {
-			continue
-		}
-		if lo > t {
-			part := st
-			part.Start, part.End = t, lo
-			e.emit(part)
-		}
-		e.emit(Step{Start: lo, End: hi, State: Runnable, Cause: Client, Other: w.Holder, Note: NoteClientWaited})
-		t = hi
+	cuts := e.cuts[:0]
+	for _, w := range ws[j:i] {
+		cuts = append(cuts, Step{Start: w.Start, End: w.End, State: Runnable, Cause: Client, Other: w.Holder, Note: NoteClientWaited})
 	}
-	if t < st.End {
-		part := st
-		part.Start = t
-		e.emit(part)
-	}
+	e.cuts = cuts
+	e.emitCut(st, cuts)
 }
 
 func (e *Engine) onPath(tid uint32) bool {
@@ -687,6 +687,11 @@ func (e *Engine) overlayHolds(a, b int64) {
 	if len(iv) == 0 {
 		return
 	}
+	cuts := e.cuts[:0]
+	for _, h := range iv {
+		cuts = append(cuts, Step{Start: h.Start, End: h.End, Cause: NetBackpressure, Port: e.port, Note: NoteHeld + h.Kind})
+	}
+	e.cuts = cuts
 	steps := e.steps
 	e.steps = e.overlay[:0]
 	for _, st := range steps {
@@ -694,25 +699,7 @@ func (e *Engine) overlayHolds(a, b int64) {
 			e.emit(st)
 			continue
 		}
-		t := st.Start
-		for _, h := range iv {
-			lo, hi := max(h.Start, t), min(h.End, st.End)
-			if hi <= lo {
-				continue
-			}
-			if lo > t {
-				part := st
-				part.Start, part.End = t, lo
-				e.emit(part)
-			}
-			e.emit(Step{Start: lo, End: hi, Cause: NetBackpressure, Port: e.port, Note: NoteHeld + h.Kind})
-			t = hi
-		}
-		if t < st.End {
-			part := st
-			part.Start = t
-			e.emit(part)
-		}
+		e.emitCut(st, cuts)
 	}
 	e.overlay = steps[:0]
 }
