@@ -21,7 +21,9 @@
 #            tokens, `bpfbench load` output tok/s: nothing, attach, run, daemon
 #   llmsim   bin/llmsim at its limit, output tok/s: nothing, attach, run, daemon
 #   storm    stress-ng --switch 1 --taskset 0 ops/s: nothing, bpfbench daemon
-#            (host-wide), bpftrace runqlat
+#            (host-wide), bpftrace runqlat, and empty-tp: an empty program on
+#            tp_btf/sched_switch (tools/bench/emptytp), the floor of any
+#            observer that runs on every switch
 #   cuda     bin/launchloop (stub libcuda) steps/s: nothing, attach
 #   barrier  bin/barrierpool (ggml-like barrier pool) steps/s: nothing, attach
 #
@@ -487,6 +489,10 @@ obs_start() {
 			done
 		fi
 		;;
+	empty-tp)
+		bg 960 emptytp "$bin/emptytp" sched_switch
+		OBS_PID=$BG
+		;;
 	bpftrace)
 		# runqlat.bt as a one-liner, bounded by an interval probe.
 		bg $((dur + 180)) bpftrace bpftrace -e '
@@ -533,7 +539,7 @@ obs_stop() {
 		stop "$OBS_PID" INT 15
 		cp "$tmp/attach.out" "$OBS_JSON" 2>/dev/null || true
 		;;
-	daemon | daemon-host) stop "$OBS_PID" TERM 15 ;;
+	daemon | daemon-host | empty-tp) stop "$OBS_PID" TERM 15 ;;
 	bpftrace) stop "$OBS_PID" INT 15 ;;
 	esac
 	[ $STATS = 1 ] && echo "$stats_orig" >/proc/sys/kernel/bpf_stats_enabled
@@ -603,7 +609,7 @@ storm_measure() {
 part_storm() {
 	command -v stress-ng >/dev/null || die "storm needs stress-ng (apt-get install stress-ng)"
 	command -v bpftrace >/dev/null || die "storm needs bpftrace (apt-get install bpftrace)"
-	run_part storm storm_measure nothing daemon-host bpftrace
+	run_part storm storm_measure nothing daemon-host bpftrace empty-tp
 }
 
 # ---- cuda and barrier: a workload started paused, observed, then run -----
@@ -758,6 +764,10 @@ mkdir "$tmp/bin"
 for f in "${need[@]}"; do cp -p "$f" "$tmp/bin/"; done
 [ -z "${BENCH_BPFBENCH:-}" ] || cp -p "$BENCH_BPFBENCH" "$tmp/bin/bpfbench"
 bin=$tmp/bin
+if [[ ",$parts," == *,storm,* ]]; then
+	go=$(command -v go || echo /usr/local/go/bin/go)
+	"$go" build -o "$bin/emptytp" ./tools/bench/emptytp || die "building tools/bench/emptytp"
+fi
 
 python3 - "$tmp/meta.json" "$rounds" "$parts" "$dur" "$bpf_stats" "$bin/bpfbench" <<'PY'
 import datetime, hashlib, json, os, platform, subprocess, sys
