@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
@@ -116,6 +117,9 @@ func newCritStream(maxHeld int, floor int64) *critStream {
 		tgids: map[uint32]bool{}}
 	c.eng.SetFloor(floor)
 	if p := os.Getenv(critDumpEnv); p != "" {
+		// "%p" is this process's pid: one file per run when a test
+		// runs several.
+		p = strings.ReplaceAll(p, "%p", strconv.Itoa(os.Getpid()))
 		if f, err := os.Create(p); err == nil {
 			c.dumpW = bufio.NewWriterSize(f, 1<<16)
 			c.dump, c.dumpFile = json.NewEncoder(c.dumpW), f

@@ -83,7 +83,9 @@ func TestRealEngineEndToEnd(t *testing.T) {
 		numRequests = 32
 		outLen      = 48
 	)
-	load := []string{"--target", srv.URL, "--pid", pid, "--model", "tiny-llama", "--input-len", "32", "--output-len", strconv.Itoa(outLen),
+	// Short prompts: a prefill runs in the other slot's gap, and with
+	// long ones those gaps are the p99 band whatever else happens.
+	load := []string{"--target", srv.URL, "--pid", pid, "--model", "tiny-llama", "--input-len", "4", "--output-len", strconv.Itoa(outLen),
 		"--num-requests", strconv.Itoa(numRequests), "--max-concurrency", "2", "--warmup", "0", "--no-progress"}
 	leftovers := snapshotLeftovers(t)
 	// cli runs bpfbench (this test binary as the CLI) on CPU 1, away from
@@ -237,7 +239,7 @@ func TestRealEngineEndToEnd(t *testing.T) {
 		// Contended from start to end, compared with the baseline run
 		// (--baseline): the run's own medians are contended, the quiet
 		// run's are not. The critical path names cpu_runqueue on top with
-		// at least half of the p99 gap's excess (the goal, 60%, is logged),
+		// at least 60% of the p99 gap's excess,
 		// leaves at most 10% of the gap time unexplained, and names the
 		// busy process.
 		dir3 := filepath.Join(t.TempDir(), fmt.Sprintf("contended-%d", n))
@@ -259,15 +261,16 @@ func TestRealEngineEndToEnd(t *testing.T) {
 			b := cp.ITLP99
 			t.Logf("contended throughout, against the baseline run: critical path p99 gap %.1f ms (%d gaps), excess %.1f ms, top %s, shares %v; unexplained %.4f of gap time; neighbours %+v",
 				b.FromMs, b.Gaps, b.ExcessMs, b.Top, b.ExcessShares, cp.UnexplainedFraction, cp.NoisyNeighbours)
-			// The design asks for 60%; on this 2-core VM the share spread
-			// over 51-67% in fourteen attempts (the rest mostly
-			// server_compute: running time that grew under contention,
-			// which the scheduler cannot tell from work), so the test holds
-			// the majority and logs the share against the 60% goal.
-			if b.Top != "cpu_runqueue" || b.ExcessShares["cpu_runqueue"] < 0.5 {
-				judged = append(judged, fmt.Sprintf("contended run against the baseline: the p99 gap's excess top %s, cpu_runqueue %.2f, want cpu_runqueue with at least 0.5", b.Top, b.ExcessShares["cpu_runqueue"]))
+			// The design asks for 60%. With 32-token prompts it was
+			// 51-67% over fifteen attempts: every request's prefill ran in
+			// the other slot's gap, those gaps were the whole p99 band,
+			// and the prefill's compute (server_compute, rightly: it is
+			// there without contention too) was a third of its excess.
+			// With 4-token prompts the band is the contention's: 67-74%.
+			if b.Top != "cpu_runqueue" || b.ExcessShares["cpu_runqueue"] < 0.6 {
+				judged = append(judged, fmt.Sprintf("contended run against the baseline: the p99 gap's excess top %s, cpu_runqueue %.2f, want cpu_runqueue with at least 0.6", b.Top, b.ExcessShares["cpu_runqueue"]))
 			} else {
-				t.Logf("contended run against the baseline: cpu_runqueue %.2f of the p99 gap's excess (goal 0.6: met %v)", b.ExcessShares["cpu_runqueue"], b.ExcessShares["cpu_runqueue"] >= 0.6)
+				t.Logf("contended run against the baseline: cpu_runqueue %.2f of the p99 gap's excess (at least 0.6)", b.ExcessShares["cpu_runqueue"])
 			}
 			if cp.UnexplainedFraction > 0.1 {
 				t.Errorf("contended run: unexplained %.3f of the gap time, want at most 0.1", cp.UnexplainedFraction)
