@@ -85,9 +85,11 @@ type Engine struct {
 	opt     Options
 	threads map[uint32]*history
 	// procs are the target threads of each process (tgid), for the
-	// sibling rule of running steps.
-	procs map[uint32][]uint32
-	sends map[uint16][]Send // by Time
+	// sibling rule of running steps; procRunq their Runnable segments
+	// with holders, by Start, so that the rule looks at one list.
+	procs    map[uint32][]uint32
+	procRunq map[uint32]*runqIndex
+	sends    map[uint16][]Send // by Time
 	// allSends are every port's sends by Time, for the hops: a sleep
 	// woken by a network receive follows the latest send of another
 	// target thread on a connection that is no client's (a gateway woken
@@ -149,6 +151,7 @@ func New(opt Options) *Engine {
 		opt:      opt,
 		threads:  map[uint32]*history{},
 		procs:    map[uint32][]uint32{},
+		procRunq: map[uint32]*runqIndex{},
 		sends:    map[uint16][]Send{},
 		arrivals: map[uint16][]Arrival{},
 		holds:    map[uint16][]Hold{},
@@ -237,6 +240,22 @@ func (e *Engine) AddSegment(s Segment) {
 		}
 	}
 	h.segs = insert(h.segs, s, segStart)
+	if s.State == Runnable && len(s.Holders) > 0 && h.th.Tgid != 0 {
+		rq := e.procRunq[h.th.Tgid]
+		if rq == nil {
+			rq = &runqIndex{}
+			e.procRunq[h.th.Tgid] = rq
+		}
+		s.Thread = h.th
+		rq.segs = insert(rq.segs, s, segStart)
+		rq.maxLen = max(rq.maxLen, s.End-s.Start)
+	}
+}
+
+// runqIndex is a process's Runnable segments with holders, by Start.
+type runqIndex struct {
+	segs   []Segment
+	maxLen int64 // the longest held
 }
 
 // unindex takes h out of its process's entry in procs.
@@ -449,6 +468,26 @@ func (e *Engine) prune() {
 			e.stats.Pruned += uint64(len(h.segs) + len(h.cuda))
 			e.unindex(h)
 			delete(e.threads, tid)
+		}
+	}
+	for tgid, rq := range e.procRunq {
+		// Those ending before the horizon, found among the ones that
+		// start before it less the longest's length.
+		cut := sort.Search(len(rq.segs), func(j int) bool { return rq.segs[j].Start >= hz-rq.maxLen })
+		keep := rq.segs[:0]
+		for _, sg := range rq.segs[:cut] {
+			if sg.End > hz {
+				keep = append(keep, sg)
+			}
+		}
+		if n := len(keep); n < cut {
+			rest := append(keep, rq.segs[cut:]...)
+			clear(rq.segs[len(rest):])
+			rq.segs = rest
+			e.stats.Pruned += uint64(cut - n)
+		}
+		if len(rq.segs) == 0 {
+			delete(e.procRunq, tgid)
 		}
 	}
 	if cut := sort.Search(len(e.allSends), func(j int) bool { return e.allSends[j].Time >= hz }); cut > 0 {

@@ -380,21 +380,13 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 		return
 	}
 	ws := e.sibWaits[:0]
-	for _, tid := range sibs {
-		if tid == h.th.Tid {
-			continue
-		}
-		sh := e.threads[tid]
-		if sh == nil {
-			continue
-		}
-		s := sh.segs
+	if rq := e.procRunq[h.th.Tgid]; rq != nil {
+		s := rq.segs
 		i := sort.Search(len(s), func(j int) bool { return s[j].Start >= st.End })
-		// A thread's segments follow each other: walking back, the
-		// first that ends before st.Start ends the overlap.
-		for j := i - 1; j >= 0 && s[j].End > st.Start; j-- {
+		j := sort.Search(i, func(j int) bool { return s[j].Start >= st.Start-rq.maxLen })
+		for ; j < i; j++ {
 			sg := &s[j]
-			if sg.State != Runnable {
+			if sg.End <= st.Start || sg.Thread.Tid == h.th.Tid {
 				continue
 			}
 			t := sg.Start
@@ -404,7 +396,7 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 				}
 				end := min(t+ho.Ns, sg.End)
 				if lo, hi := max(t, st.Start), min(end, st.End); hi > lo && !e.isTarget(ho.Thread) {
-					ws = append(ws, siblingWait{lo, hi, sh.th, ho.Thread})
+					ws = append(ws, siblingWait{lo, hi, sg.Thread, ho.Thread})
 				}
 				t = end
 			}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"syscall"
 
@@ -98,7 +99,28 @@ func main() {
 	if c, _, err := newRoot(io.Discard, io.Discard).Find(args); err == nil && c.Annotations[memoryBound] != "" && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(runMemoryLimit)
 	}
-	os.Exit(run(args, os.Stdout, os.Stderr))
+	os.Exit(profiled(func() int { return run(args, os.Stdout, os.Stderr) }))
+}
+
+// profiled runs fn, writing a CPU profile of it to $BPFBENCH_CPUPROFILE
+// when set (a developer's view of bpfbench's own cost: go tool pprof).
+func profiled(fn func() int) int {
+	p := os.Getenv("BPFBENCH_CPUPROFILE")
+	if p == "" {
+		return fn()
+	}
+	f, err := os.Create(p)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bpfbench: BPFBENCH_CPUPROFILE: %v\n", err)
+		return fn()
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintf(os.Stderr, "bpfbench: BPFBENCH_CPUPROFILE: %v\n", err)
+		return fn()
+	}
+	defer pprof.StopCPUProfile()
+	return fn()
 }
 
 // run runs the CLI with args and returns its exit status: 0, 1 for an
