@@ -19,6 +19,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/agent"
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/exporter/prom"
 	"github.com/bpfbench/bpfbench/internal/version"
 	"github.com/bpfbench/bpfbench/session"
@@ -115,6 +116,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		progs, links := kernelIDs(h)
 		d.log.Info("collector started", "collector", f.Name, "programs", progs, "links", links)
 	}
+	bpfutil.ReleaseKernelBTF()
 	d.reg.MustRegister(
 		promcollectors.NewGoCollector(),
 		promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}),

@@ -307,7 +307,7 @@ func (c *critStream) addRecord(r *loadgen.Record) {
 // advance walks the gaps the watermark has passed.
 func (c *critStream) advance(wm, floor int64) {
 	c.eng.SetFloor(floor)
-	for _, g := range c.eng.Flush(wm) {
+	c.eng.FlushFunc(wm, func(g critpath.Gap) {
 		if c.dump != nil {
 			c.dumpGap(g)
 		}
@@ -315,18 +315,19 @@ func (c *critStream) advance(wm, floor int64) {
 			noArrival: g.NoArrival, ns: g.Ns})
 		c.agg.Add(g)
 		if g.Index == 0 {
-			continue
+			return
 		}
 		if len(c.slow) == critSlowest && g.Duration() <= c.slow[0].Duration() {
-			continue
+			return
 		}
+		g.Steps = slices.Clone(g.Steps) // the engine's buffer until fn returns
 		if len(c.slow) == critSlowest {
 			c.slow[0] = g
 			heap.Fix(&c.slow, 0)
 		} else {
 			heap.Push(&c.slow, g)
 		}
-	}
+	})
 	c.held = c.eng.Retained()
 }
 

@@ -115,6 +115,11 @@ func (t *traceStream) measured(m correlate.Measurement) {
 	}
 	lo, hi := m.Start-traceGapPad, m.End+traceGapPad
 	g := &gapDetail{m: m}
+	if len(t.gaps) == traceGaps {
+		// The gap it displaces is dropped: its spans' array is reused,
+		// since most gaps that enter early in a run leave it again.
+		g.spans = t.gaps[0].spans[:0]
+	}
 	for idx := max(lo/traceBucket, t.first); idx <= t.last && len(g.spans) < traceGapMaxSpans; idx++ {
 		for _, sp := range t.buckets[idx] {
 			if overlaps(sp, lo, hi) {

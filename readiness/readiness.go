@@ -194,7 +194,7 @@ func checkTracepoint(collector, tp string, required bool) Check {
 			return Check{bad, name, err.Error(), fix}
 		}
 	} else {
-		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		p, err := newTracing(&ebpf.ProgramSpec{
 			Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: tp,
 			License: "GPL", Instructions: nopProgram,
 		})
@@ -289,8 +289,21 @@ func checkSchedInfo() Check {
 	return Check{OK, "sched_info", "run-queue stamps available (CONFIG_SCHED_INFO)", ""}
 }
 
+// newTracing loads a tracing program (its target looked up in the
+// kernel's BTF) with the process's shared kernel BTF: ebpf.NewProgram
+// would decode the kernel's BTF for each check.
+func newTracing(spec *ebpf.ProgramSpec) (*ebpf.Program, error) {
+	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"probe": spec}},
+		ebpf.CollectionOptions{Cache: bpfutil.BTFCache()})
+	if err != nil {
+		return nil, err
+	}
+	defer coll.Close()
+	return coll.DetachProgram("probe"), nil
+}
+
 func checkFentry() Check {
-	p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+	p, err := newTracing(&ebpf.ProgramSpec{
 		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceFEntry, AttachTo: "do_nanosleep",
 		License: "GPL", Instructions: nopProgram,
 	})

@@ -183,6 +183,7 @@ func (s *Session) Start(ctx context.Context) error {
 		started = append(started, sec)
 	}
 	s.sections = started
+	bpfutil.ReleaseKernelBTF()
 	if kids := adopt(s.opts.Pid, started, s.log); len(kids) > 0 {
 		s.log.Info("following the target's child processes", "pids", kids)
 		s.children = kids

@@ -306,9 +306,43 @@ func addrOf(ip []byte, port uint16) netip.AddrPort {
 	return netip.AddrPortFrom(a.Unmap(), port)
 }
 
+// diagDumps caches, for one refresh, the socket diag dump of each network
+// namespace: the server and the load generator usually share one, and a
+// dump (every TCP socket of the namespace with its tcp_info) is most of
+// a refresh's cost.
+type diagDumps map[uint32][]*netlink.InetDiagTCPInfoResp
+
+// dump returns the TCP sockets of the network namespace ino (reached
+// through path), dumping them the first time.
+func (d diagDumps) dump(ino uint32, path string) ([]*netlink.InetDiagTCPInfoResp, bool, error) {
+	if r, ok := d[ino]; ok {
+		return r, true, nil
+	}
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, false, nil // the thread exited
+	}
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
+	ns.Close()
+	if err != nil {
+		return nil, false, fmt.Errorf("opening socket diag in network namespace %d: %w", ino, err)
+	}
+	defer h.Close()
+	var all []*netlink.InetDiagTCPInfoResp
+	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
+		resp, err := h.SocketDiagTCPInfo(fam)
+		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return nil, false, fmt.Errorf("reading TCP sockets through socket diag: %w", err)
+		}
+		all = append(all, resp...)
+	}
+	d[ino] = all
+	return all, true, nil
+}
+
 // targetSockets lists pid's TCP sockets with their tcp_info, in every
-// network namespace its threads are in.
-func targetSockets(pid int) ([]diagSocket, error) {
+// network namespace its threads are in, from the refresh's dumps.
+func targetSockets(pid int, dumps diagDumps) ([]diagSocket, error) {
 	inodes, err := socketInodes(pid)
 	if err != nil {
 		return nil, err
@@ -318,37 +352,27 @@ func targetSockets(pid int) ([]diagSocket, error) {
 	}
 	var out []diagSocket
 	for ino, path := range netnsOf(pid) {
-		ns, err := netns.GetFromPath(path)
+		resp, ok, err := dumps.dump(ino, path)
 		if err != nil {
-			continue // the thread exited
+			return nil, fmt.Errorf("pid %d: %w", pid, err)
 		}
-		h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
-		ns.Close()
-		if err != nil {
-			return nil, fmt.Errorf("opening socket diag in the network namespace of pid %d: %w", pid, err)
+		if !ok {
+			continue
 		}
-		for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-			resp, err := h.SocketDiagTCPInfo(fam)
-			if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-				h.Close()
-				return nil, fmt.Errorf("reading TCP sockets through socket diag: %w", err)
+		for _, r := range resp {
+			m := r.InetDiagMsg
+			if m == nil || !inodes[m.INode] {
+				continue
 			}
-			for _, r := range resp {
-				m := r.InetDiagMsg
-				if m == nil || !inodes[m.INode] {
-					continue
-				}
-				out = append(out, diagSocket{
-					cookie: cookieOf(m.ID.Cookie),
-					netns:  ino,
-					state:  m.State,
-					local:  addrOf(m.ID.Source, m.ID.SourcePort),
-					remote: addrOf(m.ID.Destination, m.ID.DestinationPort),
-					info:   r.TCPInfo,
-				})
-			}
+			out = append(out, diagSocket{
+				cookie: cookieOf(m.ID.Cookie),
+				netns:  ino,
+				state:  m.State,
+				local:  addrOf(m.ID.Source, m.ID.SourcePort),
+				remote: addrOf(m.ID.Destination, m.ID.DestinationPort),
+				info:   r.TCPInfo,
+			})
 		}
-		h.Close()
 	}
 	return out, nil
 }

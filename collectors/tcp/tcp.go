@@ -201,6 +201,9 @@ type targetInfo struct {
 	idx    uint32
 	stream bool
 	client bool
+	// scanned: the client's sockets were listed once; the kernel follows
+	// every connection it makes after that, so refreshes skip it.
+	scanned bool
 }
 
 // Collector loads and runs the TCP programs and follows the sockets of
@@ -269,7 +272,7 @@ func (c *Collector) Start(context.Context) error {
 
 // SetClient follows the TCP connections of tgid, the load generator, under
 // slot idx: those it connects from now on (in the kernel, at connect) and
-// those it has (at each refresh). They send only Arrival records.
+// those it has now (listed once, here). They send only Arrival records.
 func (c *Collector) SetClient(tgid, idx uint32) error {
 	if err := bpfutil.CheckSlot(idx); err != nil {
 		return err
@@ -400,11 +403,23 @@ func (c *Collector) Refresh() error {
 	now := time.Now()
 	var errs []error
 	listens := map[tcpListenKey]struct{}{}
+	dumps := diagDumps{}
 	for pid, ti := range targets {
-		socks, err := targetSockets(int(pid))
+		if ti.client && ti.scanned {
+			continue
+		}
+		socks, err := targetSockets(int(pid), dumps)
 		if err != nil {
 			errs = append(errs, err)
 			continue
+		}
+		if ti.client {
+			c.mu.Lock()
+			if t, ok := c.targets[pid]; ok && t.client {
+				t.scanned = true
+				c.targets[pid] = t
+			}
+			c.mu.Unlock()
 		}
 		flags := bpfutil.StreamFlags(ti.stream)
 		if ti.client {

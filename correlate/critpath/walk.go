@@ -198,7 +198,7 @@ func (e *Engine) gap(r Read) Gap {
 			e.emit(Step{Start: rk, End: c, Cause: Client})
 		}
 	}
-	g.Steps = append([]Step(nil), e.steps...)
+	g.Steps = e.steps
 	for _, s := range g.Steps {
 		g.Ns[s.Cause] += s.End - s.Start
 	}

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
@@ -103,8 +104,15 @@ func main() {
 }
 
 // profiled runs fn, writing a CPU profile of it to $BPFBENCH_CPUPROFILE
-// when set (a developer's view of bpfbench's own cost: go tool pprof).
+// when set, and its allocations to $BPFBENCH_MEMPROFILE (a developer's view
+// of bpfbench's own cost: go tool pprof).
 func profiled(fn func() int) int {
+	if p := os.Getenv("BPFBENCH_MEMPROFILE"); p != "" {
+		// Every allocation's bytes, not a sample of one in 512 KiB: the
+		// profile is for finding what a run allocates, at some cost.
+		runtime.MemProfileRate = 4096
+		defer writeHeapProfile(p)
+	}
 	p := os.Getenv("BPFBENCH_CPUPROFILE")
 	if p == "" {
 		return fn()
@@ -121,6 +129,20 @@ func profiled(fn func() int) int {
 	}
 	defer pprof.StopCPUProfile()
 	return fn()
+}
+
+// writeHeapProfile writes the allocation profile (alloc_space: what the
+// command allocated over its life; inuse_space: what was live at the
+// last collection) to path.
+func writeHeapProfile(path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		err = errors.Join(err, f.Close())
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bpfbench: BPFBENCH_MEMPROFILE: %v\n", err)
+	}
 }
 
 // run runs the CLI with args and returns its exit status: 0, 1 for an
