@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
@@ -40,7 +42,7 @@ type gapsPhase struct {
 const gapsFormat = "bpfbench-gaps/1: [request, index, start_ns, end_ns, no_arrival, ns per cause...]"
 
 // writeGaps writes dir/GapsFile.
-func writeGaps(dir string, runStart int64, phases []critPhase, gaps []critGap) (err error) {
+func writeGaps(dir string, runStart int64, phases []critPhase, gaps iter.Seq[critGap]) (err error) {
 	f, err := os.Create(filepath.Join(dir, GapsFile))
 	if err != nil {
 		return err
@@ -63,8 +65,7 @@ func writeGaps(dir string, runStart int64, phases []critPhase, gaps []critGap) (
 		return err
 	}
 	row := make([]int64, 5+critpath.NumCauses)
-	for i := range gaps {
-		g := &gaps[i]
+	for g := range gaps {
 		row[0], row[1], row[2], row[3], row[4] = int64(g.request), int64(g.index), g.start, g.end, 0
 		if g.noArrival {
 			row[4] = 1
@@ -179,7 +180,7 @@ func LoadPrior(path string) (*Prior, error) {
 	}
 	p.Crit = critpath.Baseline{TTFT: nsOf(cp.NormalTTFTMs), ITL: nsOf(cp.NormalITLMs)}
 	if _, gaps, err := readGaps(dir); err == nil && len(gaps) > 0 {
-		p.tail, p.haveTail = tailMean(gaps, p.Crit), true
+		p.tail, p.haveTail = tailMean(slices.Values(gaps), p.Crit), true
 	}
 	return p, nil
 }
@@ -198,7 +199,7 @@ func nsOf(m map[string]float64) [critpath.NumCauses]int64 {
 // every gap: the normal gaps, the p99 bands and the phases' added tail
 // shares. base is the normal gap; baseTail, when given, the
 // tail to subtract from each phase's (else the first phase's own).
-func rebase(out *report.CriticalPath, gaps []critGap, phases []critPhase, base critpath.Baseline, baseTail *[critpath.NumCauses]float64) {
+func rebase(out *report.CriticalPath, gaps iter.Seq[critGap], phases []critPhase, base critpath.Baseline, baseTail *[critpath.NumCauses]float64) {
 	out.NormalITLMs, out.NormalTTFTMs = causesMs(base.ITL), causesMs(base.TTFT)
 	out.ITLP99 = band(gaps, base, false)
 	out.TTFTP99 = band(gaps, base, true)
@@ -210,12 +211,12 @@ func rebase(out *report.CriticalPath, gaps []critGap, phases []critPhase, base c
 	if baseTail != nil {
 		bt = *baseTail
 	} else {
-		bt = tailMean(inPhase(gaps, phases[0]), base)
+		bt = tailMean(slices.Values(inPhase(gaps, phases[0])), base)
 	}
 	for _, p := range phases {
 		gs := inPhase(gaps, p)
-		cp := report.CriticalPhase{Name: p.name, Gaps: len(gs), ITLP99: band(gs, base, false)}
-		tail := tailMean(gs, base)
+		cp := report.CriticalPhase{Name: p.name, Gaps: len(gs), ITLP99: band(slices.Values(gs), base, false)}
+		tail := tailMean(slices.Values(gs), base)
 		var added [critpath.NumCauses]float64
 		var sum float64
 		for k := range added {
@@ -259,7 +260,7 @@ func Rebase(doc *report.Document, dir string, prior *Prior) error {
 	}
 	cp := doc.CriticalPath
 	cp.Baseline = prior.Name()
-	rebase(cp, gaps, phases, prior.Crit, bt)
+	rebase(cp, slices.Values(gaps), phases, prior.Crit, bt)
 	// The slowest gaps' excess, from the per-cause times they list.
 	for i := range cp.Slowest {
 		s := &cp.Slowest[i]

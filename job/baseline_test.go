@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -45,12 +46,12 @@ func writeRun(t *testing.T, gaps []critGap, phases []critPhase) string {
 	t.Helper()
 	dir := t.TempDir()
 	cp := &report.CriticalPath{Baseline: "run", Causes: critpath.CauseNames(), Gaps: len(gaps), Slowest: []report.CriticalGap{}}
-	rebase(cp, gaps, phases, baselineOf(gaps), nil)
+	rebase(cp, slices.Values(gaps), phases, baselineOf(slices.Values(gaps)), nil)
 	doc := &report.Document{Load: map[string]json.RawMessage{}, CriticalPath: cp}
 	if err := doc.WriteFile(filepath.Join(dir, "result.json")); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeGaps(dir, gaps[0].start, phases, gaps); err != nil {
+	if err := writeGaps(dir, gaps[0].start, phases, slices.Values(gaps)); err != nil {
 		t.Fatal(err)
 	}
 	return dir

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"container/heap"
 	"encoding/json"
+	"iter"
 	"os"
 	"slices"
 	"strconv"
@@ -68,7 +69,7 @@ type critStream struct {
 	sw    critpath.Switches
 	runq  map[uint32]collectors.Span // a run-queue span waiting for its off-CPU span
 	segs  []critpath.Segment
-	gaps  []critGap
+	gaps  gapLog
 	agg   critpath.Aggregate
 	slow  critHeap
 	stats report.CriticalStats
@@ -311,7 +312,7 @@ func (c *critStream) advance(wm, floor int64) {
 		if c.dump != nil {
 			c.dumpGap(g)
 		}
-		c.gaps = append(c.gaps, critGap{request: int32(g.Request), index: int32(g.Index), start: g.Start, end: g.End,
+		c.gaps.add(critGap{request: int32(g.Request), index: int32(g.Index), start: g.Start, end: g.End,
 			noArrival: g.NoArrival, ns: g.Ns})
 		c.agg.Add(g)
 		if g.Index == 0 {
@@ -389,9 +390,9 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 		}
 	case len(phases) > 0:
 		out.Baseline = phases[0].name
-		base = baselineOf(inPhase(c.gaps, phases[0]))
+		base = baselineOf(slices.Values(inPhase(c.gaps.all(), phases[0])))
 	default:
-		base = baselineOf(c.gaps)
+		base = baselineOf(c.gaps.all())
 	}
 
 	for _, nb := range c.agg.Neighbours() {
@@ -411,9 +412,9 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	}
 
 	var delays []int64
-	for i := range c.gaps {
-		if !c.gaps[i].noArrival {
-			delays = append(delays, c.gaps[i].ns[critpath.Client])
+	for g := range c.gaps.all() {
+		if !g.noArrival {
+			delays = append(delays, g.ns[critpath.Client])
 		}
 	}
 	if len(delays) > 0 {
@@ -425,7 +426,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	for _, g := range c.slowest() {
 		out.Slowest = append(out.Slowest, criticalGap(g, base, runStart, name))
 	}
-	rebase(out, c.gaps, phases, base, baseTail)
+	rebase(out, c.gaps.all(), phases, base, baseTail)
 	return out
 }
 
@@ -453,9 +454,9 @@ func quantile(xs []int64, q float64) int64 {
 // starved client in the next phase), so it judges neither: judged by its
 // end, the net phase's stalls were the next phase's net_backpressure;
 // by its middle, the next phase's starved client was the net phase's.
-func inPhase(gs []critGap, p critPhase) []critGap {
+func inPhase(gs iter.Seq[critGap], p critPhase) []critGap {
 	var out []critGap
-	for _, g := range gs {
+	for g := range gs {
 		if g.start >= p.from && g.end < p.to {
 			out = append(out, g)
 		}
@@ -463,42 +464,58 @@ func inPhase(gs []critGap, p critPhase) []critGap {
 	return out
 }
 
-func baselineOf(gs []critGap) critpath.Baseline {
-	var ttft, itl [][critpath.NumCauses]int64
-	for i := range gs {
-		if gs[i].index == 0 {
-			ttft = append(ttft, gs[i].ns)
-		} else {
-			itl = append(itl, gs[i].ns)
+func baselineOf(gs iter.Seq[critGap]) critpath.Baseline {
+	// Cause by cause, one column at a time: a run's gaps are not copied
+	// whole (critpath.NormalOf takes every gap's parts at once).
+	var b critpath.Baseline
+	var ttft, itl []int64
+	for c := range critpath.NumCauses {
+		ttft, itl = ttft[:0], itl[:0]
+		for g := range gs {
+			if g.index == 0 {
+				ttft = append(ttft, g.ns[c])
+			} else {
+				itl = append(itl, g.ns[c])
+			}
 		}
+		b.TTFT[c], b.ITL[c] = median(ttft), median(itl)
 	}
-	return critpath.Baseline{TTFT: critpath.NormalOf(ttft), ITL: critpath.NormalOf(itl)}
+	return b
+}
+
+// median is critpath.NormalOf's median of one cause: the middle value, or
+// the mean of the middle two (xs is sorted in place).
+func median(xs []int64) int64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	m := len(xs) / 2
+	if len(xs)%2 == 1 {
+		return xs[m]
+	}
+	return xs[m-1] + (xs[m]-xs[m-1])/2
 }
 
 // band is the slowest 1% of the TTFTs (ttft) or of the later gaps: the
 // gaps at least as long as their p99.
-func band(gs []critGap, base critpath.Baseline, ttft bool) *report.CriticalBand {
-	var sel []critGap
-	for _, g := range gs {
+func band(gs iter.Seq[critGap], base critpath.Baseline, ttft bool) *report.CriticalBand {
+	var durs []int64
+	for g := range gs {
 		if (g.index == 0) == ttft {
-			sel = append(sel, g)
+			durs = append(durs, g.duration())
 		}
 	}
-	if len(sel) == 0 {
+	if len(durs) == 0 {
 		return nil
-	}
-	durs := make([]int64, len(sel))
-	for i := range sel {
-		durs[i] = sel[i].duration()
 	}
 	slices.Sort(durs)
 	from := quantile(durs, 0.99)
 	b := &report.CriticalBand{FromMs: ms(from), ExcessShares: map[string]float64{}}
 	var tot, exc [critpath.NumCauses]int64
 	var excess int64
-	for i := range sel {
-		g := &sel[i]
-		if g.duration() < from {
+	for g := range gs {
+		if (g.index == 0) != ttft || g.duration() < from {
 			continue
 		}
 		b.Gaps++
@@ -523,21 +540,35 @@ func band(gs []critGap, base critpath.Baseline, ttft bool) *report.CriticalBand 
 
 // tailMean is, per cause, the mean excess per gap of the slowest 10% of
 // the gaps after the first token.
-func tailMean(gs []critGap, base critpath.Baseline) [critpath.NumCauses]float64 {
+func tailMean(gs iter.Seq[critGap], base critpath.Baseline) [critpath.NumCauses]float64 {
 	var out [critpath.NumCauses]float64
-	var sel []critGap
-	for _, g := range gs {
+	var durs []int64
+	for g := range gs {
 		if g.index > 0 {
-			sel = append(sel, g)
+			durs = append(durs, g.duration())
 		}
 	}
-	if len(sel) == 0 {
+	if len(durs) == 0 {
 		return out
 	}
-	slices.SortFunc(sel, func(a, b critGap) int { return cmp.Compare(b.duration(), a.duration()) })
-	n := max(len(sel)/10, 1)
-	for i := range sel[:n] {
-		x := sel[i].excess(base)
+	// The n longest: every gap longer than the n-th longest, then as many
+	// as long as it as there is room for.
+	slices.Sort(durs)
+	n := max(len(durs)/10, 1)
+	nth := durs[len(durs)-n]
+	longer, _ := slices.BinarySearch(durs, nth+1) // the first longer than nth
+	ties := n - (len(durs) - longer)              // the gaps as long as nth that fit
+	for g := range gs {
+		if g.index == 0 || g.duration() < nth {
+			continue
+		}
+		if g.duration() == nth {
+			if ties == 0 {
+				continue
+			}
+			ties--
+		}
+		x := g.excess(base)
 		for k, v := range x.Ns {
 			out[k] += float64(v) / float64(n)
 		}

@@ -396,7 +396,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if err := writeRunDir(cfg.OutDir, doc); err != nil {
 		return out, err
 	}
-	if err := writeGaps(cfg.OutDir, res.StartNs, cphases, stream.crit.gaps); err != nil {
+	if err := writeGaps(cfg.OutDir, res.StartNs, cphases, stream.crit.gaps.all()); err != nil {
 		return out, fmt.Errorf("writing %s: %w", filepath.Join(cfg.OutDir, GapsFile), err)
 	}
 	if loadErr != nil && !errors.Is(loadErr, context.Canceled) {
