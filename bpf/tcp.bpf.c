@@ -365,6 +365,11 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 {
 	__u64 cookie = bpf_get_socket_cookie(sk);
 	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
+	/* The load generator's sockets take every chunk the server sends,
+	 * half of a session's segments: they record arrivals only, and their
+	 * windows and srtt are the server socket's to tell. */
+	if (si && (si->flags & TARGET_CLIENT))
+		return 0;
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 0;
@@ -580,7 +585,8 @@ int BPF_PROG(tcp_rcv_space_adjust, struct sock *sk)
 {
 	__u64 cookie = bpf_get_socket_cookie(sk);
 	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
-	if (!si)
+	/* The load generator reads a chunk at a time: not its sockets. */
+	if (!si || (si->flags & TARGET_CLIENT))
 		return 0;
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
