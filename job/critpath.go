@@ -478,23 +478,9 @@ func baselineOf(gs iter.Seq[critGap]) critpath.Baseline {
 				itl = append(itl, g.ns[c])
 			}
 		}
-		b.TTFT[c], b.ITL[c] = median(ttft), median(itl)
+		b.TTFT[c], b.ITL[c] = critpath.Median(ttft), critpath.Median(itl)
 	}
 	return b
-}
-
-// median is critpath.NormalOf's median of one cause: the middle value, or
-// the mean of the middle two (xs is sorted in place).
-func median(xs []int64) int64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	slices.Sort(xs)
-	m := len(xs) / 2
-	if len(xs)%2 == 1 {
-		return xs[m]
-	}
-	return xs[m-1] + (xs[m]-xs[m-1])/2
 }
 
 // band is the slowest 1% of the TTFTs (ttft) or of the later gaps: the

@@ -76,15 +76,23 @@ func NormalOf(ns [][NumCauses]int64) Normal {
 		for i, v := range ns {
 			col[i] = v[c]
 		}
-		slices.Sort(col)
-		m := len(col) / 2
-		if len(col)%2 == 1 {
-			n[c] = col[m]
-		} else {
-			n[c] = col[m-1] + (col[m]-col[m-1])/2
-		}
+		n[c] = Median(col)
 	}
 	return n
+}
+
+// Median is NormalOf's median of one cause's times: the middle value, or
+// the mean of the middle two (0 for none). It sorts xs in place.
+func Median(xs []int64) int64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	m := len(xs) / 2
+	if len(xs)%2 == 1 {
+		return xs[m]
+	}
+	return xs[m-1] + (xs[m]-xs[m-1])/2
 }
 
 // BaselineOf is the baseline of gaps: NormalOf their TTFTs and of the
