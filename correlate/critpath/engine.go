@@ -433,7 +433,10 @@ func (e *Engine) FlushFunc(watermark int64, fn func(Gap)) {
 	e.stats.Gaps += uint64(len(ready))
 	e.flushed = max(e.flushed, watermark)
 	h := min(e.floor, watermark)
-	if watermark < maxNs-e.opt.Keep {
+	if e.floor == maxNs && watermark < maxNs-e.opt.Keep {
+		// No floor promised: keep Options.Keep for reads still to come.
+		// With one, the history before it goes (it held every run's
+		// last 30 s of thread states: 50 MB on llmsim at 8 req/s).
 		h = min(h, watermark-e.opt.Keep)
 	}
 	for _, r := range e.pending {
