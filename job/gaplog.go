@@ -1,56 +1,39 @@
 package job
 
 import (
+	"encoding/binary"
 	"iter"
-	"math"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 )
 
-// gapLog holds every flushed gap of a run, 48 bytes a gap instead of a
-// critGap's 96, in blocks that are never copied as the log grows: a run
-// keeps each gap to the end (the baselines, the p99 bands and
-// gaps.jsonl.gz need them all), and an hour at 8 req/s of 64 tokens is
-// 1.8 million gaps. A gap whose parts do not fit (one of 2^32 ns, 4.3 s,
-// or more) is kept whole beside the blocks.
+// gapLog holds every flushed gap of a run in about 20 bytes a gap instead
+// of a critGap's 96: a run keeps each gap to the end (the baselines, the
+// p99 bands and gaps.jsonl.gz need them all), and an hour at 8 req/s of
+// 64 tokens is 1.8 million gaps. A gap is varints: its start less the
+// previous gap's start, its request, its index (the low bit: no arrival)
+// and each cause's part (most are 0: one byte), its end being its start
+// plus its parts. Blocks are never copied as the log grows. A gap whose
+// parts are negative or do not sum to it is kept whole beside them.
 type gapLog struct {
-	blocks [][]packedGap
+	blocks [][]byte
 	n      int
+	last   int64 // the last gap's start
 	wide   map[int]critGap
 }
 
-// gapBlock is the gaps a block holds (384 KiB).
-const gapBlock = 8192
+// gapBlock is the bytes of a block (256 KiB: about 13,000 gaps).
+const gapBlock = 256 << 10
 
-// packedGap is a critGap whose end is its start plus its parts (the parts
-// of a gap sum to it), each part in 32 bits.
-type packedGap struct {
-	start   int64
-	request int32
-	index   uint32 // the top bit: no arrival
-	ns      [critpath.NumCauses]uint32
-}
-
-const noArrivalBit = 1 << 31
+// gapMax is the most bytes a gap takes.
+const gapMax = (3 + int(critpath.NumCauses)) * binary.MaxVarintLen64
 
 func (l *gapLog) add(g critGap) {
 	i := l.n
 	l.n++
-	if i%gapBlock == 0 {
-		l.blocks = append(l.blocks, make([]packedGap, 0, gapBlock))
-	}
-	b := &l.blocks[len(l.blocks)-1]
-	p := packedGap{start: g.start, request: g.request, index: uint32(g.index)}
-	if g.noArrival {
-		p.index |= noArrivalBit
-	}
-	sum, fits := int64(0), g.index >= 0
-	for c, v := range g.ns {
-		if v < 0 || v > math.MaxUint32 {
-			fits = false
-			break
-		}
-		p.ns[c] = uint32(v)
+	sum, fits := int64(0), g.index >= 0 && g.request >= 0
+	for _, v := range g.ns {
+		fits = fits && v >= 0
 		sum += v
 	}
 	if !fits || sum != g.end-g.start {
@@ -59,28 +42,56 @@ func (l *gapLog) add(g critGap) {
 		}
 		l.wide[i] = g
 	}
-	*b = append(*b, p)
+	if len(l.blocks) == 0 || cap(l.blocks[len(l.blocks)-1])-len(l.blocks[len(l.blocks)-1]) < gapMax {
+		l.blocks = append(l.blocks, make([]byte, 0, gapBlock))
+	}
+	b := &l.blocks[len(l.blocks)-1]
+	*b = binary.AppendVarint(*b, g.start-l.last)
+	l.last = g.start
+	*b = binary.AppendUvarint(*b, uint64(g.request))
+	ix := uint64(g.index) << 1
+	if g.noArrival {
+		ix |= 1
+	}
+	*b = binary.AppendUvarint(*b, ix)
+	for _, v := range g.ns {
+		*b = binary.AppendUvarint(*b, uint64(v))
+	}
 }
 
 func (l *gapLog) len() int { return l.n }
 
+// bytes is the log's size.
+func (l *gapLog) bytes() int {
+	n := 0
+	for _, b := range l.blocks {
+		n += len(b)
+	}
+	return n
+}
+
 // all yields the gaps in the order they were added.
 func (l *gapLog) all() iter.Seq[critGap] {
 	return func(yield func(critGap) bool) {
-		i := 0
+		i, start := 0, int64(0)
 		for _, b := range l.blocks {
-			for k := range b {
-				g, ok := l.wide[i]
-				if !ok {
-					p := &b[k]
-					g = critGap{request: p.request, index: int32(p.index &^ noArrivalBit), start: p.start,
-						noArrival: p.index&noArrivalBit != 0}
-					end := p.start
-					for c, v := range p.ns {
-						g.ns[c] = int64(v)
-						end += int64(v)
-					}
-					g.end = end
+			for len(b) > 0 {
+				d, k := binary.Varint(b)
+				b = b[k:]
+				start += d
+				req, k := binary.Uvarint(b)
+				b = b[k:]
+				ix, k := binary.Uvarint(b)
+				b = b[k:]
+				g := critGap{request: int32(req), index: int32(ix >> 1), noArrival: ix&1 != 0, start: start, end: start}
+				for c := range g.ns {
+					v, k := binary.Uvarint(b)
+					b = b[k:]
+					g.ns[c] = int64(v)
+					g.end += int64(v)
+				}
+				if w, ok := l.wide[i]; ok {
+					g = w
 				}
 				if !yield(g) {
 					return
