@@ -353,7 +353,9 @@ func TestMultiturnDuration(t *testing.T) {
 	ids := map[int]bool{}
 	for _, r := range res.Records {
 		ids[r.Conversation] = true
-		if !r.Success || r.StartNs >= deadline || r.Conversation < 1 {
+		// A turn is sent when it is due before the deadline; it starts
+		// a wakeup later (164 µs past the deadline was seen in CI).
+		if !r.Success || r.ScheduledNs >= deadline || r.Conversation < 1 {
 			t.Fatalf("record %+v after the deadline or failed", r)
 		}
 	}
