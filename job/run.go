@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -54,6 +55,12 @@ type RunConfig struct {
 	// run needs: spans are correlated as they come and then forgotten);
 	// the rest are counted as dropped.
 	MaxSpans int
+	// SpoolBytes bounds what the recorders hand over while the load runs
+	// before it is correlated (job/spool.go): correlation waits for the
+	// load's end, taking no CPU from the server, unless the spool passes
+	// this; then it goes live. 0: DefaultSpoolBytes; negative: live from
+	// the start.
+	SpoolBytes int64
 	// Phases, when set, is called with the run's start (monotonic ns) once
 	// the load begins and returns when its scenario is done; the marks it
 	// appends split the report into phases.
@@ -186,6 +193,11 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		}
 	}()
 	stream := newRunStream(cfg, tr)
+	spoolMax := cfg.SpoolBytes
+	if spoolMax == 0 {
+		spoolMax = DefaultSpoolBytes
+	}
+	stream.deferUntilFinish(spoolMax)
 	onRecord := cfg.Load.OnRecord
 	cfg.Load.OnRecord = func(r *loadgen.Record) {
 		if onRecord != nil {
@@ -263,7 +275,13 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	}
 	sm.start(ctx)
 	defer sm.stop()
-	tr.setRunStart(clock.Now())
+	// Collect the start's garbage (kernel BTF, program loading) now, not
+	// in a collection during the load: the load's own allocations are
+	// then too few to start one, and its mark workers would take CPU from
+	// the server while it is measured.
+	runtime.GC()
+	loadStartNs := clock.Now()
+	tr.setRunStart(loadStartNs)
 	res, loadErr := loadgen.Run(loadCtx, cfg.Load)
 	loadEndNs := clock.Now()
 	stopLoad()
@@ -279,7 +297,17 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if remote != nil {
 		remote.stop()
 	}
+	corr := &report.Correlation{Deferred: spoolMax > 0}
+	cpu0, t0 := processCPU(), time.Now()
 	stream.finish()
+	corr.AfterLoadSeconds = time.Since(t0).Seconds()
+	corr.AfterLoadCPUSeconds = processCPU() - cpu0
+	corr.SpoolPeakBytes = stream.q.peakBytes()
+	if stream.liveAt != 0 {
+		off := float64(stream.liveAt-loadStartNs) / 1e9
+		corr.LiveFromOffsetS = &off
+		log.Info("the spool passed its bound: correlating live from then on", "offset_s", off, "bound_bytes", spoolMax)
+	}
 	if res == nil {
 		if loadErr == nil {
 			loadErr = errors.New("the load generator returned no result")
@@ -357,12 +385,13 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 			StoppedOffsetS: float64(stoppedNs-res.StartNs) / 1e9,
 			StoppedReason:  reason, LostEvents: sess.Lost(),
 			Spans: stream.spans, SpansDropped: stream.dropped,
-			Unavailable: sess.Unavailable(),
+			Unavailable: sess.Unavailable(), Correlation: corr,
 		}
 		ov := sess.Overhead()
 		doc.Overhead = &ov
 	} else {
 		remote.collection(res, doc, stream.spans, stream.dropped)
+		doc.Collection.Correlation = corr
 		if ctx.Err() != nil {
 			doc.Collection.StoppedReason = "interrupted; " + doc.Collection.StoppedReason
 		}

@@ -150,6 +150,14 @@ type runStream struct {
 	gw      *gatewayStream // the hops through a gateway (gateway.go); nil: none
 	now     func() int64   // the clock (CLOCK_MONOTONIC ns)
 
+	// What the recorders hand over waits in q (spool.go) until replayed:
+	// every tick while live, after the load while deferred.
+	q        spool
+	replayMu sync.Mutex
+	deferred bool  // spooling while the load runs
+	spoolMax int64 // the spool's bound in bytes while deferred
+	liveAt   int64 // the clock when the spool passed its bound (0: never)
+
 	stop chan struct{}
 	done chan struct{}
 }
@@ -178,8 +186,17 @@ func newRunStream(cfg RunConfig, tr *traceStream) *runStream {
 
 // Record takes a span from a section's reader.
 func (s *runStream) Record(sp collectors.Span) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.q.pushSpan(&sp)
+}
+
+// deferUntilFinish makes the stream spool what it is handed until finish,
+// or until the spool holds maxBytes (then it correlates live).
+func (s *runStream) deferUntilFinish(maxBytes int64) {
+	s.deferred, s.spoolMax = maxBytes > 0, maxBytes
+}
+
+// record correlates a span (under s.mu).
+func (s *runStream) record(sp collectors.Span) {
 	s.crit.record(sp)
 	if s.gw != nil {
 		s.gw.record(sp)
@@ -220,8 +237,11 @@ func (s *runStream) AddRecord(r *loadgen.Record) {
 	if r.Warmup {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.q.pushRecord(r)
+}
+
+// addRecord correlates a finished request (under s.mu).
+func (s *runStream) addRecord(r *loadgen.Record) {
 	for _, iv := range intervalsOfRecord(nil, r) {
 		s.eng.AddInterval(iv)
 	}
@@ -234,11 +254,43 @@ func (s *runStream) measured(m correlate.Measurement) {
 	s.tr.measured(m)
 }
 
-// advance measures what the watermark has passed and flushes the trace
-// buckets no interval to come can need; final measures everything.
-func (s *runStream) advance(final bool) {
+// replay correlates what the spool holds, in the order it came, each
+// tick advancing the watermark to where it was at that tick.
+func (s *runStream) replay() {
+	s.replayMu.Lock()
+	defer s.replayMu.Unlock()
+	cs, strs, recs := s.q.take()
 	s.mu.Lock()
-	wm := s.now() - s.lag
+	for _, c := range cs {
+		for i := range c {
+			switch e := &c[i]; e.kind {
+			case spoolSpan:
+				s.record(e.sp.span(strs))
+			case spoolRecord:
+				s.addRecord(recs[e.t])
+			case spoolTick:
+				s.advanceAt(e.t, false)
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.q.recycle(cs)
+}
+
+// advance replays the spool, then measures what the watermark has passed
+// and flushes the trace buckets no interval to come can need; final
+// measures everything.
+func (s *runStream) advance(final bool) {
+	s.replay()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advanceAt(s.now(), final)
+}
+
+// advanceAt advances the watermark to its place at the clock's now (under
+// s.mu).
+func (s *runStream) advanceAt(now int64, final bool) {
+	wm := now - s.lag
 	floor := max(min(s.sched.floor(), wm), wm-s.window)
 	if final {
 		wm, floor = math.MaxInt64, math.MaxInt64
@@ -246,9 +298,20 @@ func (s *runStream) advance(final bool) {
 	s.eng.SetFloor(floor)
 	h := s.eng.Measure(wm, s.measured)
 	s.crit.advance(wm, floor)
-	out := s.tr.detach(h, final)
-	s.mu.Unlock()
-	s.tr.write(out)
+	s.tr.write(s.tr.detach(h, final))
+}
+
+// tick is one beat of the stream's clock: live, it advances; deferred, it
+// is spooled for the replay, unless the spool passed its bound.
+func (s *runStream) tick() {
+	now := s.now()
+	n := s.q.pushTick(now)
+	if s.deferred && n*spoolEntryBytes > s.spoolMax {
+		s.deferred, s.liveAt = false, now
+	}
+	if !s.deferred {
+		s.replay()
+	}
 }
 
 // start ticks until finish.
@@ -263,7 +326,7 @@ func (s *runStream) start() {
 			case <-s.stop:
 				return
 			case <-t.C:
-				s.advance(false)
+				s.tick()
 			}
 		}
 	}()

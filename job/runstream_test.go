@@ -114,6 +114,12 @@ func (run *synthDaemonRun) batch(pid int) (correlate.Baseline, []correlate.Blame
 // stream replays the run through the recorder in arrival order, ticking
 // every 100 ms on a simulated clock.
 func (run *synthDaemonRun) stream(t *testing.T, dir string, pid int) (*runStream, int) {
+	return run.streamSpooled(t, dir, pid, 0)
+}
+
+// streamSpooled is stream with the stream deferred behind a spool of
+// spoolMax bytes (0: live, advancing every tick).
+func (run *synthDaemonRun) streamSpooled(t *testing.T, dir string, pid int, spoolMax int64) (*runStream, int) {
 	marks := &PhaseMarks{marks: []phaseMark{{"baseline", run.t0}, {"later", run.t0 + 10_000*msNs}}}
 	tr, err := newTraceStream(dir, run.t0, marks)
 	if err != nil {
@@ -125,6 +131,7 @@ func (run *synthDaemonRun) stream(t *testing.T, dir string, pid int) (*runStream
 	var now int64
 	s.now = func() int64 { return now }
 	s.sched.floor0 = run.t0
+	s.deferUntilFinish(spoolMax)
 	order := make([]int, len(run.spans))
 	for i := range order {
 		order[i] = i
@@ -145,7 +152,11 @@ func (run *synthDaemonRun) stream(t *testing.T, dir string, pid int) (*runStream
 			s.AddRecord(&run.records[done[nextRec]])
 			nextRec++
 		}
-		s.advance(false)
+		if spoolMax > 0 {
+			s.tick()
+		} else {
+			s.advance(false)
+		}
 		held = max(held, s.eng.Retained()+s.tr.held)
 	}
 	s.finish()

@@ -51,6 +51,8 @@ type Summary struct {
 	Connections []Connection `json:"connections"`
 	// Data counts the send and arrival records (sessions).
 	Data *DataCounts `json:"data,omitempty"`
+	// Dumps are the refreshes' socket dumps and their cost.
+	Dumps *DumpCounts `json:"dumps,omitempty"`
 }
 
 // ConnectionOf is the section's view of a connection.
@@ -148,6 +150,9 @@ func (s *Section) summary() Summary {
 	}
 	if d := s.Data(); d != (DataCounts{}) {
 		out.Data = &d
+	}
+	if d := s.Dumps(); d.Dumps > 0 {
+		out.Dumps = &d
 	}
 	return out
 }

@@ -11,15 +11,14 @@ package report
 import (
 	"bufio"
 	"bytes"
-	"github.com/bpfbench/bpfbench/internal/overhead"
-	"sort"
-
 	"encoding/json"
 	"fmt"
 	"os"
+	"sort"
 	"time"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/internal/overhead"
 )
 
 // Check is one readiness line (as `bpfbench check` prints it).
@@ -49,6 +48,37 @@ type Collection struct {
 	// Unavailable names sections that could not run, with the reason.
 	Unavailable map[string]string `json:"unavailable,omitempty"`
 	Readiness   []Check           `json:"readiness,omitempty"`
+	Correlation *Correlation      `json:"correlation,omitempty"`
+}
+
+// Correlation is when the run's correlation ran. Deferred: what was
+// recorded during the load waited in a spool of at most the run's bound
+// and was correlated after it, so that correlating took no CPU from the
+// server while it was measured; LiveFromOffsetS is when (seconds since
+// the load's start) the spool passed its bound and the rest was
+// correlated live.
+type Correlation struct {
+	Deferred            bool     `json:"deferred"`
+	SpoolPeakBytes      int64    `json:"spool_peak_bytes"`
+	LiveFromOffsetS     *float64 `json:"live_from_offset_seconds,omitempty"`
+	AfterLoadSeconds    float64  `json:"after_load_seconds"`
+	AfterLoadCPUSeconds float64  `json:"after_load_cpu_seconds"`
+}
+
+// Line is the terminal's line on when the correlation ran ("" for none).
+func (c *Correlation) Line() string {
+	if c == nil {
+		return ""
+	}
+	cost := fmt.Sprintf("%.2f CPU-s in %.2f s after the load", c.AfterLoadCPUSeconds, c.AfterLoadSeconds)
+	switch {
+	case !c.Deferred:
+		return "Correlation: live during the load (--spool-mib 0); " + cost
+	case c.LiveFromOffsetS != nil:
+		return fmt.Sprintf("Correlation: spooled until %.1f s into the load, when the spool reached its bound (%.0f MiB; raise --spool-mib), then live; %s", *c.LiveFromOffsetS, float64(c.SpoolPeakBytes)/(1<<20), cost)
+	default:
+		return fmt.Sprintf("Correlation: after the load, from a spool of %.1f MiB : correlating took no CPU while the load was measured; %s", float64(c.SpoolPeakBytes)/(1<<20), cost)
+	}
 }
 
 // TimelinePoint is one second (or bucket) of the run.

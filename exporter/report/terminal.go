@@ -189,6 +189,9 @@ func WriteTerminal(w io.Writer, d *Document) error {
 				fmt.Fprintf(bw, "  warning: %s\n", w)
 			}
 		}
+		if l := c.Correlation.Line(); l != "" {
+			fmt.Fprintln(bw, l)
+		}
 	} else {
 		fmt.Fprintln(bw, "Collection: none (load only)")
 	}

@@ -68,6 +68,7 @@ func newRunCmd() *cobra.Command {
 		cpus              *string
 		agents            agentFlags
 		via               viaFlags
+		spoolMiB          int
 	)
 	cmd := &cobra.Command{
 		Use:   "run --target URL (--pid PID | --port PORT) --out DIR [load options]",
@@ -84,7 +85,7 @@ It takes every load option of bpfbench load.`,
 		Args:        noArgs,
 		Annotations: map[string]string{memoryBound: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, baseline, logs, *cpus, agents, via)
+			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, baseline, logs, *cpus, agents, via, spoolMiB)
 		},
 	}
 	fs := cmd.Flags()
@@ -95,6 +96,7 @@ It takes every load option of bpfbench load.`,
 	fs.Float64Var(&baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms (default: the run's median)")
 	fs.Float64Var(&baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms (default: the run's median)")
 	fs.StringVar(&baseline, "baseline", "", "a quiet run recorded earlier (its `DIR` or result.json): the attribution and the critical path compare with its normal gaps, not this run's medians, so a run contended from start to end is still explained")
+	fs.IntVar(&spoolMiB, "spool-mib", job.DefaultSpoolBytes>>20, "`MiB` that what is recorded during the load may take before it is correlated: correlation waits for the load's end, taking no CPU from the server while it is measured, unless this fills first (then it goes live; 0: live from the start)")
 	logs.add(fs, "warn", true)
 	cpus = cpusFlag(fs)
 	agents.add(fs)
@@ -104,7 +106,7 @@ It takes every load option of bpfbench load.`,
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, baseline string, logs logFlags, cpus string, agents agentFlags, via viaFlags) error {
+func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, baseline string, logs logFlags, cpus string, agents agentFlags, via viaFlags, spoolMiB int) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	cfg := opts.Config
 	var prior *job.Prior
@@ -176,6 +178,9 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 	if err := load.ResolveModel(ctx, &cfg); err != nil {
 		return err
 	}
+	if spoolMiB < 0 {
+		return usageError{fmt.Sprintf("--spool-mib %d: give 0 (correlate live) or more", spoolMiB)}
+	}
 	var finish func()
 	cfg.Progress, finish = opts.Progress(stderr)
 	res, err := job.Run(ctx, job.RunConfig{
@@ -186,7 +191,7 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 		Readiness:     readinessChecks,
 		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
 		Agents: clients, AgentTarget: target, AgentTCPPort: target.Port,
-		ViaPid: viaPid,
+		ViaPid: viaPid, SpoolBytes: spoolBytes(spoolMiB),
 	})
 	finish()
 	if res != nil {
@@ -433,4 +438,12 @@ func runReport(stdout io.Writer, dir, baseline, out string) error {
 	}
 	fmt.Fprintf(stdout, "\nwrote %s\n", filepath.Join(outDir, "report.html"))
 	return nil
+}
+
+// spoolBytes is --spool-mib for job.RunConfig.SpoolBytes (0: live).
+func spoolBytes(mib int) int64 {
+	if mib == 0 {
+		return -1
+	}
+	return int64(mib) << 20
 }
