@@ -29,6 +29,13 @@ var causeTable = map[string]causeInfo{
 	"unexplained":      {"unexplained", "Unexplained", "unexplained", "#a5a5a5"},
 }
 
+// critCauses are the critical path's own causes (its table and diagnosis).
+var critCauses = map[string]causeInfo{
+	"server_compute": {"server_compute", "Server compute", "the server's threads running (its own work)", "#f2b701"},
+	"server_sleep":   {"server_sleep", "Server sleep", "the server sleeping on a timer", "#11a579"},
+	"client":         {"client", "Client", "the load generator reading late (the client)", "#008695"},
+}
+
 // extraColors color causes this version does not know.
 var extraColors = []string{"#f2b701", "#11a579", "#e68310", "#7f3c8d", "#008695"}
 
@@ -36,6 +43,9 @@ var extraColors = []string{"#f2b701", "#11a579", "#e68310", "#7f3c8d", "#008695"
 // names this version does not know.
 func causeOf(name string, i int) causeInfo {
 	if c, ok := causeTable[name]; ok {
+		return c
+	}
+	if c, ok := critCauses[name]; ok {
 		return c
 	}
 	label := strings.ReplaceAll(name, "_", " ")

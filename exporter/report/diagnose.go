@@ -177,6 +177,9 @@ func (d *Document) diagnoseLatency() []string {
 	if gap == 0 && a != nil {
 		gap = a.ITLBands[band].FromMs
 	}
+	if cp := d.CriticalPath; cp != nil && cp.ITLP99 != nil && cp.ITLP99.Gaps > 0 {
+		return d.diagnoseCritical(cp)
+	}
 	if a == nil {
 		if gap > 0 {
 			out = append(out, fmt.Sprintf("The %s-percentile inter-token gap is %s (median %s); there is no attribution because the kernel side did not run.",
@@ -207,7 +210,74 @@ func (d *Document) diagnoseLatency() []string {
 	return out
 }
 
+// diagnoseCritical speaks of the latency in the critical path's causes,
+// whose parts sum to each gap (the union of activities, in the
+// attribution table, counts what overlapped a gap, not what delayed it).
+func (d *Document) diagnoseCritical(cp *CriticalPath) []string {
+	var out []string
+	b := cp.ITLP99
+	s := fmt.Sprintf("The 99th-percentile inter-token gap is %s (normal %s, baseline: %s)", fmtMs(b.FromMs), fmtMs(sumMs(cp.NormalITLMs)), cp.Baseline)
+	if bt := blameText(correlate.Breakdown(b.ExcessShares)); bt != "" && b.ExcessMs > 0 {
+		s += "; on the critical path " + bt + "."
+	} else {
+		s += "; the slowest gaps took no longer than normal ones."
+	}
+	out = append(out, s)
+	if t := cp.TTFTP99; t != nil && t.Gaps > 0 && t.ExcessMs > 0 {
+		if bt := blameText(correlate.Breakdown(t.ExcessShares)); bt != "" {
+			out = append(out, fmt.Sprintf("Time to first token: median %s, p99 %s (normal %s); on the critical path %s.",
+				fmtMs(d.Float("median_ttft_ms")), fmtMs(d.Float("p99_ttft_ms")), fmtMs(sumMs(cp.NormalTTFTMs)), bt))
+		}
+	}
+	if cp.UnexplainedFraction > 0.05 {
+		out = append(out, fmt.Sprintf("%s of all gap time has no kernel event on its critical path (lost events, threads with no history): the shares above understate the causes.", fmtPct(cp.UnexplainedFraction)))
+	}
+	return out
+}
+
+// criticalPhaseLines say what each phase's slowest gaps added, in the
+// critical path's causes, against the first phase.
+func criticalPhaseLines(ps []CriticalPhase) []string {
+	var out []string
+	for i, p := range ps {
+		if i == 8 {
+			out = append(out, fmt.Sprintf("… and %d more phases (see the critical path's phases).", len(ps)-8))
+			break
+		}
+		name := p.Name
+		if name == "" {
+			name = "#" + strconv.Itoa(i+1)
+		}
+		s := fmt.Sprintf("Phase %q: %d gaps", name, p.Gaps)
+		b := p.ITLP99
+		if b != nil && b.Gaps > 0 {
+			s = fmt.Sprintf("Phase %q: p99 inter-token gap %s over %d gaps", name, fmtMs(b.FromMs), p.Gaps)
+		}
+		switch {
+		case i > 0 && p.TailTop != "":
+			s += fmt.Sprintf("; against %q its slowest gaps added most %s (%s of what they added).", ps[0].Name, p.TailTop, fmtPct(finite(p.TailAddedShares[p.TailTop])))
+		case b != nil && b.Top != "" && b.ExcessMs > 0:
+			s += fmt.Sprintf("; top cause %s (%s of the slowest gaps' excess).", b.Top, fmtPct(finite(b.ExcessShares[b.Top])))
+		default:
+			s += "."
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func sumMs(m map[string]float64) float64 {
+	var t float64
+	for _, v := range m {
+		t += finite(v)
+	}
+	return t
+}
+
 func (d *Document) diagnosePhases() []string {
+	if cp := d.CriticalPath; cp != nil && len(cp.Phases) > 0 {
+		return criticalPhaseLines(cp.Phases)
+	}
 	var out []string
 	for i, p := range d.Phases {
 		if i == 8 {

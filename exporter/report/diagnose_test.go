@@ -108,3 +108,41 @@ func TestBlameText(t *testing.T) {
 		}
 	}
 }
+
+// With a critical path, the diagnosis speaks in its causes (which sum to
+// the gap), not in the union of activities: a contended engine whose
+// union table says "unexplained" is explained.
+func TestDiagnoseCriticalPath(t *testing.T) {
+	d := fullDocument()
+	d.CriticalPath = &CriticalPath{
+		Baseline: "run", Gaps: 3000, GapMs: 40000, UnexplainedFraction: 0.001,
+		NormalITLMs:  map[string]float64{"server_compute": 7, "client": 1},
+		NormalTTFTMs: map[string]float64{"server_compute": 60},
+		ITLP99: &CriticalBand{FromMs: 14.2, Gaps: 32, ExcessMs: 200,
+			ExcessShares: map[string]float64{"server_compute": 0.47, "client": 0.3, "cpu_runqueue": 0.23}},
+		TTFTP99: &CriticalBand{FromMs: 900, Gaps: 2, ExcessMs: 1500,
+			ExcessShares: map[string]float64{"cpu_runqueue": 1}},
+		Phases: []CriticalPhase{
+			{Name: "baseline", Gaps: 900, ITLP99: &CriticalBand{FromMs: 9, Gaps: 9, ExcessMs: 10, ExcessShares: map[string]float64{"server_compute": 1}, Top: "server_compute"}},
+			{Name: "cpu contention", Gaps: 700, ITLP99: &CriticalBand{FromMs: 30, Gaps: 7}, TailTop: "cpu_runqueue", TailAddedShares: map[string]float64{"cpu_runqueue": 0.97, "client": 0.03}},
+		},
+	}
+	lines := Diagnose(d)
+	for _, want := range []string{
+		"The 99th-percentile inter-token gap is 14.2 ms (normal 8.00 ms, baseline: run); on the critical path 47% of its excess is the server's threads running (its own work), 30% the load generator reading late (the client), 23% the server's threads waiting for a CPU.",
+		"on the critical path 100% of its excess is the server's threads waiting for a CPU.",
+		`Phase "baseline": p99 inter-token gap 9.00 ms over 900 gaps; top cause server_compute (100% of the slowest gaps' excess).`,
+		`Phase "cpu contention": p99 inter-token gap 30.0 ms over 700 gaps; against "baseline" its slowest gaps added most cpu_runqueue (97% of what they added).`,
+	} {
+		if !has(lines, want) {
+			t.Errorf("diagnosis lacks %q:\n%s", want, strings.Join(lines, "\n"))
+		}
+	}
+	if has(lines, "unexplained") {
+		t.Errorf("a critical path with 0.1%% unexplained diagnosed as unexplained:\n%s", strings.Join(lines, "\n"))
+	}
+	d.CriticalPath.UnexplainedFraction = 0.2
+	if lines := Diagnose(d); !has(lines, "20% of all gap time has no kernel event") {
+		t.Errorf("20%% unexplained not said:\n%s", strings.Join(lines, "\n"))
+	}
+}

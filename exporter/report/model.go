@@ -77,7 +77,7 @@ func (c *Correlation) Line() string {
 	case c.LiveFromOffsetS != nil:
 		return fmt.Sprintf("Correlation: spooled until %.1f s into the load, when the spool reached its bound (%.0f MiB; raise --spool-mib), then live; %s", *c.LiveFromOffsetS, float64(c.SpoolPeakBytes)/(1<<20), cost)
 	default:
-		return fmt.Sprintf("Correlation: after the load, from a spool of %.1f MiB : correlating took no CPU while the load was measured; %s", float64(c.SpoolPeakBytes)/(1<<20), cost)
+		return fmt.Sprintf("Correlation: after the load, from a spool of %.1f MiB (nothing was correlated while the load was measured); %s", float64(c.SpoolPeakBytes)/(1<<20), cost)
 	}
 }
 
