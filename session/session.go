@@ -165,6 +165,7 @@ func (s *Session) Start(ctx context.Context) error {
 	}
 	s.meter = overhead.Baseline(s.opts.Pid, overhead.Options{
 		Before: s.MeasureBefore, EnableStats: bpfutil.EnableStats, ReaderNice: bpfutil.ReaderNice, ReaderCPUs: cpus,
+		WithLoad: s.opts.Recorder != nil,
 	})
 	var started []collectors.Section
 	for _, sec := range s.sections {

@@ -87,13 +87,15 @@ type Report struct {
 	SelfPreemptions  uint64  `json:"self_preemptions"`
 	// The target's involuntary context switches per second, before
 	// bpfbench attached (when measured) and while it was attached.
-	TargetSwitchesBefore *float64             `json:"target_involuntary_switches_per_second_before,omitempty"`
-	TargetSwitchesDuring float64              `json:"target_involuntary_switches_per_second_during"`
-	ReaderNice           int                  `json:"reader_nice"`
-	ReaderCPUs           string               `json:"reader_cpus,omitempty"`
-	BPFStats             string               `json:"bpf_stats"`
-	Collectors           map[string]Collector `json:"collectors"`
-	Warnings             []string             `json:"warnings,omitempty"`
+	TargetSwitchesBefore *float64 `json:"target_involuntary_switches_per_second_before,omitempty"`
+	TargetSwitchesDuring float64  `json:"target_involuntary_switches_per_second_during"`
+	ReaderNice           int      `json:"reader_nice"`
+	ReaderCPUs           string   `json:"reader_cpus,omitempty"`
+	// WithLoad: bpfbench's own threads include its load generator's.
+	WithLoad   bool                 `json:"with_load,omitempty"`
+	BPFStats   string               `json:"bpf_stats"`
+	Collectors map[string]Collector `json:"collectors"`
+	Warnings   []string             `json:"warnings,omitempty"`
 }
 
 // Meter measures one session.
@@ -112,6 +114,7 @@ type Meter struct {
 	statsErr error
 	nice     int
 	cpus     string
+	withLoad bool
 	final    *Report
 }
 
@@ -127,12 +130,16 @@ type Options struct {
 	EnableStats func() (interface{ Close() error }, error)
 	ReaderNice  int
 	ReaderCPUs  string
+	// WithLoad: the load generator runs in this process (`bpfbench run`),
+	// so the self-preemptions count its own, which any client of the
+	// server makes as well.
+	WithLoad bool
 }
 
 // Baseline measures what comes before the collectors: call it, then start
 // the collectors, then Start.
 func Baseline(target int, opts Options) *Meter {
-	m := &Meter{target: target, nice: opts.ReaderNice, cpus: opts.ReaderCPUs}
+	m := &Meter{target: target, nice: opts.ReaderNice, cpus: opts.ReaderCPUs, withLoad: opts.WithLoad}
 	if opts.Before > 0 {
 		a := InvoluntarySwitches(target)
 		t0 := time.Now()
@@ -219,7 +226,7 @@ func (m *Meter) Report() Report {
 	r.CPUUserSeconds = tv(ru.Utime) - tv(m.ru0.Utime)
 	r.CPUSystemSeconds = tv(ru.Stime) - tv(m.ru0.Stime)
 	r.CPUSeconds = r.CPUUserSeconds + r.CPUSystemSeconds
-	r.ReaderNice, r.ReaderCPUs = m.nice, m.cpus
+	r.ReaderNice, r.ReaderCPUs, r.WithLoad = m.nice, m.cpus, m.withLoad
 	r.BPFStats = "on"
 	if m.statsErr != nil {
 		r.BPFStats = "unavailable: " + m.statsErr.Error()
@@ -278,8 +285,13 @@ func warnings(r Report) []string {
 		w = append(w, fmt.Sprintf("%d events lost (ring buffer full or undecodable): the figures that need them are short by that much", r.Lost))
 	}
 	if r.Seconds > 0 && float64(r.SelfPreemptions)/r.Seconds > SelfPreemptionsPerSecond {
-		w = append(w, fmt.Sprintf("bpfbench preempted the target's threads %.0f times a second: keep it off the target's CPUs with --cpus",
-			float64(r.SelfPreemptions)/r.Seconds))
+		if r.WithLoad {
+			w = append(w, fmt.Sprintf("bpfbench, its load generator included, preempted the target's threads %.0f times a second (a client of its own would too; the noisy neighbours say how long it held their CPUs): keep it off the target's CPUs with --cpus",
+				float64(r.SelfPreemptions)/r.Seconds))
+		} else {
+			w = append(w, fmt.Sprintf("bpfbench preempted the target's threads %.0f times a second: keep it off the target's CPUs with --cpus",
+				float64(r.SelfPreemptions)/r.Seconds))
+		}
 	}
 	// An idle target before (a paused workload, a server before its load)
 	// says nothing about what bpfbench added.
