@@ -261,7 +261,10 @@ func (s *runStream) replay() {
 	defer s.replayMu.Unlock()
 	cs, strs, recs := s.q.take()
 	s.mu.Lock()
-	for _, c := range cs {
+	for k, c := range cs {
+		// Each chunk is let go once replayed: a long spool's memory
+		// falls as the replay goes instead of after it.
+		cs[k] = nil
 		for i := range c {
 			switch e := &c[i]; e.kind {
 			case spoolSpan:
@@ -272,9 +275,11 @@ func (s *runStream) replay() {
 				s.advanceAt(e.t, false)
 			}
 		}
+		if k < 4 {
+			s.q.recycle(c)
+		}
 	}
 	s.mu.Unlock()
-	s.q.recycle(cs)
 }
 
 // advance replays the spool, then measures what the watermark has passed

@@ -166,14 +166,11 @@ func (p *packedSpan) span(strs []string) collectors.Span {
 	}
 }
 
-// recycle returns replayed chunks; a few are kept for the next appends.
-func (q *spool) recycle(cs [][]spoolEntry) {
+// recycle returns a replayed chunk for the next appends (a few are kept).
+func (q *spool) recycle(c []spoolEntry) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for _, c := range cs {
-		if len(q.free) >= 4 {
-			break
-		}
+	if len(q.free) < 4 {
 		q.free = append(q.free, c[:0])
 	}
 }
