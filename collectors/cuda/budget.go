@@ -38,6 +38,9 @@ type Budget struct {
 	Cost *uprobecost.Cost
 }
 
+// idleCheck is the budget's check period while no launch probe is attached.
+const idleCheck = time.Second
+
 // DefaultBudget is the budget of every session and of the daemon.
 var DefaultBudget = Budget{Ratio: 0.005, Check: 20 * time.Millisecond, Period: 30 * time.Second, Window: 20 * time.Millisecond, Burst: 2 * time.Millisecond, First: time.Second}
 
@@ -203,7 +206,17 @@ func (c *Collector) runBudget(ctx context.Context, procs func() []uint32, idx ui
 		c.Log().Warn("reading launch counts", "err", err)
 	}
 	tokens := b.Burst.Seconds()
-	tk := time.NewTicker(b.Check)
+	// Without a launch probe to pay for (no CUDA library mapped yet), the
+	// check only looks for one, once a second: 50 wakeups a second of an
+	// observer for nothing are not free on a busy host.
+	period := func(hit float64) time.Duration {
+		if hit == 0 {
+			return max(b.Check, idleCheck)
+		}
+		return b.Check
+	}
+	cur := period(hit)
+	tk := time.NewTicker(cur)
 	defer tk.Stop()
 	for {
 		select {
@@ -226,6 +239,10 @@ func (c *Collector) runBudget(ctx context.Context, procs func() []uint32, idx ui
 				st.lp.Mode = "full"
 			}
 			st.mu.Unlock()
+			if p := period(hit); p != cur {
+				cur = p
+				tk.Reset(cur)
+			}
 		}
 		if hit == 0 {
 			continue
