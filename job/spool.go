@@ -182,8 +182,8 @@ func (q *spool) peakBytes() int64 {
 	return q.peak * spoolEntryBytes
 }
 
-// DefaultSpoolBytes is the spool's bound unless set: about 1.4 million
-// spans, four and a half minutes of a saturated llama-server's events.
+// DefaultSpoolBytes is the spool's bound unless set: 2.8 million entries
+// of 96 bytes, about five minutes of a saturated llama-server's events.
 const DefaultSpoolBytes = 256 << 20
 
 // processCPU is the CPU time this process has used, in seconds.

@@ -62,6 +62,7 @@ func TestSpoolRoundTrip(t *testing.T) {
 	if len(strs) != 6 { // "", the four strings of sp, "task"
 		t.Errorf("%d strings interned, want 6: %q", len(strs), strs)
 	}
+	t.Logf("a spool entry takes %d bytes: %d MiB hold %d entries", spoolEntryBytes, DefaultSpoolBytes>>20, DefaultSpoolBytes/spoolEntryBytes)
 	if q.peakBytes() != 4*spoolEntryBytes {
 		t.Errorf("peak %d bytes, want %d", q.peakBytes(), 4*spoolEntryBytes)
 	}
