@@ -136,7 +136,7 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 
 <h2 id="attribution">Attribution: what the excess latency is made of</h2>
 <div class="legend" id="legend">{{range .Causes}}<span><span class="swatch" style="background-color: {{.Color}}"></span>{{.Label}} <span class="sub">({{.Name}})</span></span>{{end}}</div>
-{{if .HasAttribution}}<p class="note">Each bar splits the latency above the baseline (median gap {{.Baseline}}) among the causes active during those intervals. Bands hold the gaps between two percentiles of the run's inter-token gaps.</p>{{end}}
+{{if .HasAttribution}}<p class="note">Each bar splits the latency above the baseline (median gap {{.Baseline}}) among the causes active during those intervals. Bands hold the gaps between two percentiles of the run's inter-token gaps.{{if .CriticalPath}} This counts what overlapped a gap; the <a href="#critical-path">critical path</a> splits each gap into the parts that delayed it, which sum to it, and the diagnosis speaks in those.{{end}}</p>{{end}}
 <div class="figure">{{.AttrChart}}</div>
 {{if .AttrRows}}<div class="scroll"><table id="table-attribution"><thead><tr><th>band</th><th class="n">gaps</th><th class="n">range</th><th class="n">excess</th>{{range .Causes}}<th class="n">{{.Name}}</th>{{end}}</tr></thead><tbody>
 {{range .AttrRows}}<tr><td>{{.Label}}</td><td class="n">{{.Gaps}}</td><td class="n">{{.Range}}</td><td class="n">{{.Excess}}</td>{{range .Shares}}<td class="n">{{.}}</td>{{end}}</tr>

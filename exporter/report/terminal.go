@@ -69,7 +69,13 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		}
 		causes := causeOrder(all...)
 		fmt.Fprintln(bw)
-		fmt.Fprintln(bw, "Attribution (share of the excess over the baseline)")
+		if d.CriticalPath != nil && d.CriticalPath.Gaps > 0 {
+			// The union of activities counts what overlapped a gap;
+			// the critical path, below, what delayed it.
+			fmt.Fprintln(bw, "Attribution by overlapping activity (share of the excess over the baseline; the critical path below splits each gap into parts that sum to it)")
+		} else {
+			fmt.Fprintln(bw, "Attribution (share of the excess over the baseline)")
+		}
 		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprint(tw, "band\t")
 		for _, c := range causes {
