@@ -642,7 +642,9 @@ struct unix_write {
 	char rd_comm[16];
 };
 
-/* How long a pending read waits for its write's stamp. */
+/* How long a pending read waits for its write's stamp while the write's
+ * data is still queued (then the read took older data); with the queue
+ * empty at the stamp, the read took this write's data, whenever. */
 #define RACE_NS 20000000 /* the writer may be preempted between queueing and sk_data_ready */
 
 struct {
@@ -701,7 +703,10 @@ int BPF_PROG(data_send, const struct sock *sk)
 	__builtin_memcpy(p->comm, cur->comm, sizeof(p->comm));
 	__sync_lock_test_and_set(&p->ts, now);
 	__u64 rd = __sync_lock_test_and_set(&p->rd_ts, 0);
-	if (!rd || now - rd >= RACE_NS || p->rd_tid == cur->pid)
+	/* An older pending read is this write's too when the data it queued
+	 * is gone from the receive queue already: the reader took it while
+	 * the writer was held (preempted) on its way here. */
+	if (!rd || (now - rd >= RACE_NS && sk->sk_receive_queue.qlen) || p->rd_tid == cur->pid)
 		return 0;
 	/* A read took this data before the stamp: it is that read's. */
 	if (__sync_val_compare_and_swap(&p->ts, now, 0) != now)
