@@ -34,6 +34,13 @@
  * - softirq_entry/exit (with_softirq_vec) keep the vector being served on
  *   each CPU, so a softirq wakeup says which (network receive, block
  *   completion, timer...).
+ * - irq_handler_entry/exit and softirq_entry/exit (with_irq_time) sum, per
+ *   CPU, the time spent in block and network interrupts (device handlers
+ *   classified by userspace in irq_classes; the BLOCK, IRQ_POLL, NET_RX and
+ *   NET_TX softirqs), and a target thread's record carries what ran of them
+ *   on its CPU while it was running since its previous record: without
+ *   IRQ_TIME_ACCOUNTING the scheduler charges that time to the thread, and
+ *   the walk would call it the thread's compute.
  * - sched_process_fork/exit (with_tree) follow a target's process tree: a
  *   process forked by a target becomes a target under the same slot and
  *   flags (TARGET_CHILD), and leaves the targets map when it exits.
@@ -95,6 +102,13 @@ enum offcpu_state {
 	NR_STATES = 3,
 };
 
+/* Interrupt time classes (with_irq_time): what the interrupt served. */
+enum irq_class {
+	IRQC_BLOCK = 0, /* block device handlers, BLOCK and IRQ_POLL softirqs */
+	IRQC_NET = 1,   /* network device handlers, NET_RX and NET_TX softirqs */
+	NR_IRQC = 2,
+};
+
 /* One record per unfolded switch-in of a streamed thread. */
 struct event {
 	__u64 ts;        /* switch-in, CLOCK_MONOTONIC ns */
@@ -125,6 +139,9 @@ struct event {
 	__u8 wake_ctx; /* enum wake_ctx */
 	__u8 wake_vec; /* WAKE_SOFTIRQ: the softirq vector + 1, 0 if unknown */
 	__u8 pad[6];
+	/* Interrupt time on its CPU while it ran since its previous record
+	 * (with_irq_time), by enum irq_class. */
+	__u64 irq_ns[NR_IRQC];
 };
 
 /* Force BTF emission for bpf2go -type. */
@@ -148,7 +165,9 @@ struct task_info {
 	__u32 holder_tgid;
 	char holder_comm[16];
 	__u32 wake_vec;
-	__u32 pad;
+	__u32 irq_on; /* irq_in holds the CPU's sums at its switch-in */
+	__u64 irq_in[NR_IRQC];
+	__u64 irq_ns[NR_IRQC]; /* since its last record */
 };
 
 struct {
@@ -225,6 +244,7 @@ volatile const bool with_wakers = false;      /* sched_waking, holders */
 volatile const bool with_softirq_vec = false; /* softirq_entry/exit */
 volatile const bool with_tree = false;        /* sched_process_fork/exit */
 volatile const bool with_data_edges = false;  /* sk_data_ready, sock_recv_length */
+volatile const bool with_irq_time = false;    /* irq_handler_entry/exit, softirq time */
 
 /* Set by userspace before load: this CPU's __preempt_count is at its
  * run queue's address plus preempt_delta (both per-CPU variables; the
@@ -243,6 +263,74 @@ struct {
 	__type(key, __u32);
 	__type(value, __u32);
 } cur_softirq SEC(".maps");
+
+/* Each CPU's interrupt time (with_irq_time). */
+struct irq_acc {
+	__u64 ns[NR_IRQC];  /* cumulative, by class */
+	__u64 hard_total;   /* every device handler's time, classified or not */
+	__u64 hard_start;   /* the running handler's entry, 0 if none */
+	__u64 soft_start;   /* the running softirq's entry, 0 if none */
+	__u64 soft_hard0;   /* hard_total at that entry */
+	__u32 hard_cls;     /* the running handler's class + 1, 0: other */
+	__u32 soft_cls;     /* the running softirq's class + 1, 0: other */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct irq_acc);
+} irq_accs SEC(".maps");
+
+/* Device interrupt number -> enum irq_class + 1, written by userspace
+ * (from sysfs: the PCI class of the device that owns the vector). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u32);
+} irq_classes SEC(".maps");
+
+static __always_inline struct irq_acc *irq_acc_here(void)
+{
+	__u32 zero = 0;
+	return bpf_map_lookup_elem(&irq_accs, &zero);
+}
+
+/* irq_add adds d ns to class cls - 1 (0: not counted). */
+static __always_inline void irq_add(struct irq_acc *a, __u32 cls, __u64 d)
+{
+	if (cls == IRQC_BLOCK + 1)
+		a->ns[IRQC_BLOCK] += d;
+	else if (cls == IRQC_NET + 1)
+		a->ns[IRQC_NET] += d;
+}
+
+/* irq_out adds the interrupt time that ran on this CPU since ti's
+ * switch-in to its sums (prev leaving the CPU). */
+static __always_inline void irq_out(struct task_info *ti)
+{
+	if (!ti->irq_on)
+		return;
+	ti->irq_on = 0;
+	struct irq_acc *a = irq_acc_here();
+	if (!a)
+		return;
+	for (int k = 0; k < NR_IRQC; k++)
+		if (a->ns[k] >= ti->irq_in[k])
+			ti->irq_ns[k] += a->ns[k] - ti->irq_in[k];
+}
+
+/* irq_in stamps the CPU's sums at ti's switch-in. */
+static __always_inline void irq_in(struct task_info *ti)
+{
+	struct irq_acc *a = irq_acc_here();
+	if (!a)
+		return;
+	for (int k = 0; k < NR_IRQC; k++)
+		ti->irq_in[k] = a->ns[k];
+	ti->irq_on = 1;
+}
 
 static __always_inline struct target *target_or_child(__u32 tgid)
 {
@@ -348,6 +436,8 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 			now = bpf_ktime_get_ns();
 			ti->offcpu_ts = now;
 			ti->offcpu_state = st;
+			if (with_irq_time)
+				irq_out(ti);
 			ti->wake_ctx = WAKE_NONE;
 			ti->holder_tid = 0;
 			if (with_wakers && runnable && next->pid != 0) {
@@ -391,6 +481,8 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 		return 0;
 	if (!now)
 		now = bpf_ktime_get_ns();
+	if (with_irq_time)
+		irq_in(ti);
 	__u64 offcpu = 0;
 	__u32 st = STATE_NONE;
 	if (ti->offcpu_ts && now >= ti->offcpu_ts) {
@@ -470,7 +562,11 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 		__builtin_memset(e->holder_comm, 0, sizeof(e->holder_comm));
 	}
 	__builtin_memset(e->pad, 0, sizeof(e->pad));
+	e->irq_ns[IRQC_BLOCK] = ti->irq_ns[IRQC_BLOCK];
+	e->irq_ns[IRQC_NET] = ti->irq_ns[IRQC_NET];
 	pipe_submit(e, sizeof(*e));
+	ti->irq_ns[IRQC_BLOCK] = 0;
+	ti->irq_ns[IRQC_NET] = 0;
 
 	ti->last_rec = now;
 	ti->fold_runq_ns = 0;
@@ -536,13 +632,38 @@ int BPF_PROG(sched_waking, struct task_struct *p)
 	return 0;
 }
 
+/* softirq_class is a softirq vector's enum irq_class + 1, 0: other. */
+static __always_inline __u32 softirq_class(unsigned int vec)
+{
+	/* include/linux/interrupt.h: NET_TX 2, NET_RX 3, BLOCK 4, IRQ_POLL 5. */
+	switch (vec) {
+	case 2:
+	case 3:
+		return IRQC_NET + 1;
+	case 4:
+	case 5:
+		return IRQC_BLOCK + 1;
+	}
+	return 0;
+}
+
 SEC("tp_btf/softirq_entry")
 int BPF_PROG(softirq_entry, unsigned int vec_nr)
 {
 	__u32 zero = 0;
-	__u32 *v = bpf_map_lookup_elem(&cur_softirq, &zero);
-	if (v)
-		*v = vec_nr + 1;
+	if (with_softirq_vec) {
+		__u32 *v = bpf_map_lookup_elem(&cur_softirq, &zero);
+		if (v)
+			*v = vec_nr + 1;
+	}
+	if (with_irq_time) {
+		struct irq_acc *a = irq_acc_here();
+		if (a) {
+			a->soft_cls = softirq_class(vec_nr);
+			a->soft_start = a->soft_cls ? bpf_ktime_get_ns() : 0;
+			a->soft_hard0 = a->hard_total;
+		}
+	}
 	return 0;
 }
 
@@ -550,9 +671,52 @@ SEC("tp_btf/softirq_exit")
 int BPF_PROG(softirq_exit, unsigned int vec_nr)
 {
 	__u32 zero = 0;
-	__u32 *v = bpf_map_lookup_elem(&cur_softirq, &zero);
-	if (v)
-		*v = 0;
+	if (with_softirq_vec) {
+		__u32 *v = bpf_map_lookup_elem(&cur_softirq, &zero);
+		if (v)
+			*v = 0;
+	}
+	if (with_irq_time) {
+		struct irq_acc *a = irq_acc_here();
+		if (a && a->soft_start) {
+			__u64 now = bpf_ktime_get_ns();
+			/* Less the device handlers that interrupted it. */
+			__u64 in = a->hard_total - a->soft_hard0;
+			if (now > a->soft_start + in)
+				irq_add(a, a->soft_cls, now - a->soft_start - in);
+		}
+		if (a)
+			a->soft_start = 0;
+	}
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_entry")
+int BPF_PROG(irq_handler_entry, int irq, struct irqaction *action)
+{
+	struct irq_acc *a = irq_acc_here();
+	if (!a)
+		return 0;
+	__u32 key = irq;
+	__u32 *cls = bpf_map_lookup_elem(&irq_classes, &key);
+	a->hard_cls = cls ? *cls : 0;
+	a->hard_start = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("tp_btf/irq_handler_exit")
+int BPF_PROG(irq_handler_exit, int irq, struct irqaction *action, int ret)
+{
+	struct irq_acc *a = irq_acc_here();
+	if (!a || !a->hard_start)
+		return 0;
+	__u64 now = bpf_ktime_get_ns();
+	if (now > a->hard_start) {
+		__u64 d = now - a->hard_start;
+		a->hard_total += d;
+		irq_add(a, a->hard_cls, d);
+	}
+	a->hard_start = 0;
 	return 0;
 }
 

@@ -116,6 +116,13 @@ type Span struct {
 	// Client marks spans of the load generator's own threads and sockets;
 	// they are not the target's.
 	Client bool
+	// IRQBlockNs and IRQNetNs, on the SpanOffCPU of a switch-in (or its
+	// SpanRunqueue when it has none; sched with interrupt time): the time
+	// block and network interrupts (device handlers and their softirqs)
+	// ran on the thread's CPU while it was running, from its previous
+	// switch-in record to this switch-in's switch-out. The scheduler counts
+	// that time as the thread's.
+	IRQBlockNs, IRQNetNs int64
 }
 
 // Recorder receives spans from the sections' reader goroutines; it must be

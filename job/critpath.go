@@ -228,7 +228,12 @@ func (c *critStream) setPort(port uint16, p critPort) {
 // the run-queue span of the same switch-in.
 func (c *critStream) switchIn(off collectors.Span, rq *collectors.Span) {
 	th := critpath.Thread{Tid: off.Tid, Tgid: off.Tgid}
-	si := critpath.SwitchIn{Thread: th, Ts: off.End, OffCPU: off.End - off.Start, Left: critpath.Runnable}
+	si := critpath.SwitchIn{Thread: th, Ts: off.End, OffCPU: off.End - off.Start, Left: critpath.Runnable,
+		IRQ: critpath.IRQTime{Block: off.IRQBlockNs, Net: off.IRQNetNs}}
+	if rq != nil {
+		si.IRQ.Block += rq.IRQBlockNs
+		si.IRQ.Net += rq.IRQNetNs
+	}
 	if off.HolderTid != 0 {
 		si.Holder = critpath.Thread{Tid: off.HolderTid, Tgid: off.HolderTgid, Comm: off.HolderComm}
 	}
@@ -375,7 +380,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	c.stats.NoArrival, c.stats.NoSend, c.stats.Guessed, c.stats.NoThread = st.NoArrival, st.NoSend, st.Guessed, st.NoThread
 	c.stats.DepthLimited, c.stats.Cycles, c.stats.Hops = st.DepthLimited, st.Cycles, st.Hops
 	c.stats.DataEdgesFollowed = st.DataEdges
-	c.stats.SiblingWaits = st.SiblingWaits
+	c.stats.SiblingWaits, c.stats.Interrupts = st.SiblingWaits, st.Interrupts
 
 	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),

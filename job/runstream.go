@@ -266,7 +266,7 @@ func (s *runStream) replay() {
 		// falls as the replay goes instead of after it.
 		cs[k] = nil
 		for i := range c {
-			switch e := &c[i]; e.kind {
+			switch e := &c[i]; e.kind() {
 			case spoolSpan:
 				s.record(e.sp.span(strs))
 			case spoolRecord:

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"math"
 	"sync"
 	"time"
 	"unsafe"
@@ -37,22 +38,28 @@ const (
 // the spool while the load runs: a span's strings are interned (few
 // distinct: thread names, wakeup contexts) and a request is an index.
 type spoolEntry struct {
-	kind spoolKind
-	t    int64 // the tick's clock; a record's index in recs
-	sp   packedSpan
+	t  int64 // the tick's clock; a record's index in recs
+	sp packedSpan
 }
+
+func (e *spoolEntry) kind() spoolKind { return e.sp.entry }
 
 // packedSpan is a collectors.Span with its strings as indexes of the
 // spool's strings (TestSpoolRoundTrip keeps the two in step).
 type packedSpan struct {
-	Kind                                   collectors.SpanKind
+	Kind collectors.SpanKind
+	// entry is the spool entry's kind (here, where it costs no padding).
+	entry                                  spoolKind
 	Blocking, Client                       bool
 	Port, LocalPort                        uint16
 	Tid, Tgid, WakerTid, WakerTgid         uint32
 	HolderTid, HolderTgid                  uint32
 	Detail, WakerComm, WakeCtx, HolderComm uint32
-	Start, End, WakeTs                     int64
-	Bytes                                  uint64
+	// IRQBlockNs, IRQNetNs saturate at 4.3 s (interrupt time within one
+	// running stretch).
+	IRQBlockNs, IRQNetNs uint32
+	Start, End, WakeTs   int64
+	Bytes                uint64
 }
 
 // spoolInterned bounds the strings looked up for reuse; past it, each new
@@ -96,13 +103,14 @@ func (q *spool) intern(s string) uint32 {
 
 func (q *spool) pushSpan(sp *collectors.Span) {
 	q.mu.Lock()
-	e := spoolEntry{kind: spoolSpan, sp: packedSpan{
-		Kind: sp.Kind, Blocking: sp.Blocking, Client: sp.Client,
+	e := spoolEntry{sp: packedSpan{
+		Kind: sp.Kind, entry: spoolSpan, Blocking: sp.Blocking, Client: sp.Client,
 		Port: sp.Port, LocalPort: sp.LocalPort,
 		Tid: sp.Tid, Tgid: sp.Tgid, WakerTid: sp.WakerTid, WakerTgid: sp.WakerTgid,
 		HolderTid: sp.HolderTid, HolderTgid: sp.HolderTgid,
 		Detail: q.intern(sp.Detail), WakerComm: q.intern(sp.WakerComm),
 		WakeCtx: q.intern(sp.WakeCtx), HolderComm: q.intern(sp.HolderComm),
+		IRQBlockNs: sat32(sp.IRQBlockNs), IRQNetNs: sat32(sp.IRQNetNs),
 		Start: sp.Start, End: sp.End, WakeTs: sp.WakeTs, Bytes: sp.Bytes,
 	}}
 	q.appendLocked(&e)
@@ -111,7 +119,7 @@ func (q *spool) pushSpan(sp *collectors.Span) {
 
 func (q *spool) pushRecord(r *loadgen.Record) {
 	q.mu.Lock()
-	e := spoolEntry{kind: spoolRecord, t: int64(len(q.recs))}
+	e := spoolEntry{t: int64(len(q.recs)), sp: packedSpan{entry: spoolRecord}}
 	q.recs = append(q.recs, r)
 	q.appendLocked(&e)
 	q.mu.Unlock()
@@ -121,7 +129,7 @@ func (q *spool) pushRecord(r *loadgen.Record) {
 func (q *spool) pushTick(now int64) int64 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	e := spoolEntry{kind: spoolTick, t: now}
+	e := spoolEntry{t: now, sp: packedSpan{entry: spoolTick}}
 	q.appendLocked(&e)
 	return q.n
 }
@@ -162,9 +170,13 @@ func (p *packedSpan) span(strs []string) collectors.Span {
 		HolderTid: p.HolderTid, HolderTgid: p.HolderTgid,
 		Detail: strs[p.Detail], WakerComm: strs[p.WakerComm],
 		WakeCtx: strs[p.WakeCtx], HolderComm: strs[p.HolderComm],
+		IRQBlockNs: int64(p.IRQBlockNs), IRQNetNs: int64(p.IRQNetNs),
 		Start: p.Start, End: p.End, WakeTs: p.WakeTs, Bytes: p.Bytes,
 	}
 }
+
+// sat32 is ns in a uint32, saturated (negative: 0).
+func sat32(ns int64) uint32 { return uint32(min(max(ns, 0), math.MaxUint32)) }
 
 // recycle returns a replayed chunk for the next appends (a few are kept).
 func (q *spool) recycle(c []spoolEntry) {

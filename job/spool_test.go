@@ -29,6 +29,11 @@ func TestSpoolRoundTrip(t *testing.T) {
 			t.Fatalf("collectors.Span.%s: a %s, which the spool does not know", v.Type().Field(i).Name, f.Kind())
 		}
 	}
+	// The bound's arithmetic (DefaultSpoolBytes' doc) and the garbage
+	// collector's indifference assume this layout.
+	if spoolEntryBytes != 96 {
+		t.Errorf("a spool entry is %d bytes, want 96: keep packedSpan's padding used", spoolEntryBytes)
+	}
 	var q spool
 	q.pushSpan(&sp)
 	other := collectors.Span{Kind: collectors.SpanOffCPU, Detail: "sDetail", WakeCtx: "task"}
@@ -42,7 +47,7 @@ func TestSpoolRoundTrip(t *testing.T) {
 	var got []collectors.Span
 	for _, c := range cs {
 		for i := range c {
-			switch e := &c[i]; e.kind {
+			switch e := &c[i]; e.kind() {
 			case spoolSpan:
 				got = append(got, e.sp.span(strs))
 			case spoolRecord:

@@ -123,7 +123,7 @@ func SoftirqName(vec uint8) string {
 
 // Tracepoints are the tracepoints the collector attaches to: sched_switch
 // always, the others when the configuration asks for them.
-var Tracepoints = []string{"sched_switch", "sched_waking", "softirq_entry", "softirq_exit", "sched_process_fork", "sched_process_exit"}
+var Tracepoints = []string{"sched_switch", "sched_waking", "softirq_entry", "softirq_exit", "irq_handler_entry", "irq_handler_exit", "sched_process_fork", "sched_process_exit"}
 
 // MaxTargets bounds the aggregate slots; index 0 is host-wide.
 const MaxTargets = bpfutil.MaxTargets
@@ -185,6 +185,15 @@ type Config struct {
 	// more program run per socket wakeup and per recvmsg of the host). Sessions
 	// turn it on, for the critical path.
 	DataEdges bool
+	// IRQTime sums, per CPU, the time spent in block and network
+	// interrupts (device handlers, by the PCI class of the device that
+	// owns the vector; the BLOCK, IRQ_POLL, NET_RX and NET_TX softirqs),
+	// and a target thread's record carries what of it ran on its CPU while
+	// it was running (Event.IrqNs, by IRQClass): time the scheduler charges
+	// to the thread when the kernel has no IRQ_TIME_ACCOUNTING. Two program
+	// runs per device interrupt and per softirq of the host. Sessions turn
+	// it on, for the critical path.
+	IRQTime bool
 	// DrainPeriod is how often the reader drains the ring (default 100 ms).
 	DrainPeriod time.Duration
 	// OnEvent receives each event of a streamed target from the reader
@@ -199,6 +208,7 @@ type Collector struct {
 	cfg        Config
 	objs       schedObjects
 	hostSample atomic.Uint32
+	irqClasses map[uint32]IRQClass
 }
 
 // New returns a collector; Start loads it.
@@ -220,8 +230,12 @@ func (c *Collector) Start(context.Context) error {
 	if !c.cfg.Wakers {
 		skip = append(skip, "sched_waking")
 	}
-	if !c.cfg.Wakers || !c.cfg.SoftirqVector {
+	vec := c.cfg.Wakers && c.cfg.SoftirqVector
+	if !vec && !c.cfg.IRQTime {
 		skip = append(skip, "softirq_entry", "softirq_exit")
+	}
+	if !c.cfg.IRQTime {
+		skip = append(skip, "irq_handler_entry", "irq_handler_exit")
 	}
 	if !c.cfg.Tree {
 		skip = append(skip, "sched_process_fork", "sched_process_exit")
@@ -236,13 +250,35 @@ func (c *Collector) Start(context.Context) error {
 			c.Log().Warn("wakeup contexts unknown on this kernel", "err", err)
 		}
 	}
-	return c.Load(bpfutil.Object{Spec: loadSched, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip, Consts: map[string]any{
+	err := c.Load(bpfutil.Object{Spec: loadSched, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip, Consts: map[string]any{
 		schedVarHostWide: c.cfg.HostWide, schedVarFoldRunqNs: uint64(f.Runqueue), schedVarFoldOffcpuNs: uint64(f.OffCPU),
 		schedVarFoldSleepNs: uint64(f.Sleep), schedVarFlushNs: uint64(f.Flush), schedVarHostSampleMask: c.sampleMask(),
-		schedVarEdgeGapNs: uint64(f.Edge), schedVarWithWakers: c.cfg.Wakers, schedVarWithSoftirqVec: c.cfg.Wakers && c.cfg.SoftirqVector,
+		schedVarEdgeGapNs: uint64(f.Edge), schedVarWithWakers: c.cfg.Wakers, schedVarWithSoftirqVec: vec,
 		schedVarWithTree: c.cfg.Tree, schedVarWithDataEdges: c.cfg.DataEdges, schedVarPreemptDelta: delta,
+		schedVarWithIrqTime: c.cfg.IRQTime,
 	}})
+	if err != nil || !c.cfg.IRQTime {
+		return err
+	}
+	if c.objs.IrqHandlerEntry == nil || c.objs.IrqHandlerExit == nil {
+		c.Log().Warn("no irq_handler_entry/exit tracepoints: device interrupt time inside the target's running time reads as its compute")
+	}
+	classes, err := IRQClasses(sysRoot)
+	if err != nil {
+		c.Log().Warn("device interrupts unclassified: their time inside the target's running time reads as its compute (softirqs are still counted)", "err", err)
+	}
+	c.irqClasses = classes
+	for irq, cls := range classes {
+		if err := c.objs.IrqClasses.Put(irq, uint32(cls)+1); err != nil {
+			c.Close()
+			return fmt.Errorf("classifying interrupt %d: %w", irq, err)
+		}
+	}
+	return nil
 }
+
+// IRQClassesOf is what Start classified: device interrupt number -> class.
+func (c *Collector) IRQClassesOf() map[uint32]IRQClass { return c.irqClasses }
 
 var (
 	preemptOnce  sync.Once

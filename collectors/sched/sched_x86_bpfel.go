@@ -40,6 +40,7 @@ type schedEvent struct {
 	WakeCtx      uint8
 	WakeVec      uint8
 	Pad          [6]uint8
+	IrqNs        [2]uint64
 }
 
 type schedHist struct {
@@ -47,6 +48,17 @@ type schedHist struct {
 	Slots [40]uint64
 	Count uint64
 	SumNs uint64
+}
+
+type schedIrqAcc struct {
+	_         structs.HostLayout
+	Ns        [2]uint64
+	HardTotal uint64
+	HardStart uint64
+	SoftStart uint64
+	SoftHard0 uint64
+	HardCls   uint32
+	SoftCls   uint32
 }
 
 type schedPipeStats struct {
@@ -78,7 +90,9 @@ type schedTaskInfo struct {
 	HolderTgid   uint32
 	HolderComm   [16]int8
 	WakeVec      uint32
-	Pad          uint32
+	IrqOn        uint32
+	IrqIn        [2]uint64
+	IrqNs        [2]uint64
 }
 
 type schedUnixWrite struct {
@@ -100,6 +114,8 @@ const (
 	schedMapCurSoftirq        = "cur_softirq"
 	schedMapEvents            = "events"
 	schedMapHostLeft          = "host_left"
+	schedMapIrqAccs           = "irq_accs"
+	schedMapIrqClasses        = "irq_classes"
 	schedMapOffcpuHist        = "offcpu_hist"
 	schedMapPipeStats         = "pipe_stats"
 	schedMapRunqHist          = "runq_hist"
@@ -108,6 +124,8 @@ const (
 	schedMapUnixWrites        = "unix_writes"
 	schedProgDataRecv         = "data_recv"
 	schedProgDataSend         = "data_send"
+	schedProgIrqHandlerEntry  = "irq_handler_entry"
+	schedProgIrqHandlerExit   = "irq_handler_exit"
 	schedProgSchedProcessExit = "sched_process_exit"
 	schedProgSchedProcessFork = "sched_process_fork"
 	schedProgSchedSwitch      = "sched_switch"
@@ -128,6 +146,7 @@ const (
 	schedVarUnusedEvent       = "unused_event"
 	schedVarWakeupBytes       = "wakeup_bytes"
 	schedVarWithDataEdges     = "with_data_edges"
+	schedVarWithIrqTime       = "with_irq_time"
 	schedVarWithSoftirqVec    = "with_softirq_vec"
 	schedVarWithTree          = "with_tree"
 	schedVarWithWakers        = "with_wakers"
@@ -177,6 +196,8 @@ type schedSpecs struct {
 type schedProgramSpecs struct {
 	DataRecv         *ebpf.ProgramSpec `ebpf:"data_recv"`
 	DataSend         *ebpf.ProgramSpec `ebpf:"data_send"`
+	IrqHandlerEntry  *ebpf.ProgramSpec `ebpf:"irq_handler_entry"`
+	IrqHandlerExit   *ebpf.ProgramSpec `ebpf:"irq_handler_exit"`
 	SchedProcessExit *ebpf.ProgramSpec `ebpf:"sched_process_exit"`
 	SchedProcessFork *ebpf.ProgramSpec `ebpf:"sched_process_fork"`
 	SchedSwitch      *ebpf.ProgramSpec `ebpf:"sched_switch"`
@@ -192,6 +213,8 @@ type schedMapSpecs struct {
 	CurSoftirq *ebpf.MapSpec `ebpf:"cur_softirq"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	HostLeft   *ebpf.MapSpec `ebpf:"host_left"`
+	IrqAccs    *ebpf.MapSpec `ebpf:"irq_accs"`
+	IrqClasses *ebpf.MapSpec `ebpf:"irq_classes"`
 	OffcpuHist *ebpf.MapSpec `ebpf:"offcpu_hist"`
 	PipeStats  *ebpf.MapSpec `ebpf:"pipe_stats"`
 	RunqHist   *ebpf.MapSpec `ebpf:"runq_hist"`
@@ -218,6 +241,7 @@ type schedVariableSpecs struct {
 	UnusedEvent    *ebpf.VariableSpec `ebpf:"unused_event"`
 	WakeupBytes    *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 	WithDataEdges  *ebpf.VariableSpec `ebpf:"with_data_edges"`
+	WithIrqTime    *ebpf.VariableSpec `ebpf:"with_irq_time"`
 	WithSoftirqVec *ebpf.VariableSpec `ebpf:"with_softirq_vec"`
 	WithTree       *ebpf.VariableSpec `ebpf:"with_tree"`
 	WithWakers     *ebpf.VariableSpec `ebpf:"with_wakers"`
@@ -246,6 +270,8 @@ type schedMaps struct {
 	CurSoftirq *ebpf.Map `ebpf:"cur_softirq"`
 	Events     *ebpf.Map `ebpf:"events"`
 	HostLeft   *ebpf.Map `ebpf:"host_left"`
+	IrqAccs    *ebpf.Map `ebpf:"irq_accs"`
+	IrqClasses *ebpf.Map `ebpf:"irq_classes"`
 	OffcpuHist *ebpf.Map `ebpf:"offcpu_hist"`
 	PipeStats  *ebpf.Map `ebpf:"pipe_stats"`
 	RunqHist   *ebpf.Map `ebpf:"runq_hist"`
@@ -259,6 +285,8 @@ func (m *schedMaps) Close() error {
 		m.CurSoftirq,
 		m.Events,
 		m.HostLeft,
+		m.IrqAccs,
+		m.IrqClasses,
 		m.OffcpuHist,
 		m.PipeStats,
 		m.RunqHist,
@@ -286,6 +314,7 @@ type schedVariables struct {
 	UnusedEvent    *ebpf.Variable `ebpf:"unused_event"`
 	WakeupBytes    *ebpf.Variable `ebpf:"wakeup_bytes"`
 	WithDataEdges  *ebpf.Variable `ebpf:"with_data_edges"`
+	WithIrqTime    *ebpf.Variable `ebpf:"with_irq_time"`
 	WithSoftirqVec *ebpf.Variable `ebpf:"with_softirq_vec"`
 	WithTree       *ebpf.Variable `ebpf:"with_tree"`
 	WithWakers     *ebpf.Variable `ebpf:"with_wakers"`
@@ -297,6 +326,8 @@ type schedVariables struct {
 type schedPrograms struct {
 	DataRecv         *ebpf.Program `ebpf:"data_recv"`
 	DataSend         *ebpf.Program `ebpf:"data_send"`
+	IrqHandlerEntry  *ebpf.Program `ebpf:"irq_handler_entry"`
+	IrqHandlerExit   *ebpf.Program `ebpf:"irq_handler_exit"`
 	SchedProcessExit *ebpf.Program `ebpf:"sched_process_exit"`
 	SchedProcessFork *ebpf.Program `ebpf:"sched_process_fork"`
 	SchedSwitch      *ebpf.Program `ebpf:"sched_switch"`
@@ -309,6 +340,8 @@ func (p *schedPrograms) Close() error {
 	return _SchedClose(
 		p.DataRecv,
 		p.DataSend,
+		p.IrqHandlerEntry,
+		p.IrqHandlerExit,
 		p.SchedProcessExit,
 		p.SchedProcessFork,
 		p.SchedSwitch,

@@ -34,7 +34,7 @@ func NewSection(opts collectors.Options) *Section {
 	s := &Section{pid: opts.Pid, total: NewAggregator(), interval: NewAggregator(), client: opts.Recorder != nil}
 	s.Collector = New(Config{
 		Logger: opts.Logger,
-		Wakers: true, SoftirqVector: true, Tree: true, DataEdges: opts.Recorder != nil,
+		Wakers: true, SoftirqVector: true, Tree: true, DataEdges: opts.Recorder != nil, IRQTime: true,
 		OnEvent: func(e *Event) {
 			s.total.Add(e)
 			s.interval.Add(e)
@@ -94,6 +94,10 @@ func (s *Section) WriteSummary(w io.Writer) {
 		fmt.Fprintf(w, "  wakeups recorded: same process %d, other process %d, hardirq %d, softirq %v, nmi %d, unknown %d; preemptions with holder %d\n",
 			wk.SameProcess, wk.OtherProcess, wk.Hardirq, wk.Softirq, wk.NMI, wk.Unknown, wk.Preempted)
 	}
+	if i := sum.Interrupts; i != nil {
+		fmt.Fprintf(w, "  interrupts while its threads ran (their CPU time, not theirs): block %s, network %s\n",
+			bpfutil.Dur(i.Block), bpfutil.Dur(i.Net))
+	}
 	if sum.Forks+sum.Exits+sum.ClientRecords > 0 {
 		fmt.Fprintf(w, "  process tree: %d forks, %d exits followed; client records %d\n", sum.Forks, sum.Exits, sum.ClientRecords)
 	}
@@ -139,14 +143,21 @@ func record(r collectors.Recorder, e *Event) {
 	if e.HolderTid != 0 {
 		holder = bpfutil.CString(e.HolderComm[:])
 	}
+	st := State(e.State)
+	off := st < NumStates && e.OffcpuNs > 0
 	if e.HasRunq != 0 && e.RunqNs > 0 {
-		r.Record(collectors.Span{Kind: collectors.SpanRunqueue, Start: end - int64(e.RunqNs), End: end, Tid: e.Tid, Blocking: true,
-			Tgid: e.Tgid, HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder, Client: client})
+		sp := collectors.Span{Kind: collectors.SpanRunqueue, Start: end - int64(e.RunqNs), End: end, Tid: e.Tid, Blocking: true,
+			Tgid: e.Tgid, HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder, Client: client}
+		if !off {
+			sp.IRQBlockNs, sp.IRQNetNs = int64(e.IrqNs[IRQBlock]), int64(e.IrqNs[IRQNet])
+		}
+		r.Record(sp)
 	}
-	if st := State(e.State); st < NumStates && e.OffcpuNs > 0 {
+	if off {
 		sp := collectors.Span{Kind: collectors.SpanOffCPU, Start: end - int64(e.OffcpuNs), End: end, Tid: e.Tid,
 			Detail: st.String(), Blocking: st == IOWait, Tgid: e.Tgid, Client: client,
-			HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder}
+			HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder,
+			IRQBlockNs: int64(e.IrqNs[IRQBlock]), IRQNetNs: int64(e.IrqNs[IRQNet])}
 		if ctx := WakeContext(e.WakeCtx); ctx != WakeNone && st != Preempted {
 			sp.WakeTs = int64(e.WakeTs)
 			sp.WakeCtx = wakeCtxName(ctx, e.WakeVec)

@@ -69,8 +69,18 @@ type Summary struct {
 	ClientRecords uint64 `json:"client_records,omitempty"`
 	// DataEdges counts the reads of data another of the target's threads
 	// wrote into a unix socket (Config.DataEdges).
-	DataEdges uint64   `json:"data_edges,omitempty"`
-	Threads   []Thread `json:"threads,omitempty"`
+	DataEdges uint64 `json:"data_edges,omitempty"`
+	// Interrupts is the time block and network interrupts ran on the
+	// target's CPUs while its threads were running (Config.IRQTime): time
+	// the scheduler counts as theirs.
+	Interrupts *Interrupts `json:"interrupts_while_running_seconds,omitempty"`
+	Threads    []Thread    `json:"threads,omitempty"`
+}
+
+// Interrupts is interrupt time in seconds by what it served.
+type Interrupts struct {
+	Block float64 `json:"block"`
+	Net   float64 `json:"net"`
 }
 
 type threadAgg struct {
@@ -95,6 +105,7 @@ type Aggregator struct {
 	exits     uint64
 	client    uint64
 	dataEdges uint64
+	irqNs     [NumIRQClasses]uint64
 }
 
 // NewAggregator returns an empty aggregator.
@@ -147,6 +158,9 @@ func (a *Aggregator) Add(e *Event) {
 		t.offcpuNs[s] += e.FoldOffcpuNs[s]
 	}
 	a.folded += uint64(e.FoldN)
+	for k := range NumIRQClasses {
+		a.irqNs[k] += e.IrqNs[k]
+	}
 }
 
 func (a *Aggregator) addWakeup(e *Event) {
@@ -193,6 +207,7 @@ func (a *Aggregator) Reset() {
 	a.wakeups = Wakeups{}
 	a.woken = false
 	a.forks, a.exits, a.client, a.dataEdges = 0, 0, 0, 0
+	a.irqNs = [NumIRQClasses]uint64{}
 	clear(a.threads)
 }
 
@@ -218,6 +233,9 @@ func (a *Aggregator) Summary(maxThreads int) Summary {
 		OffCPU: offcpuOf(a.offcpuNs),
 		Folded: a.folded,
 		Forks:  a.forks, Exits: a.exits, ClientRecords: a.client, DataEdges: a.dataEdges,
+	}
+	if a.irqNs != ([NumIRQClasses]uint64{}) {
+		s.Interrupts = &Interrupts{Block: secs(a.irqNs[IRQBlock]), Net: secs(a.irqNs[IRQNet])}
 	}
 	if a.woken {
 		w := a.wakeups

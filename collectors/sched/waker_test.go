@@ -148,8 +148,16 @@ func (r *recorder) all() []Event {
 // recording every event, targeting pid under slot 1.
 func wakerSession(t *testing.T, pid int, fold *Fold) (*Collector, *recorder, func()) {
 	t.Helper()
+	return sessionOf(t, Config{Wakers: true, SoftirqVector: true, Tree: true, Fold: fold}, pid)
+}
+
+// sessionOf starts a collector of cfg recording every event, targeting
+// pid under slot 1.
+func sessionOf(t *testing.T, cfg Config, pid int) (*Collector, *recorder, func()) {
+	t.Helper()
 	rec := &recorder{}
-	c := New(Config{Wakers: true, SoftirqVector: true, Tree: true, Fold: fold, OnEvent: rec.add})
+	cfg.OnEvent = rec.add
+	c := New(cfg)
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatalf("start: %+v", err)
 	}

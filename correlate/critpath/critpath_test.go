@@ -701,3 +701,43 @@ func TestSiblingWaitAtABarrier(t *testing.T) {
 		t.Errorf("a lone thread: server_compute %d ms, want 90", g.Ns[ServerCompute]/ms)
 	}
 }
+
+// Interrupts on the thread's CPU while it ran: a part of the running
+// stretch has its share of them, io_block for the disk's and
+// net_backpressure for the network's; inside a blocking CUDA call the
+// stretch stays gpu_sync; more interrupt time than the segment (folded
+// stints) takes at most the piece.
+func TestInterruptsInRunning(t *testing.T) {
+	run := seg(thA, Running, 0, 40)
+	run.IRQ = IRQTime{Block: 8 * ms, Net: 4 * ms}
+	g := only(t, []Segment{run}, nil,
+		[]Send{{Time: 40 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 45 * ms, Port: port}},
+		Read{Request: 1, Index: 2, Port: port, Start: 20 * ms, End: 50 * ms})
+	checkSteps(t, g, []Step{
+		step(20, 34, thA, Running, ServerCompute, 0),
+		step(34, 38, thA, Running, IOBlock, 0).with(Thread{}, 0, NoteIRQBlock),
+		step(38, 40, thA, Running, NetBackpressure, 0).with(Thread{}, 0, NoteIRQNet),
+		step(40, 45, Thread{}, None, NetBackpressure, 0),
+		step(45, 50, Thread{}, None, Client, 0),
+	})
+
+	g = only(t, []Segment{run}, []CUDACall{{Tid: thA.Tid, Start: 30 * ms, End: 40 * ms, Name: "cuStreamSynchronize"}},
+		[]Send{{Time: 40 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 45 * ms, Port: port}},
+		Read{Request: 1, Index: 2, Port: port, Start: 20 * ms, End: 50 * ms})
+	checkSteps(t, g, []Step{
+		step(20, 27, thA, Running, ServerCompute, 0),
+		step(27, 29, thA, Running, IOBlock, 0).with(Thread{}, 0, NoteIRQBlock),
+		step(29, 30, thA, Running, NetBackpressure, 0).with(Thread{}, 0, NoteIRQNet),
+		step(30, 40, thA, Running, GPUSync, 0).with(Thread{}, 0, "cuStreamSynchronize"),
+		step(40, 45, Thread{}, None, NetBackpressure, 0),
+		step(45, 50, Thread{}, None, Client, 0),
+	})
+
+	run.IRQ = IRQTime{Block: 100 * ms, Net: 100 * ms}
+	g = only(t, []Segment{run}, nil,
+		[]Send{{Time: 40 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 40 * ms, Port: port}},
+		Read{Request: 1, Index: 2, Port: port, Start: 20 * ms, End: 40 * ms})
+	if g.Ns[IOBlock] != 20*ms || g.Ns[ServerCompute] != 0 {
+		t.Errorf("io_block %d ms, server_compute %d ms: want all 20 ms on the disk", g.Ns[IOBlock]/ms, g.Ns[ServerCompute]/ms)
+	}
+}

@@ -63,6 +63,7 @@ type Stats struct {
 	Cycles                               uint64 // sleeps not followed: the waker already on the path
 	DataEdges                            uint64 // walks that followed data to its writer (Data)
 	SiblingWaits                         uint64 // running steps given to a sibling thread's wait for a CPU
+	Interrupts                           uint64 // running steps that gave a part to block or network interrupts
 }
 
 type history struct {

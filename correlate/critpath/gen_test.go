@@ -41,6 +41,9 @@ func genTimeline(seed uint64, threads int, dur int64, ports int) *timeline {
 			switch st {
 			case Running:
 				s.End = t + d(8*ms)
+				if r.IntN(4) == 0 { // interrupts on its CPU meanwhile
+					s.IRQ = IRQTime{Block: r.Int64N(s.End - t), Net: r.Int64N(ms)}
+				}
 				if r.IntN(6) == 0 && t >= cudaEnd {
 					cs := t + r.Int64N(s.End-t)
 					ce := cs + d(maxSpan)

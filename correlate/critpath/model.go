@@ -167,6 +167,19 @@ type Segment struct {
 	Holders []Holder
 	// Wake: for Sleep, what woke it at End.
 	Wake Wake
+	// IRQ: for Running, the interrupts that ran on its CPU meanwhile.
+	IRQ IRQTime
+}
+
+// IRQTime is the time block and network interrupts (device handlers and
+// their softirqs) ran on a thread's CPU while it was running. A kernel
+// without IRQ_TIME_ACCOUNTING counts it as the thread's, and a disk or a
+// network link busy on that CPU would otherwise read as the thread's
+// compute. Where in the running stretch they ran is not known: a part of
+// the stretch has its share of them.
+type IRQTime struct {
+	Block int64 // io_block
+	Net   int64 // net_backpressure
 }
 
 // CUDACall is a blocking CUDA call (cudaStreamSynchronize, cuMemcpyDtoH,

@@ -17,6 +17,9 @@ type SwitchIn struct {
 	// Holder is the task that took its CPU (preempted) or ran on it last
 	// before it got the CPU back (woken); zero when unknown.
 	Holder Thread
+	// IRQ is the interrupt time on its CPU while it ran, from its previous
+	// switch-in to this one's switch-out: its Running segment's.
+	IRQ IRQTime
 }
 
 // Switches turns each thread's switch-in records into segments: Running
@@ -36,7 +39,7 @@ func (w *Switches) Segments(r SwitchIn, out []Segment) []Segment {
 	}
 	out0 := r.Ts - max(r.OffCPU, 0)
 	if prev, ok := w.lastIn[r.Thread.Tid]; ok && out0 > prev {
-		out = append(out, Segment{Thread: r.Thread, State: Running, Start: prev, End: out0})
+		out = append(out, Segment{Thread: r.Thread, State: Running, Start: prev, End: out0, IRQ: r.IRQ})
 	}
 	w.lastIn[r.Thread.Tid] = r.Ts
 	if out0 == r.Ts {

@@ -78,6 +78,8 @@ const (
 	NoteReaderPaused = "the reader paused: receive backpressure"
 	NoteClientWaited = "the load generator waited for a CPU"
 	NoteSiblingWait  = "a thread of the same process waited for a CPU"
+	NoteIRQBlock     = "block interrupts on its CPU"
+	NoteIRQNet       = "network interrupts on its CPU"
 )
 
 // Gap is a token gap's critical path.
@@ -316,7 +318,7 @@ func (e *Engine) walk(tid uint32, a, b int64, depth int) {
 			// The tail rule: a thread whose last segment is Runnable was
 			// switched in at its end and has not been switched out yet
 			// (its Running segment is delivered when it ends).
-			e.running(h, t, b, depth)
+			e.running(h, nil, t, b, depth)
 		} else {
 			e.emit(Step{Start: t, End: b, Thread: h.th, Cause: Unexplained, Depth: depth, Note: NoteNoEvents})
 		}
@@ -327,7 +329,7 @@ func (e *Engine) walk(tid uint32, a, b int64, depth int) {
 func (e *Engine) piece(h *history, sg *Segment, x, y int64, depth int) {
 	switch sg.State {
 	case Running:
-		e.running(h, x, y, depth)
+		e.running(h, sg, x, y, depth)
 	case Runnable:
 		e.runnable(h, sg, x, y, depth)
 	case IOWait:
@@ -344,8 +346,10 @@ func (e *Engine) piece(h *history, sg *Segment, x, y int64, depth int) {
 }
 
 // running: server_compute, or gpu_sync inside a blocking CUDA call (a
-// spin-wait on the CPU), less the sibling rule's waits (siblingWaits).
-func (e *Engine) running(h *history, x, y int64, depth int) {
+// spin-wait on the CPU), less the sibling rule's waits (siblingWaits) and
+// the block and network interrupts that ran meanwhile (interrupts). sg is
+// the Running segment [x, y] is in, nil when none has been delivered yet.
+func (e *Engine) running(h *history, sg *Segment, x, y int64, depth int) {
 	e.cudaSplit(h, x, y, func(x, y int64, call string) {
 		st := Step{Start: x, End: y, Thread: h.th, State: Running, Cause: ServerCompute, Depth: depth}
 		if call != "" {
@@ -353,8 +357,49 @@ func (e *Engine) running(h *history, x, y int64, depth int) {
 			e.emit(st)
 			return
 		}
-		e.siblingWaits(h, st)
+		var irq [2]Step
+		if sg != nil {
+			st, irq = e.interrupts(sg, st)
+		}
+		if st.End > st.Start {
+			e.siblingWaits(h, st)
+		}
+		for _, s := range irq {
+			if s.End > s.Start {
+				e.emit(s)
+			}
+		}
 	})
+}
+
+// interrupts takes from the end of st, a part of sg, its share of sg's
+// interrupt time (IRQTime: where in the segment they ran is not known),
+// as io_block for block devices and net_backpressure for the network:
+// the server lost that time to the disk or the link, on its own CPU.
+func (e *Engine) interrupts(sg *Segment, st Step) (Step, [2]Step) {
+	var out [2]Step
+	seg, d := sg.End-sg.Start, st.End-st.Start
+	if sg.IRQ == (IRQTime{}) || seg <= 0 || d <= 0 {
+		return st, out
+	}
+	share := func(ns int64) int64 {
+		if ns <= 0 {
+			return 0
+		}
+		return int64(float64(min(ns, seg)) * float64(d) / float64(seg))
+	}
+	blk, net := share(sg.IRQ.Block), share(sg.IRQ.Net)
+	if blk+net > d {
+		net = d - blk
+	}
+	end := st.End
+	st.End -= blk + net
+	out[0] = Step{Start: st.End, End: st.End + blk, Thread: st.Thread, State: Running, Cause: IOBlock, Depth: st.Depth, Note: NoteIRQBlock}
+	out[1] = Step{Start: st.End + blk, End: end, Thread: st.Thread, State: Running, Cause: NetBackpressure, Depth: st.Depth, Note: NoteIRQNet}
+	if blk+net > 0 {
+		e.stats.Interrupts++
+	}
+	return st, out
 }
 
 // siblingWait is a stretch a sibling thread waited for a CPU held by a

@@ -172,7 +172,10 @@ type CriticalStats struct {
 	// thread of its process that waited for a CPU held outside the
 	// targets (a pool at a barrier spins while one of it is preempted).
 	SiblingWaits uint64 `json:"sibling_waits"`
-	DataEdges    uint64 `json:"data_edges"`
+	// Interrupts: running steps that gave a part of their time to the block
+	// or network interrupts that ran on the thread's CPU meanwhile.
+	Interrupts uint64 `json:"interrupts"`
+	DataEdges  uint64 `json:"data_edges"`
 	// Sends, Arrivals, Segments, CUDACalls, Holds, Reads: what was added
 	// (Holds: the connections' blocking TCP episodes, zero windows, loss
 	// recovery and retransmissions, DESIGN.md "Held connections").

@@ -1,0 +1,312 @@
+package sched
+
+import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testproc"
+)
+
+func init() { testproc.Register("irqspin", childIRQSpin) }
+
+// The classes come from the PCI class of the device that owns a vector,
+// else from a virtio handler's driver or a storage driver's handler name.
+func TestIRQClassesOfSysfs(t *testing.T) {
+	root := t.TempDir()
+	write := func(p, s string) {
+		t.Helper()
+		p = filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	link := func(p, to string) {
+		t.Helper()
+		p = filepath.Join(root, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(to, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// PCI: a virtio-blk (mass storage, other), a NIC with MSI-X, a GPU, a
+	// legacy-interrupt SATA controller.
+	write("bus/pci/devices/0000:00:02.0/class", "0x018000\n")
+	write("bus/pci/devices/0000:00:02.0/irq", "0\n")
+	write("bus/pci/devices/0000:00:02.0/msi_irqs/35", "msix\n")
+	write("bus/pci/devices/0000:00:02.0/msi_irqs/36", "msix\n")
+	write("bus/pci/devices/0000:00:03.0/class", "0x020000\n")
+	write("bus/pci/devices/0000:00:03.0/msi_irqs/37", "msix\n")
+	write("bus/pci/devices/0000:00:03.0/msi_irqs/38", "msix\n")
+	write("bus/pci/devices/0000:00:04.0/class", "0x030200\n")
+	write("bus/pci/devices/0000:00:04.0/msi_irqs/50", "msix\n")
+	write("bus/pci/devices/0000:00:1f.2/class", "0x010601\n")
+	write("bus/pci/devices/0000:00:1f.2/irq", "19\n")
+	// Vectors no PCI device lists: virtio over MMIO, an NVMe handler name,
+	// a timer.
+	write("kernel/irq/60/actions", "virtio7-req.0\n")
+	write("kernel/irq/61/actions", "virtio8-input.0\n")
+	write("kernel/irq/62/actions", "virtio9-rx\n")
+	write("kernel/irq/63/actions", "nvme0q1\n")
+	write("kernel/irq/0/actions", "timer\n")
+	write("kernel/irq/37/actions", "virtio2-input.0\n")
+	link("bus/virtio/devices/virtio7/driver", "../../../../bus/virtio/drivers/virtio_blk")
+	link("bus/virtio/devices/virtio8/driver", "../../../../bus/virtio/drivers/virtio_net")
+	link("bus/virtio/devices/virtio9/driver", "../../../../bus/virtio/drivers/vmw_vsock_virtio_transport")
+	got, err := IRQClasses(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[uint32]IRQClass{35: IRQBlock, 36: IRQBlock, 37: IRQNet, 38: IRQNet, 19: IRQBlock, 60: IRQBlock, 61: IRQNet, 63: IRQBlock}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %v\nwant %v", got, want)
+	}
+	if _, err := IRQClasses(t.TempDir()); err == nil {
+		t.Error("an empty sysfs gave no error")
+	}
+}
+
+// childIRQSpin pins itself to CPU args[0] and spins on it until the
+// monotonic time args[1] (ns), sleeps 2 ms (a switch-in record that closes
+// the phase), spins until args[2] and sleeps 2 ms again.
+func childIRQSpin(args []string, ready func(...int), wait func()) {
+	runtime.LockOSThread()
+	cpu, _ := strconv.Atoi(args[0])
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		panic(err)
+	}
+	setComm("irqspin")
+	ready(unix.Gettid())
+	wait()
+	for _, a := range args[1:3] {
+		until, _ := strconv.ParseInt(a, 10, 64)
+		for monoNs() < until {
+		}
+		ts := unix.NsecToTimespec(2e6)
+		for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+		}
+	}
+}
+
+// blockIRQs counts, per CPU, the interrupts of the given vectors so far
+// (/proc/interrupts).
+func blockIRQs(t *testing.T, vecs map[uint32]IRQClass) []uint64 {
+	t.Helper()
+	f, err := os.Open("/proc/interrupts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Scan()
+	ncpu := len(strings.Fields(sc.Text()))
+	out := make([]uint64, ncpu)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < ncpu+1 {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSuffix(fs[0], ":"), 10, 32)
+		if cls, ok := vecs[uint32(n)]; err != nil || !ok || cls != IRQBlock {
+			continue
+		}
+		for c := range ncpu {
+			v, _ := strconv.ParseUint(fs[1+c], 10, 64)
+			out[c] += v
+		}
+	}
+	return out
+}
+
+// directReads reads path with O_DIRECT, 256 KiB at a time at random
+// offsets, from CPU cpu, until the monotonic time until; it returns the
+// reads done.
+func directReads(t *testing.T, path string, size int64, cpu int, until int64) int {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var set, old unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &old); err != nil {
+		t.Fatal(err)
+	}
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.SchedSetaffinity(0, &old) //nolint:errcheck // the thread is unlocked after
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		t.Fatalf("open %s with O_DIRECT: %v", path, err)
+	}
+	defer unix.Close(fd)
+	const bs = 256 << 10
+	buf, err := unix.Mmap(-1, 0, bs, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(buf) //nolint:errcheck // test memory
+	n := 0
+	for monoNs() < until {
+		off := rand.Int64N(size/bs) * bs
+		if _, err := unix.Pread(fd, buf, off); err != nil {
+			t.Fatalf("O_DIRECT read of %s: %v", path, err)
+		}
+		n++
+	}
+	return n
+}
+
+// A thread spins on the CPU that serves the disk's interrupts, first with
+// the disk quiet, then while another CPU reads a file with O_DIRECT: its
+// records carry the block interrupt time that ran on its CPU while it
+// spun, none (or next to none) in the quiet phase, and some in the reads
+// phase, at a plausible cost per interrupt the kernel counted on that CPU
+// (/proc/interrupts).
+func TestInterruptTimeOfTheDisk(t *testing.T) {
+	privtest.Require(t)
+	classes, err := IRQClasses(sysRoot)
+	if err != nil {
+		t.Logf("classifying interrupts: %v", err)
+	}
+	// A file on a disk: the temporary directory unless it is a tmpfs.
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err == nil && fs.Type == unix.TMPFS_MAGIC {
+		vt, err := os.MkdirTemp("/var/tmp", "irqtime-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(vt) })
+		dir = vt
+	}
+	path := filepath.Join(dir, "disk.img")
+	const size = 64 << 20
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i * 7)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range size / len(chunk) {
+		if _, err := f.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	// Where do the disk's interrupts land for reads from CPU 0?
+	ncpu := runtime.NumCPU()
+	before := blockIRQs(t, classes)
+	reads := directReads(t, path, size, 0, monoNs()+300e6)
+	after := blockIRQs(t, classes)
+	irqCPU, most := -1, uint64(0)
+	for c := range min(len(before), len(after)) {
+		if d := after[c] - before[c]; d > most {
+			irqCPU, most = c, d
+		}
+	}
+	if irqCPU < 0 {
+		privtest.SkipOptional(t, "%d O_DIRECT reads of %s raised no interrupt of a block device this host's sysfs names (classified: %v)", reads, path, classes)
+	}
+	readCPU := 0
+	if irqCPU == 0 && ncpu > 1 {
+		// The reads' own CPU takes them: per-CPU queues, or CPU 0's
+		// queue. Read from another CPU unless they follow the reader.
+		readCPU = 1
+		b := blockIRQs(t, classes)
+		directReads(t, path, size, 1, monoNs()+100e6)
+		a := blockIRQs(t, classes)
+		if a[1]-b[1] > a[0]-b[0] {
+			readCPU = 0 // they follow the submitter: spin beside the reader
+		}
+	}
+	t.Logf("%d O_DIRECT reads from CPU 0 raised %d block interrupts on CPU %d; reading from CPU %d", reads, most, irqCPU, readCPU)
+
+	now := monoNs()
+	t1, t2 := now+1200e6, now+2400e6
+	spin := testproc.Start(t, "irqspin", strconv.Itoa(irqCPU), strconv.FormatInt(t1, 10), strconv.FormatInt(t2, 10))
+	_, rec, stop := sessionOf(t, Config{Wakers: true, SoftirqVector: true, IRQTime: true, Fold: &NoFold}, spin.Pid())
+	spin.Go(t)
+	for monoNs() < t1+50e6 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	b := blockIRQs(t, classes)
+	n := directReads(t, path, size, readCPU, t2-50e6)
+	a := blockIRQs(t, classes)
+	spin.Wait(t, 20*time.Second)
+	stop()
+
+	// Each record carries the interrupts of the running stretch that
+	// ended at its switch-out.
+	var quiet, busy, quietRun, busyRun, net int64
+	last := int64(0)
+	for _, e := range rec.all() {
+		if e.Tid != uint32(spin.Tids[0]) || RecKind(e.Kind) != RecSwitch {
+			continue
+		}
+		out := int64(e.Ts) - int64(e.OffcpuNs)
+		ran := int64(0)
+		if last > 0 && out > last {
+			ran = out - last
+		}
+		last = int64(e.Ts)
+		blk := int64(e.IrqNs[IRQBlock])
+		net += int64(e.IrqNs[IRQNet])
+		switch {
+		case out <= t1+1e6:
+			quiet += blk
+			quietRun += ran
+		case out <= t2+1e6:
+			busy += blk
+			busyRun += ran
+		}
+	}
+	irqs := a[irqCPU] - b[irqCPU]
+	t.Logf("quiet phase: %.2f ms of block interrupts in %.0f ms spinning; reads phase: %d reads from CPU %d, %d block interrupts on CPU %d, %.2f ms of block interrupts in %.0f ms spinning (%.1f µs an interrupt); network %.2f ms",
+		float64(quiet)/1e6, float64(quietRun)/1e6, n, readCPU, irqs, irqCPU, float64(busy)/1e6, float64(busyRun)/1e6, float64(busy)/1e3/float64(max(irqs, 1)), float64(net)/1e6)
+	if busyRun <= 0 || quietRun <= 0 {
+		t.Fatalf("the spinner's running stretches: quiet %d ns, reads %d ns: its records did not cover both phases", quietRun, busyRun)
+	}
+	if irqs == 0 {
+		t.Fatalf("%d reads raised no block interrupt on CPU %d in the reads phase", n, irqCPU)
+	}
+	if busy <= 0 {
+		t.Fatalf("%d block interrupts on the spinner's CPU, and its records carry no block interrupt time", irqs)
+	}
+	if busy > busyRun {
+		t.Errorf("%d ns of block interrupts in %d ns of running", busy, busyRun)
+	}
+	// Per interrupt: a handler and its BLOCK softirq, a few µs to a few
+	// hundred here; 100 ns or 5 ms would be a wrong sum or a lost exit.
+	if per := float64(busy) / float64(irqs); per < 100 || per > 5e6 {
+		t.Errorf("%.0f ns of block interrupt time per interrupt counted on CPU %d", per, irqCPU)
+	}
+	// The quiet phase: the host's own writes at most, far less per second
+	// of spinning than the reads phase.
+	if float64(quiet)/float64(quietRun) > 0.1*float64(busy)/float64(busyRun) {
+		t.Errorf("quiet phase: %.3f%% of the spin in block interrupts, reads phase %.3f%%: more than a tenth of it with no reads",
+			100*float64(quiet)/float64(quietRun), 100*float64(busy)/float64(busyRun))
+	}
+}
