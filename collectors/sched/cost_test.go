@@ -108,7 +108,8 @@ type costMode struct {
 
 // BenchmarkWakersCost measures what the critical-path data costs a
 // session: the scheduler collector as it was (sched_switch only) and with
-// wakers, softirq vectors and the process tree, next to nothing attached,
+// wakers, softirq vectors and the process tree, then also with the
+// interrupt time inside running stretches, next to nothing attached,
 // on a pinned pipe ping-pong and on bin/barrierpool, in alternating rounds
 // of one run. BPF run-time statistics are on in every mode (two clock
 // reads per program run, the same for both observers), so the per-program
@@ -126,6 +127,7 @@ func BenchmarkWakersCost(b *testing.B) {
 		{"nothing", nil},
 		{"before", &Config{}},
 		{"after", &Config{Wakers: true, SoftirqVector: true, Tree: true}},
+		{"irqtime", &Config{Wakers: true, SoftirqVector: true, Tree: true, IRQTime: true}},
 	}
 	for _, wl := range []struct {
 		name string
