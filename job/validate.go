@@ -159,8 +159,11 @@ type Validation struct {
 	Matrix map[string]map[string]int `json:"matrix"`
 	Rows   []ValidationRow           `json:"rows"`
 	// Correct counts the rows whose top cause is the injected one.
-	Correct int    `json:"correct"`
-	Dir     string `json:"run_dir"`
+	Correct int `json:"correct"`
+	// Unexplained is the critical path's unexplained time over all gap
+	// time of the run, every phase included (-1: no critical path).
+	Unexplained float64 `json:"unexplained_fraction"`
+	Dir         string  `json:"run_dir"`
 }
 
 // CPUInjection keeps threads busy on cpus (nil: every CPU), two per CPU.
@@ -507,7 +510,9 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		return tailBand(res.Blames(), from, to)
 	}
 	critByName := map[string]report.CriticalPhase{}
+	v.Unexplained = -1
 	if cp := res.Doc.CriticalPath; cp != nil {
+		v.Unexplained = cp.UnexplainedFraction
 		for _, p := range cp.Phases {
 			critByName[p.Name] = p
 		}
@@ -677,6 +682,10 @@ func (v *Validation) WriteMatrix(w io.Writer) {
 		fmt.Fprintf(w, "  %-9s %-5s %5.0f%% %-14s %-14s %5.1f (%+5.1f) %6.1f (%+6.1f) %s\n", r.Injection, judge, r.JudgedShare()*100, union, crit,
 			r.P50ITLMs, r.AddedP50ITLMs, r.P99ITLMs, r.AddedP99ITLMs, verdict)
 	}
-	fmt.Fprintf(w, "baseline ITL p50 %.1f ms, p99 %.1f ms at %.3g req/s; %d of %d injections named\n",
-		v.BaselineP50, v.BaselineP99, v.RateRPS, v.Correct, len(v.Rows))
+	unexpl := "no critical path"
+	if v.Unexplained >= 0 {
+		unexpl = fmt.Sprintf("unexplained %.2f%% of all gap time", v.Unexplained*100)
+	}
+	fmt.Fprintf(w, "baseline ITL p50 %.1f ms, p99 %.1f ms at %.3g req/s; %d of %d injections named; %s\n",
+		v.BaselineP50, v.BaselineP99, v.RateRPS, v.Correct, len(v.Rows), unexpl)
 }

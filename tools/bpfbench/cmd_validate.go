@@ -65,7 +65,7 @@ type validateFlags struct {
 	netIface, netNS, netRate, skip string
 	netBurst, netLimit             string
 	selfNice                       int
-	minShare                       float64
+	minShare, maxUnexplained       float64
 }
 
 func newValidateCmd() *cobra.Command {
@@ -123,6 +123,7 @@ requests are sent and when belong to the phases, so it does not take them.
 	fs.StringVar(&v.skip, "skip", "", "injections to leave out, e.g. gpu,io (cpu, io, gpu, compute, client, net, client-cpu)")
 	fs.IntVar(&v.selfNice, "self-nice", -10, "nice level of bpfbench itself during the validation (the server and the injections stay at theirs)")
 	fs.Float64Var(&v.minShare, "min-share", 0.8, "exit 1 unless every injected cause is the top cause with at least this share of the excess it added to the slowest 10% of gaps")
+	fs.Float64Var(&v.maxUnexplained, "max-unexplained", 0.05, "exit 1 when the critical path leaves more than this fraction of the run's gap time unexplained")
 	logs.add(fs, "warn", true)
 	_ = cmd.MarkFlagDirname("out")
 	loadCompletions(cmd)
@@ -368,6 +369,10 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("attribution not validated for %s: want each injected cause on top with at least %.0f%% of the tail excess", strings.Join(bad, ", "), v.minShare*100)
+	}
+	if val.Unexplained > v.maxUnexplained {
+		return fmt.Errorf("the critical path left %.1f%% of the run's gap time unexplained, more than %.0f%% (lost events or threads with no history: see result.json's critical_path.stats)",
+			val.Unexplained*100, v.maxUnexplained*100)
 	}
 	return nil
 }

@@ -74,7 +74,11 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 				at80++
 			}
 		}
-		t.Logf("attempt %d: %d of %d rows with the injected cause on top at 80%% or more", attempt, at80, len(v.Rows))
+		t.Logf("attempt %d: %d of %d rows with the injected cause on top at 80%% or more; unexplained %.3f%% of all gap time", attempt, at80, len(v.Rows), v.Unexplained*100)
+		if v.Unexplained < 0 || v.Unexplained > 0.05 {
+			cliPass = false
+			last = append(last, fmt.Sprintf("unexplained %.1f%% of all gap time (at most 5%%)", v.Unexplained*100))
+		}
 		if cliPass != (code == 0) {
 			t.Errorf("validate exit %d, but its rows say pass=%v at --min-share 0.6: %s", code, cliPass, stderr)
 		}
