@@ -135,6 +135,44 @@ func blockIRQs(t *testing.T, vecs map[uint32]IRQClass) []uint64 {
 	return out
 }
 
+// blockSoftirqs counts, per CPU, the BLOCK and IRQ_POLL softirqs so far
+// (/proc/softirqs).
+func blockSoftirqs(t *testing.T) []uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/softirqs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uint64
+	for _, l := range strings.Split(string(b), "\n") {
+		fs := strings.Fields(l)
+		if len(fs) < 2 || (fs[0] != "BLOCK:" && fs[0] != "IRQ_POLL:") {
+			continue
+		}
+		if out == nil {
+			out = make([]uint64, len(fs)-1)
+		}
+		for c := range min(len(out), len(fs)-1) {
+			v, _ := strconv.ParseUint(fs[1+c], 10, 64)
+			out[c] += v
+		}
+	}
+	return out
+}
+
+// blockEvents is blockIRQs and blockSoftirqs on cpu.
+func blockEvents(t *testing.T, vecs map[uint32]IRQClass, cpu int) (hard, soft uint64) {
+	t.Helper()
+	h, s := blockIRQs(t, vecs), blockSoftirqs(t)
+	if cpu < len(h) {
+		hard = h[cpu]
+	}
+	if cpu < len(s) {
+		soft = s[cpu]
+	}
+	return hard, soft
+}
+
 // directReads reads path with O_DIRECT, 256 KiB at a time at random
 // offsets, from CPU cpu, until the monotonic time until; it returns the
 // reads done.
@@ -174,11 +212,10 @@ func directReads(t *testing.T, path string, size int64, cpu int, until int64) in
 }
 
 // A thread spins on the CPU that serves the disk's interrupts, first with
-// the disk quiet, then while another CPU reads a file with O_DIRECT: its
-// records carry the block interrupt time that ran on its CPU while it
-// spun, none (or next to none) in the quiet phase, and some in the reads
-// phase, at a plausible cost per interrupt the kernel counted on that CPU
-// (/proc/interrupts).
+// the disk left alone, then while another CPU reads a file with O_DIRECT:
+// its records carry the block interrupt time that ran on its CPU while it
+// spun, at a plausible cost per block interrupt and softirq the kernel
+// counted on that CPU (/proc/interrupts, /proc/softirqs) in each phase.
 func TestInterruptTimeOfTheDisk(t *testing.T) {
 	privtest.Require(t)
 	classes, err := IRQClasses(sysRoot)
@@ -248,13 +285,21 @@ func TestInterruptTimeOfTheDisk(t *testing.T) {
 	t1, t2 := now+1200e6, now+2400e6
 	spin := testproc.Start(t, "irqspin", strconv.Itoa(irqCPU), strconv.FormatInt(t1, 10), strconv.FormatInt(t2, 10))
 	_, rec, stop := sessionOf(t, Config{Wakers: true, SoftirqVector: true, IRQTime: true, Fold: &NoFold}, spin.Pid())
+	// The ground truth: the block interrupts and softirqs the kernel
+	// counted on the spinner's CPU in each phase (the host's other IO
+	// included: other tests may write meanwhile).
+	qh0, qs0 := blockEvents(t, classes, irqCPU)
 	spin.Go(t)
+	for monoNs() < t1 {
+		time.Sleep(time.Millisecond)
+	}
+	qh1, qs1 := blockEvents(t, classes, irqCPU)
 	for monoNs() < t1+50e6 {
 		time.Sleep(10 * time.Millisecond)
 	}
-	b := blockIRQs(t, classes)
+	bh0, bs0 := blockEvents(t, classes, irqCPU)
 	n := directReads(t, path, size, readCPU, t2-50e6)
-	a := blockIRQs(t, classes)
+	bh1, bs1 := blockEvents(t, classes, irqCPU)
 	spin.Wait(t, 20*time.Second)
 	stop()
 
@@ -283,30 +328,30 @@ func TestInterruptTimeOfTheDisk(t *testing.T) {
 			busyRun += ran
 		}
 	}
-	irqs := a[irqCPU] - b[irqCPU]
-	t.Logf("quiet phase: %.2f ms of block interrupts in %.0f ms spinning; reads phase: %d reads from CPU %d, %d block interrupts on CPU %d, %.2f ms of block interrupts in %.0f ms spinning (%.1f µs an interrupt); network %.2f ms",
-		float64(quiet)/1e6, float64(quietRun)/1e6, n, readCPU, irqs, irqCPU, float64(busy)/1e6, float64(busyRun)/1e6, float64(busy)/1e3/float64(max(irqs, 1)), float64(net)/1e6)
+	quietN, busyN := (qh1-qh0)+(qs1-qs0), (bh1-bh0)+(bs1-bs0)
+	t.Logf("quiet phase: %d block interrupts and %d softirqs on CPU %d, %.2f ms of block interrupt time in %.0f ms spinning", qh1-qh0, qs1-qs0, irqCPU, float64(quiet)/1e6, float64(quietRun)/1e6)
+	t.Logf("reads phase: %d reads from CPU %d; %d block interrupts and %d softirqs on CPU %d, %.2f ms of block interrupt time in %.0f ms spinning (%.1f µs an interrupt and its softirq); network %.2f ms in both",
+		n, readCPU, bh1-bh0, bs1-bs0, irqCPU, float64(busy)/1e6, float64(busyRun)/1e6, float64(busy)/1e3/float64(max(bh1-bh0, 1)), float64(net)/1e6)
 	if busyRun <= 0 || quietRun <= 0 {
 		t.Fatalf("the spinner's running stretches: quiet %d ns, reads %d ns: its records did not cover both phases", quietRun, busyRun)
 	}
-	if irqs == 0 {
+	if bh1 == bh0 {
 		t.Fatalf("%d reads raised no block interrupt on CPU %d in the reads phase", n, irqCPU)
 	}
 	if busy <= 0 {
-		t.Fatalf("%d block interrupts on the spinner's CPU, and its records carry no block interrupt time", irqs)
+		t.Fatalf("%d block interrupts on the spinner's CPU, and its records carry no block interrupt time", bh1-bh0)
 	}
 	if busy > busyRun {
 		t.Errorf("%d ns of block interrupts in %d ns of running", busy, busyRun)
 	}
-	// Per interrupt: a handler and its BLOCK softirq, a few µs to a few
-	// hundred here; 100 ns or 5 ms would be a wrong sum or a lost exit.
-	if per := float64(busy) / float64(irqs); per < 100 || per > 5e6 {
-		t.Errorf("%.0f ns of block interrupt time per interrupt counted on CPU %d", per, irqCPU)
+	// Per event (a handler or a softirq): a few µs to a few hundred here;
+	// under 100 ns or over 5 ms would be a wrong sum or a lost exit. The
+	// spinner may be preempted meanwhile (events it did not see), so only
+	// the upper bound holds in the quiet phase, where there may be none.
+	if per := float64(busy) / float64(busyN); per < 100 || per > 5e6 {
+		t.Errorf("reads phase: %.0f ns of block interrupt time per block event counted on CPU %d", per, irqCPU)
 	}
-	// The quiet phase: the host's own writes at most, far less per second
-	// of spinning than the reads phase.
-	if float64(quiet)/float64(quietRun) > 0.1*float64(busy)/float64(busyRun) {
-		t.Errorf("quiet phase: %.3f%% of the spin in block interrupts, reads phase %.3f%%: more than a tenth of it with no reads",
-			100*float64(quiet)/float64(quietRun), 100*float64(busy)/float64(busyRun))
+	if float64(quiet) > 5e6*float64(quietN)+1e6 {
+		t.Errorf("quiet phase: %.2f ms of block interrupt time for %d block events counted on CPU %d", float64(quiet)/1e6, quietN, irqCPU)
 	}
 }
