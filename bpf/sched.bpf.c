@@ -109,6 +109,17 @@ enum irq_class {
 	NR_IRQC = 2,
 };
 
+/* What a hard interrupt that woke a thread was (wake_vec of WAKE_HARDIRQ,
+ * with_irq_time): a device handler of a class, or no handler at all (an
+ * hrtimer expiry, an IPI). */
+enum hardirq_kind {
+	HARDIRQ_UNKNOWN = 0, /* without with_irq_time */
+	HARDIRQ_BLOCK = 1,   /* IRQC_BLOCK + 1 */
+	HARDIRQ_NET = 2,     /* IRQC_NET + 1 */
+	HARDIRQ_DEVICE = 3,  /* another device's handler */
+	HARDIRQ_TIMER = 4,   /* outside any device handler: a timer, an IPI */
+};
+
 /* One record per unfolded switch-in of a streamed thread. */
 struct event {
 	__u64 ts;        /* switch-in, CLOCK_MONOTONIC ns */
@@ -137,7 +148,8 @@ struct event {
 	__u32 holder_tgid;
 	char holder_comm[16];
 	__u8 wake_ctx; /* enum wake_ctx */
-	__u8 wake_vec; /* WAKE_SOFTIRQ: the softirq vector + 1, 0 if unknown */
+	__u8 wake_vec; /* WAKE_SOFTIRQ: the softirq vector + 1, 0 if unknown;
+			* WAKE_HARDIRQ (with_irq_time): enum hardirq_kind */
 	__u8 pad[6];
 	/* Interrupt time on its CPU while it ran since its previous record
 	 * (with_irq_time), by enum irq_class. */
@@ -378,7 +390,8 @@ static __always_inline bool keep_wakeup(struct task_info *ti, __u32 tgid, __u64 
 	if (ti->wake_ctx == WAKE_TASK)
 		return ti->waker_tgid != tgid;
 	/* NET_RX_SOFTIRQ is 3 (enum in include/linux/interrupt.h), + 1. */
-	return ti->wake_ctx == WAKE_SOFTIRQ && ti->wake_vec == 3 + 1;
+	return (ti->wake_ctx == WAKE_SOFTIRQ && ti->wake_vec == 3 + 1) ||
+	       (ti->wake_ctx == WAKE_HARDIRQ && ti->wake_vec == HARDIRQ_NET);
 }
 
 static __always_inline bool foldable(__u64 runq, __u8 has_runq, __u32 st, __u64 offcpu)
@@ -595,8 +608,17 @@ static __always_inline __u32 wake_ctx_now(struct task_struct *cur, __u32 *vec)
 		return WAKE_UNKNOWN;
 	if (pc & NMI_MASK)
 		return WAKE_NMI;
-	if (pc & HARDIRQ_MASK)
+	if (pc & HARDIRQ_MASK) {
+		if (with_irq_time) {
+			/* Inside a device handler (irq_handler_entry/exit), or
+			 * not: an hrtimer expiry or an IPI. */
+			struct irq_acc *a = irq_acc_here();
+			if (a)
+				*vec = !a->hard_start ? HARDIRQ_TIMER
+					: a->hard_cls ? a->hard_cls : HARDIRQ_DEVICE;
+		}
 		return WAKE_HARDIRQ;
+	}
 	if (pc & SOFTIRQ_OFFSET) {
 		if (with_softirq_vec) {
 			__u32 zero = 0;

@@ -269,9 +269,12 @@ func (c *critStream) switchIn(off collectors.Span, rq *collectors.Span) {
 }
 
 // wakeOf is the wakeup that ended an off-CPU span's sleep. A hard
-// interrupt ending an interruptible sleep is taken for a timer (hrtimers
-// expire in hard interrupt context: nanosleep, poll and futex timeouts);
-// a device interrupt ending an IO wait does not matter, D being io_block.
+// interrupt outside any device handler is a timer (hrtimers expire in hard
+// interrupt context: nanosleep, poll and futex timeouts); a device
+// handler's wakeup is its device's (a block completion, a network
+// receive). When the collector could not tell (no interrupt time), a
+// hard interrupt ending an interruptible sleep is taken for a timer, and
+// one ending an IO wait does not matter, D being io_block.
 func wakeOf(sp collectors.Span) critpath.Wake {
 	switch sp.WakeCtx {
 	case "task":
@@ -281,6 +284,14 @@ func wakeOf(sp collectors.Span) critpath.Wake {
 			return critpath.Wake{Kind: critpath.WakeHardIRQ}
 		}
 		return critpath.Wake{Kind: critpath.WakeTimer}
+	case "hardirq:timer":
+		return critpath.Wake{Kind: critpath.WakeTimer}
+	case "hardirq:block":
+		return critpath.Wake{Kind: critpath.WakeBlock}
+	case "hardirq:net":
+		return critpath.Wake{Kind: critpath.WakeNetRx}
+	case "hardirq:device":
+		return critpath.Wake{Kind: critpath.WakeHardIRQ}
 	case "softirq:net_rx":
 		return critpath.Wake{Kind: critpath.WakeNetRx}
 	case "softirq:block":

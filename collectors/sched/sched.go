@@ -121,6 +121,20 @@ func SoftirqName(vec uint8) string {
 	return softirqNames[vec-1]
 }
 
+// hardirqNames name what a hard interrupt that woke a thread was, as
+// WakeVec carries it for WakeHardirq (Config.IRQTime): a device handler of
+// a class, or none (an hrtimer expiry, an IPI).
+var hardirqNames = []string{"block", "net", "device", "timer"}
+
+// HardirqName names WakeVec of a WakeHardirq; "" when unknown (no
+// Config.IRQTime).
+func HardirqName(vec uint8) string {
+	if vec == 0 || int(vec) > len(hardirqNames) {
+		return ""
+	}
+	return hardirqNames[vec-1]
+}
+
 // Tracepoints are the tracepoints the collector attaches to: sched_switch
 // always, the others when the configuration asks for them.
 var Tracepoints = []string{"sched_switch", "sched_waking", "softirq_entry", "softirq_exit", "irq_handler_entry", "irq_handler_exit", "sched_process_fork", "sched_process_exit"}

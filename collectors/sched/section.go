@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/bpfbench/bpfbench/collectors"
@@ -91,8 +92,12 @@ func (s *Section) WriteSummary(w io.Writer) {
 	fmt.Fprintf(w, "  off-CPU: preempted %s, io_wait (D) %s, sleep (S) %s\n",
 		bpfutil.Dur(sum.OffCPU.Preempted), bpfutil.Dur(sum.OffCPU.IOWait), bpfutil.Dur(sum.OffCPU.Sleep))
 	if wk := sum.Wakeups; wk != nil {
-		fmt.Fprintf(w, "  wakeups recorded: same process %d, other process %d, hardirq %d, softirq %v, nmi %d, unknown %d; preemptions with holder %d\n",
-			wk.SameProcess, wk.OtherProcess, wk.Hardirq, wk.Softirq, wk.NMI, wk.Unknown, wk.Preempted)
+		hard := strconv.FormatUint(wk.Hardirq, 10)
+		if len(wk.HardirqKinds) > 0 {
+			hard += fmt.Sprintf(" %v", wk.HardirqKinds)
+		}
+		fmt.Fprintf(w, "  wakeups recorded: same process %d, other process %d, hardirq %s, softirq %v, nmi %d, unknown %d; preemptions with holder %d\n",
+			wk.SameProcess, wk.OtherProcess, hard, wk.Softirq, wk.NMI, wk.Unknown, wk.Preempted)
 	}
 	if i := sum.Interrupts; i != nil {
 		fmt.Fprintf(w, "  interrupts while its threads ran (their CPU time, not theirs): block %s, network %s\n",
@@ -169,12 +174,19 @@ func record(r collectors.Recorder, e *Event) {
 	}
 }
 
-// wakeCtxName is a Span's WakeCtx: "task", "hardirq", "softirq:VECTOR"
-// ("softirq" when the vector is unknown), "nmi" or "unknown".
+// wakeCtxName is a Span's WakeCtx: "task", "hardirq:KIND" (block, net,
+// device: a device handler; timer: none, an hrtimer or an IPI; "hardirq"
+// when unknown), "softirq:VECTOR" ("softirq" when the vector is unknown),
+// "nmi" or "unknown".
 func wakeCtxName(ctx WakeContext, vec uint8) string {
-	if ctx == WakeSoftirq {
+	switch ctx {
+	case WakeSoftirq:
 		if n := SoftirqName(vec); n != "" {
 			return "softirq:" + n
+		}
+	case WakeHardirq:
+		if n := HardirqName(vec); n != "" {
+			return "hardirq:" + n
 		}
 	}
 	return ctx.String()

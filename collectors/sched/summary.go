@@ -42,6 +42,10 @@ type Wakeups struct {
 	SameProcess  uint64 `json:"same_process"`
 	OtherProcess uint64 `json:"other_process"`
 	Hardirq      uint64 `json:"hardirq"`
+	// HardirqKinds splits Hardirq by what the interrupt was (Config.IRQTime):
+	// a device handler ("block", "net", "device") or none ("timer": an
+	// hrtimer expiry, an IPI).
+	HardirqKinds map[string]uint64 `json:"hardirq_by_kind,omitempty"`
 	// Softirq counts softirq wakeups by vector ("net_rx", "timer", ...;
 	// "softirq" when the vector is not known).
 	Softirq map[string]uint64 `json:"softirq,omitempty"`
@@ -180,6 +184,12 @@ func (a *Aggregator) addWakeup(e *Event) {
 		}
 	case WakeHardirq:
 		w.Hardirq++
+		if name := HardirqName(e.WakeVec); name != "" {
+			if w.HardirqKinds == nil {
+				w.HardirqKinds = map[string]uint64{}
+			}
+			w.HardirqKinds[name]++
+		}
 	case WakeSoftirq:
 		name := SoftirqName(e.WakeVec)
 		if name == "" {
@@ -241,6 +251,9 @@ func (a *Aggregator) Summary(maxThreads int) Summary {
 		w := a.wakeups
 		if w.Softirq != nil {
 			w.Softirq = maps.Clone(w.Softirq)
+		}
+		if w.HardirqKinds != nil {
+			w.HardirqKinds = maps.Clone(w.HardirqKinds)
 		}
 		s.Wakeups = &w
 	}
