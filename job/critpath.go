@@ -284,24 +284,21 @@ func wakeOf(sp collectors.Span) critpath.Wake {
 			return critpath.Wake{Kind: critpath.WakeHardIRQ}
 		}
 		return critpath.Wake{Kind: critpath.WakeTimer}
-	case "hardirq:timer":
-		return critpath.Wake{Kind: critpath.WakeTimer}
-	case "hardirq:block":
-		return critpath.Wake{Kind: critpath.WakeBlock}
-	case "hardirq:net":
-		return critpath.Wake{Kind: critpath.WakeNetRx}
-	case "hardirq:device":
-		return critpath.Wake{Kind: critpath.WakeHardIRQ}
-	case "softirq:net_rx":
-		return critpath.Wake{Kind: critpath.WakeNetRx}
-	case "softirq:block":
-		return critpath.Wake{Kind: critpath.WakeBlock}
-	case "softirq:timer":
-		return critpath.Wake{Kind: critpath.WakeSoftIRQTimer}
-	case "softirq:hrtimer":
-		return critpath.Wake{Kind: critpath.WakeTimer}
 	}
-	return critpath.Wake{Kind: critpath.WakeUnknown}
+	return critpath.Wake{Kind: wakeKinds[sp.WakeCtx]} // WakeUnknown when not listed
+}
+
+// wakeKinds are the interrupt contexts of a wakeup (Span.WakeCtx) with a
+// kind of their own.
+var wakeKinds = map[string]critpath.WakeKind{
+	"hardirq:timer":   critpath.WakeTimer,
+	"hardirq:block":   critpath.WakeBlock,
+	"hardirq:net":     critpath.WakeNetRx,
+	"hardirq:device":  critpath.WakeHardIRQ,
+	"softirq:net_rx":  critpath.WakeNetRx,
+	"softirq:block":   critpath.WakeBlock,
+	"softirq:timer":   critpath.WakeSoftIRQTimer,
+	"softirq:hrtimer": critpath.WakeTimer,
 }
 
 // addRecord adds a finished request's token gaps.
