@@ -828,10 +828,15 @@ struct unix_write {
 	char rd_comm[16];
 };
 
-/* How long a pending read waits for its write's stamp while the write's
- * data is still queued (then the read took older data); with the queue
- * empty at the stamp, the read took this write's data, whenever. */
-#define RACE_NS 20000000 /* the writer may be preempted between queueing and sk_data_ready */
+/* How young a pending read must be to take a stamp whose data is still
+ * queued (a partial read of it, or another writer's data queued behind it).
+ * With the queue empty at the stamp, the read took this write's data,
+ * however long the writer was held (preempted) between queueing and
+ * sk_data_ready. An older pending read with data still queued took older
+ * data whose stamp was never seen: taking this stamp would shift every
+ * later read onto the next write's stamp, so it is dropped (counted). */
+#define RACE_NS 1000000
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
@@ -839,6 +844,17 @@ struct {
 	__type(key, int);
 	__type(value, struct unix_write);
 } unix_writes SEC(".maps");
+
+/* The unix socket's write stamp, created by whichever of the writer and
+ * the reader comes first: when both create it at once, the loser's create
+ * fails (the storage is published by a cmpxchg) and it looks it up. */
+static __always_inline struct unix_write *unix_write_of(struct sock *sk)
+{
+	struct unix_write *w = bpf_sk_storage_get(&unix_writes, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!w)
+		w = bpf_sk_storage_get(&unix_writes, sk, 0, 0);
+	return w;
+}
 
 static __always_inline void emit_data(struct target *t, __u64 rd_ts, __u32 rd_tid,
 				      __u32 rd_tgid, const char *rd_comm, __u64 wr_ts,
@@ -881,7 +897,7 @@ int BPF_PROG(data_send, const struct sock *sk)
 	if (!target_or_child(cur->tgid))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	struct unix_write *p = bpf_sk_storage_get(&unix_writes, (struct sock *)sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	struct unix_write *p = unix_write_of((struct sock *)sk);
 	if (!p)
 		return 0;
 	p->tid = cur->pid;
@@ -889,11 +905,16 @@ int BPF_PROG(data_send, const struct sock *sk)
 	__builtin_memcpy(p->comm, cur->comm, sizeof(p->comm));
 	__sync_lock_test_and_set(&p->ts, now);
 	__u64 rd = __sync_lock_test_and_set(&p->rd_ts, 0);
-	/* An older pending read is this write's too when the data it queued
-	 * is gone from the receive queue already: the reader took it while
-	 * the writer was held (preempted) on its way here. */
-	if (!rd || (now - rd >= RACE_NS && sk->sk_receive_queue.qlen) || p->rd_tid == cur->pid)
+	/* A pending read is this write's when the data it queued is gone
+	 * from the receive queue (the reader took it while the writer was on
+	 * its way here, held there however long), or when it is recent
+	 * (RACE_NS). */
+	if (!rd || p->rd_tid == cur->pid)
 		return 0;
+	if ((__s64)(now - rd) >= RACE_NS && sk->sk_receive_queue.qlen) {
+		pipe_count(PIPE_UNMATCHED, 1);
+		return 0;
+	}
 	/* A read took this data before the stamp: it is that read's. */
 	if (__sync_val_compare_and_swap(&p->ts, now, 0) != now)
 		return 0; /* the reader found the stamp meanwhile and sent it */
@@ -915,7 +936,7 @@ int BPF_PROG(data_recv, struct sock *sk, int ret, int flags)
 	if (!t || !(t->flags & TARGET_STREAM))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
-	struct unix_write *w = bpf_sk_storage_get(&unix_writes, sk, 0, BPF_SK_STORAGE_GET_F_CREATE);
+	struct unix_write *w = unix_write_of(sk);
 	if (!w)
 		return 0;
 	__u64 ts = __sync_lock_test_and_set(&w->ts, 0);

@@ -31,6 +31,7 @@ enum pipe_stat {
 	PIPE_WAKEUPS = 2,      /* records submitted with a forced wakeup */
 	PIPE_OVERFLOW = 3,     /* a collector's aggregate table was full */
 	PIPE_SELF_PREEMPT = 4, /* a target thread preempted by bpfbench */
+	PIPE_UNMATCHED = 5,    /* a read of data whose write was not seen: no edge */
 	NR_PIPE_STATS = 8,
 };
 

@@ -47,6 +47,7 @@ const (
 	statWakeups     = 2
 	statOverflow    = 3
 	statSelfPreempt = 4
+	statUnmatched   = 5
 	numPipeStats    = 8
 )
 
@@ -141,6 +142,9 @@ type PipeStats struct {
 	Overflow uint64 `json:"overflow"`
 	// SelfPreemptions: a target thread preempted by a bpfbench thread.
 	SelfPreemptions uint64 `json:"self_preemptions"`
+	// Unmatched: reads of unix-socket data whose write's stamp was never
+	// seen; they carry no data edge (collectors/sched's data edges).
+	Unmatched uint64 `json:"unmatched,omitempty"`
 }
 
 // DrainStats are what a reader counted of itself.
@@ -342,6 +346,7 @@ func (b *Base) PipeStats() (PipeStats, error) {
 		s.ForcedWakeups += p.N[statWakeups]
 		s.Overflow += p.N[statOverflow]
 		s.SelfPreemptions += p.N[statSelfPreempt]
+		s.Unmatched += p.N[statUnmatched]
 	}
 	return s, nil
 }

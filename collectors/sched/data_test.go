@@ -118,7 +118,21 @@ func TestUnixDataEdges(t *testing.T) {
 	if n := c.Lost(); n != 0 {
 		t.Errorf("%d records lost", n)
 	}
+	if ps, err := c.PipeStats(); err != nil || ps.Unmatched != 0 {
+		t.Errorf("%d reads matched no write (%v)", ps.Unmatched, err)
+	}
 	if len(recs) != reads || len(stamps) != dataWrites {
+		for i, st := range stamps {
+			t.Logf("write %d: %d..%d", i, st[0], st[1])
+		}
+		for i, e := range recs {
+			t.Logf("record %d: read at %d (tid %d) of the write stamped %d (tid %d)", i, e.Ts, e.Tid, e.WakeTs, e.WakerTid)
+		}
+		for _, p := range c.Programs() {
+			if st, err := p.Stats(); err == nil && st.RecursionMisses > 0 {
+				t.Logf("program %s: %d runs missed (recursion)", p, st.RecursionMisses)
+			}
+		}
 		t.Fatalf("%d data records for %d reads of %d writes (%d stamps)", len(recs), reads, dataWrites, len(stamps))
 	}
 	for i, e := range recs {

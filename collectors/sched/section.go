@@ -66,7 +66,13 @@ func (s *Section) Start(ctx context.Context) error {
 }
 
 // Summary is the session's `sched` JSON section.
-func (s *Section) Summary() any { return s.total.Summary(10) }
+func (s *Section) Summary() any {
+	sum := s.total.Summary(10)
+	if ps, err := s.PipeStats(); err == nil {
+		sum.UnmatchedData = ps.Unmatched
+	}
+	return sum
+}
 
 // WriteInterval writes one line for the interval that just ended.
 func (s *Section) WriteInterval(w io.Writer) {

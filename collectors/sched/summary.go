@@ -74,6 +74,10 @@ type Summary struct {
 	// DataEdges counts the reads of data another of the target's threads
 	// wrote into a unix socket (Config.DataEdges).
 	DataEdges uint64 `json:"data_edges,omitempty"`
+	// UnmatchedData counts the reads of such data whose write was never
+	// seen (its stamp lost): they carry no data edge, and the walk follows
+	// the reader's own wakeup instead.
+	UnmatchedData uint64 `json:"unmatched_data_reads,omitempty"`
 	// Interrupts is the time block and network interrupts ran on the
 	// target's CPUs while its threads were running (Config.IRQTime): time
 	// the scheduler counts as theirs.
