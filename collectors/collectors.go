@@ -34,6 +34,10 @@ type Lifecycle interface {
 type Options struct {
 	// Pid is the target process (its tgid); every thread of it is followed.
 	Pid int
+	// Roots are the target's other process trees, each followed with its
+	// descendants as Pid is (a cgroup's processes whose parents are outside
+	// it: ResolveCgroup).
+	Roots []int
 	// Port restricts network sections to connections on this local port (0: all).
 	Port int
 	// CUDALibs overrides the CUDA libraries found in the target's maps.

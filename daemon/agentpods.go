@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/agent"
+	"github.com/bpfbench/bpfbench/collectors"
 )
 
 // podRelist is how old a pod list may be before a pod target missing
@@ -125,7 +126,7 @@ func podProcess(proc string, ix *PodIndex, ref agent.PodRef) (int, agent.PodRef,
 	}
 	best := 0
 	for pid := range in {
-		if in[parentPid(proc, pid)] {
+		if in[collectors.ParentPid(proc, pid)] {
 			continue
 		}
 		if best == 0 || pid < best {
@@ -136,23 +137,4 @@ func podProcess(proc string, ix *PodIndex, ref agent.PodRef) (int, agent.PodRef,
 		return 0, ref, fmt.Errorf("container %s of pod %s/%s (id %.12s) has no process in %s: the daemon needs the host's PID namespace (hostPID: true)", ref.Container, ref.Namespace, ref.Name, id, proc)
 	}
 	return best, ref, nil
-}
-
-// parentPid is the parent of pid in proc (0 when unknown).
-func parentPid(proc string, pid int) int {
-	b, err := os.ReadFile(proc + "/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	p, _ := strconv.Atoi(f[1])
-	return p
 }

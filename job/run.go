@@ -38,6 +38,9 @@ import (
 type RunConfig struct {
 	Load loadgen.Config
 	Pid  int
+	// Roots are the server's other process trees (--cgroup: the cgroup's
+	// processes whose parents are outside it), followed as Pid's.
+	Roots []int
 	// OutDir receives result.json, trace.json and report.html.
 	OutDir string
 	// BaselineITL and BaselineTTFT, when set, are the normal gap and TTFT;
@@ -221,7 +224,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		defer stream.finish()
 		sessDone <- nil
 	} else {
-		opts := collectors.Options{Pid: cfg.Pid, Interval: time.Second, Logger: cfg.Logger, Recorder: stream}
+		opts := collectors.Options{Pid: cfg.Pid, Roots: cfg.Roots, Interval: time.Second, Logger: cfg.Logger, Recorder: stream}
 		if sess, err = session.NewSession(opts, cfg.Sections); err != nil {
 			return nil, err
 		}

@@ -61,6 +61,9 @@ type ValidateConfig struct {
 	Pid  int
 	// OutDir receives the run directory and validation.json.
 	OutDir string
+	// MinShare is the share of its tail excess each injected cause must
+	// have (Validation.MinShare).
+	MinShare float64
 	// Phase is how long each injection (and the baseline) lasts.
 	Phase time.Duration
 	// Rate is the fixed request rate (req/s) of the whole run.
@@ -160,6 +163,10 @@ type Validation struct {
 	Rows   []ValidationRow           `json:"rows"`
 	// Correct counts the rows whose top cause is the injected one.
 	Correct int `json:"correct"`
+	// MinShare is the share of its tail excess an injected cause must
+	// have (validate's --min-share; 0: not judged): WriteMatrix marks the
+	// rows below it LOW.
+	MinShare float64 `json:"min_share,omitempty"`
 	// Unexplained is the critical path's unexplained time over all gap
 	// time of the run, every phase included (-1: no critical path).
 	Unexplained float64 `json:"unexplained_fraction"`
@@ -498,7 +505,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	}
 	v := &Validation{
 		Target: load.Target, Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
-		Causes: critpath.CauseNames(), Matrix: map[string]map[string]int{}, Dir: cfg.OutDir,
+		Causes: critpath.CauseNames(), Matrix: map[string]map[string]int{}, Dir: cfg.OutDir, MinShare: cfg.MinShare,
 	}
 	byName := map[string]report.Phase{}
 	for _, p := range res.Doc.Phases {
@@ -669,6 +676,8 @@ func (v *Validation) WriteMatrix(w io.Writer) {
 		verdict := "ok"
 		if !r.Correct {
 			verdict = "WRONG"
+		} else if r.JudgedShare() < v.MinShare {
+			verdict = "LOW"
 		}
 		judge := "union"
 		if r.Judge == JudgeCriticalPath {

@@ -126,6 +126,15 @@ func NewSession(opts collectors.Options, factories []SectionFactory) (*Session, 
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
+	var roots []int
+	for _, r := range opts.Roots {
+		if _, err := CheckPid(r); err != nil {
+			opts.Logger.Warn("a root of the target is gone", "pid", r, "err", err)
+			continue
+		}
+		roots = append(roots, r)
+	}
+	opts.Roots = roots
 	s := &Session{
 		opts: opts, comm: comm, log: opts.Logger.With("component", "session"),
 		unavailable: map[string]string{}, exited: make(chan struct{}),
@@ -185,7 +194,7 @@ func (s *Session) Start(ctx context.Context) error {
 	}
 	s.sections = started
 	bpfutil.ReleaseKernelBTF()
-	if kids := adopt(s.opts.Pid, started, s.log); len(kids) > 0 {
+	if kids := adopt(s.opts.Pid, s.opts.Roots, started, s.log); len(kids) > 0 {
 		s.log.Info("following the target's child processes", "pids", kids)
 		s.children = kids
 	}
@@ -363,6 +372,9 @@ func (s *Session) Summary() map[string]any {
 		"lost_events":      s.Lost(),
 		"start_time":       s.anchor.ToWall(s.startMono),
 		"overhead":         s.Overhead(),
+	}
+	if len(s.opts.Roots) > 0 {
+		out["other_roots"] = s.opts.Roots
 	}
 	if len(s.children) > 0 {
 		out["child_processes"] = s.children

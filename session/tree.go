@@ -168,13 +168,14 @@ func (s *Session) Children() (handed, dropped uint64) {
 	return s.tree.handed, s.tree.dropped
 }
 
-// adopt follows the target's existing descendants in every section that
-// follows by pid, the scheduler included (it learns only of forks it sees):
-// a server made of processes started before the session (vLLM's API server
-// and EngineCore) is one target.
-func adopt(pid int, sections []collectors.Section, log *slog.Logger) []uint32 {
+// adopt follows the target's existing descendants and its other roots
+// (with theirs) in every section that follows by pid, the scheduler
+// included (it learns only of forks it sees): a server made of processes
+// started before the session (vLLM's API server and EngineCore), or a
+// cgroup's processes, is one target.
+func adopt(pid int, roots []int, sections []collectors.Section, log *slog.Logger) []uint32 {
 	var kids []uint32
-	for _, d := range Descendants(pid) {
+	for _, d := range collectors.Tree(pid, roots)[1:] {
 		kids = append(kids, uint32(d))
 	}
 	for _, k := range kids {

@@ -37,6 +37,7 @@ type SectionConfig struct {
 type Section struct {
 	*Collector
 	pid      int
+	roots    []int             // the target's other process trees (Options.Roots)
 	libs     map[int][]Library // at NewSection: the tree's processes that map CUDA
 	override []string
 	flags    Flags
@@ -83,11 +84,11 @@ func NewSectionConfig(opts collectors.Options, cfg SectionConfig) (*Section, err
 	if opts.Pid <= 0 {
 		return nil, fmt.Errorf("cuda: target pid %d is not a process id", opts.Pid)
 	}
-	libs, err := treeLibraries(opts.Pid, opts.CUDALibs)
+	libs, err := treeLibraries(opts.Pid, opts.Roots, opts.CUDALibs)
 	if err != nil {
 		return nil, err
 	}
-	s := &Section{pid: opts.Pid, libs: libs, override: opts.CUDALibs, flags: StreamBlocking, total: NewAggregator(), interval: NewAggregator(),
+	s := &Section{pid: opts.Pid, roots: opts.Roots, libs: libs, override: opts.CUDALibs, flags: StreamBlocking, total: NewAggregator(), interval: NewAggregator(),
 		budget: cfg.Budget, procs: map[uint32]bool{}}
 	if cfg.StreamLaunches {
 		s.flags = StreamAll
@@ -226,7 +227,7 @@ func (s *Section) followTree(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
-		tree := append([]int{s.pid}, collectors.Descendants(s.pid)...)
+		tree := collectors.Tree(s.pid, s.roots)
 		in := map[uint32]bool{}
 		for _, p := range tree {
 			in[uint32(p)] = true
@@ -269,10 +270,10 @@ func (s *Section) followTree(ctx context.Context) {
 	}
 }
 
-// treeLibraries is the CUDA libraries of pid and each of its
-// descendants, for those that map any; with none, the error of pid's own
-// search (a *NotMappedError when it maps none).
-func treeLibraries(pid int, overrides []string) (map[int][]Library, error) {
+// treeLibraries is the CUDA libraries of pid, each of its descendants and
+// of the other roots' trees, for those that map any; with none, the error
+// of pid's own search (a *NotMappedError when it maps none).
+func treeLibraries(pid int, roots []int, overrides []string) (map[int][]Library, error) {
 	libs, err := FindLibraries(pid, overrides)
 	if err != nil {
 		var nm *NotMappedError
@@ -284,7 +285,7 @@ func treeLibraries(pid int, overrides []string) (map[int][]Library, error) {
 	if len(libs) > 0 {
 		out[pid] = libs
 	}
-	below := collectors.Descendants(pid)
+	below := collectors.Tree(pid, roots)[1:]
 	for _, c := range below {
 		if l, cerr := FindLibraries(c, overrides); cerr == nil && len(l) > 0 {
 			out[c] = l

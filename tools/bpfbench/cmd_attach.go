@@ -27,25 +27,39 @@ func newAttachCmd() *cobra.Command {
 		cudaLibs           []string
 		logs               logFlags
 		cpus               *string
+		cgroup             string
 	)
 	cmd := &cobra.Command{
-		Use:   "attach PID",
+		Use:   "attach (PID | --cgroup PATH)",
 		Short: "Follow a running process: scheduler, IO, network, CUDA and GPU, every interval and at the end",
-		Long: `Follows every thread of a process, including threads created later. Every
+		Long: `Follows every thread of a process and of the processes below it, including
+threads and processes created later; with --cgroup, every process of a cgroup
+(a systemd service, a container) and what they fork. Every
 interval a compact line per collector; at the end a summary (table), or one
 JSON object with --output json. Without --duration it runs until Ctrl-C or
 until the target exits, and then prints what it recorded.`,
 		Example: `  bpfbench attach $(pgrep -f vllm) --duration 30s
-  bpfbench attach 1234 -o json --cpus 0`,
+  bpfbench attach 1234 -o json --cpus 0
+  bpfbench attach --cgroup /system.slice/vllm.service --duration 1m`,
 		Args: func(cmd *cobra.Command, args []string) error {
+			if cgroup != "" {
+				if len(args) != 0 {
+					return usageError{"give a pid or --cgroup, not both"}
+				}
+				return nil
+			}
 			if len(args) != 1 {
-				return usageError{"attach needs exactly one pid: bpfbench attach <pid> (find it with pgrep -f <server>)"}
+				return usageError{"attach needs exactly one pid: bpfbench attach <pid> (find it with pgrep -f <server>), or --cgroup PATH"}
 			}
 			return nil
 		},
 		ValidArgsFunction: pidCompletion,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runAttach(cmd, args[0], attachOptions{duration, interval, output, port, cudaLibs, logs, *cpus})
+			pidArg := ""
+			if len(args) == 1 {
+				pidArg = args[0]
+			}
+			return runAttach(cmd, pidArg, attachOptions{duration, interval, output, port, cudaLibs, logs, *cpus, cgroup})
 		},
 	}
 	fs := cmd.Flags()
@@ -54,6 +68,7 @@ until the target exits, and then prints what it recorded.`,
 	outputFlag(cmd, &output)
 	fs.IntVar(&port, "port", 0, "restrict TCP to connections on this local port")
 	fs.StringArrayVar(&cudaLibs, "cuda-lib", nil, "CUDA library to probe instead of those the target maps (repeatable)")
+	fs.StringVar(&cgroup, "cgroup", "", cgroupUsage)
 	logs.add(fs, "warn", true)
 	cpus = cpusFlag(fs)
 	return cmd
@@ -66,12 +81,19 @@ type attachOptions struct {
 	cudaLibs           []string
 	logs               logFlags
 	cpus               string
+	cgroup             string
 }
 
 func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	pid, err := strconv.Atoi(pidArg)
-	if err != nil {
+	var pid int
+	var roots []int
+	var err error
+	if o.cgroup != "" {
+		if pid, roots, err = resolveCgroup(o.cgroup, stderr); err != nil {
+			return err
+		}
+	} else if pid, err = strconv.Atoi(pidArg); err != nil {
 		return usageError{fmt.Sprintf("%q is not a process id: give the numeric pid of the server (find it with pgrep -f <server>)", pidArg)}
 	}
 	if err := checkOutput(o.output); err != nil {
@@ -99,7 +121,7 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 	if err := applyCPUs(o.cpus); err != nil {
 		return err
 	}
-	opts := collectors.Options{Pid: pid, Port: o.port, CUDALibs: o.cudaLibs, Interval: o.interval, Logger: logger}
+	opts := collectors.Options{Pid: pid, Roots: roots, Port: o.port, CUDALibs: o.cudaLibs, Interval: o.interval, Logger: logger}
 	sess, err := session.NewSession(opts, sessionSections())
 	if err != nil {
 		return err

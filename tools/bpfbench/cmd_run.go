@@ -71,7 +71,7 @@ func newRunCmd() *cobra.Command {
 		spoolMiB          int
 	)
 	cmd := &cobra.Command{
-		Use:   "run --target URL (--pid PID | --port PORT) --out DIR [load options]",
+		Use:   "run --target URL (--pid PID | --port PORT | --cgroup PATH) --out DIR [load options]",
 		Short: "Load a server while following its process, then blame each token's latency on its causes",
 		Long: `Finds the server (its pid, or the process listening on --port, or on the
 target URL's port when it is local), starts every collector on it, runs the
@@ -91,6 +91,7 @@ It takes every load option of bpfbench load.`,
 	fs := cmd.Flags()
 	opts.AddFlags(fs)
 	server.add(fs)
+	server.addCgroup(fs)
 	sm.add(fs)
 	fs.StringVar(&out, "out", "", "run `DIR` for result.json, trace.json and report.html (required)")
 	fs.Float64Var(&baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms (default: the run's median)")
@@ -130,6 +131,9 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 	if len(clients) > 0 {
 		// The server is on the agents' node: --pid or --port are its
 		// there, or the target URL's port; nothing is checked or traced here.
+		if server.cgroup != "" {
+			return usageError{"--cgroup selects processes of this node: with --agent, give the server's --pid, --port or --agent.pod"}
+		}
 		if server.pid != 0 && server.port != 0 {
 			return usageError{"give --pid or --port, not both"}
 		}
@@ -184,7 +188,7 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 	var finish func()
 	cfg.Progress, finish = opts.Progress(stderr)
 	res, err := job.Run(ctx, job.RunConfig{
-		Load: cfg, Pid: pid, OutDir: out, Logger: logger, Sections: sessionSections(),
+		Load: cfg, Pid: pid, Roots: server.roots, OutDir: out, Logger: logger, Sections: sessionSections(),
 		BaselineITL:   time.Duration(baseITL * float64(time.Millisecond)),
 		BaselineTTFT:  time.Duration(baseTTFT * float64(time.Millisecond)),
 		Prior:         prior,

@@ -329,7 +329,7 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 	}
 	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each\n", pid, rate, strings.Join(names, ", "), v.phase)
 	val, res, err := job.Validate(ctx, job.ValidateConfig{
-		Load: lc, Pid: pid, OutDir: v.out, Phase: v.phase, Rate: rate, OutputLen: lc.Dataset.OutputLen,
+		Load: lc, Pid: pid, OutDir: v.out, MinShare: v.minShare, Phase: v.phase, Rate: rate, OutputLen: lc.Dataset.OutputLen,
 		Injections: injs, Sections: sessionSections(), Readiness: readinessChecks, Logger: logger, Progress: progress,
 		ValidateRun: job.ValidateRun{ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest()},
 	})

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/session"
 )
@@ -113,20 +115,56 @@ func applyCPUs(list string) error {
 
 // serverFlags are --pid and --port, how run, sweep and validate find the
 // server they follow.
-type serverFlags struct{ pid, port int }
+type serverFlags struct {
+	pid, port int
+	cgroup    string // run: --cgroup
+	roots     []int  // resolve: the cgroup's other process trees
+}
 
 func (s *serverFlags) add(fs *pflag.FlagSet) {
 	fs.IntVar(&s.pid, "pid", 0, "the server's process id")
 	fs.IntVar(&s.port, "port", 0, "find the server as the process listening on this local TCP port (default: the --target URL's port when local)")
 }
 
-func (s *serverFlags) given() bool { return s.pid != 0 || s.port != 0 }
+// addCgroup adds --cgroup (run).
+func (s *serverFlags) addCgroup(fs *pflag.FlagSet) {
+	fs.StringVar(&s.cgroup, "cgroup", "", cgroupUsage)
+}
 
-// resolve returns the server's pid: --pid, or the process listening on
+const cgroupUsage = "follow every process of this cgroup `PATH` and below it as the server (a systemd service, a container): as /proc/PID/cgroup shows it (/system.slice/vllm.service) or its directory under /sys/fs/cgroup; processes they fork later are followed too"
+
+func (s *serverFlags) given() bool { return s.pid != 0 || s.port != 0 || s.cgroup != "" }
+
+// resolveCgroup returns the root of the cgroup's first process tree and
+// the roots of its others, saying what it found on w.
+func resolveCgroup(path string, w io.Writer) (int, []int, error) {
+	ct, err := collectors.ResolveCgroup(path)
+	if err != nil {
+		return 0, nil, err
+	}
+	comm, err := session.CheckPid(ct.Pid)
+	if err != nil {
+		return 0, nil, err
+	}
+	more := ""
+	if len(ct.Roots) > 0 {
+		more = fmt.Sprintf(" and %d other process trees (roots %v)", len(ct.Roots), ct.Roots)
+	}
+	fmt.Fprintf(w, "server: cgroup %s: %d processes; following pid %d (%s) and its children%s\n", ct.Path, ct.Procs, ct.Pid, comm, more)
+	return ct.Pid, ct.Roots, nil
+}
+
+// resolve returns the server's pid: --pid, the root of --cgroup's
+// processes (the others' roots in s.roots), or the process listening on
 // --port or on the target URL's port when it is local.
 func (s *serverFlags) resolve(target string, cmd *cobra.Command) (int, error) {
-	if s.pid != 0 && s.port != 0 {
-		return 0, usageError{"give --pid or --port, not both"}
+	if (s.pid != 0 && s.port != 0) || (s.cgroup != "" && (s.pid != 0 || s.port != 0)) {
+		return 0, usageError{"give one of --pid, --port or --cgroup"}
+	}
+	if s.cgroup != "" {
+		pid, roots, err := resolveCgroup(s.cgroup, cmd.ErrOrStderr())
+		s.roots = roots
+		return pid, err
 	}
 	pid := s.pid
 	if pid == 0 {

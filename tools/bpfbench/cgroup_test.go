@@ -1,0 +1,222 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/internal/privtest"
+)
+
+// `attach --cgroup`: a cgroup holding two process trees that the test
+// started apart (two shells, both children of the test, moved into it),
+// and a third shell outside it. Once attach follows them, each shell
+// forks a known number of processes: the first 5, the second 7, the
+// outsider 3. attach must name the first tree's root as its pid, the
+// second as another root, and count exactly 12 forks. A cgroup with no
+// process is an error that says what to give.
+func TestAttachCgroup(t *testing.T) {
+	privtest.Require(t)
+	mnt := cgroup2Mount()
+	if mnt == "" {
+		privtest.Skip(t, "no cgroup v2 hierarchy mounted")
+	}
+	dir := filepath.Join(mnt, fmt.Sprintf("bpfbench-attach-cgroup-%d", os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("creating a cgroup under %s: %v", mnt, err)
+	}
+	tmp := t.TempDir()
+	type shell struct {
+		cmd   *exec.Cmd
+		fifo  string
+		forks int
+	}
+	var shells []*shell
+	t.Cleanup(func() {
+		for _, s := range shells {
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("removing the test's cgroup: %v", err)
+		}
+	})
+	for i, n := range []int{5, 7, 3} {
+		fifo := filepath.Join(tmp, fmt.Sprintf("go%d", i))
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// Blocked on the fifo (no fork) until told, then n forks, then
+		// asleep until killed.
+		list := strings.TrimSpace(strings.Repeat("x ", n))
+		cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf("read x < %s; for i in %s; do /bin/true; done; exec sleep 120", fifo, list))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		shells = append(shells, &shell{cmd, fifo, n})
+	}
+	// Wait until each shell blocks on its fifo.
+	for _, s := range shells {
+		for range 100 {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", s.cmd.Process.Pid))
+			if strings.Contains(string(b), "fifo") || strings.Contains(string(b), "pipe") {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	for _, s := range shells[:2] {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(fmt.Sprint(s.cmd.Process.Pid)), 0o644); err != nil {
+			t.Fatalf("moving pid %d into the cgroup: %v", s.cmd.Process.Pid, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range shells[:2] {
+			_ = os.WriteFile(filepath.Join(mnt, "cgroup.procs"), []byte(fmt.Sprint(s.cmd.Process.Pid)), 0o644)
+		}
+	})
+	a, b := shells[0].cmd.Process.Pid, shells[1].cmd.Process.Pid
+
+	cmd := cliCmd("attach", "--cgroup", dir, "--duration", "4s", "--output", "json", "--log.level", "info")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	following := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(errPipe)
+		once := false
+		for sc.Scan() {
+			stderr.WriteString(sc.Text() + "\n")
+			if !once && strings.Contains(sc.Text(), "following the target's child processes") {
+				once = true
+				close(following)
+			}
+		}
+	}()
+	select {
+	case <-following:
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("attach never followed the cgroup's second tree")
+	}
+	for _, s := range shells {
+		if err := os.WriteFile(s.fifo, []byte("go\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	werr := cmd.Wait()
+	if werr != nil {
+		t.Fatalf("attach --cgroup: %v\n%s", werr, stderr.String())
+	}
+	var out struct {
+		Pid        int   `json:"pid"`
+		OtherRoots []int `json:"other_roots"`
+		Sched      struct {
+			Forks uint64 `json:"forks"`
+			Exits uint64 `json:"exits"`
+		} `json:"sched"`
+	}
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout.String())
+	}
+	wantPid, wantRoots := min(a, b), []int{max(a, b)}
+	if out.Pid != wantPid || !slices.Equal(out.OtherRoots, wantRoots) {
+		t.Errorf("pid %d, other roots %v; want %d and %v", out.Pid, out.OtherRoots, wantPid, wantRoots)
+	}
+	if !strings.Contains(stderr.String(), "server: cgroup /"+filepath.Base(dir)+": 2 processes") {
+		t.Errorf("stderr does not say what the cgroup held:\n%s", stderr.String())
+	}
+	want := uint64(shells[0].forks + shells[1].forks)
+	if out.Sched.Forks != want || out.Sched.Exits != want {
+		t.Errorf("%d forks and %d exits followed, want %d of each (the outsider's %d are not the target's)", out.Sched.Forks, out.Sched.Exits, want, shells[2].forks)
+	}
+	t.Logf("cgroup %s: pid %d, other roots %v, %d forks, %d exits", dir, out.Pid, out.OtherRoots, out.Sched.Forks, out.Sched.Exits)
+
+	code, _, e := runCLIChild("attach", "--cgroup", filepath.Join(mnt, "bpfbench-no-such-cgroup"), "--duration", "1s")
+	if code == 0 || !strings.Contains(e, "holds no process") {
+		t.Errorf("an empty cgroup: exit %d, stderr %q; want an error saying it holds no process", code, e)
+	}
+}
+
+// `run --cgroup`: llmsim's frontend and engine processes (the engine its
+// child, as vLLM's EngineCore) in a cgroup of their own, selected by its
+// directory; the run follows the frontend as its pid, and the critical
+// path of the slowest gaps reaches the engine's threads.
+func TestRunCgroup(t *testing.T) {
+	privtest.Require(t)
+	privtest.RequireTool(t, "taskset", "apt-get install util-linux")
+	mnt := cgroup2Mount()
+	if mnt == "" {
+		privtest.Skip(t, "no cgroup v2 hierarchy mounted")
+	}
+	simBinaries(t)
+	dir := t.TempDir()
+	url, frontend, _ := startTwoProcessSim(t, dir, false)
+	engine := enginePid(t, frontend)
+	cg := filepath.Join(mnt, fmt.Sprintf("bpfbench-run-cgroup-%d", os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Fatalf("creating a cgroup under %s: %v", mnt, err)
+	}
+	t.Cleanup(func() {
+		for _, p := range []int{frontend, engine} {
+			_ = os.WriteFile(filepath.Join(mnt, "cgroup.procs"), []byte(fmt.Sprint(p)), 0o644)
+		}
+		if err := os.Remove(cg); err != nil {
+			t.Errorf("removing the test's cgroup: %v", err)
+		}
+	})
+	for _, p := range []int{frontend, engine} {
+		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(fmt.Sprint(p)), 0o644); err != nil {
+			t.Fatalf("moving pid %d into the cgroup: %v", p, err)
+		}
+	}
+	out := filepath.Join(dir, "run")
+	code, stdout, stderr := runCLIChild("run", "--target", url, "--cgroup", cg,
+		"--num-requests", "12", "--rate", "4", "--output-len", "24", "--cpus", "1", "--out", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
+	}
+	if !strings.Contains(stderr, "server: cgroup /"+filepath.Base(cg)+": 2 processes") {
+		t.Errorf("stderr does not say what the cgroup held:\n%s", stderr)
+	}
+	doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if doc.Collection == nil || doc.Collection.Pid != frontend {
+		t.Fatalf("collection %+v, want pid %d (the frontend, the cgroup's root)", doc.Collection, frontend)
+	}
+	cp := doc.CriticalPath
+	if cp == nil {
+		t.Fatalf("no critical path:\n%s", stdout)
+	}
+	engineSteps := 0
+	for _, g := range cp.Slowest {
+		for _, s := range g.Steps {
+			if tgidOf(s.Tid) == engine {
+				engineSteps++
+			}
+		}
+	}
+	if engineSteps == 0 {
+		t.Errorf("no step of the slowest gaps is on the engine's threads (pid %d)", engine)
+	}
+	t.Logf("run --cgroup %s: pid %d, %d gaps, %d steps of the slowest gaps in the engine, unexplained %.4f", cg, doc.Collection.Pid, cp.Gaps, engineSteps, cp.UnexplainedFraction)
+}
