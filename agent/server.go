@@ -10,10 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"path"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -190,7 +187,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "decoding the session request: %v", err)
 		return
 	}
-	pid, port, err := resolve(req.Target)
+	pid, port, roots, err := resolve(req.Target)
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
@@ -246,7 +243,7 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		delete(s.sessions, id)
 		s.mu.Unlock()
 	}
-	opts := collectors.Options{Pid: pid, Port: port, CUDALibs: req.CUDALibs, Interval: time.Second,
+	opts := collectors.Options{Pid: pid, Roots: roots, Port: port, CUDALibs: req.CUDALibs, Interval: time.Second,
 		Logger: s.log.With("session", id), Recorder: rs.buf}
 	sess, err := session.NewSession(opts, s.sections)
 	if err != nil {
@@ -461,9 +458,10 @@ func newID() string {
 	return hex.EncodeToString(b)
 }
 
-// resolve finds the pid a target names, and the port its network
-// sections follow (the target's port, when it is given by port).
-func resolve(t Target) (pid, port int, err error) {
+// resolve finds the pid a target names, the port its network sections
+// follow (the target's port, when it is given by port) and, for a cgroup,
+// the roots of its other process trees (collectors.ResolveCgroup).
+func resolve(t Target) (pid, port int, roots []int, err error) {
 	n := 0
 	for _, set := range []bool{t.Pid != 0, t.Port != 0, t.Cgroup != "", t.Pod != nil} {
 		if set {
@@ -471,69 +469,18 @@ func resolve(t Target) (pid, port int, err error) {
 		}
 	}
 	if n != 1 {
-		return 0, 0, errors.New("give exactly one target: pid, port, cgroup or pod")
+		return 0, 0, nil, errors.New("give exactly one target: pid, port, cgroup or pod")
 	}
 	switch {
 	case t.Pod != nil:
-		return 0, 0, nil // the server's PodResolver
+		return 0, 0, nil, nil // the server's PodResolver
 	case t.Pid != 0:
-		return t.Pid, 0, nil
+		return t.Pid, 0, nil, nil
 	case t.Port != 0:
 		pid, err := session.ListenerPid(t.Port)
-		return pid, t.Port, err
+		return pid, t.Port, nil, err
 	default:
-		pid, err := cgroupRoot(t.Cgroup)
-		return pid, 0, err
+		ct, err := collectors.ResolveCgroup(t.Cgroup)
+		return ct.Pid, 0, ct.Roots, err
 	}
-}
-
-// cgroupRoot is the process of a cgroup v2 path whose parent is outside
-// it: the root of the tree the session follows (the lowest, when several).
-func cgroupRoot(cg string) (int, error) {
-	if !strings.HasPrefix(cg, "/") || path.Clean(cg) != cg {
-		return 0, fmt.Errorf("cgroup %q must be a clean absolute cgroup path like /system.slice/vllm.service", cg)
-	}
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", cg, "cgroup.procs"))
-	if err != nil {
-		return 0, fmt.Errorf("listing the processes of cgroup %s: %w", cg, err)
-	}
-	in := map[int]bool{}
-	var pids []int
-	for _, f := range strings.Fields(string(b)) {
-		if p, err := strconv.Atoi(f); err == nil {
-			in[p] = true
-			pids = append(pids, p)
-		}
-	}
-	best := 0
-	for _, p := range pids {
-		if in[ppid(p)] {
-			continue
-		}
-		if best == 0 || p < best {
-			best = p
-		}
-	}
-	if best == 0 {
-		return 0, fmt.Errorf("cgroup %s has no process: start the server first", cg)
-	}
-	return best, nil
-}
-
-func ppid(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	p, _ := strconv.Atoi(f[1])
-	return p
 }

@@ -29,9 +29,9 @@ const (
 )
 
 // Target selects the process a session follows: exactly one of Pid, Port
-// (the process listening on that local TCP port), Cgroup (the root of
-// the process tree in that cgroup v2 path, e.g. /system.slice/vllm.service)
-// or Pod (the root of the process tree of a container of a pod on the
+// (the process listening on that local TCP port), Cgroup (every process
+// in that cgroup path or below it, as /proc/PID/cgroup writes it, e.g.
+// /system.slice/vllm.service: collectors.ResolveCgroup) or Pod (the root of the process tree of a container of a pod on the
 // agent's node, resolved by the daemon's Kubernetes pod list).
 type Target struct {
 	Pid    int     `json:"pid,omitempty"`

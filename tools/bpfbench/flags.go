@@ -158,8 +158,11 @@ func resolveCgroup(path string, w io.Writer) (int, []int, error) {
 // processes (the others' roots in s.roots), or the process listening on
 // --port or on the target URL's port when it is local.
 func (s *serverFlags) resolve(target string, cmd *cobra.Command) (int, error) {
-	if (s.pid != 0 && s.port != 0) || (s.cgroup != "" && (s.pid != 0 || s.port != 0)) {
-		return 0, usageError{"give one of --pid, --port or --cgroup"}
+	if s.pid != 0 && s.port != 0 {
+		return 0, usageError{"give --pid or --port, not both"}
+	}
+	if s.cgroup != "" && (s.pid != 0 || s.port != 0) {
+		return 0, usageError{"give --cgroup or --pid/--port, not both"}
 	}
 	if s.cgroup != "" {
 		pid, roots, err := resolveCgroup(s.cgroup, cmd.ErrOrStderr())

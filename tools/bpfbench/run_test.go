@@ -174,6 +174,8 @@ func TestRunBadInput(t *testing.T) {
 		{"unwritable out", []string{"run", "--target", url, "--pid", self, "--num-requests", "2", "--out", "/dev/null/run"}, "cannot create --out"},
 		{"no out", []string{"run", "--target", url, "--pid", self, "--num-requests", "2"}, "--out DIR is required"},
 		{"pid and port", []string{"run", "--target", url, "--pid", self, "--port", "80", "--out", t.TempDir()}, "not both"},
+		{"cgroup and pid", []string{"run", "--target", url, "--pid", self, "--cgroup", "/system.slice", "--out", t.TempDir()}, "give --cgroup or --pid/--port, not both"},
+		{"empty cgroup", []string{"run", "--target", url, "--cgroup", "/bpfbench-no-such-cgroup", "--out", t.TempDir()}, "holds no process"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, _, stderr := runCLI(tc.args...)
