@@ -956,6 +956,10 @@ int BPF_PROG(data_recv, struct sock *sk, int ret, int flags)
 		 * it swapped it back before we did, and we got 0). */
 		__sync_val_compare_and_swap(&w->rd_ts, now, 0);
 	}
+	/* A stamp that came in between (above) is later than this read,
+	 * which took its data already queued: the data was written by now. */
+	if (ts > now)
+		ts = now;
 	if (w->tid != cur->pid)
 		emit_data(t, now, cur->pid, cur->tgid, cur->comm, ts, w->tid, w->tgid, w->comm);
 	return 0;
