@@ -656,6 +656,19 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 		return
 	case err == nil:
 	case errors.Is(err, kserve.ErrNoFinal):
+		if ctx.Err() == nil && deadlineWithin(ctx, grpcDeadlineSlack) {
+			// The server ended its handler at the request's deadline (it
+			// came as grpc-timeout), status OK, a moment before the
+			// client's own timer fired: the request timed out.
+			select {
+			case <-ctx.Done():
+			case <-time.After(grpcDeadlineSlack):
+			}
+		}
+		if ctx.Err() != nil {
+			rec.failErr(ctx, &stalled, err)
+			return
+		}
 		rec.fail(FailCut, err.Error())
 		return
 	case ctx.Err() != nil: // the stall timer, the request's timeout, or the run's end
