@@ -34,12 +34,20 @@ type RequestBlame struct {
 	TotalExcessMs float64   `json:"total_excess_ms"`
 }
 
-// Summary is the `attribution` object of a run's result.
+// Summary is the `attribution` object of a run's result: per band,
+// request and phase, the share of the excess latency each cause took.
+// Model names the model whose causes these are: ModelCriticalPath (the
+// critical path's causes, what `run` writes since the critical path became
+// the attribution) or ModelActivity (the union of overlapping activity,
+// correlate's own causes; what older result.json files hold under
+// "attribution" with no model, and newer ones under "activity").
 type Summary struct {
+	Model          string  `json:"model,omitempty"`
 	BaselineITLMs  float64 `json:"baseline_itl_ms"`
 	BaselineTTFTMs float64 `json:"baseline_ttft_ms"`
-	// BaselineRates are each cause's normal active fraction of an interval.
-	BaselineRates Breakdown `json:"baseline_active_rates"`
+	// BaselineRates are each cause's normal active fraction of an interval
+	// (the activity model's).
+	BaselineRates Breakdown `json:"baseline_active_rates,omitempty"`
 	TTFT          Breakdown `json:"ttft"`
 	// ITL maps "pXX" to the shares of the intervals at or above the XX-th
 	// percentile and below the next percentile listed ("all": every one).
@@ -50,13 +58,29 @@ type Summary struct {
 	TopCause string `json:"top_cause"`
 }
 
-func sharesOf(att [NumCauses + 1]int64) Breakdown {
+// The models of a Summary.
+const (
+	ModelCriticalPath = "critical_path"
+	ModelActivity     = "activity"
+)
+
+// Parts is one interval's excess split over a model's causes, for
+// SummarizeParts: Excess[i] is the time given to the i-th of its names.
+type Parts struct {
+	Request, Index int
+	// Duration is the interval's length, ns.
+	Duration int64
+	Excess   []int64
+}
+
+// shares is att over its sum, by name.
+func shares(names []string, att []int64) Breakdown {
 	var total int64
 	for _, v := range att {
 		total += v
 	}
 	out := Breakdown{}
-	for i, n := range causeNames {
+	for i, n := range names {
 		if total > 0 {
 			out[n] = float64(att[i]) / float64(total)
 		} else {
@@ -66,15 +90,21 @@ func sharesOf(att [NumCauses + 1]int64) Breakdown {
 	return out
 }
 
+func sharesOf(att [NumCauses + 1]int64) Breakdown { return shares(causeNames[:], att[:]) }
+
 // Top is the cause with the largest share of a breakdown ("unexplained"
 // when it outweighs every cause, or when there is no excess).
-func Top(b Breakdown) string { return top(b) }
+func Top(b Breakdown) string { return topOf(causeNames[:], b) }
 
 // top is the cause (not unexplained, unless nothing else) with the largest share.
-func top(b Breakdown) string {
+func top(b Breakdown) string { return Top(b) }
+
+// topOf is the cause of names (not unexplained, unless nothing else) with
+// the largest share of b.
+func topOf(names []string, b Breakdown) string {
 	best, bestV := "unexplained", 0.0
-	for _, n := range causeNames[:NumCauses] {
-		if b[n] > bestV {
+	for _, n := range names {
+		if n != "unexplained" && b[n] > bestV {
 			best, bestV = n, b[n]
 		}
 	}
@@ -84,7 +114,7 @@ func top(b Breakdown) string {
 	return best
 }
 
-func addAtt(dst *[NumCauses + 1]int64, src [NumCauses + 1]int64) {
+func addAtt(dst, src []int64) {
 	for i := range dst {
 		dst[i] += src[i]
 	}
@@ -113,40 +143,60 @@ func Summarize(blames []Blame, base Baseline, percentiles []float64) Summary {
 // Blames): it holds one duration per gap and one aggregate per request,
 // not the blames.
 func SummarizeSeq(blames iter.Seq[Blame], base Baseline, percentiles []float64) Summary {
-	s := Summary{
-		BaselineITLMs: float64(base.ITLNs) / 1e6, BaselineTTFTMs: float64(base.TTFTNs) / 1e6,
-		BaselineRates: Breakdown{}, ITL: map[string]Breakdown{}, ITLBands: map[string]Band{},
+	parts := func(yield func(Parts) bool) {
+		var p Parts
+		for b := range blames {
+			p.Request, p.Index, p.Duration, p.Excess = b.Request, b.Index, b.Duration(), b.AttributedNs[:]
+			if !yield(p) {
+				return
+			}
+		}
 	}
+	s := SummarizeParts(parts, causeNames[:], percentiles)
+	s.Model = ModelActivity
+	s.BaselineITLMs, s.BaselineTTFTMs = float64(base.ITLNs)/1e6, float64(base.TTFTNs)/1e6
+	s.BaselineRates = Breakdown{}
 	for c := Cause(0); c < NumCauses; c++ {
 		s.BaselineRates[c.String()] = base.Rate[c]
 	}
+	return s
+}
+
+// SummarizeParts aggregates intervals' excess, split over the causes
+// names (one of them "unexplained"), per request, for all TTFTs, and per
+// ITL percentile band (percentiles ascending, e.g. 50, 90, 99). The
+// intervals are read twice; it holds one duration per gap and one
+// aggregate per request. The caller sets Model and the baselines.
+func SummarizeParts(intervals iter.Seq[Parts], names []string, percentiles []float64) Summary {
+	n := len(names)
+	s := Summary{ITL: map[string]Breakdown{}, ITLBands: map[string]Band{}}
 	type reqAgg struct {
-		ttft, itl [NumCauses + 1]int64
+		ttft, itl []int64
 		ttftMs    float64
 	}
 	reqs := map[int]*reqAgg{}
-	var ttftAtt, itlAtt, allAtt [NumCauses + 1]int64
+	ttftAtt, itlAtt, allAtt := make([]int64, n), make([]int64, n), make([]int64, n)
 	var itls []int64
-	for b := range blames {
+	for b := range intervals {
 		r := reqs[b.Request]
 		if r == nil {
-			r = &reqAgg{}
+			r = &reqAgg{ttft: make([]int64, n), itl: make([]int64, n)}
 			reqs[b.Request] = r
 		}
-		addAtt(&allAtt, b.AttributedNs)
+		addAtt(allAtt, b.Excess)
 		if b.Index == 0 {
-			addAtt(&ttftAtt, b.AttributedNs)
-			addAtt(&r.ttft, b.AttributedNs)
-			r.ttftMs = float64(b.Duration()) / 1e6
+			addAtt(ttftAtt, b.Excess)
+			addAtt(r.ttft, b.Excess)
+			r.ttftMs = float64(b.Duration) / 1e6
 		} else {
-			addAtt(&itlAtt, b.AttributedNs)
-			addAtt(&r.itl, b.AttributedNs)
-			itls = append(itls, b.Duration())
+			addAtt(itlAtt, b.Excess)
+			addAtt(r.itl, b.Excess)
+			itls = append(itls, b.Duration)
 		}
 	}
-	s.TTFT = sharesOf(ttftAtt)
-	s.ITL["all"] = sharesOf(itlAtt)
-	s.TopCause = top(sharesOf(allAtt))
+	s.TTFT = shares(names, ttftAtt)
+	s.ITL["all"] = shares(names, itlAtt)
+	s.TopCause = topOf(names, shares(names, allAtt))
 
 	sort.Slice(itls, func(i, j int) bool { return itls[i] < itls[j] })
 	ps := append([]float64(nil), percentiles...)
@@ -155,16 +205,19 @@ func SummarizeSeq(blames iter.Seq[Blame], base Baseline, percentiles []float64) 
 	for i, p := range ps {
 		bounds[i] = percentileOf(itls, p)
 	}
-	bandAtt := make([][NumCauses + 1]int64, len(ps))
+	bandAtt := make([][]int64, len(ps))
+	for i := range bandAtt {
+		bandAtt[i] = make([]int64, n)
+	}
 	bandN := make([]int, len(ps))
-	for b := range blames {
+	for b := range intervals {
 		if b.Index == 0 {
 			continue
 		}
-		d := float64(b.Duration())
+		d := float64(b.Duration)
 		for i := len(ps) - 1; i >= 0; i-- {
 			if d >= bounds[i] {
-				addAtt(&bandAtt[i], b.AttributedNs)
+				addAtt(bandAtt[i], b.Excess)
 				bandN[i]++
 				break
 			}
@@ -172,7 +225,7 @@ func SummarizeSeq(blames iter.Seq[Blame], base Baseline, percentiles []float64) 
 	}
 	for i, p := range ps {
 		name := "p" + strconv.FormatFloat(p, 'f', -1, 64)
-		sh := sharesOf(bandAtt[i])
+		sh := shares(names, bandAtt[i])
 		s.ITL[name] = sh
 		var ex int64
 		for _, v := range bandAtt[i] {
@@ -193,9 +246,9 @@ func SummarizeSeq(blames iter.Seq[Blame], base Baseline, percentiles []float64) 
 	for _, id := range ids {
 		r := reqs[id]
 		var ex, tot int64
-		var both [NumCauses + 1]int64
-		addAtt(&both, r.ttft)
-		addAtt(&both, r.itl)
+		both := make([]int64, n)
+		addAtt(both, r.ttft)
+		addAtt(both, r.itl)
 		for _, v := range r.itl {
 			ex += v
 		}
@@ -203,9 +256,9 @@ func SummarizeSeq(blames iter.Seq[Blame], base Baseline, percentiles []float64) 
 			tot += v
 		}
 		s.Requests = append(s.Requests, RequestBlame{
-			Request: id, TTFTMs: r.ttftMs, TTFTShares: sharesOf(r.ttft),
-			ITLExcessMs: float64(ex) / 1e6, ITLShares: sharesOf(r.itl),
-			TopCause: top(sharesOf(both)), TotalExcessMs: float64(tot) / 1e6,
+			Request: id, TTFTMs: r.ttftMs, TTFTShares: shares(names, r.ttft),
+			ITLExcessMs: float64(ex) / 1e6, ITLShares: shares(names, r.itl),
+			TopCause: topOf(names, shares(names, both)), TotalExcessMs: float64(tot) / 1e6,
 		})
 	}
 	return s

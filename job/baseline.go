@@ -167,7 +167,7 @@ func LoadPrior(path string) (*Prior, error) {
 		return nil, fmt.Errorf("the baseline run: %w", err)
 	}
 	p := &Prior{Dir: path}
-	if a := doc.Attribution; a != nil {
+	if a := doc.Activity; a != nil {
 		p.Union.ITLNs = int64(a.BaselineITLMs * 1e6)
 		p.Union.TTFTNs = int64(a.BaselineTTFTMs * 1e6)
 		for c := correlate.Cause(0); c < correlate.NumCauses; c++ {
@@ -237,7 +237,8 @@ func rebase(out *report.CriticalPath, gaps iter.Seq[critGap], phases []critPhase
 
 // Rebase recomputes a recorded run's critical-path excess against prior
 // (report DIR --baseline DIR2): dir's gaps file gives its gaps, doc (its
-// result.json) is changed in place. The union-of-activity attribution
+// result.json) is changed in place: the critical path, and the
+// attribution, timeline and phases built from it. The activity model
 // stays as it was recorded: its intervals are not kept.
 func Rebase(doc *report.Document, dir string, prior *Prior) error {
 	if doc.CriticalPath == nil {
@@ -261,6 +262,11 @@ func Rebase(doc *report.Document, dir string, prior *Prior) error {
 	cp := doc.CriticalPath
 	cp.Baseline = prior.Name()
 	rebase(cp, slices.Values(gaps), phases, prior.Crit, bt)
+	var ps []float64
+	if a := doc.Activity; a != nil {
+		ps = bandPercentiles(a)
+	}
+	attribute(doc, slices.Values(gaps), phases, prior.Crit, h.RunStartNs, ps)
 	// The slowest gaps' excess, from the per-cause times they list.
 	for i := range cp.Slowest {
 		s := &cp.Slowest[i]

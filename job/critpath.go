@@ -78,6 +78,8 @@ type critStream struct {
 	held, maxHeld int
 	// tgids are the followed processes seen (the server's).
 	tgids map[uint32]bool
+	// base is the normal gap critResult compared the gaps with.
+	base critpath.Baseline
 	// dump, when set (BPFBENCH_CRITPATH_DUMP), receives every gap's path.
 	dump     *json.Encoder
 	dumpFile *os.File
@@ -436,6 +438,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 			P99Ms: ms(quantile(delays, 0.99)), MaxMs: ms(delays[len(delays)-1])}
 	}
 
+	c.base = base
 	for _, g := range c.slowest() {
 		out.Slowest = append(out.Slowest, criticalGap(g, base, runStart, name))
 	}

@@ -353,7 +353,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	}
 	summary := correlate.SummarizeSeq(blames, base, percentiles)
 
-	doc := &report.Document{Attribution: &summary, Collectors: map[string]json.RawMessage{}}
+	doc := &report.Document{Activity: &summary, Collectors: map[string]json.RawMessage{}}
 	// Each field on its own: one encoding of the load result in memory,
 	// not a second copy of it all (the per-token lists of a long run are
 	// large).
@@ -414,6 +414,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		}
 		return ""
 	}, cfg.Prior)
+	attribute(doc, stream.crit.gaps.all(), cphases, stream.crit.base, res.StartNs, percentiles)
 	if via != nil {
 		doc.Gateway = stream.gatewayReport(res, viaComm(cfg.ViaPid), via, sm.result())
 	}

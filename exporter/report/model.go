@@ -104,12 +104,15 @@ type Phase struct {
 	P50ITLMs  float64 `json:"p50_itl_ms"`
 	P99ITLMs  float64 `json:"p99_itl_ms"`
 	P99TTFTMs float64 `json:"p99_ttft_ms"`
-	// TopCause is what the phase changed: the cause whose attributed
-	// excess per interval grew most over the first phase; for the first
-	// phase, the top cause of its slowest 1% of gaps. TopCauseBasis says which.
-	TopCause      string `json:"top_cause"`
-	TopCauseBasis string `json:"top_cause_basis,omitempty"`
-	// AttributedMsPerInterval is the excess attributed to each cause per
+	// TopCause is what the phase changed, on the critical path: the
+	// cause that added most to the excess of its slowest 10% of gaps over
+	// the first phase's (validate's rule); for the first phase, the top
+	// cause of its slowest 1% of gaps. TopCauseBasis says which, TopShare
+	// is the cause's share of that.
+	TopCause      string  `json:"top_cause"`
+	TopCauseBasis string  `json:"top_cause_basis,omitempty"`
+	TopShare      float64 `json:"top_share"`
+	// AttributedMsPerInterval is the excess given to each cause per
 	// interval (TTFTs and gaps) of the phase, in ms.
 	AttributedMsPerInterval correlate.Breakdown `json:"attributed_ms_per_interval,omitempty"`
 	// ITLP99 and TTFT are the shares of excess latency per cause in the
@@ -117,14 +120,34 @@ type Phase struct {
 	ITLP99 correlate.Breakdown `json:"itl_p99"`
 	ITLAll correlate.Breakdown `json:"itl_all"`
 	TTFT   correlate.Breakdown `json:"ttft"`
+	// Injection says what a phased scenario injected in the phase and
+	// what it achieved (demo, validate); Expected the cause it should
+	// add; Weak that it achieved too little to judge, with Verdict
+	// saying so or whether the critical path named Expected.
+	Injection string `json:"injection,omitempty"`
+	Expected  string `json:"expected_cause,omitempty"`
+	Weak      bool   `json:"injection_too_weak,omitempty"`
+	Verdict   string `json:"verdict,omitempty"`
 }
 
 // Document is a parsed result.json.
 type Document struct {
 	// Load holds every other key of result.json: the load generator's
 	// vLLM-compatible fields and its "bpfbench" records.
-	Load        map[string]json.RawMessage `json:"-"`
-	Attribution *correlate.Summary         `json:"attribution,omitempty"`
+	Load map[string]json.RawMessage `json:"-"`
+	// Attribution is the run's answer: each interval's excess over the
+	// baseline split over the critical path's causes (Model
+	// "critical_path"), per band, request and (Timeline, Phases) second
+	// and phase. A result.json written before the critical path became
+	// the attribution has the activity model here, with no model: ReadFile
+	// moves it to Activity (RebuildAttribution, in job, rebuilds this
+	// from the run's gaps file).
+	Attribution *correlate.Summary `json:"attribution,omitempty"`
+	// Activity is the union of overlapping activity (correlate's model):
+	// which causes were active during the intervals, not what delayed
+	// them. It is never a cause stated to the user; the report shows it
+	// as "what else was active".
+	Activity *correlate.Summary `json:"activity,omitempty"`
 	// Collectors holds each section's summary, as `attach --output json` has it.
 	Collectors map[string]json.RawMessage `json:"collectors,omitempty"`
 	Collection *Collection                `json:"collection,omitempty"`
@@ -151,6 +174,8 @@ type Document struct {
 	// ClockBoundNs is the widest agent clock bound: spans shorter than it
 	// were kept out of the attribution and the critical path.
 	ClockBoundNs int64 `json:"clock_bound_ns,omitempty"`
+	// legacy: read from a file whose attribution was the activity model.
+	legacy bool
 }
 
 // Agent is one agent's session of a run: what it collected, when it
@@ -280,7 +305,7 @@ type QueuedRequest struct {
 	TTFTMs  float64 `json:"ttft_ms"`
 }
 
-var ownKeys = []string{"attribution", "collectors", "collection", "timeline", "phases", "diagnosis", "overhead", "server_metrics", "server_queue", "critical_path", "agents", "clock_bound_ns"}
+var ownKeys = []string{"attribution", "activity", "collectors", "collection", "timeline", "phases", "diagnosis", "overhead", "server_metrics", "server_queue", "critical_path", "agents", "clock_bound_ns"}
 
 // MarshalJSON writes the load fields and the added keys as one object.
 func (d *Document) MarshalJSON() ([]byte, error) {
@@ -317,7 +342,54 @@ func (d *Document) UnmarshalJSON(b []byte) error {
 		delete(m, k)
 	}
 	d.Load = m
+	if a := d.Attribution; a != nil && a.Model == "" {
+		// A run of a bpfbench that attributed by overlapping activity:
+		// that is activity, not the answer.
+		a.Model = correlate.ModelActivity
+		if d.Activity == nil {
+			d.Activity = a
+		}
+		d.Attribution = nil
+		d.legacy = true
+	}
 	return nil
+}
+
+// Legacy reports whether the document was written before the critical path
+// became the attribution: its timeline's and phases' causes are the
+// activity model's until job.RebuildAttribution rebuilds them from the
+// run's gaps file (or ForgetActivityCauses drops them).
+func (d *Document) Legacy() bool { return d.legacy }
+
+// ForgetActivityCauses removes the activity model's causes from a legacy
+// document's timeline and phases, where they would read as blame, and
+// takes each phase's top cause from the critical path's phases.
+func (d *Document) ForgetActivityCauses() {
+	if !d.legacy {
+		return
+	}
+	for i := range d.Timeline {
+		d.Timeline[i].CausesMs = nil
+	}
+	var cps []CriticalPhase
+	if d.CriticalPath != nil {
+		cps = d.CriticalPath.Phases
+	}
+	for i := range d.Phases {
+		p := &d.Phases[i]
+		p.TopCause, p.TopCauseBasis, p.TopShare = "", "", 0
+		p.AttributedMsPerInterval, p.ITLP99, p.ITLAll, p.TTFT = nil, nil, nil, nil
+		if i < len(cps) && cps[i].Name == p.Name {
+			if i > 0 {
+				p.TopCause, p.TopShare = cps[i].TailTop, cps[i].TailAddedShares[cps[i].TailTop]
+				p.TopCauseBasis = "largest addition to the slowest 10% of gaps over " + cps[0].Name
+			} else if b := cps[i].ITLP99; b != nil {
+				p.TopCause, p.TopShare, p.TopCauseBasis = b.Top, b.ExcessShares[b.Top], "slowest 1% of gaps"
+				p.ITLP99 = b.ExcessShares
+			}
+		}
+	}
+	d.legacy = false
 }
 
 // Float reads a numeric load field (vLLM name), or 0.

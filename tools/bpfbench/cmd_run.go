@@ -400,6 +400,15 @@ func runReport(stdout io.Writer, dir, baseline, out string) error {
 	if _, err := os.Stat(filepath.Join(dir, "trace.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	if doc.Legacy() {
+		// Written when the activity model was the attribution: the
+		// critical path's gaps rebuild it; without them, the activity
+		// model's causes leave the timeline and phases.
+		if err := job.RebuildAttribution(doc, dir); err != nil {
+			fmt.Fprintf(os.Stderr, "bpfbench report: %s was written by an older bpfbench whose attribution was overlapping activity; %v: the attribution shows the critical path's figures only\n", dir, err)
+			doc.ForgetActivityCauses()
+		}
+	}
 	outDir := dir
 	if baseline != "" {
 		prior, err := job.LoadPrior(baseline)
