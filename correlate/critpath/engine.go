@@ -64,6 +64,10 @@ type Stats struct {
 	DataEdges                            uint64 // walks that followed data to its writer (Data)
 	SiblingWaits                         uint64 // running steps given to a sibling thread's wait for a CPU
 	Interrupts                           uint64 // running steps that gave a part to block or network interrupts
+	// NoEdgeSleeps: sleeps with no wakeup edge to follow (a timer, an
+	// outside task, an unknown waker) covered, in part at least, by the
+	// states of the server's other threads meanwhile (timedwait.go).
+	NoEdgeSleeps uint64
 }
 
 type history struct {
@@ -119,8 +123,13 @@ type Engine struct {
 	// sibWaits and cuts are scratch space of siblingWaits and emitCut's callers.
 	sibWaits []siblingWait
 	cuts     []Step
-	path     []uint32
-	port     uint16
+	// claims, free, free2, cover and painted are meanwhile's.
+	claims      []claim
+	free, free2 []span
+	cover       []painted
+	painted     []painted
+	path        []uint32
+	port        uint16
 }
 
 // lastChunk is the send and arrival a port's last gap matched.

@@ -559,6 +559,10 @@ func (e *Engine) runnable(h *history, sg *Segment, x, y int64, depth int) {
 }
 
 // sleep classifies [x, y] of a sleep (outside CUDA calls) by its waker.
+// A sleep with no wakeup edge to follow (a timer, an outside task that
+// Classify gives server_sleep, a network receive of another connection,
+// an unknown waker) is covered with the states of the server's other
+// threads meanwhile, where they explain it (meanwhile, timedwait.go).
 func (e *Engine) sleep(h *history, sg *Segment, x, y int64, depth int) {
 	st := Step{Start: x, End: y, Thread: h.th, State: Sleep, Depth: depth, Wake: sg.Wake.Kind}
 	switch sg.Wake.Kind {
@@ -582,6 +586,10 @@ func (e *Engine) sleep(h *history, sg *Segment, x, y int64, depth int) {
 			}
 		} else {
 			st.Cause = e.opt.Classify(w)
+			if st.Cause == ServerSleep {
+				e.meanwhile(h, st)
+				return
+			}
 		}
 	case WakeBlock, WakeHardIRQ:
 		st.Cause = IOBlock
@@ -605,11 +613,17 @@ func (e *Engine) sleep(h *history, sg *Segment, x, y int64, depth int) {
 			if sg.Wake.Port != 0 {
 				st.Note = NoteOtherConn
 			}
+			e.meanwhile(h, st)
+			return
 		}
 	case WakeTimer, WakeSoftIRQTimer:
 		st.Cause = ServerSleep
+		e.meanwhile(h, st)
+		return
 	default:
 		st.Cause, st.Note = Unexplained, NoteWakerUnknown
+		e.meanwhile(h, st)
+		return
 	}
 	e.emit(st)
 }
