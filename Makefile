@@ -21,6 +21,7 @@ build:
 	@if [ -d tools/llmsim ]; then $(GO) build -trimpath -o $(BIN)/llmsim ./tools/llmsim; fi
 	@if [ -f tools/cudastub/Makefile ]; then $(MAKE) -C tools/cudastub OUT=$(abspath $(BIN)); fi
 	$(CC) -O2 -g -Wall -Wextra -pthread -o $(BIN)/barrierpool tools/barrierpool/barrierpool.c
+	$(CC) -O2 -g -Wall -Wextra -pthread -o $(BIN)/condserver tools/condserver/condserver.c
 
 # Regenerate the committed bpf2go bindings (*_bpfel.go, *_bpfel.o).
 generate:
