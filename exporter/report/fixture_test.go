@@ -129,8 +129,9 @@ func loadFields(ttfts []float64, itls [][]float64, errs []string, duration float
 	return m
 }
 
-// fullDocument is a run with every part filled: four phases, all four
-// causes, every collector section, one unavailable.
+// fullDocument is a run with every part filled: four phases, the
+// critical path's causes as the attribution, the union of activity
+// disagreeing with it, every collector section, one unavailable.
 func fullDocument() *Document {
 	rng := rand.New(rand.NewSource(1))
 	const n = 240
@@ -156,52 +157,85 @@ func fullDocument() *Document {
 		}
 	}
 	d := &Document{Load: loadFields(ttfts, itls, errs, duration)}
-	sh := func(cpu, io, gpu, net, un float64) correlate.Breakdown {
-		return correlate.Breakdown{"cpu_runqueue": cpu, "io_block": io, "gpu_sync": gpu, "net_backpressure": net, "unexplained": un}
+	// the attribution is the critical path's: its causes, model
+	// critical_path
+	sh := func(cpu, io, gpu, net, compute, sleep, client, un float64) correlate.Breakdown {
+		return correlate.Breakdown{"cpu_runqueue": cpu, "io_block": io, "gpu_sync": gpu, "net_backpressure": net,
+			"server_compute": compute, "server_sleep": sleep, "client": client, "unexplained": un}
 	}
 	d.Attribution = &correlate.Summary{
+		Model:         correlate.ModelCriticalPath,
 		BaselineITLMs: 18.2, BaselineTTFTMs: 52.1,
-		BaselineRates: sh(0.01, 0, 0.3, 0, 0),
-		TTFT:          sh(0.35, 0.25, 0.1, 0.05, 0.25),
+		TTFT: sh(0.35, 0.25, 0.1, 0.05, 0.1, 0, 0.05, 0.1),
 		ITL: map[string]correlate.Breakdown{
-			"p50": sh(0.2, 0.1, 0.3, 0, 0.4), "p90": sh(0.45, 0.2, 0.1, 0.05, 0.2),
-			"p99": sh(0.7, 0.2, 0, 0, 0.1), "all": sh(0.5, 0.2, 0.1, 0.05, 0.15),
+			"p50": sh(0.2, 0.1, 0.2, 0, 0.3, 0.1, 0.05, 0.05), "p90": sh(0.45, 0.2, 0.1, 0.05, 0.1, 0, 0.05, 0.05),
+			"p99": sh(0.7, 0.2, 0, 0, 0, 0, 0, 0.1), "all": sh(0.5, 0.2, 0.05, 0.05, 0.1, 0.02, 0.03, 0.05),
 		},
 		ITLBands: map[string]correlate.Band{
-			"p50": {FromMs: 18.1, ToMs: 21.4, Intervals: 6800, ExcessMs: 410, Shares: sh(0.2, 0.1, 0.3, 0, 0.4)},
-			"p90": {FromMs: 21.4, ToMs: 95.2, Intervals: 1290, ExcessMs: 5200, Shares: sh(0.45, 0.2, 0.1, 0.05, 0.2)},
-			"p99": {FromMs: 95.2, Intervals: 140, ExcessMs: 21000, Shares: sh(0.7, 0.2, 0, 0, 0.1)},
+			"p50": {FromMs: 18.1, ToMs: 21.4, Intervals: 6800, ExcessMs: 410, Shares: sh(0.2, 0.1, 0.2, 0, 0.3, 0.1, 0.05, 0.05)},
+			"p90": {FromMs: 21.4, ToMs: 95.2, Intervals: 1290, ExcessMs: 5200, Shares: sh(0.45, 0.2, 0.1, 0.05, 0.1, 0, 0.05, 0.05)},
+			"p99": {FromMs: 95.2, Intervals: 140, ExcessMs: 21000, Shares: sh(0.7, 0.2, 0, 0, 0, 0, 0, 0.1)},
 		},
 		TopCause: "cpu_runqueue",
 	}
 	for i := 0; i < 30; i++ {
+		// ITL shares that do not sum to 1, and excess in the hundreds of
+		// ms: the blame bars must give shares, not the ms
 		d.Attribution.Requests = append(d.Attribution.Requests, correlate.RequestBlame{
-			Request: i, TTFTMs: 40 + float64(i), TTFTShares: sh(0.5, 0.5, 0, 0, 0),
-			ITLExcessMs: float64(i * 37 % 500), ITLShares: sh(float64(i%3), float64(i%2), 0, float64(i%5)/4, 0.5),
-			TopCause: []string{"cpu_runqueue", "io_block", "net_backpressure", "unexplained"}[i%4], TotalExcessMs: float64(i*37%500) + 20,
+			Request: i, TTFTMs: 40 + float64(i), TTFTShares: sh(0.5, 0.5, 0, 0, 0, 0, 0, 0),
+			ITLExcessMs: float64(i * 37 % 500), ITLShares: sh(float64(i%3), float64(i%2), 0, float64(i%5)/4, 0.25, 0, float64(i%2)/2, 0.5),
+			TopCause: []string{"cpu_runqueue", "io_block", "net_backpressure", "server_compute"}[i%4], TotalExcessMs: float64(i*37%500) + 20,
 		})
 	}
+	// the union of overlapping activity disagrees: it calls most of the
+	// excess unexplained (what the page said before the critical path
+	// became the attribution)
+	ush := func(cpu, io, gpu, net, un float64) correlate.Breakdown {
+		return correlate.Breakdown{"cpu_runqueue": cpu, "io_block": io, "gpu_sync": gpu, "net_backpressure": net, "unexplained": un}
+	}
+	d.Activity = &correlate.Summary{
+		Model:         correlate.ModelActivity,
+		BaselineITLMs: 18.2, BaselineTTFTMs: 52.1,
+		BaselineRates: ush(0.01, 0, 0.3, 0, 0),
+		TTFT:          ush(0.05, 0.05, 0.1, 0.05, 0.75),
+		ITL: map[string]correlate.Breakdown{
+			"p50": ush(0.05, 0, 0.3, 0, 0.65), "p90": ush(0.1, 0.05, 0.1, 0.05, 0.7),
+			"p99": ush(0.15, 0.05, 0, 0, 0.8), "all": ush(0.1, 0.05, 0.1, 0.05, 0.7),
+		},
+		ITLBands: map[string]correlate.Band{
+			"p50": {FromMs: 18.1, ToMs: 21.4, Intervals: 6800, ExcessMs: 410, Shares: ush(0.05, 0, 0.3, 0, 0.65)},
+			"p90": {FromMs: 21.4, ToMs: 95.2, Intervals: 1290, ExcessMs: 5200, Shares: ush(0.1, 0.05, 0.1, 0.05, 0.7)},
+			"p99": {FromMs: 95.2, Intervals: 140, ExcessMs: 21000, Shares: ush(0.15, 0.05, 0, 0, 0.8)},
+		},
+		TopCause: "unexplained",
+	}
 	phases := []struct {
-		name string
-		p99  float64
-		top  string
-		sh   correlate.Breakdown
+		name  string
+		p99   float64
+		top   string
+		share float64
+		sh    correlate.Breakdown
 	}{
-		{"baseline", 24, "unexplained", sh(0.1, 0, 0.2, 0, 0.7)},
-		{"cpu contention", 180, "cpu_runqueue", sh(0.8, 0.05, 0.05, 0, 0.1)},
-		{"disk contention", 140, "io_block", sh(0.1, 0.75, 0.05, 0, 0.1)},
-		{"slow client", 120, "net_backpressure", sh(0.05, 0, 0, 0.85, 0.1)},
+		{"baseline", 24, "server_compute", 0.6, sh(0.1, 0, 0.2, 0, 0.6, 0, 0, 0.1)},
+		{"cpu contention", 180, "cpu_runqueue", 0.9, sh(0.8, 0.05, 0.05, 0, 0, 0, 0, 0.1)},
+		{"disk contention", 140, "io_block", 0.85, sh(0.1, 0.75, 0.05, 0, 0, 0, 0, 0.1)},
+		{"slow client", 120, "net_backpressure", 0.92, sh(0.05, 0, 0, 0.85, 0, 0, 0, 0.1)},
 	}
 	for i, p := range phases {
+		basis := "largest addition to the slowest 10% of gaps over baseline"
+		if i == 0 {
+			basis = "slowest 1% of gaps"
+		}
 		d.Phases = append(d.Phases, Phase{
 			Name: p.name, StartS: float64(i) * 15, EndS: float64(i+1) * 15, Requests: 60,
 			P50ITLMs: 18.5 + float64(i), P99ITLMs: p.p99, P99TTFTMs: 90 + 20*float64(i), TopCause: p.top,
+			TopShare: p.share, TopCauseBasis: basis,
 			ITLP99: p.sh, ITLAll: p.sh, TTFT: p.sh,
 		})
 	}
 	for s := 0; s < 60; s++ {
 		ph := s / 15
-		c := map[string]float64{"unexplained": 20 + rng.Float64()*20}
+		c := map[string]float64{"server_compute": 20 + rng.Float64()*20}
 		switch ph {
 		case 1:
 			c["cpu_runqueue"] = 300 + rng.Float64()*200
@@ -211,6 +245,7 @@ func fullDocument() *Document {
 			c["net_backpressure"] = 150 + rng.Float64()*100
 		}
 		c["gpu_sync"] = 10 + rng.Float64()*10
+		c["unexplained"] = 2 + rng.Float64()*2
 		d.Timeline = append(d.Timeline, TimelinePoint{
 			T: float64(s), OutputTokensPerSecond: 260 - 40*float64(ph%3) + rng.Float64()*30, CompletedRequests: 4,
 			P50ITLMs: 18 + rng.Float64()*2, P99ITLMs: []float64{24, 180, 140, 120}[ph] * (0.8 + 0.4*rng.Float64()),

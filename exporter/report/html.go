@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/correlate/critpath"
 )
 
 // card is one headline figure.
@@ -36,7 +37,20 @@ type requestRow struct {
 
 type phaseRow struct {
 	Name, Span, Requests, P50, P99, TTFT99, Top, TopColor, TopShare string
-	Bar                                                             template.HTML
+	// Basis says what the top cause and its share are of; Injection and
+	// Verdict what a phased scenario injected and whether the critical
+	// path named the cause it should add.
+	Basis, Injection, Verdict string
+	Weak                      bool
+	Bar                       template.HTML
+}
+
+// activityView is the union of overlapping activity (Document.Activity):
+// which collectors saw activity during the slow gaps, not what delayed
+// them. It is shown with the collectors, never as a cause.
+type activityView struct {
+	Names []string
+	Rows  []attrRow
 }
 
 // kvRow is a named figure, flagged when it deserves attention.
@@ -69,8 +83,9 @@ type htmlView struct {
 	Requests       []requestRow
 	RequestsMore   int
 
-	Timeline template.HTML
-	Phases   []phaseRow
+	Timeline     template.HTML
+	Phases       []phaseRow
+	HasInjection bool
 
 	CriticalPath []string
 	Neighbours   []kvRow
@@ -81,6 +96,7 @@ type htmlView struct {
 	ServerMetricsChart template.HTML
 
 	Sections    []sectionView
+	Activity    *activityView
 	Collection  []kvRow
 	NoCollect   bool
 	Unavailable []fact
@@ -96,6 +112,15 @@ type htmlView struct {
 func WriteHTML(w io.Writer, d *Document) error {
 	if d == nil {
 		d = &Document{}
+	}
+	if d.Legacy() {
+		// an older run's timeline and phases hold the activity model's
+		// causes: they are not blame, and are left out of a copy
+		c := *d
+		c.Timeline = append([]TimelinePoint(nil), d.Timeline...)
+		c.Phases = append([]Phase(nil), d.Phases...)
+		c.ForgetActivityCauses()
+		d = &c
 	}
 	return pageTemplate.Execute(w, buildView(d))
 }
@@ -153,9 +178,8 @@ func buildView(d *Document) *htmlView {
 		card{Label: "TTFT p50 / p99", Value: ms("median_ttft_ms"), Sub: "p99 " + ms("p99_ttft_ms")},
 		card{Label: "ITL p50 / p99", Value: ms("median_itl_ms"), Sub: "p99 " + ms("p99_itl_ms")},
 	)
-	if a := d.Attribution; a != nil && a.TopCause != "" {
-		c := causeOf(a.TopCause, 0)
-		v.Cards = append(v.Cards, card{Label: "Top cause", Value: c.Label, Sub: "baseline gap " + fmtMs(a.BaselineITLMs), Color: c.Color, Class: "cause"})
+	if c, ok := d.headlineCause(); ok {
+		v.Cards = append(v.Cards, c)
 	}
 
 	// vLLM's summary sections
@@ -220,7 +244,7 @@ func buildView(d *Document) *htmlView {
 	v.TTFTChart = histogram("chart-ttft", "distribution of the time to first token", d.ttftsMs(), ttftMarks)
 	v.ITLChart = histogram("chart-itl", "distribution of the inter-token gaps", d.itlsMs(), itlMarks)
 
-	// attribution
+	// attribution: the critical path's, and nothing else
 	var all []correlate.Breakdown
 	for _, p := range d.Phases {
 		all = append(all, p.ITLP99, p.TTFT, p.ITLAll)
@@ -230,7 +254,8 @@ func buildView(d *Document) *htmlView {
 	}
 	a := d.Attribution
 	var rows []stackRow
-	if a != nil {
+	switch cp := d.CriticalPath; {
+	case a != nil:
 		v.HasAttribution = true
 		v.Baseline = fmtMs(a.BaselineITLMs)
 		keys := bandKeys(a)
@@ -238,48 +263,73 @@ func buildView(d *Document) *htmlView {
 		for _, k := range keys {
 			all = append(all, bandShares(a, k))
 		}
-		v.Causes = causeList(causeOrder(all...))
-		rows = append(rows, stackRow{"Time to first token", "baseline " + fmtMs(a.BaselineTTFTMs), a.TTFT})
-		v.AttrRows = append(v.AttrRows, d.attrRow("Time to first token", a.TTFT, nil, v.Causes))
+		for _, r := range a.Requests {
+			all = append(all, r.TTFTShares, r.ITLShares)
+		}
+		v.Causes = causeList(pageCauseOrder(all...))
+		ttftEx := ttftExcessMs(a)
+		rows = append(rows, stackRow{"Time to first token", "baseline " + fmtMs(a.BaselineTTFTMs), a.TTFT, ttftEx})
+		v.AttrRows = append(v.AttrRows, attrRowOf("Time to first token", a.TTFT, nil, v.Causes))
+		if ttftEx > 0 {
+			v.AttrRows[0].Excess = fmtMs(ttftEx)
+		}
 		for i, k := range keys {
 			label := bandLabel(keys, i)
 			band, ok := a.ITLBands[k]
 			sub := ""
+			ex := 0.0
 			if ok {
 				sub = fmtNum(float64(band.Intervals)) + " gaps · " + bandRange(band) + " · excess " + fmtMs(band.ExcessMs)
+				ex = band.ExcessMs
 			}
-			rows = append(rows, stackRow{label, sub, bandShares(a, k)})
+			rows = append(rows, stackRow{label, sub, bandShares(a, k), ex})
 			var bp *correlate.Band
 			if ok {
 				bp = &band
 			}
-			v.AttrRows = append(v.AttrRows, d.attrRow(label, bandShares(a, k), bp, v.Causes))
+			v.AttrRows = append(v.AttrRows, attrRowOf(label, bandShares(a, k), bp, v.Causes))
 		}
 		v.Requests, v.RequestsMore = requestRows(a.Requests, v.Causes)
-	} else {
-		v.Causes = causeList(causeOrder(all...))
+	case cp != nil && (cp.TTFTP99 != nil || cp.ITLP99 != nil):
+		// no attribution (an older run): the critical path's own bands
+		v.HasAttribution = true
+		v.Baseline = fmtMs(sumMs(cp.NormalITLMs))
+		var bands []struct {
+			label string
+			b     *CriticalBand
+		}
+		if cp.TTFTP99 != nil {
+			bands = append(bands, struct {
+				label string
+				b     *CriticalBand
+			}{"Slowest 1% of TTFTs", cp.TTFTP99})
+		}
+		if cp.ITLP99 != nil {
+			bands = append(bands, struct {
+				label string
+				b     *CriticalBand
+			}{"p99+ gaps", cp.ITLP99})
+		}
+		for _, b := range bands {
+			all = append(all, correlate.Breakdown(b.b.ExcessShares))
+		}
+		v.Causes = causeList(pageCauseOrder(all...))
+		for _, b := range bands {
+			sh := correlate.Breakdown(b.b.ExcessShares)
+			sub := fmtNum(float64(b.b.Gaps)) + " gaps · ≥ " + fmtMs(b.b.FromMs) + " · excess " + fmtMs(b.b.ExcessMs)
+			rows = append(rows, stackRow{b.label, sub, sh, b.b.ExcessMs})
+			band := correlate.Band{FromMs: b.b.FromMs, Intervals: b.b.Gaps, ExcessMs: b.b.ExcessMs}
+			v.AttrRows = append(v.AttrRows, attrRowOf(b.label, sh, &band, v.Causes))
+		}
+	default:
+		v.Causes = causeList(pageCauseOrder(all...))
 	}
 	v.AttrChart = attributionChart("chart-attribution", rows, v.Causes)
 	v.Timeline = timelineChart("chart-timeline", d.Timeline, d.Phases, v.Causes)
 
 	for _, p := range d.Phases {
-		top := p.TopCause
-		if top == "" {
-			top = topOf(p.ITLP99)
-		}
-		r := phaseRow{
-			Name: p.Name, Span: fmtNum(round1(p.StartS)) + "–" + fmtNum(round1(p.EndS)) + " s", Requests: fmtNum(float64(p.Requests)),
-			P50: fmtMs(p.P50ITLMs), P99: fmtMs(p.P99ITLMs), TTFT99: fmtMs(p.P99TTFTMs), Top: "–",
-			Bar: miniBar(p.ITLP99, v.Causes),
-		}
-		if top != "" {
-			c := causeOf(top, 0)
-			r.Top, r.TopColor = c.Label, c.Color
-			if t := sharesSum(p.ITLP99); t > 0 {
-				r.TopShare = fmtPct(finite(p.ITLP99[top]) / t)
-			}
-		}
-		v.Phases = append(v.Phases, r)
+		v.Phases = append(v.Phases, phaseRowOf(p, v.Causes))
+		v.HasInjection = v.HasInjection || p.Injection != "" || p.Verdict != "" || p.Weak
 	}
 
 	v.CriticalPath = d.criticalPathLines()
@@ -297,6 +347,7 @@ func buildView(d *Document) *htmlView {
 	}
 
 	v.Sections = d.sectionViews()
+	v.Activity = activityOf(d.Activity)
 	if c := d.Collection; c != nil {
 		who := fmtNum(float64(c.Pid))
 		if c.Comm != "" {
@@ -353,7 +404,7 @@ func buildView(d *Document) *htmlView {
 	return v
 }
 
-func (d *Document) attrRow(label string, b correlate.Breakdown, band *correlate.Band, causes []causeInfo) attrRow {
+func attrRowOf(label string, b correlate.Breakdown, band *correlate.Band, causes []causeInfo) attrRow {
 	r := attrRow{Label: label, Gaps: "–", Range: "–", Excess: "–"}
 	if band != nil {
 		r.Gaps = fmtNum(float64(band.Intervals))
@@ -391,24 +442,209 @@ func requestRows(rs []correlate.RequestBlame, causes []causeInfo) ([]requestRow,
 	out := make([]requestRow, 0, len(rs))
 	for _, r := range rs {
 		c := causeOf(r.TopCause, 0)
-		both := correlate.Breakdown{}
-		for k, v := range r.ITLShares {
-			both[k] += finite(v) * finite(r.ITLExcessMs)
-		}
-		ttftEx := finite(r.TotalExcessMs) - finite(r.ITLExcessMs)
-		for k, v := range r.TTFTShares {
-			both[k] += finite(v) * ttftEx
-		}
 		top := c.Label
 		if r.TopCause == "" {
 			top = "–"
 		}
 		out = append(out, requestRow{
 			Request: r.Request, TTFT: fmtMs(r.TTFTMs), ITLExcess: fmtMs(r.ITLExcessMs), Total: fmtMs(r.TotalExcessMs),
-			Top: top, TopColor: c.Color, Bar: miniBar(both, causes),
+			Top: top, TopColor: c.Color, Bar: miniBarMs(requestExcessMs(r), causes),
 		})
 	}
 	return out, more
+}
+
+// requestExcessMs is a request's excess per cause, ms: its TTFT's and its
+// gaps' shares of their excess.
+func requestExcessMs(r correlate.RequestBlame) correlate.Breakdown {
+	both := correlate.Breakdown{}
+	itlEx := math.Max(finite(r.ITLExcessMs), 0)
+	ttftEx := math.Max(finite(r.TotalExcessMs)-itlEx, 0)
+	add := func(b correlate.Breakdown, ex float64) {
+		t := sharesSum(b)
+		if t <= 0 || ex <= 0 {
+			return
+		}
+		for k, v := range b {
+			if v = finite(v); v > 0 {
+				both[k] += v / t * ex
+			}
+		}
+	}
+	add(r.ITLShares, itlEx)
+	add(r.TTFTShares, ttftEx)
+	return both
+}
+
+// ttftExcessMs is the TTFTs' excess over the baseline, ms, from the
+// requests (0 when there are none).
+func ttftExcessMs(a *correlate.Summary) float64 {
+	t := 0.0
+	for _, r := range a.Requests {
+		t += math.Max(finite(r.TotalExcessMs)-math.Max(finite(r.ITLExcessMs), 0), 0)
+	}
+	return t
+}
+
+// headlineCause is the "Top cause" card: the attribution's top cause
+// (the largest share of all excess, on the critical path), else the
+// critical path's p99 gaps' top cause; none without either.
+func (d *Document) headlineCause() (card, bool) {
+	if a := d.Attribution; a != nil && a.TopCause != "" {
+		c := causeOf(a.TopCause, 0)
+		sub := "largest share of all excess over the normal gap (" + fmtMs(a.BaselineITLMs) + "), on the critical path"
+		total, ms := 0.0, 0.0
+		for _, r := range a.Requests {
+			b := requestExcessMs(r)
+			total += sharesSum(b)
+			ms += b[a.TopCause]
+		}
+		if total > 0 {
+			sub = fmtPct(ms/total) + " of all excess over the normal gap (" + fmtMs(a.BaselineITLMs) + "), on the critical path"
+		}
+		return card{Label: "Top cause", Value: c.Label, Sub: sub, Color: c.Color, Class: "cause"}, true
+	}
+	if cp := d.CriticalPath; cp != nil && cp.ITLP99 != nil && cp.ITLP99.Top != "" && cp.ITLP99.ExcessMs > 0 {
+		b := cp.ITLP99
+		c := causeOf(b.Top, 0)
+		sub := fmtPct(finite(b.ExcessShares[b.Top])) + " of the p99 gap's excess, on the critical path"
+		return card{Label: "Top cause", Value: c.Label, Sub: sub, Color: c.Color, Class: "cause"}, true
+	}
+	return card{}, false
+}
+
+// phaseRowOf is a phase's row: its critical path's top cause and share
+// (on the phase's basis), or "injection too weak" where what it injected
+// was too little to judge.
+func phaseRowOf(p Phase, causes []causeInfo) phaseRow {
+	r := phaseRow{
+		Name: p.Name, Span: fmtNum(round1(p.StartS)) + "–" + fmtNum(round1(p.EndS)) + " s", Requests: fmtNum(float64(p.Requests)),
+		P50: fmtMs(p.P50ITLMs), P99: fmtMs(p.P99ITLMs), TTFT99: fmtMs(p.P99TTFTMs), Top: "–",
+		Injection: p.Injection, Verdict: p.Verdict, Weak: p.Weak,
+		Bar: miniBar(p.ITLP99, causes),
+	}
+	if p.Weak {
+		r.Top = "injection too weak"
+		if r.Verdict == "" {
+			r.Verdict = "injection too weak to judge"
+		}
+		return r
+	}
+	top, share, basis := p.TopCause, finite(p.TopShare), p.TopCauseBasis
+	t := sharesSum(p.ITLP99)
+	if top == "" && t > 0 {
+		top, basis = topOf(p.ITLP99), "slowest 1% of gaps"
+	}
+	if top == "" {
+		return r
+	}
+	if share <= 0 && t > 0 {
+		share = finite(p.ITLP99[top]) / t
+	}
+	c := causeOf(top, 0)
+	r.Top, r.TopColor, r.Basis = c.Label, c.Color, basis
+	if share > 0 {
+		r.TopShare = fmtPct(min(share, 1))
+	}
+	return r
+}
+
+// activityLabels name the activity model's causes as what was active,
+// not as causes.
+var activityLabels = map[string]string{
+	"cpu_runqueue": "runnable threads", "io_block": "block IO in flight", "gpu_sync": "blocking CUDA calls",
+	"net_backpressure": "TCP backpressure", "unexplained": "none of these",
+}
+
+// activityOf is the activity model's table, or nil.
+func activityOf(s *correlate.Summary) *activityView {
+	if s == nil {
+		return nil
+	}
+	keys := bandKeys(s)
+	bs := []correlate.Breakdown{s.TTFT}
+	for _, k := range keys {
+		bs = append(bs, bandShares(s, k))
+	}
+	var names []causeInfo
+	for _, n := range activityOrder(bs...) {
+		l := activityLabels[n]
+		if l == "" {
+			l = strings.ReplaceAll(n, "_", " ")
+		}
+		names = append(names, causeInfo{Name: n, Label: l})
+	}
+	v := &activityView{}
+	for _, c := range names {
+		v.Names = append(v.Names, c.Label)
+	}
+	v.Rows = append(v.Rows, attrRowOf("Time to first token", s.TTFT, nil, names))
+	for i, k := range keys {
+		var bp *correlate.Band
+		if band, ok := s.ITLBands[k]; ok {
+			bp = &band
+		}
+		v.Rows = append(v.Rows, attrRowOf(bandLabel(keys, i), bandShares(s, k), bp, names))
+	}
+	if sharesSum(s.TTFT) <= 0 && len(keys) == 0 {
+		return nil
+	}
+	return v
+}
+
+// activityOrder lists the activity model's causes, then any other name
+// found in the breakdowns, sorted.
+func activityOrder(bs ...correlate.Breakdown) []string {
+	out := append([]string(nil), correlate.CauseNames()...)
+	seen := map[string]bool{}
+	for _, n := range out {
+		seen[n] = true
+	}
+	var extra []string
+	for _, b := range bs {
+		for k := range b {
+			if !seen[k] {
+				seen[k] = true
+				extra = append(extra, k)
+			}
+		}
+	}
+	sort.Strings(extra)
+	return append(out, extra...)
+}
+
+// pageCauseOrder lists the critical path's causes, in its order, that
+// take a share somewhere on the page, then any other name found, sorted
+// (every cause of the critical path when none does).
+func pageCauseOrder(bs ...correlate.Breakdown) []string {
+	known := critpath.CauseNames()
+	isKnown := map[string]bool{}
+	for _, n := range known {
+		isKnown[n] = true
+	}
+	used := map[string]bool{}
+	var extra []string
+	for _, b := range bs {
+		for k, v := range b {
+			if !isKnown[k] && !used[k] {
+				extra = append(extra, k)
+			}
+			if isFinite(v) && v > 0 || !isKnown[k] {
+				used[k] = true
+			}
+		}
+	}
+	var out []string
+	for _, n := range known {
+		if used[n] {
+			out = append(out, n)
+		}
+	}
+	if len(out) == 0 {
+		out = known
+	}
+	sort.Strings(extra)
+	return append(out, extra...)
 }
 
 func round1(f float64) float64 { return math.Round(finite(f)*10) / 10 }

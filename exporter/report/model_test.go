@@ -16,7 +16,8 @@ func TestDocumentRoundTrip(t *testing.T) {
 		Load: map[string]json.RawMessage{
 			"completed": json.RawMessage("10"), "mean_ttft_ms": json.RawMessage("12.5"), "itls": json.RawMessage("[0.01,0.02]"),
 		},
-		Attribution: &correlate.Summary{BaselineITLMs: 10, TopCause: "cpu_runqueue"},
+		Attribution: &correlate.Summary{Model: correlate.ModelCriticalPath, BaselineITLMs: 10, TopCause: "cpu_runqueue"},
+		Activity:    &correlate.Summary{Model: correlate.ModelActivity, BaselineITLMs: 10, TopCause: "unexplained"},
 		Collection:  &Collection{Pid: 42, StoppedReason: "load finished"},
 		Diagnosis:   []string{"fine"},
 	}
@@ -32,6 +33,9 @@ func TestDocumentRoundTrip(t *testing.T) {
 	}
 	if back.Attribution == nil || back.Attribution.TopCause != "cpu_runqueue" || back.Collection.Pid != 42 || back.Diagnosis[0] != "fine" {
 		t.Errorf("added keys lost: %+v", back)
+	}
+	if back.Legacy() || back.Activity == nil || back.Activity.TopCause != "unexplained" || back.Attribution.Model != correlate.ModelCriticalPath {
+		t.Errorf("attribution or activity changed on the way back: %+v", back)
 	}
 	if _, ok := back.Load["attribution"]; ok {
 		t.Error("attribution left in Load")

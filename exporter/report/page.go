@@ -37,6 +37,9 @@ table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{padding:5px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
 th{background:var(--soft);font-weight:600;white-space:nowrap}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+th.wrap{white-space:normal}
+tr.weak td{color:var(--muted)}
+.activity{margin-top:14px}
 table.kv td:first-child{color:var(--muted);width:55%}
 table.kv td:last-child{text-align:right;font-variant-numeric:tabular-nums}
 .figure{border:1px solid var(--line);border-radius:8px;padding:10px 12px;background:#fff}
@@ -134,11 +137,11 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 <div class="figure"><h3>Inter-token gaps</h3>{{.ITLChart}}</div>
 </div>
 
-<h2 id="attribution">Attribution: what the excess latency is made of</h2>
+<h2 id="attribution">Attribution: what the excess latency is made of, on the critical path</h2>
 <div class="legend" id="legend">{{range .Causes}}<span><span class="swatch" style="background-color: {{.Color}}"></span>{{.Label}} <span class="sub">({{.Name}})</span></span>{{end}}</div>
-{{if .HasAttribution}}<p class="note">Each bar splits the latency above the baseline (median gap {{.Baseline}}) among the causes active during those intervals. Bands hold the gaps between two percentiles of the run's inter-token gaps.{{if .CriticalPath}} This counts what overlapped a gap; the <a href="#critical-path">critical path</a> splits each gap into the parts that delayed it, which sum to it, and the diagnosis speaks in those.{{end}}</p>{{end}}
+{{if .HasAttribution}}<p class="note" id="note-attribution">Each interval (a time to first token or an inter-token gap) is walked back along its critical path and split into the parts that delayed it: the server's threads running, waiting for a CPU, the disk or the GPU, sleeping, the chunk in flight on the network, in the client's socket; the parts of each gap sum to it. Each bar splits the latency above the normal gap (median gap {{.Baseline}}) into those parts, as shares of the band's excess. Bands hold the gaps between two percentiles of the run's inter-token gaps.</p>{{end}}
 <div class="figure">{{.AttrChart}}</div>
-{{if .AttrRows}}<div class="scroll"><table id="table-attribution"><thead><tr><th>band</th><th class="n">gaps</th><th class="n">range</th><th class="n">excess</th>{{range .Causes}}<th class="n">{{.Name}}</th>{{end}}</tr></thead><tbody>
+{{if .AttrRows}}<div class="scroll"><table id="table-attribution"><thead><tr><th>band</th><th class="n">gaps</th><th class="n">range</th><th class="n">excess</th>{{range .Causes}}<th class="n wrap" title="{{.Name}}">{{.Label}}</th>{{end}}</tr></thead><tbody>
 {{range .AttrRows}}<tr><td>{{.Label}}</td><td class="n">{{.Gaps}}</td><td class="n">{{.Range}}</td><td class="n">{{.Excess}}</td>{{range .Shares}}<td class="n">{{.}}</td>{{end}}</tr>
 {{end}}</tbody></table></div>{{end}}
 
@@ -146,9 +149,10 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 <div class="figure">{{.Timeline}}</div>
 
 {{if .Phases}}<h2 id="phases">Phases</h2>
-<div class="scroll"><table id="table-phases"><thead><tr><th>phase</th><th class="n">seconds</th><th class="n">requests</th><th class="n">ITL p50</th><th class="n">ITL p99</th><th class="n">TTFT p99</th><th title="the cause whose excess per interval grew most over the first phase">top cause (vs first phase)</th><th>share of the p99 gaps' excess</th></tr></thead><tbody>
-{{range .Phases}}<tr><td>{{.Name}}</td><td class="n">{{.Span}}</td><td class="n">{{.Requests}}</td><td class="n">{{.P50}}</td><td class="n">{{.P99}}</td><td class="n">{{.TTFT99}}</td><td>{{if .TopColor}}<span class="swatch" style="background-color: {{.TopColor}}"></span>{{end}}{{.Top}}{{if .TopShare}} <span class="sub">{{.TopShare}}</span>{{end}}</td><td>{{.Bar}}</td></tr>
-{{end}}</tbody></table></div>{{end}}
+<div class="scroll"><table id="table-phases"><thead><tr><th>phase</th><th class="n">seconds</th><th class="n">requests</th><th class="n">ITL p50</th><th class="n">ITL p99</th><th class="n">TTFT p99</th><th title="on the critical path: for a later phase, the cause that added most to its slowest 10% of gaps over the first phase's; for the first, the top cause of its slowest 1%">top cause</th><th>p99 gaps' excess</th>{{if .HasInjection}}<th>injected</th><th>verdict</th>{{end}}</tr></thead><tbody>
+{{range .Phases}}<tr{{if .Weak}} class="weak"{{end}}><td>{{.Name}}</td><td class="n">{{.Span}}</td><td class="n">{{.Requests}}</td><td class="n">{{.P50}}</td><td class="n">{{.P99}}</td><td class="n">{{.TTFT99}}</td><td class="top">{{if .TopColor}}<span class="swatch" style="background-color: {{.TopColor}}"></span>{{end}}<span class="top-cause">{{.Top}}</span>{{if .TopShare}} <span class="sub top-share">{{.TopShare}}</span>{{end}}{{if .Basis}}<div class="sub basis">{{.Basis}}</div>{{end}}</td><td>{{.Bar}}</td>{{if $.HasInjection}}<td class="injection">{{.Injection}}</td><td class="verdict">{{.Verdict}}</td>{{end}}</tr>
+{{end}}</tbody></table></div>
+<p class="note">The top cause and its share are the critical path's; the bar splits the phase's slowest 1% of gaps' excess along their critical paths.</p>{{end}}
 
 {{if .Gateway}}<h2 id="gateway">Gateway</h2>
 <ul id="list-gateway">{{range .Gateway}}<li>{{.}}</li>{{end}}</ul>{{end}}
@@ -173,8 +177,9 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 
 {{if .Requests}}<h2 id="requests">Slowest requests by excess latency</h2>
 <div class="scroll"><table id="table-requests"><thead><tr><th class="n">request</th><th class="n">TTFT</th><th class="n">ITL excess</th><th class="n">total excess</th><th>top cause</th><th>blame</th></tr></thead><tbody>
-{{range .Requests}}<tr><td class="n">{{.Request}}</td><td class="n">{{.TTFT}}</td><td class="n">{{.ITLExcess}}</td><td class="n">{{.Total}}</td><td><span class="swatch" style="background-color: {{.TopColor}}"></span>{{.Top}}</td><td>{{.Bar}}</td></tr>
+{{range .Requests}}<tr><td class="n">{{.Request}}</td><td class="n">{{.TTFT}}</td><td class="n">{{.ITLExcess}}</td><td class="n">{{.Total}}</td><td class="top"><span class="swatch" style="background-color: {{.TopColor}}"></span><span class="top-cause">{{.Top}}</span></td><td class="blame">{{.Bar}}</td></tr>
 {{end}}</tbody></table></div>
+<p class="note">Each request's blame bar splits its excess over the normal gap (its TTFT's and its gaps') along their critical paths; the parts sum to the total excess.</p>
 {{if .RequestsMore}}<p class="note">{{.RequestsMore}} more requests in result.json.</p>{{end}}{{end}}
 
 <h2 id="collectors">Collectors</h2>
@@ -190,6 +195,13 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 {{end}}{{if and .Empty (not .Unavailable)}}<p class="empty">No data.</p>{{end}}
 </div>
 {{end}}</div>{{else}}<p class="empty">No collector ran (load only).</p>{{end}}
+{{with .Activity}}<div class="activity" id="activity">
+<h3>What else was active (overlapping activity, not blame)</h3>
+<p class="note">Which collectors saw activity overlapping the intervals, as shares of the excess it overlapped (result.json: activity). Activity during a gap did not necessarily delay it: the causes are the critical path's, above.</p>
+<div class="scroll"><table class="ct" id="table-activity"><thead><tr><th>intervals</th><th class="n">gaps</th><th class="n">range</th><th class="n">excess</th>{{range .Names}}<th class="n">{{.}}</th>{{end}}</tr></thead><tbody>
+{{range .Rows}}<tr><td>{{.Label}}</td><td class="n">{{.Gaps}}</td><td class="n">{{.Range}}</td><td class="n">{{.Excess}}</td>{{range .Shares}}<td class="n">{{.}}</td>{{end}}</tr>
+{{end}}</tbody></table></div>
+</div>{{end}}
 
 <h2 id="collection">Collection and readiness</h2>
 {{if .NoCollect}}<p class="empty">The kernel side did not run: this result holds the load generator's figures only.</p>{{else}}

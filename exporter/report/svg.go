@@ -314,6 +314,8 @@ func histogram(id, label string, values []float64, markers []marker) template.HT
 type stackRow struct {
 	Label, Sub string
 	Shares     correlate.Breakdown
+	// ExcessMs is the row's excess, to give each part's time (0: unknown).
+	ExcessMs float64
 }
 
 // attributionChart draws one 100% bar per row, split by cause.
@@ -345,10 +347,15 @@ func attributionChart(id string, rows []stackRow, causes []causeInfo) template.H
 			if v <= 0 {
 				continue
 			}
-			w := v / total * bw
-			s.rect(x, y0, w, barH, c.Color, "seg seg-"+c.Name, fmt.Sprintf("%s: %s — %s", r.Label, c.Label, fmtPct(v)))
+			share := v / total
+			w := share * bw
+			tip := fmt.Sprintf("%s: %s — %s of the excess", r.Label, c.Label, fmtPct(share))
+			if ex := finite(r.ExcessMs); ex > 0 {
+				tip += " (" + fmtMs(share*ex) + ")"
+			}
+			s.rect(x, y0, w, barH, c.Color, "seg seg-"+c.Name, tip)
 			if w >= 38 {
-				s.text(x+w/2, y0+barH/2+5, "middle", "seg-label", fmtPct(v))
+				s.text(x+w/2, y0+barH/2+5, "middle", "seg-label", fmtPct(share))
 			}
 			x += w
 		}
@@ -357,11 +364,22 @@ func attributionChart(id string, rows []stackRow, causes []causeInfo) template.H
 	return s.close()
 }
 
-// miniBar draws a small stacked bar for a table cell.
+// miniBar draws a small stacked bar of shares for a table cell; each
+// part's tooltip gives its share of the whole.
 func miniBar(b correlate.Breakdown, causes []causeInfo) template.HTML {
+	return drawMiniBar(b, causes, false)
+}
+
+// miniBarMs draws a small stacked bar of times (ms) per cause; each
+// part's tooltip gives its share of the whole and its time.
+func miniBarMs(b correlate.Breakdown, causes []causeInfo) template.HTML {
+	return drawMiniBar(b, causes, true)
+}
+
+func drawMiniBar(b correlate.Breakdown, causes []causeInfo, ms bool) template.HTML {
 	const W, H = 160.0, 12.0
 	var s svg
-	s.open("", "mini-bar", W, H, "shares")
+	s.open("", "mini-bar", W, H, "shares of the excess")
 	total := sharesSum(b)
 	if total <= 0 {
 		s.rect(0, 0, W, H, "", "bar-none", "no excess")
@@ -373,8 +391,13 @@ func miniBar(b correlate.Breakdown, causes []causeInfo) template.HTML {
 		if v <= 0 {
 			continue
 		}
-		w := v / total * W
-		s.rect(x, 0, w, H, c.Color, "", c.Label+": "+fmtPct(v))
+		share := v / total
+		w := share * W
+		tip := c.Label + ": " + fmtPct(share)
+		if ms {
+			tip += " (" + fmtMs(v) + ")"
+		}
+		s.rect(x, 0, w, H, c.Color, "seg-"+c.Name, tip)
 		x += w
 	}
 	return s.close()
@@ -426,7 +449,7 @@ func timelineChart(id string, pts []TimelinePoint, phases []Phase, causes []caus
 	legendH := 24.0
 	p1 := panel{"Output throughput (tokens/s)", legendH + phaseH + 30, 110}
 	p2 := panel{"Latency (ms)", p1.y + p1.h + 40, 140}
-	p3 := panel{"Excess latency per cause (ms, summed per bucket)", p2.y + p2.h + 40, 140}
+	p3 := panel{"Excess latency per cause on the critical path (ms over the normal gap, summed per bucket)", p2.y + p2.h + 40, 140}
 	H := p3.y + p3.h + 36
 
 	var s svg
@@ -552,8 +575,11 @@ func timelineChart(id string, pts []TimelinePoint, phases []Phase, causes []caus
 			if v <= 0 {
 				continue
 			}
-			s.rect(x(p.T)+0.75, y(acc+v), bw, y(acc)-y(acc+v), c.Color, "tl-cause",
-				fmt.Sprintf("%ss: %s %s", num(p.T), c.Label, fmtMs(v)))
+			tip := fmt.Sprintf("%ss: %s %s", num(p.T), c.Label, fmtMs(v))
+			if t := sharesSum(correlate.Breakdown(p.CausesMs)); t > 0 {
+				tip += " (" + fmtPct(v/t) + " of the excess)"
+			}
+			s.rect(x(p.T)+0.75, y(acc+v), bw, y(acc)-y(acc+v), c.Color, "tl-cause", tip)
 			acc += v
 		}
 	}
