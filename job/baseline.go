@@ -231,6 +231,7 @@ func rebase(out *report.CriticalPath, gaps iter.Seq[critGap], phases []critPhase
 			cp.TailAddedShares[critpath.Cause(k).String()] = v
 		}
 		cp.TailTop = topOf(cp.TailAddedShares)
+		cp.TailAddedMs = sum / 1e6
 		out.Phases = append(out.Phases, cp)
 	}
 }

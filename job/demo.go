@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/perturb"
@@ -45,10 +47,30 @@ const (
 // DemoPhases are the demo's phases, in order.
 var DemoPhases = []string{"baseline", "cpu contention", "disk contention", "gpu slowdown", "slow-reading client"}
 
+// DemoSettle is how long the demo lets the server settle after each
+// injection before the next phase begins (a third of a phase, at most
+// 3 s): a phase that slowed the server leaves a queue of requests, whose
+// bigger batches would otherwise be the next phase's server_compute. The
+// settling time belongs to no phase.
+func DemoSettle(phase time.Duration) time.Duration { return min(phase/3, 3*time.Second) }
+
+// demoSettles counts the settling periods: after the cpu, disk and gpu
+// phases.
+const demoSettles = 3
+
+// DemoRequests is the number of requests the demo sends at rate over
+// phases of length phase, settling included.
+func DemoRequests(rate float64, phase time.Duration) int {
+	total := time.Duration(len(DemoPhases))*phase + demoSettles*DemoSettle(phase)
+	return int(math.Ceil(rate * total.Seconds()))
+}
+
 // DemoSlowReaders are the requests of the last phase that read slowly: a
-// quarter and half way into it, perPhase requests a phase.
-func DemoSlowReaders(perPhase int) []int {
-	return []int{4*perPhase + perPhase/4, 4*perPhase + perPhase/2}
+// quarter and half way into it, at rate over phases of length phase.
+func DemoSlowReaders(rate float64, phase time.Duration) []int {
+	start := time.Duration(len(DemoPhases)-1)*phase + demoSettles*DemoSettle(phase)
+	at := func(d time.Duration) int { return int(math.Floor(rate*(start+d).Seconds() + 1e-6)) }
+	return []int{at(phase / 4), at(phase / 2)}
 }
 
 // PhaseRate is the rate of a phased job: rate, or DefaultPhaseRate when it
@@ -69,6 +91,10 @@ type DemoConfig struct {
 	Load loadgen.Config
 	// Sim is the running simulated server (StartSim).
 	Sim *Sim
+	// ServerCPUs are the CPUs the server runs on (nil: not pinned); the
+	// cpu phase's busy threads run there, every other injection and
+	// bpfbench elsewhere.
+	ServerCPUs []int
 	// OutDir receives result.json, trace.json and report.html.
 	OutDir string
 	// Phase is the length of each phase; Rate the fixed request rate.
@@ -96,16 +122,50 @@ func CheckDemo(rate float64, phase time.Duration) error {
 	return nil
 }
 
+// DemoCauses are the causes each phase of the demo injects, the critical
+// path's names (the baseline injects none).
+var DemoCauses = map[string]string{
+	"cpu contention": "cpu_runqueue", "disk contention": "io_block",
+	"gpu slowdown": "gpu_sync", "slow-reading client": "net_backpressure",
+}
+
 // DemoResult is a demo's run and what each phase injected.
 type DemoResult struct {
 	*RunResult
+	// Injected says, per phase after the baseline, what its injection
+	// achieved and what the critical path named.
 	Injected []string
+	// Named counts the phases whose critical-path top cause is the one
+	// injected; Weak those whose injection achieved too little to judge.
+	Named, Weak int
+}
+
+// The disk phase's sizing: its reads are 1 MiB with O_DIRECT; the number
+// in flight is chosen so that a read waits at least demoIOWait behind
+// them (the decode step's order of magnitude), from a calibration of the
+// disk before the run, between demoIOMinDepth and demoIOMaxDepth.
+const (
+	demoIOBlock    = 1 << 20
+	demoIOMinDepth = 8
+	demoIOMaxDepth = 64
+	demoIOWait     = 10 * time.Millisecond
+	demoIOCalib    = time.Second
+)
+
+// demoIODepth is the disk phase's reads in flight for a disk whose reads
+// took lat each with demoIOMinDepth in flight.
+func demoIODepth(lat time.Duration) int {
+	if lat <= 0 {
+		return demoIOMinDepth
+	}
+	d := int(math.Ceil(float64(demoIOMinDepth) * float64(demoIOWait) / float64(lat)))
+	return min(max(d, demoIOMinDepth), demoIOMaxDepth)
 }
 
 // Demo drives the simulated server through its phases (a baseline, CPU
 // contention, disk contention, a GPU slowdown, a slow-reading client)
 // while the collectors follow it, and returns the run with what each phase
-// injected.
+// injected, achieved and was named.
 func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 	if cfg.Sim == nil {
 		return nil, errors.New("the demo needs a running simulated server")
@@ -114,8 +174,7 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 	if err := CheckDemo(cfg.Rate, cfg.Phase); err != nil {
 		return nil, err
 	}
-	perPhase := DemoPerPhase(cfg.Rate, cfg.Phase)
-	n := perPhase * len(DemoPhases)
+	n := DemoRequests(cfg.Rate, cfg.Phase)
 	outLen := cfg.Load.Dataset.OutputLen
 	if outLen <= 0 {
 		outLen = 64
@@ -124,7 +183,7 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	slow := DemoSlowReaders(perPhase)
+	slow := DemoSlowReaders(cfg.Rate, cfg.Phase)
 	for i := range reqs {
 		reqs[i].OffsetNs = -1
 	}
@@ -144,7 +203,26 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 		lc.Timeout = 2 * time.Minute
 	}
 
-	var injected []string
+	// The disk, measured before the run: how long a 1 MiB read takes
+	// with demoIOMinDepth in flight, from which the phase's depth.
+	calib := perturb.IO{Path: cfg.Sim.IOFile, BlockSize: demoIOBlock, Depth: demoIOMinDepth}
+	cctx, cancel := context.WithTimeout(ctx, demoIOCalib)
+	cal, cerr := calib.RunProcess(cctx)
+	cancel()
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	depth := demoIOMinDepth
+	calNote := "no calibration"
+	if cerr == nil && cal.Ops > 0 {
+		depth = demoIODepth(time.Duration(cal.MeanLatency * 1e9))
+		calNote = fmt.Sprintf("the disk took %.1f ms a read with %d in flight before the run, so %d in flight", cal.MeanLatency*1e3, demoIOMinDepth, depth)
+	} else if cerr != nil {
+		calNote = "calibration failed: " + cerr.Error()
+	}
+
+	achieved := make([]string, len(DemoPhases))
+	var injErr error
 	scenario := func(ctx context.Context, marks *PhaseMarks) {
 		wait := func() bool {
 			select {
@@ -154,56 +232,148 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 				return true
 			}
 		}
-		while := func(fn func(context.Context) string) bool {
+		settle := func() bool {
+			marks.End()
+			select {
+			case <-ctx.Done():
+				return false
+			case <-time.After(DemoSettle(cfg.Phase)):
+				return true
+			}
+		}
+		while := func(i int, fn func(context.Context) string) bool {
 			pctx, cancel := context.WithCancel(ctx)
 			done := make(chan string, 1)
 			go func() { done <- fn(pctx) }()
 			ok := wait()
 			cancel()
-			injected = append(injected, <-done)
-			return ok
+			achieved[i] = <-done
+			return ok && settle()
 		}
 		marks.Begin(DemoPhases[0])
 		if !wait() {
 			return
 		}
 		marks.Begin(DemoPhases[1])
-		if !while(func(c context.Context) string {
-			r, err := perturb.CPU{Threads: 2 * runtime.NumCPU()}.RunProcess(c)
-			if err != nil {
-				return "cpu: " + err.Error()
+		if !while(1, func(c context.Context) string {
+			p := perturb.CPU{CPUs: cfg.ServerCPUs}
+			if err := p.Validate(); err != nil {
+				injErr = err
+				return "failed: " + err.Error()
 			}
-			return fmt.Sprintf("cpu contention: %d busy threads burnt %.1f CPU-s", r.Threads, r.CPUSeconds)
+			p.Threads = 2 * len(p.CPUs)
+			r, err := p.RunProcess(c)
+			if err != nil {
+				injErr = err
+				return "failed: " + err.Error()
+			}
+			return fmt.Sprintf("%d busy threads on the server's CPUs %v burnt %.1f CPU-s (%.0f%% of a CPU each)", r.Threads, r.CPUs, r.CPUSeconds, r.Share*100)
 		}) {
 			return
 		}
 		marks.Begin(DemoPhases[2])
-		if !while(func(c context.Context) string {
-			r, err := perturb.IO{Path: cfg.Sim.IOFile, BlockSize: 1 << 20, Depth: 8}.RunProcess(c)
+		if !while(2, func(c context.Context) string {
+			r, err := perturb.IO{Path: cfg.Sim.IOFile, BlockSize: demoIOBlock, Depth: depth}.RunProcess(c)
 			if err != nil {
-				return "disk: " + err.Error()
+				injErr = err
+				return "failed: " + err.Error()
 			}
-			return fmt.Sprintf("disk contention: %.0f O_DIRECT reads/s of 1 MiB, %.1f ms each", r.IOPS, r.MeanLatency*1e3)
+			return fmt.Sprintf("%.0f O_DIRECT reads/s of 1 MiB, %d in flight, %.1f ms each (%s)", r.IOPS, depth, r.MeanLatency*1e3, calNote)
 		}) {
 			return
 		}
 		marks.Begin(DemoPhases[3])
-		_ = cfg.Sim.SetGPUKernel(DemoSlowKernelUS)
-		injected = append(injected, fmt.Sprintf("gpu slowdown: the stub's step kernel from %d to %d µs", DemoKernelUS, DemoSlowKernelUS))
+		if err := cfg.Sim.SetGPUKernel(DemoSlowKernelUS); err != nil {
+			injErr = err
+		}
+		achieved[3] = fmt.Sprintf("the CUDA stub's step kernel from %d to %d µs", DemoKernelUS, DemoSlowKernelUS)
 		ok := wait()
 		_ = cfg.Sim.SetGPUKernel(DemoKernelUS)
-		if !ok {
+		if !ok || !settle() {
 			return
 		}
 		marks.Begin(DemoPhases[4])
-		injected = append(injected, fmt.Sprintf("slow-reading client: requests %v stop reading for %v after their first token", slow, DemoSlowPause))
 	}
 	res, err := Run(ctx, RunConfig{Load: lc, Pid: cfg.Sim.Pid(), OutDir: cfg.OutDir, Phases: scenario,
 		Sections: cfg.Sections, Readiness: cfg.Readiness, Logger: cfg.Logger, Manifest: cfg.Manifest})
 	if res == nil {
 		return nil, err
 	}
-	return &DemoResult{RunResult: res, Injected: injected}, err
+	achieved[4] = slowReaders(res, slow)
+	out := &DemoResult{RunResult: res}
+	if res.Doc != nil {
+		out.Named, out.Weak = judgePhases(res.Doc, achieved, DemoCauses)
+		res.Doc.Diagnosis = report.Diagnose(res.Doc)
+		if werr := writeRunDir(cfg.OutDir, res.Doc); werr != nil && err == nil {
+			err = werr
+		}
+		for _, p := range res.Doc.Phases[1:] {
+			out.Injected = append(out.Injected, p.Name+": "+p.Injection+"; "+p.Verdict)
+		}
+	}
+	if err == nil && injErr != nil {
+		err = fmt.Errorf("an injection failed: %w", injErr)
+	}
+	return out, err
+}
+
+// slowReaders says how long the slow-reading requests actually stopped
+// reading.
+func slowReaders(res *RunResult, slow []int) string {
+	var parts []string
+	for _, i := range slow {
+		for k := range res.Load.Records {
+			r := &res.Load.Records[k]
+			if r.Index != i {
+				continue
+			}
+			if r.PausedNs == nil {
+				parts = append(parts, fmt.Sprintf("request %d never paused", i))
+			} else {
+				parts = append(parts, fmt.Sprintf("request %d stopped reading for %.2f s", i, float64(r.PausedNs[1]-r.PausedNs[0])/1e9))
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return "the slow-reading requests did not run"
+	}
+	return strings.Join(parts, ", ") + " after its first token"
+}
+
+// judgePhases sets each phase's injection (achieved[i]), expected cause
+// and verdict: the critical path's top cause of what the phase added to
+// its slowest 10% of gaps, with its share, or "injection too weak" when
+// the phase added less than MinAddedMs of the normal gap. It returns the
+// phases named correctly and those too weak to judge.
+func judgePhases(doc *report.Document, achieved []string, want map[string]string) (named, weak int) {
+	cp := doc.CriticalPath
+	if cp == nil {
+		return 0, 0
+	}
+	minAdded := MinAddedMs(sumMs(cp.NormalITLMs))
+	for i := range doc.Phases {
+		p := &doc.Phases[i]
+		if i < len(achieved) {
+			p.Injection = achieved[i]
+		}
+		p.Expected = want[p.Name]
+		if i == 0 || p.Expected == "" || i >= len(cp.Phases) || cp.Phases[i].Name != p.Name {
+			continue
+		}
+		c := cp.Phases[i]
+		switch {
+		case c.TailAddedMs < minAdded:
+			p.Weak = true
+			weak++
+			p.Verdict = fmt.Sprintf("injection too weak: its slowest gaps took %.1f ms more than the baseline's (under %.1f ms), so no cause is named", c.TailAddedMs, minAdded)
+		case c.TailTop == p.Expected:
+			named++
+			p.Verdict = fmt.Sprintf("the critical path names %s, %.0f%% of the %.1f ms its slowest gaps added", c.TailTop, 100*c.TailAddedShares[c.TailTop], c.TailAddedMs)
+		default:
+			p.Verdict = fmt.Sprintf("the critical path names %s, %.0f%% of the %.1f ms its slowest gaps added (%s injected: %.0f%%)", c.TailTop, 100*c.TailAddedShares[c.TailTop], c.TailAddedMs, p.Expected, 100*c.TailAddedShares[p.Expected])
+		}
+	}
+	return named, weak
 }
 
 // Sim is the simulated server (llmsim with the CUDA stub) running as a

@@ -9,8 +9,22 @@ import (
 )
 
 func TestDemoSettings(t *testing.T) {
-	if got := DemoSlowReaders(20); !slices.Equal(got, []int{85, 90}) {
-		t.Errorf("slow readers of 20-request phases: %v", got)
+	// 4 req/s, 5 s phases: 1.67 s of settling after three of them, the
+	// last phase from 25 s on.
+	if got := DemoSlowReaders(4, 5*time.Second); !slices.Equal(got, []int{105, 110}) {
+		t.Errorf("slow readers of 5 s phases at 4 req/s: %v", got)
+	}
+	if got := DemoRequests(4, 5*time.Second); got != 120 {
+		t.Errorf("requests of 5 s phases at 4 req/s: %d, want 120", got)
+	}
+	if got := demoIODepth(11 * time.Millisecond); got != demoIOMinDepth {
+		t.Errorf("a disk at 11 ms a read: depth %d", got)
+	}
+	if got := demoIODepth(2 * time.Millisecond); got != 40 {
+		t.Errorf("a disk at 2 ms a read: depth %d, want 40", got)
+	}
+	if got := demoIODepth(100 * time.Microsecond); got != demoIOMaxDepth {
+		t.Errorf("a disk at 0.1 ms a read: depth %d", got)
 	}
 	for _, tc := range []struct{ in, want float64 }{{math.Inf(1), DefaultPhaseRate}, {0, DefaultPhaseRate}, {2.5, 2.5}} {
 		if got := PhaseRate(tc.in); got != tc.want {

@@ -113,6 +113,30 @@ func (p *PhaseMarks) Begin(name string) {
 	p.marks = append(p.marks, phaseMark{name, clock.Now()})
 }
 
+// End ends the current phase now without starting another: the time until
+// the next Begin belongs to no phase (a server settling after an
+// injection, its queue draining).
+func (p *PhaseMarks) End() { p.Begin("") }
+
+// spans are the phases, each from its mark to the next mark (or end);
+// the marks of End are no phase.
+func (p *PhaseMarks) spans(end int64) []critPhase {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []critPhase
+	for i, m := range p.marks {
+		if m.name == "" {
+			continue
+		}
+		to := end
+		if i+1 < len(p.marks) {
+			to = p.marks[i+1].ns
+		}
+		out = append(out, critPhase{name: m.name, from: m.ns, to: to})
+	}
+	return out
+}
+
 // RunResult is what a run produced.
 type RunResult struct {
 	Doc  *report.Document
@@ -602,16 +626,12 @@ func timeline(res *loadgen.Result, blames iter.Seq[correlate.Blame]) []report.Ti
 // the phase changed, not what every phase has (a busy machine's ordinary
 // run-queue waits). The first phase's top cause is that of its slowest 1%.
 func phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlate.Baseline, marks *PhaseMarks) []report.Phase {
-	marks.mu.Lock()
-	ms := append([]phaseMark(nil), marks.marks...)
-	marks.mu.Unlock()
+	ms := marks.spans(res.EndNs)
 	var out []report.Phase
 	var ref []float64
 	for i, m := range ms {
-		end := res.EndNs
-		if i+1 < len(ms) {
-			end = ms[i+1].ns
-		}
+		end := m.to
+		m := phaseMark{name: m.name, ns: m.from}
 		// The intervals ending in the phase, read again for its summary.
 		sel := func(yield func(correlate.Blame) bool) {
 			for b := range blames {
@@ -671,19 +691,7 @@ func phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlat
 }
 
 // critPhases are the phases' spans of time, as phases() cuts them.
-func critPhases(res *loadgen.Result, marks *PhaseMarks) []critPhase {
-	marks.mu.Lock()
-	defer marks.mu.Unlock()
-	var out []critPhase
-	for i, m := range marks.marks {
-		end := res.EndNs
-		if i+1 < len(marks.marks) {
-			end = marks.marks[i+1].ns
-		}
-		out = append(out, critPhase{name: m.name, from: m.ns, to: end})
-	}
-	return out
-}
+func critPhases(res *loadgen.Result, marks *PhaseMarks) []critPhase { return marks.spans(res.EndNs) }
 
 // serverMetrics scrapes the server's own /metrics during the load.
 type serverMetrics struct {

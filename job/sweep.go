@@ -13,6 +13,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
@@ -74,7 +75,7 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	runStep := func(s *loadgen.SweepStep, side string, baseITL, baseTTFT float64) (*RunResult, error) {
+	runStep := func(s *loadgen.SweepStep, side string, prior *Prior) (*RunResult, error) {
 		if cfg.Before != nil {
 			cfg.Before(side, s)
 		}
@@ -92,24 +93,28 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 		r, err := Run(ctx, RunConfig{Load: c, Pid: cfg.Pid, OutDir: filepath.Join(cfg.OutDir, side), Logger: cfg.Logger,
 			Sections: cfg.Sections, Readiness: cfg.Readiness,
 			ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod, Manifest: cfg.Manifest,
-			BaselineITL: msDuration(baseITL), BaselineTTFT: msDuration(baseTTFT)})
+			Prior: prior})
 		if r != nil && cfg.After != nil {
 			cfg.After(side, r)
 		}
 		return r, err
 	}
-	var baseITL, baseTTFT float64
+	// The failing step's critical path against the passing step's normal
+	// gaps: what the step past the knee added.
+	var prior *Prior
 	if k.Pass != nil {
-		pr, err := runStep(k.Pass, "pass", 0, 0)
+		pr, err := runStep(k.Pass, "pass", nil)
 		if pr == nil {
 			return k, err
 		}
 		k.PassRun = pr
-		if a := pr.Doc.Attribution; a != nil {
-			baseITL, baseTTFT = a.BaselineITLMs, a.BaselineTTFTMs
+		if p, perr := LoadPrior(pr.Dir); perr == nil {
+			prior = p
+		} else {
+			cfg.Logger.Warn("the passing step's run cannot be the failing step's baseline", "err", perr)
 		}
 	}
-	fr, err := runStep(k.Fail, "fail", baseITL, baseTTFT)
+	fr, err := runStep(k.Fail, "fail", prior)
 	if fr == nil {
 		return k, err
 	}
@@ -118,7 +123,6 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 	return k, err
 }
 
-func msDuration(ms float64) time.Duration { return time.Duration(ms * 1e6) }
 
 // kneeSteps returns the highest passing step and the lowest failing step
 // above it.
@@ -159,7 +163,7 @@ func kneeCause(r *RunResult, s *loadgen.SweepStep) (string, float64, bool) {
 		}
 	}
 	best, bestV := "unexplained", -1.0
-	for _, c := range correlate.CauseNames() {
+	for _, c := range critpath.CauseNames() {
 		if b[c] > bestV {
 			best, bestV = c, b[c]
 		}
@@ -276,7 +280,7 @@ func StepExplanation(r *RunResult) string {
 
 func shareText(b correlate.Breakdown) string {
 	var parts []string
-	for _, c := range correlate.CauseNames() {
+	for _, c := range critpath.CauseNames() {
 		if b[c] >= 0.05 {
 			parts = append(parts, fmt.Sprintf("%s %.0f%%", c, b[c]*100))
 		}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -30,17 +29,8 @@ import (
 type Injection struct {
 	// Name labels the phase ("cpu", "io", "gpu", "client", "net").
 	Name string
-	// Cause is the cause the union-of-activity attribution must name; ""
-	// when it has none for this injection (server compute, a starved
-	// client: only the critical path has those causes).
+	// Cause is the cause the critical path must name.
 	Cause string
-	// CritCause is the cause the critical path must name (default Cause).
-	CritCause string
-	// Judge is the attribution that judges the row: JudgeUnion (the
-	// default when Cause is set) or JudgeCriticalPath (always when Cause
-	// is ""). DESIGN.md, "The widened validation matrix", says which and
-	// why.
-	Judge string
 	// Start begins the perturbation; the function it returns ends it and
 	// says what it achieved. Nil for a slow-reading request.
 	Start func(ctx context.Context) (stop func() string, err error)
@@ -79,25 +69,27 @@ type ValidateConfig struct {
 	ValidateRun
 }
 
-// ValidationRow is one injected cause and what the attribution named.
+// ValidationRow is one injected cause and what the critical path named.
 type ValidationRow struct {
 	Injection string `json:"injection"`
 	Injected  string `json:"injected_cause"`
 	// Attributed is the top cause of the excess the injection added to
-	// the phase's tail, its slowest 10% of gaps: per cause, the mean time
-	// attributed per gap of the tail, less the same in the baseline
-	// phase's tail, so that contention the host had anyway (other work on
-	// the machine) cancels out. The slowest 1% of a phase of a few
-	// seconds is a handful of gaps, which one stray event can swing; the
-	// slowest 10% is still the tail and holds about a hundred.
+	// the phase's tail, its slowest 10% of gaps, on the critical path:
+	// per cause, the mean excess per gap of the tail, less the same in the
+	// baseline phase's tail, so that contention the host had anyway
+	// (other work on the machine) cancels out. The slowest 1% of a phase
+	// of a few seconds is a handful of gaps, which one stray event can
+	// swing; the slowest 10% is still the tail and holds about a hundred.
 	Attributed string `json:"attributed_top_cause"`
 	// Share is the injected cause's share of that added excess;
-	// AddedShares every cause's.
-	Share       float64             `json:"injected_share_of_tail_excess"`
-	AddedShares correlate.Breakdown `json:"tail_added_shares"`
-	// RawShare is the injected cause's share of the band's whole excess
-	// over the run's baseline (as the report shows it), RawTop that
-	// band's top cause; ShareAll the share of every gap's excess.
+	// AddedShares every cause's; AddedMs the excess added per tail gap,
+	// every cause summed.
+	Share       float64            `json:"injected_share_of_tail_excess"`
+	AddedShares map[string]float64 `json:"tail_added_shares"`
+	AddedMs     float64            `json:"tail_added_ms"`
+	// RawShare is the injected cause's share of the excess of the phase's
+	// slowest 1% over the run's baseline, RawTop that band's top cause;
+	// ShareAll the share of every gap's excess.
 	RawShare  float64             `json:"injected_share_of_p99_raw_excess"`
 	RawTop    string              `json:"raw_top_cause"`
 	ShareAll  float64             `json:"injected_share_of_all_excess"`
@@ -110,43 +102,18 @@ type ValidationRow struct {
 	AddedP50ITLMs float64 `json:"added_p50_itl_ms"`
 	AddedP99ITLMs float64 `json:"added_p99_itl_ms"`
 	Achieved      string  `json:"achieved,omitempty"`
-	// Correct: the judge's top cause is the injected one (Judge names
-	// which attribution judges the row: "union" when the union model has
-	// the injected cause, else "critical_path").
-	Correct bool   `json:"correct"`
-	Judge   string `json:"judge"`
-	// CritInjected, CritTop, CritShare and CritShares are the same rule
-	// (the excess added to the phase's slowest 10% of gaps over the
-	// baseline phase's) in the critical path's causes.
-	CritInjected string             `json:"critical_path_injected_cause"`
-	CritTop      string             `json:"critical_path_top_cause"`
-	CritShare    float64            `json:"critical_path_injected_share"`
-	CritShares   map[string]float64 `json:"critical_path_tail_added_shares"`
-	CritCorrect  bool               `json:"critical_path_correct"`
+	// Weak: the injection added less than MinAddedMs to the tail's gaps,
+	// too little to judge: the row is "injection too weak", not a miss.
+	Weak bool `json:"injection_too_weak,omitempty"`
+	// Correct: the top cause is the injected one.
+	Correct bool `json:"correct"`
 }
 
-// JudgedShare is the injected cause's share of the added tail excess by
-// the row's judge.
-func (r ValidationRow) JudgedShare() float64 {
-	if r.Judge == JudgeCriticalPath {
-		return r.CritShare
-	}
-	return r.Share
-}
+// JudgedShare is the injected cause's share of the added tail excess.
+func (r ValidationRow) JudgedShare() float64 { return r.Share }
 
-// JudgedTop is the judge's top cause.
-func (r ValidationRow) JudgedTop() string {
-	if r.Judge == JudgeCriticalPath {
-		return r.CritTop
-	}
-	return r.Attributed
-}
-
-// The judges of a validation row.
-const (
-	JudgeUnion        = "union"
-	JudgeCriticalPath = "critical_path"
-)
+// JudgedTop is the critical path's top added cause.
+func (r ValidationRow) JudgedTop() string { return r.Attributed }
 
 // Validation is the confusion matrix of injected × attributed causes.
 type Validation struct {
@@ -161,8 +128,12 @@ type Validation struct {
 	// Matrix[injected][attributed] counts the phases.
 	Matrix map[string]map[string]int `json:"matrix"`
 	Rows   []ValidationRow           `json:"rows"`
-	// Correct counts the rows whose top cause is the injected one.
-	Correct int `json:"correct"`
+	// Correct counts the rows whose top cause is the injected one; Weak
+	// the rows whose injection added less than MinAddedMs per tail gap
+	// (too weak to judge: neither right nor wrong).
+	Correct    int     `json:"correct"`
+	Weak       int     `json:"injection_too_weak"`
+	MinAddedMs float64 `json:"min_added_ms"`
 	// MinShare is the share of its tail excess an injected cause must
 	// have (validate's --min-share; 0: not judged): WriteMatrix marks the
 	// rows below it LOW.
@@ -175,7 +146,7 @@ type Validation struct {
 
 // CPUInjection keeps threads busy on cpus (nil: every CPU), two per CPU.
 func CPUInjection(cpus []int) Injection {
-	return Injection{Name: "cpu", Cause: correlate.CPURunqueue.String(), Judge: JudgeCriticalPath, Start: func(ctx context.Context) (func() string, error) {
+	return Injection{Name: "cpu", Cause: correlate.CPURunqueue.String(), Start: func(ctx context.Context) (func() string, error) {
 		p := perturb.CPU{CPUs: cpus}
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -194,7 +165,7 @@ func CPUInjection(cpus []int) Injection {
 // IOInjection reads path with O_DIRECT, 1 MiB at a time, 8 in flight, in a
 // child process (perturb.IO.RunProcess).
 func IOInjection(path string) Injection {
-	return Injection{Name: "io", Cause: correlate.IOBlock.String(), Judge: JudgeCriticalPath, Start: func(ctx context.Context) (func() string, error) {
+	return Injection{Name: "io", Cause: correlate.IOBlock.String(), Start: func(ctx context.Context) (func() string, error) {
 		p := perturb.IO{Path: path, BlockSize: 1 << 20, Depth: 8}
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -215,7 +186,7 @@ func IOInjection(path string) Injection {
 // GPUInjection raises the CUDA stub's kernel time through its control
 // file to slowUS, and puts the previous value back.
 func GPUInjection(control string, slowUS int) Injection {
-	return Injection{Name: "gpu", Cause: correlate.GPUSync.String(), Judge: JudgeCriticalPath,
+	return Injection{Name: "gpu", Cause: correlate.GPUSync.String(),
 		Start: controlFile(control, slowUS, "the CUDA stub's control file", "the stub's kernel time")}
 }
 
@@ -223,7 +194,7 @@ func GPUInjection(control string, slowUS int) Injection {
 // control file) to us µs and puts the previous value back: the critical
 // path must name server_compute; the union model has no such cause.
 func ComputeInjection(control string, us int) Injection {
-	return Injection{Name: "compute", CritCause: critpath.ServerCompute.String(),
+	return Injection{Name: "compute", Cause: critpath.ServerCompute.String(),
 		Start: controlFile(control, us, "the server's step control file", "the server's step work")}
 }
 
@@ -250,7 +221,7 @@ func controlFile(path string, us int, file, what string) func(context.Context) (
 // critical path must name client (the chunk waited in its socket); the
 // union model has no such cause.
 func ClientCPUInjection(cpus []int, nice int) Injection {
-	return Injection{Name: "client-cpu", CritCause: critpath.Client.String(), Start: func(ctx context.Context) (func() string, error) {
+	return Injection{Name: "client-cpu", Cause: critpath.Client.String(), Start: func(ctx context.Context) (func() string, error) {
 		p := perturb.CPU{CPUs: cpus, Nice: nice}
 		if err := p.Validate(); err != nil {
 			return nil, err
@@ -276,7 +247,7 @@ const NetRateShare = 0.8
 func NetInjection(n perturb.Net) Injection {
 	var baseBps float64
 	var baseErr error
-	inj := Injection{Name: "net", Cause: correlate.NetBackpressure.String(), Judge: JudgeCriticalPath, Start: func(context.Context) (func() string, error) {
+	inj := Injection{Name: "net", Cause: correlate.NetBackpressure.String(), Start: func(context.Context) (func() string, error) {
 		auto := ""
 		if n.Rate == 0 {
 			if baseBps <= 0 {
@@ -355,7 +326,7 @@ func IfaceTxBytes(nsName, iface string) (uint64, error) {
 
 // ClientInjection makes one request a slow reader that stops for d.
 func ClientInjection(d time.Duration) Injection {
-	return Injection{Name: "client", Cause: correlate.NetBackpressure.String(), Judge: JudgeCriticalPath, SlowRead: d}
+	return Injection{Name: "client", Cause: correlate.NetBackpressure.String(), SlowRead: d}
 }
 
 // during runs fn until the returned stop is called, and returns its report.
@@ -511,69 +482,44 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	for _, p := range res.Doc.Phases {
 		byName[p.Name] = p
 	}
-	bandOf := func(p report.Phase) [correlate.NumCauses + 1]float64 {
-		from := res.Load.StartNs + int64(p.StartS*1e9)
-		to := res.Load.StartNs + int64(p.EndS*1e9)
-		return tailBand(res.Blames(), from, to)
-	}
 	critByName := map[string]report.CriticalPhase{}
 	v.Unexplained = -1
+	normal := 0.0
 	if cp := res.Doc.CriticalPath; cp != nil {
 		v.Unexplained = cp.UnexplainedFraction
 		for _, p := range cp.Phases {
 			critByName[p.Name] = p
 		}
+		normal = sumMs(cp.NormalITLMs)
 	}
-	var baseBand [correlate.NumCauses + 1]float64
-	base, ok := byName["baseline"]
-	if ok {
+	v.MinAddedMs = MinAddedMs(normal)
+	if base, ok := byName["baseline"]; ok {
 		v.BaselineP50, v.BaselineP99 = base.P50ITLMs, base.P99ITLMs
-		baseBand = bandOf(base)
 	}
 	for k, inj := range cfg.Injections {
 		p, ok := byName[inj.Name]
 		if !ok {
 			continue
 		}
-		band := bandOf(p)
-		added := correlate.Breakdown{}
-		var sum float64
-		for c, name := range correlate.CauseNames() {
-			added[name] = max(band[c]-baseBand[c], 0)
-			sum += added[name]
-		}
-		for name := range added {
-			if sum > 0 {
-				added[name] /= sum
-			}
-		}
 		row := ValidationRow{
-			Injection: inj.Name, Injected: inj.Cause, Attributed: topCause(added), Judge: JudgeUnion,
-			Share: added[inj.Cause], AddedShares: added, RawShare: p.ITLP99[inj.Cause], RawTop: topCause(p.ITLP99),
+			Injection: inj.Name, Injected: inj.Cause, Attributed: "none",
+			RawShare: p.ITLP99[inj.Cause], RawTop: topCause(p.ITLP99),
 			ShareAll: p.ITLAll[inj.Cause], P99Shares: p.ITLP99,
 			Requests: p.Requests, P50ITLMs: p.P50ITLMs, P99ITLMs: p.P99ITLMs,
 			AddedP50ITLMs: p.P50ITLMs - v.BaselineP50, AddedP99ITLMs: p.P99ITLMs - v.BaselineP99,
 			Achieved: achieved[k],
 		}
-		row.CritInjected = inj.CritCause
-		if row.CritInjected == "" {
-			row.CritInjected = inj.Cause
-		}
 		if cp, ok := critByName[inj.Name]; ok {
-			row.CritShares, row.CritTop = cp.TailAddedShares, cp.TailTop
-			row.CritShare = cp.TailAddedShares[row.CritInjected]
-			row.CritCorrect = row.CritTop == row.CritInjected
+			row.AddedShares, row.Attributed, row.AddedMs = cp.TailAddedShares, cp.TailTop, cp.TailAddedMs
+			row.Share = cp.TailAddedShares[row.Injected]
 		}
+		row.Weak = row.AddedMs < v.MinAddedMs
+		row.Correct = !row.Weak && row.Attributed == row.Injected
 		switch {
-		case inj.Cause == "":
-			row.Judge, row.Injected = JudgeCriticalPath, row.CritInjected
-			row.Share, row.Attributed = 0, ""
-		case inj.Judge == JudgeCriticalPath:
-			row.Judge = JudgeCriticalPath
-		}
-		row.Correct = row.JudgedTop() == row.Injected
-		if row.Correct {
+		case row.Correct:
 			v.Correct++
+		case row.Weak:
+			v.Weak++
 		}
 		if v.Matrix[row.Injected] == nil {
 			v.Matrix[row.Injected] = map[string]int{}
@@ -594,30 +540,6 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 func slowOffset(perPhase int, rate float64, phase, stall time.Duration) int {
 	latest := int((phase - stall - 500*time.Millisecond).Seconds() * rate)
 	return max(min(perPhase/4, latest), 0)
-}
-
-// tailBand returns, for the ITL gaps ending in [from, to), the mean excess
-// attributed to each cause (and, last, unexplained) per gap over the
-// slowest 10% of them (at least three).
-func tailBand(blames []correlate.Blame, from, to int64) [correlate.NumCauses + 1]float64 {
-	var sel []correlate.Blame
-	for _, b := range blames {
-		if b.Index > 0 && b.End >= from && b.End < to {
-			sel = append(sel, b)
-		}
-	}
-	var out [correlate.NumCauses + 1]float64
-	if len(sel) == 0 {
-		return out
-	}
-	sort.Slice(sel, func(i, j int) bool { return sel[i].Duration() > sel[j].Duration() })
-	k := min(max((len(sel)+9)/10, 3), len(sel))
-	for _, b := range sel[:k] {
-		for c, ns := range b.AttributedNs {
-			out[c] += float64(ns) / float64(k)
-		}
-	}
-	return out
 }
 
 // topCause is the cause with the largest share, unexplained included.
@@ -648,8 +570,24 @@ func (v *Validation) write(res *RunResult) error {
 	return res.Doc.WriteFile(filepath.Join(v.Dir, "result.json"))
 }
 
-// WriteMatrix prints the confusion matrix (injected cause × the judge's
-// top cause) and, per row, both attributions' top causes and shares.
+// MinAddedMs is the least an injection must add per gap of its phase's
+// slowest 10%, every cause summed, for its row to be judged: a tenth of
+// the baseline's normal gap (normalMs), and at least 1 ms. Less than
+// that is within what phases of a quiet run differ by, and the top cause
+// of such an addition is noise.
+func MinAddedMs(normalMs float64) float64 { return max(1, 0.1*normalMs) }
+
+func sumMs(m map[string]float64) float64 {
+	var t float64
+	for _, v := range m {
+		t += v
+	}
+	return t
+}
+
+// WriteMatrix prints the confusion matrix (injected cause × the critical
+// path's top added cause) and, per row, the injected cause's share of
+// what the phase added to its slowest gaps.
 func (v *Validation) WriteMatrix(w io.Writer) {
 	short := map[string]string{"cpu_runqueue": "cpu_rq", "io_block": "io_blk", "gpu_sync": "gpu", "net_backpressure": "net_bp",
 		"server_compute": "compute", "server_sleep": "sleep", "client": "client", "unexplained": "unexpl"}
@@ -663,7 +601,7 @@ func (v *Validation) WriteMatrix(w io.Writer) {
 	for _, c := range v.Causes {
 		fmt.Fprintf(w, " %7s", sh(c))
 	}
-	fmt.Fprintf(w, "  %-9s %-5s %6s %-14s %-14s %13s %15s\n", "phase", "judge", "share", "union", "crit. path", "ITL p50 (+)", "ITL p99 (+)")
+	fmt.Fprintf(w, "  %-10s %6s %-9s %10s %13s %15s\n", "phase", "share", "top", "added", "ITL p50 (+)", "ITL p99 (+)")
 	for _, r := range v.Rows {
 		fmt.Fprintf(w, "%-16s", sh(r.Injected))
 		for _, c := range v.Causes {
@@ -674,27 +612,25 @@ func (v *Validation) WriteMatrix(w io.Writer) {
 			fmt.Fprintf(w, " %7s", mark)
 		}
 		verdict := "ok"
-		if !r.Correct {
+		switch {
+		case r.Weak:
+			verdict = fmt.Sprintf("injection too weak (added %.1f ms per tail gap, under %.1f ms)", r.AddedMs, v.MinAddedMs)
+		case !r.Correct:
 			verdict = "WRONG"
-		} else if r.JudgedShare() < v.MinShare {
+		case r.JudgedShare() < v.MinShare:
 			verdict = "LOW"
 		}
-		judge := "union"
-		if r.Judge == JudgeCriticalPath {
-			judge = "cp"
-		}
-		union := "-"
-		if r.Attributed != "" {
-			union = fmt.Sprintf("%3.0f%% %s", r.Share*100, sh(r.Attributed))
-		}
-		crit := fmt.Sprintf("%3.0f%% %s", r.CritShare*100, sh(r.CritTop))
-		fmt.Fprintf(w, "  %-9s %-5s %5.0f%% %-14s %-14s %5.1f (%+5.1f) %6.1f (%+6.1f) %s\n", r.Injection, judge, r.JudgedShare()*100, union, crit,
+		fmt.Fprintf(w, "  %-10s %5.0f%% %-9s %7.1f ms %5.1f (%+5.1f) %6.1f (%+6.1f) %s\n", r.Injection, r.JudgedShare()*100, sh(r.JudgedTop()), r.AddedMs,
 			r.P50ITLMs, r.AddedP50ITLMs, r.P99ITLMs, r.AddedP99ITLMs, verdict)
 	}
 	unexpl := "no critical path"
 	if v.Unexplained >= 0 {
 		unexpl = fmt.Sprintf("unexplained %.2f%% of all gap time", v.Unexplained*100)
 	}
-	fmt.Fprintf(w, "baseline ITL p50 %.1f ms, p99 %.1f ms at %.3g req/s; %d of %d injections named; %s\n",
-		v.BaselineP50, v.BaselineP99, v.RateRPS, v.Correct, len(v.Rows), unexpl)
+	weak := ""
+	if v.Weak > 0 {
+		weak = fmt.Sprintf(", %d too weak to judge", v.Weak)
+	}
+	fmt.Fprintf(w, "baseline ITL p50 %.1f ms, p99 %.1f ms at %.3g req/s; %d of %d injections named%s (on the critical path, the cause that added most to the slowest 10%% of gaps); %s\n",
+		v.BaselineP50, v.BaselineP99, v.RateRPS, v.Correct, len(v.Rows), weak, unexpl)
 }

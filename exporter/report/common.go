@@ -32,7 +32,7 @@ var causeTable = map[string]causeInfo{
 // critCauses are the critical path's own causes (its table and diagnosis).
 var critCauses = map[string]causeInfo{
 	"server_compute": {"server_compute", "Server compute", "the server's threads running (its own work)", "#f2b701"},
-	"server_sleep":   {"server_sleep", "Server sleep", "the server sleeping on a timer", "#11a579"},
+	"server_sleep":   {"server_sleep", "Server sleep", "the server asleep with none of its threads running or runnable (idle, or waiting on a timer or an outside event)", "#11a579"},
 	"client":         {"client", "Client", "the load generator reading late (the client)", "#008695"},
 }
 
@@ -52,10 +52,14 @@ func causeOf(name string, i int) causeInfo {
 	return causeInfo{name, label, label, extraColors[i%len(extraColors)]}
 }
 
+// knownCauses are the causes in the order the renders list them: the
+// critical path's (the activity model's are among them).
+var knownCauses = []string{"cpu_runqueue", "io_block", "gpu_sync", "net_backpressure", "server_compute", "server_sleep", "client", "unexplained"}
+
 // causeOrder lists the known causes in their order, then any other name
 // found in the breakdowns, sorted.
 func causeOrder(bs ...correlate.Breakdown) []string {
-	out := append([]string(nil), correlate.CauseNames()...)
+	out := append([]string(nil), knownCauses...)
 	seen := map[string]bool{}
 	for _, n := range out {
 		seen[n] = true

@@ -139,6 +139,10 @@ type CriticalPhase struct {
 	// normalised (validate's rule); TailTop the largest.
 	TailAddedShares map[string]float64 `json:"tail_added_shares"`
 	TailTop         string             `json:"tail_top_cause"`
+	// TailAddedMs is what the phase added per gap of its slowest 10%
+	// over the first phase's, every cause's addition summed (ms): how
+	// much there was to attribute.
+	TailAddedMs float64 `json:"tail_added_ms"`
 }
 
 // CriticalStats count what the engine saw, guessed and lost.

@@ -16,7 +16,8 @@ import (
 // shortCause names the causes in the terminal table's header.
 var shortCause = map[string]string{
 	"cpu_runqueue": "cpu_runq", "io_block": "io_block", "gpu_sync": "gpu_sync",
-	"net_backpressure": "net_bp", "unexplained": "unexpl",
+	"net_backpressure": "net_bp", "server_compute": "compute", "server_sleep": "sleep",
+	"client": "client", "unexplained": "unexpl",
 }
 
 // WriteTerminal writes the run's summary for a terminal: the load figures,
@@ -67,12 +68,10 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		for _, k := range keys {
 			all = append(all, bandShares(a, k))
 		}
-		causes := causeOrder(all...)
+		causes := presentCauses(causeOrder(all...), all...)
 		fmt.Fprintln(bw)
-		if d.CriticalPath != nil && d.CriticalPath.Gaps > 0 {
-			// The union of activities counts what overlapped a gap;
-			// the critical path, below, what delayed it.
-			fmt.Fprintln(bw, "Attribution by overlapping activity (share of the excess over the baseline; the critical path below splits each gap into parts that sum to it)")
+		if a.Model == correlate.ModelCriticalPath {
+			fmt.Fprintf(bw, "Attribution on the critical path (each band's excess over the normal gap, %s, split over what delayed its gaps)\n", fmtMs(a.BaselineITLMs))
 		} else {
 			fmt.Fprintln(bw, "Attribution (share of the excess over the baseline)")
 		}
@@ -117,29 +116,38 @@ func WriteTerminal(w io.Writer, d *Document) error {
 
 	if len(d.Phases) > 0 {
 		fmt.Fprintln(bw)
-		fmt.Fprintln(bw, "Phases")
+		fmt.Fprintln(bw, "Phases (on the critical path: the cause that added most to the phase's slowest 10% of gaps over the first phase's)")
 		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
-		fmt.Fprint(tw, "phase\tseconds\trequests\tITL p50\tITL p99\tTTFT p99\ttop cause\tadded per interval\tshare of p99 excess\n")
+		fmt.Fprint(tw, "phase\tseconds\trequests\tITL p50\tITL p99\tTTFT p99\ttop cause\tshare\tadded per tail gap\n")
+		var cps []CriticalPhase
+		if d.CriticalPath != nil {
+			cps = d.CriticalPath.Phases
+		}
 		for i, p := range d.Phases {
-			top := p.TopCause
-			if top == "" {
-				top = topOf(p.ITLP99)
+			top, share, added := "–", "–", "–"
+			if p.TopCause != "" {
+				top, share = p.TopCause, fmtPct(finite(p.TopShare))
 			}
-			share := "–"
-			if t := sharesSum(p.ITLP99); t > 0 && top != "" {
-				share = fmtPct(finite(p.ITLP99[top]) / t)
+			if i > 0 && i < len(cps) && cps[i].Name == p.Name {
+				added = "+" + fmtMs(cps[i].TailAddedMs)
 			}
-			added := "–"
-			if i > 0 && top != "" && top != "unexplained" {
-				added = "+" + fmtMs(finite(p.AttributedMsPerInterval[top])-finite(d.Phases[0].AttributedMsPerInterval[top]))
-			}
-			if top == "" {
-				top = "–"
+			if p.Weak {
+				top, share = "injection too weak", "–"
 			}
 			fmt.Fprintf(tw, "%s\t%s–%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, fmtNum(p.StartS), fmtNum(p.EndS), p.Requests,
-				fmtMs(p.P50ITLMs), fmtMs(p.P99ITLMs), fmtMs(p.P99TTFTMs), top, added, share)
+				fmtMs(p.P50ITLMs), fmtMs(p.P99ITLMs), fmtMs(p.P99TTFTMs), top, share, added)
 		}
 		tw.Flush()
+		for _, p := range d.Phases {
+			if p.Injection == "" {
+				continue
+			}
+			l := "  - " + p.Name + ": " + p.Injection
+			if p.Verdict != "" {
+				l += "; " + p.Verdict
+			}
+			fmt.Fprintln(bw, l)
+		}
 	}
 
 	if lines := d.gatewayLines(); len(lines) > 0 {
@@ -214,6 +222,24 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// presentCauses keeps the causes that have a share in one of the
+// breakdowns, and unexplained.
+func presentCauses(causes []string, bs ...correlate.Breakdown) []string {
+	var out []string
+	for _, c := range causes {
+		keep := c == "unexplained"
+		for _, b := range bs {
+			if finite(b[c]) > 0 {
+				keep = true
+			}
+		}
+		if keep {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -9,6 +9,7 @@ import (
 	"sort"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/correlate/critpath"
 )
 
 // Alpha is the significance level: a metric changed when the test's
@@ -226,9 +227,9 @@ func test(metric string, a, b []float64) Test {
 	return t
 }
 
-// causeOrder is correlate's causes in their usual order; others follow
-// sorted.
-var causeOrder = []string{"cpu_runqueue", "io_block", "gpu_sync", "net_backpressure", "unexplained"}
+// causeOrder is the critical path's causes (the attribution's) in their
+// usual order; others follow sorted.
+var causeOrder = critpath.CauseNames()
 
 func (d *Diff) attribution(a, b *Run) {
 	sa, sb := a.Doc.Attribution, b.Doc.Attribution

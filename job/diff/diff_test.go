@@ -309,22 +309,22 @@ func TestManifestChanges(t *testing.T) {
 
 // TestAttribution: the share of each cause in both runs and its change.
 func TestAttribution(t *testing.T) {
-	sa := &correlate.Summary{TopCause: "unexplained",
-		TTFT: correlate.Breakdown{"cpu_runqueue": 0.1, "unexplained": 0.9},
+	sa := &correlate.Summary{Model: correlate.ModelCriticalPath, TopCause: "server_compute",
+		TTFT: correlate.Breakdown{"cpu_runqueue": 0.1, "server_compute": 0.9},
 		ITL: map[string]correlate.Breakdown{
-			"all": {"cpu_runqueue": 0.2, "io_block": 0.1, "unexplained": 0.7},
-			"p99": {"cpu_runqueue": 0.3, "unexplained": 0.7},
+			"all": {"cpu_runqueue": 0.2, "io_block": 0.1, "server_compute": 0.7},
+			"p99": {"cpu_runqueue": 0.3, "server_compute": 0.7},
 		}}
-	sb := &correlate.Summary{TopCause: "cpu_runqueue",
-		TTFT: correlate.Breakdown{"cpu_runqueue": 0.6, "unexplained": 0.4},
+	sb := &correlate.Summary{Model: correlate.ModelCriticalPath, TopCause: "cpu_runqueue",
+		TTFT: correlate.Breakdown{"cpu_runqueue": 0.6, "server_compute": 0.4},
 		ITL: map[string]correlate.Breakdown{
-			"all": {"cpu_runqueue": 0.7, "io_block": 0.1, "unexplained": 0.2},
+			"all": {"cpu_runqueue": 0.7, "io_block": 0.1, "server_compute": 0.2},
 		}}
 	dir := t.TempDir()
 	a := load(t, run{seed: 1, n: 20, ttftMs: 40, itlMs: 20, attribution: sa}.write(t, filepath.Join(dir, "a")))
 	b := load(t, run{seed: 2, n: 20, ttftMs: 40, itlMs: 20, attribution: sb}.write(t, filepath.Join(dir, "b")))
 	d := Compare(a, b)
-	if d.TopCause != [2]string{"unexplained", "cpu_runqueue"} {
+	if d.TopCause != [2]string{"server_compute", "cpu_runqueue"} {
 		t.Errorf("top cause %v", d.TopCause)
 	}
 	found := false
@@ -347,8 +347,16 @@ func TestAttribution(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	_ = d.WriteText(&buf)
-	if !strings.Contains(buf.String(), "top cause unexplained → cpu_runqueue") || !strings.Contains(buf.String(), "+50.0 pt") {
+	if !strings.Contains(buf.String(), "top cause server_compute → cpu_runqueue") || !strings.Contains(buf.String(), "+50.0 pt") {
 		t.Errorf("text:\n%s", buf.String())
+	}
+	// A run of a bpfbench whose attribution was overlapping activity (no
+	// model): not compared with the critical path's, and said so.
+	old := *sb
+	old.Model = ""
+	c := load(t, run{seed: 3, n: 20, ttftMs: 40, itlMs: 20, attribution: &old}.write(t, filepath.Join(dir, "c")))
+	if d := Compare(a, c); len(d.Attribution) != 0 || !strings.Contains(strings.Join(d.Missing, "\n"), "overlapping activity") {
+		t.Errorf("a legacy run compared: %+v, missing %v", d.Attribution, d.Missing)
 	}
 }
 

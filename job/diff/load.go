@@ -101,7 +101,7 @@ func parse(file string, b []byte) (*Run, error) {
 		return nil, fmt.Errorf("%s is not a bpfbench result: %w", file, err)
 	}
 	r := &Run{Path: file, Doc: &doc}
-	known := doc.Attribution != nil
+	known := doc.Attribution != nil || doc.Activity != nil
 	for _, k := range resultKeys {
 		if _, ok := doc.Load[k]; ok {
 			known = true
@@ -131,7 +131,10 @@ func parse(file string, b []byte) (*Run, error) {
 			r.Manifest = &m
 		}
 	}
-	if doc.Attribution == nil {
+	switch {
+	case doc.Attribution == nil && doc.Legacy():
+		r.Missing = append(r.Missing, "attribution (written by a bpfbench whose attribution was overlapping activity, not the critical path): no attribution deltas")
+	case doc.Attribution == nil:
 		r.Missing = append(r.Missing, "attribution (not written by bpfbench run): no attribution deltas")
 	}
 	if err := r.samples(); err != nil {

@@ -361,11 +361,18 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 	if err != nil {
 		return err
 	}
-	var bad []string
+	var bad, weak []string
 	for _, r := range val.Rows {
+		if r.Weak {
+			weak = append(weak, fmt.Sprintf("%s (added %.1f ms per tail gap)", r.Injection, r.AddedMs))
+			continue
+		}
 		if !r.Correct || r.JudgedShare() < v.minShare {
 			bad = append(bad, fmt.Sprintf("%s (top %s, %.0f%%)", r.Injection, r.JudgedTop(), r.JudgedShare()*100))
 		}
+	}
+	if len(weak) > 0 {
+		bad = append(bad, "injection too weak for "+strings.Join(weak, ", ")+fmt.Sprintf(" (under %.1f ms: a stronger injection, e.g. a longer --phase or a higher --rate, is needed to judge it)", val.MinAddedMs))
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("attribution not validated for %s: want each injected cause on top with at least %.0f%% of the tail excess", strings.Join(bad, ", "), v.minShare*100)

@@ -60,15 +60,11 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 		cliPass := true
 		at80 := 0
 		for _, r := range v.Rows {
-			t.Logf("%s: injected %s, judged by %s: top %s, %s of the added tail excess; union: top %s %s (%v); critical path: top %s %s (%v); ITL p99 %+.1f ms; %s",
-				r.Injection, r.Injected, r.Judge, r.JudgedTop(), pct(r.JudgedShare()), r.Attributed, pct(r.Share), shares(r.AddedShares),
-				r.CritTop, pct(r.CritShare), r.CritShares, r.AddedP99ITLMs, r.Achieved)
+			t.Logf("%s: injected %s: top %s, %s of the added tail excess (%v, %.1f ms per tail gap, weak %v); ITL p99 %+.1f ms; %s",
+				r.Injection, r.Injected, r.JudgedTop(), pct(r.JudgedShare()), r.AddedShares, r.AddedMs, r.Weak, r.AddedP99ITLMs, r.Achieved)
 			if r.JudgedTop() != r.Injected || r.JudgedShare() < 0.6 {
 				cliPass = false
-				last = append(last, r.Injection+": top "+r.JudgedTop()+" "+pct(r.JudgedShare())+" of the added tail excess ("+r.Judge+")")
-			}
-			if r.Judge != job.JudgeCriticalPath {
-				t.Errorf("%s judged by %s, want the critical path", r.Injection, r.Judge)
+				last = append(last, r.Injection+": top "+r.JudgedTop()+" "+pct(r.JudgedShare())+" of the added tail excess")
 			}
 			if r.JudgedTop() == r.Injected && r.JudgedShare() >= 0.8 {
 				at80++
