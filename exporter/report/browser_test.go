@@ -484,7 +484,8 @@ func TestReportInChromium(t *testing.T) {
 	pages := []struct {
 		name string
 		doc  *Document
-	}{{"full", fullDocument()}, {"empty", emptyDocument()}, {"failed", failedDocument()}, {"missing", missingSections()}, {"gpu", gpuDocument()}}
+	}{{"full", fullDocument()}, {"empty", emptyDocument()}, {"failed", failedDocument()}, {"missing", missingSections()}, {"gpu", gpuDocument()},
+		{"injections", injectionDocument()}, {"critical path only", criticalPathOnlyDocument()}}
 	for _, p := range pages {
 		f, err := os.Create(filepath.Join(dir, p.name+".html"))
 		if err != nil {
@@ -559,8 +560,8 @@ func TestReportInChromium(t *testing.T) {
 			}
 			var want []string
 			if p.name == "full" {
-				for _, n := range []string{"cpu_runqueue", "io_block", "gpu_sync", "net_backpressure", "unexplained"} {
-					want = append(want, causeTable[n].Color)
+				for _, n := range []string{"cpu_runqueue", "io_block", "gpu_sync", "net_backpressure", "server_compute", "unexplained"} {
+					want = append(want, causeOf(n, 0).Color)
 				}
 			}
 			checkScreenshot(t, shot, want)

@@ -451,3 +451,39 @@ func gpuDocument() *Document {
 	d.Diagnosis = Diagnose(d)
 	return d
 }
+
+// injectionDocument is the full run as a validation writes it: each later
+// phase says what it injected and the verdict, one too weak to judge.
+func injectionDocument() *Document {
+	d := fullDocument()
+	d.Phases[1].Injection = "cpu: 2 busy threads per CPU on CPUs 0-3; the run queue added 4.1 ms per gap of the slowest 10%"
+	d.Phases[1].Expected = "cpu_runqueue"
+	d.Phases[1].Verdict = "the critical path named cpu_runqueue, the cause injected"
+	d.Phases[2].Injection = "io: O_DIRECT reads of /var/tmp/bpfbench-io, 1 MiB at a time, 8 in flight; 0.2 ms more block IO per gap"
+	d.Phases[2].Expected = "io_block"
+	d.Phases[2].Weak = true
+	d.Phases[2].Verdict = "injection too weak to judge: it added 0.2 ms per gap of the slowest 10%, under the 1 ms needed"
+	d.Phases[3].Injection = "client: the load generator reads each chunk 30 ms late"
+	d.Phases[3].Expected = "client"
+	d.Phases[3].Verdict = "the critical path named net_backpressure, not client"
+	return d
+}
+
+// criticalPathOnlyDocument is a run with a critical path and no
+// attribution (a result.json of an older bpfbench whose gaps file is
+// gone): the headline and the bands come from the critical path.
+func criticalPathOnlyDocument() *Document {
+	d := fullDocument()
+	d.Attribution = nil
+	d.CriticalPath = &CriticalPath{
+		Baseline: "run", Gaps: 3000, GapMs: 40000, UnexplainedFraction: 0.01,
+		NormalITLMs:  map[string]float64{"server_compute": 7, "client": 1},
+		NormalTTFTMs: map[string]float64{"server_compute": 60},
+		ITLP99: &CriticalBand{FromMs: 14.2, Gaps: 32, ExcessMs: 200, Top: "server_compute",
+			ExcessShares: map[string]float64{"server_compute": 0.47, "client": 0.3, "cpu_runqueue": 0.23}},
+		TTFTP99: &CriticalBand{FromMs: 900, Gaps: 2, ExcessMs: 1500, Top: "cpu_runqueue",
+			ExcessShares: map[string]float64{"cpu_runqueue": 1}},
+	}
+	d.Diagnosis = nil
+	return d
+}

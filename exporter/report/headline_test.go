@@ -535,14 +535,7 @@ func TestBlameTooltipsAreShares(t *testing.T) {
 // there is one, else no cause card; an older file's activity model shows
 // only as activity.
 func TestHeadlineWithoutAttribution(t *testing.T) {
-	d := fullDocument()
-	d.Attribution = nil
-	d.CriticalPath = &CriticalPath{
-		Baseline: "run", Gaps: 3000, GapMs: 40000,
-		NormalITLMs: map[string]float64{"server_compute": 7, "client": 1},
-		ITLP99: &CriticalBand{FromMs: 14.2, Gaps: 32, ExcessMs: 200, Top: "server_compute",
-			ExcessShares: map[string]float64{"server_compute": 0.47, "client": 0.3, "cpu_runqueue": 0.23}},
-	}
+	d := criticalPathOnlyDocument()
 	page := render(t, d)
 	checkPage(t, page)
 	root := parsePage(t, page)
@@ -554,6 +547,19 @@ func TestHeadlineWithoutAttribution(t *testing.T) {
 		t.Error("the headline names the activity model's top cause")
 	}
 	checkTooltips(t, root)
+	// the bands are the critical path's own
+	bars := map[string]string{}
+	for _, row := range root.byID("chart-attribution").withClass("attr-row") {
+		var parts []string
+		for _, seg := range row.withClass("seg") {
+			_, tip, _ := strings.Cut(seg.title(), " — ")
+			parts = append(parts, segCause(seg)+" "+pctRE.FindString(tip))
+		}
+		bars[row.withClass("row-label")[0].text()] = strings.Join(parts, ", ")
+	}
+	if len(bars) != 2 || bars["Slowest 1% of TTFTs"] != "cpu_runqueue 100%" || bars["p99+ gaps"] != "cpu_runqueue 23%, server_compute 47%, client 30%" {
+		t.Errorf("the critical path's bands: %v", bars)
+	}
 
 	d.CriticalPath = nil
 	for _, doc := range []*Document{d, {Load: d.Load}} {

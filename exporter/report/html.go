@@ -279,7 +279,7 @@ func buildView(d *Document) *htmlView {
 			sub := ""
 			ex := 0.0
 			if ok {
-				sub = fmtNum(float64(band.Intervals)) + " gaps · " + bandRange(band) + " · excess " + fmtMs(band.ExcessMs)
+				sub = fmtNum(float64(band.Intervals)) + " gaps · excess " + fmtMs(band.ExcessMs)
 				ex = band.ExcessMs
 			}
 			rows = append(rows, stackRow{label, sub, bandShares(a, k), ex})
@@ -316,7 +316,7 @@ func buildView(d *Document) *htmlView {
 		v.Causes = causeList(pageCauseOrder(all...))
 		for _, b := range bands {
 			sh := correlate.Breakdown(b.b.ExcessShares)
-			sub := fmtNum(float64(b.b.Gaps)) + " gaps · ≥ " + fmtMs(b.b.FromMs) + " · excess " + fmtMs(b.b.ExcessMs)
+			sub := fmtNum(float64(b.b.Gaps)) + " gaps · excess " + fmtMs(b.b.ExcessMs)
 			rows = append(rows, stackRow{b.label, sub, sh, b.b.ExcessMs})
 			band := correlate.Band{FromMs: b.b.FromMs, Intervals: b.b.Gaps, ExcessMs: b.b.ExcessMs}
 			v.AttrRows = append(v.AttrRows, attrRowOf(b.label, sh, &band, v.Causes))

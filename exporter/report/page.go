@@ -27,6 +27,7 @@ h3{font-size:14px;margin:16px 0 6px;font-weight:600}
 .card .label{font-size:12px;color:var(--muted);text-transform:uppercase;letter-spacing:.04em}
 .card .value{font-size:21px;font-weight:600;margin-top:2px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
 .card .csub{font-size:12px;color:var(--muted)}
+.card.cause .value{white-space:normal;font-size:18px}
 .card.ok{border-left:4px solid var(--ok)}.card.warn{border-left:4px solid var(--warn)}.card.bad{border-left:4px solid var(--bad)}
 .diagnosis{background:#fff8e6;border:1px solid #f0d58a;border-radius:8px;padding:10px 16px;margin:16px 0}
 .diagnosis ul{margin:4px 0;padding-left:20px}.diagnosis li{margin:3px 0}
@@ -139,7 +140,7 @@ footer{margin-top:36px;color:var(--muted);font-size:12px;border-top:1px solid va
 
 <h2 id="attribution">Attribution: what the excess latency is made of, on the critical path</h2>
 <div class="legend" id="legend">{{range .Causes}}<span><span class="swatch" style="background-color: {{.Color}}"></span>{{.Label}} <span class="sub">({{.Name}})</span></span>{{end}}</div>
-{{if .HasAttribution}}<p class="note" id="note-attribution">Each interval (a time to first token or an inter-token gap) is walked back along its critical path and split into the parts that delayed it: the server's threads running, waiting for a CPU, the disk or the GPU, sleeping, the chunk in flight on the network, in the client's socket; the parts of each gap sum to it. Each bar splits the latency above the normal gap (median gap {{.Baseline}}) into those parts, as shares of the band's excess. Bands hold the gaps between two percentiles of the run's inter-token gaps.</p>{{end}}
+{{if .HasAttribution}}<p class="note" id="note-attribution">Each interval (a time to first token or an inter-token gap) is walked back along its critical path and split into the parts that delayed it: the server's threads running, waiting for a CPU, the disk or the GPU, sleeping, the chunk in flight on the network, in the client's socket; the parts of each gap sum to it. Each bar splits the latency above the normal gap ({{.Baseline}}) into those parts, as shares of the band's excess. Bands hold the gaps between two percentiles of the run's inter-token gaps.</p>{{end}}
 <div class="figure">{{.AttrChart}}</div>
 {{if .AttrRows}}<div class="scroll"><table id="table-attribution"><thead><tr><th>band</th><th class="n">gaps</th><th class="n">range</th><th class="n">excess</th>{{range .Causes}}<th class="n wrap" title="{{.Name}}">{{.Label}}</th>{{end}}</tr></thead><tbody>
 {{range .AttrRows}}<tr><td>{{.Label}}</td><td class="n">{{.Gaps}}</td><td class="n">{{.Range}}</td><td class="n">{{.Excess}}</td>{{range .Shares}}<td class="n">{{.}}</td>{{end}}</tr>

@@ -162,7 +162,7 @@ func TestWriteHTMLDocuments(t *testing.T) {
 	for name, d := range map[string]*Document{
 		"full": fullDocument(), "empty": emptyDocument(), "failed": failedDocument(), "nil": nil,
 		"missing sections": missingSections(), "nan": nanDocument(), "hostile": hostileDocument(),
-		"load only": {Load: fullDocument().Load},
+		"load only": {Load: fullDocument().Load}, "injections": injectionDocument(), "critical path only": criticalPathOnlyDocument(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			page := render(t, d)

@@ -446,7 +446,32 @@ func timelineChart(id string, pts []TimelinePoint, phases []Phase, causes []caus
 	if len(phases) > 0 {
 		phaseH = 22
 	}
-	legendH := 24.0
+	// the legend, in as many rows as it needs (the critical path has
+	// eight causes)
+	type legendItem struct {
+		color, class, label string
+		line                bool
+		x, y                float64
+	}
+	items := []legendItem{
+		{color: "#1f6feb", class: "tl-line", label: "tokens/s", line: true},
+		{color: "#0b3d91", class: "tl-line", label: "ITL p50", line: true},
+		{color: "#d1242f", class: "tl-line", label: "ITL p99", line: true},
+		{color: "#8c959f", class: "tl-line dashed", label: "TTFT p50", line: true},
+	}
+	for _, c := range causes {
+		items = append(items, legendItem{color: c.Color, label: c.Label})
+	}
+	lx, ly := ml, 0.0
+	for i := range items {
+		w := 30 + float64(len([]rune(items[i].label)))*6.6
+		if lx > ml && lx+w-8 > W-mr {
+			lx, ly = ml, ly+20
+		}
+		items[i].x, items[i].y = lx, ly
+		lx += w
+	}
+	legendH := 24.0 + ly
 	p1 := panel{"Output throughput (tokens/s)", legendH + phaseH + 30, 110}
 	p2 := panel{"Latency (ms)", p1.y + p1.h + 40, 140}
 	p3 := panel{"Excess latency per cause on the critical path (ms over the normal gap, summed per bucket)", p2.y + p2.h + 40, 140}
@@ -454,23 +479,14 @@ func timelineChart(id string, pts []TimelinePoint, phases []Phase, causes []caus
 
 	var s svg
 	s.open(id, "chart chart-timeline", W, H, "throughput, latency and causes over the run")
-	// legend
-	lx := ml
-	legend := func(color, class, label string, line bool) {
-		if line {
-			fmt.Fprintf(&s.b, `<line x1="%s" y1="12" x2="%s" y2="12" class="%s" stroke="%s"/>`, num(lx), num(lx+18), esc(class), esc(color))
+	for _, it := range items {
+		if it.line {
+			fmt.Fprintf(&s.b, `<line x1="%s" y1="%s" x2="%s" y2="%s" class="%s" stroke="%s"/>`,
+				num(it.x), num(it.y+12), num(it.x+18), num(it.y+12), esc(it.class), esc(it.color))
 		} else {
-			s.rect(lx, 6, 12, 12, color, "", "")
+			s.rect(it.x, it.y+6, 12, 12, it.color, "", "")
 		}
-		s.text(lx+22, 16, "start", "legend-text", label)
-		lx += 30 + float64(len([]rune(label)))*6.6
-	}
-	legend("#1f6feb", "tl-line", "tokens/s", true)
-	legend("#0b3d91", "tl-line", "ITL p50", true)
-	legend("#d1242f", "tl-line", "ITL p99", true)
-	legend("#8c959f", "tl-line dashed", "TTFT p50", true)
-	for _, c := range causes {
-		legend(c.Color, "", c.Label, false)
+		s.text(it.x+22, it.y+16, "start", "legend-text", it.label)
 	}
 	// phases
 	for i, ph := range phases {
