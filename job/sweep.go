@@ -123,7 +123,6 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 	return k, err
 }
 
-
 // kneeSteps returns the highest passing step and the lowest failing step
 // above it.
 func kneeSteps(r *loadgen.SweepResult) (pass, fail *loadgen.SweepStep) {
