@@ -294,21 +294,16 @@ func buildView(d *Document) *htmlView {
 		// no attribution (an older run): the critical path's own bands
 		v.HasAttribution = true
 		v.Baseline = fmtMs(sumMs(cp.NormalITLMs))
-		var bands []struct {
+		type critBand struct {
 			label string
 			b     *CriticalBand
 		}
+		var bands []critBand
 		if cp.TTFTP99 != nil {
-			bands = append(bands, struct {
-				label string
-				b     *CriticalBand
-			}{"Slowest 1% of TTFTs", cp.TTFTP99})
+			bands = append(bands, critBand{"Slowest 1% of TTFTs", cp.TTFTP99})
 		}
 		if cp.ITLP99 != nil {
-			bands = append(bands, struct {
-				label string
-				b     *CriticalBand
-			}{"p99+ gaps", cp.ITLP99})
+			bands = append(bands, critBand{"p99+ gaps", cp.ITLP99})
 		}
 		for _, b := range bands {
 			all = append(all, correlate.Breakdown(b.b.ExcessShares))
