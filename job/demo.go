@@ -152,6 +152,23 @@ const (
 	demoIOCalib    = time.Second
 )
 
+// calibrateIO measures the disk under path before a run: how long a 1 MiB
+// O_DIRECT read takes with demoIOMinDepth in flight, over demoIOCalib;
+// it returns the disk injection's depth (demoIODepth) and a note on it.
+func calibrateIO(ctx context.Context, path string) (int, string) {
+	cctx, cancel := context.WithTimeout(ctx, demoIOCalib)
+	cal, err := perturb.IO{Path: path, BlockSize: demoIOBlock, Depth: demoIOMinDepth}.RunProcess(cctx)
+	cancel()
+	switch {
+	case err != nil:
+		return demoIOMinDepth, fmt.Sprintf("the disk's calibration failed (%v), so %d in flight", err, demoIOMinDepth)
+	case cal.Ops == 0:
+		return demoIOMinDepth, fmt.Sprintf("the disk's calibration read nothing, so %d in flight", demoIOMinDepth)
+	}
+	d := demoIODepth(time.Duration(cal.MeanLatency * 1e9))
+	return d, fmt.Sprintf("the disk took %.1f ms a read with %d in flight before the run, so %d in flight", cal.MeanLatency*1e3, demoIOMinDepth, d)
+}
+
 // demoIODepth is the disk phase's reads in flight for a disk whose reads
 // took lat each with demoIOMinDepth in flight.
 func demoIODepth(lat time.Duration) int {
@@ -203,22 +220,9 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 		lc.Timeout = 2 * time.Minute
 	}
 
-	// The disk, measured before the run: how long a 1 MiB read takes
-	// with demoIOMinDepth in flight, from which the phase's depth.
-	calib := perturb.IO{Path: cfg.Sim.IOFile, BlockSize: demoIOBlock, Depth: demoIOMinDepth}
-	cctx, cancel := context.WithTimeout(ctx, demoIOCalib)
-	cal, cerr := calib.RunProcess(cctx)
-	cancel()
+	depth, calNote := calibrateIO(ctx, cfg.Sim.IOFile)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
-	}
-	depth := demoIOMinDepth
-	calNote := "no calibration"
-	if cerr == nil && cal.Ops > 0 {
-		depth = demoIODepth(time.Duration(cal.MeanLatency * 1e9))
-		calNote = fmt.Sprintf("the disk took %.1f ms a read with %d in flight before the run, so %d in flight", cal.MeanLatency*1e3, demoIOMinDepth, depth)
-	} else if cerr != nil {
-		calNote = "calibration failed: " + cerr.Error()
 	}
 
 	achieved := make([]string, len(DemoPhases))

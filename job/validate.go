@@ -41,6 +41,9 @@ type Injection struct {
 	// function it returns as it ends: a measurement of the server's normal
 	// behaviour that Start then uses.
 	Baseline func() func()
+	// Prepare, when set, runs before the run starts (a calibration of
+	// the injection's strength) and says what it chose.
+	Prepare func(ctx context.Context) string
 }
 
 // ValidateConfig configures a validation by intervention.
@@ -162,11 +165,17 @@ func CPUInjection(cpus []int) Injection {
 	}}
 }
 
-// IOInjection reads path with O_DIRECT, 1 MiB at a time, 8 in flight, in a
-// child process (perturb.IO.RunProcess).
+// IOInjection reads path with O_DIRECT, 1 MiB at a time, in a child
+// process (perturb.IO.RunProcess), as many in flight as a calibration of
+// the disk before the run says make each read wait about ioWait
+// (calibrateIO): a fast disk gets more.
 func IOInjection(path string) Injection {
-	return Injection{Name: "io", Cause: correlate.IOBlock.String(), Start: func(ctx context.Context) (func() string, error) {
-		p := perturb.IO{Path: path, BlockSize: 1 << 20, Depth: 8}
+	depth, note := demoIOMinDepth, ""
+	return Injection{Name: "io", Cause: correlate.IOBlock.String(), Prepare: func(ctx context.Context) string {
+		depth, note = calibrateIO(ctx, path)
+		return note
+	}, Start: func(ctx context.Context) (func() string, error) {
+		p := perturb.IO{Path: path, BlockSize: demoIOBlock, Depth: depth}
 		if err := p.Validate(); err != nil {
 			return nil, err
 		}
@@ -178,7 +187,7 @@ func IOInjection(path string) Injection {
 			if err != nil {
 				return "io: " + err.Error()
 			}
-			return fmt.Sprintf("%.0f O_DIRECT reads/s of 1 MiB on %s, %.1f ms each", r.IOPS, path, r.MeanLatency*1e3)
+			return fmt.Sprintf("%.0f O_DIRECT reads/s of 1 MiB on %s, %d in flight, %.1f ms each (%s)", r.IOPS, path, p.Depth, r.MeanLatency*1e3, note)
 		}), nil
 	}}
 }
@@ -419,6 +428,13 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		load.Timeout = 2 * time.Minute
 	}
 
+	for _, inj := range cfg.Injections {
+		if inj.Prepare != nil {
+			if note := inj.Prepare(ctx); note != "" && cfg.Logger != nil {
+				cfg.Logger.Info("injection calibrated", "injection", inj.Name, "note", note)
+			}
+		}
+	}
 	achieved := make([]string, len(cfg.Injections))
 	var injErr error
 	scenario := func(ctx context.Context, marks *PhaseMarks) {

@@ -7,7 +7,7 @@ import (
 )
 
 // CriticalPath is result.json's "critical_path": each token gap's critical
-// path (correlate/critpath), beside the union-of-activity attribution.
+// path (correlate/critpath), from which the attribution is built.
 // Every gap's parts sum to the gap; times are ms, shares fractions.
 type CriticalPath struct {
 	// Rule says how the gaps were walked and what the excess is over.

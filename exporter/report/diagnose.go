@@ -205,14 +205,13 @@ func (d *Document) diagnoseLatency() []string {
 			out = append(out, fmt.Sprintf("Over the whole run, the largest share of excess latency is %s (%s).", c.Phrase, c.Name))
 		}
 	} else if a.TopCause == "unexplained" && sharesSum(a.ITL["all"]) > 0 {
-		out = append(out, "Most of the excess latency is not explained by the run queue, the disk, the GPU or the network: look at the server itself (batching, scheduling, model work).")
+		out = append(out, "Most of the excess latency has no kernel event on its critical path (lost events, threads with no history): look at the collection's warnings.")
 	}
 	return out
 }
 
 // diagnoseCritical speaks of the latency in the critical path's causes,
-// whose parts sum to each gap (the union of activities, in the
-// attribution table, counts what overlapped a gap, not what delayed it).
+// whose parts sum to each gap.
 func (d *Document) diagnoseCritical(cp *CriticalPath) []string {
 	var out []string
 	b := cp.ITLP99
@@ -276,7 +275,14 @@ func sumMs(m map[string]float64) float64 {
 
 func (d *Document) diagnosePhases() []string {
 	if cp := d.CriticalPath; cp != nil && len(cp.Phases) > 0 {
-		return criticalPhaseLines(cp.Phases)
+		out := criticalPhaseLines(cp.Phases)
+		// A phase whose injection was too weak names no cause.
+		for i, p := range d.Phases {
+			if p.Weak && i < len(cp.Phases) && i < len(out) && cp.Phases[i].Name == p.Name {
+				out[i] = fmt.Sprintf("Phase %q: %s.", p.Name, p.Verdict)
+			}
+		}
+		return out
 	}
 	var out []string
 	for i, p := range d.Phases {
@@ -297,9 +303,10 @@ func (d *Document) diagnosePhases() []string {
 		switch {
 		case total <= 0:
 			s += "; no excess over the baseline."
-		case top != "" && i > 0 && top != "unexplained" && len(d.Phases[0].AttributedMsPerInterval) > 0:
-			s += fmt.Sprintf("; against %q it added %s of %s per interval (%s of its slowest gaps' excess).", d.Phases[0].Name,
-				fmtMs(finite(p.AttributedMsPerInterval[top])-finite(d.Phases[0].AttributedMsPerInterval[top])), top, fmtPct(finite(p.ITLP99[top])/total))
+		case p.Weak:
+			s += "; " + p.Verdict + "."
+		case top != "" && i > 0 && top != "unexplained" && p.TopShare > 0:
+			s += fmt.Sprintf("; against %q its slowest gaps added most %s (%s of what they added).", d.Phases[0].Name, top, fmtPct(finite(p.TopShare)))
 		case top != "":
 			s += fmt.Sprintf("; top cause %s (%s of the slowest gaps' excess).", top, fmtPct(finite(p.ITLP99[top])/total))
 		default:

@@ -22,8 +22,8 @@ func TestDiagnoseFull(t *testing.T) {
 		"3 of 240 requests failed (1%): 3 http_status; first error: HTTP 503",
 		"inter-token gap is 407 ms (baseline 18.2 ms); 70% of its excess is the server's threads waiting for a CPU, 20% the disk, 10% unexplained.",
 		"Time to first token: median 61.8 ms",
-		`Phase "cpu contention": p99 inter-token gap 180 ms over 60 requests; top cause cpu_runqueue (80%`,
-		`Phase "slow client"`, "net_backpressure (85%",
+		`Phase "cpu contention": p99 inter-token gap 180 ms over 60 requests; against "baseline" its slowest gaps added most cpu_runqueue (90%`,
+		`Phase "slow client"`, "net_backpressure (92%",
 		"The kernel lost 12 events",
 		"The gpu section could not run (NVML not found",
 	} {
@@ -82,8 +82,19 @@ func TestDiagnoseNoExcess(t *testing.T) {
 		t.Errorf("no excess: %q", l)
 	}
 	d.Attribution.TopCause = "unexplained"
-	if l := Diagnose(d); !has(l, "not explained by the run queue") {
+	if l := Diagnose(d); !has(l, "no kernel event on its critical path") {
 		t.Errorf("unexplained top cause: %q", l)
+	}
+}
+
+// A phase whose injection was too weak names no cause.
+func TestDiagnoseWeakPhase(t *testing.T) {
+	d := fullDocument()
+	d.Phases[2].Weak = true
+	d.Phases[2].Verdict = "injection too weak: its slowest gaps took 0.4 ms more than the baseline's (under 1.0 ms), so no cause is named"
+	l := Diagnose(d)
+	if !has(l, `Phase "`+d.Phases[2].Name+`": p99 inter-token gap`) || !has(l, "injection too weak") || has(l, "added most "+d.Phases[2].TopCause) {
+		t.Errorf("weak phase: %q", l)
 	}
 }
 
