@@ -75,10 +75,14 @@ func newRunCmd() *cobra.Command {
 		Short: "Load a server while following its process, then blame each token's latency on its causes",
 		Long: `Finds the server (its pid, or the process listening on --port, or on the
 target URL's port when it is local), starts every collector on it, runs the
-load, then joins each request's token intervals with what the kernel saw:
-run-queue waits (cpu_runqueue), uninterruptible sleep and block requests
-(io_block), blocking CUDA calls (gpu_sync), and zero-window and retransmission
-episodes of that request's own connection (net_backpressure). Writes
+load, then walks each token gap back from the client's read along its
+critical path: the chunk in the client's socket (client) or in flight
+(net_backpressure, with that connection's zero-window and retransmission
+episodes), and before the send the server's threads, following what woke
+them: running (server_compute), runnable behind another task (cpu_runqueue),
+in uninterruptible IO (io_block), in a blocking CUDA call (gpu_sync), asleep
+with nothing of the server running or runnable (server_sleep). The parts sum
+to each gap; the excess over the normal gap is split over them. Writes
 DIR/result.json, DIR/trace.json and DIR/report.html and prints a summary.
 It takes every load option of bpfbench load.`,
 		Example:     `  bpfbench run --target http://127.0.0.1:8000 --port 8000 --num-requests 200 --rate 8 --out run1`,
@@ -94,8 +98,8 @@ It takes every load option of bpfbench load.`,
 	server.addCgroup(fs)
 	sm.add(fs)
 	fs.StringVar(&out, "out", "", "run `DIR` for result.json, trace.json and report.html (required)")
-	fs.Float64Var(&baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms (default: the run's median)")
-	fs.Float64Var(&baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms (default: the run's median)")
+	fs.Float64Var(&baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms for the activity model (default: the run's median); the attribution's normal gap, per cause, comes from the run or --baseline DIR")
+	fs.Float64Var(&baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms for the activity model (default: the run's median); the attribution's comes from the run or --baseline DIR")
 	fs.StringVar(&baseline, "baseline", "", "a quiet run recorded earlier (its `DIR` or result.json): the attribution and the critical path compare with its normal gaps, not this run's medians, so a run contended from start to end is still explained")
 	fs.IntVar(&spoolMiB, "spool-mib", job.DefaultSpoolBytes>>20, "`MiB` that what is recorded during the load may take before it is correlated: correlation waits for the load's end, taking no CPU from the server while it is measured, unless this fills first (then it goes live; 0: live from the start)")
 	logs.add(fs, "warn", true)

@@ -61,8 +61,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Why an LLM inference server is slow, token by token",
 		Long: `bpfbench follows an LLM inference server with eBPF (scheduler, block IO, TCP,
 CUDA uprobes) and NVML, drives it with its own streaming load generator, and
-blames every token's latency on cpu_runqueue, io_block, gpu_sync,
-net_backpressure or unexplained.`,
+blames every token's latency along its critical path on cpu_runqueue,
+io_block, gpu_sync, net_backpressure, server_compute, server_sleep, client
+or unexplained.`,
 		Version:       version.Get().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
