@@ -36,7 +36,8 @@ import (
 //  3. cpu_runqueue, holder unknown (a thread woken and waiting for a CPU:
 //     the kernel names the holder of a preemption only);
 //  4. io_block: a thread in D;
-//  5. server_compute: a thread running;
+//  5. server_compute: a thread running (as far as its history says: the
+//     tail rule is not applied to the other threads, see claimsOf);
 //  6. server_compute: a thread runnable behind another target thread (the
 //     server's own work held the CPU).
 //
@@ -159,8 +160,13 @@ func (e *Engine) meanwhile(h *history, st Step) {
 	}
 }
 
-// claimsOf appends the claims of o's states over [x, y] (the tail rule
-// included: after its last segment, a Runnable, it runs).
+// claimsOf appends the claims of o's states over [x, y]. The tail rule
+// (after a last Runnable the thread runs) is not applied: a thread's
+// switch-out reaches the engine only with its next switch-in, so a thread
+// asleep since it last ran (an idle connection's thread blocked in recv)
+// ends its history with a Runnable too, and would claim its whole sleep
+// as compute. The walk applies the rule to the thread it walks, which
+// ran at the send.
 func (e *Engine) claimsOf(o *history, x, y int64, depth int, cl []claim) []claim {
 	s := o.segs
 	i := sort.Search(len(s), func(j int) bool { return s[j].Start > x })
@@ -176,9 +182,6 @@ func (e *Engine) claimsOf(o *history, x, y int64, depth int, cl []claim) []claim
 			break
 		}
 		cl = e.claimSeg(o, sg, max(sg.Start, x), min(sg.End, y), depth, cl)
-	}
-	if last := &s[len(s)-1]; last.State == Runnable && last.End < y {
-		cl = e.claimSeg(o, &Segment{State: Running, Start: last.End, End: y}, max(last.End, x), y, depth, cl)
 	}
 	return cl
 }

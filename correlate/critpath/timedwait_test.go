@@ -184,6 +184,7 @@ func TestTimedWaitRanks(t *testing.T) {
 		sleepBy(sender, 10, 100, Wake{Kind: WakeTimer}),
 		seg(sender, Running, 100, 110),
 		runq(producer, 0, 60, Holder{w1, 60 * ms}),
+		seg(producer, Running, 60, 110),
 	} {
 		e.AddSegment(s)
 	}
@@ -226,5 +227,19 @@ func TestTimedWaitFutexEdgeAcrossTwoThreads(t *testing.T) {
 		step(25, 40, worker, Runnable, CPURunqueue, 2).with(stress, 0, ""),
 		step(40, 50, worker, Running, ServerCompute, 2),
 		step(50, 60, producer, Running, ServerCompute, 1),
+	}, tail()...))
+}
+
+// A thread whose history ends with a Runnable long before the sleep (an
+// idle connection's thread asleep in recv: its switch-out comes with its
+// next switch-in) claims nothing: the server was idle, server_sleep.
+func TestTimedWaitIdleThreadEndsRunnable(t *testing.T) {
+	g := timedWait(t, Wake{Kind: WakeTimer},
+		sleepBy(producer, 0, 70, Wake{Kind: WakeThread, Waker: sender}),
+		seg(acceptor, Running, 0, 1),
+		runq(acceptor, 1, 2))
+	checkSteps(t, g, append([]Step{
+		step(0, 10, sender, Running, ServerCompute, 0),
+		step(10, 60, sender, Sleep, ServerSleep, 0).with(Thread{}, WakeTimer, ""),
 	}, tail()...))
 }
