@@ -32,13 +32,13 @@ var rules = []struct {
 	{"loadgen/kserve", []string{"loadgen/kserve/inference", "internal/..."}},
 	{"loadgen/*", []string{"internal/..."}},
 	{"perturb", []string{"internal/..."}},
-	{"exporter/*", []string{"correlate", "loadgen", "internal/..."}},
+	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "internal/..."}},
 	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"readiness", []string{"collectors/...", "internal/..."}},
 	{"agent", []string{"session", "collectors", "internal/..."}}, // the session API of the daemon, server and client
 	{"daemon", []string{"agent", "session", "collectors", "collectors/bpfutil", "exporter/prom", "internal/..."}},
 	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "internal/..."}},
-	{"job/diff", []string{"exporter/report", "correlate", "internal/..."}},
+	{"job/diff", []string{"exporter/report", "correlate", "correlate/critpath", "internal/..."}},
 	{"job", []string{"job/load", "agent", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
 	{"loadgen/bench/*", []string{"job/load", "loadgen", "internal/..."}},
 	{"deploy", []string{"internal/..."}}, // tests of the dashboard and rules; run bin/bpfbench as a process
