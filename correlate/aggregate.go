@@ -90,14 +90,9 @@ func shares(names []string, att []int64) Breakdown {
 	return out
 }
 
-func sharesOf(att [NumCauses + 1]int64) Breakdown { return shares(causeNames[:], att[:]) }
-
 // Top is the cause with the largest share of a breakdown ("unexplained"
 // when it outweighs every cause, or when there is no excess).
 func Top(b Breakdown) string { return topOf(causeNames[:], b) }
-
-// top is the cause (not unexplained, unless nothing else) with the largest share.
-func top(b Breakdown) string { return Top(b) }
 
 // topOf is the cause of names (not unexplained, unless nothing else) with
 // the largest share of b.

@@ -238,10 +238,3 @@ func checkGone(t *testing.T, ns, iface, host string) {
 
 func pct(f float64) string { return fmt.Sprintf("%.0f%%", f*100) }
 
-func shares(b map[string]float64) string {
-	var parts []string
-	for _, c := range []string{"cpu_runqueue", "io_block", "gpu_sync", "net_backpressure", "unexplained"} {
-		parts = append(parts, fmt.Sprintf("%s %s", c, pct(b[c])))
-	}
-	return strings.Join(parts, ", ")
-}
