@@ -123,10 +123,12 @@ type Engine struct {
 	// sibWaits and cuts are scratch space of siblingWaits and emitCut's callers.
 	sibWaits []siblingWait
 	cuts     []Step
-	// claims, free, free2, cover and painted are meanwhile's.
-	claims      []claim
+	// claims (by rank), claimSteps, free, free2 and painted are meanwhile's;
+	// histList the threads' histories by tid (nil: to rebuild).
+	claims      [numRanks][]claim
+	claimSteps  []Step
+	histList    []*history
 	free, free2 []span
-	cover       []painted
 	painted     []painted
 	path        []uint32
 	port        uint16
@@ -224,6 +226,7 @@ func (e *Engine) thread(tid uint32) *history {
 	if h == nil {
 		h = &history{th: Thread{Tid: tid}}
 		e.threads[tid] = h
+		e.histList = nil // rebuilt by meanwhile
 	}
 	return h
 }
@@ -493,6 +496,7 @@ func (e *Engine) prune() {
 			e.stats.Pruned += uint64(len(h.segs) + len(h.cuda))
 			e.unindex(h)
 			delete(e.threads, tid)
+			e.histList = nil
 		}
 	}
 	for tgid, rq := range e.procRunq {

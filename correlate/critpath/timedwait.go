@@ -25,8 +25,8 @@ import (
 // no thread's state claims (the whole server asleep) keeps the sleep's own
 // cause (server_sleep, or unexplained for an unknown waker).
 //
-// The ranks, the first that holds at an instant wins (ties: the claim
-// that started first, then the lowest tid):
+// The ranks, the first that holds at an instant wins (ties: the lowest
+// tid):
 //  1. gpu_sync: a thread inside a blocking CUDA call (running or asleep):
 //     a device step is in flight and the server waits for its end; the
 //     probed calls are the synchronising ones, so this is seldom an
@@ -48,7 +48,7 @@ import (
 // same within a process). CPU waits come before D because D is broad (any
 // thread's file write or page fault) and a decode step is CPU or GPU work.
 const (
-	rankGPU = iota
+	rankGPU int32 = iota
 	rankRunqOutside
 	rankRunqUnknown
 	rankIO
@@ -62,10 +62,11 @@ const (
 const NoteMeanwhile = "no wakeup edge: the server's other threads meanwhile"
 
 // claim is a stretch of another thread's state that would explain a
-// sleep with no edge, and its rank.
+// sleep with no edge, its step Engine.claimSteps[i].
 type claim struct {
-	rank int
-	step Step
+	start, end int64
+	tid        uint32
+	i          int32
 }
 
 // span is a stretch of time.
@@ -84,66 +85,67 @@ type painted struct {
 // states (see the ranks above). The cost is a binary search per target
 // thread and a sort of the claims found in the sleep's interval.
 func (e *Engine) meanwhile(h *history, st Step) {
-	cl := e.claims[:0]
-	for tid, o := range e.threads {
-		if tid == h.th.Tid || len(o.segs) == 0 || e.onPath(tid) {
+	if e.histList == nil {
+		for _, o := range e.threads {
+			e.histList = append(e.histList, o)
+		}
+		slices.SortFunc(e.histList, func(a, b *history) int { return cmp.Compare(a.th.Tid, b.th.Tid) })
+	}
+	e.claimSteps = e.claimSteps[:0]
+	for r := range e.claims {
+		e.claims[r] = e.claims[r][:0]
+	}
+	for _, o := range e.histList {
+		n := len(o.segs)
+		if n == 0 || o.th.Tid == h.th.Tid || o.segs[0].Start >= st.End || o.segs[n-1].End <= st.Start || e.onPath(o.th.Tid) {
 			continue
 		}
-		cl = e.claimsOf(o, st.Start, st.End, st.Depth+1, cl)
+		e.claimsOf(o, st.Start, st.End, st.Depth+1)
 	}
-	e.claims = cl
-	if len(cl) == 0 {
+	steps := e.claimSteps
+	if len(steps) == 0 {
 		e.emit(st)
 		return
 	}
 	e.stats.NoEdgeSleeps++
-	slices.SortFunc(cl, func(a, b claim) int {
-		return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(a.step.Start, b.step.Start), cmp.Compare(a.step.Thread.Tid, b.step.Thread.Tid))
-	})
+	// Rank by rank, each thread's claims (disjoint, by start; the threads
+	// by tid) are laid over what is still free: no sort.
 	free := append(e.free[:0], span{st.Start, st.End})
 	next := e.free2[:0]
 	out := e.painted[:0]
-	for lo := 0; lo < len(cl) && len(free) > 0; {
-		hi := lo
-		for hi < len(cl) && cl[hi].rank == cl[lo].rank {
-			hi++
-		}
-		// The rank's coverage, made disjoint (the claim that starts
-		// first keeps an overlap), then laid over what is still free.
-		cov := e.cover[:0]
-		t := minNs
-		for i := lo; i < hi; i++ {
-			c := &cl[i].step
-			if s := max(c.Start, t); c.End > s {
-				cov = append(cov, painted{s, c.End, i})
-				t = c.End
+	for r := range e.claims {
+		cl := e.claims[r]
+		for lo := 0; lo < len(cl) && len(free) > 0; {
+			hi := lo + 1
+			for hi < len(cl) && cl[hi].tid == cl[lo].tid {
+				hi++
 			}
-		}
-		e.cover = cov
-		next = next[:0]
-		j := 0
-		for _, f := range free {
-			for j < len(cov) && cov[j].end <= f.start {
-				j++
-			}
-			p := f.start
-			for k := j; k < len(cov) && cov[k].start < f.end; k++ {
-				a, b := max(cov[k].start, p), min(cov[k].end, f.end)
-				if b <= a {
-					continue
+			run := cl[lo:hi]
+			next = next[:0]
+			j := 0
+			for _, f := range free {
+				for j < len(run) && run[j].end <= f.start {
+					j++
 				}
-				if a > p {
-					next = append(next, span{p, a})
+				p := f.start
+				for k := j; k < len(run) && run[k].start < f.end; k++ {
+					a, b := max(run[k].start, p), min(run[k].end, f.end)
+					if b <= a {
+						continue
+					}
+					if a > p {
+						next = append(next, span{p, a})
+					}
+					out = append(out, painted{a, b, int(run[k].i)})
+					p = b
 				}
-				out = append(out, painted{a, b, cov[k].i})
-				p = b
+				if p < f.end {
+					next = append(next, span{p, f.end})
+				}
 			}
-			if p < f.end {
-				next = append(next, span{p, f.end})
-			}
+			free, next = next, free
+			lo = hi
 		}
-		free, next = next, free
-		lo = hi
 	}
 	for _, f := range free {
 		out = append(out, painted{f.start, f.end, -1})
@@ -153,7 +155,7 @@ func (e *Engine) meanwhile(h *history, st Step) {
 	for _, p := range out {
 		s := st
 		if p.i >= 0 {
-			s = cl[p.i].step
+			s = steps[p.i]
 		}
 		s.Start, s.End = p.start, p.end
 		e.emit(s)
@@ -167,7 +169,7 @@ func (e *Engine) meanwhile(h *history, st Step) {
 // ends its history with a Runnable too, and would claim its whole sleep
 // as compute. The walk applies the rule to the thread it walks, which
 // ran at the send.
-func (e *Engine) claimsOf(o *history, x, y int64, depth int, cl []claim) []claim {
+func (e *Engine) claimsOf(o *history, x, y int64, depth int) {
 	s := o.segs
 	i := sort.Search(len(s), func(j int) bool { return s[j].Start > x })
 	if i > 0 {
@@ -181,15 +183,20 @@ func (e *Engine) claimsOf(o *history, x, y int64, depth int, cl []claim) []claim
 		if sg.Start >= y {
 			break
 		}
-		cl = e.claimSeg(o, sg, max(sg.Start, x), min(sg.End, y), depth, cl)
+		e.claimSeg(o, sg, max(sg.Start, x), min(sg.End, y), depth)
 	}
-	return cl
+}
+
+// claim adds s as a claim of rank r.
+func (e *Engine) claim(r int32, s Step) {
+	e.claims[r] = append(e.claims[r], claim{start: s.Start, end: s.End, tid: s.Thread.Tid, i: int32(len(e.claimSteps))})
+	e.claimSteps = append(e.claimSteps, s)
 }
 
 // claimSeg appends the claims of [x, y], a part of o's segment sg.
-func (e *Engine) claimSeg(o *history, sg *Segment, x, y int64, depth int, cl []claim) []claim {
-	if y <= x {
-		return cl
+func (e *Engine) claimSeg(o *history, sg *Segment, x, y int64, depth int) {
+	if y <= x || (sg.State == Sleep && len(o.cuda) == 0) {
+		return // asleep outside any CUDA call: no claim
 	}
 	st := Step{Start: x, End: y, Thread: o.th, State: sg.State, Depth: depth, Note: NoteMeanwhile}
 	switch sg.State {
@@ -200,15 +207,15 @@ func (e *Engine) claimSeg(o *history, sg *Segment, x, y int64, depth int, cl []c
 			switch {
 			case call != "":
 				s.Cause, s.Note = GPUSync, call
-				cl = append(cl, claim{rankGPU, s})
+				e.claim(rankGPU, s)
 			case sg.State == Running:
 				s.Cause = ServerCompute
-				cl = append(cl, claim{rankCompute, s})
+				e.claim(rankCompute, s)
 			}
 		})
 	case IOWait:
 		st.Cause = IOBlock
-		cl = append(cl, claim{rankIO, st})
+		e.claim(rankIO, st)
 	case Runnable:
 		// The holders laid out from the segment's start, as runnable does.
 		t := sg.Start
@@ -224,18 +231,17 @@ func (e *Engine) claimSeg(o *history, sg *Segment, x, y int64, depth int, cl []c
 				if e.isTarget(ho.Thread) {
 					s.Cause, r = ServerCompute, rankBehindTarget
 				}
-				cl = append(cl, claim{r, s})
+				e.claim(r, s)
 			}
 			t = end
 			if t >= y {
-				return cl
+				return
 			}
 		}
 		if a := max(t, x); y > a {
 			s := st
 			s.Start, s.Cause = a, CPURunqueue
-			cl = append(cl, claim{rankRunqUnknown, s})
+			e.claim(rankRunqUnknown, s)
 		}
 	}
-	return cl
 }
