@@ -82,8 +82,9 @@ type painted struct {
 // meanwhile emits st, a sleep of h with no wakeup edge to follow (its
 // Cause the sleep's own: server_sleep, unexplained for an unknown waker),
 // with the stretches the server's other threads explain replaced by their
-// states (see the ranks above). The cost is a binary search per target
-// thread and a sort of the claims found in the sleep's interval.
+// states (see the ranks above). The cost is a binary search in each
+// target thread's segments that overlap the sleep, a pass over the claims
+// found, and a sort of the stretches painted.
 func (e *Engine) meanwhile(h *history, st Step) {
 	if e.histList == nil {
 		for _, o := range e.threads {
