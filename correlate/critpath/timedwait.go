@@ -33,11 +33,11 @@ import (
 //     unrelated thread;
 //  2. cpu_runqueue behind a task outside the targets, the holder named: a
 //     thread that wanted to run and could not;
-//  3. cpu_runqueue, holder unknown (a thread woken and waiting for a CPU:
-//     the kernel names the holder of a preemption only);
-//  4. io_block: a thread in D;
-//  5. server_compute: a thread running (as far as its history says: the
+//  3. io_block: a thread in D;
+//  4. server_compute: a thread running (as far as its history says: the
 //     tail rule is not applied to the other threads, see claimsOf);
+//  5. cpu_runqueue, holder unknown (a thread woken and waiting for a CPU:
+//     the kernel names the holder of a preemption only);
 //  6. server_compute: a thread runnable behind another target thread (the
 //     server's own work held the CPU).
 //
@@ -47,12 +47,16 @@ import (
 // as its preempted member (the sibling rule of running steps says the
 // same within a process). CPU waits come before D because D is broad (any
 // thread's file write or page fault) and a decode step is CPU or GPU work.
+// A wait for a CPU whose holder is unknown is no evidence of an outside
+// task while a thread of the server runs: on a server with fewer CPUs than
+// threads the holder is most often the server itself (a runtime's threads
+// woken behind its engine's), so it comes after running.
 const (
 	rankGPU int32 = iota
 	rankRunqOutside
-	rankRunqUnknown
 	rankIO
 	rankCompute
+	rankRunqUnknown
 	rankBehindTarget
 	numRanks
 )

@@ -128,9 +128,10 @@ func TestTimedWaitWakeKinds(t *testing.T) {
 }
 
 // Several threads at once: per stretch the highest rank wins (a CUDA
-// call, then a wait for a CPU behind an outside task, then holder
-// unknown, then D, then running, then a wait behind the server's own
-// thread), each stretch is given once, and the parts sum to the gap.
+// call, then a wait for a CPU behind an outside task, then D, then
+// running, then a wait for a CPU with the holder unknown, then a wait
+// behind the server's own thread), each stretch is given once, and the
+// parts sum to the gap.
 func TestTimedWaitRanks(t *testing.T) {
 	w1 := Thread{Tid: 204, Tgid: 200, Comm: "w1"}
 	w2 := Thread{Tid: 205, Tgid: 300, Comm: "engine"}
@@ -176,6 +177,26 @@ func TestTimedWaitRanks(t *testing.T) {
 	if n := e.Stats().NoEdgeSleeps; n != 1 {
 		t.Errorf("no-edge sleeps %d, want 1", n)
 	}
+	// A wait for a CPU, holder unknown, while another thread of the
+	// server runs: the running thread's compute (the holder may well be
+	// the server itself); alone, cpu_runqueue.
+	g = only(t, []Segment{
+		seg(sender, Running, 0, 10),
+		sleepBy(sender, 10, 60, Wake{Kind: WakeTimer}),
+		seg(sender, Running, 60, 70),
+		sleepBy(producer, 0, 20, Wake{Kind: WakeThread, Waker: w1}),
+		runq(producer, 20, 50),
+		seg(producer, Running, 50, 70),
+		seg(w1, Running, 0, 30),
+		sleepBy(w1, 30, 70, Wake{Kind: WakeTimer}),
+	}, nil, []Send{{Time: 62 * ms, Tid: sender.Tid, Port: port}}, []Arrival{{Time: 63 * ms, Port: port}},
+		Read{Request: 1, Index: 4, Port: port, Start: 0, End: 64 * ms})
+	checkSteps(t, g, append([]Step{
+		step(0, 10, sender, Running, ServerCompute, 0),
+		meanwhileStep(10, 30, w1, Running, ServerCompute),
+		meanwhileStep(30, 50, producer, Runnable, CPURunqueue),
+		meanwhileStep(50, 60, producer, Running, ServerCompute),
+	}, tail()...))
 	// w1 gone: the producer's wait behind w1 (a target) is server_compute,
 	// not cpu_runqueue.
 	e = New(Options{})
