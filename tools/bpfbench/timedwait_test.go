@@ -76,7 +76,9 @@ func startCondServer(t *testing.T, bin string, args ...string) (string, int) {
 // cpu_runqueue with at least 80% of it (the sleeps with no wakeup edge
 // take the producer's states: DESIGN.md, "Timed waits and polling
 // threads"), and a busy loop is the first noisy neighbour. On a shared
-// host a run can be spoilt by other work: one retry is allowed.
+// host a run can be spoilt by other work, and on a VM by the hypervisor's
+// steal (a stolen vCPU reads as the producer running: server_compute in
+// the band), so two retries are allowed (DESIGN.md has the figures).
 func TestTimedWaitCPUStarvation(t *testing.T) {
 	privtest.Require(t)
 	privtest.RequireTool(t, "taskset", "apt-get install util-linux")
@@ -91,7 +93,7 @@ func TestTimedWaitCPUStarvation(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var problems []string
-			for attempt := 1; attempt <= 2; attempt++ {
+			for attempt := 1; attempt <= 3; attempt++ {
 				problems = timedWaitRun(t, bin, tc.args, attempt)
 				if len(problems) == 0 {
 					return
