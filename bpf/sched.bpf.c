@@ -569,6 +569,15 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 		e->holder_tid = ti->holder_tid;
 		e->holder_tgid = ti->holder_tgid;
 		__builtin_memcpy(e->holder_comm, ti->holder_comm, sizeof(e->holder_comm));
+	} else if (with_wakers && st != STATE_PREEMPTED && has_runq && runq > 0 &&
+		   prev->pid != 0) {
+		/* Woken and then runnable: the task that ran on this CPU last
+		 * before it got the CPU back held it at the end of its wait
+		 * (a thread woken by its sibling waits behind the busy loop
+		 * that has the CPU, not behind the sibling that woke it). */
+		e->holder_tid = prev->pid;
+		e->holder_tgid = prev->tgid;
+		__builtin_memcpy(e->holder_comm, prev->comm, sizeof(e->holder_comm));
 	} else {
 		e->holder_tid = 0;
 		e->holder_tgid = 0;

@@ -257,8 +257,12 @@ func (c *critStream) switchIn(off collectors.Span, rq *collectors.Span) {
 		}
 		if si.Left != critpath.Runnable {
 			si.Wake = wakeOf(off)
-			// The holder the kernel records is a preemption's.
-			si.Holder = critpath.Thread{}
+			// The holder the kernel records for a woken thread is the
+			// task that ran on its CPU last before it got the CPU back:
+			// the holder of its run-queue wait's end, none without one.
+			if si.Runq <= 0 {
+				si.Holder = critpath.Thread{}
+			}
 		}
 	} else {
 		si.Runq = si.OffCPU

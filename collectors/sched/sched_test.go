@@ -23,6 +23,7 @@ import (
 func TestMain(m *testing.M) {
 	testproc.Register("sleep", childSleep)
 	testproc.Register("spin2", childSpin2)
+	testproc.Register("sleep0", childSleep0)
 	testproc.Register("odirect", childODirect)
 	testproc.Main()
 	os.Exit(m.Run())
@@ -42,6 +43,32 @@ func childSleep(_ []string, ready func(...int), wait func()) {
 		wall += monoNs() - t0
 	}
 	fmt.Println(wall) // the sleeps' wall time, ns: the ground truth of the off-CPU time
+}
+
+// childSleep0 computes 4 ms of its own CPU time and sleeps 1 ms, two
+// hundred times, on one thread pinned to CPU 0: a thread that spent its
+// share and waits for the CPU once woken.
+func childSleep0(_ []string, ready func(...int), wait func()) {
+	runtime.LockOSThread()
+	var set unix.CPUSet
+	set.Set(0)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		panic(err)
+	}
+	ready(unix.Gettid())
+	wait()
+	cpu := func() int64 {
+		var ts unix.Timespec
+		_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts)
+		return ts.Nano()
+	}
+	for range 200 {
+		for t0 := cpu(); cpu()-t0 < int64(4*time.Millisecond); {
+		}
+		ts := unix.NsecToTimespec(int64(time.Millisecond))
+		for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+		}
+	}
 }
 
 // childSpin2 runs two CPU-bound threads pinned to CPU 0 for 2 s.

@@ -174,7 +174,9 @@ func (a *Aggregator) Add(e *Event) {
 func (a *Aggregator) addWakeup(e *Event) {
 	w := &a.wakeups
 	if e.HolderTid != 0 {
-		w.Preempted++
+		if State(e.State) == Preempted {
+			w.Preempted++
+		}
 		a.woken = true
 	}
 	switch WakeContext(e.WakeCtx) {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -340,6 +341,73 @@ func TestPreemptedNamesTheHolder(t *testing.T) {
 	if checked != byPeer {
 		t.Errorf("%d of %d holders that are the peer match its switch-in, want all", checked, byPeer)
 	}
+}
+
+// A thread woken while another process's busy loops hold its CPU waits
+// for them: its switch-in after the wakeup names the task that ran on the
+// CPU last, one of the loops (the ground truth: the only other runnable
+// tasks the test puts on CPU 0), not the timer that woke it.
+func TestWokenWaitNamesTheHolder(t *testing.T) {
+	privtest.Require(t)
+	taskset := privtest.RequireTool(t, "taskset", "apt-get install util-linux")
+	// Two loops of one process: a woken thread that spent its share finds
+	// one of them on the CPU.
+	busy := exec.Command(taskset, "-c", "0", "sh", "-c", "while :; do :; done & while :; do :; done")
+	busy.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Kill(-busy.Process.Pid, unix.SIGKILL); _ = busy.Process.Kill(); _ = busy.Wait() })
+	child := testproc.Start(t, "sleep0")
+	_, rec, stop := wakerSession(t, child.Pid(), &NoFold)
+	child.Go(t)
+	child.Wait(t, 30*time.Second)
+	stop()
+	tid := uint32(child.Tids[0])
+	var woken, named, byLoop int
+	holders := map[string]int{}
+	for _, e := range rec.all() {
+		if e.Tid != tid || State(e.State) != Sleep || e.HasRunq == 0 || e.RunqNs == 0 {
+			continue
+		}
+		woken++
+		if e.HolderTid == 0 {
+			continue
+		}
+		named++
+		holders[fmt.Sprintf("%s[%d]", bpfutil.CString(e.HolderComm[:]), e.HolderTgid)]++
+		if busyProc(e.HolderTgid, busy.Process.Pid) {
+			byLoop++
+		}
+		if e.HolderTid == tid {
+			t.Errorf("a woken switch-in names itself as its holder")
+		}
+	}
+	t.Logf("%d woken switch-ins that waited; %d name a holder, %d the busy loop (pid %d); holders: %v", woken, named, byLoop, busy.Process.Pid, holders)
+	if woken < 20 {
+		t.Fatalf("%d woken switch-ins that waited behind the loop, want at least 20 of 200", woken)
+	}
+	if named != woken {
+		t.Errorf("%d of %d woken waits name no holder", woken-named, woken)
+	}
+	// Other tasks of the host run on CPU 0 too (kernel threads, the
+	// test's own readers, other work): the loop is most, not all.
+	if byLoop*2 <= woken {
+		t.Errorf("%d of %d woken waits name the busy loop, want most", byLoop, woken)
+	}
+}
+
+// busyProc reports whether pid is the busy loops' shell or its child.
+func busyProc(pid uint32, shell int) bool {
+	if int(pid) == shell {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 1 && f[1] == strconv.Itoa(shell)
 }
 
 // A process forked by the target after the collector started is followed
