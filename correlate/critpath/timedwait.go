@@ -36,8 +36,8 @@ import (
 //  3. io_block: a thread in D;
 //  4. server_compute: a thread running (as far as its history says: the
 //     tail rule is not applied to the other threads, see claimsOf);
-//  5. cpu_runqueue, holder unknown (a thread woken and waiting for a CPU:
-//     the kernel names the holder of a preemption only);
+//  5. cpu_runqueue, holder unknown (a run-queue wait with no holder
+//     recorded);
 //  6. server_compute: a thread runnable behind another target thread (the
 //     server's own work held the CPU).
 //
