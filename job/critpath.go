@@ -394,7 +394,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	c.stats.NoArrival, c.stats.NoSend, c.stats.Guessed, c.stats.NoThread = st.NoArrival, st.NoSend, st.Guessed, st.NoThread
 	c.stats.DepthLimited, c.stats.Cycles, c.stats.Hops = st.DepthLimited, st.Cycles, st.Hops
 	c.stats.DataEdgesFollowed = st.DataEdges
-	c.stats.SiblingWaits, c.stats.Interrupts = st.SiblingWaits, st.Interrupts
+	c.stats.SiblingWaits, c.stats.Interrupts, c.stats.NoEdgeSleeps = st.SiblingWaits, st.Interrupts, st.NoEdgeSleeps
 
 	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),

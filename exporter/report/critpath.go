@@ -179,6 +179,11 @@ type CriticalStats struct {
 	// Interrupts: running steps that gave a part of their time to the block
 	// or network interrupts that ran on the thread's CPU meanwhile.
 	Interrupts uint64 `json:"interrupts"`
+	// NoEdgeSleeps: sleeps of a critical-path thread with no wakeup edge to
+	// follow (a timer, a timeout, an outside waker), given the states of
+	// the server's other threads meanwhile (DESIGN.md, "Timed waits and
+	// polling threads").
+	NoEdgeSleeps uint64 `json:"no_edge_sleeps"`
 	DataEdges  uint64 `json:"data_edges"`
 	// Sends, Arrivals, Segments, CUDACalls, Holds, Reads: what was added
 	// (Holds: the connections' blocking TCP episodes, zero windows, loss

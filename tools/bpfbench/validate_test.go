@@ -237,4 +237,3 @@ func checkGone(t *testing.T, ns, iface, host string) {
 }
 
 func pct(f float64) string { return fmt.Sprintf("%.0f%%", f*100) }
-
