@@ -414,10 +414,9 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 		base = baselineOf(c.gaps.all())
 	}
 
+	// The server's own processes holding each other's CPUs are its
+	// self-contention (more threads than CPUs), not a neighbour.
 	for _, nb := range c.agg.Neighbours() {
-		if len(out.NoisyNeighbours) == 10 {
-			break
-		}
 		pid := nb.Process.Tgid
 		if pid == 0 {
 			pid = nb.Process.Tid
@@ -426,8 +425,14 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 		if c.agg.GapNs > 0 {
 			share = float64(nb.Ns) / float64(c.agg.GapNs)
 		}
-		out.NoisyNeighbours = append(out.NoisyNeighbours, report.NoisyNeighbour{Process: nb.Process.String(), Pid: pid,
-			Comm: nb.Process.Comm, Ms: ms(nb.Ns), Share: share, Gaps: nb.Gaps, Target: c.tgids[pid]})
+		n := report.NoisyNeighbour{Process: nb.Process.String(), Pid: pid,
+			Comm: nb.Process.Comm, Ms: ms(nb.Ns), Share: share, Gaps: nb.Gaps, Target: c.tgids[pid]}
+		switch {
+		case n.Target && len(out.SelfContention) < 10:
+			out.SelfContention = append(out.SelfContention, n)
+		case !n.Target && len(out.NoisyNeighbours) < 10:
+			out.NoisyNeighbours = append(out.NoisyNeighbours, n)
+		}
 	}
 
 	var delays []int64

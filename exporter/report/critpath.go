@@ -30,9 +30,12 @@ type CriticalPath struct {
 	// token, and of the TTFTs.
 	ITLP99  *CriticalBand `json:"itl_p99,omitempty"`
 	TTFTP99 *CriticalBand `json:"ttft_p99,omitempty"`
-	// NoisyNeighbours are the processes that held a CPU while a thread on
-	// a critical path waited for it, most time first.
+	// NoisyNeighbours are the processes outside the server that held a CPU
+	// while a thread on a critical path waited for it, most time first;
+	// SelfContention the server's own processes that did (its threads
+	// waiting for each other: more threads than CPUs).
 	NoisyNeighbours []NoisyNeighbour `json:"noisy_neighbours"`
+	SelfContention  []NoisyNeighbour `json:"server_self_contention,omitempty"`
 	// ClientReadDelay is c(k) - r(k) over the gaps whose arrival was seen:
 	// how long a chunk waited in the load generator's socket before it
 	// read it, the client's own timing error.
@@ -233,6 +236,16 @@ func (d *Document) criticalPathLines() []string {
 			parts = append(parts, fmt.Sprintf("%s %s (%s of gap time, %d gaps)", nb.Label(), fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps))
 		}
 		out = append(out, "noisy neighbours (held the CPU of a critical-path thread): "+strings.Join(parts, ", "))
+	}
+	if len(cp.SelfContention) > 0 {
+		var ms, share float64
+		var names []string
+		for _, nb := range cp.SelfContention {
+			ms += nb.Ms
+			share += nb.Share
+			names = append(names, nb.Process)
+		}
+		out = append(out, fmt.Sprintf("the server's own threads held each other's CPUs %s (%s of gap time; %s): more runnable threads than CPUs", fmtMs(ms), fmtPct(share), strings.Join(names, ", ")))
 	}
 	l := fmt.Sprintf("unexplained: %s of all gap time", fmtPct(cp.UnexplainedFraction))
 	if c := cp.ClientReadDelay; c != nil {

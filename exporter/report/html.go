@@ -333,6 +333,9 @@ func buildView(d *Document) *htmlView {
 		for _, nb := range cp.NoisyNeighbours {
 			v.Neighbours = append(v.Neighbours, kvRow{Name: nb.Label(), Value: fmt.Sprintf("%s on critical paths, %s of gap time, %d gaps", fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps)})
 		}
+		for _, nb := range cp.SelfContention {
+			v.Neighbours = append(v.Neighbours, kvRow{Name: nb.Label(), Value: fmt.Sprintf("%s on critical paths, %s of gap time, %d gaps (the server's own threads waiting for each other's CPU)", fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps)})
+		}
 	}
 
 	if d.ServerMetrics != nil {
