@@ -39,7 +39,7 @@ import (
 // of a phased job (demo, validate) when none is given.
 const (
 	DemoKernelUS     = 2000
-	DemoSlowKernelUS = 9000
+	DemoSlowKernelUS = 20000
 	DemoSlowPause    = 4 * time.Second
 	DefaultPhaseRate = 4.0
 )
