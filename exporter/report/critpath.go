@@ -187,7 +187,7 @@ type CriticalStats struct {
 	// the server's other threads meanwhile (DESIGN.md, "Timed waits and
 	// polling threads").
 	NoEdgeSleeps uint64 `json:"no_edge_sleeps"`
-	DataEdges  uint64 `json:"data_edges"`
+	DataEdges    uint64 `json:"data_edges"`
 	// Sends, Arrivals, Segments, CUDACalls, Holds, Reads: what was added
 	// (Holds: the connections' blocking TCP episodes, zero windows, loss
 	// recovery and retransmissions, DESIGN.md "Held connections").
