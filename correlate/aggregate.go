@@ -90,9 +90,17 @@ func shares(names []string, att []int64) Breakdown {
 	return out
 }
 
-// Top is the cause with the largest share of a breakdown ("unexplained"
-// when it outweighs every cause, or when there is no excess).
-func Top(b Breakdown) string { return topOf(causeNames[:], b) }
+// Top is the cause with the largest share of a breakdown, whichever
+// model's causes it holds ("unexplained" when it outweighs every cause, or
+// when there is no excess); a tie goes to the name first in order.
+func Top(b Breakdown) string {
+	names := make([]string, 0, len(b))
+	for n := range b {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return topOf(names, b)
+}
 
 // topOf is the cause of names (not unexplained, unless nothing else) with
 // the largest share of b.

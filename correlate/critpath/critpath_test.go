@@ -741,3 +741,39 @@ func TestInterruptsInRunning(t *testing.T) {
 		t.Errorf("io_block %d ms, server_compute %d ms: want all 20 ms on the disk", g.Ns[IOBlock]/ms, g.Ns[ServerCompute]/ms)
 	}
 }
+
+// A wait for a CPU held by the block layer's worker (kblockd's
+// high-priority pool) is the disk's work on the server's CPU: io_block,
+// noted, and the worker is still a noisy neighbour; behind any other task
+// it is cpu_runqueue.
+func TestRunqueueBehindTheBlockWorker(t *testing.T) {
+	kblockd := Thread{Tid: 44, Tgid: 44, Comm: "kworker/1:1H"}
+	g := only(t, []Segment{
+		seg(thA, Running, 0, 40),
+		runq(thA, 40, 50, Holder{kblockd, 6 * ms}, Holder{stress, 4 * ms}),
+		seg(thA, Running, 50, 90),
+	}, nil, []Send{{Time: 90 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 92 * ms, Port: port}},
+		Read{Request: 1, Index: 3, Port: port, Start: 0, End: 95 * ms})
+	checkSteps(t, g, []Step{
+		step(0, 40, thA, Running, ServerCompute, 0),
+		step(40, 46, thA, Runnable, IOBlock, 0).with(kblockd, 0, NoteBlockWorker),
+		step(46, 50, thA, Runnable, CPURunqueue, 0).with(stress, 0, ""),
+		step(50, 90, thA, Running, ServerCompute, 0),
+		step(90, 92, Thread{}, None, NetBackpressure, 0),
+		step(92, 95, Thread{}, None, Client, 0),
+	})
+	var a Aggregate
+	a.Add(g)
+	nb := a.Neighbours()
+	if len(nb) != 2 || nb[0].Process != kblockd || nb[0].Ns != 6*ms || nb[1].Process != stress {
+		t.Errorf("neighbours %+v, want the block worker (6 ms) and stress-ng", nb)
+	}
+	for comm, want := range map[string]bool{
+		"kworker/1:1H": true, "kworker/0:0H-kblockd": true, "kblockd": true,
+		"kworker/1:1H-events_highpri": false, "kworker/u8:3": false, "kworker/1:2": false, "stress-ng": false, "kworker/1:1-kblockd": false,
+	} {
+		if BlockWorker(comm) != want {
+			t.Errorf("BlockWorker(%q) = %v, want %v", comm, !want, want)
+		}
+	}
+}

@@ -23,6 +23,38 @@ type Options struct {
 	// Classify gives the cause of a sleep ended by a task outside the
 	// target (default DefaultClassify).
 	Classify func(waker Thread) Cause
+	// Held gives the cause of a run-queue wait behind a task outside the
+	// targets (default DefaultHeld).
+	Held func(holder Thread) Cause
+}
+
+// DefaultHeld: a wait for a CPU held by the block layer's kernel worker
+// is io_block, the disk's work on the server's CPU (as block interrupts
+// inside a running stretch are); any other holder's is cpu_runqueue.
+func DefaultHeld(h Thread) Cause {
+	if BlockWorker(h.Comm) {
+		return IOBlock
+	}
+	return CPURunqueue
+}
+
+// BlockWorker reports whether comm names a kernel thread that does the
+// block layer's work on a CPU: kblockd's workqueue runs in the
+// high-priority worker pool ("kworker/1:1H"; /proc/PID/comm adds the
+// workqueue, "kworker/1:1H-kblockd"), which dispatches requests and
+// restarts a queue as completions free it, on the CPU that took the
+// completion. On a host busy with IO it takes the CPU of whatever runs
+// there, the server included. Other high-priority work shares the pool.
+func BlockWorker(comm string) bool {
+	if strings.HasPrefix(comm, "kblockd") {
+		return true
+	}
+	rest, ok := strings.CutPrefix(comm, "kworker/")
+	if !ok {
+		return false
+	}
+	name, wq, _ := strings.Cut(rest, "-")
+	return strings.HasSuffix(name, "H") && (wq == "" || wq == "kblockd")
 }
 
 // DefaultClassify: a kernel thread of the block layer, a file system's
@@ -158,6 +190,9 @@ func New(opt Options) *Engine {
 	}
 	if opt.Classify == nil {
 		opt.Classify = DefaultClassify
+	}
+	if opt.Held == nil {
+		opt.Held = DefaultHeld
 	}
 	return &Engine{
 		opt:      opt,

@@ -202,7 +202,8 @@ func (a *Aggregate) Add(g Gap) {
 	}
 	var seen []*Neighbour
 	for _, s := range g.Steps {
-		if s.Cause != CPURunqueue || s.Other == (Thread{}) {
+		held := s.Cause == CPURunqueue || (s.Cause == IOBlock && s.State == Runnable) // behind the block layer's worker
+		if !held || s.Other == (Thread{}) {
 			continue
 		}
 		pid := s.Other.Tgid

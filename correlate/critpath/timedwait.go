@@ -235,6 +235,8 @@ func (e *Engine) claimSeg(o *history, sg *Segment, x, y int64, depth int) {
 				r := rankRunqOutside
 				if e.isTarget(ho.Thread) {
 					s.Cause, r = ServerCompute, rankBehindTarget
+				} else if e.held(&s); s.Cause == IOBlock {
+					r = rankIO
 				}
 				e.claim(r, s)
 			}

@@ -80,6 +80,7 @@ const (
 	NoteSiblingWait  = "a thread of the same process waited for a CPU"
 	NoteIRQBlock     = "block interrupts on its CPU"
 	NoteIRQNet       = "network interrupts on its CPU"
+	NoteBlockWorker  = "the block layer's worker held its CPU"
 )
 
 // Gap is a token gap's critical path.
@@ -457,7 +458,9 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 	})
 	cuts := e.cuts[:0]
 	for _, w := range ws {
-		cuts = append(cuts, Step{Start: w.start, End: w.end, Thread: w.thread, State: Runnable, Cause: CPURunqueue, Depth: st.Depth, Other: w.holder, Note: NoteSiblingWait})
+		c := Step{Start: w.start, End: w.end, Thread: w.thread, State: Runnable, Cause: CPURunqueue, Depth: st.Depth, Other: w.holder, Note: NoteSiblingWait}
+		e.held(&c)
+		cuts = append(cuts, c)
 	}
 	e.cuts = cuts
 	e.stats.SiblingWaits += uint64(e.emitCut(st, cuts))
@@ -535,6 +538,20 @@ func (e *Engine) cudaSplit(h *history, x, y int64, fn func(x, y int64, call stri
 	}
 }
 
+// held gives st, a run-queue wait behind st.Other (a task outside the
+// targets), the cause Options.Held says: io_block behind the block
+// layer's worker, noted.
+func (e *Engine) held(st *Step) {
+	if c := e.opt.Held(st.Other); c != st.Cause {
+		st.Cause = c
+		if st.Note == "" {
+			st.Note = NoteBlockWorker
+		} else {
+			st.Note += "; " + NoteBlockWorker
+		}
+	}
+}
+
 // runnable lays the holders out from the segment's start in the order
 // they ran (their Ns, cut at the segment's end; the rest has no holder)
 // and emits the part of that layout inside [x, y].
@@ -546,7 +563,9 @@ func (e *Engine) runnable(h *history, sg *Segment, x, y int64, depth int) {
 		}
 		end := min(t+ho.Ns, sg.End)
 		if lo, hi := max(t, x), min(end, y); hi > lo {
-			e.emit(Step{Start: lo, End: hi, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth, Other: ho.Thread})
+			st := Step{Start: lo, End: hi, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth, Other: ho.Thread}
+			e.held(&st)
+			e.emit(st)
 		}
 		t = end
 		if t >= y {
