@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -400,8 +401,13 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	for _, inj := range cfg.Injections {
 		names = append(names, inj.Name)
 	}
+	// The phases follow one another with a settling time between two
+	// injections; the k-th injection's phase starts at phaseStart(k).
+	settle := DemoSettle(cfg.Phase)
+	phaseStart := func(k int) time.Duration { return time.Duration(k+1)*cfg.Phase + time.Duration(k)*settle }
 	perPhase := max(int(cfg.Rate*cfg.Phase.Seconds()), 4)
-	n := perPhase * len(names)
+	firstOf := func(k int) int { return int(math.Floor(cfg.Rate*phaseStart(k).Seconds() + 1e-6)) }
+	n := max(int(math.Ceil(cfg.Rate*(phaseStart(len(cfg.Injections)-1)+cfg.Phase).Seconds())), perPhase*len(names))
 	reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: cfg.OutputLen}, n, 1)
 	if err != nil {
 		return nil, nil, err
@@ -411,7 +417,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	}
 	for k, inj := range cfg.Injections {
 		if inj.SlowRead > 0 {
-			slow := (k+1)*perPhase + slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
+			slow := firstOf(k) + slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
 			reqs[slow].OutputLen = max(3*cfg.OutputLen, 200)
 			reqs[slow].SlowRead = inj.SlowRead
 		}
@@ -470,7 +476,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 				}
 				stop = s
 			} else if inj.SlowRead > 0 {
-				achieved[k] = fmt.Sprintf("request %d stops reading for %v after its first token", (k+1)*perPhase+slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead), inj.SlowRead)
+				achieved[k] = fmt.Sprintf("request %d stops reading for %v after its first token", firstOf(k)+slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead), inj.SlowRead)
 			}
 			ok := wait()
 			if stop != nil {
@@ -478,6 +484,18 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 			}
 			if !ok {
 				return
+			}
+			// The server settles outside any phase before the next
+			// injection: the requests an injection slowed are still in
+			// flight when it stops, a larger batch than the rate keeps,
+			// and their extra steps would be the next phase's compute.
+			if k+1 < len(cfg.Injections) {
+				marks.End()
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(settle):
+				}
 			}
 		}
 	}

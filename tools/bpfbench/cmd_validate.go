@@ -327,7 +327,7 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 	for i, inj := range injs {
 		names[i] = inj.Name
 	}
-	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each\n", pid, rate, strings.Join(names, ", "), v.phase)
+	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each, %v of settling between two injections\n", pid, rate, strings.Join(names, ", "), v.phase, job.DemoSettle(v.phase))
 	val, res, err := job.Validate(ctx, job.ValidateConfig{
 		Load: lc, Pid: pid, OutDir: v.out, MinShare: v.minShare, Phase: v.phase, Rate: rate, OutputLen: lc.Dataset.OutputLen,
 		Injections: injs, Sections: sessionSections(), Readiness: readinessChecks, Logger: logger, Progress: progress,
