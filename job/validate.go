@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -45,6 +46,10 @@ type Injection struct {
 	// Prepare, when set, runs before the run starts (a calibration of
 	// the injection's strength) and says what it chose.
 	Prepare func(ctx context.Context) string
+	// Stronger, when set, is the same injection made stronger (twice the
+	// busy threads, reads in flight, kernel time, step work or pause; half
+	// the shaping rate), for a retry of a phase too weak to judge.
+	Stronger func() Injection
 }
 
 // ValidateConfig configures a validation by intervention.
@@ -69,6 +74,14 @@ type ValidateConfig struct {
 	Logger     *slog.Logger
 	// Progress is the load generator's progress callback.
 	Progress func(done, total int)
+	// RetryWeak is how many times the injections too weak to judge are
+	// run again, stronger, each time in a run of their own after a
+	// baseline of its own (in OutDir/retry-N); their rows replace the
+	// weak ones.
+	RetryWeak int
+	// MinAddedMs, when positive, replaces the least a row must add per
+	// tail gap to be judged (default MinAddedMs of the normal gap).
+	MinAddedMs float64
 	// ValidateRun: the server's metrics and the manifest, as run's.
 	ValidateRun
 }
@@ -77,6 +90,11 @@ type ValidateConfig struct {
 type ValidationRow struct {
 	Injection string `json:"injection"`
 	Injected  string `json:"injected_cause"`
+	// Retry is the retry that judged the row (0: the first run), its run
+	// in RetryDir; Earlier are what the weaker injections achieved.
+	Retry    int      `json:"retry,omitempty"`
+	RetryDir string   `json:"retry_dir,omitempty"`
+	Earlier  []string `json:"earlier_attempts,omitempty"`
 	// Attributed is the top cause of the excess the injection added to
 	// the phase's tail, its slowest 10% of gaps, on the critical path:
 	// per cause, the mean excess per gap of the tail, less the same in the
@@ -149,13 +167,15 @@ type Validation struct {
 }
 
 // CPUInjection keeps threads busy on cpus (nil: every CPU), two per CPU.
-func CPUInjection(cpus []int) Injection {
-	return Injection{Name: "cpu", Cause: correlate.CPURunqueue.String(), Start: func(ctx context.Context) (func() string, error) {
+func CPUInjection(cpus []int) Injection { return cpuInjection(cpus, 2) }
+
+func cpuInjection(cpus []int, perCPU int) Injection {
+	return Injection{Name: "cpu", Cause: correlate.CPURunqueue.String(), Stronger: func() Injection { return cpuInjection(cpus, 2*perCPU) }, Start: func(ctx context.Context) (func() string, error) {
 		p := perturb.CPU{CPUs: cpus}
 		if err := p.Validate(); err != nil {
 			return nil, err
 		}
-		p.Threads = 2 * len(p.CPUs)
+		p.Threads = perCPU * len(p.CPUs)
 		return during(ctx, func(c context.Context) string {
 			r, err := p.RunProcess(c)
 			if err != nil {
@@ -171,10 +191,23 @@ func CPUInjection(cpus []int) Injection {
 // the disk before the run says make each read wait about ioWait
 // (calibrateIO): a fast disk gets more.
 func IOInjection(path string) Injection {
-	depth, note := demoIOMinDepth, ""
-	return Injection{Name: "io", Cause: correlate.IOBlock.String(), Prepare: func(ctx context.Context) string {
-		depth, note = calibrateIO(ctx, path)
-		return note
+	cur := ioInjection(path, demoIOMinDepth, "")
+	return Injection{Name: cur.Name, Cause: cur.Cause,
+		Prepare: func(ctx context.Context) string {
+			d, note := calibrateIO(ctx, path)
+			cur = ioInjection(path, d, note)
+			return note
+		},
+		Stronger: func() Injection { return cur.Stronger() },
+		Start:    func(ctx context.Context) (func() string, error) { return cur.Start(ctx) }}
+}
+
+// ioInjection reads path with depth reads in flight; note says how depth
+// was chosen.
+func ioInjection(path string, depth int, note string) Injection {
+	return Injection{Name: "io", Cause: correlate.IOBlock.String(), Stronger: func() Injection {
+		d := min(2*depth, 4*demoIOMaxDepth)
+		return ioInjection(path, d, fmt.Sprintf("%s; retried stronger: %d in flight", note, d))
 	}, Start: func(ctx context.Context) (func() string, error) {
 		p := perturb.IO{Path: path, BlockSize: demoIOBlock, Depth: depth}
 		if err := p.Validate(); err != nil {
@@ -197,7 +230,8 @@ func IOInjection(path string) Injection {
 // file to slowUS, and puts the previous value back.
 func GPUInjection(control string, slowUS int) Injection {
 	return Injection{Name: "gpu", Cause: correlate.GPUSync.String(),
-		Start: controlFile(control, slowUS, "the CUDA stub's control file", "the stub's kernel time")}
+		Stronger: func() Injection { return GPUInjection(control, 2*slowUS) },
+		Start:    controlFile(control, slowUS, "the CUDA stub's control file", "the stub's kernel time")}
 }
 
 // ComputeInjection raises the server's own step work (llmsim's step
@@ -205,7 +239,8 @@ func GPUInjection(control string, slowUS int) Injection {
 // path must name server_compute; the union model has no such cause.
 func ComputeInjection(control string, us int) Injection {
 	return Injection{Name: "compute", Cause: critpath.ServerCompute.String(),
-		Start: controlFile(control, us, "the server's step control file", "the server's step work")}
+		Stronger: func() Injection { return ComputeInjection(control, 2*us) },
+		Start:    controlFile(control, us, "the server's step control file", "the server's step work")}
 }
 
 // controlFile is an injection's Start that writes us (µs) to a control
@@ -230,13 +265,15 @@ func controlFile(path string, us int, file, what string) func(context.Context) (
 // CPUs at its own nice level: the client reads late, and the
 // critical path must name client (the chunk waited in its socket); the
 // union model has no such cause.
-func ClientCPUInjection(cpus []int, nice int) Injection {
-	return Injection{Name: "client-cpu", Cause: critpath.Client.String(), Start: func(ctx context.Context) (func() string, error) {
+func ClientCPUInjection(cpus []int, nice int) Injection { return clientCPUInjection(cpus, nice, 1) }
+
+func clientCPUInjection(cpus []int, nice, perCPU int) Injection {
+	return Injection{Name: "client-cpu", Cause: critpath.Client.String(), Stronger: func() Injection { return clientCPUInjection(cpus, nice, 2*perCPU) }, Start: func(ctx context.Context) (func() string, error) {
 		p := perturb.CPU{CPUs: cpus, Nice: nice}
 		if err := p.Validate(); err != nil {
 			return nil, err
 		}
-		p.Threads = len(p.CPUs)
+		p.Threads = perCPU * len(p.CPUs)
 		return during(ctx, func(c context.Context) string {
 			r, err := p.RunProcess(c)
 			if err != nil {
@@ -254,10 +291,18 @@ const NetRateShare = 0.8
 // NetInjection shapes an interface with tbf during the phase. With no
 // n.Rate, the rate is NetRateShare of what the interface sent per second
 // in the baseline phase: a stream slower than its normal token rate.
-func NetInjection(n perturb.Net) Injection {
+func NetInjection(n perturb.Net) Injection { return netInjection(n, NetRateShare) }
+
+// netInjection shapes to share of the baseline's rate when n has none.
+func netInjection(n perturb.Net, share float64) Injection {
 	var baseBps float64
 	var baseErr error
-	inj := Injection{Name: "net", Cause: correlate.NetBackpressure.String(), Start: func(context.Context) (func() string, error) {
+	stronger := func() Injection {
+		m := n
+		m.Rate /= 2
+		return netInjection(m, share/2)
+	}
+	inj := Injection{Name: "net", Cause: correlate.NetBackpressure.String(), Stronger: stronger, Start: func(context.Context) (func() string, error) {
 		auto := ""
 		if n.Rate == 0 {
 			if baseBps <= 0 {
@@ -266,8 +311,8 @@ func NetInjection(n perturb.Net) Injection {
 				}
 				return nil, fmt.Errorf("choosing the shaping rate: %w: give --net-rate", baseErr)
 			}
-			n.Rate = uint64(max(baseBps*NetRateShare, 8000))
-			auto = fmt.Sprintf(" (%.0f%% of the %.3g Mbit/s of the baseline)", NetRateShare*100, baseBps/1e6)
+			n.Rate = uint64(max(baseBps*share, 8000))
+			auto = fmt.Sprintf(" (%.0f%% of the %.3g Mbit/s of the baseline)", share*100, baseBps/1e6)
 		}
 		s, err := n.Apply()
 		if err != nil {
@@ -336,7 +381,8 @@ func IfaceTxBytes(nsName, iface string) (uint64, error) {
 
 // ClientInjection makes one request a slow reader that stops for d.
 func ClientInjection(d time.Duration) Injection {
-	return Injection{Name: "client", Cause: correlate.NetBackpressure.String(), SlowRead: d}
+	return Injection{Name: "client", Cause: correlate.NetBackpressure.String(), SlowRead: d,
+		Stronger: func() Injection { return ClientInjection(2 * d) }}
 }
 
 // during runs fn until the returned stop is called, and returns its report.
@@ -527,9 +573,13 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		normal = sumMs(cp.NormalITLMs)
 	}
 	v.MinAddedMs = MinAddedMs(normal)
+	if cfg.MinAddedMs > 0 {
+		v.MinAddedMs = cfg.MinAddedMs
+	}
 	if base, ok := byName["baseline"]; ok {
 		v.BaselineP50, v.BaselineP99 = base.P50ITLMs, base.P99ITLMs
 	}
+	var injOf []Injection // the injection of each row
 	for k, inj := range cfg.Injections {
 		p, ok := byName[inj.Name]
 		if !ok {
@@ -549,6 +599,49 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		}
 		row.Weak = row.AddedMs < v.MinAddedMs
 		row.Correct = !row.Weak && row.Attributed == row.Injected
+		v.Rows = append(v.Rows, row)
+		injOf = append(injOf, inj)
+	}
+	for try := 1; try <= cfg.RetryWeak && err == nil && ctx.Err() == nil; try++ {
+		var again []Injection
+		at := map[string]int{}
+		for i, row := range v.Rows {
+			if row.Weak && injOf[i].Stronger != nil {
+				s := injOf[i].Stronger()
+				again = append(again, s)
+				at[s.Name] = i
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		rc := cfg
+		rc.Injections, rc.RetryWeak = again, 0
+		rc.OutDir = filepath.Join(cfg.OutDir, fmt.Sprintf("retry-%d", try))
+		if cfg.Logger != nil {
+			cfg.Logger.Info("injections too weak to judge: once more, stronger", "retry", try, "injections", len(again), "dir", rc.OutDir)
+		}
+		rv, _, rerr := Validate(ctx, rc)
+		if rv == nil {
+			err = fmt.Errorf("retrying the injections too weak to judge: %w", rerr)
+			break
+		}
+		for _, r := range rv.Rows {
+			i := at[r.Injection]
+			r.Retry, r.RetryDir = try, rc.OutDir
+			r.Earlier = append(slices.Clone(v.Rows[i].Earlier), fmt.Sprintf("%s: added %.1f ms per tail gap", v.Rows[i].Achieved, v.Rows[i].AddedMs))
+			v.Rows[i] = r
+			for _, s := range again {
+				if s.Name == r.Injection {
+					injOf[i] = s
+				}
+			}
+		}
+		if rerr != nil {
+			err = rerr
+		}
+	}
+	for _, row := range v.Rows {
 		switch {
 		case row.Correct:
 			v.Correct++
@@ -559,7 +652,6 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 			v.Matrix[row.Injected] = map[string]int{}
 		}
 		v.Matrix[row.Injected][row.JudgedTop()]++
-		v.Rows = append(v.Rows, row)
 	}
 	if werr := v.write(res); werr != nil && err == nil {
 		err = werr

@@ -85,6 +85,51 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 	t.Errorf("attribution not validated: %v", last)
 }
 
+// An injection too weak to judge is run again, twice as strong, after a
+// baseline of its own, until it is judged: the stub's kernel raised by
+// 0.1 ms (2.0 to 2.1 ms) adds far less than the 15 ms a row needs here
+// (--min-added-ms, well above what a quiet phase's tail differs by);
+// doubled four times (33.6 ms) it adds more. The row that stands is the
+// retry's, gpu_sync on top, and it says what the weaker ones achieved.
+func TestValidateRetriesAWeakInjectionStronger(t *testing.T) {
+	privtest.Require(t)
+	privtest.RequireTool(t, "ip", "apt-get install iproute2")
+	simBinaries(t)
+	dir := t.TempDir()
+	code, stdout, stderr := runCLIChild("validate", "--sim", "--phase", "4s", "--rate", "4", "--out", dir, "--min-share", "0",
+		"--skip", "cpu,io,compute,client,net,client-cpu", "--gpu-kernel-us", "2100", "--retry-weak", "4", "--min-added-ms", "15")
+	t.Logf("exit %d:\n%s%s", code, stdout, stderr)
+	checkSimNetGone(t, stdout)
+	b, err := os.ReadFile(filepath.Join(dir, "validation.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v job.Validation
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Rows) != 1 || v.Rows[0].Injection != "gpu" {
+		t.Fatalf("rows %+v, want the gpu row alone", v.Rows)
+	}
+	r := v.Rows[0]
+	if r.Retry == 0 || len(r.Earlier) != r.Retry || !strings.Contains(r.Earlier[0], "to 2100 µs") {
+		t.Errorf("gpu row: retry %d, earlier %q: want a retry, and the 2.1 ms kernel among the earlier attempts", r.Retry, r.Earlier)
+	}
+	want := fmt.Sprintf("to %d µs", 2100<<r.Retry)
+	if !strings.Contains(r.Achieved, want) || r.RetryDir == "" {
+		t.Errorf("gpu row achieved %q in %q, want the kernel %s", r.Achieved, r.RetryDir, want)
+	}
+	if _, err := os.Stat(filepath.Join(r.RetryDir, "result.json")); err != nil {
+		t.Errorf("the retry's run: %v", err)
+	}
+	if r.Weak || r.JudgedTop() != "gpu_sync" || code != 0 {
+		t.Errorf("gpu row after %d retries: weak %v, top %s (%.0f%%, %.1f ms added per tail gap, at least %.1f): exit %d", r.Retry, r.Weak, r.JudgedTop(), 100*r.JudgedShare(), r.AddedMs, v.MinAddedMs, code)
+	}
+	if !strings.Contains(stdout, "too weak to judge before") {
+		t.Errorf("the output does not say the row was retried")
+	}
+}
+
 // The server's network namespace, its veth pair and the shaping go on
 // SIGTERM in the middle of the net phase and when the validation ends in
 // an error; after a SIGKILL the server dies with bpfbench and the next
