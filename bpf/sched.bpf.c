@@ -154,6 +154,12 @@ struct event {
 	/* Interrupt time on its CPU while it ran since its previous record
 	 * (with_irq_time), by enum irq_class. */
 	__u64 irq_ns[NR_IRQC];
+	/* Time it was on a CPU since its previous record that the scheduler
+	 * did not charge it (with_irq_time): switch-out less switch-in on the
+	 * clock, less its sum_exec_runtime's growth. With
+	 * PARAVIRT_TIME_ACCOUNTING, the hypervisor's steal; with
+	 * IRQ_TIME_ACCOUNTING, interrupts too. */
+	__u64 unaccounted_ns;
 };
 
 /* Force BTF emission for bpf2go -type. */
@@ -180,6 +186,9 @@ struct task_info {
 	__u32 irq_on; /* irq_in holds the CPU's sums at its switch-in */
 	__u64 irq_in[NR_IRQC];
 	__u64 irq_ns[NR_IRQC]; /* since its last record */
+	__u64 on_ts;            /* its switch-in (with_irq_time), 0: off */
+	__u64 exec_in;          /* its sum_exec_runtime then */
+	__u64 unaccounted_ns;   /* since its last record */
 };
 
 struct {
@@ -449,8 +458,15 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 			now = bpf_ktime_get_ns();
 			ti->offcpu_ts = now;
 			ti->offcpu_state = st;
-			if (with_irq_time)
+			if (with_irq_time) {
 				irq_out(ti);
+				/* update_curr charged prev before this tracepoint. */
+				__u64 exec = prev->se.sum_exec_runtime;
+				if (ti->on_ts && now > ti->on_ts && exec >= ti->exec_in &&
+				    now - ti->on_ts > exec - ti->exec_in)
+					ti->unaccounted_ns += (now - ti->on_ts) - (exec - ti->exec_in);
+				ti->on_ts = 0;
+			}
 			ti->wake_ctx = WAKE_NONE;
 			ti->holder_tid = 0;
 			if (with_wakers && runnable && next->pid != 0) {
@@ -494,8 +510,11 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 		return 0;
 	if (!now)
 		now = bpf_ktime_get_ns();
-	if (with_irq_time)
+	if (with_irq_time) {
 		irq_in(ti);
+		ti->on_ts = now;
+		ti->exec_in = next->se.sum_exec_runtime;
+	}
 	__u64 offcpu = 0;
 	__u32 st = STATE_NONE;
 	if (ti->offcpu_ts && now >= ti->offcpu_ts) {
@@ -586,9 +605,11 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	__builtin_memset(e->pad, 0, sizeof(e->pad));
 	e->irq_ns[IRQC_BLOCK] = ti->irq_ns[IRQC_BLOCK];
 	e->irq_ns[IRQC_NET] = ti->irq_ns[IRQC_NET];
+	e->unaccounted_ns = ti->unaccounted_ns;
 	pipe_submit(e, sizeof(*e));
 	ti->irq_ns[IRQC_BLOCK] = 0;
 	ti->irq_ns[IRQC_NET] = 0;
+	ti->unaccounted_ns = 0;
 
 	ti->last_rec = now;
 	ti->fold_runq_ns = 0;

@@ -127,6 +127,12 @@ type Span struct {
 	// switch-in record to this switch-in's switch-out. The scheduler counts
 	// that time as the thread's.
 	IRQBlockNs, IRQNetNs int64
+	// StealNs, beside them: the time the thread was on its CPU that the
+	// scheduler did not charge it, less those interrupts where the kernel
+	// charges interrupts apart (IRQ_TIME_ACCOUNTING): with
+	// PARAVIRT_TIME_ACCOUNTING, the hypervisor's steal (the vCPU ran
+	// nothing of the guest). The guest sees the thread running throughout.
+	StealNs int64
 }
 
 // Recorder receives spans from the sections' reader goroutines; it must be

@@ -231,10 +231,11 @@ func (c *critStream) setPort(port uint16, p critPort) {
 func (c *critStream) switchIn(off collectors.Span, rq *collectors.Span) {
 	th := critpath.Thread{Tid: off.Tid, Tgid: off.Tgid}
 	si := critpath.SwitchIn{Thread: th, Ts: off.End, OffCPU: off.End - off.Start, Left: critpath.Runnable,
-		IRQ: critpath.IRQTime{Block: off.IRQBlockNs, Net: off.IRQNetNs}}
+		IRQ: critpath.IRQTime{Block: off.IRQBlockNs, Net: off.IRQNetNs, Steal: off.StealNs}}
 	if rq != nil {
 		si.IRQ.Block += rq.IRQBlockNs
 		si.IRQ.Net += rq.IRQNetNs
+		si.IRQ.Steal += rq.StealNs
 	}
 	if off.HolderTid != 0 {
 		si.Holder = critpath.Thread{Tid: off.HolderTid, Tgid: off.HolderTgid, Comm: off.HolderComm}
@@ -395,6 +396,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	c.stats.DepthLimited, c.stats.Cycles, c.stats.Hops = st.DepthLimited, st.Cycles, st.Hops
 	c.stats.DataEdgesFollowed = st.DataEdges
 	c.stats.SiblingWaits, c.stats.Interrupts, c.stats.NoEdgeSleeps = st.SiblingWaits, st.Interrupts, st.NoEdgeSleeps
+	c.stats.Steals = st.Steals
 
 	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),

@@ -55,11 +55,11 @@ type packedSpan struct {
 	Tid, Tgid, WakerTid, WakerTgid         uint32
 	HolderTid, HolderTgid                  uint32
 	Detail, WakerComm, WakeCtx, HolderComm uint32
-	// IRQBlockNs, IRQNetNs saturate at 4.3 s (interrupt time within one
-	// running stretch).
-	IRQBlockNs, IRQNetNs uint32
-	Start, End, WakeTs   int64
-	Bytes                uint64
+	// IRQBlockNs, IRQNetNs, StealNs saturate at 4.3 s (interrupt and
+	// steal time within one running stretch).
+	IRQBlockNs, IRQNetNs, StealNs uint32
+	Start, End, WakeTs            int64
+	Bytes                         uint64
 }
 
 // spoolInterned bounds the strings looked up for reuse; past it, each new
@@ -110,7 +110,7 @@ func (q *spool) pushSpan(sp *collectors.Span) {
 		HolderTid: sp.HolderTid, HolderTgid: sp.HolderTgid,
 		Detail: q.intern(sp.Detail), WakerComm: q.intern(sp.WakerComm),
 		WakeCtx: q.intern(sp.WakeCtx), HolderComm: q.intern(sp.HolderComm),
-		IRQBlockNs: sat32(sp.IRQBlockNs), IRQNetNs: sat32(sp.IRQNetNs),
+		IRQBlockNs: sat32(sp.IRQBlockNs), IRQNetNs: sat32(sp.IRQNetNs), StealNs: sat32(sp.StealNs),
 		Start: sp.Start, End: sp.End, WakeTs: sp.WakeTs, Bytes: sp.Bytes,
 	}}
 	q.appendLocked(&e)
@@ -170,7 +170,7 @@ func (p *packedSpan) span(strs []string) collectors.Span {
 		HolderTid: p.HolderTid, HolderTgid: p.HolderTgid,
 		Detail: strs[p.Detail], WakerComm: strs[p.WakerComm],
 		WakeCtx: strs[p.WakeCtx], HolderComm: strs[p.HolderComm],
-		IRQBlockNs: int64(p.IRQBlockNs), IRQNetNs: int64(p.IRQNetNs),
+		IRQBlockNs: int64(p.IRQBlockNs), IRQNetNs: int64(p.IRQNetNs), StealNs: int64(p.StealNs),
 		Start: p.Start, End: p.End, WakeTs: p.WakeTs, Bytes: p.Bytes,
 	}
 }
@@ -194,8 +194,8 @@ func (q *spool) peakBytes() int64 {
 	return q.peak * spoolEntryBytes
 }
 
-// DefaultSpoolBytes is the spool's bound unless set: 2.8 million entries
-// of 96 bytes, about five minutes of a saturated llama-server's events.
+// DefaultSpoolBytes is the spool's bound unless set: 2.6 million entries
+// of 104 bytes, about five minutes of a saturated llama-server's events.
 const DefaultSpoolBytes = 256 << 20
 
 // processCPU is the CPU time this process has used, in seconds.

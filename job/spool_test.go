@@ -31,8 +31,8 @@ func TestSpoolRoundTrip(t *testing.T) {
 	}
 	// The bound's arithmetic (DefaultSpoolBytes' doc) and the garbage
 	// collector's indifference assume this layout.
-	if spoolEntryBytes != 96 {
-		t.Errorf("a spool entry is %d bytes, want 96: keep packedSpan's padding used", spoolEntryBytes)
+	if spoolEntryBytes != 104 {
+		t.Errorf("a spool entry is %d bytes, want 104: keep packedSpan's padding used", spoolEntryBytes)
 	}
 	var q spool
 	q.pushSpan(&sp)

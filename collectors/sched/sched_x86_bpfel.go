@@ -14,33 +14,34 @@ import (
 )
 
 type schedEvent struct {
-	_            structs.HostLayout
-	Ts           uint64
-	OffcpuNs     uint64
-	RunqNs       uint64
-	FoldRunqNs   uint64
-	FoldOffcpuNs [3]uint64
-	FoldRunqN    uint32
-	FoldN        uint32
-	Tgid         uint32
-	Tid          uint32
-	Cpu          uint32
-	State        uint8
-	HasRunq      uint8
-	Kind         uint8
-	Flags        uint8
-	Comm         [16]int8
-	WakeTs       uint64
-	WakerTid     uint32
-	WakerTgid    uint32
-	WakerComm    [16]int8
-	HolderTid    uint32
-	HolderTgid   uint32
-	HolderComm   [16]int8
-	WakeCtx      uint8
-	WakeVec      uint8
-	Pad          [6]uint8
-	IrqNs        [2]uint64
+	_             structs.HostLayout
+	Ts            uint64
+	OffcpuNs      uint64
+	RunqNs        uint64
+	FoldRunqNs    uint64
+	FoldOffcpuNs  [3]uint64
+	FoldRunqN     uint32
+	FoldN         uint32
+	Tgid          uint32
+	Tid           uint32
+	Cpu           uint32
+	State         uint8
+	HasRunq       uint8
+	Kind          uint8
+	Flags         uint8
+	Comm          [16]int8
+	WakeTs        uint64
+	WakerTid      uint32
+	WakerTgid     uint32
+	WakerComm     [16]int8
+	HolderTid     uint32
+	HolderTgid    uint32
+	HolderComm    [16]int8
+	WakeCtx       uint8
+	WakeVec       uint8
+	Pad           [6]uint8
+	IrqNs         [2]uint64
+	UnaccountedNs uint64
 }
 
 type schedHist struct {
@@ -73,26 +74,29 @@ type schedTarget struct {
 }
 
 type schedTaskInfo struct {
-	_            structs.HostLayout
-	OffcpuTs     uint64
-	LastRec      uint64
-	FoldRunqNs   uint64
-	FoldOffcpuNs [3]uint64
-	FoldRunqN    uint32
-	FoldN        uint32
-	OffcpuState  uint32
-	WakeCtx      uint32
-	WakeTs       uint64
-	WakerTid     uint32
-	WakerTgid    uint32
-	WakerComm    [16]int8
-	HolderTid    uint32
-	HolderTgid   uint32
-	HolderComm   [16]int8
-	WakeVec      uint32
-	IrqOn        uint32
-	IrqIn        [2]uint64
-	IrqNs        [2]uint64
+	_             structs.HostLayout
+	OffcpuTs      uint64
+	LastRec       uint64
+	FoldRunqNs    uint64
+	FoldOffcpuNs  [3]uint64
+	FoldRunqN     uint32
+	FoldN         uint32
+	OffcpuState   uint32
+	WakeCtx       uint32
+	WakeTs        uint64
+	WakerTid      uint32
+	WakerTgid     uint32
+	WakerComm     [16]int8
+	HolderTid     uint32
+	HolderTgid    uint32
+	HolderComm    [16]int8
+	WakeVec       uint32
+	IrqOn         uint32
+	IrqIn         [2]uint64
+	IrqNs         [2]uint64
+	OnTs          uint64
+	ExecIn        uint64
+	UnaccountedNs uint64
 }
 
 type schedUnixWrite struct {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"sync"
 	"text/tabwriter"
 
 	"github.com/bpfbench/bpfbench/collectors"
@@ -124,6 +125,22 @@ func (s *Section) WriteSummary(w io.Writer) {
 	tw.Flush()
 }
 
+// irqTimeAccounting is whether the kernel charges interrupt time apart
+// from the task it interrupted (CONFIG_IRQ_TIME_ACCOUNTING, read once
+// from /proc/config.gz or /boot/config-RELEASE; unknown: no).
+var irqTimeAccounting = sync.OnceValue(func() bool { return kernelConfig("CONFIG_IRQ_TIME_ACCOUNTING") == "y" })
+
+// stealOf is a switch-in record's time on the CPU that the scheduler did
+// not charge the thread, less the block and network interrupts it holds
+// where the kernel charges interrupts apart (they are counted there).
+func stealOf(e *Event) int64 {
+	u := int64(e.UnaccountedNs)
+	if irqTimeAccounting() {
+		u -= int64(e.IrqNs[IRQBlock] + e.IrqNs[IRQNet])
+	}
+	return max(u, 0)
+}
+
 // record turns an event into spans: a switch-in into the run-queue and
 // off-CPU spans it closes (the run-queue span first), with the waker of a
 // sleep and the holder of a preemption; a fork or exit of the target tree
@@ -160,7 +177,7 @@ func record(r collectors.Recorder, e *Event) {
 		sp := collectors.Span{Kind: collectors.SpanRunqueue, Start: end - int64(e.RunqNs), End: end, Tid: e.Tid, Blocking: true,
 			Tgid: e.Tgid, HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder, Client: client}
 		if !off {
-			sp.IRQBlockNs, sp.IRQNetNs = int64(e.IrqNs[IRQBlock]), int64(e.IrqNs[IRQNet])
+			sp.IRQBlockNs, sp.IRQNetNs, sp.StealNs = int64(e.IrqNs[IRQBlock]), int64(e.IrqNs[IRQNet]), stealOf(e)
 		}
 		r.Record(sp)
 	}
@@ -168,7 +185,7 @@ func record(r collectors.Recorder, e *Event) {
 		sp := collectors.Span{Kind: collectors.SpanOffCPU, Start: end - int64(e.OffcpuNs), End: end, Tid: e.Tid,
 			Detail: st.String(), Blocking: st == IOWait, Tgid: e.Tgid, Client: client,
 			HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder,
-			IRQBlockNs: int64(e.IrqNs[IRQBlock]), IRQNetNs: int64(e.IrqNs[IRQNet])}
+			IRQBlockNs: int64(e.IrqNs[IRQBlock]), IRQNetNs: int64(e.IrqNs[IRQNet]), StealNs: stealOf(e)}
 		if ctx := WakeContext(e.WakeCtx); ctx != WakeNone && st != Preempted {
 			sp.WakeTs = int64(e.WakeTs)
 			sp.WakeCtx = wakeCtxName(ctx, e.WakeVec)

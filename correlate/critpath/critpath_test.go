@@ -777,3 +777,35 @@ func TestRunqueueBehindTheBlockWorker(t *testing.T) {
 		}
 	}
 }
+
+// Steal inside a running stretch is the thread waiting for a physical
+// CPU while the guest saw it running: its share of the part walked is
+// cpu_runqueue held by the hypervisor, after the interrupts' shares, and
+// the hypervisor is a noisy neighbour.
+func TestStealInRunning(t *testing.T) {
+	run := seg(thA, Running, 0, 40)
+	run.IRQ = IRQTime{Block: 8 * ms, Steal: 16 * ms}
+	g := only(t, []Segment{run}, nil,
+		[]Send{{Time: 40 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 45 * ms, Port: port}},
+		Read{Request: 1, Index: 2, Port: port, Start: 20 * ms, End: 50 * ms})
+	checkSteps(t, g, []Step{
+		step(20, 28, thA, Running, ServerCompute, 0),
+		step(28, 32, thA, Running, IOBlock, 0).with(Thread{}, 0, NoteIRQBlock),
+		step(32, 40, thA, Running, CPURunqueue, 0).with(Hypervisor, 0, NoteSteal),
+		step(40, 45, Thread{}, None, NetBackpressure, 0),
+		step(45, 50, Thread{}, None, Client, 0),
+	})
+	var a Aggregate
+	a.Add(g)
+	if nb := a.Neighbours(); len(nb) != 1 || nb[0].Process != Hypervisor || nb[0].Ns != 8*ms {
+		t.Errorf("neighbours %+v, want the hypervisor, 8 ms", nb)
+	}
+	run.IRQ = IRQTime{Block: 30 * ms, Steal: 30 * ms}
+	g = only(t, []Segment{run}, nil,
+		[]Send{{Time: 40 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 40 * ms, Port: port}},
+		Read{Request: 1, Index: 2, Port: port, Start: 20 * ms, End: 40 * ms})
+	if g.Ns[IOBlock] != 15*ms || g.Ns[CPURunqueue] != 5*ms || g.Ns[ServerCompute] != 0 {
+		t.Errorf("io_block %d ms, cpu_runqueue %d ms, server_compute %d ms: want 15, 5 and 0 (the interrupts first, the steal to what is left)",
+			g.Ns[IOBlock]/ms, g.Ns[CPURunqueue]/ms, g.Ns[ServerCompute]/ms)
+	}
+}

@@ -96,6 +96,7 @@ type Stats struct {
 	DataEdges                            uint64 // walks that followed data to its writer (Data)
 	SiblingWaits                         uint64 // running steps given to a sibling thread's wait for a CPU
 	Interrupts                           uint64 // running steps that gave a part to block or network interrupts
+	Steals                               uint64 // running steps that gave a part to the hypervisor's steal
 	// NoEdgeSleeps: sleeps with no wakeup edge to follow (a timer, an
 	// outside task, an unknown waker) covered, in part at least, by the
 	// states of the server's other threads meanwhile (timedwait.go).

@@ -180,7 +180,15 @@ type Segment struct {
 type IRQTime struct {
 	Block int64 // io_block
 	Net   int64 // net_backpressure
+	// Steal is the time the thread was on its CPU that the scheduler did
+	// not charge it: with PARAVIRT_TIME_ACCOUNTING, the hypervisor ran
+	// something else on the vCPU (steal). cpu_runqueue, held by
+	// Hypervisor: the thread waited for a physical CPU.
+	Steal int64
 }
+
+// Hypervisor holds a vCPU while it is stolen (IRQTime.Steal).
+var Hypervisor = Thread{Comm: "hypervisor (steal)"}
 
 // CUDACall is a blocking CUDA call (cudaStreamSynchronize, cuMemcpyDtoH,
 // ...) on a thread, from entry to return (uprobe and uretprobe).

@@ -38,7 +38,7 @@ func (s Step) Duration() int64 { return s.End - s.Start }
 func (s Step) Detail() string {
 	var d string
 	switch {
-	case s.State == Runnable && s.Cause == CPURunqueue:
+	case s.State == Runnable && (s.Cause == CPURunqueue || s.Other != (Thread{})):
 		d = "holder unknown"
 		if s.Other != (Thread{}) {
 			d = s.Other.String()
@@ -80,6 +80,7 @@ const (
 	NoteSiblingWait  = "a thread of the same process waited for a CPU"
 	NoteIRQBlock     = "block interrupts on its CPU"
 	NoteIRQNet       = "network interrupts on its CPU"
+	NoteSteal        = "its vCPU stolen by the hypervisor"
 	NoteBlockWorker  = "the block layer's worker held its CPU"
 )
 
@@ -358,7 +359,7 @@ func (e *Engine) running(h *history, sg *Segment, x, y int64, depth int) {
 			e.emit(st)
 			return
 		}
-		var irq [2]Step
+		var irq [3]Step
 		if sg != nil {
 			st, irq = e.interrupts(sg, st)
 		}
@@ -374,11 +375,13 @@ func (e *Engine) running(h *history, sg *Segment, x, y int64, depth int) {
 }
 
 // interrupts takes from the end of st, a part of sg, its share of sg's
-// interrupt time (IRQTime: where in the segment they ran is not known),
-// as io_block for block devices and net_backpressure for the network:
-// the server lost that time to the disk or the link, on its own CPU.
-func (e *Engine) interrupts(sg *Segment, st Step) (Step, [2]Step) {
-	var out [2]Step
+// interrupt and steal time (IRQTime: where in the segment they ran is not
+// known), as io_block for block devices and net_backpressure for the
+// network (the server lost that time to the disk or the link, on its own
+// CPU), and as cpu_runqueue held by the hypervisor for steal (the thread
+// waited for a physical CPU while the guest saw it running).
+func (e *Engine) interrupts(sg *Segment, st Step) (Step, [3]Step) {
+	var out [3]Step
 	seg, d := sg.End-sg.Start, st.End-st.Start
 	if sg.IRQ == (IRQTime{}) || seg <= 0 || d <= 0 {
 		return st, out
@@ -389,16 +392,19 @@ func (e *Engine) interrupts(sg *Segment, st Step) (Step, [2]Step) {
 		}
 		return int64(float64(min(ns, seg)) * float64(d) / float64(seg))
 	}
-	blk, net := share(sg.IRQ.Block), share(sg.IRQ.Net)
-	if blk+net > d {
-		net = d - blk
-	}
+	blk, net, steal := share(sg.IRQ.Block), share(sg.IRQ.Net), share(sg.IRQ.Steal)
+	net = min(net, d-blk)
+	steal = min(steal, d-blk-net)
 	end := st.End
-	st.End -= blk + net
+	st.End -= blk + net + steal
 	out[0] = Step{Start: st.End, End: st.End + blk, Thread: st.Thread, State: Running, Cause: IOBlock, Depth: st.Depth, Note: NoteIRQBlock}
-	out[1] = Step{Start: st.End + blk, End: end, Thread: st.Thread, State: Running, Cause: NetBackpressure, Depth: st.Depth, Note: NoteIRQNet}
+	out[1] = Step{Start: st.End + blk, End: st.End + blk + net, Thread: st.Thread, State: Running, Cause: NetBackpressure, Depth: st.Depth, Note: NoteIRQNet}
+	out[2] = Step{Start: st.End + blk + net, End: end, Thread: st.Thread, State: Running, Cause: CPURunqueue, Depth: st.Depth, Other: Hypervisor, Note: NoteSteal}
 	if blk+net > 0 {
 		e.stats.Interrupts++
+	}
+	if steal > 0 {
+		e.stats.Steals++
 	}
 	return st, out
 }

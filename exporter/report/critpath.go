@@ -182,6 +182,9 @@ type CriticalStats struct {
 	// Interrupts: running steps that gave a part of their time to the block
 	// or network interrupts that ran on the thread's CPU meanwhile.
 	Interrupts uint64 `json:"interrupts"`
+	// Steals: running steps that gave a part to the hypervisor's steal
+	// (cpu_runqueue, held by "hypervisor (steal)").
+	Steals uint64 `json:"steals,omitempty"`
 	// NoEdgeSleeps: sleeps of a critical-path thread with no wakeup edge to
 	// follow (a timer, a timeout, an outside waker), given the states of
 	// the server's other threads meanwhile (DESIGN.md, "Timed waits and
