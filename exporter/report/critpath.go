@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/bpfbench/bpfbench/correlate/critpath"
 )
 
 // CriticalPath is result.json's "critical_path": each token gap's critical
@@ -76,10 +78,14 @@ type NoisyNeighbour struct {
 	Target bool `json:"target,omitempty"`
 }
 
-// Label is the process, "(the server)" after a followed one.
+// Label is the process, "(the server)" after a followed one, and what
+// its time was counted as where that is not cpu_runqueue.
 func (nb NoisyNeighbour) Label() string {
-	if nb.Target {
+	switch {
+	case nb.Target:
 		return nb.Process + " (the server)"
+	case critpath.BlockWorker(nb.Comm):
+		return nb.Process + " (the block layer's worker: io_block)"
 	}
 	return nb.Process
 }
