@@ -54,6 +54,18 @@ var DemoPhases = []string{"baseline", "cpu contention", "disk contention", "gpu 
 // settling time belongs to no phase.
 func DemoSettle(phase time.Duration) time.Duration { return min(phase/3, 3*time.Second) }
 
+// settleOutside ends the current phase and waits d outside any phase (the
+// server settling after an injection); false when ctx ends first.
+func settleOutside(ctx context.Context, marks *PhaseMarks, d time.Duration) bool {
+	marks.End()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
 // demoSettles counts the settling periods: after the cpu, disk and gpu
 // phases.
 const demoSettles = 3
@@ -236,15 +248,7 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 				return true
 			}
 		}
-		settle := func() bool {
-			marks.End()
-			select {
-			case <-ctx.Done():
-				return false
-			case <-time.After(DemoSettle(cfg.Phase)):
-				return true
-			}
-		}
+		settle := func() bool { return settleOutside(ctx, marks, DemoSettle(cfg.Phase)) }
 		while := func(i int, fn func(context.Context) string) bool {
 			pctx, cancel := context.WithCancel(ctx)
 			done := make(chan string, 1)

@@ -461,11 +461,12 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	for i := range reqs {
 		reqs[i].OffsetNs = -1
 	}
+	slow := make([]int, len(cfg.Injections)) // each slow-reading injection's request
 	for k, inj := range cfg.Injections {
 		if inj.SlowRead > 0 {
-			slow := firstOf(k) + slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
-			reqs[slow].OutputLen = max(3*cfg.OutputLen, 200)
-			reqs[slow].SlowRead = inj.SlowRead
+			slow[k] = firstOf(k) + slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
+			reqs[slow[k]].OutputLen = max(3*cfg.OutputLen, 200)
+			reqs[slow[k]].SlowRead = inj.SlowRead
 		}
 	}
 	load := cfg.Load
@@ -522,7 +523,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 				}
 				stop = s
 			} else if inj.SlowRead > 0 {
-				achieved[k] = fmt.Sprintf("request %d stops reading for %v after its first token", firstOf(k)+slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead), inj.SlowRead)
+				achieved[k] = fmt.Sprintf("request %d stops reading for %v after its first token", slow[k], inj.SlowRead)
 			}
 			ok := wait()
 			if stop != nil {
@@ -535,13 +536,8 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 			// injection: the requests an injection slowed are still in
 			// flight when it stops, a larger batch than the rate keeps,
 			// and their extra steps would be the next phase's compute.
-			if k+1 < len(cfg.Injections) {
-				marks.End()
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(settle):
-				}
+			if k+1 < len(cfg.Injections) && !settleOutside(ctx, marks, settle) {
+				return
 			}
 		}
 	}
@@ -604,12 +600,12 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	}
 	for try := 1; try <= cfg.RetryWeak && err == nil && ctx.Err() == nil; try++ {
 		var again []Injection
-		at := map[string]int{}
+		at := map[string]int{} // an injection's name: its row
 		for i, row := range v.Rows {
 			if row.Weak && injOf[i].Stronger != nil {
-				s := injOf[i].Stronger()
-				again = append(again, s)
-				at[s.Name] = i
+				injOf[i] = injOf[i].Stronger()
+				again = append(again, injOf[i])
+				at[injOf[i].Name] = i
 			}
 		}
 		if len(again) == 0 {
@@ -631,11 +627,6 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 			r.Retry, r.RetryDir = try, rc.OutDir
 			r.Earlier = append(slices.Clone(v.Rows[i].Earlier), fmt.Sprintf("%s: added %.1f ms per tail gap", v.Rows[i].Achieved, v.Rows[i].AddedMs))
 			v.Rows[i] = r
-			for _, s := range again {
-				if s.Name == r.Injection {
-					injOf[i] = s
-				}
-			}
 		}
 		if rerr != nil {
 			err = rerr
