@@ -64,6 +64,12 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define TASK_INTERRUPTIBLE 0x0001
 #define TASK_UNINTERRUPTIBLE 0x0002
 #define TASK_NOLOAD 0x0400
+/* Stopped states: a group stop (SIGSTOP, SIGTSTP), a ptrace stop, the
+ * system or cgroup v1 freezer (TASK_FROZEN since 6.1). The cgroup v2
+ * freezer sleeps interruptibly with task_struct.frozen set. */
+#define __TASK_STOPPED 0x0004
+#define __TASK_TRACED 0x0008
+#define TASK_FROZEN 0x8000
 
 /* The preempt count's fields (include/linux/preempt.h). */
 #define SOFTIRQ_OFFSET 0x100
@@ -98,8 +104,9 @@ enum offcpu_state {
 	STATE_PREEMPTED = 0, /* left the CPU runnable */
 	STATE_IOWAIT = 1,    /* uninterruptible sleep (D) */
 	STATE_SLEEP = 2,     /* interruptible sleep (S), or idle kernel waits */
-	STATE_NONE = 3,      /* no off-CPU interval known (first sight) */
-	NR_STATES = 3,
+	STATE_STOPPED = 3,   /* stopped (T, t) or frozen: not running by order */
+	STATE_NONE = 4,      /* no off-CPU interval known (first sight) */
+	NR_STATES = 4,
 };
 
 /* Interrupt time classes (with_irq_time): what the interrupt served. */
@@ -403,6 +410,17 @@ static __always_inline bool keep_wakeup(struct task_info *ti, __u32 tgid, __u64 
 	       (ti->wake_ctx == WAKE_HARDIRQ && ti->wake_vec == HARDIRQ_NET);
 }
 
+/* stopped says whether prev left its CPU stopped rather than asleep: a
+ * stop signal, a tracer, or a freezer (a paused container). */
+static __always_inline bool stopped(struct task_struct *prev, unsigned int prev_state)
+{
+	if (prev_state & (__TASK_STOPPED | __TASK_TRACED | TASK_FROZEN))
+		return true;
+	if (bpf_core_field_exists(prev->frozen))
+		return BPF_CORE_READ_BITFIELD(prev, frozen);
+	return false;
+}
+
 static __always_inline bool foldable(__u64 runq, __u8 has_runq, __u32 st, __u64 offcpu)
 {
 	if (has_runq && runq >= fold_runq_ns)
@@ -413,6 +431,8 @@ static __always_inline bool foldable(__u64 runq, __u8 has_runq, __u32 st, __u64 
 		return offcpu < fold_offcpu_ns;
 	case STATE_SLEEP:
 		return offcpu < fold_sleep_ns;
+	case STATE_STOPPED:
+		return false;
 	}
 	return true;
 }
@@ -452,6 +472,8 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 			__u32 st = STATE_SLEEP;
 			if (runnable)
 				st = STATE_PREEMPTED;
+			else if (stopped(prev, prev_state))
+				st = STATE_STOPPED;
 			else if ((prev_state & TASK_UNINTERRUPTIBLE) &&
 				 !(prev_state & TASK_NOLOAD))
 				st = STATE_IOWAIT;
@@ -559,6 +581,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	e->fold_offcpu_ns[0] = ti->fold_offcpu_ns[0];
 	e->fold_offcpu_ns[1] = ti->fold_offcpu_ns[1];
 	e->fold_offcpu_ns[2] = ti->fold_offcpu_ns[2];
+	e->fold_offcpu_ns[3] = ti->fold_offcpu_ns[3];
 	e->fold_runq_n = ti->fold_runq_n;
 	e->fold_n = ti->fold_n;
 	e->tgid = tgid;
@@ -616,6 +639,7 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	ti->fold_offcpu_ns[0] = 0;
 	ti->fold_offcpu_ns[1] = 0;
 	ti->fold_offcpu_ns[2] = 0;
+	ti->fold_offcpu_ns[3] = 0;
 	ti->fold_runq_n = 0;
 	ti->fold_n = 0;
 	return 0;

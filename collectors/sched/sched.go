@@ -30,8 +30,12 @@ const (
 	Preempted State = 0 // left the CPU still runnable
 	IOWait    State = 1 // uninterruptible sleep (D), usually IO
 	Sleep     State = 2 // interruptible sleep (S)
-	None      State = 3 // no off-CPU interval known
-	NumStates       = 3
+	// Stopped: a stop signal (SIGSTOP, SIGTSTP), a tracer (ptrace) or a
+	// freezer (the cgroup freezer of a paused container) held it off
+	// the CPU.
+	Stopped   State = 3
+	None      State = 4 // no off-CPU interval known
+	NumStates       = 4
 )
 
 func (s State) String() string {
@@ -42,6 +46,8 @@ func (s State) String() string {
 		return "io_wait"
 	case Sleep:
 		return "sleep"
+	case Stopped:
+		return "stopped"
 	}
 	return "none"
 }

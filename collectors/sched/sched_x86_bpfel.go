@@ -19,7 +19,7 @@ type schedEvent struct {
 	OffcpuNs      uint64
 	RunqNs        uint64
 	FoldRunqNs    uint64
-	FoldOffcpuNs  [3]uint64
+	FoldOffcpuNs  [4]uint64
 	FoldRunqN     uint32
 	FoldN         uint32
 	Tgid          uint32
@@ -78,7 +78,7 @@ type schedTaskInfo struct {
 	OffcpuTs      uint64
 	LastRec       uint64
 	FoldRunqNs    uint64
-	FoldOffcpuNs  [3]uint64
+	FoldOffcpuNs  [4]uint64
 	FoldRunqN     uint32
 	FoldN         uint32
 	OffcpuState   uint32

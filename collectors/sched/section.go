@@ -96,8 +96,12 @@ func (s *Section) WriteSummary(w io.Writer) {
 	l := sum.RunqueueLatency
 	fmt.Fprintf(w, "Scheduler\n  run-queue latency: %d waits, p50 %s, p99 %s, max %s, total %s\n",
 		l.Count, bpfutil.Dur(l.P50), bpfutil.Dur(l.P99), bpfutil.Dur(l.Max), bpfutil.Dur(l.Sum))
-	fmt.Fprintf(w, "  off-CPU: preempted %s, io_wait (D) %s, sleep (S) %s\n",
+	fmt.Fprintf(w, "  off-CPU: preempted %s, io_wait (D) %s, sleep (S) %s",
 		bpfutil.Dur(sum.OffCPU.Preempted), bpfutil.Dur(sum.OffCPU.IOWait), bpfutil.Dur(sum.OffCPU.Sleep))
+	if sum.OffCPU.Stopped > 0 {
+		fmt.Fprintf(w, ", stopped (a stop signal, a tracer or a freezer) %s", bpfutil.Dur(sum.OffCPU.Stopped))
+	}
+	fmt.Fprintln(w)
 	if wk := sum.Wakeups; wk != nil {
 		hard := strconv.FormatUint(wk.Hardirq, 10)
 		if len(wk.HardirqKinds) > 0 {

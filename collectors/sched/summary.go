@@ -23,6 +23,8 @@ type OffCPU struct {
 	Preempted float64 `json:"preempted"`
 	IOWait    float64 `json:"io_wait"`
 	Sleep     float64 `json:"sleep"`
+	// Stopped: stopped by a signal or a tracer, or frozen.
+	Stopped float64 `json:"stopped,omitempty"`
 }
 
 // Thread is one thread's share of a summary.
@@ -230,7 +232,7 @@ func (a *Aggregator) Reset() {
 func secs(ns uint64) float64 { return float64(ns) / 1e9 }
 
 func offcpuOf(ns [NumStates]uint64) OffCPU {
-	return OffCPU{Preempted: secs(ns[Preempted]), IOWait: secs(ns[IOWait]), Sleep: secs(ns[Sleep])}
+	return OffCPU{Preempted: secs(ns[Preempted]), IOWait: secs(ns[IOWait]), Sleep: secs(ns[Sleep]), Stopped: secs(ns[Stopped])}
 }
 
 // Summary reports what was aggregated, with up to maxThreads threads

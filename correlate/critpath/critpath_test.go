@@ -487,7 +487,7 @@ func TestBaselineOfAndJSON(t *testing.T) {
 }
 
 func TestCauseNames(t *testing.T) {
-	want := "cpu_runqueue io_block gpu_sync net_backpressure server_compute server_sleep client unexplained"
+	want := "cpu_runqueue io_block gpu_sync net_backpressure server_compute server_sleep server_stopped client unexplained"
 	if got := strings.Join(CauseNames(), " "); got != want {
 		t.Errorf("%s", got)
 	}
@@ -807,5 +807,33 @@ func TestStealInRunning(t *testing.T) {
 	if g.Ns[IOBlock] != 15*ms || g.Ns[CPURunqueue] != 5*ms || g.Ns[ServerCompute] != 0 {
 		t.Errorf("io_block %d ms, cpu_runqueue %d ms, server_compute %d ms: want 15, 5 and 0 (the interrupts first, the steal to what is left)",
 			g.Ns[IOBlock]/ms, g.Ns[CPURunqueue]/ms, g.Ns[ServerCompute]/ms)
+	}
+}
+
+// A sender stopped (SIGSTOP, a tracer, a freezer) on the path: the stop
+// is server_stopped, who resumed it is named and not walked.
+func TestStoppedOnThePath(t *testing.T) {
+	kill := Thread{Tid: 900, Tgid: 900, Comm: "kill"}
+	stop := seg(thA, Stopped, 10, 60)
+	stop.Wake = Wake{Kind: WakeThread, Waker: kill}
+	g := only(t, []Segment{
+		seg(thA, Running, 0, 10),
+		stop,
+		runq(thA, 60, 62),
+		seg(thA, Running, 62, 100),
+		seg(kill, Running, 0, 100), // not a target's: never walked
+	}, nil, []Send{{Time: 80 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 80 * ms, Port: port}},
+		Read{Request: 2, Index: 1, Port: port, Start: 0, End: 80 * ms})
+	checkSteps(t, g, []Step{
+		step(0, 10, thA, Running, ServerCompute, 0),
+		step(10, 60, thA, Stopped, ServerStopped, 0).with(kill, WakeThread, ""),
+		step(60, 62, thA, Runnable, CPURunqueue, 0),
+		step(62, 80, thA, Running, ServerCompute, 0),
+	})
+	if d := g.Steps[1].Detail(); d != "resumed by kill[900]" {
+		t.Errorf("detail %q", d)
+	}
+	if g.Ns[ServerStopped] != 50*ms {
+		t.Errorf("server_stopped %d ms", g.Ns[ServerStopped]/ms)
 	}
 }

@@ -97,6 +97,7 @@ type Stats struct {
 	SiblingWaits                         uint64 // running steps given to a sibling thread's wait for a CPU
 	Interrupts                           uint64 // running steps that gave a part to block or network interrupts
 	Steals                               uint64 // running steps that gave a part to the hypervisor's steal
+	Stopped                              uint64 // steps of a thread stopped (a stop signal, a tracer, a freezer)
 	// NoEdgeSleeps: sleeps with no wakeup edge to follow (a timer, an
 	// outside task, an unknown waker) covered, in part at least, by the
 	// states of the server's other threads meanwhile (timedwait.go).
@@ -269,7 +270,7 @@ func (e *Engine) thread(tid uint32) *history {
 
 // AddSegment adds a state segment of a target thread.
 func (e *Engine) AddSegment(s Segment) {
-	if s.End <= s.Start || s.State == None || s.State > Sleep {
+	if s.End <= s.Start || s.State == None || s.State > Stopped {
 		e.stats.Events++
 		e.stats.Malformed++
 		return

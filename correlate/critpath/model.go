@@ -34,12 +34,13 @@ const (
 	NetBackpressure = Cause(correlate.NetBackpressure) // the chunk in flight, or waiting on this connection
 	ServerCompute   = Cause(correlate.NumCauses) + iota - 4
 	ServerSleep     // asleep until a timer or an outside process
+	ServerStopped   // stopped: a stop signal, a tracer or a freezer
 	Client          // the chunk in the client's socket, not yet read
 	Unexplained     // no event covers it
 	NumCauses
 )
 
-var extraNames = [...]string{"server_compute", "server_sleep", "client", "unexplained"}
+var extraNames = [...]string{"server_compute", "server_sleep", "server_stopped", "client", "unexplained"}
 
 func (c Cause) String() string {
 	if c < Cause(correlate.NumCauses) {
@@ -105,9 +106,14 @@ const (
 	Runnable       // TASK_RUNNING, waiting for a CPU
 	IOWait         // TASK_UNINTERRUPTIBLE (D)
 	Sleep          // TASK_INTERRUPTIBLE (S), ended by a wakeup
+	// Stopped: held off the CPU by order, not by a wait of its own: a
+	// stop signal (SIGSTOP, SIGTSTP), a tracer's stop (ptrace), a
+	// freezer (the cgroup freezer of a paused container). Its Wake is
+	// who resumed it (SIGCONT, the tracer, the thaw).
+	Stopped
 )
 
-var stateNames = [...]string{"none", "running", "runnable", "io_wait", "sleep"}
+var stateNames = [...]string{"none", "running", "runnable", "io_wait", "sleep", "stopped"}
 
 func (s State) String() string {
 	if int(s) < len(stateNames) {
@@ -165,7 +171,7 @@ type Segment struct {
 	// the order they ran; their Ns may sum to less than the segment (the
 	// rest is runnable time with no holder known).
 	Holders []Holder
-	// Wake: for Sleep, what woke it at End.
+	// Wake: for Sleep and Stopped, what woke it at End.
 	Wake Wake
 	// IRQ: for Running, the interrupts that ran on its CPU meanwhile.
 	IRQ IRQTime

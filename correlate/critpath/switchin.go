@@ -10,9 +10,9 @@ type SwitchIn struct {
 	OffCPU int64
 	Runq   int64
 	// Left is the state it left the CPU in: Runnable (preempted), Sleep
-	// (S) or IOWait (D).
+	// (S), IOWait (D) or Stopped.
 	Left State
-	// Wake is what woke it (Left Sleep or IOWait).
+	// Wake is what woke it (Left Sleep, IOWait or Stopped).
 	Wake Wake
 	// Holder is the task that took its CPU (preempted) or ran on it last
 	// before it got the CPU back (woken); zero when unknown.
@@ -52,11 +52,11 @@ func (w *Switches) Segments(r SwitchIn, out []Segment) []Segment {
 		return []Holder{{r.Holder, ns}}
 	}
 	switch r.Left {
-	case Sleep, IOWait:
+	case Sleep, IOWait, Stopped:
 		woke := r.Ts - min(max(r.Runq, 0), r.OffCPU)
 		if woke > out0 {
 			s := Segment{Thread: r.Thread, State: r.Left, Start: out0, End: woke}
-			if r.Left == Sleep {
+			if r.Left != IOWait {
 				s.Wake = r.Wake
 			}
 			out = append(out, s)

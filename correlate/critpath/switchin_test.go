@@ -33,3 +33,23 @@ func TestSwitchesSegments(t *testing.T) {
 		t.Errorf("got %+v\nwant %+v", segs, want)
 	}
 }
+
+// A thread that left its CPU stopped: Stopped until it was resumed, the
+// resumer kept as its wake, then Runnable.
+func TestSwitchesStopped(t *testing.T) {
+	var w Switches
+	var segs []Segment
+	kill := Thread{Tid: 900, Tgid: 900, Comm: "kill"}
+	for _, r := range []SwitchIn{
+		{Thread: thA, Ts: 0, Left: Runnable},
+		{Thread: thA, Ts: 60 * ms, OffCPU: 50 * ms, Runq: 2 * ms, Left: Stopped, Wake: Wake{Kind: WakeThread, Waker: kill}},
+	} {
+		segs = w.Segments(r, segs)
+	}
+	stop := seg(thA, Stopped, 10, 58)
+	stop.Wake = Wake{Kind: WakeThread, Waker: kill}
+	want := []Segment{seg(thA, Running, 0, 10), stop, runq(thA, 58, 60)}
+	if !reflect.DeepEqual(segs, want) {
+		t.Errorf("got %+v\nwant %+v", segs, want)
+	}
+}

@@ -27,6 +27,9 @@ import (
 //
 // The ranks, the first that holds at an instant wins (ties: the lowest
 // tid):
+//  0. server_stopped: a thread stopped (a stop signal, a tracer, a
+//     freezer): whatever the sleeper waited for, the stopped thread could
+//     not do it;
 //  1. gpu_sync: a thread inside a blocking CUDA call (running or asleep):
 //     a device step is in flight and the server waits for its end; the
 //     probed calls are the synchronising ones, so this is seldom an
@@ -52,7 +55,8 @@ import (
 // threads the holder is most often the server itself (a runtime's threads
 // woken behind its engine's), so it comes after running.
 const (
-	rankGPU int32 = iota
+	rankStopped int32 = iota
+	rankGPU
 	rankRunqOutside
 	rankIO
 	rankCompute
@@ -221,6 +225,9 @@ func (e *Engine) claimSeg(o *history, sg *Segment, x, y int64, depth int) {
 	case IOWait:
 		st.Cause = IOBlock
 		e.claim(rankIO, st)
+	case Stopped:
+		st.Cause = ServerStopped
+		e.claim(rankStopped, st)
 	case Runnable:
 		// The holders laid out from the segment's start, as runnable does.
 		t := sg.Start

@@ -264,3 +264,22 @@ func TestTimedWaitIdleThreadEndsRunnable(t *testing.T) {
 		step(10, 60, sender, Sleep, ServerSleep, 0).with(Thread{}, WakeTimer, ""),
 	}, tail()...))
 }
+
+// The sender waits on a timer while the producer is stopped (a tracer
+// stopped one thread; the cgroup freezer, or a group stop, reached the
+// producer first): the stop comes before every other claim, even the
+// producer's running before it.
+func TestTimedWaitProducerStopped(t *testing.T) {
+	g := timedWait(t, Wake{Kind: WakeTimer},
+		seg(producer, Running, 0, 20),
+		seg(producer, Stopped, 20, 55),
+		seg(producer, Running, 55, 70),
+		runq(acceptor, 30, 40, Holder{stress, 10 * ms}),
+	)
+	checkSteps(t, g, append([]Step{
+		step(0, 10, sender, Running, ServerCompute, 0),
+		meanwhileStep(10, 20, producer, Running, ServerCompute),
+		meanwhileStep(20, 55, producer, Stopped, ServerStopped),
+		meanwhileStep(55, 60, producer, Running, ServerCompute),
+	}, tail()...))
+}

@@ -43,6 +43,13 @@ func (s Step) Detail() string {
 		if s.Other != (Thread{}) {
 			d = s.Other.String()
 		}
+	case s.State == Stopped:
+		switch {
+		case s.Wake == WakeThread:
+			d = "resumed by " + s.Other.String()
+		case s.End > s.Start:
+			d = "resumed by " + s.Wake.String()
+		}
 	case s.State == Sleep && s.Cause != GPUSync:
 		switch s.Wake {
 		case WakeThread:
@@ -336,6 +343,15 @@ func (e *Engine) piece(h *history, sg *Segment, x, y int64, depth int) {
 		e.runnable(h, sg, x, y, depth)
 	case IOWait:
 		e.emit(Step{Start: x, End: y, Thread: h.th, State: IOWait, Cause: IOBlock, Depth: depth})
+	case Stopped:
+		// Whatever it waited for, it could not go on: the stop is the
+		// cause, and who resumed it is named, not walked.
+		e.stats.Stopped++
+		st := Step{Start: x, End: y, Thread: h.th, State: Stopped, Cause: ServerStopped, Depth: depth, Wake: sg.Wake.Kind}
+		if sg.Wake.Kind == WakeThread {
+			st.Other = sg.Wake.Waker
+		}
+		e.emit(st)
 	case Sleep:
 		e.cudaSplit(h, x, y, func(x, y int64, call string) {
 			if call != "" {
