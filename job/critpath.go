@@ -246,6 +246,8 @@ func (c *critStream) switchIn(off collectors.Span, rq *collectors.Span) {
 			si.Left = critpath.IOWait
 		case "sleep":
 			si.Left = critpath.Sleep
+		case "stopped":
+			si.Left = critpath.Stopped
 		}
 		switch {
 		case rq != nil:
@@ -396,7 +398,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	c.stats.DepthLimited, c.stats.Cycles, c.stats.Hops = st.DepthLimited, st.Cycles, st.Hops
 	c.stats.DataEdgesFollowed = st.DataEdges
 	c.stats.SiblingWaits, c.stats.Interrupts, c.stats.NoEdgeSleeps = st.SiblingWaits, st.Interrupts, st.NoEdgeSleeps
-	c.stats.Steals = st.Steals
+	c.stats.Steals, c.stats.Stopped = st.Steals, st.Stopped
 
 	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),

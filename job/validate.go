@@ -707,7 +707,7 @@ func sumMs(m map[string]float64) float64 {
 // what the phase added to its slowest gaps.
 func (v *Validation) WriteMatrix(w io.Writer) {
 	short := map[string]string{"cpu_runqueue": "cpu_rq", "io_block": "io_blk", "gpu_sync": "gpu", "net_backpressure": "net_bp",
-		"server_compute": "compute", "server_sleep": "sleep", "client": "client", "unexplained": "unexpl"}
+		"server_compute": "compute", "server_sleep": "sleep", "server_stopped": "stopped", "client": "client", "unexplained": "unexpl"}
 	sh := func(c string) string {
 		if v, ok := short[c]; ok {
 			return v

@@ -33,6 +33,7 @@ var causeTable = map[string]causeInfo{
 var critCauses = map[string]causeInfo{
 	"server_compute": {"server_compute", "Server compute", "the server's threads running (its own work)", "#f2b701"},
 	"server_sleep":   {"server_sleep", "Server sleep", "the server asleep with none of its threads running or runnable (idle, or waiting on a timer or an outside event)", "#11a579"},
+	"server_stopped": {"server_stopped", "Server stopped", "the server stopped (a stop signal such as SIGSTOP, a debugger, or the cgroup freezer of a paused container)", "#e68310"},
 	"client":         {"client", "Client", "the load generator reading late (the client)", "#008695"},
 }
 
@@ -54,7 +55,7 @@ func causeOf(name string, i int) causeInfo {
 
 // knownCauses are the causes in the order the renders list them: the
 // critical path's (the activity model's are among them).
-var knownCauses = []string{"cpu_runqueue", "io_block", "gpu_sync", "net_backpressure", "server_compute", "server_sleep", "client", "unexplained"}
+var knownCauses = []string{"cpu_runqueue", "io_block", "gpu_sync", "net_backpressure", "server_compute", "server_sleep", "server_stopped", "client", "unexplained"}
 
 // causeOrder lists the known causes in their order, then any other name
 // found in the breakdowns, sorted.

@@ -191,6 +191,9 @@ type CriticalStats struct {
 	// Steals: running steps that gave a part to the hypervisor's steal
 	// (cpu_runqueue, held by "hypervisor (steal)").
 	Steals uint64 `json:"steals,omitempty"`
+	// Stopped: steps of a thread stopped by a signal or a tracer, or
+	// frozen (server_stopped).
+	Stopped uint64 `json:"stopped,omitempty"`
 	// NoEdgeSleeps: sleeps of a critical-path thread with no wakeup edge to
 	// follow (a timer, a timeout, an outside waker), given the states of
 	// the server's other threads meanwhile (DESIGN.md, "Timed waits and

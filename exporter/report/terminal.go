@@ -16,7 +16,7 @@ import (
 // shortCause names the causes in the terminal table's header.
 var shortCause = map[string]string{
 	"cpu_runqueue": "cpu_runq", "io_block": "io_block", "gpu_sync": "gpu_sync",
-	"net_backpressure": "net_bp", "server_compute": "compute", "server_sleep": "sleep",
+	"net_backpressure": "net_bp", "server_compute": "compute", "server_sleep": "sleep", "server_stopped": "stopped",
 	"client": "client", "unexplained": "unexpl",
 }
 
