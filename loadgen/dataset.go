@@ -204,6 +204,11 @@ func LoadDataset(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
 	return reqs, nil
 }
 
+// MaxPromptLen bounds an input length read from a prompts, trace or
+// length file (4Mi tokens, about 25 MB of synthetic prompt): a larger one
+// is a mistake in the file, and synthesizing it would exhaust memory.
+const MaxPromptLen = 1 << 22
+
 // jsonlRecord is one line of a prompts or trace file.
 type jsonlRecord struct {
 	Prompt    *string  `json:"prompt"`
@@ -242,6 +247,9 @@ func readJSONL(path string, defOut int, rng *rand.Rand, unit string) ([]Request,
 			return nil, false, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
 		q := Request{OffsetNs: -1, OutputLen: max(defOut, 1)}
+		if r.InputLen != nil && *r.InputLen > MaxPromptLen {
+			return nil, false, fmt.Errorf("%s:%d: input_len %d is over the %d tokens a prompt may have", path, line, *r.InputLen, MaxPromptLen)
+		}
 		prompt := r.Prompt
 		if prompt == nil {
 			prompt = r.Text
@@ -251,7 +259,7 @@ func readJSONL(path string, defOut int, rng *rand.Rand, unit string) ([]Request,
 			q.Prompt = *prompt
 			q.PromptLen = CountTokens(q.Prompt)
 			if r.InputLen != nil {
-				q.PromptLen = *r.InputLen
+				q.PromptLen = max(*r.InputLen, 1)
 			}
 		case r.InputLen != nil:
 			q.PromptLen = max(*r.InputLen, 1)

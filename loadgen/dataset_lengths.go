@@ -67,8 +67,8 @@ func ReadLengths(path string, seed uint64) (*Lengths, error) {
 			return nil, fmt.Errorf("%s:%d: %q: the file mixes single lengths and len,count lines", path, line, s)
 		}
 		n, err := strconv.Atoi(strings.TrimSpace(lenField))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("%s:%d: %q: want a positive integer length (one a line, or len,count)", path, line, s)
+		if err != nil || n < 1 || n > MaxPromptLen {
+			return nil, fmt.Errorf("%s:%d: %q: want a positive integer length up to %d (one a line, or len,count)", path, line, s, MaxPromptLen)
 		}
 		if !l.Histogram {
 			l.values = append(l.values, n)

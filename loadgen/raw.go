@@ -762,9 +762,16 @@ func (c *rconn) parseHead(h []byte) bool {
 	if !bytes.HasPrefix(line, []byte("HTTP/1.")) || len(line) < 12 || line[8] != ' ' {
 		return false
 	}
-	st, err := strconv.Atoi(string(line[9:12]))
-	if err != nil {
+	// Three digits, then the end or a space (Atoi would take "+20").
+	if len(line) > 12 && line[12] != ' ' || line[9] < '1' || line[9] > '9' {
 		return false
+	}
+	st := 0
+	for _, d := range line[9:12] {
+		if d < '0' || d > '9' {
+			return false
+		}
+		st = st*10 + int(d-'0')
 	}
 	c.status = st
 	c.keepAlive = line[7] == '1'
