@@ -465,14 +465,16 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 
 	/* The thread leaving the CPU: only targets keep state. */
 	if (prev->pid != 0 && (tgt = target_or_child(prev->tgid))) {
-		bool runnable = preempt || (prev_state & 0xff) == TASK_RUNNING;
+		/* TASK_FROZEN is above the low byte: test it first. */
+		bool stop = !preempt && stopped(prev, prev_state);
+		bool runnable = !stop && (preempt || (prev_state & 0xff) == TASK_RUNNING);
 		ti = bpf_task_storage_get(&task_infos, prev, 0,
 					  BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (ti) {
 			__u32 st = STATE_SLEEP;
 			if (runnable)
 				st = STATE_PREEMPTED;
-			else if (stopped(prev, prev_state))
+			else if (stop)
 				st = STATE_STOPPED;
 			else if ((prev_state & TASK_UNINTERRUPTIBLE) &&
 				 !(prev_state & TASK_NOLOAD))

@@ -25,6 +25,7 @@ func TestMain(m *testing.M) {
 	testproc.Register("spin2", childSpin2)
 	testproc.Register("sleep0", childSleep0)
 	testproc.Register("odirect", childODirect)
+	testproc.Register("stoppable", childStoppable)
 	testproc.Main()
 	os.Exit(m.Run())
 }
