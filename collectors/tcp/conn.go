@@ -1,18 +1,9 @@
 package tcp
 
 import (
-	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/bpfbench/bpfbench/internal/clock"
 )
@@ -21,7 +12,7 @@ func monoNow() uint64 { return uint64(clock.Now()) }
 
 // Conn is what is known of one followed connection: the kernel's
 // per-segment state (from the tracepoints) and the last tcp_info read
-// through socket diag.
+// at a refresh (sockets.go).
 type Conn struct {
 	Cookie uint64
 	Local  netip.AddrPort
@@ -122,15 +113,15 @@ func (c *Conn) fromInfo(s diagSocket, now time.Time) {
 		return
 	}
 	c.InfoTime = now
-	c.SrttUs, c.SndCwnd, c.Ssthresh = ti.Rtt, ti.Snd_cwnd, ti.Snd_ssthresh
-	c.Retransmits = max(c.Retransmits, ti.Total_retrans)
-	c.minWnd(ti.Snd_wnd)
-	c.RwndLimited = time.Duration(ti.Rwnd_limited) * time.Microsecond
-	c.SndbufLimited = time.Duration(ti.Sndbuf_limited) * time.Microsecond
-	c.Busy = time.Duration(ti.Busy_time) * time.Microsecond
-	c.NotsentBytes = ti.Notsent_bytes
-	c.BytesSent = ti.Bytes_sent
-	c.BytesReceived = ti.Bytes_received
+	c.SrttUs, c.SndCwnd, c.Ssthresh = ti.rtt, ti.sndCwnd, ti.sndSsthresh
+	c.Retransmits = max(c.Retransmits, ti.totalRetrans)
+	c.minWnd(ti.sndWnd)
+	c.RwndLimited = time.Duration(ti.rwndLimited) * time.Microsecond
+	c.SndbufLimited = time.Duration(ti.sndbufLimited) * time.Microsecond
+	c.Busy = time.Duration(ti.busyTime) * time.Microsecond
+	c.NotsentBytes = ti.notsentBytes
+	c.BytesSent = ti.bytesSent
+	c.BytesReceived = ti.bytesReceived
 }
 
 // EpisodeKind says what held a connection back.
@@ -250,129 +241,4 @@ func EpisodeOf(e *Event) (Episode, bool) {
 		return Episode{}, false
 	}
 	return ep, true
-}
-
-const tcpListen = 10 // TCP_LISTEN
-
-// diagSocket is one TCP socket of a target, from socket diag.
-type diagSocket struct {
-	cookie        uint64
-	netns         uint32
-	state         uint8
-	local, remote netip.AddrPort
-	info          *netlink.TCPInfo
-}
-
-// socketInodes lists the socket inodes pid holds open.
-func socketInodes(pid int) (map[uint32]bool, error) {
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("listing the sockets of pid %d: %w", pid, err)
-	}
-	out := map[uint32]bool{}
-	for _, e := range ents {
-		l, err := os.Readlink(filepath.Join(dir, e.Name()))
-		if err != nil {
-			continue
-		}
-		if s, ok := strings.CutPrefix(l, "socket:["); ok {
-			if n, err := strconv.ParseUint(strings.TrimSuffix(s, "]"), 10, 32); err == nil {
-				out[uint32(n)] = true
-			}
-		}
-	}
-	return out, nil
-}
-
-// netnsOf lists the network namespaces of pid's threads: inode -> a path to it.
-func netnsOf(pid int) map[uint32]string {
-	out := map[uint32]string{}
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, t := range tasks {
-		p := fmt.Sprintf("/proc/%d/task/%s/ns/net", pid, t.Name())
-		var st unix.Stat_t
-		if unix.Stat(p, &st) == nil {
-			if _, ok := out[uint32(st.Ino)]; !ok {
-				out[uint32(st.Ino)] = p
-			}
-		}
-	}
-	return out
-}
-
-func addrOf(ip []byte, port uint16) netip.AddrPort {
-	a, _ := netip.AddrFromSlice(ip)
-	return netip.AddrPortFrom(a.Unmap(), port)
-}
-
-// diagDumps caches, for one refresh, the socket diag dump of each network
-// namespace: the server and the load generator usually share one, and a
-// dump (every TCP socket of the namespace with its tcp_info) is most of
-// a refresh's cost.
-type diagDumps map[uint32][]*netlink.InetDiagTCPInfoResp
-
-// dump returns the TCP sockets of the network namespace ino (reached
-// through path), dumping them the first time.
-func (d diagDumps) dump(ino uint32, path string) ([]*netlink.InetDiagTCPInfoResp, bool, error) {
-	if r, ok := d[ino]; ok {
-		return r, true, nil
-	}
-	ns, err := netns.GetFromPath(path)
-	if err != nil {
-		return nil, false, nil // the thread exited
-	}
-	h, err := netlink.NewHandleAt(ns, unix.NETLINK_INET_DIAG)
-	ns.Close()
-	if err != nil {
-		return nil, false, fmt.Errorf("opening socket diag in network namespace %d: %w", ino, err)
-	}
-	defer h.Close()
-	var all []*netlink.InetDiagTCPInfoResp
-	for _, fam := range []uint8{unix.AF_INET, unix.AF_INET6} {
-		resp, err := h.SocketDiagTCPInfo(fam)
-		if err != nil && !errors.Is(err, netlink.ErrDumpInterrupted) {
-			return nil, false, fmt.Errorf("reading TCP sockets through socket diag: %w", err)
-		}
-		all = append(all, resp...)
-	}
-	d[ino] = all
-	return all, true, nil
-}
-
-// targetSockets lists pid's TCP sockets with their tcp_info, in every
-// network namespace its threads are in, from the refresh's dumps.
-func targetSockets(pid int, dumps diagDumps) ([]diagSocket, error) {
-	inodes, err := socketInodes(pid)
-	if err != nil {
-		return nil, err
-	}
-	if len(inodes) == 0 {
-		return nil, nil
-	}
-	var out []diagSocket
-	for ino, path := range netnsOf(pid) {
-		resp, ok, err := dumps.dump(ino, path)
-		if err != nil {
-			return nil, fmt.Errorf("pid %d: %w", pid, err)
-		}
-		if !ok {
-			continue
-		}
-		for _, r := range resp {
-			m := r.InetDiagMsg
-			if m == nil || !inodes[m.INode] {
-				continue
-			}
-			out = append(out, diagSocket{
-				cookie: cookieOf(m.ID.Cookie),
-				netns:  ino,
-				state:  m.State,
-				local:  addrOf(m.ID.Source, m.ID.SourcePort),
-				remote: addrOf(m.ID.Destination, m.ID.DestinationPort),
-				info:   r.TCPInfo,
-			})
-		}
-	}
-	return out, nil
 }

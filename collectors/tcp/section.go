@@ -48,6 +48,10 @@ type Connection struct {
 
 // Summary is the `tcp` section of `bpfbench attach`.
 type Summary struct {
+	// Error is why the last refresh could not read every target's sockets,
+	// and what to do: the connections are then those it could read (none,
+	// often), not all the target has.
+	Error       string       `json:"error,omitempty"`
 	Connections []Connection `json:"connections"`
 	// Data counts the send and arrival records (sessions).
 	Data *DataCounts `json:"data,omitempty"`
@@ -116,13 +120,11 @@ func (s *Section) Start(ctx context.Context) error {
 	if err := s.Collector.Start(ctx); err != nil {
 		return err
 	}
-	if err := s.SetTarget(uint32(s.pid), 1, true); err != nil {
-		s.Log().Warn("looking for the target's sockets", "pid", s.pid, "err", err)
-	}
+	// A refresh logs why it could not read sockets (once) and the summary
+	// says it; the other sections run either way.
+	_ = s.SetTarget(uint32(s.pid), 1, true)
 	if s.client {
-		if err := s.SetClient(uint32(os.Getpid()), ClientSlot); err != nil {
-			s.Log().Warn("following the load generator's sockets", "err", err)
-		}
+		_ = s.SetClient(uint32(os.Getpid()), ClientSlot)
 	}
 	return nil
 }
@@ -145,6 +147,9 @@ func (s *Section) summary() Summary {
 		return conns[i].Remote.String() < conns[j].Remote.String()
 	})
 	out := Summary{Connections: []Connection{}}
+	if err := s.SocketError(); err != nil {
+		out.Error = err.Error()
+	}
 	for _, c := range conns {
 		out.Connections = append(out.Connections, ConnectionOf(c))
 	}
@@ -182,6 +187,9 @@ func (s *Section) WriteSummary(w io.Writer) {
 	if d := sum.Data; d != nil {
 		fmt.Fprintf(w, "  sends %d records (%d bytes), client arrivals %d records (%d bytes), %d folded\n",
 			d.Sends, d.SendBytes, d.Arrivals, d.ArrivalBytes, d.Folded)
+	}
+	if sum.Error != "" {
+		fmt.Fprintf(w, "  cannot read every socket of the target: %s\n", sum.Error)
 	}
 	if len(sum.Connections) == 0 {
 		fmt.Fprintln(w, "  no connections")

@@ -6,11 +6,12 @@
 // and receive-queue drops (kfree_skb, sock_rcvqueue_full) where the kernel
 // has those tracepoints, enriched with the
 // kernel's own tcp_info (rwnd_limited, sndbuf_limited, busy time,
-// notsent bytes, bytes sent and received) through socket diag.
+// notsent bytes, bytes sent and received) read at each refresh.
 //
-// A target's sockets are found through socket diag (each socket's inode,
-// in every network namespace the target's threads are in) and the
-// target's /proc/<pid>/fd, and followed by socket cookie; connections
+// A target's sockets are found through its /proc/<pid>/fd and, in
+// bpfbench's own network namespace, socket diag (each socket's inode), in
+// another namespace its socket descriptors (pidfd_getfd), as sockets.go
+// says, and followed by socket cookie; connections
 // accepted on the target's listening ports are followed by the kernel from
 // the moment they are established. Client connections a target opens
 // between two refreshes are followed from the next refresh on.
@@ -27,6 +28,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -228,6 +230,10 @@ type Collector struct {
 	lastDump   time.Time
 	dumpPeriod time.Duration
 	unlistened bool // a server target had no listening socket at the last dump
+	closed     atomic.Bool
+	// sockErr is why the last dump could not read every target's sockets
+	// (nil: it could); it is logged when it changes.
+	sockErr error
 }
 
 // DumpCounts measure the socket dumps of the refreshes. A dump walks the
@@ -297,8 +303,14 @@ func (c *Collector) Start(context.Context) error {
 	if fold == 0 {
 		fold = DefaultSendFold
 	}
-	return c.Load(bpfutil.Object{Spec: loadTcp, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip,
-		Consts: map[string]any{tcpVarHostWide: c.cfg.HostWide, tcpVarSendFoldNs: uint64(max(fold, 0))}, Rename: rename})
+	if err := c.Load(bpfutil.Object{Spec: loadTcp, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip,
+		Consts: map[string]any{tcpVarHostWide: c.cfg.HostWide, tcpVarSendFoldNs: uint64(max(fold, 0))}, Rename: rename}); err != nil {
+		return err
+	}
+	// Runs before the objects close: a summary's refresh after Close still
+	// reads tcp_info, and its map updates fail without being errors.
+	c.OnClose(func() error { c.closed.Store(true); return nil })
+	return nil
 }
 
 // SetClient follows the TCP connections of tgid, the load generator, under
@@ -346,9 +358,7 @@ func (c *Collector) Run(ctx context.Context) error {
 			case <-rctx.Done():
 				return
 			case <-tk.C:
-				if err := c.refresh(false); err != nil {
-					c.Log().Warn("refreshing target sockets", "err", err)
-				}
+				_ = c.refresh(false) // logged there, once
 			}
 		}
 	}()
@@ -444,20 +454,21 @@ func (c *Collector) refresh(force bool) error {
 	c.mu.Unlock()
 	var errs []error
 	listens := map[tcpListenKey]struct{}{}
-	dumps := diagDumps{}
 	slots := map[uint32]bool{} // a server slot: does one of its processes listen?
 	runtime.LockOSThread()
 	cpu0 := threadCPU()
+	reader := newSockReader() // on this thread: its namespace is the one dumped without setns
 	for pid, ti := range targets {
 		if ti.client && ti.scanned {
 			continue
 		}
-		socks, err := targetSockets(int(pid), dumps)
+		socks, err := reader.sockets(int(pid))
 		if err != nil {
+			// Follow what could be read; a target whose sockets could not
+			// all be read does not count as one not listening yet.
 			errs = append(errs, err)
-			continue
 		}
-		if ti.client {
+		if err == nil && ti.client {
 			c.mu.Lock()
 			if t, ok := c.targets[pid]; ok && t.client {
 				t.scanned = true
@@ -469,7 +480,7 @@ func (c *Collector) refresh(force bool) error {
 		if ti.client {
 			flags |= bpfutil.TargetClient
 		}
-		if !ti.client {
+		if !ti.client && err == nil {
 			slots[ti.idx] = slots[ti.idx] || slices.ContainsFunc(socks, func(s diagSocket) bool { return s.state == tcpListen })
 		}
 		for _, s := range socks {
@@ -478,7 +489,7 @@ func (c *Collector) refresh(force bool) error {
 				if s.state != tcpListen {
 					v := tcpSockInfo{Idx: ti.idx, Flags: flags, SndWndMin: ^uint32(0)}
 					if err := c.objs.Socks.Update(s.cookie, v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-						errs = append(errs, fmt.Errorf("following client socket %v -> %v: %w", s.local, s.remote, err))
+						errs = c.mapErr(errs, fmt.Errorf("following client socket %v -> %v: %w", s.local, s.remote, err))
 					}
 				}
 				continue
@@ -487,7 +498,7 @@ func (c *Collector) refresh(force bool) error {
 				k := tcpListenKey{Netns: s.netns, Port: s.local.Port()}
 				listens[k] = struct{}{}
 				if err := c.objs.ListenPorts.Put(k, tcpTarget{Idx: ti.idx, Flags: flags}); err != nil {
-					errs = append(errs, fmt.Errorf("following listening port %d: %w", k.Port, err))
+					errs = c.mapErr(errs, fmt.Errorf("following listening port %d: %w", k.Port, err))
 				}
 				continue
 			}
@@ -496,7 +507,7 @@ func (c *Collector) refresh(force bool) error {
 			}
 			v := tcpSockInfo{Idx: ti.idx, Flags: flags, SndWndMin: ^uint32(0)}
 			if err := c.objs.Socks.Update(s.cookie, v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-				errs = append(errs, fmt.Errorf("following socket %v -> %v: %w", s.local, s.remote, err))
+				errs = c.mapErr(errs, fmt.Errorf("following socket %v -> %v: %w", s.local, s.remote, err))
 			}
 			c.mu.Lock()
 			conn := c.conns[s.cookie]
@@ -511,8 +522,11 @@ func (c *Collector) refresh(force bool) error {
 	cost := threadCPU() - cpu0
 	runtime.UnlockOSThread()
 	// Forget listening ports the targets no longer have.
+	err := errors.Join(errs...)
 	c.mu.Lock()
-	if len(dumps) > 0 {
+	prev := c.sockErr
+	c.sockErr = err
+	if reader.read {
 		c.dumps.Dumps++
 		c.dumps.CPUSeconds += cost.Seconds()
 		c.dumpPeriod = min(max(c.cfg.RefreshInterval, time.Duration(float64(cost)/dumpBudget)), maxDumpPeriod)
@@ -526,8 +540,37 @@ func (c *Collector) refresh(force bool) error {
 	}
 	c.listens = listens
 	c.mu.Unlock()
+	c.logSockErr(prev, err)
 	c.readKernelState()
-	return errors.Join(errs...)
+	return err
+}
+
+// mapErr appends err, a map update's, to errs unless the collector is
+// closed (its maps are).
+func (c *Collector) mapErr(errs []error, err error) []error {
+	if c.closed.Load() {
+		return errs
+	}
+	return append(errs, err)
+}
+
+// logSockErr logs a refresh's error once: when it differs from the last
+// refresh's, and when it is gone.
+func (c *Collector) logSockErr(prev, err error) {
+	switch {
+	case err != nil && (prev == nil || prev.Error() != err.Error()):
+		c.Log().Warn("reading the targets' sockets", "err", err)
+	case err == nil && prev != nil:
+		c.Log().Info("reading the targets' sockets works again")
+	}
+}
+
+// SocketError is why the last refresh could not read every target's
+// sockets, or nil.
+func (c *Collector) SocketError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sockErr
 }
 
 // readKernelState copies the kernel's per-connection state into the

@@ -64,7 +64,17 @@ type Child struct {
 // Start starts the child in mode with args and waits for its ready line.
 func Start(t testing.TB, mode string, args ...string) *Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
+	return StartWrapped(t, nil, mode, args...)
+}
+
+// StartWrapped is Start with the child run by a wrapper command, such as
+// "ip netns exec NAME" or "unshare --net": wrapper[0] runs wrapper[1:],
+// the test binary, then args. Pid is then the wrapper's, which must exec
+// the test binary.
+func StartWrapped(t testing.TB, wrapper []string, mode string, args ...string) *Child {
+	t.Helper()
+	argv := append(append(append([]string{}, wrapper...), os.Args[0]), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), envMode+"="+mode)
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()
