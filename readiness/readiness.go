@@ -1,8 +1,9 @@
 // Package readiness checks what this kernel and host offer bpfbench
 // (`bpfbench check`): BTF, the BPF syscall and map types, tracefs, each
 // collector's tracepoints, which kind of uprobe link works with the current
-// privileges, the uprobe cost, CUDA and NVML libraries; every
-// check says what to do when it fails.
+// privileges, the uprobe cost, how the tcp collector can read a target's
+// sockets, CUDA and NVML libraries; every check says what to do when it
+// fails, and a refusal (EPERM) names the capability rather than a kernel.
 package readiness
 
 import (
@@ -23,6 +24,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/collectors/cuda"
+	"github.com/bpfbench/bpfbench/collectors/tcp"
 	"github.com/bpfbench/bpfbench/internal/caps"
 	"github.com/bpfbench/bpfbench/internal/uprobecost"
 )
@@ -89,6 +91,7 @@ func Readiness(sets []TracepointSet) []Check {
 		add(checkUprobeCost())
 	}
 	add(checkSchedInfo())
+	add(checkTCPSockets(tcp.CheckAccess()))
 	add(checkPMU("kprobe", false, "not used by bpfbench; nothing to do"))
 	add(checkFentry())
 	add(checkLibrary("nvml", "libnvidia-ml.so.1", "install the NVIDIA driver to get GPU metrics; bpfbench runs without them"))
@@ -150,7 +153,7 @@ func checkBPFSyscall() Check {
 		if errors.Is(err, unix.ENOSYS) {
 			fix = "use a kernel built with CONFIG_BPF_SYSCALL=y"
 		}
-		return Check{Fail, "bpf syscall", "creating a map: " + err.Error(), fix}
+		return Check{Fail, "bpf syscall", "creating a map: " + refusalDetail(err), fix}
 	}
 	m.Close()
 	return Check{OK, "bpf syscall", "maps can be created", ""}
@@ -158,6 +161,9 @@ func checkBPFSyscall() Check {
 
 func checkMap(name string, t ebpf.MapType, fix string) Check {
 	if err := features.HaveMapType(t); err != nil {
+		if f, ok := refusalFix(err); ok {
+			return Check{Fail, name, "cannot be probed: " + refusalDetail(err), f}
+		}
 		return Check{Fail, name, err.Error(), fix}
 	}
 	return Check{OK, name, "supported", ""}
@@ -186,7 +192,7 @@ func checkTracepoint(collector, tp string, required bool) Check {
 	if group, ev, ok := strings.Cut(tp, "/"); ok {
 		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.TracePoint, License: "GPL", Instructions: nopProgram})
 		if err != nil {
-			return Check{bad, name, "loading a probe program: " + err.Error(), caps.Hint}
+			return Check{bad, name, "loading a probe program: " + shortErr(err), caps.Hint}
 		}
 		defer p.Close()
 		l, err = link.Tracepoint(group, ev, p, nil)
@@ -199,11 +205,17 @@ func checkTracepoint(collector, tp string, required bool) Check {
 			License: "GPL", Instructions: nopProgram,
 		})
 		if err != nil {
+			if f, ok := refusalFix(err); ok {
+				return Check{bad, name, "tp_btf load: " + refusalDetail(err), f}
+			}
 			return Check{bad, name, "tp_btf load: " + err.Error(), fix}
 		}
 		defer p.Close()
 		l, err = link.AttachTracing(link.TracingOptions{Program: p})
 		if err != nil {
+			if f, ok := refusalFix(err); ok {
+				return Check{bad, name, "tp_btf attach: " + refusalDetail(err), f}
+			}
 			return Check{bad, name, "tp_btf attach: " + err.Error(), fix}
 		}
 		name = "tp_btf " + tp
@@ -248,6 +260,45 @@ func checkUprobeLinks() Check {
 }
 
 func refused(err error) bool { return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) }
+
+// refusalFix is the fix of a probe the kernel refused (EPERM, EACCES):
+// the capabilities, when they are not effective, rather than a newer
+// kernel; ok is false for other errors.
+func refusalFix(err error) (fix string, ok bool) {
+	if !refused(err) {
+		return "", false
+	}
+	if !caps.CanTrace() {
+		return caps.Hint, true
+	}
+	return "refused although CAP_BPF and CAP_PERFMON are effective: a seccomp filter without bpf, or kernel lockdown (integrity or confidentiality)", true
+}
+
+// checkTCPSockets says how the tcp collector can read a target's sockets
+// with the current privileges: in bpfbench's own network namespace through
+// socket diag (no capability), in another through the target's
+// descriptors (pidfd_getfd: CAP_SYS_PTRACE), else through setns
+// (CAP_SYS_ADMIN). Another user's process needs CAP_SYS_PTRACE either way
+// (its /proc/PID/fd).
+func checkTCPSockets(a tcp.Access) Check {
+	const name = "tcp sockets"
+	if a.Own != nil {
+		return Check{Warn, name, "socket diag in bpfbench's network namespace: " + shortErr(a.Own),
+			"the tcp section lists no connection: allow AF_NETLINK sockets (systemd: RestrictAddressFamilies=)"}
+	}
+	own := "own network namespace: socket diag ok"
+	switch {
+	case a.Descriptors == nil && a.Ptrace:
+		return Check{OK, name, own + "; other namespaces: through the server's descriptors (pidfd_getfd, CAP_SYS_PTRACE)", ""}
+	case a.Setns && a.Ptrace:
+		return Check{OK, name, own + "; other namespaces: through setns (CAP_SYS_ADMIN); pidfd_getfd: " + shortErr(a.Descriptors), ""}
+	case a.Descriptors != nil && !a.Setns:
+		return Check{Warn, name, own + "; other namespaces: pidfd_getfd: " + shortErr(a.Descriptors) + ", and no CAP_SYS_ADMIN for setns",
+			"servers in another network namespace (containers, pods) show no connection: " + tcp.SocketAccessHint}
+	}
+	return Check{Warn, name, own + "; other users' servers: CAP_SYS_PTRACE is not effective (their /proc/PID/fd and descriptors)",
+		"grant CAP_SYS_PTRACE or run as root; the tcp section of another user's server shows no connection without it"}
+}
 
 // linkStatus says "ok" or why a kind of uprobe link cannot be placed.
 func linkStatus(err error, kernel [2]int) string {
@@ -316,6 +367,13 @@ func checkFentry() Check {
 	}
 	p.Close()
 	return Check{OK, "fentry", "supported", ""}
+}
+
+// refusalDetail is shortErr of a refusal without cilium/ebpf's guess at a
+// low memlock limit (kernels >= 5.11 charge BPF memory to the cgroup; the
+// refusal is the missing capability).
+func refusalDetail(err error) string {
+	return strings.Replace(shortErr(err), " (MEMLOCK may be too low, consider rlimit.RemoveMemlock)", "", 1)
 }
 
 func shortErr(err error) string {

@@ -26,9 +26,11 @@ package tcp
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -478,4 +480,71 @@ func (r *sockReader) sockets(pid int) ([]diagSocket, error) {
 		}
 	}
 	return out, nil
+}
+
+// Access is what reading TCP sockets can do with the current privileges
+// (`bpfbench check`), tried on a connection of the caller's own.
+type Access struct {
+	// Own is why a socket-diag dump of the caller's network namespace did
+	// not show the connection with its tcp_info (nil: it did). Targets in
+	// that namespace need nothing more, but CAP_SYS_PTRACE for another
+	// user's process (its /proc/PID/fd).
+	Own error
+	// Descriptors is why pidfd_getfd and TCP_INFO on the connection failed
+	// (nil: they worked): the kernel's and a seccomp filter's answer.
+	// Another user's process also needs Ptrace.
+	Descriptors error
+	// Ptrace: CAP_SYS_PTRACE is effective.
+	Ptrace bool
+	// Setns: CAP_SYS_ADMIN is effective (the fallback into another
+	// namespace).
+	Setns bool
+}
+
+// CheckAccess opens a connection on the loopback and reads it both ways.
+func CheckAccess() Access {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var a Access
+	a.Ptrace, _ = caps.Effective(caps.CapSysPtrace)
+	a.Setns = haveSysAdmin()
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		a.Own, a.Descriptors = err, err
+		return a
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp4", ln.Addr().String())
+	if err != nil {
+		a.Own, a.Descriptors = err, err
+		return a
+	}
+	defer c.Close()
+	fd, ino := -1, uint32(0)
+	if rc, err := c.(*net.TCPConn).SyscallConn(); err == nil {
+		_ = rc.Control(func(f uintptr) {
+			var st unix.Stat_t
+			if unix.Fstat(int(f), &st) == nil {
+				fd, ino = int(f), uint32(st.Ino)
+			}
+		})
+	}
+	if fd < 0 {
+		a.Own = errors.New("finding the test connection's descriptor")
+		a.Descriptors = a.Own
+		return a
+	}
+	want := map[uint32]int{ino: fd}
+	r := newSockReader()
+	if resp, err := r.dumpOwn(); err != nil {
+		a.Own = err
+	} else if s := fromDump(nil, resp, want, r.self); len(s) != 1 || s[0].info == nil {
+		a.Own = errors.New("the dump lacks the test connection or its tcp_info")
+	}
+	if s, err := readFDs(os.Getpid(), map[uint32]int{ino: fd}, r.self); err != nil {
+		a.Descriptors = err
+	} else if len(s) != 1 || s[0].info == nil {
+		a.Descriptors = errors.New("the test connection was not read through its descriptor")
+	}
+	return a
 }

@@ -7,6 +7,7 @@ import (
 
 // Capability numbers not in older headers.
 const (
+	CapSysPtrace   = 19
 	CapSysAdmin    = 21
 	CapSysResource = 24
 	CapNetAdmin    = 12

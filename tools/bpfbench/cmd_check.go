@@ -21,8 +21,11 @@ func newCheckCmd() *cobra.Command {
 		Long: `One line per check (ok, warn or fail; name, detail, fix): kernel version, BTF,
 privileges, the bpf syscall, ring buffers, task storage, tracefs, each
 tracepoint the collectors use (loaded and attached for real), the kernel's
-run-queue stamps, uprobes and what a uprobe hit costs here, NVML and libcuda.
-Exit status 0 when the daemon can run.`,
+run-queue stamps, uprobes and what a uprobe hit costs here, how the tcp
+collector reads a server's sockets (in this network namespace and in
+others, tried on a connection of its own), NVML and libcuda. A check the
+kernel refuses (EPERM) names the capability it needs. Exit status 0 when
+the daemon can run.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
