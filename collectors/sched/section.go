@@ -85,9 +85,13 @@ func (s *Section) WriteInterval(w io.Writer) {
 		top = fmt.Sprintf("%s/%d %s", t.Comm, t.Tid, bpfutil.Dur(t.RunqueueSeconds))
 	}
 	l := sum.RunqueueLatency
-	fmt.Fprintf(w, "sched  runq n=%-6d p50=%-8s p99=%-8s max=%-8s sum=%-8s  offcpu preempt=%-8s io=%-8s sleep=%-8s  top-runq %s\n",
+	stopped := ""
+	if sum.OffCPU.Stopped > 0 {
+		stopped = "  STOPPED " + bpfutil.Dur(sum.OffCPU.Stopped)
+	}
+	fmt.Fprintf(w, "sched  runq n=%-6d p50=%-8s p99=%-8s max=%-8s sum=%-8s  offcpu preempt=%-8s io=%-8s sleep=%-8s  top-runq %s%s\n",
 		l.Count, bpfutil.Dur(l.P50), bpfutil.Dur(l.P99), bpfutil.Dur(l.Max), bpfutil.Dur(l.Sum),
-		bpfutil.Dur(sum.OffCPU.Preempted), bpfutil.Dur(sum.OffCPU.IOWait), bpfutil.Dur(sum.OffCPU.Sleep), top)
+		bpfutil.Dur(sum.OffCPU.Preempted), bpfutil.Dur(sum.OffCPU.IOWait), bpfutil.Dur(sum.OffCPU.Sleep), top, stopped)
 }
 
 // WriteSummary writes the end-of-session table.
