@@ -2,9 +2,11 @@ package tcp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sort"
 	"testing"
 	"time"
@@ -104,4 +106,76 @@ func median(v []float64) float64 {
 		return 0
 	}
 	return s[len(s)/2]
+}
+
+// BenchmarkReadSockets compares the two ways a refresh reads a target's
+// sockets, on this process holding a listener and n connections to it (2n
+// sockets): one socket-diag dump of the namespace (it walks the kernel's
+// whole established hash, whatever n) matched against /proc/self/fd, and
+// a read of each socket through a duplicate of its descriptor
+// (pidfd_getfd, getsockopt). Each op is one refresh's read of the target.
+func BenchmarkReadSockets(b *testing.B) {
+	for _, n := range []int{10, 100, 1000} {
+		ln, err := net.Listen("tcp4", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		var conns []net.Conn
+		for range n {
+			c, err := net.Dial("tcp4", ln.Addr().String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			a, err := ln.Accept()
+			if err != nil {
+				b.Fatal(err)
+			}
+			conns = append(conns, c, a)
+		}
+		self, err := nsInode("/proc/self/ns/net")
+		if err != nil {
+			b.Fatal(err)
+		}
+		// CPU time of the reading thread, as the refresh measures it: the
+		// machine may be busy.
+		cpu := func(b *testing.B, read func() int) {
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			t0 := threadCPU()
+			for b.Loop() {
+				if got := read(); got < 2*n {
+					b.Fatalf("%d sockets read, want %d", got, 2*n)
+				}
+			}
+			us := float64(threadCPU()-t0) / 1e3 / float64(b.N)
+			b.ReportMetric(us, "cpu-µs/op")
+			b.ReportMetric(us/float64(2*n), "cpu-µs/socket")
+		}
+		b.Run(fmt.Sprintf("socket-diag/%d-sockets", 2*n), func(b *testing.B) {
+			cpu(b, func() int {
+				s, err := newSockReader().sockets(os.Getpid())
+				if err != nil {
+					b.Fatal(err)
+				}
+				return len(s)
+			})
+		})
+		b.Run(fmt.Sprintf("pidfd_getfd/%d-sockets", 2*n), func(b *testing.B) {
+			cpu(b, func() int {
+				fds, err := socketFDs(os.Getpid())
+				if err != nil {
+					b.Fatal(err)
+				}
+				s, err := readFDs(os.Getpid(), fds, self)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return len(s)
+			})
+		})
+		for _, c := range conns {
+			c.Close()
+		}
+		ln.Close()
+	}
 }
