@@ -15,6 +15,7 @@ import (
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/internal/atomicfile"
 )
 
 // GapsFile is the run directory's file of every walked gap, compactly
@@ -41,18 +42,14 @@ type gapsPhase struct {
 // no_arrival (0 or 1), then each cause's ns in Causes order.
 const gapsFormat = "bpfbench-gaps/1: [request, index, start_ns, end_ns, no_arrival, ns per cause...]"
 
-// writeGaps writes dir/GapsFile.
-func writeGaps(dir string, runStart int64, phases []critPhase, gaps iter.Seq[critGap]) (err error) {
-	f, err := os.Create(filepath.Join(dir, GapsFile))
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	bw := bufio.NewWriterSize(f, 1<<16)
+// writeGaps writes dir/GapsFile, atomically.
+func writeGaps(dir string, runStart int64, phases []critPhase, gaps iter.Seq[critGap]) error {
+	return atomicfile.Write(filepath.Join(dir, GapsFile), 0o644, func(bw *bufio.Writer) error {
+		return encodeGaps(bw, runStart, phases, gaps)
+	})
+}
+
+func encodeGaps(bw *bufio.Writer, runStart int64, phases []critPhase, gaps iter.Seq[critGap]) error {
 	// BestSpeed: a tenth of a run's own CPU went to compressing this at
 	// the default level.
 	zw, _ := gzip.NewWriterLevel(bw, gzip.BestSpeed)
@@ -75,10 +72,7 @@ func writeGaps(dir string, runStart int64, phases []critPhase, gaps iter.Seq[cri
 			return err
 		}
 	}
-	if err := zw.Close(); err != nil {
-		return err
-	}
-	return bw.Flush()
+	return zw.Close()
 }
 
 // readGaps reads a run directory's GapsFile.

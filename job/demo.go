@@ -312,7 +312,7 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 	if res.Doc != nil {
 		out.Named, out.Weak = judgePhases(res.Doc, achieved, DemoCauses)
 		res.Doc.Diagnosis = report.Diagnose(res.Doc)
-		if werr := writeRunDir(cfg.OutDir, res.Doc); werr != nil && err == nil {
+		if _, werr := writeRunDir(cfg.OutDir, res.Doc); werr != nil && err == nil {
 			err = werr
 		}
 		for _, p := range res.Doc.Phases[1:] {

@@ -25,6 +25,7 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
@@ -146,6 +147,10 @@ type RunResult struct {
 	Measured *correlate.Log
 	Baseline correlate.Baseline
 	Dir      string
+	// Written are the files of Dir written whole (trace.json, result.json,
+	// report.html, gaps.jsonl.gz), in the order they were: a run that
+	// failed to write one lists those before it.
+	Written []string
 }
 
 // Blames is the attribution of every token interval, in the order they
@@ -165,12 +170,13 @@ func checkWritable(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("cannot create --out %s: %w", dir, err)
 	}
-	f, err := os.CreateTemp(dir, ".bpfbench-write-test-*")
+	// Creating a file there also removes what a killed run left
+	// (atomicfile.Clean).
+	f, err := atomicfile.Create(filepath.Join(dir, ".write-test"), 0o644)
 	if err != nil {
 		return fmt.Errorf("cannot write to --out %s: %w", dir, err)
 	}
-	f.Close()
-	return os.Remove(f.Name())
+	return f.Close()
 }
 
 // Run follows cfg.Pid with the sections while the load runs, then
@@ -447,14 +453,27 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 
 	traceDone = true
 	tr.serverMetrics(sm.result())
+	// Each file is written whole or not at all, and one that cannot be
+	// (a full disk) does not keep the others from being tried: Written
+	// lists those that were, in the order written.
+	var werrs []error
 	if err := tr.finish(res, &stream.log, base, sections); err != nil {
-		return out, err
+		werrs = append(werrs, err)
+	} else {
+		out.Written = append(out.Written, tr.path)
 	}
-	if err := writeRunDir(cfg.OutDir, doc); err != nil {
-		return out, err
+	written, err := writeRunDir(cfg.OutDir, doc)
+	out.Written = append(out.Written, written...)
+	if err != nil {
+		werrs = append(werrs, err)
 	}
 	if err := writeGaps(cfg.OutDir, res.StartNs, cphases, stream.crit.gaps.all()); err != nil {
-		return out, fmt.Errorf("writing %s: %w", filepath.Join(cfg.OutDir, GapsFile), err)
+		werrs = append(werrs, err)
+	} else {
+		out.Written = append(out.Written, filepath.Join(cfg.OutDir, GapsFile))
+	}
+	if len(werrs) > 0 {
+		return out, errors.Join(werrs...)
 	}
 	if loadErr != nil && !errors.Is(loadErr, context.Canceled) {
 		return out, loadErr
@@ -462,23 +481,18 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	return out, nil
 }
 
-func writeRunDir(dir string, doc *report.Document) error {
-	if err := doc.WriteFile(filepath.Join(dir, "result.json")); err != nil {
-		return err
+// writeRunDir writes result.json and report.html, each atomically, and
+// returns those it wrote whole.
+func writeRunDir(dir string, doc *report.Document) (written []string, err error) {
+	p := filepath.Join(dir, "result.json")
+	if err := doc.WriteFile(p); err != nil {
+		return nil, err
 	}
-	return writeWith(filepath.Join(dir, "report.html"), func(f *os.File) error { return report.WriteHTML(f, doc) })
-}
-
-func writeWith(path string, fn func(*os.File) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+	h := filepath.Join(dir, "report.html")
+	if err := report.WriteHTMLFile(h, doc); err != nil {
+		return []string{p}, err
 	}
-	if err := fn(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return f.Close()
+	return []string{p, h}, nil
 }
 
 // intervalsOf turns each successful measured request into its TTFT and

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
-	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"sync"
@@ -15,6 +15,7 @@ import (
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/trace"
+	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
 )
@@ -51,8 +52,7 @@ type traceStream struct {
 
 	// Writer side.
 	tw       *trace.Trace
-	f        *os.File
-	tmp      string
+	f        *atomicfile.File
 	path     string
 	live     map[counterKey]bool
 	devTid   map[string]int
@@ -71,15 +71,16 @@ type gapDetail struct {
 // newTraceStream starts writing dir/trace.json (under a temporary name
 // until it is complete); origin is its time zero.
 func newTraceStream(dir string, origin int64, marks *PhaseMarks) (*traceStream, error) {
-	f, err := os.CreateTemp(dir, ".trace.json.partial-*")
+	path := filepath.Join(dir, "trace.json")
+	f, err := atomicfile.Create(path, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("writing the trace: %w", err)
+		return nil, err
 	}
 	first := origin / traceBucket
 	return &traceStream{
 		buckets: map[int64][]collectors.Span{}, first: first, last: first - 1,
-		intern: map[string]string{}, tw: trace.NewStream(f, origin), f: f, tmp: f.Name(),
-		path: dir + "/trace.json", live: map[counterKey]bool{}, devTid: map[string]int{},
+		intern: map[string]string{}, tw: trace.NewStream(f, origin), f: f,
+		path: path, live: map[counterKey]bool{}, devTid: map[string]int{},
 		marks: marks, runStart: math.MinInt64,
 	}, nil
 }
@@ -440,21 +441,10 @@ func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base corre
 			}
 		}
 	}
-	err := tr.Close()
-	if err == nil {
-		err = t.f.Chmod(0o644)
+	if err := tr.Close(); err != nil {
+		return t.f.Fail(err)
 	}
-	if cerr := t.f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(t.tmp, t.path)
-	}
-	if err != nil {
-		os.Remove(t.tmp)
-		return fmt.Errorf("writing %s: %w", t.path, err)
-	}
-	return nil
+	return t.f.Commit()
 }
 
 // serverMetrics writes the scrapes as counter tracks.
@@ -478,7 +468,6 @@ func (t *traceStream) serverMetrics(r *enginemetrics.Result) {
 // abort drops the partial trace.
 func (t *traceStream) abort() {
 	t.f.Close()
-	os.Remove(t.tmp)
 }
 
 // criticalPaths draws the slowest gaps' critical paths in their own track

@@ -21,6 +21,7 @@ import (
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/perturb"
 	"github.com/bpfbench/bpfbench/readiness"
@@ -677,9 +678,11 @@ func (v *Validation) write(res *RunResult) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(v.Dir, "validation.json"), append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing validation.json: %w", err)
+	p := filepath.Join(v.Dir, "validation.json")
+	if err := atomicfile.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+		return err
 	}
+	res.Written = append(res.Written, p)
 	if res.Doc.Load == nil {
 		res.Doc.Load = map[string]json.RawMessage{}
 	}

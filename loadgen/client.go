@@ -75,6 +75,7 @@ type Client struct {
 	headers   http.Header
 	timeout   time.Duration
 	stall     time.Duration
+	headerTO  time.Duration
 	extra     map[string]any
 	bufs      sync.Pool
 	// grpc serves --protocol kserve-grpc; url, hc and raw are then unused.
@@ -94,9 +95,12 @@ type ClientOptions struct {
 	Headers      http.Header
 	Timeout      time.Duration // total per request; 0 means none
 	StallTimeout time.Duration // longest silence within a response; 0 means none
-	NoKeepAlive  bool
-	ExtraBody    map[string]any
-	MaxConns     int
+	// HeaderTimeout bounds the wait for the response headers from the
+	// request's start (HTTP); 0 means none.
+	HeaderTimeout time.Duration
+	NoKeepAlive   bool
+	ExtraBody     map[string]any
+	MaxConns      int
 	// NetHTTP sends every request through net/http; otherwise http://
 	// targets (without a proxy) use the raw HTTP/1.1 transport on
 	// non-blocking sockets (raw.go), and https through net/http.
@@ -176,6 +180,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		headers:   headers,
 		timeout:   opts.Timeout,
 		stall:     opts.StallTimeout,
+		headerTO:  opts.HeaderTimeout,
 		extra:     opts.ExtraBody,
 
 		traceparent: !opts.NoTraceparent && !ownTraceparent,
@@ -190,6 +195,9 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if !opts.NetHTTP {
 		// http:// targets without a proxy: the raw HTTP/1.1 transport.
 		c.raw = newRawTransport(u, headers, opts.NoKeepAlive, opts.StallTimeout)
+		if c.raw != nil {
+			c.raw.headerTO = int64(opts.HeaderTimeout)
+		}
 	}
 	return c, nil
 }
@@ -399,6 +407,14 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 		})
 		defer stallTimer.Stop()
 	}
+	// The header timer runs from the first attempt's start until net/http
+	// has parsed the response headers.
+	stopHeaderTimer := func() bool { return false }
+	if c.headerTO > 0 {
+		ht := time.AfterFunc(c.headerTO, func() { cancelCause(errHeaderTimeout) })
+		defer ht.Stop()
+		stopHeaderTimer = ht.Stop
+	}
 	var (
 		resp *http.Response
 		att  *httpAttempt
@@ -454,6 +470,7 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 		}
 		break
 	}
+	stopHeaderTimer()
 	defer resp.Body.Close()
 	rec.Status = resp.StatusCode
 	if resp.StatusCode != http.StatusOK {
@@ -538,7 +555,10 @@ func isStaleConnErr(err error) bool {
 var (
 	errTimeout = errors.New("request timeout")
 	errStall   = errors.New("stall timeout")
-	errDrain   = errors.New("the body went on after [DONE]")
+	// errHeaderTimeout: the response headers were not complete within
+	// the header timeout.
+	errHeaderTimeout = errors.New("header timeout")
+	errDrain         = errors.New("the body went on after [DONE]")
 )
 
 func (r *Record) fail(kind, msg string) {
@@ -551,6 +571,8 @@ func (r *Record) fail(kind, msg string) {
 func (r *Record) failErr(ctx context.Context, stalled *atomic.Bool, err error) {
 	cause := context.Cause(ctx)
 	switch {
+	case errors.Is(cause, errHeaderTimeout) || errors.Is(err, errHeaderTimeout):
+		r.fail(FailHeaderTimeout, fmt.Sprintf("no complete response headers within the header timeout: %v", err))
 	case stalled.Load() || errors.Is(cause, errStall):
 		r.fail(FailStall, fmt.Sprintf("no data for the stall timeout: %v", err))
 	case errors.Is(cause, errTimeout):

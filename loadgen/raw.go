@@ -57,6 +57,7 @@ type rawTransport struct {
 	head      []byte // request line and fixed headers
 	keepAlive bool
 	stall     int64
+	headerTO  int64 // the header timeout (ns; 0: none)
 	loops     []*reactor
 	next      atomic.Uint32
 	closeOnce sync.Once
@@ -364,8 +365,8 @@ func (l *reactor) run() {
 	defer close(l.exited)
 	for {
 		timeout := -1
-		if l.t.stall > 0 && l.active > 0 {
-			timeout = int(max(l.t.stall/4/1e6, 1))
+		if w := l.t.watch(); w > 0 && l.active > 0 {
+			timeout = int(max(w/4/1e6, 1))
 		}
 		if (l.dialing > 0 || l.drains > 0) && (timeout < 0 || timeout > 1000) {
 			timeout = 1000
@@ -402,7 +403,7 @@ func (l *reactor) run() {
 				l.onReadable(c)
 			}
 		}
-		if (l.t.stall > 0 && l.active > 0) || l.dialing > 0 || l.drains > 0 {
+		if (l.t.watch() > 0 && l.active > 0) || l.dialing > 0 || l.drains > 0 {
 			l.scanStalls()
 		}
 	}
@@ -460,9 +461,19 @@ func (l *reactor) shutdown(err error) {
 	l.mu.Unlock()
 }
 
+// watch is the shorter of the stall and header timeouts that are set (ns;
+// 0: neither).
+func (t *rawTransport) watch() int64 {
+	w := t.stall
+	if t.headerTO > 0 && (w == 0 || t.headerTO < w) {
+		w = t.headerTO
+	}
+	return w
+}
+
 func (l *reactor) scanStalls() {
 	now := Mono()
-	if now-l.lastScn < max(l.t.stall/8, int64(time.Millisecond)) && l.t.stall > 0 {
+	if w := l.t.watch(); now-l.lastScn < max(w/8, int64(time.Millisecond)) && w > 0 {
 		return
 	}
 	l.lastScn = now
@@ -475,6 +486,9 @@ func (l *reactor) scanStalls() {
 			continue
 		}
 		switch req := c.req; {
+		case l.t.headerTO > 0 && c.state <= csHead && now-req.rec.StartNs >= l.t.headerTO:
+			l.closeConn(c)
+			l.finish(req, errHeaderTimeout)
 		case l.t.stall > 0 && now-req.lastByte >= l.t.stall:
 			l.closeConn(c)
 			l.finish(req, errStall)

@@ -1,12 +1,14 @@
 package loadgen
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"sort"
+
+	"github.com/bpfbench/bpfbench/internal/atomicfile"
 )
 
 // Backend returns vLLM's backend name for the endpoint.
@@ -173,17 +175,10 @@ func (r *Result) WriteJSON(w io.Writer) error {
 	return enc.Encode(r.JSON())
 }
 
-// WriteFile writes the result JSON to path.
+// WriteFile writes the result JSON to path, atomically: a temporary file
+// renamed over path once complete.
 func (r *Result) WriteFile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing result: %w", err)
-	}
-	if err := r.WriteJSON(f); err != nil {
-		f.Close()
-		return fmt.Errorf("writing result %s: %w", path, err)
-	}
-	return f.Close()
+	return atomicfile.Write(path, 0o644, func(w *bufio.Writer) error { return r.WriteJSON(w) })
 }
 
 // WriteSummary prints the summary table with the sections of vLLM's.

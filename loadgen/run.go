@@ -69,6 +69,7 @@ type Config struct {
 
 	Timeout         time.Duration // per request, 0 for none
 	StallTimeout    time.Duration // longest silence within a response, 0 for none
+	HeaderTimeout   time.Duration // from a request's start to its response headers (HTTP), 0 for none
 	RequestIDPrefix string
 	Headers         http.Header
 	NoKeepAlive     bool
@@ -111,9 +112,21 @@ func DefaultConfig() Config {
 		TraceTimeUnit: "s",
 		Seed:          0,
 		Timeout:       6 * time.Hour,
+		StallTimeout:  DefaultStallTimeout,
+		HeaderTimeout: DefaultHeaderTimeout,
 		Percentiles:   []float64{50, 90, 99},
 	}
 }
+
+// The defaults of the stall and header timeouts. A server that sends
+// nothing for a minute fails the request as a stall; one that has not
+// finished its response headers five minutes after the request fails it
+// too (a server that holds its headers until the first token, behind a
+// queue longer than these, needs them raised).
+const (
+	DefaultStallTimeout  = time.Minute
+	DefaultHeaderTimeout = 5 * time.Minute
+)
 
 // floatList is a comma-separated list of floats as a flag.Value.
 type floatList struct{ p *[]float64 }
@@ -201,8 +214,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.IgnoreEOS, "ignore-eos", c.IgnoreEOS, "ask the server to ignore EOS (always on for the random dataset, as in vLLM)")
 	fs.BoolVar(&c.NoUsage, "no-usage", c.NoUsage, "do not ask for stream_options.include_usage")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "random seed of arrivals and prompts")
-	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "total timeout of one request")
-	fs.DurationVar(&c.StallTimeout, "stall-timeout", c.StallTimeout, "fail a request when no byte arrives for this long (0: never)")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "total timeout of one request (0: none)")
+	fs.DurationVar(&c.StallTimeout, "stall-timeout", c.StallTimeout, "fail a request when no byte arrives for this long, the response headers included (0: never)")
+	fs.DurationVar(&c.HeaderTimeout, "header-timeout", c.HeaderTimeout, "fail a request whose response headers are not complete this long after it was sent (HTTP; 0: never)")
 	fs.StringVar(&c.RequestIDPrefix, "request-id-prefix", c.RequestIDPrefix, "prefix of the x-request-id header (default: bench-<random>-)")
 	fs.Var(headerFlag{&c.Headers}, "header", "extra request header `KEY=VALUE` (repeatable)")
 	fs.BoolVar(&c.NoKeepAlive, "no-keepalive", c.NoKeepAlive, "open a new connection for every request")
@@ -213,8 +227,27 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(logprobsFlag{&c.Logprobs}, "logprobs", "ask for the top-`K` log-probabilities of each token (completions: logprobs K; chat: logprobs, top_logprobs K) and report the first token's normalised entropy per prompt, clustered low/mid/high (0: off; openai protocol)")
 }
 
-// Validate checks the configuration.
+// ConfigError is a configuration that cannot run: a load option out of its
+// range, a missing target, options that do not go together. The CLI
+// exits with its usage status (2).
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// Validate checks the configuration: every error is a *ConfigError that
+// names the flag and its valid range.
 func (c *Config) Validate() error {
+	if err := c.validate(); err != nil {
+		return &ConfigError{err}
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	if err := c.checkRanges(); err != nil {
+		return err
+	}
 	switch c.Protocol {
 	case ProtocolOpenAI, "":
 		if _, err := EndpointURL(c.Target, c.Endpoint); err != nil {
@@ -230,15 +263,6 @@ func (c *Config) Validate() error {
 	default:
 		return fmt.Errorf("--protocol %q: use %s or %s", c.Protocol, ProtocolOpenAI, ProtocolKServeGRPC)
 	}
-	if c.Burstiness <= 0 {
-		return fmt.Errorf("burstiness %v: must be positive", c.Burstiness)
-	}
-	if c.Rate < 0 || math.IsNaN(c.Rate) {
-		return fmt.Errorf("rate %v: must be positive or inf", c.Rate)
-	}
-	if c.MaxConcurrency < 0 || c.NumRequests < 0 || c.Warmup < 0 || c.Duration < 0 {
-		return errors.New("counts and durations must not be negative")
-	}
 	if c.NumRequests == 0 && c.Duration == 0 && c.TracePath == "" && len(c.Requests) == 0 {
 		return errors.New("nothing to send: set --num-requests or --duration")
 	}
@@ -247,6 +271,72 @@ func (c *Config) Validate() error {
 	}
 	if c.TracePath == "" && len(c.Requests) == 0 {
 		return c.Dataset.Check(c.Endpoint)
+	}
+	return nil
+}
+
+// checkRanges checks each number of the configuration against its range.
+// Rate 0 is refused here (the flag's inf sends all at once); Run, for
+// callers of the Go API that leave it unset, takes 0 as inf.
+func (c *Config) checkRanges() error {
+	d := &c.Dataset
+	switch {
+	case c.Rate == 0:
+		return errors.New("--rate 0: give a rate in requests/s above 0, or inf to send all at once")
+	case c.Rate < 0 || math.IsNaN(c.Rate):
+		return fmt.Errorf("--rate %v: give a rate in requests/s above 0, or inf to send all at once", c.Rate)
+	case !(c.Burstiness > 0) || math.IsInf(c.Burstiness, 1):
+		return fmt.Errorf("--burstiness %v: give a gamma shape above 0 (1: Poisson)", c.Burstiness)
+	}
+	for _, n := range []struct {
+		flag string
+		v    int
+		min  int
+		what string
+	}{
+		{"num-requests", c.NumRequests, 0, "0 (with --duration) or more"},
+		{"max-concurrency", c.MaxConcurrency, 0, "0 (no cap) or more"},
+		{"warmup", c.Warmup, 0, "0 or more"},
+		{"input-len", d.InputLen, 0, "1 or more tokens"},
+		{"output-len", d.OutputLen, 0, "1 or more tokens"},
+		{"sharegpt-output-len", d.ShareGPTOutputLen, 0, "0 (the reference answer's) or more"},
+		{"rag-prefix-len", d.RAG.PrefixLen, 0, "0 or more tokens"},
+		{"rag-prefixes", d.RAG.Prefixes, 0, "0 or more"},
+		{"rag-passages", d.RAG.Passages, 0, "0 or more"},
+		{"rag-passage-len", d.RAG.PassageLen, 0, "0 or more tokens"},
+		{"rag-question-len", d.RAG.QuestionLen, 0, "0 or more tokens"},
+	} {
+		if n.v < n.min {
+			return fmt.Errorf("--%s %d: give %s", n.flag, n.v, n.what)
+		}
+	}
+	for _, t := range []struct {
+		flag string
+		v    time.Duration
+		what string
+	}{
+		{"duration", c.Duration, "0 (a count instead) or more"},
+		{"timeout", c.Timeout, "0 (none) or more"},
+		{"stall-timeout", c.StallTimeout, "0 (never) or more"},
+		{"header-timeout", c.HeaderTimeout, "0 (never) or more"},
+		{"think-time", d.Multiturn.ThinkTime, "0 or more"},
+	} {
+		if t.v < 0 {
+			return fmt.Errorf("--%s %v: give %s", t.flag, t.v, t.what)
+		}
+	}
+	// The generated datasets need lengths of a token or more (a file's
+	// records, a trace and the Go API's Requests carry their own).
+	if c.TracePath == "" && len(c.Requests) == 0 && d.synthetic() {
+		if d.OutputLen < 1 {
+			return fmt.Errorf("--output-len %d: give 1 or more tokens", d.OutputLen)
+		}
+		if d.InputLen < 1 && d.InputLenFile == "" && d.Name != DatasetRAG {
+			return fmt.Errorf("--input-len %d: give 1 or more tokens", d.InputLen)
+		}
+	}
+	if r := d.RangeRatio; r < 0 || r >= 1 || math.IsNaN(r) {
+		return fmt.Errorf("--range-ratio %v: give a fraction in [0, 1)", r)
 	}
 	return nil
 }
@@ -358,6 +448,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		Headers:       cfg.Headers,
 		Timeout:       cfg.Timeout,
 		StallTimeout:  cfg.StallTimeout,
+		HeaderTimeout: cfg.HeaderTimeout,
 		NoKeepAlive:   cfg.NoKeepAlive,
 		ExtraBody:     cfg.logprobsBody(),
 		NetHTTP:       cfg.NetHTTP || mt != nil, // multiturn needs the replies' text

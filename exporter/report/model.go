@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/internal/overhead"
 )
 
@@ -425,27 +426,18 @@ func ReadFile(path string) (*Document, error) {
 
 // WriteFile writes d as result.json.
 //
-// It writes one key at a time into a buffered file: the document's own
+// It writes one key at a time into a buffered file, atomically (a
+// temporary file renamed over path once complete): the document's own
 // keys indented, the load generator's as they were encoded (the
 // per-request lists of an hour-long run are about 100 MB, and encoding the
 // whole document at once held several copies of them).
 func (d *Document) WriteFile(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	w := bufio.NewWriterSize(f, 1<<20)
-	err = d.write(w)
-	if ferr := w.Flush(); err == nil {
-		err = ferr
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.Write(path, 0o644, d.write)
+}
+
+// WriteHTMLFile writes d as report.html (WriteHTML) to path, atomically.
+func WriteHTMLFile(path string, d *Document) error {
+	return atomicfile.Write(path, 0o644, func(w *bufio.Writer) error { return WriteHTML(w, d) })
 }
 
 func (d *Document) write(w *bufio.Writer) error {

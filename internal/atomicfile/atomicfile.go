@@ -14,7 +14,6 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -137,6 +136,14 @@ func (f *File) Commit() error {
 	return nil
 }
 
+// Fail drops the file and returns err as an error of writing its path
+// ("writing DIR/trace.json: no space left on device"): for a writer that
+// failed on its way to Commit.
+func (f *File) Fail(err error) error {
+	f.Close()
+	return fmt.Errorf("writing %s: %w", f.path, cause(err, f.tmp))
+}
+
 // Close drops the file unless it was committed.
 func (f *File) Close() error {
 	if f.done {
@@ -148,26 +155,28 @@ func (f *File) Close() error {
 	return f.f.Close()
 }
 
-// Write writes path atomically with what fn writes to a buffered writer.
-func Write(path string, perm os.FileMode, fn func(w io.Writer) error) error {
+// Write writes path atomically with what fn writes to a buffered writer
+// (whose errors are sticky: Write flushes it and reports the first).
+func Write(path string, perm os.FileMode, fn func(w *bufio.Writer) error) error {
 	f, err := Create(path, perm)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
 	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := fn(bw); err != nil {
-		return fmt.Errorf("writing %s: %w", path, cause(err, f.tmp))
+	err = fn(bw)
+	if ferr := bw.Flush(); err == nil {
+		err = ferr
 	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, cause(err, f.tmp))
+	if err != nil {
+		return f.Fail(err)
 	}
 	return f.Commit()
 }
 
 // WriteFile writes data to path atomically.
 func WriteFile(path string, data []byte, perm os.FileMode) error {
-	return Write(path, perm, func(w io.Writer) error {
+	return Write(path, perm, func(w *bufio.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})

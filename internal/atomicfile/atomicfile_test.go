@@ -89,7 +89,7 @@ func TestWriteErrorKeepsOld(t *testing.T) {
 		t.Fatal(err)
 	}
 	boom := errors.New("rendering failed")
-	err := Write(p, 0o644, func(w io.Writer) error {
+	err := Write(p, 0o644, func(w *bufio.Writer) error {
 		io.WriteString(w, "new, half")
 		return boom
 	})

@@ -35,14 +35,21 @@ type Options struct {
 	Config     loadgen.Config
 	NoProgress bool
 	OTLP       otlp.Options
+	// MaxFailedRatio is the fraction of the measured requests that may
+	// fail: above it a run that completed is below its threshold
+	// (CheckFailed, exit status 3).
+	MaxFailedRatio float64
 }
+
+// DefaultMaxFailedRatio is --max-failed-ratio's default.
+const DefaultMaxFailedRatio = 0.1
 
 // NewOptions returns the defaults: loadgen's, with the model left to the
 // server (the first it lists at /v1/models, as vLLM's client does).
 func NewOptions() *Options {
 	cfg := loadgen.DefaultConfig()
 	cfg.Model = ""
-	return &Options{Config: cfg}
+	return &Options{Config: cfg, MaxFailedRatio: DefaultMaxFailedRatio}
 }
 
 // AddFlags defines the load options on fs: the load generator's flags
@@ -52,11 +59,54 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Config.RegisterFlags(g)
 	o.OTLP.RegisterFlags(g)
 	g.BoolVar(&o.NoProgress, "no-progress", o.NoProgress, "do not draw a progress bar")
+	g.Float64Var(&o.MaxFailedRatio, "max-failed-ratio", o.MaxFailedRatio, "the fraction of the measured requests that may fail: above it the command writes its results and exits with status 3 (1: never)")
 	g.VisitAll(func(f *flag.Flag) { fs.AddFlag(fromGoFlag(f)) })
 	fs.Lookup("model").Usage = "model name sent in requests (default: the first model the server lists at /v1/models)"
 	if math.IsInf(o.Config.Rate, 1) {
 		fs.Lookup("rate").DefValue = "inf"
 	}
+}
+
+// ThresholdError is a run that completed, its results written, with more
+// of its requests failed than --max-failed-ratio allows (exit status 3).
+type ThresholdError struct {
+	Failed, Total int
+	Max           float64
+	// Detail, when set, says which run or step (sweep).
+	Detail string
+}
+
+func (e *ThresholdError) Error() string {
+	if e.Total == 0 {
+		return e.Detail
+	}
+	s := fmt.Sprintf("%d of %d requests failed (%.0f%%), more than --max-failed-ratio %g allows", e.Failed, e.Total, 100*float64(e.Failed)/float64(e.Total), e.Max)
+	if e.Detail != "" {
+		s = e.Detail + ": " + s
+	}
+	return s
+}
+
+// CheckFailed returns a *ThresholdError when more than max of the
+// measured requests of res failed, nil otherwise.
+func CheckFailed(res *loadgen.Result, max float64) error {
+	if res == nil || res.Metrics == nil {
+		return nil
+	}
+	failed, total := res.Metrics.Failed, res.Metrics.Failed+res.Metrics.Completed
+	if total == 0 || float64(failed) <= max*float64(total) {
+		return nil
+	}
+	return &ThresholdError{Failed: failed, Total: total, Max: max}
+}
+
+// Validate checks the options: the load's (loadgen.Config.Validate) and
+// --max-failed-ratio. Its errors are *loadgen.ConfigError.
+func (o *Options) Validate() error {
+	if r := o.MaxFailedRatio; r < 0 || r > 1 || math.IsNaN(r) {
+		return &loadgen.ConfigError{Err: fmt.Errorf("--max-failed-ratio %v: give a fraction in [0, 1]", r)}
+	}
+	return o.Config.Validate()
 }
 
 // Scenario are the load options that decide which requests are sent and
@@ -301,7 +351,7 @@ func RunLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // JSON.
 func (j *LoadJob) Run(ctx context.Context, stdout, stderr io.Writer) error {
 	cfg := j.Config
-	if err := cfg.Validate(); err != nil {
+	if err := j.Options.Validate(); err != nil {
 		return err
 	}
 	if err := ResolveModel(ctx, &cfg); err != nil {
@@ -352,6 +402,9 @@ func (j *LoadJob) Run(ctx context.Context, stdout, stderr io.Writer) error {
 				fmt.Fprintf(stderr, "bpfbench load: exporting spans: %v\n", ferr)
 			}
 		}
+	}
+	if err == nil && ctx.Err() == nil {
+		err = CheckFailed(res, j.MaxFailedRatio)
 	}
 	return err
 }

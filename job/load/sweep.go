@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/bpfbench/bpfbench/exporter/otlp"
+	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
 
@@ -91,12 +93,50 @@ func (j *SweepJob) LoadConfig() (loadgen.Config, []loadgen.SLO, error) {
 	if err != nil {
 		return loadgen.Config{}, nil, err
 	}
-	cfg := j.Config
-	cfg.NumRequests = j.RequestsPerStep
-	if err := cfg.Validate(); err != nil {
+	if err := j.checkRanges(); err != nil {
+		return loadgen.Config{}, nil, &loadgen.ConfigError{Err: err}
+	}
+	o := j.Options
+	o.Config.NumRequests = j.RequestsPerStep
+	if err := o.Validate(); err != nil {
 		return loadgen.Config{}, nil, err
 	}
-	return cfg, slos, nil
+	return o.Config, slos, nil
+}
+
+// checkRanges checks the search's numbers against their ranges.
+func (j *SweepJob) checkRanges() error {
+	switch {
+	case j.RequestsPerStep < 1:
+		return fmt.Errorf("--requests-per-step %d: give 1 or more", j.RequestsPerStep)
+	case !(j.Precision > 0 && j.Precision < 1):
+		return fmt.Errorf("--precision %v: give a fraction above 0 and below 1", j.Precision)
+	case j.Step < 0 || math.IsNaN(j.Step):
+		return fmt.Errorf("--step %v: give 0 (use --precision) or more req/s", j.Step)
+	case j.MaxRate < 0 || math.IsNaN(j.MaxRate):
+		return fmt.Errorf("--max-rate %v: give 0 (1.25 × the probed capacity) or more req/s", j.MaxRate)
+	case j.MaxSearchConcurrency < 1:
+		return fmt.Errorf("--max-search-concurrency %d: give 1 or more", j.MaxSearchConcurrency)
+	case j.MaxWaitingFor < 0:
+		return fmt.Errorf("--max-waiting-for %v: give 0 or more", j.MaxWaitingFor)
+	}
+	return nil
+}
+
+// CheckAnswer returns a *ThresholdError when the sweep found no step that
+// met every SLO, or when more of the answer's requests failed than
+// --max-failed-ratio allows.
+func (j *SweepJob) CheckAnswer(res *loadgen.SweepResult) error {
+	if res == nil {
+		return nil
+	}
+	if res.Best == nil {
+		return &ThresholdError{Detail: fmt.Sprintf("no %s met every SLO", res.Mode)}
+	}
+	if m := res.Best.Metrics; m != nil && m.Failed+m.Completed > 0 && float64(m.Failed) > j.MaxFailedRatio*float64(m.Failed+m.Completed) {
+		return &ThresholdError{Failed: m.Failed, Total: m.Failed + m.Completed, Max: j.MaxFailedRatio, Detail: "the answer's step"}
+	}
+	return nil
 }
 
 // Run finds the highest request rate (or concurrency) that meets every
@@ -206,8 +246,5 @@ func writeSweep(path string, r *loadgen.SweepResult) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("writing sweep result: %w", err)
 	}
-	if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing sweep result: %w", err)
-	}
-	return nil
+	return atomicfile.WriteFile(path, append(b, '\n'), 0o644)
 }

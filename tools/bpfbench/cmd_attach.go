@@ -100,7 +100,10 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 		return err
 	}
 	if o.interval <= 0 {
-		return usageError{"--interval must be positive, e.g. --interval 1s"}
+		return usageError{fmt.Sprintf("--interval %v: give a period above 0, e.g. --interval 1s", o.interval)}
+	}
+	if o.duration < 0 {
+		return usageError{fmt.Sprintf("--duration %v: give 0 (until Ctrl-C or the target exits) or more", o.duration)}
 	}
 	if o.port < 0 || o.port > 65535 {
 		return usageError{fmt.Sprintf("--port %d is out of range: use 1-65535", o.port)}

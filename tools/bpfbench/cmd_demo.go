@@ -41,7 +41,7 @@ that decide which requests are sent and when belong to the demo's phases, and
 not take them. --rate is 4 req/s unless given.`,
 		Example:     `  sudo bpfbench demo --out bpfbench-demo --phase 10s`,
 		Args:        noArgs,
-		Annotations: map[string]string{memoryBound: "true"},
+		Annotations: map[string]string{memoryBound: "true", planned: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runDemo(cmd, opts, out, phase, logs)
 		},
@@ -129,6 +129,13 @@ func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Dura
 		fmt.Fprintf(stdout, "; %d injections were too weak to judge", res.Weak)
 	}
 	fmt.Fprintln(stdout, ".")
-	fmt.Fprintf(stdout, "\nwrote %s/{result.json,trace.json,report.html}; open report.html in a browser, trace.json in ui.perfetto.dev\n", out)
+	fmt.Fprintln(stdout)
+	printWritten(stdout, res.Written)
+	if len(res.Written) > 0 {
+		fmt.Fprintln(stdout, "open report.html in a browser, trace.json in ui.perfetto.dev")
+	}
+	if err == nil && ctx.Err() == nil {
+		err = load.CheckFailed(res.Load, opts.MaxFailedRatio)
+	}
 	return err
 }

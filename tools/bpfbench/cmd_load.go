@@ -25,7 +25,8 @@ JSON. Its flags are the load options every command that sends load takes
 (run, sweep; validate and demo those their phases leave to the user).`,
 		Example: `  bpfbench load --target http://127.0.0.1:8000 --num-requests 200 --rate 8 --result result.json
   bpfbench load --target http://127.0.0.1:8000 --duration 60s --max-concurrency 16 --endpoint chat`,
-		Args: noArgs,
+		Args:        noArgs,
+		Annotations: map[string]string{planned: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			logger, err := logs.logger(cmd)
 			if err != nil {

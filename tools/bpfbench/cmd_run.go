@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/url"
@@ -87,7 +88,7 @@ DIR/result.json, DIR/trace.json and DIR/report.html and prints a summary.
 It takes every load option of bpfbench load.`,
 		Example:     `  bpfbench run --target http://127.0.0.1:8000 --port 8000 --num-requests 200 --rate 8 --out run1`,
 		Args:        noArgs,
-		Annotations: map[string]string{memoryBound: "true"},
+		Annotations: map[string]string{memoryBound: "true", planned: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, baseline, logs, *cpus, agents, via, spoolMiB)
 		},
@@ -114,6 +115,23 @@ It takes every load option of bpfbench load.`,
 func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, baseline string, logs logFlags, cpus string, agents agentFlags, via viaFlags, spoolMiB int) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	cfg := opts.Config
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if err := sm.check(); err != nil {
+		return err
+	}
+	for _, b := range []struct {
+		flag string
+		v    float64
+	}{{"baseline-itl-ms", baseITL}, {"baseline-ttft-ms", baseTTFT}} {
+		if b.v < 0 || math.IsNaN(b.v) {
+			return usageError{fmt.Sprintf("--%s %v: give 0 (the run's median) or more", b.flag, b.v)}
+		}
+	}
+	if spoolMiB < 0 {
+		return usageError{fmt.Sprintf("--spool-mib %d: give 0 (correlate live) or more", spoolMiB)}
+	}
 	var prior *job.Prior
 	if baseline != "" {
 		p, err := job.LoadPrior(baseline)
@@ -180,14 +198,8 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 	if err := applyCPUs(cpus); err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
 	if err := load.ResolveModel(ctx, &cfg); err != nil {
 		return err
-	}
-	if spoolMiB < 0 {
-		return usageError{fmt.Sprintf("--spool-mib %d: give 0 (correlate live) or more", spoolMiB)}
 	}
 	var finish func()
 	cfg.Progress, finish = opts.Progress(stderr)
@@ -207,8 +219,13 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 			logger.Warn("exporting spans", "err", eerr)
 		}
 		report.WriteTerminal(stdout, res.Doc)
-		fmt.Fprintf(stdout, "\nwrote %s, %s and %s\n", filepath.Join(res.Dir, "result.json"),
-			filepath.Join(res.Dir, "trace.json"), filepath.Join(res.Dir, "report.html"))
+		// Only the files written whole: a full disk names the one it
+		// could not write in the error.
+		fmt.Fprintln(stdout)
+		printWritten(stdout, res.Written)
+		if err == nil && ctx.Err() == nil {
+			err = load.CheckFailed(res.Load, opts.MaxFailedRatio)
+		}
 	}
 	return err
 }
@@ -436,15 +453,7 @@ func runReport(stdout io.Writer, dir, baseline, out string) error {
 	if doc.Diagnosis == nil {
 		doc.Diagnosis = report.Diagnose(doc)
 	}
-	f, err := os.Create(filepath.Join(outDir, "report.html"))
-	if err != nil {
-		return fmt.Errorf("writing the report: %w", err)
-	}
-	if err := report.WriteHTML(f, doc); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err := report.WriteHTMLFile(filepath.Join(outDir, "report.html"), doc); err != nil {
 		return err
 	}
 	report.WriteTerminal(stdout, doc)

@@ -47,7 +47,7 @@ once. Each step shows what stopped it, and the answer names the limit:
 		Example: `  bpfbench sweep --target http://127.0.0.1:8000 --slo "p99_ttft_ms<=500,p99_itl_ms<=50" --out sweep1
   sudo bpfbench sweep --target http://127.0.0.1:8000 --port 8000 --slo "p99_itl_ms<=50" --out knee`,
 		Args:        noArgs,
-		Annotations: map[string]string{memoryBound: "true"},
+		Annotations: map[string]string{memoryBound: "true", planned: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSweep(cmd, j, server, sm, logs)
 		},
@@ -76,6 +76,9 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 			return usageError{"give --requests-per-step or --num-requests, not both"}
 		}
 		j.RequestsPerStep = j.Config.NumRequests
+	}
+	if err := sm.check(); err != nil {
+		return err
 	}
 	pid := 0
 	logger, err := logs.logger(cmd)
@@ -119,8 +122,11 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 	j.Signals = sigs
 	res, cfg, err := j.Run(ctx, stdout, stderr)
 	sigs.Close()
-	if err != nil || pid == 0 {
+	if err != nil {
 		return err
+	}
+	if pid == 0 || ctx.Err() != nil {
+		return j.CheckAnswer(res)
 	}
 	var knee *job.Knee
 	knee, err = job.ExplainKnee(ctx, job.KneeConfig{
@@ -153,6 +159,9 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 		return err
 	}
 	fmt.Fprintf(stdout, "\n%s\n", knee.Explanation())
+	if err != nil {
+		return err
+	}
 	fmt.Fprintf(stdout, "runs written to %s/{pass,fail}\n", j.Out)
-	return err
+	return j.CheckAnswer(res)
 }

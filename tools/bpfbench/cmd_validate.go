@@ -93,7 +93,7 @@ requests are sent and when belong to the phases, so it does not take them.
 		Example: `  sudo bpfbench validate --sim
   sudo bpfbench validate --target http://127.0.0.1:8000 --port 8000 --skip gpu --out validation`,
 		Args:        noArgs,
-		Annotations: map[string]string{memoryBound: "true"},
+		Annotations: map[string]string{memoryBound: "true", planned: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runValidate(cmd, opts, server, sm, v, logs)
 		},
@@ -367,9 +367,17 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 			fmt.Fprintf(stdout, "  warning: %s\n", w)
 		}
 	}
-	fmt.Fprintf(stdout, "\nwrote %s/{validation.json,result.json,trace.json,report.html}\n", v.out)
+	if res != nil {
+		fmt.Fprintln(stdout)
+		printWritten(stdout, res.Written)
+	}
 	if err != nil {
 		return err
+	}
+	if res != nil && ctx.Err() == nil {
+		if err := load.CheckFailed(res.Load, opts.MaxFailedRatio); err != nil {
+			return err
+		}
 	}
 	var bad, weak []string
 	for _, r := range val.Rows {

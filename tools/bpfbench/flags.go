@@ -14,6 +14,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
+	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
 	"github.com/bpfbench/bpfbench/session"
 )
 
@@ -220,6 +221,14 @@ func pidCompletion(_ *cobra.Command, args []string, _ string) ([]cobra.Completio
 type serverMetricsFlags struct {
 	url    string
 	period time.Duration
+}
+
+// check refuses a scrape period out of its range.
+func (s *serverMetricsFlags) check() error {
+	if s.period < enginemetrics.MinPeriod || s.period > enginemetrics.MaxPeriod {
+		return usageError{fmt.Sprintf("--server-metrics-period %v: give %v to %v", s.period, enginemetrics.MinPeriod, enginemetrics.MaxPeriod)}
+	}
+	return nil
 }
 
 func (s *serverMetricsFlags) add(fs *pflag.FlagSet) {

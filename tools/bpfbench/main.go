@@ -9,6 +9,7 @@ package main
 //go:generate go test -run ^TestCLIDocs$ . -update-docs
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -25,7 +26,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/internal/version"
+	"github.com/bpfbench/bpfbench/job/load"
+	"github.com/bpfbench/bpfbench/loadgen"
 )
 
 // commands build the subcommands; the cmd_*.go files register theirs in
@@ -33,6 +37,16 @@ import (
 var commands []func() *cobra.Command
 
 func register(newCmd func() *cobra.Command) { commands = append(commands, newCmd) }
+
+// The exit statuses (README, "Exit status"): every command ends with one
+// of these.
+const (
+	statusOK          = 0   // done, all good
+	statusError       = 1   // an error: the message says which and why
+	statusUsage       = 2   // a bad command line: a flag out of its range, a missing argument
+	statusThreshold   = 3   // the run completed, its results written, but below a threshold (--max-failed-ratio)
+	statusInterrupted = 130 // interrupted (SIGINT, SIGTERM): what was measured is written
+)
 
 // exitError carries a specific exit status to main.
 type exitError struct{ code int }
@@ -70,7 +84,7 @@ or unexplained.`,
 		// No command: the usage on stderr, exit 2.
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fmt.Fprint(stderr, cmd.UsageString())
-			return exitError{2}
+			return exitError{statusUsage}
 		},
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
@@ -128,7 +142,7 @@ func profiled(fn func() int) int {
 	if p == "" {
 		return fn()
 	}
-	f, err := os.Create(p)
+	f, err := atomicfile.Create(p, 0o644)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bpfbench: BPFBENCH_CPUPROFILE: %v\n", err)
 		return fn()
@@ -138,26 +152,27 @@ func profiled(fn func() int) int {
 		fmt.Fprintf(os.Stderr, "bpfbench: BPFBENCH_CPUPROFILE: %v\n", err)
 		return fn()
 	}
-	defer pprof.StopCPUProfile()
-	return fn()
+	code := fn()
+	pprof.StopCPUProfile()
+	if err := f.Commit(); err != nil {
+		fmt.Fprintf(os.Stderr, "bpfbench: BPFBENCH_CPUPROFILE: %v\n", err)
+	}
+	return code
 }
 
 // writeHeapProfile writes the allocation profile (alloc_space: what the
 // command allocated over its life; inuse_space: what was live at the
 // last collection) to path.
 func writeHeapProfile(path string) {
-	f, err := os.Create(path)
-	if err == nil {
-		err = pprof.Lookup("allocs").WriteTo(f, 0)
-		err = errors.Join(err, f.Close())
-	}
+	err := atomicfile.Write(path, 0o644, func(w *bufio.Writer) error { return pprof.Lookup("allocs").WriteTo(w, 0) })
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bpfbench: BPFBENCH_MEMPROFILE: %v\n", err)
 	}
 }
 
 // run runs the CLI with args and returns its exit status: 0, 1 for an
-// error, 2 for a bad command line, or a command's own (check).
+// error, 2 for a bad command line, 3 for a run below its threshold, 130
+// when interrupted, or a command's own (check).
 func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -168,21 +183,56 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if c != nil {
 		name = c.CommandPath()
 	}
+	// A signal is how attach, the daemon and perturb end: for them it is
+	// no interruption.
+	interrupted := ctx.Err() != nil && c != nil && c.Annotations[planned] != ""
+	return status(err, interrupted, name, stderr)
+}
+
+// planned is the annotation of the commands that end on their own (run,
+// load, sweep, demo, validate): a signal interrupts them, exit 130.
+const planned = "bpfbench/planned"
+
+// status maps a command's error to its exit status, saying on stderr what
+// went wrong; interrupted is whether a signal ended the command.
+func status(err error, interrupted bool, name string, stderr io.Writer) int {
 	var ee exitError
 	var ue usageError
+	var ce *loadgen.ConfigError
+	var te *load.ThresholdError
 	switch {
+	case interrupted:
+		if err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, pflag.ErrHelp) {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		}
+		fmt.Fprintf(stderr, "%s: interrupted\n", name)
+		return statusInterrupted
 	case err == nil, errors.Is(err, pflag.ErrHelp):
-		return 0
+		return statusOK
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), errors.As(err, &ce):
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 2
+		return statusUsage
 	case strings.HasPrefix(err.Error(), "unknown command"):
 		fmt.Fprintf(stderr, "%s: %v (see %s --help)\n", name, strings.ReplaceAll(err.Error(), "\n", " "), name)
-		return 2
+		return statusUsage
+	case errors.As(err, &te):
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return statusThreshold
 	default:
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
+		return statusError
+	}
+}
+
+// printWritten says which files were written whole ("wrote A, B and C").
+func printWritten(w io.Writer, files []string) {
+	switch len(files) {
+	case 0:
+	case 1:
+		fmt.Fprintf(w, "wrote %s\n", files[0])
+	default:
+		fmt.Fprintf(w, "wrote %s and %s\n", strings.Join(files[:len(files)-1], ", "), files[len(files)-1])
 	}
 }
