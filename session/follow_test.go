@@ -35,3 +35,15 @@ func TestDescendants(t *testing.T) {
 		t.Error("a process is not its own descendant")
 	}
 }
+
+func TestKernelThread(t *testing.T) {
+	if !KernelThread(2) {
+		t.Error("kthreadd (pid 2) is not taken for a kernel thread")
+	}
+	if KernelThread(os.Getpid()) {
+		t.Error("the test is taken for a kernel thread")
+	}
+	if KernelThread(1 << 30) {
+		t.Error("a missing pid is taken for a kernel thread")
+	}
+}

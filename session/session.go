@@ -116,6 +116,28 @@ func CheckPid(pid int) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+// KernelThread says whether pid is a kernel thread (PF_KTHREAD in the
+// flags of /proc/PID/stat); false when it cannot be read.
+func KernelThread(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	// "pid (comm) state ppid ...": the flags are the 9th field, the 7th
+	// after the comm's closing parenthesis.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	const pfKthread = 0x00200000
+	return err == nil && flags&pfKthread != 0
+}
+
 // NewSession builds the sections for opts.Pid. A required section that
 // cannot be built is an error; the others are noted as unavailable.
 func NewSession(opts collectors.Options, factories []SectionFactory) (*Session, error) {
@@ -125,6 +147,10 @@ func NewSession(opts collectors.Options, factories []SectionFactory) (*Session, 
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if KernelThread(opts.Pid) {
+		opts.Logger.Warn("the target is a kernel thread: it serves no requests, and its tree is every kernel thread it started; give the pid of the server (e.g. $(pgrep -f vllm))",
+			"pid", opts.Pid, "comm", comm)
 	}
 	var roots []int
 	for _, r := range opts.Roots {
