@@ -13,6 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+
+	"github.com/bpfbench/bpfbench/internal/atomicfile"
 )
 
 // DefaultStateDir holds the state of every shaped interface, so that
@@ -260,12 +262,7 @@ func (n Net) Apply() (*Shaping, error) {
 		return nil, fmt.Errorf("creating the state directory %s: %w", n.StateDir, err)
 	}
 	b, _ := json.MarshalIndent(st, "", "  ")
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return nil, fmt.Errorf("saving the state of %s: %w", n.Iface, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
+	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return nil, fmt.Errorf("saving the state of %s: %w", n.Iface, err)
 	}
 	q := tbfOf(l.Attrs().Index, ourHandle, n.Rate, netlink.Xmittime(n.Rate/8, n.Burst), n.Limit)

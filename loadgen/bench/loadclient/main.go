@@ -13,13 +13,15 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/job/load"
 )
 
 func main() {
 	args := os.Args[1:]
+	finish := func() {}
 	if len(args) >= 2 && args[0] == "--cpuprofile" {
-		f, err := os.Create(args[1])
+		f, err := atomicfile.Create(args[1], 0o644)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "loadclient:", err)
 			os.Exit(1)
@@ -28,13 +30,18 @@ func main() {
 			fmt.Fprintln(os.Stderr, "loadclient:", err)
 			os.Exit(1)
 		}
-		defer f.Close()
-		defer pprof.StopCPUProfile()
+		finish = func() {
+			pprof.StopCPUProfile()
+			if err := f.Commit(); err != nil {
+				fmt.Fprintln(os.Stderr, "loadclient:", err)
+			}
+		}
 		args = args[2:]
 	}
-	if err := load.RunLoad(context.Background(), args, os.Stdout, os.Stderr); err != nil && !errors.Is(err, pflag.ErrHelp) {
+	err := load.RunLoad(context.Background(), args, os.Stdout, os.Stderr)
+	finish()
+	if err != nil && !errors.Is(err, pflag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "loadclient:", err)
-		pprof.StopCPUProfile()
 		os.Exit(1)
 	}
 }
