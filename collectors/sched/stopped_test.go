@@ -105,7 +105,7 @@ func TestStoppedProcess(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.mount == "" {
-				t.Skipf("no %s hierarchy is mounted on this host", tc.name)
+				privtest.SkipOptional(t, "no %s hierarchy is mounted on this host", tc.name)
 			}
 			stoppedRun(t, tc.stop, tc.threads)
 		})
