@@ -76,8 +76,8 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 		Long: `bpfbench follows an LLM inference server with eBPF (scheduler, block IO, TCP,
 CUDA uprobes) and NVML, drives it with its own streaming load generator, and
 blames every token's latency along its critical path on cpu_runqueue,
-io_block, gpu_sync, net_backpressure, server_compute, server_sleep, client
-or unexplained.`,
+io_block, gpu_sync, net_backpressure, server_compute, server_sleep,
+server_stopped, client or unexplained.`,
 		Version:       version.Get().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
