@@ -61,6 +61,9 @@ func genTimeline(seed uint64, threads int, dur int64, ports int) *timeline {
 				}
 			case IOWait:
 				s.End = t + d(5*ms)
+			case Stopped:
+				s.End = t + d(maxSpan)
+				s.Wake = Wake{Kind: WakeThread, Waker: outside[r.IntN(len(outside))]}
 			case Sleep:
 				s.End = t + d(maxSpan)
 				switch k := WakeKind(r.IntN(7)); k {
@@ -88,7 +91,7 @@ func genTimeline(seed uint64, threads int, dur int64, ports int) *timeline {
 			case Runnable:
 				st = Running
 			case Running:
-				st = []State{Runnable, Sleep, Sleep, IOWait}[r.IntN(4)]
+				st = []State{Runnable, Sleep, Sleep, IOWait, Runnable, Sleep, Sleep, IOWait, Stopped}[r.IntN(9)]
 			default:
 				st = Runnable
 			}
