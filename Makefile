@@ -11,7 +11,7 @@ export CGO_ENABLED := 1
 # go-nvml's headers mark many NVML calls deprecated; the warnings are not ours.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build generate test lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image
+.PHONY: all build generate test fuzz lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image
 
 all: build
 
@@ -41,6 +41,26 @@ test: build
 	bash tools/ci/clean-tree.sh snapshot
 	rc=0; $(GO) test -count=1 -p 1 -timeout 40m ./... || rc=$$?; \
 	bash tools/ci/clean-tree.sh check || rc=1; exit $$rc
+
+# Every fuzz target (func FuzzX(f *testing.F) in any _test.go, found by
+# grep), each run for FUZZTIME in turn: go fuzzes one target per
+# invocation. `make test` runs their seeds. A failing input is written to
+# its package's testdata/fuzz/FuzzX/ (commit it with the fix); the corpus
+# grown while fuzzing stays in go's cache, outside the tree, which is
+# checked as `make test` checks it. go minimizes every new input for up to
+# a minute by default, which stalls a run of seconds: FUZZFLAGS bounds it.
+FUZZTIME     ?= 10s
+FUZZFLAGS    ?= -fuzzminimizetime=1s
+FUZZ_SNAPSHOT ?= $(or $(TMPDIR),/tmp)/bpfbench-fuzz-tree.$(shell id -u)
+fuzz:
+	CLEAN_TREE_SNAPSHOT=$(FUZZ_SNAPSHOT) bash tools/ci/clean-tree.sh snapshot
+	@failed=; for t in $$(grep -rEo --include='*_test.go' --exclude-dir=.git '^func Fuzz[A-Za-z0-9_]+[(]' . | \
+			sed -E 's|^[.]/(.+)/[^/]+:func (Fuzz[A-Za-z0-9_]+)[(]$$|\1:\2|' | sort -u); do \
+		echo "== $${t#*:} (./$${t%%:*}, $(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$${t#*:}\$$" -fuzztime $(FUZZTIME) $(FUZZFLAGS) ./$${t%%:*} || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz targets failed:$$failed (inputs in testdata/fuzz/ of each)"; exit 1; fi
+	CLEAN_TREE_SNAPSHOT=$(FUZZ_SNAPSHOT) bash tools/ci/clean-tree.sh check
 
 lint:
 	$(GO) vet ./...
