@@ -59,15 +59,30 @@ func tickSections() []session.SectionFactory {
 	}}}
 }
 
+// newTestServer serves an agent whose sessions may follow processes named
+// sleep (sleeper's).
 func newTestServer(t *testing.T, limits Limits) (*Server, *httptest.Server) {
 	t.Helper()
 	srv, err := NewServer(tickSections(), limits, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv.SetAllow(Allow{Comms: []string{"sleep"}})
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(func() { srv.Close(); hs.Close() })
 	return srv, hs
+}
+
+// sleeper starts a process the test server may follow (comm sleep) and
+// returns its pid; it is killed at the end of the test.
+func sleeper(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd.Process.Pid
 }
 
 // The estimate holds the true offset within its bound whatever the
@@ -134,7 +149,7 @@ func TestShiftedClockRecovered(t *testing.T) {
 	_, hs := newTestServer(t, Limits{})
 	c := NewClient(hs.Listener.Addr().String(), ClientOptions{ClockInterval: 200 * time.Millisecond})
 	ctx := context.Background()
-	s, err := c.Start(ctx, StartRequest{Target: Target{Pid: os.Getpid()}})
+	s, err := c.Start(ctx, StartRequest{Target: Target{Pid: sleeper(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,11 +207,12 @@ func TestMaxSessions(t *testing.T) {
 	srv, hs := newTestServer(t, Limits{MaxSessions: 1})
 	c := NewClient(hs.Listener.Addr().String(), ClientOptions{})
 	ctx := context.Background()
-	s, err := c.Start(ctx, StartRequest{Target: Target{Pid: os.Getpid()}})
+	pid := sleeper(t)
+	s, err := c.Start(ctx, StartRequest{Target: Target{Pid: pid}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.Start(ctx, StartRequest{Target: Target{Pid: os.Getpid()}})
+	_, err = c.Start(ctx, StartRequest{Target: Target{Pid: pid}})
 	if !errors.Is(err, ErrTooManySessions) {
 		t.Fatalf("second session: %v, want ErrTooManySessions", err)
 	}
@@ -207,7 +223,7 @@ func TestMaxSessions(t *testing.T) {
 	if srv.Active() != 0 {
 		t.Fatalf("%d sessions held after stop", srv.Active())
 	}
-	s, err = c.Start(ctx, StartRequest{Target: Target{Pid: os.Getpid()}})
+	s, err = c.Start(ctx, StartRequest{Target: Target{Pid: pid}})
 	if err != nil {
 		t.Fatalf("a session after the first stopped: %v", err)
 	}
@@ -242,7 +258,7 @@ func TestIdleSessionStopped(t *testing.T) {
 	srv, hs := newTestServer(t, Limits{IdleTimeout: 500 * time.Millisecond})
 	c := NewClient(hs.Listener.Addr().String(), ClientOptions{})
 	var info StartResponse
-	if err := c.do(context.Background(), http.MethodPost, PathSessions, StartRequest{Target: Target{Pid: os.Getpid()}}, &info, http.StatusCreated); err != nil {
+	if err := c.do(context.Background(), http.MethodPost, PathSessions, StartRequest{Target: Target{Pid: sleeper(t)}}, &info, http.StatusCreated); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -265,6 +281,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
+		srv.SetAllow(Allow{Comms: []string{"sleep"}})
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -296,7 +313,7 @@ func TestAgentKilledMidStream(t *testing.T) {
 	}
 	c := NewClient(strings.TrimSpace(addr), ClientOptions{})
 	ctx := context.Background()
-	s, err := c.Start(ctx, StartRequest{Target: Target{Pid: cmd.Process.Pid}})
+	s, err := c.Start(ctx, StartRequest{Target: Target{Pid: sleeper(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,20 +355,21 @@ func TestStartPodTarget(t *testing.T) {
 		t.Errorf("pod target without a resolver: %v, want 501 and %q", err, ErrNoKubernetes)
 	}
 	var asked []PodRef
+	pid := sleeper(t)
 	srv.SetPodResolver(func(_ context.Context, r PodRef) (int, PodRef, error) {
 		asked = append(asked, r)
 		if r.Name != "vllm-0" {
 			return 0, r, fmt.Errorf("pod %s: %w", r, ErrPodNotFound)
 		}
 		r.Container = "vllm"
-		return os.Getpid(), r, nil
+		return pid, r, nil
 	})
 	s, err := c.Start(ctx, StartRequest{Target: Target{Pod: &ref}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Info.Pid != os.Getpid() || s.Info.Pod == nil || *s.Info.Pod != (PodRef{"inference", "vllm-0", "vllm"}) {
-		t.Errorf("session pid %d pod %v, want %d inference/vllm-0/vllm", s.Info.Pid, s.Info.Pod, os.Getpid())
+	if s.Info.Pid != pid || s.Info.Pod == nil || *s.Info.Pod != (PodRef{"inference", "vllm-0", "vllm"}) {
+		t.Errorf("session pid %d pod %v, want %d inference/vllm-0/vllm", s.Info.Pid, s.Info.Pod, pid)
 	}
 	if _, err := s.Stop(ctx); err != nil {
 		t.Fatal(err)
@@ -394,8 +412,9 @@ func TestStopCountsEverySpanDelivered(t *testing.T) {
 	_, hs := newTestServer(t, Limits{})
 	c := NewClient(hs.Listener.Addr().String(), ClientOptions{})
 	ctx := context.Background()
+	pid := sleeper(t)
 	for round := 0; round < 5; round++ {
-		s, err := c.Start(ctx, StartRequest{Target: Target{Pid: os.Getpid()}})
+		s, err := c.Start(ctx, StartRequest{Target: Target{Pid: pid}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -141,6 +141,13 @@ func (rs *remoteSession) finish(endNs int64, summary map[string]any) {
 	close(rs.done)
 }
 
+// stopped reports whether the client asked for the session's stop.
+func (rs *remoteSession) stopped() bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.stopAsked
+}
+
 func (rs *remoteSession) ended() bool {
 	select {
 	case <-rs.done:

@@ -47,6 +47,10 @@ type Client struct {
 // ErrTooManySessions is returned when the agent is at agent.max_sessions.
 var ErrTooManySessions = errors.New("the agent runs as many sessions as it allows")
 
+// ErrForbidden is returned when the agent may not follow the target
+// (its agent.allow) or open a library the request names.
+var ErrForbidden = errors.New("the agent may not follow this target")
+
 // ErrUnauthorized is returned when the agent asks for credentials.
 var ErrUnauthorized = errors.New("the agent refused the credentials")
 
@@ -132,6 +136,8 @@ func (c *Client) statusError(what string, resp *http.Response) error {
 		return fmt.Errorf("agent %s: %s: %w (%s): give the user and password of its web configuration", c.agent, what, ErrUnauthorized, resp.Status)
 	case http.StatusTooManyRequests:
 		return fmt.Errorf("agent %s: %s: %w: %s", c.agent, what, ErrTooManySessions, msg)
+	case http.StatusForbidden:
+		return fmt.Errorf("agent %s: %s: %w (%s): %s", c.agent, what, ErrForbidden, resp.Status, msg)
 	}
 	return fmt.Errorf("agent %s: %s: %s: %s", c.agent, what, resp.Status, msg)
 }

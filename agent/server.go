@@ -7,11 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bpfbench/bpfbench/collectors"
@@ -30,6 +35,10 @@ type Limits struct {
 	MaxBufferSpans int
 	// IdleTimeout stops a session no client has streamed for this long.
 	IdleTimeout time.Duration
+	// ReadTimeout bounds the time a client takes to send a request's
+	// body (the start's); past it the connection is closed. The span
+	// stream is long-lived and has no such bound.
+	ReadTimeout time.Duration
 }
 
 // The default limits.
@@ -37,11 +46,12 @@ const (
 	DefaultMaxSessions    = 4
 	DefaultMaxBufferSpans = 1 << 16
 	DefaultIdleTimeout    = 30 * time.Second
+	DefaultReadTimeout    = 10 * time.Second
 )
 
 // DefaultLimits are the limits of agent.* left unset.
 func DefaultLimits() Limits {
-	return Limits{MaxSessions: DefaultMaxSessions, MaxBufferSpans: DefaultMaxBufferSpans, IdleTimeout: DefaultIdleTimeout}
+	return Limits{MaxSessions: DefaultMaxSessions, MaxBufferSpans: DefaultMaxBufferSpans, IdleTimeout: DefaultIdleTimeout, ReadTimeout: DefaultReadTimeout}
 }
 
 // ClockShiftEnv shifts every time the agent reports by this many
@@ -66,6 +76,12 @@ type Server struct {
 	shift int64
 	// pods resolves pod targets (nil: they are refused).
 	pods PodResolver
+	// allow is what sessions may follow (SetAllow; nil: nothing); self
+	// is the agent's own pid, never followed; proc is where processes
+	// are read ("/proc").
+	allow atomic.Pointer[Allow]
+	self  int
+	proc  string
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -92,7 +108,11 @@ func NewServer(sections []session.SectionFactory, limits Limits, logger *slog.Lo
 	if limits.IdleTimeout <= 0 {
 		limits.IdleTimeout = d.IdleTimeout
 	}
-	s := &Server{sections: sections, limits: limits, log: logger.With("component", "agent"), sessions: map[string]*remoteSession{}}
+	if limits.ReadTimeout <= 0 {
+		limits.ReadTimeout = d.ReadTimeout
+	}
+	s := &Server{sections: sections, limits: limits, log: logger.With("component", "agent"), sessions: map[string]*remoteSession{},
+		self: os.Getpid(), proc: "/proc"}
 	if v := os.Getenv(ClockShiftEnv); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -105,6 +125,22 @@ func NewServer(sections []session.SectionFactory, limits Limits, logger *slog.Lo
 	s.wg.Add(1)
 	go s.janitor()
 	return s, nil
+}
+
+// SetAllow replaces what sessions may follow (the daemon's agent.allow;
+// a reload calls it again). Until it is called, and with an empty Allow,
+// every start is refused with 403. Sessions already running go on.
+func (s *Server) SetAllow(a Allow) {
+	a.Comms, a.Cgroups, a.Targets = slices.Clone(a.Comms), slices.Clone(a.Cgroups), slices.Clone(a.Targets)
+	s.allow.Store(&a)
+}
+
+// Allowed is what sessions may follow now.
+func (s *Server) Allowed() Allow {
+	if a := s.allow.Load(); a != nil {
+		return *a
+	}
+	return Allow{}
 }
 
 // Routes are the API's handlers by http.ServeMux pattern, for the
@@ -180,15 +216,18 @@ func (s *Server) clock(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *Server) start(w http.ResponseWriter, r *http.Request) {
-	var req StartRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "decoding the session request: %v", err)
+	req, ok := s.readStart(w, r)
+	if !ok {
 		return
 	}
 	pid, port, roots, err := resolve(req.Target)
 	if err != nil {
+		// A cgroup the agent may not follow is refused whether or not
+		// it exists.
+		if a := s.allow.Load(); strings.HasPrefix(req.Cgroup, "/") && !a.cgroupAllowed(req.Cgroup) {
+			s.refuse(w, r, &ForbiddenError{msg: fmt.Sprintf(refuseCgroup, clip(req.Cgroup)), Detail: err.Error()})
+			return
+		}
 		writeError(w, http.StatusBadRequest, "%v", err)
 		return
 	}
@@ -208,42 +247,40 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "tcp_port %d is out of range: use 1-65535", port)
 		return
 	}
+	if err := s.permitAll(pid, roots); err != nil {
+		var fe *ForbiddenError
+		if req.Cgroup != "" && errors.As(err, &fe) && fe.msg != refuseEmpty {
+			fe.msg = fmt.Sprintf(refuseCgroup, clip(req.Cgroup)) + " (" + fe.msg + ")"
+		}
+		s.refuse(w, r, err)
+		return
+	}
+	libs, err := s.checkLibs(pid, roots, req.CUDALibs)
+	if err != nil {
+		s.refuse(w, r, err)
+		return
+	}
 	// Reserve the slot before the sections load: loading takes time, and
 	// concurrent starts must not pass the limit together.
 	id := newID()
 	ctx, cancel := context.WithCancel(s.ctx)
 	rs := &remoteSession{id: id, buf: newSpanBuffer(s.limits.MaxBufferSpans), done: make(chan struct{}), cancel: cancel}
 	rs.touch()
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		writeError(w, http.StatusServiceUnavailable, "the agent is shutting down")
-		return
-	}
-	// Ended sessions whose client has not read their end yet hold their
-	// buffers too: at most as many again.
-	running := 0
-	for _, o := range s.sessions {
-		if !o.ended() {
-			running++
+	if code, msg := s.reserve(rs); code != 0 {
+		cancel()
+		if code == http.StatusTooManyRequests {
+			w.Header().Set("Retry-After", "10")
 		}
-	}
-	if running >= s.limits.MaxSessions || len(s.sessions) >= 2*s.limits.MaxSessions {
-		n := running
-		s.mu.Unlock()
-		w.Header().Set("Retry-After", "10")
-		writeError(w, http.StatusTooManyRequests, "the agent already runs %d sessions, its agent.max_sessions: stop one or raise the limit", n)
+		writeError(w, code, "%s", msg)
 		return
 	}
-	s.sessions[id] = rs
-	s.mu.Unlock()
 	release := func() {
 		cancel()
 		s.mu.Lock()
 		delete(s.sessions, id)
 		s.mu.Unlock()
 	}
-	opts := collectors.Options{Pid: pid, Roots: roots, Port: port, CUDALibs: req.CUDALibs, Interval: time.Second,
+	opts := collectors.Options{Pid: pid, Roots: roots, Port: port, CUDALibs: libs, Interval: time.Second,
 		Logger: s.log.With("session", id), Recorder: rs.buf}
 	sess, err := session.NewSession(opts, s.sections)
 	if err != nil {
@@ -253,12 +290,12 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &pe) {
 			code = http.StatusBadRequest
 		}
-		writeError(w, code, "building the session on pid %d: %v", pid, err)
+		writeError(w, code, "building the session on pid %d: %s", pid, sanitize(err.Error()))
 		return
 	}
 	if err := sess.Start(s.ctx); err != nil {
 		release()
-		writeError(w, http.StatusInternalServerError, "starting the session on pid %d: %v", pid, err)
+		writeError(w, http.StatusInternalServerError, "starting the session on pid %d: %s", pid, sanitize(err.Error()))
 		return
 	}
 	rs.sess = sess
@@ -274,13 +311,100 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	}
 	unavailable := sess.Unavailable()
 	for name, why := range unavailable {
-		unavailable[name] = ExplainPermission(why)
+		unavailable[name] = sanitize(ExplainPermission(why))
 	}
 	writeJSON(w, http.StatusCreated, StartResponse{
 		ID: id, Pid: pid, Comm: sess.Comm(), StartNs: sess.StartNs() + s.shift,
 		Anchor:      clock.Anchor{Wall: sess.Anchor().Wall, MonotonicNs: sess.Anchor().MonotonicNs + s.shift},
 		Unavailable: unavailable, Pod: pod,
 	})
+}
+
+// maxStartBody bounds a start's body.
+const maxStartBody = 64 << 10
+
+// readStart reads a start's body within ReadTimeout and maxStartBody: a
+// client that sends it slower has its connection closed.
+func (s *Server) readStart(w http.ResponseWriter, r *http.Request) (StartRequest, bool) {
+	var req StartRequest
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(time.Now().Add(s.limits.ReadTimeout)); err != nil {
+		s.log.Debug("no read deadline on a session request", "err", err)
+	}
+	body := http.MaxBytesReader(w, r.Body, maxStartBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&req)
+	if err == nil {
+		// The rest of the body (at most the limit) is read under the
+		// same deadline, so no trickle outlives the handler.
+		_, err = io.Copy(io.Discard, body)
+	}
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			w.Header().Set("Connection", "close")
+			writeError(w, http.StatusRequestTimeout, "the session request's body took longer than agent.read_timeout (%v): send it at once", s.limits.ReadTimeout)
+			return req, false
+		}
+		writeError(w, http.StatusBadRequest, "decoding the session request: %v", err)
+		return req, false
+	}
+	// Loading the sections is not bounded by the client's deadline.
+	_ = rc.SetReadDeadline(time.Time{})
+	return req, true
+}
+
+// refuse answers a target the agent may not follow with 403 (the reason
+// goes to the log) and any other error with 400.
+func (s *Server) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	var fe *ForbiddenError
+	if !errors.As(err, &fe) {
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return
+	}
+	s.log.Info("session refused", "why", fe.msg, "detail", fe.Detail, "remote", r.RemoteAddr)
+	writeError(w, http.StatusForbidden, "%s", fe.msg)
+}
+
+// reserve holds a slot for rs, or says why not (status and message).
+// Sessions collecting count against agent.max_sessions; ended ones whose
+// client has not read their end hold their buffers and count against
+// twice that; ended ones the client stopped give way to a new session at
+// once (a stream of theirs begun later finds them while there is room).
+func (s *Server) reserve(rs *remoteSession) (int, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return http.StatusServiceUnavailable, "the agent is shutting down"
+	}
+	running, held := 0, 0
+	var stopped []*remoteSession
+	for _, o := range s.sessions {
+		switch {
+		case !o.ended():
+			running++
+		case o.stopped():
+			stopped = append(stopped, o)
+		default:
+			held++
+		}
+	}
+	if running >= s.limits.MaxSessions {
+		return http.StatusTooManyRequests, fmt.Sprintf("the agent already runs %d sessions, its agent.max_sessions: stop one or raise the limit", running)
+	}
+	if running+held >= 2*s.limits.MaxSessions {
+		return http.StatusTooManyRequests, fmt.Sprintf("the agent holds %d ended sessions whose clients have not read their end: read or stop them, or wait agent.idle_timeout", held)
+	}
+	slices.SortFunc(stopped, func(a, b *remoteSession) int { return int(a.lastSeen.Load() - b.lastSeen.Load()) })
+	for _, o := range stopped {
+		if len(s.sessions) < 2*s.limits.MaxSessions {
+			break
+		}
+		delete(s.sessions, o.id)
+	}
+	s.sessions[rs.id] = rs
+	return 0, ""
 }
 
 // run runs a session until it is stopped or its target exits, then
@@ -295,7 +419,7 @@ func (s *Server) run(ctx context.Context, rs *remoteSession) {
 	}()
 	err := rs.sess.Run(ctx, 0, nil)
 	if err != nil && !errors.Is(err, context.Canceled) {
-		rs.setReason(fmt.Sprintf("collection failed: %v", err))
+		rs.setReason("collection failed: " + sanitize(err.Error()))
 	}
 	end := clock.Now()
 	if err := rs.sess.Close(); err != nil {
@@ -474,6 +598,8 @@ func resolve(t Target) (pid, port int, roots []int, err error) {
 	switch {
 	case t.Pod != nil:
 		return 0, 0, nil, nil // the server's PodResolver
+	case t.Pid < 0:
+		return 0, 0, nil, fmt.Errorf("pid %d is not a process id", t.Pid)
 	case t.Pid != 0:
 		return t.Pid, 0, nil, nil
 	case t.Port != 0:

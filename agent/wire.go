@@ -8,10 +8,14 @@
 // auth with no second listener or credential store, needs no generated
 // code, and can be driven with curl:
 //
-//	POST   /api/v1/sessions             StartRequest -> StartResponse (429 past agent.max_sessions)
+//	POST   /api/v1/sessions             StartRequest -> StartResponse (403 outside agent.allow, 429 past agent.max_sessions)
 //	GET    /api/v1/sessions/{id}/spans  a stream of Line, one JSON object a line
 //	DELETE /api/v1/sessions/{id}        stops the session -> StopResponse
 //	GET    /api/v1/clock                ClockReading: the agent's CLOCK_MONOTONIC, read last
+//
+// A session follows only a process agent.allow lists (Allow), never the
+// agent itself nor a kernel thread, and opens only the cuda_libs its
+// target maps; an error answer never quotes a file.
 //
 // Every time on the wire is the agent's CLOCK_MONOTONIC in nanoseconds;
 // the Client maps spans onto the local clock before handing them over.
@@ -64,7 +68,10 @@ type StartRequest struct {
 	// port of the target (collectors.Options.Port); 0: Port when the target
 	// is given by port, else every connection.
 	TCPPort int `json:"tcp_port,omitempty"`
-	// CUDALibs are probed instead of the libraries the target maps.
+	// CUDALibs are probed instead of the CUDA libraries found by name in
+	// the target's maps; each must be a path the target (or a process
+	// below it) maps, as /proc/PID/maps writes it, else the start is
+	// refused (403).
 	CUDALibs []string `json:"cuda_libs,omitempty"`
 }
 

@@ -27,9 +27,12 @@ const podRelist = time.Second
 // resolveAgentPod is the agent API's agent.PodResolver.
 func (d *Daemon) resolveAgentPod(ctx context.Context, ref agent.PodRef) (int, agent.PodRef, error) {
 	d.agentPodsOnce.Do(func() {
-		d.agentPods = d.pods
+		d.mu.Lock()
+		pods, cfg := d.pods, d.cfg
+		d.mu.Unlock()
+		d.agentPods = pods
 		if d.agentPods == nil {
-			d.agentPods = newPodSource(d.cfg, d.log)
+			d.agentPods = newPodSource(cfg, d.log)
 			d.agentPods.log = d.log // already the daemon's component
 		}
 	})

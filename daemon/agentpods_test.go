@@ -87,20 +87,21 @@ func TestK8sPodProcess(t *testing.T) {
 }
 
 // Through the daemon's agent API: a session on a pod of the fake API
-// server's node follows the process in that pod's container (this test's
-// own process, placed in it by the fixture /proc); unknown pods, a pod of
+// server's node follows the process in that pod's container (a child of
+// the test, placed in it by the fixture /proc, of a comm agent.allow
+// lists); unknown pods, a pod of
 // several containers without one named, and an agent with no Kubernetes
 // configuration are refused with what to do.
 func TestAgentPodSession(t *testing.T) {
 	api := newFakeAPI(t, false)
 	proc := t.TempDir()
-	self := os.Getpid()
+	self := sleeper(t)
 	os.MkdirAll(filepath.Join(proc, strconv.Itoa(self)), 0o755)
 	os.WriteFile(filepath.Join(proc, strconv.Itoa(self), "cgroup"), []byte("12:memory:/kubepods/burstable/podabc/"+idVLLM2+"\n0::/kubepods/burstable/podabc/"+idVLLM2+"\n"), 0o644)
-	writeStat(t, proc, self, os.Getppid(), "daemon.test")
+	writeStat(t, proc, self, os.Getpid(), "sleep")
 
 	cfg := DefaultConfig()
-	cfg.Agent = Agent{Enabled: true}
+	cfg.Agent = Agent{Enabled: true, Allow: AgentAllow{Comms: []string{"sleep"}}}
 	cfg.Kubernetes = Kubernetes{NodeName: "gpu-1", APIServer: api.URL, TokenFile: writeToken(t, api.token)}
 	addr := runDaemonWith(t, cfg, "", func(d *Daemon) { d.proc = proc })
 	c := agent.NewClient(addr, agent.ClientOptions{})

@@ -41,13 +41,19 @@ type Config struct {
 	Agent Agent `yaml:"agent"`
 }
 
-// Agent is the session API's switch and limits. Zero limits take the
-// agent package's defaults (4 sessions, 65536 buffered spans each, 30 s).
+// Agent is the session API's switch, what it may follow, and its limits.
+// Zero limits take the agent package's defaults (4 sessions, 65536
+// buffered spans each, 30 s idle, 10 s to send a request's body).
 type Agent struct {
 	// Enabled serves the API. A session attaches eBPF programs to a
-	// process of this node on a client's request: give the listener a web
-	// configuration with basic auth (and TLS) before enabling it.
+	// process of this node on a client's request: the daemon refuses to
+	// serve it on an address other than loopback without a web
+	// configuration with TLS and basic auth (or client certificates),
+	// unless started with --agent.insecure.
 	Enabled bool `yaml:"enabled"`
+	// Allow is what sessions may follow; empty, nothing (every start is
+	// answered 403).
+	Allow AgentAllow `yaml:"allow"`
 	// MaxSessions bounds the sessions at once; beyond it starts get 429.
 	MaxSessions int `yaml:"max_sessions"`
 	// MaxBufferSpans bounds each session's spans waiting for its client
@@ -55,6 +61,25 @@ type Agent struct {
 	MaxBufferSpans int `yaml:"max_buffer_spans"`
 	// IdleTimeout stops a session no client has streamed for this long.
 	IdleTimeout time.Duration `yaml:"idle_timeout"`
+	// ReadTimeout bounds the time a client takes to send a session
+	// request's body; past it the connection is closed.
+	ReadTimeout time.Duration `yaml:"read_timeout"`
+}
+
+// AgentAllow lists what the agent's sessions may follow: a process whose
+// command name (/proc/PID/comm) is one of Comms, one in one of Cgroups
+// or below it (as /proc/PID/cgroup writes it), or one of the daemon's
+// targets named in Targets. Whatever it lists, the daemon's own process
+// and kernel threads are never followed.
+type AgentAllow struct {
+	Comms   []string `yaml:"comms"`
+	Cgroups []string `yaml:"cgroups"`
+	Targets []string `yaml:"targets"`
+}
+
+// Empty reports whether a allows nothing.
+func (a AgentAllow) Empty() bool {
+	return len(a.Comms) == 0 && len(a.Cgroups) == 0 && len(a.Targets) == 0
 }
 
 // MaxAgentSessions is the largest agent.max_sessions accepted.
@@ -220,8 +245,34 @@ func (c *Config) Validate() error {
 	if c.Agent.IdleTimeout < 0 {
 		return fmt.Errorf("agent.idle_timeout must not be negative (0: the default, 30s)")
 	}
+	if c.Agent.ReadTimeout < 0 {
+		return fmt.Errorf("agent.read_timeout must not be negative (0: the default, 10s)")
+	}
+	if err := c.Agent.Allow.validate(seen); err != nil {
+		return err
+	}
 	if c.Kubernetes.RefreshInterval < 0 {
 		return fmt.Errorf("kubernetes.refresh_interval must not be negative (0: the daemon's refresh_interval)")
+	}
+	return nil
+}
+
+// validate checks agent.allow; targets are the configured target names.
+func (a AgentAllow) validate(targets map[string]bool) error {
+	for _, c := range a.Comms {
+		if c == "" || len(c) > 15 {
+			return fmt.Errorf("agent.allow.comms: %q must be a command name of 1-15 characters, as /proc/PID/comm shows it", c)
+		}
+	}
+	for _, c := range a.Cgroups {
+		if !strings.HasPrefix(c, "/") {
+			return fmt.Errorf("agent.allow.cgroups: %q must be an absolute cgroup path like /system.slice/vllm.service", c)
+		}
+	}
+	for _, t := range a.Targets {
+		if !targets[t] || t == "host" {
+			return fmt.Errorf("agent.allow.targets: %q is not the name of a configured target", t)
+		}
 	}
 	return nil
 }

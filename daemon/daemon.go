@@ -42,9 +42,12 @@ type Daemon struct {
 	hosts     []collectors.Host
 	reg       *prometheus.Registry
 
-	mu       sync.Mutex
-	assigned map[uint32]uint32 // tgid -> slot, as set in the kernel
-	procs    map[int]int       // target index -> processes
+	// refreshMu serialises refreshes and reloads; mu guards what scrapes
+	// and the agent read of the configuration and the slots.
+	refreshMu sync.Mutex
+	mu        sync.Mutex
+	assigned  map[uint32]uint32 // tgid -> slot, as set in the kernel
+	procs     map[int]int       // target index -> processes
 	// Kubernetes targets: the pods of the node (k8s.go), the slots of
 	// their pod containers (slots.go), and what the last refresh gave them.
 	pods   *podSource
@@ -67,9 +70,36 @@ type Daemon struct {
 	// or a source of its own made at the first pod target (agentpods.go).
 	agentPods     *podSource
 	agentPodsOnce sync.Once
-	// proc is where processes are read ("" is /proc; tests set it).
-	proc string
+	// proc is where processes are read ("" is /proc; tests set it);
+	// cgroupFS where cgroup directories are ("" is /sys/fs/cgroup).
+	proc, cgroupFS string
+
+	// api is the session API (agent.enabled), insecure lets it be served
+	// without a web configuration on any address (--agent.insecure).
+	api      *agent.Server
+	insecure bool
+	// level is the logger's level, set again on reload (nil: fixed).
+	level *slog.LevelVar
+	// loader reads the configuration again for a reload (nil: none).
+	loader func() (Config, error)
+	// interval is the refresh interval in effect (a reload may change it).
+	interval atomic.Int64
+	// warned limits the refresh's repeated warnings.
+	warned warnLimiter
 }
+
+// SetAgentInsecure lets the daemon serve the session API without a web
+// configuration on an address other than loopback (--agent.insecure).
+func (d *Daemon) SetAgentInsecure(insecure bool) { d.insecure = insecure }
+
+// SetLogLevel gives the daemon its logger's level, which a reload sets
+// from log_level.
+func (d *Daemon) SetLogLevel(l *slog.LevelVar) { d.level = l }
+
+// SetConfigLoader gives the daemon what reads its configuration again on
+// a reload (SIGHUP, POST /-/reload): the file, with the command line's
+// overrides applied.
+func (d *Daemon) SetConfigLoader(load func() (Config, error)) { d.loader = load }
 
 // SetSessionSections gives the daemon the sections the agent API builds
 // each remote session from (the composition root names the collectors).
@@ -87,6 +117,7 @@ func New(cfg Config, logger *slog.Logger, factories []HostFactory) *Daemon {
 	if kubernetesTargets(cfg.Targets) {
 		d.pods = newPodSource(cfg, logger)
 	}
+	d.interval.Store(int64(cfg.RefreshInterval))
 	return d
 }
 
@@ -153,11 +184,19 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 	if listen == "" {
 		listen = d.cfg.ListenAddress
 	}
+	if d.cfg.Agent.Enabled {
+		if err := checkAgentExposure(listen, webConfig, d.insecure); err != nil {
+			return err
+		}
+	}
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w (another exporter on this port? choose one with --web.listen-address)", listen, err)
 	}
-	var routes map[string]http.Handler
+	routes := map[string]http.Handler{
+		"POST /-/reload": http.HandlerFunc(d.serveReload),
+		"PUT /-/reload":  http.HandlerFunc(d.serveReload),
+	}
 	var api *agent.Server
 	if d.cfg.Agent.Enabled {
 		if len(d.sections) == 0 {
@@ -165,17 +204,24 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 			return errors.New("agent.enabled: the daemon was given no session sections to build sessions from")
 		}
 		a := d.cfg.Agent
-		api, err = agent.NewServer(d.sections, agent.Limits{MaxSessions: a.MaxSessions, MaxBufferSpans: a.MaxBufferSpans, IdleTimeout: a.IdleTimeout}, d.log)
+		api, err = agent.NewServer(d.sections, agent.Limits{MaxSessions: a.MaxSessions, MaxBufferSpans: a.MaxBufferSpans, IdleTimeout: a.IdleTimeout, ReadTimeout: a.ReadTimeout}, d.log)
 		if err != nil {
 			l.Close()
 			return err
 		}
 		api.SetPodResolver(d.resolveAgentPod)
-		routes = api.Routes()
+		d.mu.Lock()
+		d.api = api
+		d.mu.Unlock()
+		d.setAllow(a.Allow)
+		for p, h := range api.Routes() {
+			routes[p] = h
+		}
 		if webConfig == "" {
-			d.log.Warn("the session API is served without authentication: give --web.config.file with basic auth and TLS")
+			d.log.Warn("the session API is served without authentication (--agent.insecure or a loopback address): give --web.config.file with TLS and basic auth")
 		}
 	}
+	d.checkTargets(d.cfg.Targets)
 	d.listening <- l.Addr()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -197,7 +243,8 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 		g.Go(func() error { return h.Run(gctx) })
 	}
 	g.Go(func() error {
-		t := time.NewTicker(d.cfg.RefreshInterval)
+		iv := time.Duration(d.interval.Load())
+		t := time.NewTicker(iv)
 		defer t.Stop()
 		for {
 			d.refresh()
@@ -206,6 +253,10 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 			case <-gctx.Done():
 				return nil
 			case <-t.C:
+			}
+			if now := time.Duration(d.interval.Load()); now != iv {
+				iv = now
+				t.Reset(iv)
 			}
 		}
 	})
@@ -217,14 +268,24 @@ func (d *Daemon) ready() error {
 	if !d.refreshed.Load() {
 		return errors.New("targets not resolved yet")
 	}
-	if d.pods != nil {
-		return d.pods.ready()
+	d.mu.Lock()
+	pods := d.pods
+	d.mu.Unlock()
+	if pods != nil {
+		return pods.ready()
 	}
 	return nil
 }
 
 // refresh matches targets against /proc and updates every collector.
 func (d *Daemon) refresh() {
+	d.refreshMu.Lock()
+	defer d.refreshMu.Unlock()
+	d.refreshLocked()
+}
+
+// refreshLocked is refresh under refreshMu (which guards d.cfg's writes).
+func (d *Daemon) refreshLocked() {
 	if len(d.cfg.Targets) == 0 {
 		return
 	}
@@ -234,7 +295,9 @@ func (d *Daemon) refresh() {
 	}
 	want, _, procPods, err := r.resolve()
 	if err != nil {
-		d.log.Warn("resolving targets", "err", err)
+		if n, ok := d.warned.allow("resolve"); ok {
+			d.log.Warn("resolving targets", "err", err, "repeated", n)
+		}
 		return
 	}
 	d.mu.Lock()
@@ -254,7 +317,7 @@ func (d *Daemon) refresh() {
 		}
 		for _, h := range d.hosts {
 			if err := h.SetTarget(tgid, slot); err != nil {
-				d.log.Warn("adding target process", "collector", h.Name(), "pid", tgid, "err", agent.ExplainPermission(err.Error()))
+				d.targetError("adding target process", h.Name(), tgid, slot, err)
 			}
 		}
 		d.assigned[tgid] = slot
@@ -265,7 +328,7 @@ func (d *Daemon) refresh() {
 		}
 		for _, h := range d.hosts {
 			if err := h.DeleteTarget(tgid); err != nil {
-				d.log.Warn("removing target process", "collector", h.Name(), "pid", tgid, "err", err)
+				d.targetError("removing target process", h.Name(), tgid, d.assigned[tgid], err)
 			}
 		}
 		delete(d.assigned, tgid)

@@ -74,12 +74,14 @@ type slotTable struct {
 	cooling map[uint32]bool
 	// used slots had an owner once: a new one needs a baseline.
 	used map[uint32]bool
-	// base is each owned slot's baseline.
-	base map[uint32]map[string]*dto.Metric
+	// base is each owned slot's baseline; tbase each target slot's, read
+	// when a reload gave the slot to another target.
+	base, tbase map[uint32]map[string]*dto.Metric
 }
 
 func newSlotTable() slotTable {
-	return slotTable{owners: map[uint32]slotOwner{}, byOwner: map[slotOwner]uint32{}, cooling: map[uint32]bool{}, used: map[uint32]bool{}, base: map[uint32]map[string]*dto.Metric{}}
+	return slotTable{owners: map[uint32]slotOwner{}, byOwner: map[slotOwner]uint32{}, cooling: map[uint32]bool{}, used: map[uint32]bool{},
+		base: map[uint32]map[string]*dto.Metric{}, tbase: map[uint32]map[string]*dto.Metric{}}
 }
 
 // podKey is the key of a pod container's slot.
@@ -188,7 +190,7 @@ func (s *slotTable) view(targets []Target, capture []uint32) *slotView {
 	v := &slotView{names: map[uint32]string{0: "host"}, keys: map[string]*slotLabels{"host": {target: "host"}}}
 	for i, t := range targets {
 		v.names[uint32(i+1)] = t.Name
-		l := &slotLabels{target: t.Name}
+		l := &slotLabels{target: t.Name, base: s.tbase[uint32(i+1)]}
 		if t.Kubernetes() {
 			// The overflow: the target's namespace when it selects one.
 			l.namespace = t.Namespace
