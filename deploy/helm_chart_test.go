@@ -25,6 +25,7 @@ import (
 	"helm.sh/helm/v3/pkg/lint/support"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -49,10 +50,21 @@ var helmCases = []struct {
 	{"default", ``, []string{"ConfigMap", "DaemonSet", "Service", "ServiceAccount"}},
 	// The agent API: its sessions may target a pod (run --agent.pod), so the
 	// daemon lists its node's pods as for Kubernetes targets.
+	// It needs TLS and basic auth; a NetworkPolicy admits the peers listed.
 	{"agent-pod-sessions", `
 config:
-  agent: {enabled: true, max_sessions: 2}
-`, []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "Service", "ServiceAccount"}},
+  agent: {enabled: true, max_sessions: 2, allow: {comms: [vllm]}}
+webConfig:
+  secretName: bpfbench-web
+  tls: true
+  basicAuth: true
+networkPolicy:
+  enabled: true
+  from:
+    - namespaceSelector:
+        matchLabels: {kubernetes.io/metadata.name: monitoring}
+    - ipBlock: {cidr: 10.0.0.0/8}
+`, []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "DaemonSet", "NetworkPolicy", "Service", "ServiceAccount"}},
 	{"servicemonitor-k8s-targets", `
 serviceMonitor:
   enabled: true
@@ -162,6 +174,8 @@ func typed(apiVersion, kind string) (any, error) {
 		return &monitoringv1.ServiceMonitor{}, nil
 	case "monitoring.coreos.com/v1/PodMonitor":
 		return &monitoringv1.PodMonitor{}, nil
+	case "networking.k8s.io/v1/NetworkPolicy":
+		return &networkingv1.NetworkPolicy{}, nil
 	}
 	return nil, fmt.Errorf("no type known for %s %s: add it to the test", apiVersion, kind)
 }
@@ -261,6 +275,8 @@ func TestHelmTemplate(t *testing.T) {
 					checkDaemonSet(t, c.name, o.raw, v)
 				case *corev1.ConfigMap:
 					checkConfigMap(t, c.name, v)
+				case *networkingv1.NetworkPolicy:
+					checkNetworkPolicy(t, v)
 				case *rbacv1.ClusterRole:
 					if len(v.Rules) != 1 || !slices.Equal(v.Rules[0].Resources, []string{"pods"}) || !slices.Equal(v.Rules[0].Verbs, []string{"list"}) {
 						t.Errorf("ClusterRole rules %+v, want list on pods only", v.Rules)
@@ -323,6 +339,16 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 		t.Errorf("ports %+v", c.Ports)
 	}
 	scheme := corev1.URISchemeHTTP
+	if name == "agent-pod-sessions" {
+		// Basic auth: the probes cannot send it, so liveness is a TCP
+		// check and readiness is not probed.
+		if !slices.Contains(c.Args, "--web.config.file=/etc/bpfbench/web/web-config.yml") {
+			t.Errorf("args %v: no web config file for the agent", c.Args)
+		}
+		if c.LivenessProbe == nil || c.LivenessProbe.TCPSocket == nil || c.ReadinessProbe != nil {
+			t.Errorf("probes %+v %+v, want a TCP liveness check alone", c.LivenessProbe, c.ReadinessProbe)
+		}
+	}
 	if name == "podmonitor-tls-resources" {
 		scheme = corev1.URISchemeHTTPS
 		if !slices.Contains(c.Args, "--web.config.file=/etc/bpfbench/web/web-config.yml") {
@@ -339,6 +365,9 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 		}
 	}
 	for probe, path := range map[*corev1.Probe]string{c.LivenessProbe: "/-/healthy", c.ReadinessProbe: "/-/ready"} {
+		if name == "agent-pod-sessions" {
+			break
+		}
 		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || probe.HTTPGet.Port.String() != "metrics" || probe.HTTPGet.Scheme != scheme {
 			t.Errorf("probe %+v, want GET %s on metrics over %s", probe, path, scheme)
 		}
@@ -393,13 +422,33 @@ func checkConfigMap(t *testing.T, name string, cm *corev1.ConfigMap) {
 	if cfg.ListenAddress != ":9464" || cfg.LogFormat != "json" {
 		t.Errorf("config %+v", cfg)
 	}
-	if name == "agent-pod-sessions" && (!cfg.Agent.Enabled || cfg.Agent.MaxSessions != 2) {
+	if name == "agent-pod-sessions" && (!cfg.Agent.Enabled || cfg.Agent.MaxSessions != 2 || !slices.Equal(cfg.Agent.Allow.Comms, []string{"vllm"})) {
 		t.Errorf("agent %+v, want enabled with 2 sessions", cfg.Agent)
 	}
 	if name == "servicemonitor-k8s-targets" {
 		if len(cfg.Targets) != 2 || !cfg.Targets[0].Kubernetes() || cfg.Targets[0].PodLabels["app.kubernetes.io/name"] != "vllm" || cfg.Targets[0].PodLimit() != 8 || cfg.Targets[1].Comm != "tokenizer" {
 			t.Errorf("targets %+v", cfg.Targets)
 		}
+	}
+}
+
+// The NetworkPolicy selects the daemon's pods and admits the peers listed
+// to its port alone.
+func checkNetworkPolicy(t *testing.T, np *networkingv1.NetworkPolicy) {
+	t.Helper()
+	sel := np.Spec.PodSelector.MatchLabels
+	if sel["app.kubernetes.io/name"] != "bpfbench" || sel["app.kubernetes.io/instance"] != "bpfbench" {
+		t.Errorf("NetworkPolicy selects %v, not the daemon's pods", sel)
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Ingress) != 1 {
+		t.Fatalf("NetworkPolicy %+v, want one ingress rule", np.Spec)
+	}
+	in := np.Spec.Ingress[0]
+	if len(in.Ports) != 1 || in.Ports[0].Port == nil || in.Ports[0].Port.String() != "metrics" {
+		t.Errorf("NetworkPolicy ports %+v, want the metrics port alone", in.Ports)
+	}
+	if len(in.From) != 2 || in.From[0].NamespaceSelector == nil || in.From[1].IPBlock == nil || in.From[1].IPBlock.CIDR != "10.0.0.0/8" {
+		t.Errorf("NetworkPolicy from %+v, want the two peers of the values", in.From)
 	}
 }
 
@@ -429,6 +478,10 @@ func TestHelmTemplateRefuses(t *testing.T) {
 	for values, want := range map[string]string{
 		"serviceMonitor: {enabled: true}\npodMonitor: {enabled: true}\n": "not both",
 		"serviceMonitor: {enabled: true}\nservice: {enabled: false}\n":   "needs service.enabled",
+		// The session API needs TLS and authentication.
+		"config: {agent: {enabled: true}}\n":                                                "needs webConfig.secretName",
+		"config: {agent: {enabled: true}}\nwebConfig: {secretName: web, basicAuth: true}\n": "needs webConfig.tls",
+		"networkPolicy: {enabled: true}\n":                                                  "needs networkPolicy.from",
 	} {
 		if _, err := renderChart(t, helmValues(t, values)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("values %q: %v, want an error saying %q", values, err, want)

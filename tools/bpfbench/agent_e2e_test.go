@@ -92,7 +92,8 @@ func newAgentNodeWith(t *testing.T, o nodeOptions) *agentNode {
 		return p
 	}
 	write("web.yml", fmt.Sprintf("basic_auth_users:\n  %s: %s\n", agentUser, hash))
-	write("agent.yaml", "agent:\n  enabled: true\n"+o.daemonConfig)
+	// The agent follows llmsim alone (agent.allow).
+	write("agent.yaml", "agent:\n  enabled: true\n  allow: {comms: [llmsim]}\n"+o.daemonConfig)
 	n.pwFile = write("password", agentPassword+"\n")
 
 	simArgs := []string{"netns", "exec", n.ns}
@@ -139,8 +140,9 @@ func (n *agentNode) daemon(t *testing.T, env ...string) *exec.Cmd {
 		args = append(args, "taskset", "-c", n.daemonCPU)
 	}
 	args = append(args, n.wrap...)
+	// Basic auth without TLS on the veth address: --agent.insecure says so.
 	args = append(args, os.Args[0], "daemon", "--config", filepath.Join(n.dir, "agent.yaml"),
-		"--web.config.file", filepath.Join(n.dir, "web.yml"), "--web.listen-address", fmt.Sprintf("%s:%d", n.ip, agentPort))
+		"--web.config.file", filepath.Join(n.dir, "web.yml"), "--web.listen-address", fmt.Sprintf("%s:%d", n.ip, agentPort), "--agent.insecure")
 	cmd := exec.Command("ip", args...)
 	cmd.Env = append(append(os.Environ(), envCLI+"=1"), env...)
 	var logs bytes.Buffer

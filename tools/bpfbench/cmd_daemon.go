@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -21,6 +25,7 @@ func newDaemonCmd() *cobra.Command {
 		configFile, listen, webConfig string
 		logs                          logFlags
 		cpus                          *string
+		insecure                      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "daemon",
@@ -28,7 +33,16 @@ func newDaemonCmd() *cobra.Command {
 		Long: `Host-wide collectors aggregated in the kernel, for the host and for up to 63
 configured targets (by pid, comm or cgroup), served on /metrics. TLS and basic
 auth through the exporter-toolkit web configuration file. SIGTERM detaches
-every link and unloads every program.`,
+every link and unloads every program. SIGHUP, or POST /-/reload, reads the
+configuration file again and applies its targets, log_level,
+refresh_interval and agent.allow without stopping a collector; a file that
+does not load leaves the configuration in effect (and /-/reload answers 500
+with the reason).
+
+With agent.enabled the session API (bpfbench run --agent) is served on the
+same listener; it follows only the processes agent.allow lists. It is not
+served on an address other than loopback without a web configuration with
+TLS and basic auth, unless --agent.insecure is given.`,
 		Example: `  bpfbench daemon --config /etc/bpfbench/config.yaml
   bpfbench daemon --web.listen-address 127.0.0.1:9464 --log.format json`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -38,13 +52,14 @@ every link and unloads every program.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runDaemon(cmd, configFile, listen, webConfig, logs, *cpus)
+			return runDaemon(cmd, configFile, listen, webConfig, logs, *cpus, insecure)
 		},
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&configFile, "config", "", "YAML configuration `FILE` (targets, log level, refresh interval)")
 	fs.StringVar(&listen, "web.listen-address", "", "address to serve /metrics on (default :9464, or the config's listen_address)")
 	fs.StringVar(&webConfig, "web.config.file", "", "exporter-toolkit web configuration `FILE` for TLS and basic auth")
+	fs.BoolVar(&insecure, "agent.insecure", false, "serve the session API (agent.enabled) without TLS and authentication on an address other than loopback")
 	logs.add(fs, "", false)
 	fs.Lookup("log.level").Usage = "log level: debug, info, warn or error (default: the config's, else info)"
 	fs.Lookup("log.format").Usage = "log format: text or json (default: the config's, else text)"
@@ -56,25 +71,40 @@ every link and unloads every program.`,
 	return cmd
 }
 
-func runDaemon(cmd *cobra.Command, configFile, listen, webConfig string, logs logFlags, cpus string) error {
+func runDaemon(cmd *cobra.Command, configFile, listen, webConfig string, logs logFlags, cpus string, insecure bool) error {
 	ctx, stderr := cmd.Context(), cmd.ErrOrStderr()
-	cfg := daemon.DefaultConfig()
-	if configFile != "" {
-		var err error
-		if cfg, err = daemon.LoadConfig(configFile); err != nil {
-			return err
+	// SIGHUP reloads: caught from the start, so that one sent while the
+	// collectors load does not end the daemon (its default action).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	// load reads the file with the command line's overrides on top, at
+	// the start and on every reload.
+	load := func() (daemon.Config, error) {
+		cfg := daemon.DefaultConfig()
+		if configFile != "" {
+			var err error
+			if cfg, err = daemon.LoadConfig(configFile); err != nil {
+				return cfg, err
+			}
 		}
+		if cmd.Flags().Changed("log.level") {
+			cfg.LogLevel = logs.level
+		}
+		if cmd.Flags().Changed("log.format") {
+			cfg.LogFormat = logs.format
+		}
+		return cfg, nil
 	}
-	if cmd.Flags().Changed("log.level") {
-		cfg.LogLevel = logs.level
-	}
-	if cmd.Flags().Changed("log.format") {
-		cfg.LogFormat = logs.format
+	cfg, err := load()
+	if err != nil {
+		return err
 	}
 	if webConfig == "" {
 		webConfig = cfg.WebConfigFile
 	}
-	logger, err := newLogger(stderr, cfg.LogLevel, cfg.LogFormat)
+	level := new(slog.LevelVar)
+	logger, err := leveledLogger(stderr, level, cfg.LogLevel, cfg.LogFormat)
 	if err != nil {
 		return usageError{err.Error()}
 	}
@@ -92,6 +122,11 @@ func runDaemon(cmd *cobra.Command, configFile, listen, webConfig string, logs lo
 
 	d := daemon.New(cfg, logger, hostCollectors())
 	d.SetSessionSections(sessionSections()) // the agent API (agent.enabled) builds remote sessions from these
+	d.SetAgentInsecure(insecure)
+	d.SetLogLevel(level)
+	if configFile != "" {
+		d.SetConfigLoader(load)
+	}
 	if err := d.Start(ctx); err != nil {
 		return err
 	}
@@ -101,8 +136,34 @@ func runDaemon(cmd *cobra.Command, configFile, listen, webConfig string, logs lo
 		}
 		logger.Info("stopped; every program and link released")
 	}()
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				logger.Info("SIGHUP: reloading the configuration", "file", configFile)
+				_ = d.ReloadConfig() // it logs what it did, or why not
+			}
+		}
+	}()
 	if err := d.Run(ctx, listen, webConfig); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	return nil
+}
+
+// leveledLogger is newLogger with its level in l, which a reload sets.
+func leveledLogger(w io.Writer, l *slog.LevelVar, level, format string) (*slog.Logger, error) {
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
+	}
+	o := &slog.HandlerOptions{Level: l}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	}
+	return nil, fmt.Errorf("log format %q: use text or json", format)
 }
