@@ -22,7 +22,11 @@ const (
 	dashboardFile = "grafana/bpfbench.json"
 	rulesFile     = "prometheus/rules.yml"
 	rulesTestFile = "prometheus/rules_test.yml"
-	promtoolHint  = "apt-get install prometheus"
+	runbooksFile  = "prometheus/runbooks.md"
+	// Where the alerts' runbook_url annotations point: runbooks.md's
+	// sections, by the alert's name in lower case (GitHub's anchors).
+	runbookBase  = "https://github.com/bpfbench/bpfbench/blob/main/deploy/" + runbooksFile + "#"
+	promtoolHint = "apt-get install prometheus"
 )
 
 func TestMain(m *testing.M) {
@@ -303,6 +307,11 @@ func TestDashboard(t *testing.T) {
 
 func TestRules(t *testing.T) {
 	rules := loadRules(t)
+	b, err := os.ReadFile(runbooksFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runbooks := string(b)
 	seen := map[string]bool{}
 	for _, r := range rules {
 		name := r.Record + r.Alert
@@ -322,13 +331,19 @@ func TestRules(t *testing.T) {
 		if s := r.Labels["severity"]; s != "warning" && s != "critical" {
 			t.Errorf("alert %s: severity %q, want warning or critical", r.Alert, s)
 		}
-		for _, a := range []string{"summary", "description", "runbook"} {
+		for _, a := range []string{"summary", "description", "runbook_url"} {
 			if strings.TrimSpace(r.Annotations[a]) == "" {
 				t.Errorf("alert %s has no %s annotation", r.Alert, a)
 			}
 		}
-		if strings.Contains(r.Annotations["runbook"], "\n") {
-			t.Errorf("alert %s: the runbook is one line", r.Alert)
+		// runbook_url, as the Prometheus Operator's and the mixins' alerts
+		// have it (Alertmanager and Grafana show it as a link): the alert's
+		// section of runbooks.md.
+		if want := runbookBase + strings.ToLower(r.Alert); r.Annotations["runbook_url"] != want {
+			t.Errorf("alert %s: runbook_url %q, want %q", r.Alert, r.Annotations["runbook_url"], want)
+		}
+		if !strings.Contains(runbooks, "\n## "+r.Alert+"\n") {
+			t.Errorf("alert %s: %s has no section ## %s", r.Alert, runbooksFile, r.Alert)
 		}
 		if !thresholdRE.MatchString(r.Expr) {
 			t.Errorf("alert %s: %q does not end with its threshold comparison (the live test evaluates what it measures without it)", r.Alert, r.Expr)
