@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -359,8 +360,8 @@ func (d *Daemon) Close() error {
 
 var (
 	buildInfoDesc = prometheus.NewDesc("bpfbench_build_info",
-		"A metric with a constant 1 value labeled by version, revision and goversion of bpfbench.",
-		[]string{"version", "revision", "goversion"}, nil)
+		"A metric with a constant 1 value labeled by version, revision, goversion, goos and goarch of bpfbench.",
+		[]string{"version", "revision", "goversion", "goos", "goarch"}, nil)
 	lostDesc = prometheus.NewDesc("bpfbench_ringbuf_lost_events_total",
 		"Events the kernel could not put in a collector's ring buffer.", []string{"collector"}, nil)
 	decodeDesc = prometheus.NewDesc("bpfbench_decode_errors_total",
@@ -390,7 +391,7 @@ func (d *Daemon) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector for the daemon's own metrics.
 func (d *Daemon) Collect(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(buildInfoDesc, prometheus.GaugeValue, 1, version.Version, version.Revision, version.GoVersion)
+	ch <- prometheus.MustNewConstMetric(buildInfoDesc, prometheus.GaugeValue, 1, version.Version, version.Revision, version.GoVersion, runtime.GOOS, runtime.GOARCH)
 	up := map[string]bool{}
 	for _, h := range d.hosts {
 		lost, dec := h.Losses()

@@ -38,6 +38,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/bpfbench/bpfbench/internal/hist"
 )
 
 // slotOwner is a pod container of a Kubernetes target.
@@ -331,6 +333,24 @@ func subtract(m, b *dto.Metric) {
 		for _, bk := range h.GetBucket() {
 			c := sub(bk.GetCumulativeCount(), old[bk.GetUpperBound()])
 			bk.CumulativeCount = &c
+		}
+		if h.Schema != nil && bh.Schema != nil && h.GetSchema() == bh.GetSchema() {
+			// The native buckets, bucket by bucket; the count is then
+			// theirs, so that buckets and count agree.
+			z := sub(h.GetZeroCount(), bh.GetZeroCount())
+			nb := hist.DecodeNative(h.GetPositiveSpan(), h.GetPositiveDelta())
+			ob := hist.DecodeNative(bh.GetPositiveSpan(), bh.GetPositiveDelta())
+			total := z
+			for i, c := range nb {
+				if c = sub(c, ob[i]); c > 0 {
+					nb[i] = c
+					total += c
+				} else {
+					delete(nb, i)
+				}
+			}
+			h.ZeroCount, h.SampleCount = &z, &total
+			h.PositiveSpan, h.PositiveDelta = hist.EncodeNative(nb)
 		}
 	}
 }

@@ -72,9 +72,15 @@ func (h *Host) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-func histMetric(desc *prometheus.Desc, hh hist.Log2, labels ...string) prometheus.Metric {
-	return prometheus.MustNewConstHistogram(desc, hh.Count, float64(hh.SumNs)/1e9, hh.Buckets(), labels...)
-}
+// The classic buckets (README, "Histogram buckets"): every second power
+// of two of ns over the range that matters; the native histogram keeps
+// every kernel slot.
+var (
+	// LatencyBuckets, of latency and service time: 8.2 µs to 8.6 s.
+	LatencyBuckets = hist.Classic{From: 13, To: 33, Step: 2}
+	// QueueBuckets: 1.02 µs to 4.3 s (a request often waits no scheduler).
+	QueueBuckets = hist.Classic{From: 10, To: 32, Step: 2}
+)
 
 type targetOp struct {
 	target uint32
@@ -94,9 +100,9 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 		s := &stats[i]
 		if s.Target == 0 {
 			labels := []string{DevName(s.Dev), s.Op.String()}
-			ch <- histMetric(h.latency, s.Latency, labels...)
-			ch <- histMetric(h.queue, s.Queue, labels...)
-			ch <- histMetric(h.service, s.Service, labels...)
+			ch <- s.Latency.Metric(h.latency, LatencyBuckets, labels...)
+			ch <- s.Queue.Metric(h.queue, QueueBuckets, labels...)
+			ch <- s.Service.Metric(h.service, LatencyBuckets, labels...)
 			ch <- prometheus.MustNewConstMetric(h.bytes, prometheus.CounterValue, float64(s.Bytes), labels...)
 			continue
 		}
@@ -117,9 +123,9 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 	}
 	for k, t := range perTarget {
 		labels := []string{names[k.target], k.op.String()}
-		ch <- histMetric(h.tLatency, t.Latency, labels...)
-		ch <- histMetric(h.tQueue, t.Queue, labels...)
-		ch <- histMetric(h.tService, t.Service, labels...)
+		ch <- t.Latency.Metric(h.tLatency, LatencyBuckets, labels...)
+		ch <- t.Queue.Metric(h.tQueue, QueueBuckets, labels...)
+		ch <- t.Service.Metric(h.tService, LatencyBuckets, labels...)
 		ch <- prometheus.MustNewConstMetric(h.tBytes, prometheus.CounterValue, float64(t.Bytes), labels...)
 	}
 }

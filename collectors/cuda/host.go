@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/internal/hist"
 )
 
 // RescanInterval is how often the daemon rereads its targets' mappings,
@@ -38,6 +39,11 @@ type Host struct {
 }
 
 var _ collectors.Host = (*Host)(nil)
+
+// CallBuckets are the classic buckets of the CUDA call durations (README,
+// "Histogram buckets"): 1.02 µs to 17.2 s, every second power of two of
+// ns; the native histogram keeps every kernel slot.
+var CallBuckets = hist.Classic{From: 10, To: 34, Step: 2}
 
 // NewHost returns the daemon's CUDA collector; names labels the slots.
 func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
@@ -219,7 +225,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 				h.Log().Warn("reading CUDA call durations", "target", name, "call", info.Name, "err", err)
 				continue
 			}
-			ch <- prometheus.MustNewConstHistogram(h.durations, d.Count, float64(d.SumNs)/1e9, d.Buckets(), name, info.Name)
+			ch <- d.Metric(h.durations, CallBuckets, name, info.Name)
 		}
 		// Every graph and pool family of an API the target made such calls
 		// with, zeros included, so that the ratios have both sides.

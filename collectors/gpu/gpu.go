@@ -158,6 +158,34 @@ type device struct {
 	stats    deviceStats
 	// useThrottle: the driver lacks the clocks event call; use the older name.
 	useThrottle bool
+	// pcie integrates the PCIe throughput samples into bytes (keep).
+	pcie pcieBytes
+}
+
+// pcieBytes is a device's PCIe traffic integrated from NVML's throughput
+// samples: each sample's rate (over NVML's 20 ms window) times the time
+// since the previous sample of the same reading. A reading's first sample,
+// and the interval before a sample after a failed read, add nothing.
+type pcieBytes struct {
+	tx, rx     float64
+	txAt, rxAt int64 // TimeNs of the last sample with the reading
+	has        Field // which readings were ever integrated
+}
+
+func (p *pcieBytes) add(s *Sample) {
+	step := func(total *float64, at *int64, f Field, rate float64) {
+		if !s.Has(f) {
+			*at = 0
+			return
+		}
+		if *at != 0 && s.TimeNs > *at {
+			*total += rate * float64(s.TimeNs-*at) / 1e9
+		}
+		*at = s.TimeNs
+		p.has |= f
+	}
+	step(&p.tx, &p.txAt, FieldPCIeTx, s.PCIeTxBytesPerSecond)
+	step(&p.rx, &p.rxAt, FieldPCIeRx, s.PCIeRxBytesPerSecond)
 }
 
 // Collector samples NVML on a ticker.
@@ -394,6 +422,7 @@ func (c *Collector) keep(d *device, s Sample) {
 		d.next = (d.next + 1) % c.cfg.MaxSamples
 	}
 	d.stats.add(&s)
+	d.pcie.add(&s)
 }
 
 // read records a reading's return: true on success; otherwise the field is

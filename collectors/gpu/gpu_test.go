@@ -514,8 +514,8 @@ bpfbench_gpu_process_memory_used_bytes{` + plbl + `} 8.589934592e+09
 	for _, n := range []string{"bpfbench_gpu_utilization_ratio", "bpfbench_gpu_memory_utilization_ratio",
 		"bpfbench_gpu_memory_used_bytes", "bpfbench_gpu_memory_total_bytes", "bpfbench_gpu_sm_clock_hertz",
 		"bpfbench_gpu_memory_clock_hertz", "bpfbench_gpu_power_watts", "bpfbench_gpu_temperature_celsius",
-		"bpfbench_gpu_clock_event_reason_active", "bpfbench_gpu_pcie_tx_bytes_per_second",
-		"bpfbench_gpu_pcie_rx_bytes_per_second", "bpfbench_gpu_process_sm_utilization_ratio",
+		"bpfbench_gpu_clock_event_reason_active", "bpfbench_gpu_pcie_tx_bytes_total",
+		"bpfbench_gpu_pcie_rx_bytes_total", "bpfbench_gpu_process_sm_utilization_ratio",
 		"bpfbench_gpu_process_memory_utilization_ratio", "bpfbench_gpu_process_memory_used_bytes"} {
 		if !names[n] {
 			t.Errorf("metric %s not exported", n)
@@ -627,5 +627,25 @@ func TestHostTargets(t *testing.T) {
 	h.DeleteTarget(targetPid)
 	if p := h.SampleNow()[0].Processes; len(p) != 0 {
 		t.Errorf("processes after DeleteTarget: %+v", p)
+	}
+}
+
+// The PCIe counters integrate NVML's throughput samples: each sample's
+// rate times the time since the previous one; a failed read leaves its
+// interval out.
+func TestPCIeBytesIntegrated(t *testing.T) {
+	var p pcieBytes
+	both := FieldPCIeTx | FieldPCIeRx
+	for _, s := range []Sample{
+		{TimeNs: 1e9, Fields: both, PCIeTxBytesPerSecond: 1e6, PCIeRxBytesPerSecond: 4e6},   // first: nothing
+		{TimeNs: 2e9, Fields: both, PCIeTxBytesPerSecond: 2e6, PCIeRxBytesPerSecond: 4e6},   // +2e6, +4e6
+		{TimeNs: 2.5e9, Fields: both, PCIeTxBytesPerSecond: 2e6, PCIeRxBytesPerSecond: 8e6}, // +1e6, +4e6
+		{TimeNs: 3.5e9, Fields: FieldPCIeTx, PCIeTxBytesPerSecond: 1e6},                     // +1e6, rx failed
+		{TimeNs: 4.5e9, Fields: both, PCIeTxBytesPerSecond: 1e6, PCIeRxBytesPerSecond: 1e9}, // +1e6, rx restarts
+	} {
+		p.add(&s)
+	}
+	if p.tx != 5e6 || p.rx != 8e6 || p.has != both {
+		t.Errorf("tx %g rx %g (has %b), want 5e6 and 8e6", p.tx, p.rx, p.has)
 	}
 }

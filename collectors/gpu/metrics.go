@@ -28,8 +28,8 @@ func newMetricDescs() metricDescs {
 		power:       d("power_watts", "Power drawn by the board."),
 		temp:        d("temperature_celsius", "GPU core temperature."),
 		reason:      d("clock_event_reason_active", "1 when NVML reports the clock event (throttle) reason as active, else 0.", "reason"),
-		tx:          d("pcie_tx_bytes_per_second", "PCIe transmit throughput (device to host) over NVML's 20 ms window."),
-		rx:          d("pcie_rx_bytes_per_second", "PCIe receive throughput (host to device) over NVML's 20 ms window."),
+		tx:          d("pcie_tx_bytes_total", "PCIe bytes transmitted (device to host), integrated from NVML's throughput samples (each sample's rate over NVML's 20 ms window times the interval since the previous sample): an estimate; use rate()."),
+		rx:          d("pcie_rx_bytes_total", "PCIe bytes received (host to device), integrated from NVML's throughput samples (each sample's rate over NVML's 20 ms window times the interval since the previous sample): an estimate; use rate()."),
 		procSM:      d("process_sm_utilization_ratio", "SM utilization of a target's processes over the last sample period (summed over its processes).", "target"),
 		procMem:     d("process_memory_utilization_ratio", "Memory controller utilization of a target's processes over the last sample period (summed).", "target"),
 		procMemUsed: d("process_memory_used_bytes", "Device memory used by a target's processes (summed).", "target"),
@@ -69,8 +69,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(m.memClock, FieldMemoryClock, s.MemoryClockHz)
 		gauge(m.power, FieldPower, s.PowerWatts)
 		gauge(m.temp, FieldTemperature, s.TemperatureCelsius)
-		gauge(m.tx, FieldPCIeTx, s.PCIeTxBytesPerSecond)
-		gauge(m.rx, FieldPCIeRx, s.PCIeRxBytesPerSecond)
+		if d.pcie.has&FieldPCIeTx != 0 {
+			ch <- prometheus.MustNewConstMetric(m.tx, prometheus.CounterValue, d.pcie.tx, labels...)
+		}
+		if d.pcie.has&FieldPCIeRx != 0 {
+			ch <- prometheus.MustNewConstMetric(m.rx, prometheus.CounterValue, d.pcie.rx, labels...)
+		}
 		if s.Has(FieldClockEventReasons) {
 			for _, r := range Reasons {
 				v := 0.0

@@ -136,9 +136,15 @@ func (h *Host) Describe(ch chan<- *prometheus.Desc) {
 	ch <- h.offcpu
 }
 
-func (h *Host) histMetric(desc *prometheus.Desc, hh hist.Log2, labels ...string) prometheus.Metric {
-	return prometheus.MustNewConstHistogram(desc, hh.Count, float64(hh.SumNs)/1e9, hh.Buckets(), labels...)
-}
+// The classic buckets (README, "Histogram buckets"): every second power
+// of two of ns over the range that matters; the native histogram keeps
+// every kernel slot.
+var (
+	// RunqueueBuckets: 1.02 µs to 1.07 s.
+	RunqueueBuckets = hist.Classic{From: 10, To: 30, Step: 2}
+	// OffCPUBuckets: 8.2 µs to 137 s.
+	OffCPUBuckets = hist.Classic{From: 13, To: 37, Step: 2}
+)
 
 // Collect reads the kernel's aggregates.
 func (h *Host) Collect(ch chan<- prometheus.Metric) {
@@ -152,7 +158,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 			h.Log().Warn("reading run-queue histogram", "target", name, "err", err)
 			continue
 		}
-		ch <- h.histMetric(h.runq, rq, name)
+		ch <- rq.Metric(h.runq, RunqueueBuckets, name)
 		if idx == 0 {
 			continue
 		}
@@ -162,7 +168,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 				h.Log().Warn("reading off-CPU histogram", "target", name, "err", err)
 				continue
 			}
-			ch <- h.histMetric(h.offcpu, oh, name, s.String())
+			ch <- oh.Metric(h.offcpu, OffCPUBuckets, name, s.String())
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/internal/hist"
 )
 
 // Host is the daemon's TCP collector: retransmits, zero-window time and
@@ -29,6 +30,11 @@ type Host struct {
 }
 
 var _ collectors.Host = (*Host)(nil)
+
+// SrttBuckets are srtt's classic buckets (README, "Histogram buckets"):
+// 1.02 µs (loopback) to 4.3 s, every second power of two of ns; the native
+// histogram keeps every kernel slot.
+var SrttBuckets = hist.Classic{From: 10, To: 32, Step: 2}
 
 // NewHost returns the daemon's TCP collector; names labels the slots.
 func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
@@ -83,7 +89,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(h.retrans, prometheus.CounterValue, float64(s.Retransmits), name)
-		ch <- prometheus.MustNewConstHistogram(h.srtt, s.Srtt.Count, float64(s.Srtt.SumNs)/1e9, s.Srtt.Buckets(), name)
+		ch <- s.Srtt.Metric(h.srtt, SrttBuckets, name)
 		ch <- prometheus.MustNewConstMetric(h.rcvqFull, prometheus.CounterValue, float64(s.RcvqueueFull), name)
 		ch <- prometheus.MustNewConstMetric(h.lossEpisodes, prometheus.CounterValue, float64(s.LossEpisodes), name)
 		if idx == 0 {

@@ -46,8 +46,12 @@ func Handler(reg *prometheus.Registry, cfg Config) (http.Handler, error) {
 		log = slog.Default()
 	}
 	mux := http.NewServeMux()
+	// Content negotiation: protobuf (the only exposition that carries
+	// native histograms, with their classic buckets beside them),
+	// OpenMetrics 1.0 and text 0.0.4 (classic buckets only).
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelError), Registry: reg,
+		EnableOpenMetrics: true,
 	}))
 	mux.HandleFunc("/-/healthy", func(w http.ResponseWriter, _ *http.Request) {
 		fmt.Fprintf(w, "%s is Healthy.\n", cfg.Name)

@@ -174,18 +174,6 @@ func (h *Log2) Add(o Log2) {
 // UpperBoundSeconds is the exclusive upper bound of slot i in seconds.
 func UpperBoundSeconds(i int) float64 { return math.Ldexp(1, i) / 1e9 }
 
-// Buckets returns cumulative counts keyed by upper bound in seconds, the
-// form of a Prometheus histogram; the open last slot goes to +Inf only.
-func (h Log2) Buckets() map[float64]uint64 {
-	out := make(map[float64]uint64, len(h.Slots))
-	var cum uint64
-	for i := 0; i < len(h.Slots)-1; i++ {
-		cum += h.Slots[i]
-		out[UpperBoundSeconds(i)] = cum
-	}
-	return out
-}
-
 // Quantile estimates the q-quantile in ns by interpolating inside a slot.
 func (h Log2) Quantile(q float64) float64 {
 	var total uint64

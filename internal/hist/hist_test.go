@@ -59,7 +59,7 @@ func TestLogLinearEmptyAndMerge(t *testing.T) {
 func TestLog2Buckets(t *testing.T) {
 	h := Log2{Slots: make([]uint64, 4)}
 	h.Add(Log2{Slots: []uint64{1, 2, 3, 4}, Count: 10, SumNs: 50})
-	b := h.Buckets()
+	b := h.Fold(Classic{From: 0, To: 3, Step: 1})
 	if b[UpperBoundSeconds(0)] != 1 || b[UpperBoundSeconds(2)] != 6 || len(b) != 3 {
 		t.Fatalf("buckets %v", b)
 	}
