@@ -11,7 +11,7 @@ export CGO_ENABLED := 1
 # go-nvml's headers mark many NVML calls deprecated; the warnings are not ours.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build generate test fuzz lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image
+.PHONY: all build generate test fuzz lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image dist
 
 all: build
 
@@ -71,6 +71,45 @@ lint:
 STATICCHECK_PKGS ?= ./...
 staticcheck:
 	$(GO) tool staticcheck $(STATICCHECK_PKGS)
+
+# Release artifacts in $(DIST) (ignored by git; the test builds into a
+# temporary one): bpfbench and llmsim stripped (-s -w, -trimpath) for
+# linux/$(PKG_ARCH), the .deb and .rpm (nfpm, deploy/package/nfpm.yaml), a
+# CycloneDX SBOM of bpfbench's modules, and SHA256SUMS over all of them.
+# Neither binary can be static: bpfbench needs cgo (go-nvml dlopens
+# libnvidia-ml; internal/uprobecost's calibration functions are C), and
+# llmsim opens the CUDA stub through purego, which needs the dynamic loader
+# even without cgo; both link only glibc. The host architecture only: the
+# eBPF objects are generated for amd64 (bpf2go -target amd64) and
+# uprobecost is x86-64 assembly. SOURCE_DATE_EPOCH (the commit's time) fixes
+# the packages' file times.
+DIST           ?= dist
+PKG_ARCH       ?= $(shell $(GO) env GOARCH)
+# The tag without its "v"; commits past it "+N.gHASH", a prerelease
+# ("-rc1") "~rc1"; untagged 0.0.0~git<revision>: dpkg and rpm put a
+# prerelease before its release and an untagged build before any, and
+# neither allows "-" in a version.
+PKG_VERSION    ?= $(shell echo '$(VERSION)' | sed -E 's/^v([0-9]+[.])/\1/; /^[0-9]+[.][0-9]/!s/^/0.0.0~git/; \
+                  s/-([0-9]+)-g([0-9a-f]+)/+\1.g\2/; s/([+].*)-dirty$$/\1.dirty/; s/-dirty$$/+dirty/; s/-/~/g')
+# The project has no mail address: its issue tracker stands in for one.
+PKG_MAINTAINER ?= bpfbench developers <https://github.com/bpfbench/bpfbench/issues>
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+NFPM_ENV        = DIST='$(DIST)' PKG_ARCH='$(PKG_ARCH)' PKG_VERSION='$(PKG_VERSION)' \
+                  PKG_MAINTAINER='$(PKG_MAINTAINER)' SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)'
+dist:
+	rm -rf $(DIST)/pkg
+	rm -f $(DIST)/SHA256SUMS $(DIST)/*.deb $(DIST)/*.rpm $(DIST)/*.cdx.json
+	mkdir -p $(DIST)/pkg
+	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(DIST)/bpfbench-linux-$(PKG_ARCH) ./tools/bpfbench
+	$(GO) build -trimpath -ldflags '-s -w' -o $(DIST)/llmsim-linux-$(PKG_ARCH) ./tools/llmsim
+	sed 's|^ExecStart=/usr/local/bin/bpfbench |ExecStart=/usr/bin/bpfbench |' systemd/bpfbench.service >$(DIST)/pkg/bpfbench.service
+	grep -q '^ExecStart=/usr/bin/bpfbench ' $(DIST)/pkg/bpfbench.service
+	cp README.md DESIGN.md $(DIST)/pkg/
+	$(NFPM_ENV) $(GO) tool nfpm package -f deploy/package/nfpm.yaml -p deb -t $(DIST)/
+	$(NFPM_ENV) $(GO) tool nfpm package -f deploy/package/nfpm.yaml -p rpm -t $(DIST)/
+	$(GO) tool cyclonedx-gomod app -json -noserial -std -main tools/bpfbench -output $(DIST)/bpfbench.cdx.json
+	cd $(DIST) && sha256sum bpfbench-linux-$(PKG_ARCH) llmsim-linux-$(PKG_ARCH) *.deb *.rpm bpfbench.cdx.json >SHA256SUMS
+	@cat $(DIST)/SHA256SUMS
 
 # The container image: a Debian root from Debian packages (mmdebstrap) and
 # the binary (deploy/Containerfile), built with buildah.
