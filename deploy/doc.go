@@ -5,4 +5,11 @@
 // the dashboard's model, run promtool on the rules, and evaluate every
 // PromQL expression of both on a real Prometheus server scraping a real
 // daemon that follows real processes.
+//
+// The Helm chart (helm/bpfbench) carries copies of the dashboard and the
+// rules (a chart reads no file outside its directory); `go generate
+// ./deploy` makes them again, and a test fails while they differ.
 package deploy
+
+//go:generate cp prometheus/rules.yml helm/bpfbench/files/rules.yml
+//go:generate cp grafana/bpfbench.json helm/bpfbench/files/bpfbench.json

@@ -1,17 +1,23 @@
 package deploy
 
 // The Helm chart (helm/bpfbench): linted and rendered with Helm's own Go
-// packages, as `helm lint` and `helm template` do, for the default values
-// and two variations; every rendered object is decoded strictly into its
-// Kubernetes type (a misspelt field fails), and the DaemonSet is checked
-// for the privileges, host access and probes it is meant to have.
+// packages, as `helm lint --strict` and `helm template` do, for the default
+// values, variations and one with every option on; every rendered object
+// is decoded strictly into its Kubernetes type (a misspelt field fails),
+// the DaemonSet is checked for the privileges, host access and probes it is
+// meant to have, every namespaced object for its namespace, the chart's
+// copies of the dashboard and rules against deploy/'s, and the chart's
+// README for a row per key of values.yaml.
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -36,6 +42,8 @@ import (
 const (
 	chartDir       = "helm/bpfbench"
 	chartNamespace = "monitoring"
+	// The namespace of the case with every option on (namespaceOverride).
+	overrideNamespace = "observability"
 )
 
 // wantCaps is what the daemon needs and is given, and no more.
@@ -47,6 +55,10 @@ var helmCases = []struct {
 	values string
 	kinds  []string // every kind rendered, sorted
 }{
+	// Every template rendered, every extension point set (podMonitor, the
+	// alternative to serviceMonitor, is in podmonitor-tls-resources).
+	{everyOption, everyOptionValues, []string{"ClusterRole", "ClusterRoleBinding", "ConfigMap", "ConfigMap", "DaemonSet",
+		"NetworkPolicy", "PrometheusRule", "Service", "ServiceAccount", "ServiceMonitor"}},
 	{"default", ``, []string{"ConfigMap", "DaemonSet", "Service", "ServiceAccount"}},
 	// The agent API: its sessions may target a pod (run --agent.pod), so the
 	// daemon lists its node's pods as for Kubernetes targets.
@@ -106,6 +118,81 @@ serviceAccount:
 image:
   digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
 `, []string{"ConfigMap", "DaemonSet", "PodMonitor"}},
+}
+
+const everyOption = "every-option"
+
+const everyOptionValues = `
+namespaceOverride: ` + overrideNamespace + `
+nameOverride: bpfbench
+imagePullSecrets: [{name: registry}]
+config:
+  agent: {enabled: true, allow: {targets: [vllm]}}
+  targets:
+    - {name: vllm, namespace: inference, container: vllm}
+webConfig:
+  secretName: bpfbench-web
+  tls: true
+  basicAuth: true
+networkPolicy:
+  enabled: true
+  from:
+    - namespaceSelector:
+        matchLabels: {kubernetes.io/metadata.name: monitoring}
+    - ipBlock: {cidr: 10.0.0.0/8}
+extraArgs: [--log.level=debug, --cpus=0-3]
+extraEnv:
+  - {name: GODEBUG, value: madvdontneed=1}
+  - name: POD_NAME
+    valueFrom: {fieldRef: {fieldPath: metadata.name}}
+extraVolumes:
+  - {name: client-ca, configMap: {name: client-ca}}
+extraVolumeMounts:
+  - {name: client-ca, mountPath: /etc/bpfbench/client-ca, readOnly: true}
+priorityClassName: system-node-critical
+podAnnotations: {example.com/team: inference}
+podLabels: {team: inference}
+nodeSelector: {nvidia.com/gpu.present: "true"}
+affinity:
+  nodeAffinity:
+    requiredDuringSchedulingIgnoredDuringExecution:
+      nodeSelectorTerms:
+        - matchExpressions: [{key: kubernetes.io/os, operator: In, values: [linux]}]
+appArmorProfile: {type: RuntimeDefault}
+gpu: {runtimeClassName: nvidia}
+serviceAccount:
+  annotations: {example.com/owner: sre}
+service:
+  annotations: {example.com/scrape: "false"}
+serviceMonitor:
+  enabled: true
+  labels: {release: kube-prometheus-stack}
+  interval: 15s
+  scrapeTimeout: 10s
+  tlsConfig: {insecureSkipVerify: true}
+  basicAuth:
+    username: {name: bpfbench-scrape, key: username}
+    password: {name: bpfbench-scrape, key: password}
+  relabelings:
+    - {action: replace, targetLabel: cluster, replacement: gpu-a}
+  metricRelabelings:
+    - {action: labeldrop, regex: uuid}
+prometheusRule:
+  enabled: true
+  additionalLabels: {release: kube-prometheus-stack}
+  annotations: {example.com/owner: sre}
+dashboards:
+  enabled: true
+  additionalLabels: {team: inference}
+  annotations: {grafana_folder: bpfbench}
+`
+
+// caseNamespace is where a case's namespaced objects belong.
+func caseNamespace(name string) string {
+	if name == everyOption {
+		return overrideNamespace
+	}
+	return chartNamespace
 }
 
 func helmValues(t *testing.T, s string) map[string]any {
@@ -176,12 +263,15 @@ func typed(apiVersion, kind string) (any, error) {
 		return &monitoringv1.PodMonitor{}, nil
 	case "networking.k8s.io/v1/NetworkPolicy":
 		return &networkingv1.NetworkPolicy{}, nil
+	case "monitoring.coreos.com/v1/PrometheusRule":
+		return &monitoringv1.PrometheusRule{}, nil
 	}
 	return nil, fmt.Errorf("no type known for %s %s: add it to the test", apiVersion, kind)
 }
 
-// decodeManifests decodes every document of the rendered templates.
-func decodeManifests(t *testing.T, rendered map[string]string) []object {
+// decodeManifests decodes every document of the rendered templates and
+// checks that each namespaced one is in namespace.
+func decodeManifests(t *testing.T, rendered map[string]string, namespace string) []object {
 	t.Helper()
 	var files []string
 	for f := range rendered {
@@ -216,8 +306,11 @@ func decodeManifests(t *testing.T, rendered map[string]string) []object {
 				t.Fatalf("%s: %s %s does not decode strictly: %v\n%s", f, head.Kind, head.Metadata.Name, err, doc)
 			}
 			clusterScoped := strings.HasPrefix(head.Kind, "Cluster")
-			if !clusterScoped && head.Metadata.Namespace != chartNamespace {
-				t.Errorf("%s: %s %s in namespace %q, want the release's %q", f, head.Kind, head.Metadata.Name, head.Metadata.Namespace, chartNamespace)
+			if !clusterScoped && head.Metadata.Namespace != namespace {
+				t.Errorf("%s: %s %s in namespace %q, want %q", f, head.Kind, head.Metadata.Name, head.Metadata.Namespace, namespace)
+			}
+			if clusterScoped && head.Metadata.Namespace != "" {
+				t.Errorf("%s: %s %s is cluster-scoped but has namespace %q", f, head.Kind, head.Metadata.Name, head.Metadata.Namespace)
 			}
 			out = append(out, object{f, head.Kind, head.Metadata.Name, []byte(doc), obj})
 		}
@@ -235,10 +328,13 @@ func stripComments(doc string) string {
 	return b.String()
 }
 
+// TestHelmLint is `helm lint --strict`: what action.Lint with Strict does
+// (lint's rules, then every warning an error), without the action package
+// (and the Kubernetes client it pulls in).
 func TestHelmLint(t *testing.T) {
 	for _, c := range helmCases {
 		t.Run(c.name, func(t *testing.T) {
-			l := lint.All(chartDir, helmValues(t, c.values), chartNamespace, false)
+			l := lint.AllWithKubeVersion(chartDir, helmValues(t, c.values), caseNamespace(c.name), nil)
 			for _, m := range l.Messages {
 				if m.Severity >= support.WarningSev {
 					t.Errorf("helm lint: %v", m)
@@ -257,10 +353,13 @@ func TestHelmTemplate(t *testing.T) {
 			if err != nil {
 				t.Fatalf("helm template: %v", err)
 			}
-			if notes := rendered["bpfbench/templates/NOTES.txt"]; !strings.Contains(notes, "CAP_") && !strings.Contains(notes, "BPF, PERFMON") {
+			notes := rendered["bpfbench/templates/NOTES.txt"]
+			if !strings.Contains(notes, "CAP_") && !strings.Contains(notes, "BPF, PERFMON") {
 				t.Errorf("NOTES.txt does not name the capabilities:\n%s", notes)
 			}
-			objs := decodeManifests(t, rendered)
+			checkNotes(t, c.name, notes)
+			ns := caseNamespace(c.name)
+			objs := decodeManifests(t, rendered, ns)
 			var kinds []string
 			for _, o := range objs {
 				kinds = append(kinds, o.kind)
@@ -274,7 +373,17 @@ func TestHelmTemplate(t *testing.T) {
 				case *appsv1.DaemonSet:
 					checkDaemonSet(t, c.name, o.raw, v)
 				case *corev1.ConfigMap:
-					checkConfigMap(t, c.name, v)
+					if strings.HasSuffix(v.Name, "-dashboard") {
+						checkDashboardConfigMap(t, v)
+					} else {
+						checkConfigMap(t, c.name, v)
+					}
+				case *monitoringv1.PrometheusRule:
+					checkPrometheusRule(t, v)
+				case *rbacv1.ClusterRoleBinding:
+					if len(v.Subjects) != 1 || v.Subjects[0].Namespace != ns {
+						t.Errorf("ClusterRoleBinding subjects %+v, want the service account in %s", v.Subjects, ns)
+					}
 				case *networkingv1.NetworkPolicy:
 					checkNetworkPolicy(t, v)
 				case *rbacv1.ClusterRole:
@@ -283,10 +392,17 @@ func TestHelmTemplate(t *testing.T) {
 					}
 				case *monitoringv1.ServiceMonitor:
 					ep := v.Spec.Endpoints
-					if len(ep) != 1 || ep[0].Port != "metrics" || ep[0].Path != "/metrics" || string(*ep[0].Scheme) != "http" || string(ep[0].Interval) != "15s" || len(ep[0].MetricRelabelConfigs) != 1 {
+					scheme := map[bool]string{false: "http", true: "https"}[c.name == everyOption]
+					if len(ep) != 1 || ep[0].Port != "metrics" || ep[0].Path != "/metrics" || string(*ep[0].Scheme) != scheme || string(ep[0].Interval) != "15s" || len(ep[0].MetricRelabelConfigs) != 1 {
 						t.Errorf("ServiceMonitor endpoints %+v", ep)
 					}
+					if !slices.Equal(v.Spec.NamespaceSelector.MatchNames, []string{ns}) {
+						t.Errorf("ServiceMonitor selects namespaces %v, want [%s]", v.Spec.NamespaceSelector.MatchNames, ns)
+					}
 				case *monitoringv1.PodMonitor:
+					if !slices.Equal(v.Spec.NamespaceSelector.MatchNames, []string{ns}) {
+						t.Errorf("PodMonitor selects namespaces %v, want [%s]", v.Spec.NamespaceSelector.MatchNames, ns)
+					}
 					ep := v.Spec.PodMetricsEndpoints
 					if len(ep) != 1 || ep[0].Port == nil || *ep[0].Port != "metrics" || string(*ep[0].Scheme) != "https" || ep[0].TLSConfig == nil || ep[0].TLSConfig.InsecureSkipVerify == nil || !*ep[0].TLSConfig.InsecureSkipVerify {
 						t.Errorf("PodMonitor endpoints %+v", ep)
@@ -332,6 +448,25 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 	if !slices.Equal(sc.Capabilities.Add, wantCaps) {
 		t.Errorf("capabilities added %v, want exactly %v", sc.Capabilities.Add, wantCaps)
 	}
+	// Root in the container, by design: the runtime gives the added
+	// capabilities to uid 0 only (Kubernetes has no ambient capabilities),
+	// so runAsNonRoot is false and stated, not left to the image.
+	if sc.RunAsUser == nil || *sc.RunAsUser != 0 || sc.RunAsGroup == nil || *sc.RunAsGroup != 0 || sc.RunAsNonRoot == nil || *sc.RunAsNonRoot {
+		t.Errorf("runAsUser %v, runAsGroup %v, runAsNonRoot %v; want 0, 0, false", sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot)
+	}
+	psc := spec.SecurityContext
+	if psc == nil || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod securityContext %+v, want seccompProfile RuntimeDefault", psc)
+	}
+	if sc.SeccompProfile != nil && sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("the container's seccompProfile %+v overrides the pod's RuntimeDefault", sc.SeccompProfile)
+	}
+	if sc.ProcMount != nil && *sc.ProcMount != corev1.DefaultProcMount {
+		t.Errorf("procMount %v, want Default", *sc.ProcMount)
+	}
+	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
+		t.Error("shareProcessNamespace set: hostPID is what the daemon needs")
+	}
 	if c.Command[0] != "/usr/local/bin/bpfbench" || c.Args[0] != "daemon" || !slices.Contains(c.Args, "--config=/etc/bpfbench/config.yaml") {
 		t.Errorf("command %v args %v", c.Command, c.Args)
 	}
@@ -339,7 +474,8 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 		t.Errorf("ports %+v", c.Ports)
 	}
 	scheme := corev1.URISchemeHTTP
-	if name == "agent-pod-sessions" {
+	basicAuth := name == "agent-pod-sessions" || name == everyOption
+	if basicAuth {
 		// Basic auth: the probes cannot send it, so liveness is a TCP
 		// check and readiness is not probed.
 		if !slices.Contains(c.Args, "--web.config.file=/etc/bpfbench/web/web-config.yml") {
@@ -365,7 +501,7 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 		}
 	}
 	for probe, path := range map[*corev1.Probe]string{c.LivenessProbe: "/-/healthy", c.ReadinessProbe: "/-/ready"} {
-		if name == "agent-pod-sessions" {
+		if basicAuth {
 			break
 		}
 		if probe == nil || probe.HTTPGet == nil || probe.HTTPGet.Path != path || probe.HTTPGet.Port.String() != "metrics" || probe.HTTPGet.Scheme != scheme {
@@ -400,12 +536,139 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 			t.Errorf("host path %s mounted at %s", p, m.MountPath)
 		}
 	}
-	listsPods := name == "servicemonitor-k8s-targets" || name == "agent-pod-sessions"
+	listsPods := name == "servicemonitor-k8s-targets" || name == "agent-pod-sessions" || name == everyOption
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != listsPods {
 		t.Errorf("automountServiceAccountToken %v, want %v (only Kubernetes targets and the agent's pod sessions list pods)", spec.AutomountServiceAccountToken, listsPods)
 	}
 	if len(spec.Tolerations) == 0 {
 		t.Error("no tolerations: tainted GPU nodes would go unobserved")
+	}
+	if name == everyOption {
+		checkExtensionPoints(t, ds)
+	}
+}
+
+// checkExtensionPoints checks every-option's values reached the DaemonSet:
+// extra flags after the chart's, extra variables after the chart's, the
+// extra volume mounted, and the pod's scheduling fields.
+func checkExtensionPoints(t *testing.T, ds *appsv1.DaemonSet) {
+	t.Helper()
+	spec := ds.Spec.Template.Spec
+	c := spec.Containers[0]
+	wantArgs := []string{"daemon", "--config=/etc/bpfbench/config.yaml", "--web.config.file=/etc/bpfbench/web/web-config.yml", "--log.level=debug", "--cpus=0-3"}
+	if !slices.Equal(c.Args, wantArgs) {
+		t.Errorf("args %v, want %v", c.Args, wantArgs)
+	}
+	var env []string
+	for _, e := range c.Env {
+		env = append(env, e.Name)
+	}
+	if want := []string{"NODE_NAME", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "GODEBUG", "POD_NAME"}; !slices.Equal(env, want) {
+		t.Errorf("env %v, want %v", env, want)
+	}
+	if e := c.Env[len(c.Env)-1]; e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.name" {
+		t.Errorf("extraEnv's POD_NAME %+v, want it from metadata.name", e)
+	}
+	i := slices.IndexFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == "client-ca" })
+	if i < 0 || spec.Volumes[i].ConfigMap == nil || spec.Volumes[i].ConfigMap.Name != "client-ca" {
+		t.Errorf("volumes %+v: no client-ca from extraVolumes", spec.Volumes)
+	}
+	j := slices.IndexFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "client-ca" })
+	if j < 0 || c.VolumeMounts[j].MountPath != "/etc/bpfbench/client-ca" {
+		t.Errorf("volume mounts %+v: no client-ca from extraVolumeMounts", c.VolumeMounts)
+	}
+	if spec.PriorityClassName != "system-node-critical" {
+		t.Errorf("priorityClassName %q", spec.PriorityClassName)
+	}
+	if len(spec.ImagePullSecrets) != 1 || spec.ImagePullSecrets[0].Name != "registry" {
+		t.Errorf("imagePullSecrets %+v", spec.ImagePullSecrets)
+	}
+	if spec.NodeSelector["nvidia.com/gpu.present"] != "true" || spec.Affinity == nil || spec.Affinity.NodeAffinity == nil {
+		t.Errorf("nodeSelector %v, affinity %+v", spec.NodeSelector, spec.Affinity)
+	}
+	if spec.RuntimeClassName == nil || *spec.RuntimeClassName != "nvidia" {
+		t.Errorf("runtimeClassName %v, want nvidia", spec.RuntimeClassName)
+	}
+	if p := spec.SecurityContext.AppArmorProfile; p == nil || p.Type != corev1.AppArmorProfileTypeRuntimeDefault {
+		t.Errorf("appArmorProfile %+v, want RuntimeDefault", p)
+	}
+	meta := ds.Spec.Template.ObjectMeta
+	if meta.Labels["team"] != "inference" || meta.Annotations["example.com/team"] != "inference" || meta.Annotations["checksum/config"] == "" {
+		t.Errorf("pod labels %v, annotations %v", meta.Labels, meta.Annotations)
+	}
+	// The selector stays the chart's: podLabels may not change it (it is
+	// immutable once installed).
+	if sel := ds.Spec.Selector.MatchLabels; len(sel) != 2 || sel["team"] != "" {
+		t.Errorf("selector %v, want the chart's two labels", sel)
+	}
+}
+
+// checkNotes checks NOTES.txt says how the agent's port is protected.
+func checkNotes(t *testing.T, name, notes string) {
+	t.Helper()
+	for _, want := range []string{"Security:", "webConfig.tls", "--agent.insecure"} {
+		if !strings.Contains(notes, want) {
+			t.Errorf("NOTES.txt does not say %q:\n%s", want, notes)
+		}
+	}
+	switch name {
+	case "default":
+		if !strings.Contains(notes, "Agent: off") || !strings.Contains(notes, "NetworkPolicy: none") {
+			t.Errorf("NOTES.txt for the default values:\n%s", notes)
+		}
+	case everyOption, "agent-pod-sessions":
+		if !strings.Contains(notes, "Agent: on, over TLS (Secret bpfbench-web)") || !strings.Contains(notes, "only the peers of networkPolicy.from reach port 9464") {
+			t.Errorf("NOTES.txt for the agent behind a NetworkPolicy:\n%s", notes)
+		}
+	}
+	if name == everyOption && (!strings.Contains(notes, "PrometheusRule bpfbench") || !strings.Contains(notes, "grafana_dashboard=1") || !strings.Contains(notes, "-n "+overrideNamespace+" ")) {
+		t.Errorf("NOTES.txt does not name the rules, the dashboard and the namespace:\n%s", notes)
+	}
+}
+
+// The chart's copies of deploy/'s dashboard and rules (TestHelmChartCopies
+// compares them with the originals).
+var (
+	chartDashboardFile = filepath.Join(chartDir, "files", "bpfbench.json")
+	chartRulesFile     = filepath.Join(chartDir, "files", "rules.yml")
+)
+
+// The dashboard's ConfigMap carries the dashboard as it is, labelled for the
+// Grafana chart's sidecar.
+func checkDashboardConfigMap(t *testing.T, cm *corev1.ConfigMap) {
+	t.Helper()
+	want, err := os.ReadFile(chartDashboardFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cm.Data["bpfbench.json"]; got != strings.TrimRight(string(want), "\n") {
+		t.Errorf("the dashboard ConfigMap's bpfbench.json (%d bytes) differs from %s (%d bytes)", len(got), chartDashboardFile, len(want))
+	}
+	if !json.Valid([]byte(cm.Data["bpfbench.json"])) {
+		t.Error("the dashboard ConfigMap's bpfbench.json is not JSON")
+	}
+	if cm.Labels["grafana_dashboard"] != "1" || cm.Labels["team"] != "inference" || cm.Annotations["grafana_folder"] != "bpfbench" {
+		t.Errorf("dashboard ConfigMap labels %v, annotations %v", cm.Labels, cm.Annotations)
+	}
+}
+
+// The PrometheusRule carries the rules' groups, rule for rule, with
+// job="bpfbench" as the monitors' job (the chart's name, here bpfbench).
+func checkPrometheusRule(t *testing.T, pr *monitoringv1.PrometheusRule) {
+	t.Helper()
+	b, err := os.ReadFile(chartRulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want monitoringv1.PrometheusRuleSpec
+	if err := decodeStrict(b, &want); err != nil {
+		t.Fatalf("%s as a PrometheusRule's spec: %v", chartRulesFile, err)
+	}
+	if len(want.Groups) == 0 || !reflect.DeepEqual(pr.Spec, want) {
+		t.Errorf("the PrometheusRule's spec differs from %s", chartRulesFile)
+	}
+	if pr.Labels["release"] != "kube-prometheus-stack" || pr.Annotations["example.com/owner"] != "sre" {
+		t.Errorf("PrometheusRule labels %v, annotations %v", pr.Labels, pr.Annotations)
 	}
 }
 
@@ -482,6 +745,9 @@ func TestHelmTemplateRefuses(t *testing.T) {
 		"config: {agent: {enabled: true}}\n":                                                "needs webConfig.secretName",
 		"config: {agent: {enabled: true}}\nwebConfig: {secretName: web, basicAuth: true}\n": "needs webConfig.tls",
 		"networkPolicy: {enabled: true}\n":                                                  "needs networkPolicy.from",
+		// The chart's extension points do not reopen what it refuses.
+		"extraArgs: [--agent.insecure]\n":      "--agent.insecure",
+		"extraArgs: [--agent.insecure=true]\n": "--agent.insecure",
 	} {
 		if _, err := renderChart(t, helmValues(t, values)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("values %q: %v, want an error saying %q", values, err, want)
@@ -501,4 +767,140 @@ func TestHelmTemplateRefuses(t *testing.T) {
 	if want := append(slices.Clone(wantCaps), "SYS_ADMIN"); !slices.Equal(sc.Capabilities.Add, want) || !*sc.AllowPrivilegeEscalation || *sc.Privileged {
 		t.Errorf("extra capabilities: add %v, allowPrivilegeEscalation %v, privileged %v; want %v, true, false", sc.Capabilities.Add, *sc.AllowPrivilegeEscalation, *sc.Privileged, want)
 	}
+}
+
+// The chart's copies of the dashboard and the rules (a chart reads no file
+// outside its directory) are deploy/'s, byte for byte.
+func TestHelmChartCopies(t *testing.T) {
+	for copyPath, orig := range map[string]string{chartRulesFile: rulesFile, chartDashboardFile: dashboardFile} {
+		want, err := os.ReadFile(orig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(copyPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s differs from %s: run go generate ./deploy (it copies them) and commit both", copyPath, orig)
+		}
+	}
+}
+
+// The PrometheusRule's rules select the monitors' job, the chart's name.
+func TestHelmPrometheusRuleJob(t *testing.T) {
+	rendered, err := renderChart(t, helmValues(t, "prometheusRule: {enabled: true}\nnameOverride: gpu-probe\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pr monitoringv1.PrometheusRule
+	if err := decodeStrict([]byte(rendered["bpfbench/templates/prometheusrule.yaml"]), &pr); err != nil {
+		t.Fatal(err)
+	}
+	var down string
+	for _, g := range pr.Spec.Groups {
+		for _, r := range g.Rules {
+			if strings.Contains(r.Expr.String(), `job="bpfbench"`) {
+				t.Errorf("rule %s%s still selects job=\"bpfbench\": %s", r.Record, r.Alert, r.Expr.String())
+			}
+			if r.Alert == "BpfbenchDaemonDown" {
+				down = r.Expr.String()
+			}
+		}
+	}
+	if !strings.Contains(down, `up{job="gpu-probe"}`) {
+		t.Errorf("BpfbenchDaemonDown: %q, want it on job gpu-probe", down)
+	}
+}
+
+// valuesKeyDepth is how deep the chart's README lists values.yaml's keys:
+// image.tag is a row, resources.requests.cpu is resources.requests's.
+const valuesKeyDepth = 2
+
+// Every key of values.yaml (to valuesKeyDepth) has a row in the chart's
+// README table, with its type and default, and every row names a key.
+func TestHelmValuesDocumented(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(chartDir, "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(b, &values); err != nil {
+		t.Fatal(err)
+	}
+	type row struct{ typ, def string }
+	want := map[string]row{}
+	var walk func(m map[string]any, prefix string, depth int)
+	walk = func(m map[string]any, prefix string, depth int) {
+		for k, v := range m {
+			if sub, ok := v.(map[string]any); ok && len(sub) > 0 && depth < valuesKeyDepth {
+				walk(sub, prefix+k+".", depth+1)
+				continue
+			}
+			def, err := json.Marshal(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want[prefix+k] = row{valueType(v), string(def)}
+		}
+	}
+	walk(values, "", 1)
+
+	readme, err := os.ReadFile(filepath.Join(chartDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]row{}
+	for _, l := range strings.Split(string(readme), "\n") {
+		m := valuesRowRE.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		if _, dup := got[m[1]]; dup {
+			t.Errorf("README: two rows for %s", m[1])
+		}
+		if strings.TrimSpace(m[4]) == "" {
+			t.Errorf("README: %s has no description", m[1])
+		}
+		got[m[1]] = row{m[2], m[3]}
+	}
+	if len(got) == 0 {
+		t.Fatal("README: no | Key | Type | Default | Description | rows")
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		switch {
+		case !ok:
+			t.Errorf("README: values.yaml's %s (%s, default %s) has no row", k, w.typ, w.def)
+		case g != w:
+			t.Errorf("README: %s is %s, default %s; values.yaml has %s, default %s", k, g.typ, g.def, w.typ, w.def)
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			t.Errorf("README: a row for %s, which values.yaml does not have (to %d levels)", k, valuesKeyDepth)
+		}
+	}
+}
+
+// valuesRowRE is a row of the values table: | `key` | type | `default` | description |.
+var valuesRowRE = regexp.MustCompile("^\\| `([A-Za-z0-9_.]+)` \\| (\\w+) \\| `(.*)` \\| (.*)\\|$")
+
+func valueType(v any) string {
+	switch v := v.(type) {
+	case bool:
+		return "bool"
+	case float64:
+		if v == float64(int64(v)) {
+			return "int"
+		}
+		return "float"
+	case string:
+		return "string"
+	case []any:
+		return "list"
+	case map[string]any:
+		return "object"
+	}
+	return "null"
 }
