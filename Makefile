@@ -111,12 +111,16 @@ dist:
 	cd $(DIST) && sha256sum bpfbench-linux-$(PKG_ARCH) llmsim-linux-$(PKG_ARCH) *.deb *.rpm bpfbench.cdx.json >SHA256SUMS
 	@cat $(DIST)/SHA256SUMS
 
-# The container image: a Debian root from Debian packages (mmdebstrap) and
-# the binary (deploy/Containerfile), built with buildah.
-image: build
+# The container image (deploy/Containerfile, built with buildah): the
+# stripped binary of `make dist` on a root file system of four Debian
+# packages unpacked by mmdebstrap (deploy/rootfs.sh): glibc, ldconfig, CA
+# certificates, base-files. Needs mmdebstrap, buildah and a Debian mirror;
+# no container registry.
+image: dist
 	mkdir -p build
-	mmdebstrap --variant=essential --include=ca-certificates --dpkgopt='path-exclude=/usr/share/{doc,man,locale,info}/*' bookworm build/rootfs.tar http://deb.debian.org/debian
-	buildah build -f deploy/Containerfile --build-arg VERSION=$(VERSION) -t bpfbench:$(VERSION) .
+	deploy/rootfs.sh build/rootfs.tar
+	buildah build -f deploy/Containerfile --build-arg VERSION=$(VERSION) \
+		--build-arg BINARY=$(DIST)/bpfbench-linux-$(PKG_ARCH) -t bpfbench:$(VERSION) .
 
 # The CLI reference in docs/cli, generated from the commands (TestCLIDocs
 # fails when it is stale).
