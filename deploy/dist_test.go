@@ -291,10 +291,13 @@ func TestDist(t *testing.T) {
 	})
 }
 
-// goCommand is the go command running this test, for make's GO.
+// goCommand is the go command for make's GO: the one running the tests
+// (go test sets GOROOT), else the first on PATH.
 func goCommand() string {
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExistsDist(p) {
-		return p
+	if root := os.Getenv("GOROOT"); root != "" {
+		if p := filepath.Join(root, "bin", "go"); fileExistsDist(p) {
+			return p
+		}
 	}
 	return "go"
 }
