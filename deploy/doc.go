@@ -9,6 +9,12 @@
 // The Helm chart (helm/bpfbench) carries copies of the dashboard and the
 // rules (a chart reads no file outside its directory); `go generate
 // ./deploy` makes them again, and a test fails while they differ.
+//
+// It also holds how bpfbench is shipped: the .deb and .rpm configuration
+// (package/nfpm.yaml and the maintainer scripts beside it, built by `make
+// dist`) and the image (Containerfile, on the root rootfs.sh makes).
+// TestDist runs `make dist` into a temporary directory and checks the
+// packages, binaries, SHA256SUMS and SBOM it writes.
 package deploy
 
 //go:generate cp prometheus/rules.yml helm/bpfbench/files/rules.yml
