@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -135,7 +136,11 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	headers, ownTraceparent := traceparentHeader(opts.Headers)
+	headers := opts.Headers
+	if opts.Protocol != ProtocolKServeGRPC {
+		headers = WithAPIKey(headers) // $OPENAI_API_KEY
+	}
+	headers, ownTraceparent := traceparentHeader(headers)
 	tr := &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		DialContext: (&net.Dialer{
@@ -258,15 +263,33 @@ func traceparent(rec *Record) string {
 	return "00-" + rec.TraceID + "-" + rec.SpanID + "-01"
 }
 
+// BaseURL is the target as a URL: http:// when it names no scheme
+// (127.0.0.1:8000), without trailing slashes. A scheme other than http
+// or https, or a URL without a host, is an error naming --target.
+func BaseURL(target string) (string, error) {
+	base := target
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	u, err := url.Parse(base)
+	switch {
+	case err != nil || u.Host == "":
+		return "", fmt.Errorf("--target %q: give the server's base URL, e.g. http://127.0.0.1:8000", target)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("--target %q: use an http:// or https:// URL (a KServe gRPC server: --protocol kserve-grpc)", target)
+	}
+	return strings.TrimRight(base, "/"), nil
+}
+
 // EndpointURL builds the request URL from a base URL and an endpoint kind.
 func EndpointURL(target, endpoint string) (string, error) {
 	if target == "" {
 		return "", errors.New("no target URL: pass --target http://HOST:PORT")
 	}
-	if !strings.HasPrefix(target, "http://") && !strings.HasPrefix(target, "https://") {
-		target = "http://" + target
+	target, err := BaseURL(target)
+	if err != nil {
+		return "", err
 	}
-	target = strings.TrimRight(target, "/")
 	path := ""
 	switch endpoint {
 	case EndpointCompletions, "":

@@ -218,7 +218,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.StallTimeout, "stall-timeout", c.StallTimeout, "fail a request when no byte arrives for this long, the response headers included (0: never)")
 	fs.DurationVar(&c.HeaderTimeout, "header-timeout", c.HeaderTimeout, "fail a request whose response headers are not complete this long after it was sent (HTTP; 0: never)")
 	fs.StringVar(&c.RequestIDPrefix, "request-id-prefix", c.RequestIDPrefix, "prefix of the x-request-id header (default: bench-<random>-)")
-	fs.Var(headerFlag{&c.Headers}, "header", "extra request header `KEY=VALUE` (repeatable)")
+	fs.Var(headerFlag{&c.Headers}, "header", "extra request header `KEY=VALUE` (repeatable); $OPENAI_API_KEY, when set and no Authorization header is given, is sent as Authorization: Bearer … (openai protocol; Authorization= sends none); a credential's value is not written into a run's manifest")
 	fs.BoolVar(&c.NoKeepAlive, "no-keepalive", c.NoKeepAlive, "open a new connection for every request")
 	fs.BoolVar(&c.NoTraceparent, "no-traceparent", c.NoTraceparent, "send no W3C traceparent header (by default each request carries one, whose ids its OTLP span takes, so a tracing engine's spans join it)")
 	fs.BoolVar(&c.NetHTTP, "net-http", c.NetHTTP, "send through Go's net/http instead of the raw HTTP/1.1 transport on non-blocking sockets (used for http:// targets without a proxy)")

@@ -33,7 +33,7 @@ type Manifest struct {
 	Pid         int       `json:"pid"`
 	// Binary is the server's executable (/proc/PID/exe), hashed in full.
 	Binary *File `json:"binary,omitempty"`
-	// Cmdline is the server's argv.
+	// Cmdline is the server's argv, its secrets redacted (RedactArgs).
 	Cmdline []string `json:"cmdline,omitempty"`
 	// Env holds the server's environment variables whose names are on the
 	// allow-list (EnvAllowed); the value of a key that looks like a secret
@@ -181,7 +181,8 @@ type Dataset struct {
 
 // Options says what Collect cannot find on its own.
 type Options struct {
-	// Args are bpfbench's own arguments (os.Args).
+	// Args are bpfbench's own arguments (os.Args); the manifest records
+	// them with their secrets redacted (RedactArgs).
 	Args []string
 	// Dataset is the load's dataset (DatasetOf builds one), or nil.
 	Dataset *Dataset
@@ -206,7 +207,7 @@ func Collect(pid int, opts Options) (*Manifest, []error) {
 	v := version.Get()
 	m := &Manifest{
 		Schema: Schema, CollectedAt: time.Now().UTC(), Pid: pid,
-		Bpfbench:          Bpfbench{Version: v.Version, Revision: v.Revision, GoVersion: v.GoVersion, Args: opts.Args},
+		Bpfbench:          Bpfbench{Version: v.Version, Revision: v.Revision, GoVersion: v.GoVersion, Args: RedactArgs(opts.Args)},
 		Dataset:           opts.Dataset,
 		SampledHashScheme: SampledHashScheme,
 	}
@@ -285,7 +286,7 @@ func (c *collector) cmdline() {
 		c.note(fmt.Errorf("reading the command line of process %d: %w", c.pid, err))
 		return
 	}
-	c.m.Cmdline = splitNUL(b)
+	c.m.Cmdline = RedactArgs(splitNUL(b))
 }
 
 func (c *collector) environ() {

@@ -222,12 +222,15 @@ func ResolveModel(ctx context.Context, cfg *loadgen.Config) error {
 		cfg.Model = models[0]
 		return nil
 	}
-	base := strings.TrimRight(cfg.Target, "/")
+	base, err := loadgen.BaseURL(cfg.Target)
+	if err != nil {
+		return &loadgen.ConfigError{Err: err}
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
 	if err != nil {
 		return fmt.Errorf("--target %q: %w", cfg.Target, err)
 	}
-	for k, vs := range cfg.Headers {
+	for k, vs := range loadgen.WithAPIKey(cfg.Headers) {
 		for _, v := range vs {
 			req.Header.Add(k, v)
 		}

@@ -87,14 +87,21 @@ func (j *SweepJob) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&j.Result, "result", "", "write every step as JSON to this `FILE` instead of DIR/sweep.json")
 }
 
-// LoadConfig is the load of every step, checked.
+// LoadConfig is the load of every step, checked with the search's
+// flags: its errors are *loadgen.ConfigError.
 func (j *SweepJob) LoadConfig() (loadgen.Config, []loadgen.SLO, error) {
 	slos, err := loadgen.ParseSLOs(j.SLO)
 	if err != nil {
-		return loadgen.Config{}, nil, err
+		if !strings.Contains(err.Error(), "--slo") {
+			err = fmt.Errorf("--slo: %w", err)
+		}
+		return loadgen.Config{}, nil, &loadgen.ConfigError{Err: err}
 	}
 	if err := j.checkRanges(); err != nil {
 		return loadgen.Config{}, nil, &loadgen.ConfigError{Err: err}
+	}
+	if strings.HasSuffix(j.Out, ".json") {
+		return loadgen.Config{}, nil, &loadgen.ConfigError{Err: fmt.Errorf("--out %s: --out is the run directory (sweep.json goes inside it); --result FILE names the steps' file", j.Out)}
 	}
 	o := j.Options
 	o.Config.NumRequests = j.RequestsPerStep
@@ -144,9 +151,6 @@ func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *load
 	cfg, slos, err := j.LoadConfig()
 	if err != nil {
 		return nil, cfg, err
-	}
-	if strings.HasSuffix(j.Out, ".json") {
-		return nil, cfg, fmt.Errorf("--out %s: --out is the run directory (sweep.json goes inside it); --result FILE names the steps' file", j.Out)
 	}
 	if err := ResolveModel(ctx, &cfg); err != nil {
 		return nil, cfg, err

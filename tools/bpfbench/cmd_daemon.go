@@ -23,7 +23,6 @@ func init() { register(newDaemonCmd) }
 func newDaemonCmd() *cobra.Command {
 	var (
 		configFile, listen, webConfig string
-		logs                          logFlags
 		cpus                          *string
 		insecure                      bool
 	)
@@ -52,7 +51,7 @@ TLS and basic auth, unless --agent.insecure is given.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runDaemon(cmd, configFile, listen, webConfig, logs, *cpus, insecure)
+			return runDaemon(cmd, configFile, listen, webConfig, *cpus, insecure)
 		},
 	}
 	fs := cmd.Flags()
@@ -60,42 +59,20 @@ TLS and basic auth, unless --agent.insecure is given.`,
 	fs.StringVar(&listen, "web.listen-address", "", "address to serve /metrics on (default :9464, or the config's listen_address)")
 	fs.StringVar(&webConfig, "web.config.file", "", "exporter-toolkit web configuration `FILE` for TLS and basic auth")
 	fs.BoolVar(&insecure, "agent.insecure", false, "serve the session API (agent.enabled) without TLS and authentication on an address other than loopback")
-	logs.add(fs, "", false)
-	fs.Lookup("log.level").Usage = "log level: debug, info, warn or error (default: the config's, else info)"
-	fs.Lookup("log.format").Usage = "log format: text or json (default: the config's, else text)"
-	fs.Lookup("log.format").DefValue = ""
-	logs.format = ""
 	cpus = cpusFlag(fs)
 	_ = cmd.MarkFlagFilename("config", "yaml", "yml")
 	_ = cmd.MarkFlagFilename("web.config.file", "yaml", "yml")
 	return cmd
 }
 
-func runDaemon(cmd *cobra.Command, configFile, listen, webConfig string, logs logFlags, cpus string, insecure bool) error {
+func runDaemon(cmd *cobra.Command, configFile, listen, webConfig string, cpus string, insecure bool) error {
 	ctx, stderr := cmd.Context(), cmd.ErrOrStderr()
 	// SIGHUP reloads: caught from the start, so that one sent while the
 	// collectors load does not end the daemon (its default action).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	// load reads the file with the command line's overrides on top, at
-	// the start and on every reload.
-	load := func() (daemon.Config, error) {
-		cfg := daemon.DefaultConfig()
-		if configFile != "" {
-			var err error
-			if cfg, err = daemon.LoadConfig(configFile); err != nil {
-				return cfg, err
-			}
-		}
-		if cmd.Flags().Changed("log.level") {
-			cfg.LogLevel = logs.level
-		}
-		if cmd.Flags().Changed("log.format") {
-			cfg.LogFormat = logs.format
-		}
-		return cfg, nil
-	}
+	load := daemonConfigLoader(cmd, configFile)
 	cfg, err := load()
 	if err != nil {
 		return err
@@ -151,6 +128,30 @@ func runDaemon(cmd *cobra.Command, configFile, listen, webConfig string, logs lo
 		return err
 	}
 	return nil
+}
+
+// daemonConfigLoader returns what reads the daemon's configuration, at
+// the start and on every reload: the file (or the defaults without one),
+// with the command line's --log.level and --log.format (the root's), when
+// given, on top of the file's log_level and log_format.
+func daemonConfigLoader(cmd *cobra.Command, configFile string) func() (daemon.Config, error) {
+	return func() (daemon.Config, error) {
+		cfg := daemon.DefaultConfig()
+		if configFile != "" {
+			var err error
+			if cfg, err = daemon.LoadConfig(configFile); err != nil {
+				return cfg, err
+			}
+		}
+		level, format, levelSet, formatSet := givenLogFlags(cmd)
+		if levelSet {
+			cfg.LogLevel = level
+		}
+		if formatSet {
+			cfg.LogFormat = format
+		}
+		return cfg, nil
+	}
 }
 
 // leveledLogger is newLogger with its level in l, which a reload sets.

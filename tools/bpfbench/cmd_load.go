@@ -22,7 +22,14 @@ func newLoadCmd() *cobra.Command {
 Ollama) with vLLM's metric definitions (TTFT, TPOT, ITL, E2EL, goodput) and
 result field names. Prints vLLM's summary table; --result writes the result
 JSON. Its flags are the load options every command that sends load takes
-(run, sweep; validate and demo those their phases leave to the user).`,
+(run, sweep; validate and demo those their phases leave to the user).
+
+$OPENAI_API_KEY, when set and no Authorization header is given with
+--header, is sent as Authorization: Bearer … (the openai protocol; KServe's
+gRPC protocol has no such convention: give --header authorization=…, sent
+as gRPC metadata). The key is never logged nor written into a result; a
+run's manifest records bpfbench's arguments with the value of a credential
+header redacted.`,
 		Example: `  bpfbench load --target http://127.0.0.1:8000 --num-requests 200 --rate 8 --result result.json
   bpfbench load --target http://127.0.0.1:8000 --duration 60s --max-concurrency 16 --endpoint chat`,
 		Args:        noArgs,

@@ -83,8 +83,8 @@ episodes), and before the send the server's threads, following what woke
 them: running (server_compute), runnable behind another task (cpu_runqueue),
 in uninterruptible IO (io_block), in a blocking CUDA call (gpu_sync), asleep
 with nothing of the server running or runnable (server_sleep), stopped by a
-signal, a debugger or a freezer (server_stopped). The parts sum
-to each gap; the excess over the normal gap is split over them. Writes
+signal, a debugger or a freezer (server_stopped); what no event covers is
+unexplained. The parts sum to each gap; the excess over the normal gap is split over them. Writes
 DIR/result.json, DIR/trace.json and DIR/report.html and prints a summary.
 It takes every load option of bpfbench load.`,
 		Example:     `  bpfbench run --target http://127.0.0.1:8000 --port 8000 --num-requests 200 --rate 8 --out run1`,

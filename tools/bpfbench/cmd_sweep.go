@@ -80,6 +80,11 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 	if err := sm.check(); err != nil {
 		return err
 	}
+	// The options first (a missing --slo or --target is a usage error),
+	// before anything probes the server.
+	if _, _, err := j.LoadConfig(); err != nil {
+		return err
+	}
 	pid := 0
 	logger, err := logs.logger(cmd)
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,23 +22,104 @@ import (
 // The flags more than one command takes, each defined once here (the load
 // options are job/load's Options.AddFlags).
 
-// logFlags are --log.level and --log.format, as the daemon and Prometheus
-// exporters spell them.
-type logFlags struct{ level, format string }
+// --log.level and --log.format, as the daemon and Prometheus exporters
+// spell them, are persistent flags of the root: every command takes them,
+// before or after its name (bpfbench --log.level debug run ...). Their
+// values are checked as they are parsed, so a bad one is a usage error of
+// any command. Empty is each command's default.
+const (
+	logLevelUsage  = "log level: debug, info, warn or error (default: warn; the daemon: its config's log_level, else info)"
+	logFormatUsage = "log format: text or json (default: text; the daemon: its config's log_format, else text)"
+)
 
-// add defines them with level as the default; oldSpelling keeps
-// --log-level, deprecated, for a command that had it.
-func (l *logFlags) add(fs *pflag.FlagSet, level string, oldSpelling bool) {
-	fs.StringVar(&l.level, "log.level", level, "log level: debug, info, warn or error")
-	fs.StringVar(&l.format, "log.format", "text", "log format: text or json")
+// addLogFlags defines --log.level and --log.format on the root's
+// persistent flags.
+func addLogFlags(fs *pflag.FlagSet) {
+	fs.Var(&checkedString{check: checkLevel}, "log.level", logLevelUsage)
+	fs.Var(&checkedString{check: checkFormat}, "log.format", logFormatUsage)
+}
+
+// checkedString is a string flag whose value check accepts.
+type checkedString struct {
+	v     string
+	check func(string) error
+}
+
+func (c *checkedString) String() string { return c.v }
+func (c *checkedString) Type() string   { return "string" }
+func (c *checkedString) Set(s string) error {
+	if err := c.check(s); err != nil {
+		return err
+	}
+	c.v = s
+	return nil
+}
+
+// checkLevel and checkFormat say what to give instead: pflag's error
+// names the flag and the value.
+func checkLevel(s string) error {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return errors.New("use debug, info, warn or error")
+	}
+	return nil
+}
+
+func checkFormat(s string) error {
+	if s != "text" && s != "json" {
+		return errors.New("use text or json")
+	}
+	return nil
+}
+
+// logFlags is how a command that logs takes the root's --log.level and
+// --log.format: its default level, and --log-level, the old spelling
+// (deprecated), for a command that had it.
+type logFlags struct {
+	def string         // the level when --log.level is not given
+	old *checkedString // --log-level, or nil
+}
+
+// add sets the command's default level; oldSpelling keeps --log-level,
+// deprecated, for a command that had it.
+func (l *logFlags) add(fs *pflag.FlagSet, def string, oldSpelling bool) {
+	l.def = def
 	if oldSpelling {
-		fs.StringVar(&l.level, "log-level", level, "log level: debug, info, warn or error")
+		l.old = &checkedString{check: checkLevel}
+		fs.Var(l.old, "log-level", "log level: debug, info, warn or error")
 		_ = fs.MarkDeprecated("log-level", "use --log.level instead")
 	}
 }
 
-func (l *logFlags) logger(cmd *cobra.Command) (*slog.Logger, error) {
-	lg, err := newLogger(cmd.ErrOrStderr(), l.level, l.format)
+// givenLogFlags returns the --log.level and --log.format given to cmd, "" for
+// those not given, and whether each was.
+func givenLogFlags(cmd *cobra.Command) (level, format string, levelSet, formatSet bool) {
+	fs := cmd.Flags()
+	if f := fs.Lookup("log.level"); f != nil && f.Changed {
+		level, levelSet = f.Value.String(), true
+	}
+	if f := fs.Lookup("log.format"); f != nil && f.Changed {
+		format, formatSet = f.Value.String(), true
+	}
+	return level, format, levelSet, formatSet
+}
+
+// values are the command's level and format: those given, else the old
+// spelling's level, else its defaults.
+func (l logFlags) values(cmd *cobra.Command) (level, format string) {
+	level, format, levelSet, _ := givenLogFlags(cmd)
+	if !levelSet && l.old != nil {
+		level = l.old.v
+	}
+	if level == "" {
+		level = l.def
+	}
+	return level, format
+}
+
+func (l logFlags) logger(cmd *cobra.Command) (*slog.Logger, error) {
+	level, format := l.values(cmd)
+	lg, err := newLogger(cmd.ErrOrStderr(), level, format)
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}

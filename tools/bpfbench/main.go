@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
@@ -77,7 +78,9 @@ func newRoot(stdout, stderr io.Writer) *cobra.Command {
 CUDA uprobes) and NVML, drives it with its own streaming load generator, and
 blames every token's latency along its critical path on cpu_runqueue,
 io_block, gpu_sync, net_backpressure, server_compute, server_sleep,
-server_stopped, client or unexplained.`,
+server_stopped, client or unexplained.
+
+--log.level and --log.format are taken by every command.`,
 		Version:       version.Get().String(),
 		SilenceErrors: true,
 		SilenceUsage:  true,
@@ -86,6 +89,25 @@ server_stopped, client or unexplained.`,
 			fmt.Fprint(stderr, cmd.UsageString())
 			return exitError{statusUsage}
 		},
+	}
+	addLogFlags(root.PersistentFlags())
+	// A command that sets up no logger of its own logs, through the
+	// packages it calls, with the default one: --log.level and
+	// --log.format, when given, set it (run restores it).
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		level, format, levelSet, formatSet := givenLogFlags(cmd)
+		if !levelSet && !formatSet {
+			return nil
+		}
+		if level == "" {
+			level = "info"
+		}
+		lg, err := newLogger(cmd.ErrOrStderr(), level, format)
+		if err != nil {
+			return usageError{err.Error()}
+		}
+		slog.SetDefault(lg)
+		return nil
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
@@ -98,6 +120,7 @@ server_stopped, client or unexplained.`,
 	}
 	root.InitDefaultHelpCmd()
 	root.InitDefaultCompletionCmd()
+	usageOnBadArgs(root)
 	// Deprecation warnings of flags go to stderr (cobra would print them
 	// on the command's standard output, mixing them into JSON reports).
 	var walk func(c *cobra.Command)
@@ -109,6 +132,38 @@ server_stopped, client or unexplained.`,
 	}
 	walk(root)
 	return root
+}
+
+// usageOnBadArgs makes cobra's help and completion commands end a bad
+// command line as every other command does, one line and exit 2: help
+// with a topic that is no command, completion without a shell or with
+// one it does not know (cobra prints a usage and exits 0).
+func usageOnBadArgs(root *cobra.Command) {
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "help":
+			run := c.Run
+			c.Run = nil
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if t, _, err := root.Find(args); t == nil || err != nil {
+					return usageError{fmt.Sprintf("unknown help topic %q (see %s --help)", strings.Join(args, " "), root.Name())}
+				}
+				run(cmd, args)
+				return nil
+			}
+		case "completion":
+			var shells []string
+			for _, s := range c.Commands() {
+				shells = append(shells, s.Name())
+			}
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					return usageError{fmt.Sprintf("completion needs a shell: %s completion %s", root.Name(), strings.Join(shells, "|"))}
+				}
+				return usageError{fmt.Sprintf("unknown shell %q: use %s", args[0], strings.Join(shells, ", "))}
+			}
+		}
+	}
 }
 
 func main() {
@@ -176,6 +231,7 @@ func writeHeapProfile(path string) {
 func run(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	defer slog.SetDefault(slog.Default())
 	root := newRoot(stdout, stderr)
 	root.SetArgs(args)
 	c, err := root.ExecuteContextC(ctx)
