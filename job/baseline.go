@@ -40,7 +40,10 @@ type gapsPhase struct {
 
 // gapsFormat names the line layout: request, index, start and end (ns),
 // no_arrival (0 or 1), then each cause's ns in Causes order.
-const gapsFormat = "bpfbench-gaps/1: [request, index, start_ns, end_ns, no_arrival, ns per cause...]"
+const gapsFormat = "bpfbench-gaps/2: [request, index, start_ns, end_ns, no_arrival, ns per cause..., hypervisor_steal_ns]"
+
+// gapsFormat1 is the layout before the steal column (read as steal 0).
+const gapsFormat1 = "bpfbench-gaps/1: [request, index, start_ns, end_ns, no_arrival, ns per cause...]"
 
 // writeGaps writes dir/GapsFile, atomically.
 func writeGaps(dir string, runStart int64, phases []critPhase, gaps iter.Seq[critGap]) error {
@@ -61,13 +64,14 @@ func encodeGaps(bw *bufio.Writer, runStart int64, phases []critPhase, gaps iter.
 	if err := enc.Encode(h); err != nil {
 		return err
 	}
-	row := make([]int64, 5+critpath.NumCauses)
+	row := make([]int64, 6+critpath.NumCauses)
 	for g := range gaps {
 		row[0], row[1], row[2], row[3], row[4] = int64(g.request), int64(g.index), g.start, g.end, 0
 		if g.noArrival {
 			row[4] = 1
 		}
 		copy(row[5:], g.ns[:])
+		row[len(row)-1] = g.steal
 		if err := enc.Encode(row); err != nil {
 			return err
 		}
@@ -92,7 +96,12 @@ func readGaps(dir string) (gapsHeader, []critGap, error) {
 	if err := dec.Decode(&h); err != nil {
 		return h, nil, fmt.Errorf("%s: its header: %w", p, err)
 	}
-	if h.Format != gapsFormat {
+	extra := 1 // the steal column
+	switch h.Format {
+	case gapsFormat:
+	case gapsFormat1:
+		extra = 0
+	default:
 		return h, nil, fmt.Errorf("%s is in format %q; this bpfbench reads %q", p, h.Format, gapsFormat)
 	}
 	// The causes by name: a file from a version with other causes maps
@@ -114,12 +123,15 @@ func readGaps(dir string) (gapsHeader, []critGap, error) {
 			}
 			return h, out, fmt.Errorf("%s line %d: %w (the %d gaps before it are kept)", p, line, err, len(out))
 		}
-		if len(row) != 5+len(idx) {
-			return h, out, fmt.Errorf("%s line %d: %d fields, want %d", p, line, len(row), 5+len(idx))
+		if len(row) != 5+len(idx)+extra {
+			return h, out, fmt.Errorf("%s line %d: %d fields, want %d", p, line, len(row), 5+len(idx)+extra)
 		}
 		g := critGap{request: int32(row[0]), index: int32(row[1]), start: row[2], end: row[3], noArrival: row[4] != 0}
 		for i, c := range idx {
 			g.ns[c] = row[5+i]
+		}
+		if extra > 0 {
+			g.steal = row[5+len(idx)]
 		}
 		out = append(out, g)
 	}
@@ -138,7 +150,7 @@ type Prior struct {
 	Crit critpath.Baseline
 	// tail is the mean excess per cause of its slowest 10% of gaps
 	// (validate's rule), when its gaps file was there.
-	tail     [critpath.NumCauses]float64
+	tail     tailMeans
 	haveTail bool
 }
 
@@ -193,7 +205,7 @@ func nsOf(m map[string]float64) [critpath.NumCauses]int64 {
 // every gap: the normal gaps, the p99 bands and the phases' added tail
 // shares. base is the normal gap; baseTail, when given, the
 // tail to subtract from each phase's (else the first phase's own).
-func rebase(out *report.CriticalPath, gaps iter.Seq[critGap], phases []critPhase, base critpath.Baseline, baseTail *[critpath.NumCauses]float64) {
+func rebase(out *report.CriticalPath, gaps iter.Seq[critGap], phases []critPhase, base critpath.Baseline, baseTail *tailMeans) {
 	out.NormalITLMs, out.NormalTTFTMs = causesMs(base.ITL), causesMs(base.TTFT)
 	out.ITLP99 = band(gaps, base, false)
 	out.TTFTP99 = band(gaps, base, true)
@@ -201,7 +213,7 @@ func rebase(out *report.CriticalPath, gaps iter.Seq[critGap], phases []critPhase
 	if len(phases) == 0 {
 		return
 	}
-	var bt [critpath.NumCauses]float64
+	var bt tailMeans
 	if baseTail != nil {
 		bt = *baseTail
 	} else {
@@ -211,12 +223,17 @@ func rebase(out *report.CriticalPath, gaps iter.Seq[critGap], phases []critPhase
 		gs := inPhase(gaps, p)
 		cp := report.CriticalPhase{Name: p.name, Gaps: len(gs), ITLP99: band(slices.Values(gs), base, false)}
 		tail := tailMean(slices.Values(gs), base)
+		// The tails are of gaps without the hypervisor's steal (unstolen):
+		// the kernel says who held the CPU, and no injection steals. The
+		// steal the phase's tail had beyond the first phase's is told
+		// apart.
 		var added [critpath.NumCauses]float64
 		var sum float64
 		for k := range added {
-			added[k] = max(tail[k]-bt[k], 0)
+			added[k] = max(tail.ns[k]-bt.ns[k], 0)
 			sum += added[k]
 		}
+		cp.TailStealMs = max(tail.steal-bt.steal, 0) / 1e6
 		cp.TailAddedShares = map[string]float64{}
 		for k, v := range added {
 			if sum > 0 {
@@ -250,7 +267,7 @@ func Rebase(doc *report.Document, dir string, prior *Prior) error {
 	for _, p := range h.Phases {
 		phases = append(phases, critPhase{name: p.Name, from: p.FromNs, to: p.ToNs})
 	}
-	var bt *[critpath.NumCauses]float64
+	var bt *tailMeans
 	if prior.haveTail {
 		bt = &prior.tail
 	}

@@ -179,7 +179,7 @@ func TestPriorErrors(t *testing.T) {
 	zw := gzip.NewWriter(f)
 	enc := json.NewEncoder(zw)
 	_ = enc.Encode(gapsHeader{Format: gapsFormat, Causes: critpath.CauseNames()})
-	row := make([]int64, 5+critpath.NumCauses)
+	row := make([]int64, 6+critpath.NumCauses)
 	copy(row, []int64{1, 1, 0, 10, 0, 1, 2, 3, 4})
 	_ = enc.Encode(row)
 	_ = enc.Encode([]int64{1, 2, 10})
@@ -205,5 +205,61 @@ func TestServerMetricsURLOfGRPCTarget(t *testing.T) {
 		if sm.url != want {
 			t.Errorf("%s: server metrics at %q, want %q", target, sm.url, want)
 		}
+	}
+}
+
+// A phase whose added cpu_runqueue was the hypervisor's steal and a
+// phase with 6 ms of injected run-queue wait and 10 ms of steal: the
+// steal is left out of what each phase added (tail_steal_ms says how
+// much), so the first adds nothing to attribute and the second adds its
+// injected 6 ms, all cpu_runqueue. The gaps file keeps the steal, and a
+// file of the format before it is read as no steal.
+func TestPhasesLeaveOutSteal(t *testing.T) {
+	base := gapsOf(10, 50, 9, 0, 1e12)
+	stolen := gapsOf(10, 50, 9, 10, 2e12)
+	for i := range stolen {
+		stolen[i].steal = stolen[i].ns[critpath.CPURunqueue]
+	}
+	mixed := gapsOf(10, 50, 9, 16, 3e12)
+	for i := range mixed {
+		if mixed[i].index > 0 {
+			mixed[i].steal = 10 * msNs
+		}
+	}
+	gs := slices.Concat(base, stolen, mixed)
+	phases := []critPhase{{name: "baseline", from: 1e12, to: 2e12}, {name: "steal", from: 2e12, to: 3e12}, {name: "mixed", from: 3e12, to: 4e12}}
+	// As job.Run does with phases: the first phase's normal gap.
+	cp := &report.CriticalPath{}
+	rebase(cp, slices.Values(gs), phases, baselineOf(slices.Values(inPhase(slices.Values(gs), phases[0]))), nil)
+	ps := cp.Phases
+	if len(ps) != 3 {
+		t.Fatalf("phases %+v", ps)
+	}
+	if p := ps[1]; p.TailAddedMs > 1e-6 || math.Abs(p.TailStealMs-10) > 1e-6 {
+		t.Errorf("the stolen phase added %.3f ms to attribute and %.3f ms of steal, want 0 and 10", p.TailAddedMs, p.TailStealMs)
+	}
+	if p := ps[2]; math.Abs(p.TailAddedMs-6) > 1e-6 || math.Abs(p.TailStealMs-10) > 1e-6 || p.TailTop != "cpu_runqueue" || p.TailAddedShares["cpu_runqueue"] != 1 {
+		t.Errorf("the mixed phase: added %.3f ms (top %s %.2f), steal %.3f ms; want 6 ms of cpu_runqueue and 10 of steal", p.TailAddedMs, p.TailTop, p.TailAddedShares[p.TailTop], p.TailStealMs)
+	}
+	dir := writeRun(t, gs, phases)
+	_, back, err := readGaps(dir)
+	if err != nil || !slices.Equal(back, gs) {
+		t.Fatalf("gaps read back: %v (equal %v)", err, slices.Equal(back, gs))
+	}
+
+	// The format before the steal column: read, with no steal.
+	f, err := os.Create(filepath.Join(dir, GapsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := gzip.NewWriter(f)
+	enc := json.NewEncoder(zw)
+	_ = enc.Encode(gapsHeader{Format: gapsFormat1, Causes: critpath.CauseNames()[:4]})
+	_ = enc.Encode([]int64{1, 1, 0, 10, 0, 1, 2, 3, 4})
+	_ = zw.Close()
+	_ = f.Close()
+	_, back, err = readGaps(dir)
+	if err != nil || len(back) != 1 || back[0].steal != 0 || back[0].ns[critpath.NetBackpressure] != 4 {
+		t.Errorf("a gaps file of the first format: %+v, %v", back, err)
 	}
 }

@@ -43,9 +43,23 @@ type critGap struct {
 	start, end     int64
 	noArrival      bool
 	ns             [critpath.NumCauses]int64
+	// steal is the part of ns[CPURunqueue] the hypervisor held (steps
+	// held by critpath.Hypervisor): a cause no injection makes.
+	steal int64
 }
 
 func (g *critGap) duration() int64 { return g.end - g.start }
+
+// stealOf is the time of g's steps held by the hypervisor.
+func stealOf(g critpath.Gap) int64 {
+	var ns int64
+	for _, s := range g.Steps {
+		if s.Other == critpath.Hypervisor {
+			ns += s.Duration()
+		}
+	}
+	return ns
+}
 
 func (g *critGap) excess(base critpath.Baseline) critpath.Excess {
 	return critpath.Gap{Read: critpath.Read{Index: int(g.index), Start: g.start, End: g.end}, Ns: g.ns}.Excess(base)
@@ -335,7 +349,7 @@ func (c *critStream) advance(wm, floor int64) {
 			c.dumpGap(g)
 		}
 		c.gaps.add(critGap{request: int32(g.Request), index: int32(g.Index), start: g.Start, end: g.End,
-			noArrival: g.NoArrival, ns: g.Ns})
+			noArrival: g.NoArrival, ns: g.Ns, steal: stealOf(g)})
 		c.agg.Add(g)
 		if g.Index == 0 {
 			return
@@ -404,7 +418,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),
 		NoisyNeighbours: []report.NoisyNeighbour{}, Slowest: []report.CriticalGap{}}
 	var base critpath.Baseline
-	var baseTail *[critpath.NumCauses]float64
+	var baseTail *tailMeans
 	switch {
 	case prior != nil:
 		out.Baseline, base = prior.Name(), prior.Crit
@@ -553,14 +567,35 @@ func band(gs iter.Seq[critGap], base critpath.Baseline, ttft bool) *report.Criti
 	return b
 }
 
-// tailMean is, per cause, the mean excess per gap of the slowest 10% of
-// the gaps after the first token.
-func tailMean(gs iter.Seq[critGap], base critpath.Baseline) [critpath.NumCauses]float64 {
-	var out [critpath.NumCauses]float64
+// tailMeans are, over a set's slowest 10% of gaps after the first token,
+// the mean excess per gap and cause (ns), and the mean time per gap the
+// hypervisor held the server's vCPU (steal).
+type tailMeans struct {
+	ns    [critpath.NumCauses]float64
+	steal float64
+}
+
+// unstolen is g without the hypervisor's steal: its cpu_runqueue held by
+// the hypervisor taken out of the gap. What an injection added is judged
+// on gaps as the server would have had them on a physical CPU: the
+// hypervisor's steal comes and goes with the host's other guests, and a
+// phase it struck would otherwise take its slowest gaps from the steal.
+func (g critGap) unstolen() critGap {
+	if d := min(max(g.steal, 0), g.ns[critpath.CPURunqueue]); d > 0 {
+		g.ns[critpath.CPURunqueue] -= d
+		g.end -= d
+	}
+	return g
+}
+
+// tailMean is tailMeans of gs (each gap without its steal, unstolen).
+func tailMean(gs iter.Seq[critGap], base critpath.Baseline) tailMeans {
+	var out tailMeans
 	var durs []int64
 	for g := range gs {
 		if g.index > 0 {
-			durs = append(durs, g.duration())
+			u := g.unstolen()
+			durs = append(durs, u.duration())
 		}
 	}
 	if len(durs) == 0 {
@@ -573,7 +608,8 @@ func tailMean(gs iter.Seq[critGap], base critpath.Baseline) [critpath.NumCauses]
 	nth := durs[len(durs)-n]
 	longer, _ := slices.BinarySearch(durs, nth+1) // the first longer than nth
 	ties := n - (len(durs) - longer)              // the gaps as long as nth that fit
-	for g := range gs {
+	for g0 := range gs {
+		g := g0.unstolen()
 		if g.index == 0 || g.duration() < nth {
 			continue
 		}
@@ -585,8 +621,9 @@ func tailMean(gs iter.Seq[critGap], base critpath.Baseline) [critpath.NumCauses]
 		}
 		x := g.excess(base)
 		for k, v := range x.Ns {
-			out[k] += float64(v) / float64(n)
+			out.ns[k] += float64(v) / float64(n)
 		}
+		out.steal += float64(g0.steal) / float64(n)
 	}
 	return out
 }

@@ -380,6 +380,9 @@ func judgePhases(doc *report.Document, achieved []string, want map[string]string
 		default:
 			p.Verdict = fmt.Sprintf("the critical path names %s, %.0f%% of the %.1f ms its slowest gaps added (%s injected: %.0f%%)", c.TailTop, 100*c.TailAddedShares[c.TailTop], c.TailAddedMs, p.Expected, 100*c.TailAddedShares[p.Expected])
 		}
+		if c.TailStealMs >= 0.05 {
+			p.Verdict += fmt.Sprintf("; the hypervisor's steal, %.1f ms more, is left out", c.TailStealMs)
+		}
 	}
 	return named, weak
 }

@@ -13,7 +13,8 @@ import (
 // 64 tokens is 1.8 million gaps. A gap is varints: its start less the
 // previous gap's start, its request, its index (the low bit: no arrival)
 // and each cause's part (most are 0: one byte), its end being its start
-// plus its parts. Blocks are never copied as the log grows. A gap whose
+// plus its parts, then the hypervisor's part of its cpu_runqueue (steal).
+// Blocks are never copied as the log grows. A gap whose
 // parts are negative or do not sum to it is kept whole beside them.
 type gapLog struct {
 	blocks [][]byte
@@ -26,12 +27,12 @@ type gapLog struct {
 const gapBlock = 256 << 10
 
 // gapMax is the most bytes a gap takes.
-const gapMax = (3 + int(critpath.NumCauses)) * binary.MaxVarintLen64
+const gapMax = (4 + int(critpath.NumCauses)) * binary.MaxVarintLen64
 
 func (l *gapLog) add(g critGap) {
 	i := l.n
 	l.n++
-	sum, fits := int64(0), g.index >= 0 && g.request >= 0
+	sum, fits := int64(0), g.index >= 0 && g.request >= 0 && g.steal >= 0
 	for _, v := range g.ns {
 		fits = fits && v >= 0
 		sum += v
@@ -57,6 +58,7 @@ func (l *gapLog) add(g critGap) {
 	for _, v := range g.ns {
 		*b = binary.AppendUvarint(*b, uint64(v))
 	}
+	*b = binary.AppendUvarint(*b, uint64(g.steal))
 }
 
 func (l *gapLog) len() int { return l.n }
@@ -90,6 +92,9 @@ func (l *gapLog) all() iter.Seq[critGap] {
 					g.ns[c] = int64(v)
 					g.end += int64(v)
 				}
+				v, k := binary.Uvarint(b)
+				b = b[k:]
+				g.steal = int64(v)
 				if w, ok := l.wide[i]; ok {
 					g = w
 				}

@@ -110,6 +110,10 @@ type ValidationRow struct {
 	Share       float64            `json:"injected_share_of_tail_excess"`
 	AddedShares map[string]float64 `json:"tail_added_shares"`
 	AddedMs     float64            `json:"tail_added_ms"`
+	// StealMs is the hypervisor's steal per gap of the phase's tail
+	// beyond the baseline phase's: measured by the kernel, caused by no
+	// injection; the tail is taken without it (AddedShares, AddedMs).
+	StealMs float64 `json:"tail_steal_ms,omitempty"`
 	// RawShare is the injected cause's share of the excess of the phase's
 	// slowest 1% over the run's baseline, RawTop that band's top cause;
 	// ShareAll the share of every gap's excess.
@@ -591,7 +595,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 			Achieved: achieved[k],
 		}
 		if cp, ok := critByName[inj.Name]; ok {
-			row.AddedShares, row.Attributed, row.AddedMs = cp.TailAddedShares, cp.TailTop, cp.TailAddedMs
+			row.AddedShares, row.Attributed, row.AddedMs, row.StealMs = cp.TailAddedShares, cp.TailTop, cp.TailAddedMs, cp.TailStealMs
 			row.Share = cp.TailAddedShares[row.Injected]
 		}
 		row.Weak = row.AddedMs < v.MinAddedMs
@@ -739,6 +743,9 @@ func (v *Validation) WriteMatrix(w io.Writer) {
 			verdict = "WRONG"
 		case r.JudgedShare() < v.MinShare:
 			verdict = "LOW"
+		}
+		if r.StealMs >= 0.05 {
+			verdict += fmt.Sprintf(" (hypervisor steal %.1f ms left out)", r.StealMs)
 		}
 		fmt.Fprintf(w, "  %-10s %5.0f%% %-9s %7.1f ms %5.1f (%+5.1f) %6.1f (%+6.1f) %s\n", r.Injection, r.JudgedShare()*100, sh(r.JudgedTop()), r.AddedMs,
 			r.P50ITLMs, r.AddedP50ITLMs, r.P99ITLMs, r.AddedP99ITLMs, verdict)

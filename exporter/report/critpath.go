@@ -145,13 +145,20 @@ type CriticalPhase struct {
 	ITLP99 *CriticalBand `json:"itl_p99,omitempty"`
 	// TailAddedShares: per cause, the mean excess per gap of the phase's
 	// slowest 10% less the same in the first phase's, floored at 0 and
-	// normalised (validate's rule); TailTop the largest.
+	// normalised (validate's rule); TailTop the largest. The gaps are
+	// taken without the hypervisor's steal (their cpu_runqueue held by
+	// "hypervisor (steal)"), which no injection causes: TailStealMs says
+	// how much of it the phase's tail had beyond the first phase's.
 	TailAddedShares map[string]float64 `json:"tail_added_shares"`
 	TailTop         string             `json:"tail_top_cause"`
 	// TailAddedMs is what the phase added per gap of its slowest 10%
 	// over the first phase's, every cause's addition summed (ms): how
 	// much there was to attribute.
 	TailAddedMs float64 `json:"tail_added_ms"`
+	// TailStealMs is the hypervisor's steal per gap of the phase's tail
+	// beyond the first phase's (ms): cpu_runqueue measured on the
+	// critical path and left out of the shares above.
+	TailStealMs float64 `json:"tail_steal_ms,omitempty"`
 }
 
 // CriticalStats count what the engine saw, guessed and lost.
