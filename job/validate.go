@@ -168,7 +168,41 @@ type Validation struct {
 	// Unexplained is the critical path's unexplained time over all gap
 	// time of the run, every phase included (-1: no critical path).
 	Unexplained float64 `json:"unexplained_fraction"`
-	Dir         string  `json:"run_dir"`
+	// HostSteal is the share of the host's CPU time its hypervisor stole
+	// during the validation (/proc/stat, every CPU; -1: unknown). The
+	// rows judge gaps without the steal the critical path measured on the
+	// server's threads, but steal elsewhere (the load generator, the
+	// network's softirqs, the injections' own processes) still moves
+	// them: a validation under heavy steal is a weaker trial.
+	HostSteal float64 `json:"host_steal_fraction"`
+	Dir       string  `json:"run_dir"`
+}
+
+// hostSteal reads the hypervisor's steal and every CPU's time since boot
+// from /proc/stat's cpu line (USER_HZ ticks); ok false when it cannot.
+func hostSteal() (steal, total uint64, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0, false
+	}
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		if i < 8 { // user .. steal; guest time is in user already
+			total += v
+		}
+		if i == 7 {
+			steal = v
+		}
+	}
+	return steal, total, true
 }
 
 // CPUInjection keeps threads busy on cpus (nil: every CPU), two per CPU.
@@ -442,6 +476,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	if cfg.Rate <= 0 {
 		cfg.Rate = 4
 	}
+	steal0, total0, stealOK := hostSteal()
 	if cfg.OutputLen <= 0 {
 		cfg.OutputLen = 64
 	}
@@ -649,6 +684,10 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		}
 		v.Matrix[row.Injected][row.JudgedTop()]++
 	}
+	v.HostSteal = -1
+	if steal1, total1, ok := hostSteal(); ok && stealOK && total1 > total0 {
+		v.HostSteal = float64(steal1-steal0) / float64(total1-total0)
+	}
 	if werr := v.write(res); werr != nil && err == nil {
 		err = werr
 	}
@@ -760,4 +799,7 @@ func (v *Validation) WriteMatrix(w io.Writer) {
 	}
 	fmt.Fprintf(w, "baseline ITL p50 %.1f ms, p99 %.1f ms at %.3g req/s; %d of %d injections named%s (on the critical path, the cause that added most to the slowest 10%% of gaps); %s\n",
 		v.BaselineP50, v.BaselineP99, v.RateRPS, v.Correct, len(v.Rows), weak, unexpl)
+	if v.HostSteal >= 0.01 {
+		fmt.Fprintf(w, "the hypervisor stole %.0f%% of the host's CPU time meanwhile: the rows judge the gaps without the steal the critical path saw on the server's threads, but steal elsewhere (the load generator, the network's softirqs) still moves them; under heavy steal a row is a weaker trial\n", v.HostSteal*100)
+	}
 }

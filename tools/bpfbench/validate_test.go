@@ -28,7 +28,11 @@ import (
 // phase's slowest 10% of gaps, with at least 60% of it, by the critical
 // path, which judges every row; the log says which rows reached the 80%
 // the design asks for (DESIGN.md, "The widened validation matrix"). On a
-// shared host a run can be spoilt by other work; one retry is allowed.
+// shared host a run can be spoilt by other work; one retry is allowed,
+// and two more after an attempt during which the hypervisor stole a tenth
+// of the host's CPU time or more (validation.json's host_steal_fraction:
+// on this VM it swings from 0.1% to a third with the host's other
+// guests, and steal off the server's threads moves the rows).
 // validate's own verdict (its exit status, at --min-share 0.6) must agree
 // with the rows. Nothing of the server's network namespace is left behind.
 func TestValidateMatrixOnLLMSim(t *testing.T) {
@@ -36,7 +40,8 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 	privtest.RequireTool(t, "ip", "apt-get install iproute2")
 	simBinaries(t)
 	var last []string
-	for attempt := 1; attempt <= 2; attempt++ {
+	attempts := 2
+	for attempt := 1; attempt <= attempts; attempt++ {
 		dir := t.TempDir()
 		code, stdout, stderr := runCLIChild("validate", "--sim", "--phase", "4s", "--rate", "4", "--out", dir, "--min-share", "0.6")
 		t.Logf("attempt %d:\n%s", attempt, stdout)
@@ -70,7 +75,8 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 				at80++
 			}
 		}
-		t.Logf("attempt %d: %d of %d rows with the injected cause on top at 80%% or more; unexplained %.3f%% of all gap time", attempt, at80, len(v.Rows), v.Unexplained*100)
+		t.Logf("attempt %d: %d of %d rows with the injected cause on top at 80%% or more; unexplained %.3f%% of all gap time; the hypervisor stole %.1f%% of the host's CPU time",
+			attempt, at80, len(v.Rows), v.Unexplained*100, v.HostSteal*100)
 		if v.Unexplained < 0 || v.Unexplained > 0.05 {
 			cliPass = false
 			last = append(last, fmt.Sprintf("unexplained %.1f%% of all gap time (at most 5%%)", v.Unexplained*100))
@@ -80,6 +86,10 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 		}
 		if len(last) == 0 {
 			return
+		}
+		if v.HostSteal >= 0.1 && attempts < 4 {
+			attempts++
+			t.Logf("attempt %d was run under heavy steal (%.0f%%): one more", attempt, v.HostSteal*100)
 		}
 	}
 	t.Errorf("attribution not validated: %v", last)
