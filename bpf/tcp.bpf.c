@@ -708,6 +708,11 @@ int BPF_PROG(sk_data_ready, const struct sock *sk)
 		if (queued)
 			queued--;
 	}
+	/* Nothing arrived: the FIN alone, in a segment of its own (sent more
+	 * than send_fold_ns after the last data), or a wakeup without new
+	 * data. No record: an arrival is bytes for the reader. */
+	if (!bytes)
+		return 0;
 	__u64 now = bpf_ktime_get_ns();
 	if (fold_data(si, now, bytes))
 		return 0;
