@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/bpfbench/bpfbench/agent"
+	"github.com/bpfbench/bpfbench/session"
 )
 
 // checkAgentExposure refuses to serve the session API, which starts eBPF
@@ -325,7 +326,7 @@ func (d *Daemon) checkTargets(targets []Target) {
 	for _, t := range targets {
 		switch {
 		case t.Pid != 0:
-			if kernelThread(d.procDir(), t.Pid) {
+			if session.KernelThreadIn(d.procDir(), t.Pid) {
 				d.log.Warn("target pid is a kernel thread: it runs no user code, so its series stay empty; give the server's pid, comm or cgroup", "target", t.Name, "pid", t.Pid)
 			}
 		case t.Cgroup != "":
@@ -334,25 +335,6 @@ func (d *Daemon) checkTargets(targets []Target) {
 			}
 		}
 	}
-}
-
-// kernelThread reports whether pid is a kernel thread (PF_KTHREAD in
-// /proc/PID/stat's flags).
-func kernelThread(proc string, pid int) bool {
-	b, err := os.ReadFile(proc + "/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return false
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 7 {
-		return false
-	}
-	flags, err := strconv.ParseUint(f[6], 10, 64)
-	return err == nil && flags&0x00200000 != 0
 }
 
 // cgroupExists looks for cgroup path p under the cgroup file system: the

@@ -118,8 +118,11 @@ func CheckPid(pid int) (string, error) {
 
 // KernelThread says whether pid is a kernel thread (PF_KTHREAD in the
 // flags of /proc/PID/stat); false when it cannot be read.
-func KernelThread(pid int) bool {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+func KernelThread(pid int) bool { return KernelThreadIn("/proc", pid) }
+
+// KernelThreadIn is KernelThread with the proc file system at proc.
+func KernelThreadIn(proc string, pid int) bool {
+	b, err := os.ReadFile(proc + "/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return false
 	}
