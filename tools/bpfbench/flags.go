@@ -126,19 +126,8 @@ func (l logFlags) logger(cmd *cobra.Command) (*slog.Logger, error) {
 	return lg, nil
 }
 
-func newLogger(w interface{ Write([]byte) (int, error) }, level, format string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("log level %q: use debug, info, warn or error", level)
-	}
-	o := &slog.HandlerOptions{Level: l}
-	switch format {
-	case "json":
-		return slog.New(slog.NewJSONHandler(w, o)), nil
-	case "text", "":
-		return slog.New(slog.NewTextHandler(w, o)), nil
-	}
-	return nil, fmt.Errorf("log format %q: use text or json", format)
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	return leveledLogger(w, new(slog.LevelVar), level, format)
 }
 
 // outputFlag defines --output (-o) table|json.
