@@ -48,9 +48,14 @@ test: build
 # its package's testdata/fuzz/FuzzX/ (commit it with the fix); the corpus
 # grown while fuzzing stays in go's cache, outside the tree, which is
 # checked as `make test` checks it. go minimizes every new input for up to
-# a minute by default, which stalls a run of seconds: FUZZFLAGS bounds it.
-FUZZTIME     ?= 10s
-FUZZFLAGS    ?= -fuzzminimizetime=1s
+# a minute by default, which stalls a short run: FUZZFLAGS bounds it.
+# FUZZTIME is a count of inputs (Nx), not a duration: with a duration, Go
+# 1.26's fuzzing coordinator can fail a target with a bare "context
+# deadline exceeded" and no failing input when its deadline passes while a
+# worker is mid-input (go.dev/issue/75804, fixed in Go 1.27); a count has
+# no deadline to race. 2000 inputs take 1-25 s a target here.
+FUZZTIME     ?= 2000x
+FUZZFLAGS    ?= -fuzzminimizetime=200x
 FUZZ_SNAPSHOT ?= $(or $(TMPDIR),/tmp)/bpfbench-fuzz-tree.$(shell id -u)
 fuzz:
 	CLEAN_TREE_SNAPSHOT=$(FUZZ_SNAPSHOT) bash tools/ci/clean-tree.sh snapshot
