@@ -68,6 +68,11 @@ enum ev_kind {
 	EV_SEND_FULL = 11,   /* a send of a followed server socket found its
 			      * buffer full (EAGAIN): the first since the
 			      * last send that went through */
+	EV_REQUEST = 12,     /* live_requests: the data that arrived at a
+			      * followed server socket since its last send
+			      * (a request), sent just before the send that
+			      * follows it: ts the last arrival, duration_ns
+			      * back to the first, bytes, fold_n arrivals */
 };
 
 struct event {
@@ -148,8 +153,11 @@ struct sock_info {
 	__u32 fold_n;
 	__u32 rcv_nxt;    /* client sockets: rcv_nxt at the last arrival (0: none) */
 	__u32 fin;        /* client sockets: the peer's FIN was counted out */
-	__u32 pad;
+	__u32 rx_n;       /* server sockets (live_requests): arrivals since the last send */
 	__u64 full_ts;    /* the first EAGAIN send since the last one through, 0: none */
+	__u64 rx_first;   /* server sockets: the first and last of those arrivals */
+	__u64 rx_last;
+	__u64 rx_bytes;   /* and their bytes */
 };
 
 struct listen_key {
@@ -203,6 +211,13 @@ volatile const __u64 send_fold_ns = 50000;
  * followed from SYN_SENT as TARGET_CLIENT sockets of slot client_idx. */
 volatile __u32 client_tgid = 0;
 volatile __u32 client_idx = 0;
+
+/* Set by userspace before load: follow the data arriving at streamed
+ * server sockets (the requests of live traffic, `attach` and the daemon
+ * without a load generator). sk_data_ready sums them in the socket's
+ * entry, no record; the server's next send hands them over in one
+ * EV_REQUEST record. */
+volatile const bool live_requests = false;
 
 static __always_inline struct tstats *tstats_of(__u32 idx)
 {
@@ -350,7 +365,11 @@ static __always_inline bool is_tcp(const struct sock *sk)
 static __always_inline void flush_data(struct sock *sk, struct sock_info *si,
 				       __u64 cookie, __u64 now)
 {
-	if (!si->fold_n || !(si->flags & TARGET_STREAM))
+	if (!(si->flags & TARGET_STREAM))
+		return;
+	/* With live_requests, a streamed server socket always sends it: the
+	 * record of 0 bytes is the end of its streams. */
+	if (!si->fold_n && !(live_requests && !(si->flags & TARGET_CLIENT)))
 		return;
 	struct event *e = pipe_reserve(struct event);
 	if (!e)
@@ -665,11 +684,33 @@ int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 		pipe_submit(f, sizeof(*f));
 		return 0;
 	}
+	bool request = false;
+	if (si->rx_n) {
+		/* The request the data since the last send made: its record
+		 * goes first, and the response's first send is never folded
+		 * into the previous response's burst. */
+		struct event *q = pipe_reserve(struct event);
+		if (q) {
+			__builtin_memset(q, 0, sizeof(*q));
+			q->ts = si->rx_last;
+			q->cookie = cookie;
+			fill_conn(q, sk);
+			q->kind = EV_REQUEST;
+			q->target = si->idx;
+			q->duration_ns = si->rx_last - si->rx_first;
+			q->bytes = si->rx_bytes;
+			q->fold_n = si->rx_n;
+			pipe_submit(q, sizeof(*q));
+		}
+		si->rx_n = 0;
+		si->rx_bytes = 0;
+		request = true;
+	}
 	/* The first send through after a full buffer is never folded: its
 	 * record ends the wait. */
 	if (si->full_ts)
 		si->full_ts = 0;
-	else if (fold_data(si, now, ret))
+	else if (!request && fold_data(si, now, ret))
 		return 0;
 	struct event *e = pipe_reserve(struct event);
 	if (!e)
@@ -681,20 +722,42 @@ int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 	return 0;
 }
 
+/* live_requests: data queued on a streamed server socket, summed into its
+ * entry until the server's next send (sock_send_length) hands it over. */
+static __always_inline int server_arrival(struct sock_info *si, struct tcp_sock *tp)
+{
+	__u32 nxt = tp->rcv_nxt;
+	/* The first arrival seen: what is queued unread. */
+	__u32 bytes = si->rcv_nxt ? nxt - si->rcv_nxt : nxt - tp->copied_seq;
+	si->rcv_nxt = nxt;
+	if (!bytes)
+		return 0; /* a wakeup without new data, or the FIN alone */
+	__u64 now = bpf_ktime_get_ns();
+	if (!si->rx_n)
+		si->rx_first = now;
+	si->rx_last = now;
+	si->rx_bytes += bytes;
+	si->rx_n++;
+	return 0;
+}
+
 /* Data queued on a socket (tcp_data_ready, usually in softirq): arrivals
- * at the load generator's own sockets. */
+ * at the load generator's own sockets, and with live_requests the
+ * requests at the followed server's. */
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(sk_data_ready, const struct sock *sk)
 {
-	if (!client_tgid || !is_tcp(sk))
+	if ((!client_tgid && !live_requests) || !is_tcp(sk))
 		return 0;
 	__u64 cookie = bpf_get_socket_cookie((void *)sk);
 	struct sock_info *si = bpf_map_lookup_elem(&socks, &cookie);
-	if (!si || !(si->flags & TARGET_CLIENT))
+	if (!si || !(si->flags & (TARGET_CLIENT | TARGET_STREAM)))
 		return 0;
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock((void *)sk);
 	if (!tp)
 		return 0;
+	if (!(si->flags & TARGET_CLIENT))
+		return live_requests ? server_arrival(si, tp) : 0;
 	__u32 nxt = tp->rcv_nxt, copied = tp->copied_seq;
 	/* The first arrival seen: what is queued unread. */
 	__u32 bytes = si->rcv_nxt ? nxt - si->rcv_nxt : nxt - copied;

@@ -48,6 +48,10 @@ type Options struct {
 	// Recorder, when set, receives every discrete event of the session as
 	// a Span, for correlation and the timeline (`bpfbench run`).
 	Recorder Recorder
+	// Live, with a Recorder, also follows the requests arriving at the
+	// target's connections and their ends (SpanRequest, SpanClose): the
+	// live view's streams, with no load generator (`attach`, the daemon).
+	Live bool
 }
 
 // SpanKind says what a Span of a session's timeline is.
@@ -78,6 +82,15 @@ const (
 	// WakerTid (of WakerTgid, WakerComm) wrote at Start (Detail "unix").
 	// A wakeup edge is lost when the reader was busy; this one is not.
 	SpanData
+	// SpanRequest is data that arrived at a followed server's connection
+	// whose peer (the client) is on Port, its own port LocalPort, since the
+	// server's last send there: Bytes from Start (the first arrival) to
+	// End (the last), handed over just before the server's next SpanSend
+	// on the connection (a request, when the session follows live
+	// traffic: Options.Live).
+	SpanRequest
+	// SpanClose is the end of that connection (Options.Live), at End.
+	SpanClose
 )
 
 // Span is one interval of the target's timeline, CLOCK_MONOTONIC ns.

@@ -2,8 +2,6 @@ package job
 
 import (
 	"bufio"
-	"cmp"
-	"container/heap"
 	"encoding/json"
 	"iter"
 	"os"
@@ -14,6 +12,7 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/live"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
 
@@ -25,8 +24,6 @@ import (
 const (
 	// critSlowest is how many of the slowest gaps keep their path.
 	critSlowest = 10
-	// critMaxSteps bounds the steps of a gap written to result.json.
-	critMaxSteps = 64
 )
 
 // critRule is result.json's critical_path.rule.
@@ -50,48 +47,49 @@ type critGap struct {
 
 func (g *critGap) duration() int64 { return g.end - g.start }
 
-// stealOf is the time of g's steps held by the hypervisor.
-func stealOf(g critpath.Gap) int64 {
-	var ns int64
-	for _, s := range g.Steps {
-		if s.Other == critpath.Hypervisor {
-			ns += s.Duration()
+func (g *critGap) excess(base critpath.Baseline) critpath.Excess { return g.compact().Excess(base) }
+
+// compact is g as the live package's shared helpers take it.
+func (g critGap) compact() live.Gap {
+	return live.Gap{Request: g.request, Index: g.index, Start: g.start, End: g.end, NoArrival: g.noArrival, Ns: g.ns, Steal: g.steal}
+}
+
+// compacts is gs compactly.
+func compacts(gs iter.Seq[critGap]) iter.Seq[live.Gap] {
+	return func(yield func(live.Gap) bool) {
+		for g := range gs {
+			if !yield(g.compact()) {
+				return
+			}
 		}
 	}
-	return ns
 }
 
-func (g *critGap) excess(base critpath.Baseline) critpath.Excess {
-	return critpath.Gap{Read: critpath.Read{Index: int(g.index), Start: g.start, End: g.end}, Ns: g.ns}.Excess(base)
-}
+// The shared helpers of the critical path's results (live/gaps.go).
+var (
+	ms          = live.Ms
+	quantile    = live.Quantile
+	causesMs    = live.CausesMs
+	topOf       = live.TopOf
+	stealOf     = live.StealOf
+	criticalGap = live.CriticalGap
+)
 
-// critInlineRx bounds how long a send's stamp may follow its own arrival
-// (the sendmsg that delivered it in line).
-const critInlineRx = int64(2e6)
+func baselineOf(gs iter.Seq[critGap]) critpath.Baseline { return live.BaselineOf(compacts(gs)) }
 
-// critPort is a client port's last send and arrival, as the spans came.
-type critPort struct {
-	send, arrival int64
-	bytes         uint64 // the last arrival's
+func band(gs iter.Seq[critGap], base critpath.Baseline, ttft bool) *report.CriticalBand {
+	return live.Band(compacts(gs), base, ttft)
 }
 
 // critStream feeds the engine; every method runs under the runStream's
 // lock.
 type critStream struct {
-	ports map[uint16]critPort
+	feed  *live.Feed
 	eng   *critpath.Engine
-	sw    critpath.Switches
-	runq  map[uint32]collectors.Span // a run-queue span waiting for its off-CPU span
-	segs  []critpath.Segment
 	gaps  gapLog
 	agg   critpath.Aggregate
-	slow  critHeap
+	slow  live.Slowest
 	stats report.CriticalStats
-	// held is the engine's history at the last tick plus what was added
-	// since (Retained walks every thread and port: once a tick).
-	held, maxHeld int
-	// tgids are the followed processes seen (the server's).
-	tgids map[uint32]bool
 	// base is the normal gap critResult compared the gaps with.
 	base critpath.Baseline
 	// dump, when set (BPFBENCH_CRITPATH_DUMP), receives every gap's path.
@@ -130,8 +128,8 @@ func (c *critStream) dumpGap(g critpath.Gap) {
 }
 
 func newCritStream(maxHeld int, floor int64) *critStream {
-	c := &critStream{eng: critpath.New(critpath.Options{}), runq: map[uint32]collectors.Span{}, ports: map[uint16]critPort{}, maxHeld: maxHeld,
-		tgids: map[uint32]bool{}}
+	eng := critpath.New(critpath.Options{})
+	c := &critStream{eng: eng, feed: live.NewFeed(eng, maxHeld), slow: live.Slowest{N: critSlowest}}
 	c.eng.SetFloor(floor)
 	if p := os.Getenv(critDumpEnv); p != "" {
 		// "%p" is this process's pid: one file per run when a test
@@ -146,183 +144,7 @@ func newCritStream(maxHeld int, floor int64) *critStream {
 }
 
 // record feeds a span.
-func (c *critStream) record(sp collectors.Span) {
-	if sp.Client && sp.Kind != collectors.SpanArrival {
-		c.stats.ClientSpans++
-		if sp.Kind == collectors.SpanRunqueue && c.held < c.maxHeld {
-			// The load generator's own waits for a CPU: a chunk in
-			// flight meanwhile was held by the client.
-			c.held++
-			w := critpath.ClientWait{Start: sp.Start, End: sp.End}
-			if sp.HolderTid != 0 {
-				w.Holder = critpath.Thread{Tid: sp.HolderTid, Tgid: sp.HolderTgid, Comm: sp.HolderComm}
-			}
-			c.eng.AddClientWait(w)
-		}
-		return
-	}
-	switch sp.Kind {
-	case collectors.SpanRunqueue, collectors.SpanOffCPU, collectors.SpanSend, collectors.SpanArrival, collectors.SpanData:
-	case collectors.SpanCUDA, collectors.SpanTCP:
-		if !sp.Blocking {
-			return
-		}
-	default:
-		return
-	}
-	if c.held >= c.maxHeld {
-		c.stats.Dropped++
-		return
-	}
-	c.stats.Spans++
-	c.held++
-	if sp.Tgid != 0 && !sp.Client {
-		c.tgids[sp.Tgid] = true
-	}
-	switch sp.Kind {
-	case collectors.SpanRunqueue:
-		if p, ok := c.runq[sp.Tid]; ok {
-			c.switchIn(p, nil) // a switch-in with no off-CPU interval known
-		}
-		c.runq[sp.Tid] = sp
-	case collectors.SpanOffCPU:
-		p, ok := c.runq[sp.Tid]
-		if ok {
-			delete(c.runq, sp.Tid)
-			if p.End != sp.End {
-				c.switchIn(p, nil)
-				ok = false
-			}
-		}
-		if ok {
-			c.switchIn(sp, &p)
-		} else {
-			c.switchIn(sp, nil)
-		}
-	case collectors.SpanCUDA:
-		c.stats.CUDACalls++
-		c.eng.AddCUDA(critpath.CUDACall{Tid: sp.Tid, Start: sp.Start, End: sp.End, Name: sp.Detail})
-	case collectors.SpanSend:
-		c.stats.Sends++
-		t := sp.End
-		// sock_send_length fires as sendmsg returns; over loopback or a
-		// veth the receive runs inside the send (net_rx on its
-		// bh_enable), so the chunk arrives before its send is stamped. An
-		// arrival of as many bytes, since the port's previous send and at
-		// most critInlineRx before this one, was this send's: it left
-		// when it arrived.
-		p := c.ports[sp.Port]
-		if p.arrival > p.send && p.arrival <= t && t-p.arrival <= critInlineRx && p.bytes == sp.Bytes {
-			t = p.arrival
-			c.stats.InlineSends++
-		}
-		p.send = sp.End
-		c.setPort(sp.Port, p)
-		c.eng.AddSend(critpath.Send{Time: t, Tid: sp.Tid, Port: sp.Port, Bytes: int64(sp.Bytes)})
-	case collectors.SpanData:
-		c.stats.DataEdges++
-		c.eng.AddData(critpath.Data{Reader: critpath.Thread{Tid: sp.Tid, Tgid: sp.Tgid},
-			Writer: critpath.Thread{Tid: sp.WakerTid, Tgid: sp.WakerTgid, Comm: sp.WakerComm}, Written: sp.Start, Read: sp.End})
-	case collectors.SpanTCP:
-		c.stats.Holds++
-		c.eng.AddHold(critpath.Hold{Port: sp.Port, Start: sp.Start, End: sp.End, Kind: sp.Detail})
-	case collectors.SpanArrival:
-		c.stats.Arrivals++
-		p := c.ports[sp.LocalPort]
-		p.arrival, p.bytes = max(p.arrival, sp.End), sp.Bytes
-		c.setPort(sp.LocalPort, p)
-		c.eng.AddArrival(critpath.Arrival{Time: sp.End, Port: sp.LocalPort, Bytes: int64(sp.Bytes)})
-	}
-}
-
-func (c *critStream) setPort(port uint16, p critPort) {
-	c.ports[port] = p
-}
-
-// switchIn turns a switch-in's spans into segments: off is its off-CPU
-// span (or, alone, a run-queue span with no off-CPU interval known), rq
-// the run-queue span of the same switch-in.
-func (c *critStream) switchIn(off collectors.Span, rq *collectors.Span) {
-	th := critpath.Thread{Tid: off.Tid, Tgid: off.Tgid}
-	si := critpath.SwitchIn{Thread: th, Ts: off.End, OffCPU: off.End - off.Start, Left: critpath.Runnable,
-		IRQ: critpath.IRQTime{Block: off.IRQBlockNs, Net: off.IRQNetNs, Steal: off.StealNs}}
-	if rq != nil {
-		si.IRQ.Block += rq.IRQBlockNs
-		si.IRQ.Net += rq.IRQNetNs
-		si.IRQ.Steal += rq.StealNs
-	}
-	if off.HolderTid != 0 {
-		si.Holder = critpath.Thread{Tid: off.HolderTid, Tgid: off.HolderTgid, Comm: off.HolderComm}
-	}
-	if off.Kind == collectors.SpanOffCPU {
-		switch off.Detail {
-		case "io_wait":
-			si.Left = critpath.IOWait
-		case "sleep":
-			si.Left = critpath.Sleep
-		case "stopped":
-			si.Left = critpath.Stopped
-		}
-		switch {
-		case rq != nil:
-			si.Runq = rq.End - rq.Start
-			if rq.HolderTid != 0 && si.Holder == (critpath.Thread{}) {
-				si.Holder = critpath.Thread{Tid: rq.HolderTid, Tgid: rq.HolderTgid, Comm: rq.HolderComm}
-			}
-		case off.WakeTs > 0 && si.Left != critpath.Runnable:
-			si.Runq = off.End - min(max(off.WakeTs, off.Start), off.End)
-		}
-		if si.Left != critpath.Runnable {
-			si.Wake = wakeOf(off)
-			// The holder the kernel records for a woken thread is the
-			// task that ran on its CPU last before it got the CPU back:
-			// the holder of its run-queue wait's end, none without one.
-			if si.Runq <= 0 {
-				si.Holder = critpath.Thread{}
-			}
-		}
-	} else {
-		si.Runq = si.OffCPU
-	}
-	c.segs = c.sw.Segments(si, c.segs[:0])
-	for _, s := range c.segs {
-		c.stats.Segments++
-		c.eng.AddSegment(s)
-	}
-}
-
-// wakeOf is the wakeup that ended an off-CPU span's sleep. A hard
-// interrupt outside any device handler is a timer (hrtimers expire in hard
-// interrupt context: nanosleep, poll and futex timeouts); a device
-// handler's wakeup is its device's (a block completion, a network
-// receive). When the collector could not tell (no interrupt time), a
-// hard interrupt ending an interruptible sleep is taken for a timer, and
-// one ending an IO wait does not matter, D being io_block.
-func wakeOf(sp collectors.Span) critpath.Wake {
-	switch sp.WakeCtx {
-	case "task":
-		return critpath.Wake{Kind: critpath.WakeThread, Waker: critpath.Thread{Tid: sp.WakerTid, Tgid: sp.WakerTgid, Comm: sp.WakerComm}}
-	case "hardirq":
-		if sp.Detail == "io_wait" {
-			return critpath.Wake{Kind: critpath.WakeHardIRQ}
-		}
-		return critpath.Wake{Kind: critpath.WakeTimer}
-	}
-	return critpath.Wake{Kind: wakeKinds[sp.WakeCtx]} // WakeUnknown when not listed
-}
-
-// wakeKinds are the interrupt contexts of a wakeup (Span.WakeCtx) with a
-// kind of their own.
-var wakeKinds = map[string]critpath.WakeKind{
-	"hardirq:timer":   critpath.WakeTimer,
-	"hardirq:block":   critpath.WakeBlock,
-	"hardirq:net":     critpath.WakeNetRx,
-	"hardirq:device":  critpath.WakeHardIRQ,
-	"softirq:net_rx":  critpath.WakeNetRx,
-	"softirq:block":   critpath.WakeBlock,
-	"softirq:timer":   critpath.WakeSoftIRQTimer,
-	"softirq:hrtimer": critpath.WakeTimer,
-}
+func (c *critStream) record(sp collectors.Span) { c.feed.Record(sp) }
 
 // addRecord adds a finished request's token gaps.
 func (c *critStream) addRecord(r *loadgen.Record) {
@@ -351,44 +173,13 @@ func (c *critStream) advance(wm, floor int64) {
 		c.gaps.add(critGap{request: int32(g.Request), index: int32(g.Index), start: g.Start, end: g.End,
 			noArrival: g.NoArrival, ns: g.Ns, steal: stealOf(g)})
 		c.agg.Add(g)
-		if g.Index == 0 {
-			return
-		}
-		if len(c.slow) == critSlowest && g.Duration() <= c.slow[0].Duration() {
-			return
-		}
-		g.Steps = slices.Clone(g.Steps) // the engine's buffer until fn returns
-		if len(c.slow) == critSlowest {
-			c.slow[0] = g
-			heap.Fix(&c.slow, 0)
-		} else {
-			heap.Push(&c.slow, g)
-		}
+		c.slow.Add(g)
 	})
-	c.held = c.eng.Retained()
+	c.feed.Retained()
 }
 
 // slowest are the kept gaps, slowest first.
-func (c *critStream) slowest() []critpath.Gap {
-	out := slices.Clone([]critpath.Gap(c.slow))
-	slices.SortFunc(out, func(a, b critpath.Gap) int {
-		return cmp.Or(cmp.Compare(b.Duration(), a.Duration()), cmp.Compare(a.Request, b.Request), cmp.Compare(a.Index, b.Index))
-	})
-	return out
-}
-
-type critHeap []critpath.Gap
-
-func (h critHeap) Len() int           { return len(h) }
-func (h critHeap) Less(i, j int) bool { return h[i].Duration() < h[j].Duration() }
-func (h critHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *critHeap) Push(x any)        { *h = append(*h, x.(critpath.Gap)) }
-func (h *critHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
+func (c *critStream) slowest() []critpath.Gap { return c.slow.Sorted() }
 
 // critPhase is a phase's span of time.
 type critPhase struct {
@@ -405,14 +196,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 		c.dumpFile.Close()
 		c.dump = nil
 	}
-	st := c.eng.Stats()
-	c.stats.Events, c.stats.Malformed, c.stats.Late = st.Events, st.Malformed, st.Late
-	c.stats.BeforeHorizon, c.stats.Pruned = st.BeforeHorizon, st.Pruned+st.Dropped
-	c.stats.NoArrival, c.stats.NoSend, c.stats.Guessed, c.stats.NoThread = st.NoArrival, st.NoSend, st.Guessed, st.NoThread
-	c.stats.DepthLimited, c.stats.Cycles, c.stats.Hops = st.DepthLimited, st.Cycles, st.Hops
-	c.stats.DataEdgesFollowed = st.DataEdges
-	c.stats.SiblingWaits, c.stats.Interrupts, c.stats.NoEdgeSleeps = st.SiblingWaits, st.Interrupts, st.NoEdgeSleeps
-	c.stats.Steals, c.stats.Stopped = st.Steals, st.Stopped
+	live.StatsOf(&c.stats, c.feed.Stats, c.eng.Stats())
 
 	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),
@@ -434,24 +218,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 
 	// The server's own processes holding each other's CPUs are its
 	// self-contention (more threads than CPUs), not a neighbour.
-	for _, nb := range c.agg.Neighbours() {
-		pid := nb.Process.Tgid
-		if pid == 0 {
-			pid = nb.Process.Tid
-		}
-		share := 0.0
-		if c.agg.GapNs > 0 {
-			share = float64(nb.Ns) / float64(c.agg.GapNs)
-		}
-		n := report.NoisyNeighbour{Process: nb.Process.String(), Pid: pid,
-			Comm: nb.Process.Comm, Ms: ms(nb.Ns), Share: share, Gaps: nb.Gaps, Target: c.tgids[pid]}
-		switch {
-		case n.Target && len(out.SelfContention) < 10:
-			out.SelfContention = append(out.SelfContention, n)
-		case !n.Target && len(out.NoisyNeighbours) < 10:
-			out.NoisyNeighbours = append(out.NoisyNeighbours, n)
-		}
-	}
+	out.NoisyNeighbours, out.SelfContention = live.NeighboursOf(&c.agg, c.feed.Tgids, 10)
 
 	var delays []int64
 	for g := range c.gaps.all() {
@@ -473,24 +240,6 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	return out
 }
 
-func ms(ns int64) float64 { return float64(ns) / 1e6 }
-
-func causesMs(ns [critpath.NumCauses]int64) map[string]float64 {
-	out := make(map[string]float64, len(ns))
-	for k, v := range ns {
-		out[critpath.Cause(k).String()] = ms(v)
-	}
-	return out
-}
-
-// quantile of sorted xs, nearest rank below.
-func quantile(xs []int64, q float64) int64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	return xs[int(q*float64(len(xs)-1))]
-}
-
 // inPhase is the gaps of phase p: those that lie wholly in it. A gap that
 // straddles two phases has both phases' causes in it (a stream stalled by
 // the net phase's shaping that drains when it ends, then waits for a
@@ -505,66 +254,6 @@ func inPhase(gs iter.Seq[critGap], p critPhase) []critGap {
 		}
 	}
 	return out
-}
-
-func baselineOf(gs iter.Seq[critGap]) critpath.Baseline {
-	// Cause by cause, one column at a time: a run's gaps are not copied
-	// whole (critpath.NormalOf takes every gap's parts at once).
-	var b critpath.Baseline
-	var ttft, itl []int64
-	for c := range critpath.NumCauses {
-		ttft, itl = ttft[:0], itl[:0]
-		for g := range gs {
-			if g.index == 0 {
-				ttft = append(ttft, g.ns[c])
-			} else {
-				itl = append(itl, g.ns[c])
-			}
-		}
-		b.TTFT[c], b.ITL[c] = critpath.Median(ttft), critpath.Median(itl)
-	}
-	return b
-}
-
-// band is the slowest 1% of the TTFTs (ttft) or of the later gaps: the
-// gaps at least as long as their p99.
-func band(gs iter.Seq[critGap], base critpath.Baseline, ttft bool) *report.CriticalBand {
-	var durs []int64
-	for g := range gs {
-		if (g.index == 0) == ttft {
-			durs = append(durs, g.duration())
-		}
-	}
-	if len(durs) == 0 {
-		return nil
-	}
-	slices.Sort(durs)
-	from := quantile(durs, 0.99)
-	b := &report.CriticalBand{FromMs: ms(from), ExcessShares: map[string]float64{}}
-	var tot, exc [critpath.NumCauses]int64
-	var excess int64
-	for g := range gs {
-		if (g.index == 0) != ttft || g.duration() < from {
-			continue
-		}
-		b.Gaps++
-		x := g.excess(base)
-		excess += x.ExcessNs
-		for k := range tot {
-			tot[k] += g.ns[k]
-			exc[k] += x.Ns[k]
-		}
-	}
-	b.TotalsMs, b.ExcessMs = causesMs(tot), ms(excess)
-	for k, v := range exc {
-		s := 0.0
-		if excess > 0 {
-			s = float64(v) / float64(excess)
-		}
-		b.ExcessShares[critpath.Cause(k).String()] = s
-	}
-	b.Top = topOf(b.ExcessShares)
-	return b
 }
 
 // tailMeans are, over a set's slowest 10% of gaps after the first token,
@@ -626,69 +315,4 @@ func tailMean(gs iter.Seq[critGap], base critpath.Baseline) tailMeans {
 		out.steal += float64(g0.steal) / float64(n)
 	}
 	return out
-}
-
-// topOf is the cause with the largest share ("unexplained" when none has
-// any; ties: the first cause).
-func topOf(m map[string]float64) string {
-	best, bv := critpath.Unexplained.String(), 0.0
-	for _, name := range critpath.CauseNames() {
-		if v := m[name]; v > bv {
-			best, bv = name, v
-		}
-	}
-	return best
-}
-
-// criticalGap is a gap as result.json lists it: its longest steps, at
-// most critMaxSteps, in time order.
-func criticalGap(g critpath.Gap, base critpath.Baseline, runStart int64, name func(uint32) string) report.CriticalGap {
-	out := report.CriticalGap{Request: g.Request, Index: g.Index, Port: g.Port,
-		StartS: float64(g.Start-runStart) / 1e9, DurationMs: ms(g.Duration()), ExcessMs: ms(g.Excess(base).ExcessNs),
-		SentMs: ms(g.Sent - g.Start), ArrivedMs: ms(g.Arrived - g.Start),
-		NoSend: g.NoSend, NoArrival: g.NoArrival, Guessed: g.Guessed, CausesMs: causesMs(g.Ns)}
-	steps := g.Steps
-	if len(steps) > critMaxSteps {
-		idx := make([]int, len(steps))
-		for i := range idx {
-			idx[i] = i
-		}
-		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(steps[b].Duration(), steps[a].Duration()) })
-		idx = idx[:critMaxSteps]
-		slices.Sort(idx)
-		kept := make([]critpath.Step, len(idx))
-		for i, j := range idx {
-			kept[i] = steps[j]
-		}
-		out.StepsOmitted = len(steps) - len(kept)
-		steps = kept
-	}
-	for _, s := range steps {
-		st := report.CriticalStep{StartMs: ms(s.Start - g.Start), DurationMs: ms(s.Duration()), State: s.State.String(),
-			Cause: s.Cause.String(), Detail: s.Detail(), Depth: s.Depth}
-		if s.Thread.Tid != 0 {
-			st.Tid = s.Thread.Tid
-			st.Thread = threadLabel(s.Thread, name)
-		}
-		switch {
-		case s.Cause == critpath.Client:
-			st.Thread = "client"
-		case s.Cause == critpath.NetBackpressure && s.Thread.Tid == 0:
-			st.Thread = "network"
-		}
-		out.Steps = append(out.Steps, st)
-	}
-	return out
-}
-
-// threadLabel is "comm[tid]", the comm from /proc when the engine has none.
-func threadLabel(t critpath.Thread, name func(uint32) string) string {
-	comm := t.Comm
-	if comm == "" && name != nil {
-		comm = name(t.Tid)
-	}
-	if comm == "" {
-		comm = "thread"
-	}
-	return comm + "[" + strconv.FormatUint(uint64(t.Tid), 10) + "]"
 }

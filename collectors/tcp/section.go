@@ -103,7 +103,8 @@ func NewSection(opts collectors.Options) (*Section, error) {
 	// A session that runs its own load (a Recorder: `bpfbench run`) also
 	// follows the arrivals at this process's sockets, the load generator's.
 	client := opts.Recorder != nil && opts.Pid != os.Getpid()
-	cfg := Config{Port: uint16(opts.Port), Logger: opts.Logger, Sends: true, Arrivals: client}
+	cfg := Config{Port: uint16(opts.Port), Logger: opts.Logger, Sends: true, Arrivals: client,
+		Requests: opts.Live && opts.Recorder != nil}
 	if r := opts.Recorder; r != nil {
 		cfg.OnEpisode = func(ep Episode) { recordEpisode(r, ep) }
 		d := &dataSpans{r: r, last: map[uint64]lastData{}}
@@ -256,6 +257,12 @@ type lastData struct {
 const maxDataConns = 1 << 14
 
 func (d *dataSpans) record(e *Event) {
+	if Kind(e.Kind) == Request {
+		ts := int64(e.Ts)
+		d.r.Record(collectors.Span{Kind: collectors.SpanRequest, Start: ts - int64(e.DurationNs), End: ts,
+			Port: e.Dport, LocalPort: e.Sport, Bytes: e.Bytes})
+		return
+	}
 	kind := collectors.SpanSend
 	if Kind(e.Kind) == Arrival {
 		kind = collectors.SpanArrival
@@ -285,6 +292,9 @@ func (d *dataSpans) record(e *Event) {
 	}
 	if e.Bytes == 0 {
 		// The flush at close: nothing more follows on the connection.
+		if ok && !client {
+			d.r.Record(collectors.Span{Kind: collectors.SpanClose, Start: ts, End: ts, Port: prev.peer, LocalPort: prev.local})
+		}
 		delete(d.last, e.Cookie)
 		delete(d.full, e.Cookie)
 		return

@@ -74,6 +74,12 @@ const (
 	// Send that went through; it carries the folded sends like a Send.
 	// The connection held the server's data back until its next Send.
 	SendFull Kind = 11
+	// Request: data arrived at a followed server socket since its last
+	// send (Config.Requests): Bytes over FoldN arrivals, the last at Ts,
+	// the first DurationNs before it. Its record comes just before the
+	// server's next Send on the connection, never folded into the
+	// previous burst: a request and the response's first byte.
+	Request Kind = 12
 )
 
 func (k Kind) String() string {
@@ -184,6 +190,11 @@ type Config struct {
 	// sockets (SetClient; sk_data_ready: one more program run per segment
 	// queued on the host). Sessions that run their own load turn it on.
 	Arrivals bool
+	// Requests records the data arriving at streamed server sockets, as
+	// one Request record before the server's next send (sk_data_ready,
+	// as Arrivals, summed in the kernel), and the end of each such
+	// connection as a Send record of 0 bytes: live traffic's streams.
+	Requests bool
 	// SendFold is the fold window of sends and arrivals (default
 	// DefaultSendFold; negative: none).
 	SendFold time.Duration
@@ -268,6 +279,9 @@ type DataCounts struct {
 	// SendsFull counts the waits of a non-blocking server for a full send
 	// buffer (SendFull records).
 	SendsFull uint64 `json:"sends_full,omitempty"`
+	// Requests count the Request records (Config.Requests) and their bytes.
+	Requests     uint64 `json:"request_records,omitempty"`
+	RequestBytes uint64 `json:"request_bytes,omitempty"`
 }
 
 // New returns a collector; Start loads it.
@@ -296,7 +310,7 @@ func (c *Collector) Start(context.Context) error {
 	if !c.cfg.Sends {
 		skip = append(skip, "sock_send_length")
 	}
-	if !c.cfg.Arrivals {
+	if !c.cfg.Arrivals && !c.cfg.Requests {
 		skip = append(skip, "sk_data_ready")
 	}
 	fold := c.cfg.SendFold
@@ -304,7 +318,8 @@ func (c *Collector) Start(context.Context) error {
 		fold = DefaultSendFold
 	}
 	if err := c.Load(bpfutil.Object{Spec: loadTcp, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip,
-		Consts: map[string]any{tcpVarHostWide: c.cfg.HostWide, tcpVarSendFoldNs: uint64(max(fold, 0))}, Rename: rename}); err != nil {
+		Consts: map[string]any{tcpVarHostWide: c.cfg.HostWide, tcpVarSendFoldNs: uint64(max(fold, 0)),
+		tcpVarLiveRequests: c.cfg.Requests}, Rename: rename}); err != nil {
 		return err
 	}
 	// Runs before the objects close: a summary's refresh after Close still
@@ -369,18 +384,27 @@ func (c *Collector) handle(e *Event) {
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent(e)
 	}
-	if k := Kind(e.Kind); k == Send || k == Arrival || k == SendFull {
+	if k := Kind(e.Kind); k == Send || k == Arrival || k == SendFull || k == Request {
 		c.mu.Lock()
-		if k == SendFull {
+		switch k {
+		case Request:
+			c.data.Requests++
+			c.data.RequestBytes += e.Bytes
+			c.mu.Unlock()
+			if c.cfg.OnData != nil {
+				c.cfg.OnData(e)
+			}
+			return
+		case SendFull:
 			c.data.SendsFull++
-		} else if k == Send {
+		case Send:
 			c.data.Sends++
 			c.data.SendBytes += e.Bytes + e.FoldBytes
 			if conn := c.conns[e.Cookie]; conn != nil {
 				conn.Sends += 1 + uint64(e.FoldN)
 				conn.SendBytes += e.Bytes + e.FoldBytes
 			}
-		} else {
+		default:
 			c.data.Arrivals++
 			c.data.ArrivalBytes += e.Bytes + e.FoldBytes
 		}

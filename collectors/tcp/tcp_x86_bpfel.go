@@ -96,8 +96,11 @@ type tcpSockInfo struct {
 	FoldN       uint32
 	RcvNxt      uint32
 	Fin         uint32
-	Pad         uint32
+	RxN         uint32
 	FullTs      uint64
+	RxFirst     uint64
+	RxLast      uint64
+	RxBytes     uint64
 }
 
 type tcpTarget struct {
@@ -140,6 +143,7 @@ const (
 	tcpVarClientIdx          = "client_idx"
 	tcpVarClientTgid         = "client_tgid"
 	tcpVarHostWide           = "host_wide"
+	tcpVarLiveRequests       = "live_requests"
 	tcpVarSelfTgid           = "self_tgid"
 	tcpVarSendFoldNs         = "send_fold_ns"
 	tcpVarUnusedEvent        = "unused_event"
@@ -214,13 +218,14 @@ type tcpMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcpVariableSpecs struct {
-	ClientIdx   *ebpf.VariableSpec `ebpf:"client_idx"`
-	ClientTgid  *ebpf.VariableSpec `ebpf:"client_tgid"`
-	HostWide    *ebpf.VariableSpec `ebpf:"host_wide"`
-	SelfTgid    *ebpf.VariableSpec `ebpf:"self_tgid"`
-	SendFoldNs  *ebpf.VariableSpec `ebpf:"send_fold_ns"`
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
-	WakeupBytes *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	ClientIdx    *ebpf.VariableSpec `ebpf:"client_idx"`
+	ClientTgid   *ebpf.VariableSpec `ebpf:"client_tgid"`
+	HostWide     *ebpf.VariableSpec `ebpf:"host_wide"`
+	LiveRequests *ebpf.VariableSpec `ebpf:"live_requests"`
+	SelfTgid     *ebpf.VariableSpec `ebpf:"self_tgid"`
+	SendFoldNs   *ebpf.VariableSpec `ebpf:"send_fold_ns"`
+	UnusedEvent  *ebpf.VariableSpec `ebpf:"unused_event"`
+	WakeupBytes  *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 }
 
 // tcpObjects contains all objects after they have been loaded into the kernel.
@@ -264,13 +269,14 @@ func (m *tcpMaps) Close() error {
 //
 // It can be passed to loadTcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcpVariables struct {
-	ClientIdx   *ebpf.Variable `ebpf:"client_idx"`
-	ClientTgid  *ebpf.Variable `ebpf:"client_tgid"`
-	HostWide    *ebpf.Variable `ebpf:"host_wide"`
-	SelfTgid    *ebpf.Variable `ebpf:"self_tgid"`
-	SendFoldNs  *ebpf.Variable `ebpf:"send_fold_ns"`
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
-	WakeupBytes *ebpf.Variable `ebpf:"wakeup_bytes"`
+	ClientIdx    *ebpf.Variable `ebpf:"client_idx"`
+	ClientTgid   *ebpf.Variable `ebpf:"client_tgid"`
+	HostWide     *ebpf.Variable `ebpf:"host_wide"`
+	LiveRequests *ebpf.Variable `ebpf:"live_requests"`
+	SelfTgid     *ebpf.Variable `ebpf:"self_tgid"`
+	SendFoldNs   *ebpf.Variable `ebpf:"send_fold_ns"`
+	UnusedEvent  *ebpf.Variable `ebpf:"unused_event"`
+	WakeupBytes  *ebpf.Variable `ebpf:"wakeup_bytes"`
 }
 
 // tcpPrograms contains all programs after they have been loaded into the kernel.

@@ -266,6 +266,12 @@ type Read struct {
 	// in the socket meanwhile is the reader's backpressure, not the load
 	// generator's delay. Zero: no pause.
 	PauseStart, PauseEnd int64
+	// AtSend: a gap of the server's writes, not of a client's reads (the
+	// live view of traffic bpfbench does not generate): Start and End are
+	// the server's sends (Start the request's arrival for Index 0), and
+	// the gap is walked back from the send at End, with no network or
+	// client part.
+	AtSend bool
 }
 
 // Duration is End-Start.

@@ -132,7 +132,11 @@ func (e *Engine) gap(r Read) Gap {
 	prev, seq := e.last[r.Port]
 	seq = seq && r.Index > 0 && prev.request == r.Request && prev.index == r.Index-1
 	matched := lastChunk{request: r.Request, index: r.Index, send: minNs, arrival: minNs}
-	if arr := e.arrivals[r.Port]; len(arr) > 0 {
+	if r.AtSend {
+		// The live view's gap ends at the server's send: the chunk is the
+		// send at c(k), and nothing of it is the network's or a client's.
+		seq = false
+	} else if arr := e.arrivals[r.Port]; len(arr) > 0 {
 		i := sort.Search(len(arr), func(j int) bool { return arr[j].Time > c })
 		if seq && prev.arrival != minNs {
 			if j := sort.Search(i, func(j int) bool { return arr[j].Time > prev.arrival }); j < i {

@@ -1,0 +1,125 @@
+package live
+
+import (
+	"slices"
+
+	"github.com/bpfbench/bpfbench/correlate/critpath"
+)
+
+// Defaults of Rolling.
+const (
+	DefaultWindow  = int64(10e9)
+	DefaultWindows = 30 // five minutes of 10 s windows
+	// windowSample bounds the gaps a window keeps for its medians.
+	windowSample = 4096
+	// minWindowGaps: a window with fewer gaps after the first token has
+	// no median worth comparing.
+	minWindowGaps = 20
+)
+
+// Rolling is the live view's normal gap: the server's own recent quiet
+// window. Gaps are kept by window (Window long, a uniform sample of at
+// most 4,096 each); of the last Windows windows with 20 gaps or more, the
+// one whose median gap after the first token is the shortest is the
+// quiet one, and its per-cause medians (critpath.Baseline) are the
+// normal gap. A contention that starts now is measured against the
+// minutes before it, for as long as they are in the history; one that
+// lasts longer than the history becomes the normal. Memory is bounded:
+// one sample per window kept.
+type Rolling struct {
+	Window  int64
+	Windows int
+
+	cur  rollWindow
+	past []rollStat // oldest first
+	rng  uint64
+}
+
+type rollWindow struct {
+	start int64
+	seen  int
+	gaps  []Gap
+}
+
+type rollStat struct {
+	start  int64
+	itlN   int
+	median int64
+	base   critpath.Baseline
+}
+
+// NewRolling returns a rolling baseline with the defaults.
+func NewRolling() *Rolling {
+	return &Rolling{Window: DefaultWindow, Windows: DefaultWindows, rng: 0x9e3779b97f4a7c15}
+}
+
+// Add takes a walked gap; gaps come in their end's order, roughly.
+func (r *Rolling) Add(g Gap) {
+	r.roll(g.End)
+	w := &r.cur
+	w.seen++
+	if len(w.gaps) < windowSample {
+		w.gaps = append(w.gaps, g)
+		return
+	}
+	// Reservoir sampling: each of the window's gaps is kept with the same
+	// chance.
+	r.rng ^= r.rng << 13
+	r.rng ^= r.rng >> 7
+	r.rng ^= r.rng << 17
+	if i := int(r.rng % uint64(w.seen)); i < windowSample {
+		w.gaps[i] = g
+	}
+}
+
+// roll closes the current window when t is past it.
+func (r *Rolling) roll(t int64) {
+	if r.cur.start == 0 {
+		r.cur.start = t
+		return
+	}
+	if t-r.cur.start < r.Window {
+		return
+	}
+	if st, ok := statOf(r.cur); ok {
+		r.past = append(r.past, st)
+		if len(r.past) > r.Windows {
+			r.past = slices.Delete(r.past, 0, len(r.past)-r.Windows)
+		}
+	}
+	r.cur.gaps, r.cur.seen = r.cur.gaps[:0], 0
+	// Windows with no gaps at all are skipped, not kept empty.
+	r.cur.start += (t - r.cur.start) / r.Window * r.Window
+}
+
+func statOf(w rollWindow) (rollStat, bool) {
+	var durs []int64
+	for _, g := range w.gaps {
+		if g.Index > 0 {
+			durs = append(durs, g.Duration())
+		}
+	}
+	if len(durs) < minWindowGaps {
+		return rollStat{}, false
+	}
+	return rollStat{start: w.start, itlN: len(durs), median: critpath.Median(durs), base: BaselineOf(slices.Values(w.gaps))}, true
+}
+
+// Baseline is the quiet window's normal gap and when that window started;
+// with no full window yet, the current window's (ok false when it has too
+// few gaps for a median either).
+func (r *Rolling) Baseline() (base critpath.Baseline, from int64, ok bool) {
+	best := -1
+	for i, st := range r.past {
+		if best < 0 || st.median < r.past[best].median {
+			best = i
+		}
+	}
+	if best >= 0 {
+		return r.past[best].base, r.past[best].start, true
+	}
+	if st, ok := statOf(r.cur); ok {
+		return st.base, st.start, true
+	}
+	return critpath.Baseline{}, 0, false
+}

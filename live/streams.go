@@ -1,0 +1,215 @@
+// Package live feeds a session's spans to the critical-path engine (Feed,
+// which `bpfbench run` shares) and builds the live view of traffic that
+// bpfbench does not generate: a server's writes grouped into response
+// streams, each gap between two writes walked back from the send as `run`
+// walks a client's reads, against a rolling baseline of the server's own
+// quiet windows (Tracker). `attach` and the daemon show it.
+package live
+
+import (
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/correlate/critpath"
+)
+
+// MinRequestBytes is the least data that starts a request. A client's
+// HTTP/2 control frames in the middle of a response (WINDOW_UPDATE 13
+// bytes, PING 17, SETTINGS' acknowledgement 9, RST_STREAM 13: a 9-byte
+// frame header and at most 8 bytes) do not end the stream; an HTTP/1.1
+// request line with its Host header, or an HTTP/2 HEADERS frame with a
+// method and a path, is longer.
+const MinRequestBytes = 24
+
+// FragmentGap is the longest pause between two sends of one chunk: a
+// server writes a chunk in pieces (HTTP chunked framing, then the data)
+// back to back, and tokens are a step apart (critpath's own rule).
+const FragmentGap = int64(1_000_000)
+
+// Defaults of Streams.
+const (
+	DefaultMaxConns = 1 << 16
+	// DefaultIdle: a connection with no data for this long is forgotten.
+	DefaultIdle = int64(300e9)
+	// ActiveWindow: a stream that sent within it is active.
+	ActiveWindow = int64(10e9)
+)
+
+// StreamStats count what the grouping saw.
+type StreamStats struct {
+	// Requests: requests that started a stream (their first write is a
+	// time to first byte); Controls: data too short to be one
+	// (MinRequestBytes), which did not end the stream it came in.
+	Requests uint64 `json:"requests"`
+	Controls uint64 `json:"control_arrivals"`
+	// Unrequested: streams whose request came before bpfbench looked (or
+	// was not seen): their first write starts them, with no first-byte
+	// time.
+	Unrequested uint64 `json:"unrequested_streams"`
+	// Gaps: gaps between two writes of a stream; FirstBytes: times to
+	// first byte; Pieces: writes within FragmentGap of the one before (a
+	// chunk's pieces), no gap of their own.
+	Gaps       uint64 `json:"gaps"`
+	FirstBytes uint64 `json:"first_bytes"`
+	Pieces     uint64 `json:"pieces"`
+	// Closed: connections that ended; Expired: forgotten after DefaultIdle
+	// with nothing; Evicted: forgotten over the bound of connections.
+	Closed  uint64 `json:"closed"`
+	Expired uint64 `json:"expired"`
+	Evicted uint64 `json:"evicted"`
+}
+
+type connKey struct{ local, peer uint16 }
+
+// conn is a connection's current stream.
+type conn struct {
+	request int   // the stream's request number (0: none yet)
+	index   int   // the next gap's token index
+	chunk   int64 // the current chunk's first write
+	piece   int64 // its last write
+	reqAt   int64 // a pending request's last byte (0: none)
+	reqLen  uint64
+	seen    int64 // the last data either way
+}
+
+// Streams groups a server's writes into response streams: one connection,
+// one request at a time (HTTP/1.1, SSE). A request's data in, then the
+// writes out: the first write after a request is its time to first byte,
+// each later one ends a gap from the one before. Writes within
+// FragmentGap of each other are one chunk. HTTP/2 and gRPC are grouped by
+// connection: their streams share it, and a gap is between two writes of
+// any of them. Memory is one small entry per open connection, at most
+// MaxConns. It is not safe for concurrent use.
+type Streams struct {
+	MaxConns int
+	Idle     int64
+	Stats    StreamStats
+
+	conns map[connKey]*conn
+	next  int
+}
+
+// NewStreams returns a grouping with the defaults.
+func NewStreams() *Streams {
+	return &Streams{MaxConns: DefaultMaxConns, Idle: DefaultIdle, conns: map[connKey]*conn{}}
+}
+
+// Len is the connections held.
+func (s *Streams) Len() int { return len(s.conns) }
+
+func (s *Streams) conn(sp collectors.Span) *conn {
+	k := connKey{sp.LocalPort, sp.Port}
+	c := s.conns[k]
+	if c == nil {
+		if len(s.conns) >= s.MaxConns {
+			s.Expire(sp.End)
+		}
+		for k := range s.conns {
+			if len(s.conns) < s.MaxConns {
+				break
+			}
+			delete(s.conns, k) // any: the bound holds whatever the traffic
+			s.Stats.Evicted++
+		}
+		c = &conn{}
+		s.conns[k] = c
+	}
+	c.seen = max(c.seen, sp.End)
+	return c
+}
+
+// Request takes a SpanRequest: the data that came in since the server's
+// last write on the connection.
+func (s *Streams) Request(sp collectors.Span) {
+	c := s.conn(sp)
+	c.reqAt = sp.End
+	c.reqLen += sp.Bytes
+}
+
+// Close takes a SpanClose: the connection ended, mid-stream or not.
+func (s *Streams) Close(sp collectors.Span) {
+	k := connKey{sp.LocalPort, sp.Port}
+	if _, ok := s.conns[k]; ok {
+		delete(s.conns, k)
+		s.Stats.Closed++
+	}
+}
+
+// Send takes a SpanSend of the server and appends the gap it ends, if
+// any, to out: the first byte of a request (Index 0, from the request's
+// last byte in) or the gap from the stream's previous chunk.
+func (s *Streams) Send(sp collectors.Span, out []critpath.Read) []critpath.Read {
+	if sp.Detail == "folded" {
+		// Sends folded into the burst of the record before: pieces of
+		// its chunk.
+		if c := s.conns[connKey{sp.LocalPort, sp.Port}]; c != nil {
+			c.piece, c.seen = max(c.piece, sp.End), max(c.seen, sp.End)
+		}
+		return out
+	}
+	c := s.conn(sp)
+	t := sp.End
+	if c.reqAt != 0 {
+		if c.reqLen >= MinRequestBytes {
+			s.next++
+			c.request, c.index, c.chunk, c.piece = s.next, 1, t, t
+			s.Stats.Requests++
+			s.Stats.FirstBytes++
+			out = append(out, critpath.Read{Request: c.request, Index: 0, Port: sp.Port, Start: min(c.reqAt, t), End: t, AtSend: true})
+			c.reqAt, c.reqLen = 0, 0
+			return out
+		}
+		s.Stats.Controls++
+		c.reqAt, c.reqLen = 0, 0
+	}
+	if c.request == 0 {
+		s.next++
+		c.request, c.index, c.chunk, c.piece = s.next, 1, t, t
+		s.Stats.Unrequested++
+		return out
+	}
+	if t-c.piece < FragmentGap {
+		c.piece = max(c.piece, t)
+		s.Stats.Pieces++
+		return out
+	}
+	s.Stats.Gaps++
+	out = append(out, critpath.Read{Request: c.request, Index: c.index, Port: sp.Port, Start: c.chunk, End: t, AtSend: true})
+	c.index++
+	c.chunk, c.piece = t, t
+	return out
+}
+
+// Expire forgets the connections with no data since now-Idle.
+func (s *Streams) Expire(now int64) {
+	for k, c := range s.conns {
+		if now-c.seen > s.Idle {
+			delete(s.conns, k)
+			s.Stats.Expired++
+		}
+	}
+}
+
+// Active counts the streams that wrote within ActiveWindow before now.
+func (s *Streams) Active(now int64) int {
+	n := 0
+	for _, c := range s.conns {
+		if c.request != 0 && now-c.piece < ActiveWindow {
+			n++
+		}
+	}
+	return n
+}
+
+// Floor is the earliest start of a gap still to come from a stream that
+// wrote within keep before now (the engine keeps history back to it).
+func (s *Streams) Floor(now, keep int64) int64 {
+	f := now
+	for _, c := range s.conns {
+		if c.request != 0 && now-c.piece < keep {
+			f = min(f, c.chunk)
+		}
+		if c.reqAt != 0 && now-c.reqAt < keep {
+			f = min(f, c.reqAt)
+		}
+	}
+	return f
+}
