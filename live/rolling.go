@@ -30,9 +30,10 @@ type Rolling struct {
 	Window  int64
 	Windows int
 
-	cur  rollWindow
-	past []rollStat // oldest first
-	rng  uint64
+	cur     rollWindow
+	started bool
+	past    []rollStat // oldest first
+	rng     uint64
 }
 
 type rollWindow struct {
@@ -74,8 +75,9 @@ func (r *Rolling) Add(g Gap) {
 
 // roll closes the current window when t is past it.
 func (r *Rolling) roll(t int64) {
-	if r.cur.start == 0 {
-		r.cur.start = t
+	if !r.started {
+		r.started = true
+		r.cur.start = t - t%r.Window // windows on the clock's multiples of Window
 		return
 	}
 	if t-r.cur.start < r.Window {

@@ -65,7 +65,8 @@ type conn struct {
 	index   int   // the next gap's token index
 	chunk   int64 // the current chunk's first write
 	piece   int64 // its last write
-	reqAt   int64 // a pending request's last byte (0: none)
+	pending bool  // a request came in since the last write
+	reqAt   int64 // its last byte
 	reqLen  uint64
 	seen    int64 // the last data either way
 }
@@ -120,7 +121,7 @@ func (s *Streams) conn(sp collectors.Span) *conn {
 // last write on the connection.
 func (s *Streams) Request(sp collectors.Span) {
 	c := s.conn(sp)
-	c.reqAt = sp.End
+	c.pending, c.reqAt = true, sp.End
 	c.reqLen += sp.Bytes
 }
 
@@ -147,18 +148,18 @@ func (s *Streams) Send(sp collectors.Span, out []critpath.Read) []critpath.Read 
 	}
 	c := s.conn(sp)
 	t := sp.End
-	if c.reqAt != 0 {
+	if c.pending {
 		if c.reqLen >= MinRequestBytes {
 			s.next++
 			c.request, c.index, c.chunk, c.piece = s.next, 1, t, t
 			s.Stats.Requests++
 			s.Stats.FirstBytes++
 			out = append(out, critpath.Read{Request: c.request, Index: 0, Port: sp.Port, Start: min(c.reqAt, t), End: t, AtSend: true})
-			c.reqAt, c.reqLen = 0, 0
+			c.pending, c.reqLen = false, 0
 			return out
 		}
 		s.Stats.Controls++
-		c.reqAt, c.reqLen = 0, 0
+		c.pending, c.reqLen = false, 0
 	}
 	if c.request == 0 {
 		s.next++
@@ -207,7 +208,7 @@ func (s *Streams) Floor(now, keep int64) int64 {
 		if c.request != 0 && now-c.piece < keep {
 			f = min(f, c.chunk)
 		}
-		if c.reqAt != 0 && now-c.reqAt < keep {
+		if c.pending && now-c.reqAt < keep {
 			f = min(f, c.reqAt)
 		}
 	}

@@ -837,3 +837,19 @@ func TestStoppedOnThePath(t *testing.T) {
 		t.Errorf("server_stopped %d ms", g.Ns[ServerStopped]/ms)
 	}
 }
+
+// A gap of the server's writes (the live view, Read.AtSend) ends at the
+// send: walked back from it on the sending thread, with no network or
+// client part, even where a client's arrivals are known on the port.
+func TestGapAtSend(t *testing.T) {
+	g := only(t, []Segment{runq(thA, 0, 12, Holder{stress, 12 * ms}), seg(thA, Running, 12, 40)}, nil,
+		[]Send{{Time: 30 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 35 * ms, Port: port}},
+		Read{Request: 1, Index: 3, Port: port, Start: 0, End: 30 * ms, AtSend: true})
+	checkSteps(t, g, []Step{
+		step(0, 12, thA, Runnable, CPURunqueue, 0).with(stress, 0, ""),
+		step(12, 30, thA, Running, ServerCompute, 0),
+	})
+	if g.Sent != 30*ms || g.Arrived != 30*ms || g.NoArrival || g.NoSend {
+		t.Errorf("sent %d arrived %d (no arrival %v, no send %v), want both at the end", g.Sent, g.Arrived, g.NoArrival, g.NoSend)
+	}
+}

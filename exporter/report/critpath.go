@@ -230,8 +230,11 @@ type CriticalStats struct {
 // block, in the critical path's causes: the p99 gap per cause, the slowest
 // gap's steps by who is to blame, the noisy neighbours, the unexplained
 // time and the client's read delay.
-func (d *Document) criticalPathLines() []string {
-	cp := d.CriticalPath
+func (d *Document) criticalPathLines() []string { return d.CriticalPath.Lines() }
+
+// Lines are the critical path's block of the terminal and the page (see
+// criticalPathLines); `attach` prints the live view's with them.
+func (cp *CriticalPath) Lines() []string {
 	if cp == nil || cp.Gaps == 0 {
 		return nil
 	}
@@ -245,9 +248,7 @@ func (d *Document) criticalPathLines() []string {
 		out = append(out, l)
 	}
 	if len(cp.Slowest) > 0 {
-		g := cp.Slowest[0]
-		out = append(out, fmt.Sprintf("the slowest gap is %s (request %d, token %d, %s s in): %s", fmtMs(g.DurationMs), g.Request, g.Index,
-			fmtNum(round2(g.StartS)), strings.Join(stepParts(g.Steps, 4), ", ")))
+		out = append(out, "the slowest gap is "+cp.Slowest[0].Line())
 	}
 	if len(cp.NoisyNeighbours) > 0 {
 		var parts []string
@@ -274,6 +275,13 @@ func (d *Document) criticalPathLines() []string {
 		l += fmt.Sprintf("; %d gaps without a send seen, %d without an arrival", s.NoSend, s.NoArrival)
 	}
 	return append(out, l)
+}
+
+// Line is the gap in one line: its duration, where it was, and its
+// largest parts by who is to blame.
+func (g CriticalGap) Line() string {
+	return fmt.Sprintf("%s (request %d, token %d, %s s in): %s", fmtMs(g.DurationMs), g.Request, g.Index,
+		fmtNum(round2(g.StartS)), strings.Join(stepParts(g.Steps, 4), ", "))
 }
 
 // causeParts are the largest causes of totals divided by n, "12 ms cpu_runqueue".

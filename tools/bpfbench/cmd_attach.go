@@ -5,16 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
+	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/live"
 	"github.com/bpfbench/bpfbench/session"
 
 	"github.com/bpfbench/bpfbench/internal/caps"
+	"github.com/bpfbench/bpfbench/internal/clock"
 )
 
 func init() { register(newAttachCmd) }
@@ -28,6 +34,8 @@ func newAttachCmd() *cobra.Command {
 		logs               logFlags
 		cpus               *string
 		cgroup             string
+		noLive             bool
+		baseline           string
 	)
 	cmd := &cobra.Command{
 		Use:   "attach (PID | --cgroup PATH)",
@@ -37,7 +45,17 @@ threads and processes created later; with --cgroup, every process of a cgroup
 (a systemd service, a container) and what they fork. Every
 interval a compact line per collector; at the end a summary (table), or one
 JSON object with --output json. Without --duration it runs until Ctrl-C or
-until the target exits, and then prints what it recorded.`,
+until the target exits, and then prints what it recorded.
+
+With no load generator, it explains the server's own traffic (live): the
+server's writes to each connection are grouped into response streams, and
+each gap between two writes (and each time to first byte) is walked back
+from the send along the critical path, as run walks its reads. Every
+interval a "live" line: streams, gaps/s, the server-side ITL and TTFB, the
+p99 gap's excess by cause against the server's own recent quiet window (or
+--baseline DIR, a recorded run), and the top noisy neighbour; at the end the
+critical path and the slowest gaps. --no-live leaves it out (it streams the
+server's scheduler events, which costs more).`,
 		Example: `  bpfbench attach $(pgrep -f vllm) --duration 30s
   bpfbench attach 1234 -o json --cpus 0
   bpfbench attach --cgroup /system.slice/vllm.service --duration 1m`,
@@ -59,7 +77,7 @@ until the target exits, and then prints what it recorded.`,
 			if len(args) == 1 {
 				pidArg = args[0]
 			}
-			return runAttach(cmd, pidArg, attachOptions{duration, interval, output, port, cudaLibs, logs, *cpus, cgroup})
+			return runAttach(cmd, pidArg, attachOptions{duration, interval, output, port, cudaLibs, logs, *cpus, cgroup, !noLive, baseline})
 		},
 	}
 	fs := cmd.Flags()
@@ -69,6 +87,8 @@ until the target exits, and then prints what it recorded.`,
 	fs.IntVar(&port, "port", 0, "restrict TCP to connections on this local port")
 	fs.StringArrayVar(&cudaLibs, "cuda-lib", nil, "CUDA library to probe instead of those the target maps (repeatable)")
 	fs.StringVar(&cgroup, "cgroup", "", cgroupUsage)
+	fs.BoolVar(&noLive, "no-live", false, "leave out the live view of the server's token gaps (the critical path of its own traffic)")
+	fs.StringVar(&baseline, "baseline", "", "a recorded run's directory (or result.json): its normal gap is the live view's baseline, instead of the server's quiet window")
 	logs.add(fs, "warn", true)
 	cpus = cpusFlag(fs)
 	return cmd
@@ -82,6 +102,8 @@ type attachOptions struct {
 	logs               logFlags
 	cpus               string
 	cgroup             string
+	live               bool
+	baseline           string
 }
 
 func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
@@ -124,7 +146,23 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 	if err := applyCPUs(o.cpus); err != nil {
 		return err
 	}
+	if o.baseline != "" && !o.live {
+		return usageError{"--baseline is the live view's: drop --no-live, or --baseline"}
+	}
+	var tracker *live.Tracker
 	opts := collectors.Options{Pid: pid, Roots: roots, Port: o.port, CUDALibs: o.cudaLibs, Interval: o.interval, Logger: logger}
+	if o.live {
+		lo := live.Options{}
+		if o.baseline != "" {
+			prior, err := job.LoadPrior(o.baseline)
+			if err != nil {
+				return fmt.Errorf("--baseline: %w", err)
+			}
+			lo.Baseline, lo.BaselineName = &prior.Crit, prior.Name()
+		}
+		tracker = live.NewTracker(lo)
+		opts.Recorder, opts.Live = tracker, true
+	}
 	sess, err := session.NewSession(opts, sessionSections())
 	if err != nil {
 		return err
@@ -164,6 +202,20 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 		fmt.Fprintf(stdout, "attached to pid %d (%s); every %v%s\n", pid, sess.Comm(), o.interval, untilText(o.duration))
 		tick = func() { sess.WriteInterval(stdout) }
 	}
+	if tracker != nil {
+		stopAdvance := advanceLive(tracker, o.interval)
+		defer stopAdvance()
+		table := tick
+		tick = func() {
+			now := clock.Now()
+			tracker.Advance(now)
+			v := tracker.Interval(now, o.interval.Seconds())
+			if table != nil {
+				table()
+				fmt.Fprintln(stdout, v.Line())
+			}
+		}
+	}
 	runErr := sess.Run(runCtx, o.interval, tick)
 	if exitedMsg != "" {
 		fmt.Fprintf(stderr, "bpfbench attach: %s; summary of what was recorded follows\n", exitedMsg)
@@ -171,14 +223,27 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 	if err := sess.Close(); err != nil {
 		logger.Warn("closing", "err", err)
 	}
+	var lr *live.Result
+	if tracker != nil {
+		tracker.Finish()
+		r := tracker.Result(clock.Now(), threadComm(pid))
+		lr = &r
+	}
 	if o.output == "json" {
+		sum := sess.Summary()
+		if lr != nil {
+			sum["critical_path"], sum["live"] = lr.CriticalPath, lr.Live
+		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(sess.Summary()); err != nil {
+		if err := enc.Encode(sum); err != nil {
 			return err
 		}
 	} else {
 		sess.WriteSummary(stdout)
+		if lr != nil {
+			writeLive(stdout, lr)
+		}
 	}
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
 		return runErr
@@ -191,4 +256,69 @@ func untilText(d time.Duration) string {
 		return fmt.Sprintf(" for %v", d)
 	}
 	return "; Ctrl-C to stop"
+}
+
+// advanceLive walks the tracker's gaps every quarter of the interval (at
+// most every 250 ms), so that its history stays short between the lines.
+func advanceLive(t *live.Tracker, interval time.Duration) (stop func()) {
+	period := min(interval/4, 250*time.Millisecond)
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		tk := time.NewTicker(period)
+		defer tk.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tk.C:
+				t.Advance(clock.Now())
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// writeLive is the live view's end-of-session block.
+func writeLive(w io.Writer, r *live.Result) {
+	l := r.Live
+	fmt.Fprintln(w, "LIVE TOKEN GAPS (the server's writes; no load generator)")
+	fmt.Fprintf(w, "  %d streams (%d requests seen), %d gaps, %d first bytes", l.Streams, l.Grouping.Requests, l.Gaps, l.FirstBytes)
+	if l.ITL != nil {
+		fmt.Fprintf(w, "; itl p50 %.1f ms p99 %.1f ms", l.ITL.P50Ms, l.ITL.P99Ms)
+	}
+	if l.TTFB != nil {
+		fmt.Fprintf(w, "; ttfb p50 %.1f ms p99 %.1f ms", l.TTFB.P50Ms, l.TTFB.P99Ms)
+	}
+	fmt.Fprintln(w)
+	if l.Streams == 0 {
+		fmt.Fprintln(w, "  no response streams seen: the server wrote nothing on a TCP connection of its own while attached")
+		return
+	}
+	for _, line := range r.CriticalPath.Lines() {
+		fmt.Fprintln(w, "  "+line)
+	}
+	for i, g := range r.CriticalPath.Slowest {
+		if i == 0 || i >= 5 {
+			continue // the first is in the lines above
+		}
+		fmt.Fprintf(w, "  slowest #%d: %s\n", i+1, g.Line())
+	}
+	if l.BandSampled {
+		fmt.Fprintln(w, "  (the p99 bands are of a uniform sample: "+l.Accuracy+")")
+	}
+}
+
+// threadComm names a thread from /proc (the engine knows only the
+// comms of holders and wakers), "" once it has gone.
+func threadComm(pid int) func(uint32) string {
+	return func(tid uint32) string {
+		for _, p := range []string{fmt.Sprintf("/proc/%d/task/%d/comm", pid, tid), fmt.Sprintf("/proc/%d/comm", tid)} {
+			if b, err := os.ReadFile(p); err == nil {
+				return strings.TrimSpace(string(b))
+			}
+		}
+		return ""
+	}
 }

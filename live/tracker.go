@@ -1,0 +1,434 @@
+package live
+
+import (
+	"fmt"
+	"math"
+	"math/bits"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/internal/hist"
+)
+
+// Rule is the live view's critical_path.rule.
+const Rule = "each gap between two writes of a response stream [s(k-1), s(k)] (the first from the request's last " +
+	"byte in) walked back from the server's send s(k): the sending thread's states (running server_compute or " +
+	"gpu_sync in a blocking CUDA call, runnable cpu_runqueue behind the CPU's holder, D io_block, asleep: what " +
+	"woke it, following a target waker up to 4 edges, a connection held back net_backpressure); time no event " +
+	"covers is unexplained. The excess is the gap over the baseline's normal gap (each cause's median), split " +
+	"over the causes above their normal time."
+
+// Options tune a Tracker; the zero value takes the defaults.
+type Options struct {
+	// Baseline, when set, is the normal gap (a recorded run's, `--baseline
+	// DIR`) instead of the server's own quiet window; BaselineName names it.
+	Baseline     *critpath.Baseline
+	BaselineName string
+	// MaxHeld bounds the spans of history held (default 1Mi).
+	MaxHeld int
+	// Lag is how long after a span's time the gaps it may end are walked
+	// (default 2 s: the collectors' readers drain every 100 ms).
+	Lag int64
+	// Keep is the engine's history behind the watermark (default 10 s): a
+	// gap longer than it has its start unexplained (counted).
+	Keep int64
+	// Slowest is how many of the slowest gaps keep their path (default 10).
+	Slowest int
+	// Intervals bounds the intervals a Result lists (default 720).
+	Intervals int
+}
+
+// bandSample bounds the gaps of each kind (first byte, later) kept for the
+// session's p99 bands: a uniform sample past it.
+const bandSample = 16384
+
+// Tracker is the live view of one server: it takes the session's spans
+// (a collectors.Recorder; Options.Live sessions send the requests and
+// closes), groups the server's writes into streams, walks each gap with
+// critpath, and keeps the interval's and the session's figures in bounded
+// memory. Safe for concurrent use.
+type Tracker struct {
+	mu      sync.Mutex
+	opt     Options
+	eng     *critpath.Engine
+	feed    *Feed
+	streams *Streams
+	roll    *Rolling
+	reads   []critpath.Read
+	origin  int64 // the first span's time
+	rng     uint64
+
+	// the session
+	agg     critpath.Aggregate
+	sample  [2]gapSample // first bytes, later gaps
+	itl     hist.LogLinear
+	ttfb    hist.LogLinear
+	gapH    hist.Log2 // the daemon's histograms, cumulative
+	ttfbH   hist.Log2
+	slow    Slowest
+	views   []IntervalView
+	dropped int // intervals left out of views
+
+	iv interval
+}
+
+type gapSample struct {
+	seen int
+	gaps []Gap
+}
+
+type interval struct {
+	from   int64
+	seen   int
+	gaps   []Gap
+	agg    critpath.Aggregate
+	itl    hist.LogLinear
+	ttfb   hist.LogLinear
+	firsts int
+}
+
+// NewTracker returns a tracker.
+func NewTracker(opt Options) *Tracker {
+	if opt.MaxHeld <= 0 {
+		opt.MaxHeld = 1 << 20
+	}
+	if opt.Lag <= 0 {
+		opt.Lag = 2e9
+	}
+	if opt.Keep <= 0 {
+		opt.Keep = 10e9
+	}
+	if opt.Slowest <= 0 {
+		opt.Slowest = 10
+	}
+	if opt.Intervals <= 0 {
+		opt.Intervals = 720
+	}
+	eng := critpath.New(critpath.Options{Keep: opt.Keep})
+	return &Tracker{opt: opt, eng: eng, feed: NewFeed(eng, opt.MaxHeld), streams: NewStreams(), roll: NewRolling(),
+		slow: Slowest{N: opt.Slowest}, rng: 0x2545f4914f6cdd1d,
+		gapH: hist.Log2{Slots: make([]uint64, 64)}, ttfbH: hist.Log2{Slots: make([]uint64, 64)}}
+}
+
+// Record takes a span of the session (collectors.Recorder).
+func (t *Tracker) Record(sp collectors.Span) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.origin == 0 && sp.End > 0 {
+		t.origin = sp.End
+	}
+	switch sp.Kind {
+	case collectors.SpanRequest:
+		if !sp.Client {
+			t.streams.Request(sp)
+		}
+		return
+	case collectors.SpanClose:
+		t.streams.Close(sp)
+		return
+	case collectors.SpanSend:
+		t.feed.Record(sp)
+		if !sp.Client {
+			t.reads = t.streams.Send(sp, t.reads[:0])
+			for _, r := range t.reads {
+				t.eng.AddRead(r)
+			}
+		}
+		return
+	}
+	t.feed.Record(sp)
+}
+
+// Advance walks the gaps that ended before now less the lag (now:
+// CLOCK_MONOTONIC ns).
+func (t *Tracker) Advance(now int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(now-t.opt.Lag, now)
+}
+
+// Finish walks every gap left (the session ended).
+func (t *Tracker) Finish() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.advance(math.MaxInt64, math.MaxInt64)
+}
+
+func (t *Tracker) advance(wm, now int64) {
+	if now != math.MaxInt64 {
+		t.eng.SetFloor(max(t.streams.Floor(wm, t.opt.Keep), wm-t.opt.Keep))
+		t.streams.Expire(now)
+	}
+	t.eng.FlushFunc(wm, t.gap)
+	t.feed.Retained()
+}
+
+// gap takes a walked gap (under t.mu).
+func (t *Tracker) gap(g critpath.Gap) {
+	c := CompactOf(g)
+	d := uint64(max(c.Duration(), 0))
+	kind := 1
+	if g.Index == 0 {
+		kind = 0
+		t.ttfb.Add(d)
+		t.iv.ttfb.Add(d)
+		t.iv.firsts++
+		addLog2(&t.ttfbH, d)
+	} else {
+		t.itl.Add(d)
+		t.iv.itl.Add(d)
+		addLog2(&t.gapH, d)
+		t.roll.Add(c)
+	}
+	t.agg.Add(g)
+	t.iv.agg.Add(g)
+	t.slow.Add(g)
+	t.keep(&t.sample[kind], c, bandSample)
+	t.iv.seen++
+	if len(t.iv.gaps) < bandSample*4 {
+		t.iv.gaps = append(t.iv.gaps, c)
+	} else if i := int(t.next() % uint64(t.iv.seen)); i < len(t.iv.gaps) {
+		t.iv.gaps[i] = c
+	}
+}
+
+func (t *Tracker) keep(s *gapSample, g Gap, n int) {
+	s.seen++
+	if len(s.gaps) < n {
+		s.gaps = append(s.gaps, g)
+	} else if i := int(t.next() % uint64(s.seen)); i < n {
+		s.gaps[i] = g
+	}
+}
+
+func (t *Tracker) next() uint64 {
+	t.rng ^= t.rng << 13
+	t.rng ^= t.rng >> 7
+	t.rng ^= t.rng << 17
+	return t.rng
+}
+
+// addLog2 counts ns in a kernel-style log2 histogram (hist.Log2).
+func addLog2(h *hist.Log2, ns uint64) {
+	i := min(bits.Len64(ns), len(h.Slots)-1)
+	h.Slots[i]++
+	h.Count++
+	h.SumNs += ns
+}
+
+// baseline is the normal gap now and its name (under t.mu).
+func (t *Tracker) baseline() (critpath.Baseline, string) {
+	if t.opt.Baseline != nil {
+		return *t.opt.Baseline, t.opt.BaselineName
+	}
+	b, from, ok := t.roll.Baseline()
+	if !ok {
+		return b, "none yet"
+	}
+	return b, fmt.Sprintf("quiet window at +%.0fs", float64(from-t.origin)/1e9)
+}
+
+// IntervalView is the live view of one interval.
+type IntervalView struct {
+	// AtS is the interval's end, seconds since the session's first span.
+	AtS     float64 `json:"at_seconds"`
+	Seconds float64 `json:"seconds"`
+	// Streams writing within the last 10 s; Gaps and FirstBytes walked in
+	// the interval.
+	Streams    int     `json:"streams"`
+	Gaps       int     `json:"gaps"`
+	GapsPerSec float64 `json:"gaps_per_second"`
+	FirstBytes int     `json:"first_bytes"`
+	// ITL is the server-side gap between two writes, TTFB the first write
+	// after a request's last byte.
+	ITL  *report.Distribution `json:"itl,omitempty"`
+	TTFB *report.Distribution `json:"ttfb,omitempty"`
+	// ITLP99 is the interval's slowest 1% of gaps against the baseline.
+	ITLP99 *report.CriticalBand `json:"itl_p99,omitempty"`
+	// Sampled: the interval had more gaps than it keeps for its band
+	// (65,536, a uniform sample).
+	Sampled    bool                    `json:"band_sampled,omitempty"`
+	Neighbours []report.NoisyNeighbour `json:"noisy_neighbours"`
+	Baseline   string                  `json:"baseline"`
+}
+
+// Interval ends the interval at now and returns its view.
+func (t *Tracker) Interval(now int64, seconds float64) IntervalView {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	base, name := t.baseline()
+	iv := &t.iv
+	v := IntervalView{AtS: float64(now-t.origin) / 1e9, Seconds: seconds, Streams: t.streams.Active(now),
+		Gaps: int(iv.itl.Count()), FirstBytes: iv.firsts, ITL: distOf(&iv.itl), TTFB: distOf(&iv.ttfb),
+		ITLP99: Band(slices.Values(iv.gaps), base, false), Sampled: iv.seen > len(iv.gaps), Baseline: name}
+	if t.origin == 0 {
+		v.AtS = 0
+	}
+	if seconds > 0 {
+		v.GapsPerSec = float64(v.Gaps) / seconds
+	}
+	v.Neighbours, _ = NeighboursOf(&iv.agg, t.feed.Tgids, 3)
+	if len(t.views) >= t.opt.Intervals {
+		t.views = slices.Delete(t.views, 0, 1)
+		t.dropped++
+	}
+	t.views = append(t.views, v)
+	iv.gaps, iv.seen, iv.firsts = iv.gaps[:0], 0, 0
+	iv.agg = critpath.Aggregate{}
+	iv.itl.Reset()
+	iv.ttfb.Reset()
+	return v
+}
+
+func distOf(h *hist.LogLinear) *report.Distribution {
+	if h.Count() == 0 {
+		return nil
+	}
+	return &report.Distribution{Count: int(h.Count()), P50Ms: h.Quantile(0.5) / 1e6, P99Ms: h.Quantile(0.99) / 1e6,
+		MaxMs: float64(h.Max()) / 1e6}
+}
+
+// Line is the interval's line of `attach`.
+func (v IntervalView) Line() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "live     streams=%-3d gaps/s=%-7.1f", v.Streams, v.GapsPerSec)
+	if v.ITL != nil {
+		fmt.Fprintf(&b, " itl p50=%s p99=%s", msStr(v.ITL.P50Ms), msStr(v.ITL.P99Ms))
+	}
+	if v.TTFB != nil {
+		fmt.Fprintf(&b, " ttfb p50=%s p99=%s", msStr(v.TTFB.P50Ms), msStr(v.TTFB.P99Ms))
+	}
+	if v.ITLP99 != nil && v.ITLP99.ExcessMs > 0 {
+		fmt.Fprintf(&b, "  p99 gap's excess: %s", sharesStr(v.ITLP99.ExcessShares, 3))
+	}
+	if len(v.Neighbours) > 0 {
+		fmt.Fprintf(&b, "  neighbours: %s %.0f%%", v.Neighbours[0].Label(), 100*v.Neighbours[0].Share)
+	}
+	if v.Sampled {
+		b.WriteString("  (band sampled)")
+	}
+	return b.String()
+}
+
+func msStr(ms float64) string {
+	switch {
+	case ms >= 100:
+		return fmt.Sprintf("%.0fms", ms)
+	case ms >= 1:
+		return fmt.Sprintf("%.1fms", ms)
+	}
+	return fmt.Sprintf("%.0fµs", ms*1000)
+}
+
+// sharesStr is the n largest shares, "cpu_runqueue 72% server_compute 20%".
+func sharesStr(m map[string]float64, n int) string {
+	names := critpath.CauseNames()
+	slices.SortStableFunc(names, func(a, b string) int {
+		switch {
+		case m[a] > m[b]:
+			return -1
+		case m[a] < m[b]:
+			return 1
+		}
+		return 0
+	})
+	var parts []string
+	for _, c := range names[:min(n, len(names))] {
+		if m[c] >= 0.005 {
+			parts = append(parts, fmt.Sprintf("%s %.0f%%", c, 100*m[c]))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// Summary is the live section of a result: what the grouping and the walk
+// saw over the session.
+type Summary struct {
+	// Streams: response streams seen (requests and streams begun before
+	// the session); Active: writing within the last 10 s at the end.
+	Streams int `json:"streams"`
+	Active  int `json:"active"`
+	// Gaps walked after the first write of a stream, FirstBytes first
+	// writes after a request.
+	Gaps       uint64               `json:"gaps"`
+	FirstBytes uint64               `json:"first_bytes"`
+	ITL        *report.Distribution `json:"itl,omitempty"`
+	TTFB       *report.Distribution `json:"ttfb,omitempty"`
+	// Accuracy: the distributions are log-linear histograms (quantiles
+	// within 1.6%); the p99 bands are of a uniform sample of at most
+	// 16,384 gaps of each kind when BandSampled.
+	Accuracy    string      `json:"accuracy"`
+	BandSampled bool        `json:"band_sampled"`
+	Grouping    StreamStats `json:"grouping"`
+	// Intervals are the interval views, oldest first (the last 720);
+	// IntervalsDropped those left out before them.
+	Intervals        []IntervalView `json:"intervals"`
+	IntervalsDropped int            `json:"intervals_dropped,omitempty"`
+}
+
+// Result is what `attach --output json` adds: the critical path over the
+// session, in the shape of `run`'s, and the live section.
+type Result struct {
+	CriticalPath *report.CriticalPath `json:"critical_path"`
+	Live         Summary              `json:"live"`
+}
+
+// Result is the session's result so far (Finish first at the end); name
+// gives a thread's comm where the engine has none.
+func (t *Tracker) Result(now int64, name func(uint32) string) Result {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	base, bname := t.baseline()
+	cp := &report.CriticalPath{Rule: Rule, Baseline: bname, Causes: critpath.CauseNames(),
+		Gaps: t.agg.Gaps, GapMs: Ms(t.agg.GapNs), TotalsMs: CausesMs(t.agg.Ns),
+		UnexplainedFraction: t.agg.Fraction(critpath.Unexplained),
+		NormalITLMs:         CausesMs(base.ITL), NormalTTFTMs: CausesMs(base.TTFT),
+		ITLP99:              Band(slices.Values(t.sample[1].gaps), base, false),
+		TTFTP99:             Band(slices.Values(t.sample[0].gaps), base, true),
+		Slowest:             []report.CriticalGap{}}
+	cp.NoisyNeighbours, cp.SelfContention = NeighboursOf(&t.agg, t.feed.Tgids, 10)
+	for _, g := range t.slow.Sorted() {
+		cp.Slowest = append(cp.Slowest, CriticalGap(g, base, t.origin, name))
+	}
+	StatsOf(&cp.Stats, t.feed.Stats, t.eng.Stats())
+	gs := t.streams.Stats
+	cp.Stats.Reads = gs.Gaps + gs.FirstBytes
+	return Result{CriticalPath: cp, Live: Summary{
+		Streams: int(gs.Requests + gs.Unrequested), Active: t.streams.Active(now),
+		Gaps: t.itl.Count(), FirstBytes: t.ttfb.Count(), ITL: distOf(&t.itl), TTFB: distOf(&t.ttfb),
+		Accuracy:    "quantiles of log-linear histograms, within 1.6%; p99 bands of a uniform sample of at most 16384 gaps of each kind when band_sampled",
+		BandSampled: t.sample[0].seen > len(t.sample[0].gaps) || t.sample[1].seen > len(t.sample[1].gaps),
+		Grouping:    gs, Intervals: slices.Clone(t.views), IntervalsDropped: t.dropped,
+	}}
+}
+
+// Totals are the cumulative figures the daemon exports.
+type Totals struct {
+	// Gap and FirstByte are histograms of the server-side gaps and of the
+	// times to first byte.
+	Gap, FirstByte hist.Log2
+	// CauseNs is the critical-path time of every gap walked, per cause.
+	CauseNs [critpath.NumCauses]int64
+	Active  int
+	// Dropped: spans over the bound of history; Late: spans that came
+	// after their gaps were walked.
+	Dropped, Late uint64
+}
+
+// Totals are the figures so far.
+func (t *Tracker) Totals(now int64) Totals {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := Totals{Gap: cloneLog2(t.gapH), FirstByte: cloneLog2(t.ttfbH), CauseNs: t.agg.Ns,
+		Active: t.streams.Active(now), Dropped: t.feed.Stats.Dropped, Late: t.eng.Stats().Late}
+	return out
+}
+
+func cloneLog2(h hist.Log2) hist.Log2 {
+	h.Slots = slices.Clone(h.Slots)
+	return h
+}

@@ -1,0 +1,144 @@
+package live
+
+import (
+	"testing"
+
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/correlate/critpath"
+)
+
+// server writes a token every period on each of conns connections: its
+// thread runs 2 ms, sends, and sleeps on a timer until the next step;
+// from contendFrom on, it then waits runq for its CPU behind busy[99].
+type server struct {
+	t       *Tracker
+	now     int64
+	conns   int
+	period  int64
+	runq    int64
+	lastOut int64
+}
+
+func (s *server) step(contended bool) {
+	wake := s.now
+	in := wake
+	if contended {
+		in += s.runq
+	}
+	// The scheduler's spans of a switch-in: the run-queue wait first,
+	// then the off-CPU stretch it ended.
+	if contended {
+		s.t.Record(collectors.Span{Kind: collectors.SpanRunqueue, Start: wake, End: in, Tid: 10, Tgid: 10,
+			HolderTid: 99, HolderTgid: 99, HolderComm: "busy"})
+	}
+	s.t.Record(collectors.Span{Kind: collectors.SpanOffCPU, Start: s.lastOut, End: in, Tid: 10, Tgid: 10, Detail: "sleep",
+		WakeTs: wake, WakeCtx: "hardirq:timer"})
+	out := in + 2*ms
+	for c := range s.conns {
+		s.t.Record(collectors.Span{Kind: collectors.SpanSend, Start: out, End: out, Tid: 10, Tgid: 10,
+			LocalPort: 8000, Port: uint16(40000 + c), Bytes: 120})
+	}
+	s.lastOut = out
+	s.now = in + s.period
+}
+
+// The live view on a server whose steps start to wait for a CPU held by
+// another process: the intervals before are the quiet window, and the
+// p99 gap of the contended intervals is the run-queue wait, held by the
+// busy process.
+func TestTrackerBlamesContention(t *testing.T) {
+	tr := NewTracker(Options{})
+	s := &server{t: tr, now: 1e9, lastOut: 1e9 - 8*ms, conns: 4, period: 10 * ms, runq: 15 * ms}
+	for c := range s.conns {
+		tr.Record(collectors.Span{Kind: collectors.SpanRequest, Start: s.now - ms, End: s.now - ms, LocalPort: 8000,
+			Port: uint16(40000 + c), Bytes: 400})
+	}
+	var quiet, contended IntervalView
+	for sec := range 60 {
+		for range 100 {
+			s.step(sec >= 30 && s.now%(100*ms) < 50*ms) // half the steps of a contended second wait
+			if s.now > int64(sec+1)*1e9+1e9 {
+				break
+			}
+		}
+		tr.Advance(s.now)
+		v := tr.Interval(s.now, 1)
+		switch sec {
+		case 25:
+			quiet = v
+		case 50:
+			contended = v
+		}
+		if h := tr.feed.Held; h > 200_000 {
+			t.Fatalf("%d spans of history held at %d s", h, sec)
+		}
+	}
+	tr.Finish()
+	if quiet.ITLP99 == nil || contended.ITLP99 == nil {
+		t.Fatalf("no band: quiet %+v, contended %+v", quiet, contended)
+	}
+	if sh := contended.ITLP99.ExcessShares["cpu_runqueue"]; sh < 0.9 {
+		t.Errorf("contended p99 gap's excess: %.2f cpu_runqueue, want nearly all (%v)", sh, contended.ITLP99.ExcessShares)
+	}
+	if sh := quiet.ITLP99.ExcessShares["cpu_runqueue"]; sh > 0 {
+		t.Errorf("quiet p99 gap's excess: %.2f cpu_runqueue, want none", sh)
+	}
+	if len(contended.Neighbours) == 0 || contended.Neighbours[0].Process != "busy[99]" {
+		t.Errorf("contended neighbours %+v, want busy[99] first", contended.Neighbours)
+	}
+	if contended.Baseline != "quiet window at +0s" && quiet.Baseline == contended.Baseline {
+		t.Logf("baseline %q", contended.Baseline)
+	}
+	if contended.Streams != 4 {
+		t.Errorf("%d streams active, want 4", contended.Streams)
+	}
+	r := tr.Result(s.now, nil)
+	cp := r.CriticalPath
+	if r.Live.FirstBytes != 4 || r.Live.Streams != 4 || cp.Gaps == 0 {
+		t.Errorf("live %+v, %d gaps walked", r.Live, cp.Gaps)
+	}
+	if cp.ITLP99 == nil || cp.ITLP99.Top != "cpu_runqueue" || cp.UnexplainedFraction > 0.01 {
+		t.Errorf("session: p99 %+v, unexplained %.3f", cp.ITLP99, cp.UnexplainedFraction)
+	}
+	if len(cp.Slowest) == 0 || cp.Slowest[0].CausesMs["cpu_runqueue"] < 14 {
+		t.Errorf("slowest gaps %+v", cp.Slowest)
+	}
+	tot := tr.Totals(s.now)
+	if tot.Gap.Count != r.Live.Gaps || tot.CauseNs[critpath.CPURunqueue] == 0 {
+		t.Errorf("totals: %d gaps in the histogram (%d walked), %d ns cpu_runqueue", tot.Gap.Count, r.Live.Gaps, tot.CauseNs[critpath.CPURunqueue])
+	}
+}
+
+// The quiet window is the recent window with the shortest median gap; a
+// window with too few gaps is no window.
+func TestRollingQuietWindow(t *testing.T) {
+	r := NewRolling()
+	add := func(from int64, n int, dur, runq int64) {
+		for i := range n {
+			end := from + int64(i)*(r.Window/int64(n)) + dur
+			g := Gap{Index: 1, Start: end - dur, End: end}
+			g.Ns[critpath.ServerCompute] = dur - runq
+			g.Ns[critpath.CPURunqueue] = runq
+			r.Add(g)
+		}
+	}
+	if _, _, ok := r.Baseline(); ok {
+		t.Fatal("a baseline with no gaps")
+	}
+	add(0, 100, 30*ms, 20*ms)  // contended
+	add(10e9, 100, 10*ms, 0)   // quiet
+	add(20e9, 10, 1*ms, 0)     // too few to judge
+	add(30e9, 100, 25*ms, 15*ms)
+	add(40e9, 1, 10*ms, 0) // closes the last window
+	b, from, ok := r.Baseline()
+	if !ok || from != 10e9 || b.ITL[critpath.CPURunqueue] != 0 || b.ITL[critpath.ServerCompute] != 10*ms {
+		t.Errorf("baseline %v from %d (ok %v), want the quiet window at 10 s", b.ITL, from, ok)
+	}
+	// The quiet window leaves the history: the next quietest is normal.
+	r.Windows = 1
+	add(50e9, 100, 20*ms, 5*ms)
+	add(60e9, 1, 10*ms, 0)
+	if _, from, _ := r.Baseline(); from != 50e9 {
+		t.Errorf("baseline from %d, want the only window kept (50 s)", from)
+	}
+}
