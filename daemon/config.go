@@ -39,6 +39,18 @@ type Config struct {
 	// and behind the same web configuration as /metrics, for
 	// `bpfbench run --agent`.
 	Agent Agent `yaml:"agent"`
+	// Live runs the live view of every target (live.go).
+	Live Live `yaml:"live"`
+}
+
+// Live is the live view's switch: a session on each target's processes
+// that follows its own traffic (no load generator), walks each gap
+// between two writes of a response stream back along its critical path,
+// and exports the gaps, the times to first byte and the blame by cause
+// (bpfbench_token_gap_*). On by default; each target's session loads the
+// session's eBPF programs once more.
+type Live struct {
+	Enabled bool `yaml:"enabled"`
 }
 
 // Agent is the session API's switch, what it may follow, and its limits.
@@ -166,7 +178,8 @@ var (
 
 // DefaultConfig is used when no file is given.
 func DefaultConfig() Config {
-	return Config{ListenAddress: ":9464", LogLevel: "info", LogFormat: "text", RefreshInterval: 5 * time.Second}
+	return Config{ListenAddress: ":9464", LogLevel: "info", LogFormat: "text", RefreshInterval: 5 * time.Second,
+		Live: Live{Enabled: true}}
 }
 
 // LoadConfig reads and validates a configuration file. Unknown keys are errors.

@@ -87,6 +87,8 @@ type Daemon struct {
 	interval atomic.Int64
 	// warned limits the refresh's repeated warnings.
 	warned warnLimiter
+	// views are the targets' live sessions and figures (live.go).
+	views *liveViews
 }
 
 // SetAgentInsecure lets the daemon serve the session API without a web
@@ -115,6 +117,7 @@ func New(cfg Config, logger *slog.Logger, factories []HostFactory) *Daemon {
 		listening: make(chan net.Addr, 1), slots: newSlotTable(), pool: MaxConfigTargets,
 	}
 	d.view.Store(d.slots.view(cfg.Targets, nil))
+	d.views = newLiveViews(d.log)
 	if kubernetesTargets(cfg.Targets) {
 		d.pods = newPodSource(cfg, logger)
 	}
@@ -153,6 +156,7 @@ func (d *Daemon) Start(ctx context.Context) error {
 		promcollectors.NewGoCollector(),
 		promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}),
 		d,
+		d.views,
 	)
 	for _, h := range d.hosts {
 		c, err := newSlotCollector(h, h.Name(), d.view.Load, d.log)
@@ -225,6 +229,18 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 	d.checkTargets(d.cfg.Targets)
 	d.listening <- l.Addr()
 	g, gctx := errgroup.WithContext(ctx)
+	if len(d.sections) > 0 {
+		d.views.begin(gctx, d.sections, d.proc)
+		// Ending the live sessions releases their programs before Run
+		// returns.
+		g.Go(func() error {
+			<-gctx.Done()
+			d.views.stop()
+			return nil
+		})
+	} else if d.cfg.Live.Enabled {
+		d.log.Info("live.enabled: the daemon was given no session sections, so the targets have no live view")
+	}
 	g.Go(func() error {
 		return prom.Serve(gctx, l, d.reg, prom.Config{
 			Name: "bpfbench", Description: "eBPF observability for LLM inference servers",
@@ -283,6 +299,7 @@ func (d *Daemon) refresh() {
 	d.refreshMu.Lock()
 	defer d.refreshMu.Unlock()
 	d.refreshLocked()
+	d.syncLive()
 }
 
 // refreshLocked is refresh under refreshMu (which guards d.cfg's writes).
@@ -346,8 +363,10 @@ func (d *Daemon) refreshLocked() {
 	d.owned, d.folded = a.owned, a.folded
 }
 
-// Close closes the collectors in reverse order. It is idempotent.
+// Close ends the live sessions and closes the collectors in reverse
+// order. It is idempotent.
 func (d *Daemon) Close() error {
+	d.views.stop()
 	var errs []error
 	for i := len(d.hosts) - 1; i >= 0; i-- {
 		if err := d.hosts[i].Close(); err != nil {

@@ -188,7 +188,8 @@ func (d *Daemon) serveReload(w http.ResponseWriter, _ *http.Request) {
 
 // Reload applies cfg without stopping a collector: its targets (the
 // refresh that follows at once gives their processes to the collectors),
-// log_level, refresh_interval and agent.allow. The keys only a restart
+// log_level, refresh_interval, agent.allow and live.enabled (the live
+// sessions follow at once). The keys only a restart
 // changes (the listener, its web configuration, log_format,
 // enable_pprof, kubernetes, agent.enabled and the agent's limits) are
 // named in a warning. An invalid cfg changes nothing.
@@ -212,6 +213,7 @@ func (d *Daemon) Reload(cfg Config) error {
 		d.retarget(old.Targets, cfg.Targets)
 	}
 	d.cfg.Targets, d.cfg.LogLevel, d.cfg.RefreshInterval, d.cfg.Agent.Allow = cfg.Targets, cfg.LogLevel, cfg.RefreshInterval, cfg.Agent.Allow
+	d.cfg.Live = cfg.Live
 	if !kubernetesTargets(cfg.Targets) {
 		d.pods = nil
 	} else if d.pods == nil {
@@ -231,7 +233,9 @@ func (d *Daemon) Reload(cfg Config) error {
 		d.log.Warn("configuration changed where only a restart applies it: the values in effect are kept", "keys", restart)
 	}
 	d.warned.reset()
+	d.views.resetWarnings()
 	d.refreshLocked()
+	d.syncLive()
 	return nil
 }
 

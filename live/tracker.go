@@ -82,7 +82,6 @@ type gapSample struct {
 }
 
 type interval struct {
-	from   int64
 	seen   int
 	gaps   []Gap
 	agg    critpath.Aggregate
@@ -387,9 +386,9 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 		Gaps: t.agg.Gaps, GapMs: Ms(t.agg.GapNs), TotalsMs: CausesMs(t.agg.Ns),
 		UnexplainedFraction: t.agg.Fraction(critpath.Unexplained),
 		NormalITLMs:         CausesMs(base.ITL), NormalTTFTMs: CausesMs(base.TTFT),
-		ITLP99:              Band(slices.Values(t.sample[1].gaps), base, false),
-		TTFTP99:             Band(slices.Values(t.sample[0].gaps), base, true),
-		Slowest:             []report.CriticalGap{}}
+		ITLP99:  Band(slices.Values(t.sample[1].gaps), base, false),
+		TTFTP99: Band(slices.Values(t.sample[0].gaps), base, true),
+		Slowest: []report.CriticalGap{}}
 	cp.NoisyNeighbours, cp.SelfContention = NeighboursOf(&t.agg, t.feed.Tgids, 10)
 	for _, g := range t.slow.Sorted() {
 		cp.Slowest = append(cp.Slowest, CriticalGap(g, base, t.origin, name))

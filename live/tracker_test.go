@@ -125,9 +125,9 @@ func TestRollingQuietWindow(t *testing.T) {
 	if _, _, ok := r.Baseline(); ok {
 		t.Fatal("a baseline with no gaps")
 	}
-	add(0, 100, 30*ms, 20*ms)  // contended
-	add(10e9, 100, 10*ms, 0)   // quiet
-	add(20e9, 10, 1*ms, 0)     // too few to judge
+	add(0, 100, 30*ms, 20*ms) // contended
+	add(10e9, 100, 10*ms, 0)  // quiet
+	add(20e9, 10, 1*ms, 0)    // too few to judge
 	add(30e9, 100, 25*ms, 15*ms)
 	add(40e9, 1, 10*ms, 0) // closes the last window
 	b, from, ok := r.Baseline()
