@@ -1,0 +1,420 @@
+package daemon
+
+// The live view of every target (live.enabled): one session per target on
+// the processes the last refresh gave it, its spans fed to a live.Tracker
+// that groups the server's writes into streams and walks each gap's
+// critical path, exported per target. No load generator: the server's own
+// traffic.
+//
+// A target's session follows the roots of its processes' trees (a process
+// whose parent is not one of the target's): the lowest as the session's
+// pid, the others as its Roots, and the children they fork. It is started
+// at the refresh that finds them, restarted when the roots change (the
+// server restarted, a second tree joined the cgroup) and stopped when the
+// target has no process left, is removed or changes its selector, or
+// live.enabled is turned off; a session whose process exits ends at once.
+// A target whose session cannot start (no such process, only kernel
+// threads, a section that fails) is logged once and tried again at every
+// refresh; it never stops the daemon. The figures carry over a restart:
+// each target's counters and histograms go on from where its last session
+// left them, so rate() sees no reset.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/internal/clock"
+	"github.com/bpfbench/bpfbench/internal/hist"
+	"github.com/bpfbench/bpfbench/live"
+	"github.com/bpfbench/bpfbench/session"
+)
+
+// liveAdvance is how often a live session's tracker walks the gaps that
+// its lag has passed.
+const liveAdvance = 500 * time.Millisecond
+
+// The classic buckets of the live histograms (README, "Histogram
+// buckets"): gaps between two writes of a stream from 16.4 µs to 17.2 s,
+// times to first byte from 262 µs to 68.7 s.
+var (
+	GapBuckets       = hist.Classic{From: 14, To: 34, Step: 2}
+	FirstByteBuckets = hist.Classic{From: 18, To: 36, Step: 2}
+)
+
+var (
+	gapDesc = prometheus.NewDesc("bpfbench_token_gap_seconds",
+		"Server-side gaps between two writes of a response stream of a target (the live view: its own traffic, no load generator).",
+		[]string{"target"}, nil)
+	gapCauseDesc = prometheus.NewDesc("bpfbench_token_gap_cause_seconds_total",
+		"Critical-path time of the target's token gaps and first bytes, by cause (rate() is the blame mix).",
+		[]string{"target", "cause"}, nil)
+	firstByteDesc = prometheus.NewDesc("bpfbench_time_to_first_byte_seconds",
+		"Server-side time from a request's last byte in to the first write of its response, of a target.",
+		[]string{"target"}, nil)
+	streamsActiveDesc = prometheus.NewDesc("bpfbench_streams_active",
+		"Response streams of a target that wrote within the last 10 s.", []string{"target"}, nil)
+	liveDroppedDesc = prometheus.NewDesc("bpfbench_live_spans_dropped_total",
+		"Spans the live view of a target left out: held beyond its bound of history (reason held), or come after their gaps were walked (reason late).",
+		[]string{"target", "reason"}, nil)
+)
+
+// liveWant is what a refresh gives a target's live view: its selector and
+// its processes now.
+type liveWant struct {
+	target Target
+	procs  []int
+}
+
+// liveViews runs the live sessions of the targets and exports their
+// figures (a prometheus.Collector).
+type liveViews struct {
+	log *slog.Logger
+
+	mu sync.Mutex
+	// ctx is Run's while the views run; nil before and after.
+	ctx      context.Context
+	sections []session.SectionFactory
+	proc     string
+	targets  map[string]*liveTarget
+	// failed is the failure last logged per target, so each is logged once.
+	failed map[string]string
+	wg     sync.WaitGroup
+}
+
+// liveTarget is one target's live view: the figures of its ended
+// sessions and the session running now.
+type liveTarget struct {
+	sel  Target
+	base live.Totals
+	run  *liveRun
+}
+
+// liveRun is one session of a target.
+type liveRun struct {
+	key    string // the pid and roots it follows
+	tr     *live.Tracker
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newLiveViews(logger *slog.Logger) *liveViews {
+	return &liveViews{log: logger, targets: map[string]*liveTarget{}, failed: map[string]string{}}
+}
+
+// begin lets the views start sessions under ctx with sections; proc is
+// where processes are read ("" is /proc).
+func (v *liveViews) begin(ctx context.Context, sections []session.SectionFactory, proc string) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.ctx, v.sections, v.proc = ctx, sections, proc
+}
+
+// running reports whether the views may start sessions.
+func (v *liveViews) running() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.ctx != nil
+}
+
+// stop ends every session and waits until each is closed; no session
+// starts after it. It is idempotent.
+func (v *liveViews) stop() {
+	v.mu.Lock()
+	v.ctx = nil
+	for _, lt := range v.targets {
+		if lt.run != nil {
+			lt.run.cancel()
+		}
+	}
+	v.mu.Unlock()
+	v.wg.Wait()
+}
+
+// resetWarnings forgets the failures logged (a reload).
+func (v *liveViews) resetWarnings() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	clear(v.failed)
+}
+
+// sync starts, restarts and stops the sessions so that each target of
+// want follows its processes now (refreshMu serialises the calls).
+func (v *liveViews) sync(want map[string]liveWant) {
+	v.mu.Lock()
+	ctx, proc := v.ctx, v.proc
+	var gone []string
+	for name, lt := range v.targets {
+		if w, ok := want[name]; !ok || !reflect.DeepEqual(w.target, lt.sel) {
+			gone = append(gone, name)
+		}
+	}
+	v.mu.Unlock()
+	for _, name := range gone {
+		// A target removed or given another selector: its series end
+		// (a new selector's start at zero).
+		v.end(name)
+		v.mu.Lock()
+		delete(v.targets, name)
+		delete(v.failed, name)
+		v.mu.Unlock()
+	}
+	if ctx == nil {
+		return
+	}
+	names := make([]string, 0, len(want))
+	for name := range want {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		w := want[name]
+		pid, roots, why := treeRoots(proc, w.procs)
+		key := ""
+		if pid != 0 {
+			key = fmt.Sprint(append([]int{pid}, roots...))
+		}
+		v.mu.Lock()
+		var cur string
+		if lt := v.targets[name]; lt != nil && lt.run != nil {
+			cur = lt.run.key
+		}
+		v.mu.Unlock()
+		if cur == key && key != "" {
+			continue
+		}
+		if cur != "" {
+			v.end(name)
+		}
+		if pid == 0 {
+			if why != "" {
+				v.fail(name, "", "the live view follows no process of the target: "+why)
+			}
+			continue
+		}
+		v.start(ctx, name, w.target, pid, roots, key)
+	}
+}
+
+// treeRoots returns the roots of procs' trees (a process whose parent is
+// not in procs), the lowest first, leaving out the daemon itself and
+// kernel threads; why says what was left out when nothing is left.
+func treeRoots(proc string, procs []int) (pid int, roots []int, why string) {
+	if proc == "" {
+		proc = "/proc"
+	}
+	in := map[int]bool{}
+	for _, p := range procs {
+		in[p] = true
+	}
+	self := os.Getpid()
+	var skipped []string
+	for _, p := range procs {
+		if in[collectors.ParentPid(proc, p)] {
+			continue
+		}
+		switch {
+		case p == self:
+			skipped = append(skipped, "the daemon itself")
+			continue
+		case session.KernelThreadIn(proc, p):
+			skipped = append(skipped, "kernel thread "+strconv.Itoa(p))
+			continue
+		}
+		roots = append(roots, p)
+	}
+	if len(roots) == 0 {
+		if len(skipped) > 0 {
+			why = "its processes are " + strings.Join(skipped, ", ") + " (a kernel thread serves no requests; give the server's pid, comm or cgroup)"
+		}
+		return 0, nil, why
+	}
+	slices.Sort(roots)
+	return roots[0], roots[1:], ""
+}
+
+// fail logs a target's failure to start a session once (until it
+// changes, a session starts, or a reload).
+func (v *liveViews) fail(name, pids, msg string) {
+	v.mu.Lock()
+	seen := v.failed[name] == pids+"\x00"+msg
+	v.failed[name] = pids + "\x00" + msg
+	v.mu.Unlock()
+	if seen {
+		v.log.Debug("live view not started (again)", "target", name, "pids", pids, "err", msg)
+		return
+	}
+	v.log.Warn("live view not started: trying again at the next refresh", "target", name, "pids", pids, "err", msg)
+}
+
+// start starts a session on pid and roots for target name.
+func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int, roots []int, key string) {
+	v.mu.Lock()
+	sections := v.sections
+	v.mu.Unlock()
+	tr := live.NewTracker(live.Options{})
+	logger := v.log.With("target", name)
+	opts := collectors.Options{Pid: pid, Roots: roots, Interval: time.Second, Logger: logger, Recorder: tr, Live: true}
+	sess, err := session.NewSession(opts, sections)
+	if err == nil {
+		if err = sess.Start(ctx); err != nil {
+			sess.Close()
+		}
+	}
+	if err != nil {
+		v.fail(name, key, err.Error())
+		return
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &liveRun{key: key, tr: tr, ctx: rctx, cancel: cancel, done: make(chan struct{})}
+	v.mu.Lock()
+	if v.ctx == nil {
+		// stop came while the session started.
+		v.mu.Unlock()
+		cancel()
+		sess.Close()
+		return
+	}
+	lt := v.targets[name]
+	if lt == nil {
+		lt = &liveTarget{sel: sel, base: live.Totals{Gap: newLog2(), FirstByte: newLog2()}}
+		v.targets[name] = lt
+	}
+	lt.run = r
+	delete(v.failed, name)
+	v.wg.Add(1)
+	v.mu.Unlock()
+	logger.Info("live view started", "pid", pid, "roots", roots, "comm", sess.Comm(), "unavailable", sess.Unavailable())
+	go v.run(lt, r, sess, logger)
+}
+
+// run runs a session until it is ended or its process exits, then closes
+// it and folds its figures into its target's.
+func (v *liveViews) run(lt *liveTarget, r *liveRun, sess *session.Session, logger *slog.Logger) {
+	defer v.wg.Done()
+	defer close(r.done)
+	defer r.cancel()
+	go func() {
+		select {
+		case <-sess.Exited():
+			logger.Info("live view: the target's process exited", "pid", sess.Pid(), "comm", sess.Comm())
+			r.cancel()
+		case <-r.ctx.Done():
+		}
+	}()
+	err := sess.Run(r.ctx, liveAdvance, func() { r.tr.Advance(clock.Now()) })
+	if err != nil && !errors.Is(err, context.Canceled) {
+		logger.Warn("live view: collection failed; the session is started again at the next refresh", "err", err)
+	}
+	if cerr := sess.Close(); cerr != nil {
+		logger.Warn("live view: closing the session", "err", cerr)
+	}
+	r.tr.Finish()
+	t := r.tr.Totals(clock.Now())
+	v.mu.Lock()
+	lt.base = addTotals(lt.base, t)
+	if lt.run == r {
+		lt.run = nil
+	}
+	v.mu.Unlock()
+	logger.Info("live view stopped", "pid", sess.Pid(), "gaps", t.Gap.Count, "first_bytes", t.FirstByte.Count)
+}
+
+// end ends target name's session, if any, and waits until it is closed.
+func (v *liveViews) end(name string) {
+	v.mu.Lock()
+	var r *liveRun
+	if lt := v.targets[name]; lt != nil {
+		r = lt.run
+	}
+	v.mu.Unlock()
+	if r != nil {
+		r.cancel()
+		<-r.done
+	}
+}
+
+func newLog2() hist.Log2 { return hist.Log2{Slots: make([]uint64, 64)} }
+
+// addTotals is a + b in new histograms; Active is b's.
+func addTotals(a, b live.Totals) live.Totals {
+	out := live.Totals{Gap: newLog2(), FirstByte: newLog2(), Active: b.Active,
+		Dropped: a.Dropped + b.Dropped, Late: a.Late + b.Late}
+	out.Gap.Add(a.Gap)
+	out.Gap.Add(b.Gap)
+	out.FirstByte.Add(a.FirstByte)
+	out.FirstByte.Add(b.FirstByte)
+	for c := range out.CauseNs {
+		out.CauseNs[c] = a.CauseNs[c] + b.CauseNs[c]
+	}
+	return out
+}
+
+// Describe implements prometheus.Collector.
+func (v *liveViews) Describe(ch chan<- *prometheus.Desc) {
+	ch <- gapDesc
+	ch <- gapCauseDesc
+	ch <- firstByteDesc
+	ch <- streamsActiveDesc
+	ch <- liveDroppedDesc
+}
+
+// Collect implements prometheus.Collector: every target that had a live
+// session since its selector was configured.
+func (v *liveViews) Collect(ch chan<- prometheus.Metric) {
+	now := clock.Now()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for name, lt := range v.targets {
+		t := addTotals(lt.base, live.Totals{})
+		if lt.run != nil {
+			t = addTotals(lt.base, lt.run.tr.Totals(now))
+		}
+		ch <- t.Gap.Metric(gapDesc, GapBuckets, name)
+		ch <- t.FirstByte.Metric(firstByteDesc, FirstByteBuckets, name)
+		for c, ns := range t.CauseNs {
+			ch <- prometheus.MustNewConstMetric(gapCauseDesc, prometheus.CounterValue, float64(ns)/1e9, name, critpath.Cause(c).String())
+		}
+		ch <- prometheus.MustNewConstMetric(streamsActiveDesc, prometheus.GaugeValue, float64(t.Active), name)
+		ch <- prometheus.MustNewConstMetric(liveDroppedDesc, prometheus.CounterValue, float64(t.Dropped), name, "held")
+		ch <- prometheus.MustNewConstMetric(liveDroppedDesc, prometheus.CounterValue, float64(t.Late), name, "late")
+	}
+}
+
+// syncLive gives each target's live view its processes of the last
+// refresh (under refreshMu).
+func (d *Daemon) syncLive() {
+	if !d.views.running() {
+		return
+	}
+	want := map[string]liveWant{}
+	if d.cfg.Live.Enabled {
+		d.mu.Lock()
+		procs := map[int][]int{}
+		for tgid, slot := range d.assigned {
+			i := int(slot) - 1
+			if o, ok := d.slots.owners[slot]; ok {
+				i = o.target
+			}
+			procs[i] = append(procs[i], int(tgid))
+		}
+		for i, t := range d.cfg.Targets {
+			want[t.Name] = liveWant{target: t, procs: procs[i]}
+		}
+		d.mu.Unlock()
+	}
+	d.views.sync(want)
+}
