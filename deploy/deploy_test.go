@@ -295,6 +295,8 @@ func TestDashboard(t *testing.T) {
 		"bpfbench_cuda_calls_total", "bpfbench:cuda_call_duration_seconds:p99_5m", "bpfbench_cuda_errors_total",
 		"bpfbench_gpu_utilization_ratio", "bpfbench_gpu_memory_used_bytes", "bpfbench_gpu_power_watts",
 		"bpfbench_gpu_clock_event_reason_active", "bpfbench_collector_up", "bpfbench_ringbuf_lost_events_total",
+		"bpfbench:token_gap_seconds:p99_5m", "bpfbench_token_gap_cause_seconds_total", "bpfbench:time_to_first_byte_seconds:p99_5m",
+		"bpfbench_streams_active",
 	} {
 		if !strings.Contains(exprs, m) {
 			t.Errorf("no panel reads %s", m)
@@ -356,7 +358,7 @@ func TestRules(t *testing.T) {
 		}
 	}
 	for _, want := range []string{"BpfbenchDaemonDown", "BpfbenchCollectorDown", "BpfbenchEventsLost", "BpfbenchRunqueueLatencyHigh",
-		"BpfbenchCUDAAllocationFailures", "BpfbenchTCPZeroWindowStorm", "BpfbenchGPUThrottling"} {
+		"BpfbenchCUDAAllocationFailures", "BpfbenchTCPZeroWindowStorm", "BpfbenchGPUThrottling", "BpfbenchTokenGapRunqueueShare"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("no alert %s", want)
 		}
