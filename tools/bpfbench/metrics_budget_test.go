@@ -72,8 +72,9 @@ func TestDaemonSeriesBudget(t *testing.T) {
 		}
 		return resp.Header.Get("Content-Type"), b
 	}
-	// Every target has its process (a refresh assigned the slots).
-	deadline := time.Now().Add(15 * time.Second)
+	// Every target has its process (a refresh assigned the slots) and its
+	// live view (a session started on it: live.enabled is the default).
+	deadline := time.Now().Add(30 * time.Second)
 	var text []byte
 	for {
 		_, text = scrape("")
@@ -82,12 +83,15 @@ func TestDaemonSeriesBudget(t *testing.T) {
 			if !bytes.Contains(text, fmt.Appendf(nil, "bpfbench_target_processes{target=\"t%d\"} 1\n", i+1)) {
 				all = false
 			}
+			if !bytes.Contains(text, fmt.Appendf(nil, "bpfbench_streams_active{target=\"t%d\"}", i+1)) {
+				all = false
+			}
 		}
 		if all {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the %d targets have no process in /metrics after 15 s\n%s", budgetTargets, d.logs)
+			t.Fatalf("the %d targets have no process or no live view in /metrics after 30 s\n%s", budgetTargets, d.logs)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
