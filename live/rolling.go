@@ -77,7 +77,7 @@ func (r *Rolling) Add(g Gap) {
 func (r *Rolling) roll(t int64) {
 	if !r.started {
 		r.started = true
-		r.cur.start = t - t%r.Window // windows on the clock's multiples of Window
+		r.cur.start = t // the first window starts with the first gap
 		return
 	}
 	if t-r.cur.start < r.Window {

@@ -40,6 +40,10 @@ type Options struct {
 	Slowest int
 	// Intervals bounds the intervals a Result lists (default 720).
 	Intervals int
+	// ThreadClock: Advance is called from a goroutine locked to its OS
+	// thread (runtime.LockOSThread), so that the walk's cost is read on
+	// the thread's CPU clock instead of the wall clock.
+	ThreadClock bool
 }
 
 // bandSample bounds the gaps of each kind (first byte, later) kept for the
@@ -72,6 +76,14 @@ type Tracker struct {
 	slow    Slowest
 	views   []IntervalView
 	dropped int // intervals left out of views
+	// conns are each client port's gaps (at most maxConnsKept; the rest
+	// in other).
+	conns map[uint16]*connBlame
+	other connBlame
+	// cost is the tracker's own time: the walk (on the advancing thread's
+	// CPU clock when it has one of its own) and the spans' intake.
+	walkNs, recordNs int64
+	records          uint64
 
 	iv interval
 }
@@ -109,14 +121,19 @@ func NewTracker(opt Options) *Tracker {
 	}
 	eng := critpath.New(critpath.Options{Keep: opt.Keep})
 	return &Tracker{opt: opt, eng: eng, feed: NewFeed(eng, opt.MaxHeld), streams: NewStreams(), roll: NewRolling(),
-		slow: Slowest{N: opt.Slowest}, rng: 0x2545f4914f6cdd1d,
+		slow: Slowest{N: opt.Slowest}, rng: 0x2545f4914f6cdd1d, conns: map[uint16]*connBlame{},
 		gapH: hist.Log2{Slots: make([]uint64, 64)}, ttfbH: hist.Log2{Slots: make([]uint64, 64)}}
 }
 
 // Record takes a span of the session (collectors.Recorder).
 func (t *Tracker) Record(sp collectors.Span) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
+	t0 := nanotime() // after the lock: a wait behind a walk is the walk's
+	defer func() {
+		t.recordNs += nanotime() - t0
+		t.records++
+		t.mu.Unlock()
+	}()
 	if t.origin == 0 && sp.End > 0 {
 		t.origin = sp.End
 	}
@@ -145,9 +162,17 @@ func (t *Tracker) Record(sp collectors.Span) {
 // Advance walks the gaps that ended before now less the lag (now:
 // CLOCK_MONOTONIC ns).
 func (t *Tracker) Advance(now int64) {
+	c0, own := threadCPU()
+	own = own && t.opt.ThreadClock
+	w0 := nanotime()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.advance(now-t.opt.Lag, now)
+	if c1, ok := threadCPU(); own && ok && c1 >= c0 {
+		t.walkNs += c1 - c0
+	} else {
+		t.walkNs += nanotime() - w0
+	}
 }
 
 // Finish walks every gap left (the session ended).
@@ -186,6 +211,19 @@ func (t *Tracker) gap(g critpath.Gap) {
 	t.agg.Add(g)
 	t.iv.agg.Add(g)
 	t.slow.Add(g)
+	cb := t.conns[g.Port]
+	if cb == nil {
+		if len(t.conns) < maxConnsKept {
+			cb = &connBlame{}
+			t.conns[g.Port] = cb
+		} else {
+			cb = &t.other
+		}
+	}
+	cb.gaps++
+	for k, v := range g.Ns {
+		cb.ns[k] += v
+	}
 	t.keep(&t.sample[kind], c, bandSample)
 	t.iv.seen++
 	if len(t.iv.gaps) < bandSample*4 {
@@ -363,6 +401,10 @@ type Summary struct {
 	Accuracy    string      `json:"accuracy"`
 	BandSampled bool        `json:"band_sampled"`
 	Grouping    StreamStats `json:"grouping"`
+	// Connections are the connections with the most gap time (at most 20),
+	// each cause's time on them.
+	Connections []ConnBlame `json:"connections"`
+	Cost        Cost        `json:"cost"`
 	// Intervals are the interval views, oldest first (the last 720);
 	// IntervalsDropped those left out before them.
 	Intervals        []IntervalView `json:"intervals"`
@@ -402,7 +444,38 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 		Accuracy:    "quantiles of log-linear histograms, within 1.6%; p99 bands of a uniform sample of at most 16384 gaps of each kind when band_sampled",
 		BandSampled: t.sample[0].seen > len(t.sample[0].gaps) || t.sample[1].seen > len(t.sample[1].gaps),
 		Grouping:    gs, Intervals: slices.Clone(t.views), IntervalsDropped: t.dropped,
+		Connections: t.connections(20), Cost: t.cost(now),
 	}}
+}
+
+// maxConnsKept bounds the connections whose gaps are summed apart.
+const maxConnsKept = 4096
+
+type connBlame struct {
+	gaps int
+	ns   [critpath.NumCauses]int64
+}
+
+// ConnBlame is one connection's gaps (by its client port): where a slow
+// reader, or a client behind a slow link, shows as its own.
+type ConnBlame struct {
+	Port     uint16             `json:"port"`
+	Gaps     int                `json:"gaps"`
+	GapMs    float64            `json:"gap_ms"`
+	CausesMs map[string]float64 `json:"causes_ms"`
+	Top      string             `json:"top_cause"`
+}
+
+// Cost is the live view's own time.
+type Cost struct {
+	// WalkSeconds is the CPU time of the walks (the advancing thread's CPU
+	// clock; wall time inside the walk where the caller did not lock a
+	// thread for it), RecordSeconds the time spent taking Records spans.
+	WalkSeconds   float64 `json:"walk_seconds"`
+	RecordSeconds float64 `json:"record_seconds"`
+	Records       uint64  `json:"records"`
+	// CPUFraction is both over the session's time, a fraction of one CPU.
+	CPUFraction float64 `json:"cpu_fraction"`
 }
 
 // Totals are the cumulative figures the daemon exports.
@@ -430,4 +503,36 @@ func (t *Tracker) Totals(now int64) Totals {
 func cloneLog2(h hist.Log2) hist.Log2 {
 	h.Slots = slices.Clone(h.Slots)
 	return h
+}
+
+// connections are the n connections with the most gap time (under t.mu).
+func (t *Tracker) connections(n int) []ConnBlame {
+	out := []ConnBlame{}
+	for port, cb := range t.conns {
+		var tot int64
+		for _, v := range cb.ns {
+			tot += v
+		}
+		m := CausesMs(cb.ns)
+		out = append(out, ConnBlame{Port: port, Gaps: cb.gaps, GapMs: Ms(tot), CausesMs: m, Top: TopOf(m)})
+	}
+	slices.SortFunc(out, func(a, b ConnBlame) int {
+		switch {
+		case a.GapMs > b.GapMs:
+			return -1
+		case a.GapMs < b.GapMs:
+			return 1
+		}
+		return int(a.Port) - int(b.Port)
+	})
+	return out[:min(n, len(out))]
+}
+
+// cost is the tracker's time so far (under t.mu).
+func (t *Tracker) cost(now int64) Cost {
+	c := Cost{WalkSeconds: float64(t.walkNs) / 1e9, RecordSeconds: float64(t.recordNs) / 1e9, Records: t.records}
+	if d := now - t.origin; t.origin != 0 && d > 0 {
+		c.CPUFraction = float64(t.walkNs+t.recordNs) / float64(d)
+	}
+	return c
 }

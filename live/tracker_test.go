@@ -115,7 +115,7 @@ func TestRollingQuietWindow(t *testing.T) {
 	r := NewRolling()
 	add := func(from int64, n int, dur, runq int64) {
 		for i := range n {
-			end := from + int64(i)*(r.Window/int64(n)) + dur
+			end := from + 30*ms + int64(i)*(r.Window/int64(n))
 			g := Gap{Index: 1, Start: end - dur, End: end}
 			g.Ns[critpath.ServerCompute] = dur - runq
 			g.Ns[critpath.CPURunqueue] = runq
@@ -125,20 +125,21 @@ func TestRollingQuietWindow(t *testing.T) {
 	if _, _, ok := r.Baseline(); ok {
 		t.Fatal("a baseline with no gaps")
 	}
+	// Windows start with the first gap (30 ms): 30 ms, 10.03 s, ...
 	add(0, 100, 30*ms, 20*ms) // contended
 	add(10e9, 100, 10*ms, 0)  // quiet
 	add(20e9, 10, 1*ms, 0)    // too few to judge
 	add(30e9, 100, 25*ms, 15*ms)
 	add(40e9, 1, 10*ms, 0) // closes the last window
 	b, from, ok := r.Baseline()
-	if !ok || from != 10e9 || b.ITL[critpath.CPURunqueue] != 0 || b.ITL[critpath.ServerCompute] != 10*ms {
+	if !ok || from != 10e9+30*ms || b.ITL[critpath.CPURunqueue] != 0 || b.ITL[critpath.ServerCompute] != 10*ms {
 		t.Errorf("baseline %v from %d (ok %v), want the quiet window at 10 s", b.ITL, from, ok)
 	}
 	// The quiet window leaves the history: the next quietest is normal.
 	r.Windows = 1
 	add(50e9, 100, 20*ms, 5*ms)
 	add(60e9, 1, 10*ms, 0)
-	if _, from, _ := r.Baseline(); from != 50e9 {
+	if _, from, _ := r.Baseline(); from != 50e9+30*ms {
 		t.Errorf("baseline from %d, want the only window kept (50 s)", from)
 	}
 }

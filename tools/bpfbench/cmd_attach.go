@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -152,7 +153,7 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 	var tracker *live.Tracker
 	opts := collectors.Options{Pid: pid, Roots: roots, Port: o.port, CUDALibs: o.cudaLibs, Interval: o.interval, Logger: logger}
 	if o.live {
-		lo := live.Options{}
+		lo := live.Options{ThreadClock: true}
 		if o.baseline != "" {
 			prior, err := job.LoadPrior(o.baseline)
 			if err != nil {
@@ -207,9 +208,7 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 		defer stopAdvance()
 		table := tick
 		tick = func() {
-			now := clock.Now()
-			tracker.Advance(now)
-			v := tracker.Interval(now, o.interval.Seconds())
+			v := tracker.Interval(clock.Now(), o.interval.Seconds())
 			if table != nil {
 				table()
 				fmt.Fprintln(stdout, v.Line())
@@ -266,6 +265,10 @@ func advanceLive(t *live.Tracker, interval time.Duration) (stop func()) {
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
+		// The walk's cost is read on this thread's CPU clock
+		// (live.Options.ThreadClock).
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		tk := time.NewTicker(period)
 		defer tk.Stop()
 		for {
@@ -305,6 +308,11 @@ func writeLive(w io.Writer, r *live.Result) {
 		}
 		fmt.Fprintf(w, "  slowest #%d: %s\n", i+1, g.Line())
 	}
+	for _, c := range l.Connections[:min(len(l.Connections), 3)] {
+		fmt.Fprintf(w, "  connection from port %d: %d gaps, %.0f ms, most %s (%.0f ms)\n", c.Port, c.Gaps, c.GapMs, c.Top, c.CausesMs[c.Top])
+	}
+	fmt.Fprintf(w, "  the live view's own cost: %.3f CPU-s walking, %.3f s taking %d spans (%.2f%% of a CPU)\n",
+		l.Cost.WalkSeconds, l.Cost.RecordSeconds, l.Cost.Records, 100*l.Cost.CPUFraction)
 	if l.BandSampled {
 		fmt.Fprintln(w, "  (the p99 bands are of a uniform sample: "+l.Accuracy+")")
 	}
