@@ -117,7 +117,8 @@ struct event {
 	__u64 fold_last_ts;
 	__u32 fold_n;
 	__u32 tid;    /* EV_SEND: the sending thread */
-	__u32 queued; /* EV_ARRIVAL: bytes received and not yet read */
+	__u32 queued; /* EV_ARRIVAL: bytes received and not yet read; EV_SEND
+		       * (live_requests): bytes sent before it, unacknowledged */
 	__u32 pad2;
 };
 
@@ -718,6 +719,18 @@ int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 	fill_data(e, sk, si, cookie, now, EV_SEND);
 	e->bytes = ret;
 	e->tid = (__u32)bpf_get_current_pid_tgid();
+	if (live_requests) {
+		/* Whether this chunk can leave now: queued is what was sent
+		 * before it and not acknowledged, snd_wnd what the peer can
+		 * take. queued >= snd_wnd: the chunk waits in the send queue
+		 * for the reader (a slow client's closed window), however fast
+		 * the server wrote it. */
+		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+		if (tp) {
+			e->queued = tp->write_seq - tp->snd_una - (__u32)ret;
+			e->snd_wnd = tp->snd_wnd;
+		}
+	}
 	pipe_submit(e, sizeof(*e));
 	return 0;
 }

@@ -93,6 +93,12 @@ const (
 	SpanClose
 )
 
+// PeerWindowFull is the Detail of a SpanSend (Options.Live) that found the
+// data sent before it unacknowledged and filling the peer's receive
+// window: the chunk waits in the send queue until the reader reads, however
+// fast the server wrote it.
+const PeerWindowFull = "peer_window_full"
+
 // Span is one interval of the target's timeline, CLOCK_MONOTONIC ns.
 type Span struct {
 	Kind       SpanKind

@@ -20,6 +20,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/internal/clock"
+	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/session"
 )
 
@@ -203,10 +204,7 @@ func waitUntil(t *testing.T, what string, timeout time.Duration, ok func() bool)
 // it with the figures carried over, stops when live.enabled is turned off
 // by a reload, and every session is closed when the daemon stops.
 func TestLiveSessionLifecycle(t *testing.T) {
-	sleep, err := exec.LookPath("sleep")
-	if err != nil {
-		t.Skip("no sleep binary")
-	}
+	sleep := privtest.RequireTool(t, "sleep", "apt-get install coreutils")
 	b, err := os.ReadFile(sleep)
 	if err != nil {
 		t.Fatal(err)

@@ -299,8 +299,14 @@ func (d *dataSpans) record(e *Event) {
 		delete(d.full, e.Cookie)
 		return
 	}
-	d.r.Record(collectors.Span{Kind: kind, Start: ts, End: ts, Tid: e.Tid, Port: e.Dport, LocalPort: e.Sport,
-		Bytes: e.Bytes, Client: client})
+	sp := collectors.Span{Kind: kind, Start: ts, End: ts, Tid: e.Tid, Port: e.Dport, LocalPort: e.Sport,
+		Bytes: e.Bytes, Client: client}
+	if !client && e.Queued > 0 && e.Queued >= e.SndWnd {
+		// What was sent before it fills the peer's window: the chunk
+		// waits in the send queue for the reader (Config.Requests).
+		sp.Detail = collectors.PeerWindowFull
+	}
+	d.r.Record(sp)
 	if !ok && len(d.last) >= maxDataConns {
 		clear(d.last)
 	}
