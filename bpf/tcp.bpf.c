@@ -73,6 +73,11 @@ enum ev_kind {
 			      * (a request), sent just before the send that
 			      * follows it: ts the last arrival, duration_ns
 			      * back to the first, bytes, fold_n arrivals */
+	EV_RELEASE = 13,     /* live_requests: the peer acknowledged more of
+			      * what the server wrote into its full window
+			      * (queued >= snd_wnd at the send): the reader
+			      * took it up to seq. duration_ns back to the
+			      * first such send not yet all acknowledged */
 };
 
 struct event {
@@ -119,7 +124,8 @@ struct event {
 	__u32 tid;    /* EV_SEND: the sending thread */
 	__u32 queued; /* EV_ARRIVAL: bytes received and not yet read; EV_SEND
 		       * (live_requests): bytes sent before it, unacknowledged */
-	__u32 pad2;
+	__u32 seq;    /* live_requests: EV_SEND write_seq after it; EV_RELEASE
+		       * the acknowledged sequence */
 };
 
 /* Force BTF emission for bpf2go -type. */
@@ -159,6 +165,11 @@ struct sock_info {
 	__u64 rx_first;   /* server sockets: the first and last of those arrivals */
 	__u64 rx_last;
 	__u64 rx_bytes;   /* and their bytes */
+	__u64 held_ts;    /* server sockets (live_requests): the first send into a
+			   * full peer window not yet all acknowledged, 0: none */
+	__u64 rel_ts;     /* the last EV_RELEASE */
+	__u32 held_seq;   /* write_seq after the last such send */
+	__u32 rel_seq;    /* the last sequence an EV_RELEASE reported */
 };
 
 struct listen_key {
@@ -428,6 +439,32 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 	__u16 thoff = skb->transport_header;
 	if (bpf_probe_read_kernel(&th, sizeof(th), head + thoff) == 0 && th.ack &&
 	    !th.syn) {
+		/* More of what was written into a full window acknowledged:
+		 * the reader took it up to ack (at most one record per fold
+		 * window; the one that acknowledges everything always). */
+		__u32 ack = __builtin_bswap32(th.ack_seq);
+		if (si->held_ts && (__s32)(ack - si->rel_seq) > 0) {
+			bool all = (__s32)(ack - si->held_seq) >= 0;
+			if (all || now - si->rel_ts >= send_fold_ns) {
+				__u64 d = now > si->held_ts ? now - si->held_ts : 0;
+				si->rel_seq = ack;
+				si->rel_ts = now;
+				if (all)
+					si->held_ts = 0;
+				struct event *r = pipe_reserve(struct event);
+				if (r) {
+					__builtin_memset(r, 0, sizeof(*r));
+					fill_conn(r, sk);
+					r->ts = now;
+					r->cookie = cookie;
+					r->kind = EV_RELEASE;
+					r->target = si->idx;
+					r->duration_ns = d;
+					r->seq = ack;
+					pipe_submit(r, sizeof(*r));
+				}
+			}
+		}
 		__u32 wscale = BPF_CORE_READ_BITFIELD_PROBED(tp, rx_opt.snd_wscale);
 		__u32 wnd = (__u32)__builtin_bswap16(th.window) << (wscale & 15);
 		if (wnd < si->snd_wnd_min)
@@ -727,8 +764,19 @@ int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 		 * the server wrote it. */
 		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 		if (tp) {
-			e->queued = tp->write_seq - tp->snd_una - (__u32)ret;
+			__u32 wseq = tp->write_seq;
+			e->queued = wseq - tp->snd_una - (__u32)ret;
 			e->snd_wnd = tp->snd_wnd;
+			e->seq = wseq;
+			/* Held until the peer acknowledges it (tcp_probe):
+			 * EV_RELEASE. */
+			if (e->queued && e->queued >= e->snd_wnd) {
+				if (!si->held_ts) {
+					si->held_ts = now;
+					si->rel_seq = tp->snd_una;
+				}
+				si->held_seq = wseq;
+			}
 		}
 	}
 	pipe_submit(e, sizeof(*e));

@@ -139,6 +139,10 @@ type Span struct {
 	// Client marks spans of the load generator's own threads and sockets;
 	// they are not the target's.
 	Client bool
+	// Seq (Options.Live): a SpanSend's send sequence after it (the end of
+	// its bytes in the connection's stream), a PeerWindowFull SpanTCP's
+	// sequence the peer acknowledged (what the reader took up to).
+	Seq uint32
 	// IRQBlockNs and IRQNetNs, on the SpanOffCPU of a switch-in (or its
 	// SpanRunqueue when it has none; sched with interrupt time): the time
 	// block and network interrupts (device handlers and their softirqs)

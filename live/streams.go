@@ -50,6 +50,11 @@ type StreamStats struct {
 	Gaps       uint64 `json:"gaps"`
 	FirstBytes uint64 `json:"first_bytes"`
 	Pieces     uint64 `json:"pieces"`
+	// Held: writes into a full peer window (collectors.PeerWindowFull),
+	// which reach the reader when it takes them (a release), not when
+	// written; Releases: the gaps a release ended.
+	Held     uint64 `json:"held_writes"`
+	Releases uint64 `json:"releases"`
 	// Closed: connections that ended; Expired: forgotten after DefaultIdle
 	// with nothing; Evicted: forgotten over the bound of connections.
 	Closed  uint64 `json:"closed"`
@@ -65,11 +70,26 @@ type conn struct {
 	index   int   // the next gap's token index
 	chunk   int64 // the current chunk's first write
 	piece   int64 // its last write
+	// held are the writes into a full peer window not taken yet, oldest
+	// first: the end of each in the stream (Span.Seq) and when it was
+	// written.
+	held    []heldWrite
+	relSeq  uint32 // the last release's acknowledged sequence
+	relSet  bool
 	pending bool  // a request came in since the last write
 	reqAt   int64 // its last byte
 	reqLen  uint64
 	seen    int64 // the last data either way
 }
+
+type heldWrite struct {
+	seq uint32
+	at  int64
+}
+
+// maxHeld bounds a connection's held writes; past it the newest stands for
+// the writes after it (they are taken with it).
+const maxHeld = 1024
 
 // Streams groups a server's writes into response streams: one connection,
 // one request at a time (HTTP/1.1, SSE). A request's data in, then the
@@ -167,15 +187,62 @@ func (s *Streams) Send(sp collectors.Span, out []critpath.Read) []critpath.Read 
 		s.Stats.Unrequested++
 		return out
 	}
+	if sp.Detail == collectors.PeerWindowFull {
+		// Written into a full window: it reaches the reader when the
+		// reader takes it (Release), not now.
+		if len(c.held) < maxHeld {
+			c.held = append(c.held, heldWrite{seq: sp.Seq, at: t})
+		} else {
+			c.held[len(c.held)-1] = heldWrite{seq: sp.Seq, at: t}
+		}
+		c.piece = max(c.piece, t)
+		s.Stats.Held++
+		return out
+	}
 	if t-c.piece < FragmentGap {
 		c.piece = max(c.piece, t)
 		s.Stats.Pieces++
 		return out
 	}
+	c.held = c.held[:0] // the window opened: what was held leaves with it
 	s.Stats.Gaps++
 	out = append(out, critpath.Read{Request: c.request, Index: c.index, Port: sp.Port, Start: c.chunk, End: t, AtSend: true})
 	c.index++
 	c.chunk, c.piece = t, t
+	return out
+}
+
+// Release takes a hold of the connection that ended as the reader took
+// what the server had written into its full window (a SpanTCP of Detail
+// collectors.PeerWindowFull): the held writes reach the reader now, and
+// the gap from the chunk before them ends here. It appends that gap to out.
+func (s *Streams) Release(sp collectors.Span, out []critpath.Read) []critpath.Read {
+	c := s.conns[connKey{sp.LocalPort, sp.Port}]
+	if c == nil || len(c.held) == 0 || c.request == 0 || sp.End <= c.chunk {
+		return out
+	}
+	if c.relSet && int32(sp.Seq-c.relSeq) <= 0 {
+		return out // nothing more taken
+	}
+	c.relSeq, c.relSet = sp.Seq, true
+	c.seen = max(c.seen, sp.End)
+	// The writes the reader has now taken all of (sequence numbers wrap).
+	n := 0
+	for n < len(c.held) && int32(sp.Seq-c.held[n].seq) >= 0 {
+		n++
+	}
+	// None of them: the reader took data written before the oldest
+	// (a backlog older than the session's look, or than the writes
+	// kept): it reached the reader now all the same, written at the
+	// oldest's time at the latest.
+	sent := c.held[max(n-1, 0)].at
+	s.Stats.Gaps++
+	s.Stats.Releases++
+	out = append(out, critpath.Read{Request: c.request, Index: c.index, Port: sp.Port, Start: c.chunk, End: sp.End,
+		AtSend: true, SentAt: sent})
+	c.index++
+	c.chunk = sp.End
+	c.held = append(c.held[:0], c.held[n:]...)
 	return out
 }
 

@@ -168,3 +168,39 @@ func TestStreamsBounded(t *testing.T) {
 		t.Errorf("%d held over the bound 5000, %d evicted", s.Len(), s.Stats.Evicted)
 	}
 }
+
+// Writes into a full peer window reach the reader when it takes them:
+// the gap ends at the release that acknowledges them, walked back from the
+// write (SentAt); a release of data written before the oldest write kept
+// (a backlog older than the look) ends a gap too, and an ordinary write
+// after the window opened ends one as usual.
+func TestStreamsHeldWrites(t *testing.T) {
+	s := NewStreams()
+	held := func(at int64, seq uint32) collectors.Span {
+		sp := send(8000, 6, at)
+		sp.Detail, sp.Seq = collectors.PeerWindowFull, seq
+		return sp
+	}
+	release := func(at int64, ack uint32) collectors.Span {
+		return collectors.Span{Kind: collectors.SpanTCP, Start: at, End: at, LocalPort: 8000, Port: 6,
+			Detail: collectors.PeerWindowFull, Blocking: true, Seq: ack}
+	}
+	var got []critpath.Read
+	got = feed(s, req(8000, 6, 0, 100), send(8000, 6, 10*ms), held(20*ms, 1000), held(30*ms, 2000), held(40*ms, 3000))
+	got = s.Release(release(900*ms, 500), got)            // older data: a gap all the same
+	got = s.Release(release(1500*ms, 2000), got)          // the first two held writes
+	got = s.Release(release(1600*ms, 2000), got)          // nothing more taken: no gap
+	got = append(got, feed(s, send(8000, 6, 1700*ms))...) // the window open again
+	want := []gapWant{{1, 0, 0, 10 * ms}, {1, 1, 10 * ms, 900 * ms}, {1, 2, 900 * ms, 1500 * ms}, {1, 3, 1500 * ms, 1700 * ms}}
+	check(t, got, want)
+	// The backlog's release: written by the oldest held write's time at
+	// the latest.
+	for i, sent := range []int64{0, 20 * ms, 30 * ms, 0} {
+		if i < len(got) && got[i].SentAt != sent {
+			t.Errorf("gap %d: sent at %d ms, want %d ms", i, got[i].SentAt/ms, sent/ms)
+		}
+	}
+	if s.Stats.Held != 3 || s.Stats.Releases != 2 {
+		t.Errorf("stats %+v", s.Stats)
+	}
+}

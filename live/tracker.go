@@ -80,8 +80,6 @@ type Tracker struct {
 	// in other).
 	conns map[uint16]*connBlame
 	other connBlame
-	// lastSend is each client port's last send (not folded).
-	lastSend map[uint16]int64
 	// cost is the tracker's own time: the walk (on the advancing thread's
 	// CPU clock when it has one of its own) and the spans' intake.
 	walkNs, recordNs int64
@@ -123,7 +121,7 @@ func NewTracker(opt Options) *Tracker {
 	}
 	eng := critpath.New(critpath.Options{Keep: opt.Keep})
 	return &Tracker{opt: opt, eng: eng, feed: NewFeed(eng, opt.MaxHeld), streams: NewStreams(), roll: NewRolling(),
-		slow: Slowest{N: opt.Slowest}, rng: 0x2545f4914f6cdd1d, conns: map[uint16]*connBlame{}, lastSend: map[uint16]int64{},
+		slow: Slowest{N: opt.Slowest}, rng: 0x2545f4914f6cdd1d, conns: map[uint16]*connBlame{},
 		gapH: hist.Log2{Slots: make([]uint64, 64)}, ttfbH: hist.Log2{Slots: make([]uint64, 64)}}
 }
 
@@ -147,13 +145,9 @@ func (t *Tracker) Record(sp collectors.Span) {
 		return
 	case collectors.SpanClose:
 		t.streams.Close(sp)
-		delete(t.lastSend, sp.Port)
 		return
 	case collectors.SpanSend:
 		t.feed.Record(sp)
-		if !sp.Client && sp.Detail != "folded" {
-			t.heldSince(sp)
-		}
 		if !sp.Client {
 			t.reads = t.streams.Send(sp, t.reads[:0])
 			for _, r := range t.reads {
@@ -161,25 +155,17 @@ func (t *Tracker) Record(sp collectors.Span) {
 			}
 		}
 		return
+	case collectors.SpanTCP:
+		t.feed.Record(sp)
+		if sp.Detail == collectors.PeerWindowFull && !sp.Client {
+			t.reads = t.streams.Release(sp, t.reads[:0])
+			for _, r := range t.reads {
+				t.eng.AddRead(r)
+			}
+		}
+		return
 	}
 	t.feed.Record(sp)
-}
-
-// heldSince: a send that found the peer's window full of what was sent
-// before it (collectors.PeerWindowFull) waited for the reader since the
-// connection's previous send at least, and the chunk before it too: the
-// gap it ends is the connection's, held back (net_backpressure where the
-// server computed or slept meanwhile), as a zero window is.
-func (t *Tracker) heldSince(sp collectors.Span) {
-	last, ok := t.lastSend[sp.Port]
-	if !ok && len(t.lastSend) >= DefaultMaxConns {
-		clear(t.lastSend)
-	}
-	t.lastSend[sp.Port] = sp.End
-	if ok && sp.Detail == collectors.PeerWindowFull && last < sp.End {
-		t.feed.Stats.Holds++
-		t.eng.AddHold(critpath.Hold{Port: sp.Port, Start: last, End: sp.End, Kind: collectors.PeerWindowFull})
-	}
 }
 
 // Advance walks the gaps that ended before now less the lag (now:

@@ -257,6 +257,15 @@ type lastData struct {
 const maxDataConns = 1 << 14
 
 func (d *dataSpans) record(e *Event) {
+	if Kind(e.Kind) == Release {
+		// A hold of the connection: the chunks written into the full
+		// window waited for the reader from the first of them; the
+		// reader has taken those up to Seq.
+		ts := int64(e.Ts)
+		d.r.Record(collectors.Span{Kind: collectors.SpanTCP, Start: ts - int64(e.DurationNs), End: ts,
+			Port: e.Dport, LocalPort: e.Sport, Detail: collectors.PeerWindowFull, Blocking: true, Seq: e.Seq})
+		return
+	}
 	if Kind(e.Kind) == Request {
 		ts := int64(e.Ts)
 		d.r.Record(collectors.Span{Kind: collectors.SpanRequest, Start: ts - int64(e.DurationNs), End: ts,
@@ -300,7 +309,7 @@ func (d *dataSpans) record(e *Event) {
 		return
 	}
 	sp := collectors.Span{Kind: kind, Start: ts, End: ts, Tid: e.Tid, Port: e.Dport, LocalPort: e.Sport,
-		Bytes: e.Bytes, Client: client}
+		Bytes: e.Bytes, Client: client, Seq: e.Seq}
 	if !client && e.Queued > 0 && e.Queued >= e.SndWnd {
 		// What was sent before it fills the peer's window: the chunk
 		// waits in the send queue for the reader (Config.Requests).

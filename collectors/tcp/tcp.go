@@ -80,6 +80,11 @@ const (
 	// server's next Send on the connection, never folded into the
 	// previous burst: a request and the response's first byte.
 	Request Kind = 12
+	// Release: what a followed server socket wrote into a full peer
+	// window (a Send whose Queued >= SndWnd, Config.Requests) was
+	// acknowledged at Ts: the reader took it. DurationNs goes back to the
+	// first such send.
+	Release Kind = 13
 )
 
 func (k Kind) String() string {
@@ -106,6 +111,12 @@ func (k Kind) String() string {
 		return "send"
 	case Arrival:
 		return "arrival"
+	case SendFull:
+		return "send_full"
+	case Request:
+		return "request"
+	case Release:
+		return "release"
 	}
 	return fmt.Sprintf("kind%d", uint8(k))
 }
@@ -282,6 +293,9 @@ type DataCounts struct {
 	// Requests count the Request records (Config.Requests) and their bytes.
 	Requests     uint64 `json:"request_records,omitempty"`
 	RequestBytes uint64 `json:"request_bytes,omitempty"`
+	// Releases count the Release records: a reader taking what the
+	// server wrote into its full window.
+	Releases uint64 `json:"releases,omitempty"`
 }
 
 // New returns a collector; Start loads it.
@@ -384,9 +398,16 @@ func (c *Collector) handle(e *Event) {
 	if c.cfg.OnEvent != nil {
 		c.cfg.OnEvent(e)
 	}
-	if k := Kind(e.Kind); k == Send || k == Arrival || k == SendFull || k == Request {
+	if k := Kind(e.Kind); k == Send || k == Arrival || k == SendFull || k == Request || k == Release {
 		c.mu.Lock()
 		switch k {
+		case Release:
+			c.data.Releases++
+			c.mu.Unlock()
+			if c.cfg.OnData != nil {
+				c.cfg.OnData(e)
+			}
+			return
 		case Request:
 			c.data.Requests++
 			c.data.RequestBytes += e.Bytes

@@ -52,7 +52,7 @@ type tcpEvent struct {
 	FoldN       uint32
 	Tid         uint32
 	Queued      uint32
-	Pad2        uint32
+	Seq         uint32
 }
 
 type tcpListenKey struct {
@@ -101,6 +101,10 @@ type tcpSockInfo struct {
 	RxFirst     uint64
 	RxLast      uint64
 	RxBytes     uint64
+	HeldTs      uint64
+	RelTs       uint64
+	HeldSeq     uint32
+	RelSeq      uint32
 }
 
 type tcpTarget struct {

@@ -272,6 +272,11 @@ type Read struct {
 	// the gap is walked back from the send at End, with no network or
 	// client part.
 	AtSend bool
+	// SentAt, with AtSend: the chunk was written at this time, before End
+	// (the reader took it at End, a window full of earlier data holding
+	// it): the walk goes back from that send, and from it to End the chunk
+	// waited for the connection (net_backpressure). 0: sent at End.
+	SentAt int64
 }
 
 // Duration is End-Start.

@@ -134,8 +134,12 @@ func (e *Engine) gap(r Read) Gap {
 	matched := lastChunk{request: r.Request, index: r.Index, send: minNs, arrival: minNs}
 	if r.AtSend {
 		// The live view's gap ends at the server's send: the chunk is the
-		// send at c(k), and nothing of it is the network's or a client's.
+		// send at c(k), and nothing of it is the network's or a client's;
+		// or the chunk was sent at SentAt and held by the connection.
 		seq = false
+		if r.SentAt > 0 && r.SentAt < c {
+			limit = r.SentAt
+		}
 	} else if arr := e.arrivals[r.Port]; len(arr) > 0 {
 		i := sort.Search(len(arr), func(j int) bool { return arr[j].Time > c })
 		if seq && prev.arrival != minNs {
@@ -167,6 +171,11 @@ func (e *Engine) gap(r Read) Gap {
 			tid, haveSender = snd[i-1].Tid, true
 			matched.send = snd[i-1].Time
 		}
+	}
+	if r.AtSend && r.SentAt > 0 && r.SentAt <= a {
+		// Written before the gap began: the whole gap it waited for
+		// the connection.
+		sk, haveSender = a, true
 	}
 	e.last[r.Port] = matched
 	if !haveSender {
