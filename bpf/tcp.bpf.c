@@ -765,7 +765,11 @@ int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 		struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 		if (tp) {
 			__u32 wseq = tp->write_seq;
-			e->queued = wseq - tp->snd_una - (__u32)ret;
+			/* Over loopback or a veth the peer may have acknowledged
+			 * part of this chunk already (the receive runs inside
+			 * the send): nothing before it is then unacknowledged. */
+			__s32 q = (__s32)(wseq - tp->snd_una - (__u32)ret);
+			e->queued = q > 0 ? q : 0;
 			e->snd_wnd = tp->snd_wnd;
 			e->seq = wseq;
 			/* Held until the peer acknowledges it (tcp_probe):

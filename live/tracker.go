@@ -33,6 +33,9 @@ type Options struct {
 	// Lag is how long after a span's time the gaps it may end are walked
 	// (default 2 s: the collectors' readers drain every 100 ms).
 	Lag int64
+	// MaxLag bounds how far the watermark waits for the scheduler's
+	// reader (default 10 s).
+	MaxLag int64
 	// Keep is the engine's history behind the watermark (default 10 s): a
 	// gap longer than it has its start unexplained (counted).
 	Keep int64
@@ -83,7 +86,10 @@ type Tracker struct {
 	// cost is the tracker's own time: the walk (on the advancing thread's
 	// CPU clock when it has one of its own) and the spans' intake.
 	walkNs, recordNs int64
-	records          uint64
+	records, timed   uint64
+	// schedAt is the latest end of a scheduler span taken: the walk waits
+	// for the scheduler's reader (Advance).
+	schedAt int64
 
 	iv interval
 }
@@ -113,6 +119,9 @@ func NewTracker(opt Options) *Tracker {
 	if opt.Keep <= 0 {
 		opt.Keep = 10e9
 	}
+	if opt.MaxLag <= 0 {
+		opt.MaxLag = 10e9
+	}
 	if opt.Slowest <= 0 {
 		opt.Slowest = 10
 	}
@@ -128,14 +137,33 @@ func NewTracker(opt Options) *Tracker {
 // Record takes a span of the session (collectors.Recorder).
 func (t *Tracker) Record(sp collectors.Span) {
 	t.mu.Lock()
-	t0 := nanotime() // after the lock: a wait behind a walk is the walk's
-	defer func() {
-		t.recordNs += nanotime() - t0
-		t.records++
-		t.mu.Unlock()
-	}()
+	defer t.mu.Unlock()
+	// One span in recordSample is timed on its thread's CPU clock (a
+	// system call each way: too dear for every span); the intake's cost is
+	// estimated from them (Cost.RecordSeconds).
+	t.records++
+	if t.records%recordSample == 0 {
+		if c0, ok := threadCPU(); ok {
+			t.record(sp)
+			if c1, ok := threadCPU(); ok && c1 >= c0 && c1-c0 < 1e9 {
+				t.recordNs += c1 - c0
+				t.timed++
+			}
+			return
+		}
+	}
+	t.record(sp)
+}
+
+// recordSample: one span in it has its intake timed.
+const recordSample = 64
+
+func (t *Tracker) record(sp collectors.Span) {
 	if t.origin == 0 && sp.End > 0 {
 		t.origin = sp.End
+	}
+	if sp.Kind == collectors.SpanRunqueue || sp.Kind == collectors.SpanOffCPU {
+		t.schedAt = max(t.schedAt, sp.End)
 	}
 	switch sp.Kind {
 	case collectors.SpanRequest:
@@ -176,7 +204,15 @@ func (t *Tracker) Advance(now int64) {
 	w0 := nanotime()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.advance(now-t.opt.Lag, now)
+	// The watermark waits for the scheduler's reader, which a loaded host
+	// starves first (attach runs at nice 19): a gap walked before its
+	// thread's spans came would read as running (the tail rule). At most
+	// MaxLag behind.
+	wm := now - t.opt.Lag
+	if t.schedAt > 0 {
+		wm = max(min(wm, t.schedAt), now-t.opt.MaxLag)
+	}
+	t.advance(wm, now)
 	if c1, ok := threadCPU(); own && ok && c1 >= c0 {
 		t.walkNs += c1 - c0
 	} else {
@@ -201,25 +237,37 @@ func (t *Tracker) advance(wm, now int64) {
 }
 
 // gap takes a walked gap (under t.mu).
+//
+// A response's first write (Index 0) and the gap after it (Index 1) are
+// its first token's: a server that writes its headers before the prefill
+// (llama-server, vLLM, llmsim) makes the first write the headers and the
+// gap after it the prefill, which is no inter-token gap. Both count as the
+// first token's (the TTFT band, compact Index 0); the gaps, their
+// distribution, their baseline and their band are from the second token
+// on (Index 2 and later). A server that writes no headers first loses one
+// gap a stream to the first token's side.
 func (t *Tracker) gap(g critpath.Gap) {
 	c := CompactOf(g)
 	d := uint64(max(c.Duration(), 0))
 	kind := 1
-	if g.Index == 0 {
+	switch {
+	case g.Index == 0:
 		kind = 0
 		t.ttfb.Add(d)
 		t.iv.ttfb.Add(d)
 		t.iv.firsts++
 		addLog2(&t.ttfbH, d)
-	} else {
+	case g.Index == 1:
+		kind, c.Index = 0, 0
+	default:
 		t.itl.Add(d)
 		t.iv.itl.Add(d)
 		addLog2(&t.gapH, d)
-		t.roll.Add(c)
+		t.slow.Add(g)
 	}
+	t.roll.Add(c)
 	t.agg.Add(g)
 	t.iv.agg.Add(g)
-	t.slow.Add(g)
 	cb := t.conns[g.Port]
 	if cb == nil {
 		if len(t.conns) < maxConnsKept {
@@ -394,6 +442,9 @@ func sharesStr(m map[string]float64, n int) string {
 // Summary is the live section of a result: what the grouping and the walk
 // saw over the session.
 type Summary struct {
+	// OriginNs is the session's first span (CLOCK_MONOTONIC ns): the zero
+	// of the intervals' at_seconds and of the slowest gaps' start_seconds.
+	OriginNs int64 `json:"origin_ns"`
 	// Streams: response streams seen (requests and streams begun before
 	// the session); Active: writing within the last 10 s at the end.
 	Streams int `json:"streams"`
@@ -448,7 +499,8 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 	gs := t.streams.Stats
 	cp.Stats.Reads = gs.Gaps + gs.FirstBytes
 	return Result{CriticalPath: cp, Live: Summary{
-		Streams: int(gs.Requests + gs.Unrequested), Active: t.streams.Active(now),
+		OriginNs: t.origin,
+		Streams:  int(gs.Requests + gs.Unrequested), Active: t.streams.Active(now),
 		Gaps: t.itl.Count(), FirstBytes: t.ttfb.Count(), ITL: distOf(&t.itl), TTFB: distOf(&t.ttfb),
 		Accuracy:    "quantiles of log-linear histograms, within 1.6%; p99 bands of a uniform sample of at most 16384 gaps of each kind when band_sampled",
 		BandSampled: t.sample[0].seen > len(t.sample[0].gaps) || t.sample[1].seen > len(t.sample[1].gaps),
@@ -479,10 +531,14 @@ type ConnBlame struct {
 type Cost struct {
 	// WalkSeconds is the CPU time of the walks (the advancing thread's CPU
 	// clock; wall time inside the walk where the caller did not lock a
-	// thread for it), RecordSeconds the time spent taking Records spans.
+	// thread for it), RecordSeconds the CPU time of taking Records spans,
+	// estimated from a sample of them (RecordsTimed).
 	WalkSeconds   float64 `json:"walk_seconds"`
 	RecordSeconds float64 `json:"record_seconds"`
 	Records       uint64  `json:"records"`
+	// RecordsTimed: the spans whose intake was timed (one in 64), from
+	// which RecordSeconds is estimated (their mean times Records).
+	RecordsTimed uint64 `json:"records_timed"`
 	// CPUFraction is both over the session's time, a fraction of one CPU.
 	CPUFraction float64 `json:"cpu_fraction"`
 }
@@ -539,9 +595,12 @@ func (t *Tracker) connections(n int) []ConnBlame {
 
 // cost is the tracker's time so far (under t.mu).
 func (t *Tracker) cost(now int64) Cost {
-	c := Cost{WalkSeconds: float64(t.walkNs) / 1e9, RecordSeconds: float64(t.recordNs) / 1e9, Records: t.records}
+	c := Cost{WalkSeconds: float64(t.walkNs) / 1e9, Records: t.records, RecordsTimed: t.timed}
+	if t.timed > 0 {
+		c.RecordSeconds = float64(t.recordNs) / float64(t.timed) * float64(t.records) / 1e9
+	}
 	if d := now - t.origin; t.origin != 0 && d > 0 {
-		c.CPUFraction = float64(t.walkNs+t.recordNs) / float64(d)
+		c.CPUFraction = (c.WalkSeconds + c.RecordSeconds) * 1e9 / float64(d)
 	}
 	return c
 }

@@ -33,7 +33,7 @@ const ClientSlot = 2
 // own load (a Recorder: `bpfbench run`) also follows this process, the load
 // generator, as the client.
 func NewSection(opts collectors.Options) *Section {
-	s := &Section{pid: opts.Pid, total: NewAggregator(), interval: NewAggregator(), client: opts.Recorder != nil}
+	s := &Section{pid: opts.Pid, total: NewAggregator(), interval: NewAggregator(), client: opts.Recorder != nil && !opts.Live}
 	s.Collector = New(Config{
 		Logger: opts.Logger,
 		Wakers: true, SoftirqVector: true, Tree: true, DataEdges: opts.Recorder != nil, IRQTime: true,

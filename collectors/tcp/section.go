@@ -102,7 +102,9 @@ func NewSection(opts collectors.Options) (*Section, error) {
 	}
 	// A session that runs its own load (a Recorder: `bpfbench run`) also
 	// follows the arrivals at this process's sockets, the load generator's.
-	client := opts.Recorder != nil && opts.Pid != os.Getpid()
+	// A live session (Options.Live) has no load generator: bpfbench
+	// itself is only an observer there.
+	client := opts.Recorder != nil && !opts.Live && opts.Pid != os.Getpid()
 	cfg := Config{Port: uint16(opts.Port), Logger: opts.Logger, Sends: true, Arrivals: client,
 		Requests: opts.Live && opts.Recorder != nil}
 	if r := opts.Recorder; r != nil {
