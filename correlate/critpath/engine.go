@@ -221,8 +221,12 @@ func (e *Engine) Stats() Stats { return e.stats }
 func (e *Engine) SetFloor(ns int64) { e.floor = ns }
 
 // insert puts x into s sorted by key, cheaply when it comes in order.
+// x's key is read from the copy appended: taking x's own address for the
+// key function would move every x to the heap (an allocation an event).
 func insert[T any](s []T, x T, key func(*T) int64) []T {
-	k := key(&x)
+	s = append(s, x)
+	k := key(&s[len(s)-1])
+	s = s[:len(s)-1]
 	i := len(s)
 	if i > 0 && key(&s[i-1]) > k {
 		i = sort.Search(len(s), func(j int) bool { return key(&s[j]) > k })
