@@ -145,7 +145,9 @@ func (t *Tracker) Record(sp collectors.Span) {
 	if t.records%recordSample == 0 {
 		if c0, ok := threadCPU(); ok {
 			t.record(sp)
-			if c1, ok := threadCPU(); ok && c1 >= c0 && c1-c0 < 1e9 {
+			// Over 1 ms: the goroutine moved to another thread
+			// mid-span (two threads' clocks), not an intake's time.
+			if c1, ok := threadCPU(); ok && c1 >= c0 && c1-c0 < 1e6 {
 				t.recordNs += c1 - c0
 				t.timed++
 			}
