@@ -58,6 +58,7 @@ type packedSpan struct {
 	// IRQBlockNs, IRQNetNs, StealNs saturate at 4.3 s (interrupt and
 	// steal time within one running stretch).
 	IRQBlockNs, IRQNetNs, StealNs uint32
+	Seq                           uint32 // in the padding before Start
 	Start, End, WakeTs            int64
 	Bytes                         uint64
 }
@@ -111,7 +112,7 @@ func (q *spool) pushSpan(sp *collectors.Span) {
 		Detail: q.intern(sp.Detail), WakerComm: q.intern(sp.WakerComm),
 		WakeCtx: q.intern(sp.WakeCtx), HolderComm: q.intern(sp.HolderComm),
 		IRQBlockNs: sat32(sp.IRQBlockNs), IRQNetNs: sat32(sp.IRQNetNs), StealNs: sat32(sp.StealNs),
-		Start: sp.Start, End: sp.End, WakeTs: sp.WakeTs, Bytes: sp.Bytes,
+		Seq: sp.Seq, Start: sp.Start, End: sp.End, WakeTs: sp.WakeTs, Bytes: sp.Bytes,
 	}}
 	q.appendLocked(&e)
 	q.mu.Unlock()
@@ -171,7 +172,7 @@ func (p *packedSpan) span(strs []string) collectors.Span {
 		Detail: strs[p.Detail], WakerComm: strs[p.WakerComm],
 		WakeCtx: strs[p.WakeCtx], HolderComm: strs[p.HolderComm],
 		IRQBlockNs: int64(p.IRQBlockNs), IRQNetNs: int64(p.IRQNetNs), StealNs: int64(p.StealNs),
-		Start: p.Start, End: p.End, WakeTs: p.WakeTs, Bytes: p.Bytes,
+		Seq: p.Seq, Start: p.Start, End: p.End, WakeTs: p.WakeTs, Bytes: p.Bytes,
 	}
 }
 

@@ -333,7 +333,7 @@ func (c *Collector) Start(context.Context) error {
 	}
 	if err := c.Load(bpfutil.Object{Spec: loadTcp, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip,
 		Consts: map[string]any{tcpVarHostWide: c.cfg.HostWide, tcpVarSendFoldNs: uint64(max(fold, 0)),
-		tcpVarLiveRequests: c.cfg.Requests}, Rename: rename}); err != nil {
+			tcpVarLiveRequests: c.cfg.Requests}, Rename: rename}); err != nil {
 		return err
 	}
 	// Runs before the objects close: a summary's refresh after Close still

@@ -35,7 +35,7 @@ var rules = []struct {
 	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "internal/..."}},
 	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"readiness", []string{"collectors/...", "internal/..."}},
-	{"agent", []string{"session", "collectors", "internal/..."}}, // the session API of the daemon, server and client
+	{"agent", []string{"session", "collectors", "internal/..."}},                              // the session API of the daemon, server and client
 	{"live", []string{"collectors", "correlate/critpath", "exporter/report", "internal/..."}}, // spans to the critical path; live traffic's streams
 	{"daemon", []string{"agent", "session", "live", "collectors", "collectors/bpfutil", "exporter/prom", "exporter/report", "correlate/critpath", "internal/..."}},
 	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "internal/..."}},
