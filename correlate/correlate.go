@@ -2,7 +2,7 @@
 // collectors' activity on one CLOCK_MONOTONIC timeline and attributes each
 // interval's excess latency to causes.
 //
-// The model (ARCHITECTURE.md, "Attribution model"): for a token interval
+// The model (docs/architecture.md, "Attribution model"): for a token interval
 // [a, b] (the first one is the TTFT, from send to first token), each cause's
 // active time inside [a, b] is the measure of the union of its activity
 // spans for the target, so several threads waiting at once count once.

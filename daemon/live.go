@@ -46,7 +46,7 @@ import (
 // its lag has passed.
 const liveAdvance = 500 * time.Millisecond
 
-// The classic buckets of the live histograms (README, "Histogram
+// The classic buckets of the live histograms (docs/daemon.md, "Histogram
 // buckets"): gaps between two writes of a stream from 16.4 µs to 17.2 s,
 // times to first byte from 262 µs to 68.7 s.
 var (

@@ -72,7 +72,7 @@ func (h *Host) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// The classic buckets (README, "Histogram buckets"): every second power
+// The classic buckets (docs/daemon.md, "Histogram buckets"): every second power
 // of two of ns over the range that matters; the native histogram keeps
 // every kernel slot.
 var (

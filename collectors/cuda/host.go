@@ -40,7 +40,7 @@ type Host struct {
 
 var _ collectors.Host = (*Host)(nil)
 
-// CallBuckets are the classic buckets of the CUDA call durations (README,
+// CallBuckets are the classic buckets of the CUDA call durations (docs/daemon.md,
 // "Histogram buckets"): 1.02 µs to 17.2 s, every second power of two of
 // ns; the native histogram keeps every kernel slot.
 var CallBuckets = hist.Classic{From: 10, To: 34, Step: 2}

@@ -31,7 +31,7 @@ type Host struct {
 
 var _ collectors.Host = (*Host)(nil)
 
-// SrttBuckets are srtt's classic buckets (README, "Histogram buckets"):
+// SrttBuckets are srtt's classic buckets (docs/daemon.md, "Histogram buckets"):
 // 1.02 µs (loopback) to 4.3 s, every second power of two of ns; the native
 // histogram keeps every kernel slot.
 var SrttBuckets = hist.Classic{From: 10, To: 32, Step: 2}

@@ -1,5 +1,5 @@
 // Package critpath attributes each token gap to causes along its critical
-// path (ARCHITECTURE.md, "Attribution model"): walking back from the
+// path (docs/architecture.md, "Attribution model"): walking back from the
 // client's read c(k), the chunk waited in the client's socket from its
 // arrival r(k), was in flight from the server's send s(k), and before that
 // the sending thread's states from the previous read c(k-1) tell what the

@@ -39,7 +39,7 @@ var commands []func() *cobra.Command
 
 func register(newCmd func() *cobra.Command) { commands = append(commands, newCmd) }
 
-// The exit statuses (README, "Exit status"): every command ends with one
+// The exit statuses (docs/usage.md, "exit status"): every command ends with one
 // of these.
 const (
 	statusOK          = 0   // done, all good

@@ -22,7 +22,7 @@ import (
 
 // seriesBudget is the most series a node's /metrics may hold in the
 // classic (text) exposition with budgetTargets pid targets and the host
-// (README, "Series budget").
+// (docs/daemon.md, "Series budget").
 const (
 	seriesBudget  = 1500
 	budgetTargets = 8
