@@ -134,7 +134,7 @@ func TestLiveAttachContention(t *testing.T) {
 			t.Fatalf("taskset: %v\n%s", err, out)
 		}
 		port, _ := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
-		liveContention(t, pid, port, "m")
+		retryLive(t, func() []string { return liveContention(t, pid, port, "m") })
 	})
 	t.Run("llama-server", func(t *testing.T) {
 		paths, err := engine.Find()
@@ -148,11 +148,26 @@ func TestLiveAttachContention(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(srv.Stop)
-		liveContention(t, srv.Pid, srv.Port, "tiny-llama")
+		retryLive(t, func() []string { return liveContention(t, srv.Pid, srv.Port, "tiny-llama") })
 	})
 }
 
-func liveContention(t *testing.T, pid, port int, model string) {
+// retryLive runs a live check once more when it finds problems: a shared
+// host's steal (the hypervisor holding the server's vCPU, cpu_runqueue)
+// can spoil a half.
+func retryLive(t *testing.T, check func() []string) {
+	t.Helper()
+	var problems []string
+	for attempt := 1; attempt <= 2; attempt++ {
+		if problems = check(); len(problems) == 0 {
+			return
+		}
+		t.Logf("attempt %d: %s", attempt, strings.Join(problems, "; "))
+	}
+	t.Error(strings.Join(problems, "\n"))
+}
+
+func liveContention(t *testing.T, pid, port int, model string) (problems []string) {
 	const quiet, contended = 15.0, 15.0
 	ports := streamClient(t, port, 4, quiet+contended+3, "--model", model, "--max-tokens", "48")
 	time.Sleep(500 * time.Millisecond) // the client's first requests under way
@@ -186,10 +201,10 @@ func liveContention(t *testing.T, pid, port int, model string) {
 	}
 	t.Logf("quiet half: %s; contended half: %s; neighbours %v (busy pid %d)", topShares(qs), topShares(cs), nbs, busy.Process.Pid)
 	if cs["cpu_runqueue"] < 0.6 {
-		t.Errorf("contended half: cpu_runqueue is %.0f%% of the p99 gap's excess, want 60%% or more", 100*cs["cpu_runqueue"])
+		problems = append(problems, fmt.Sprintf("contended half: cpu_runqueue is %.0f%% of the p99 gap's excess, want 60%% or more", 100*cs["cpu_runqueue"]))
 	}
 	if live.TopOf(qs) == "cpu_runqueue" && qs["cpu_runqueue"] > 0.5 {
-		t.Errorf("quiet half: cpu_runqueue leads the p99 gap's excess (%.0f%%) with nothing contending", 100*qs["cpu_runqueue"])
+		problems = append(problems, fmt.Sprintf("quiet half: cpu_runqueue leads the p99 gap's excess (%.0f%%) with nothing contending", 100*qs["cpu_runqueue"]))
 	}
 	pids := slices.Collect(func(yield func(uint32) bool) {
 		for p := range nbs {
@@ -208,8 +223,9 @@ func liveContention(t *testing.T, pid, port int, model string) {
 		return 0
 	})
 	if len(pids) == 0 || pids[0] != uint32(busy.Process.Pid) {
-		t.Errorf("contended half: neighbours %v, want the busy process %d first", nbs, busy.Process.Pid)
+		problems = append(problems, fmt.Sprintf("contended half: neighbours %v, want the busy process %d first", nbs, busy.Process.Pid))
 	}
+	return problems
 }
 
 func topShares(m map[string]float64) string {
