@@ -115,3 +115,30 @@ func TestServeStopsWithContext(t *testing.T) {
 		t.Errorf("Serve after cancel: %v", err)
 	}
 }
+
+// A client's connection that has sent nothing (Go's transport parks a
+// spare one unused) holds the graceful shutdown to its deadline: Serve
+// then closes it and still returns nil.
+func TestServeStopsWithAnIdleNewConnection(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, l, prometheus.NewRegistry(), Config{Name: "bpfbench"}) }()
+	resp, err := http.Get("http://" + l.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	c, err := net.Dial("tcp", l.Addr().String()) // connected, nothing sent
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Serve with a connection that sent nothing: %v, want nil", err)
+	}
+}
