@@ -33,13 +33,11 @@ type Rolling struct {
 	cur     rollWindow
 	started bool
 	past    []rollStat // oldest first
-	rng     uint64
 }
 
 type rollWindow struct {
 	start int64
-	seen  int
-	gaps  []Gap
+	sample
 }
 
 type rollStat struct {
@@ -51,26 +49,13 @@ type rollStat struct {
 
 // NewRolling returns a rolling baseline with the defaults.
 func NewRolling() *Rolling {
-	return &Rolling{Window: DefaultWindow, Windows: DefaultWindows, rng: 0x9e3779b97f4a7c15}
+	return &Rolling{Window: DefaultWindow, Windows: DefaultWindows, cur: rollWindow{sample: sample{n: windowSample}}}
 }
 
 // Add takes a walked gap; gaps come in their end's order, roughly.
 func (r *Rolling) Add(g Gap) {
 	r.roll(g.End)
-	w := &r.cur
-	w.seen++
-	if len(w.gaps) < windowSample {
-		w.gaps = append(w.gaps, g)
-		return
-	}
-	// Reservoir sampling: each of the window's gaps is kept with the same
-	// chance.
-	r.rng ^= r.rng << 13
-	r.rng ^= r.rng >> 7
-	r.rng ^= r.rng << 17
-	if i := int(r.rng % uint64(w.seen)); i < windowSample {
-		w.gaps[i] = g
-	}
+	r.cur.add(g)
 }
 
 // roll closes the current window when t is past it.
@@ -89,7 +74,7 @@ func (r *Rolling) roll(t int64) {
 			r.past = slices.Delete(r.past, 0, len(r.past)-r.Windows)
 		}
 	}
-	r.cur.gaps, r.cur.seen = r.cur.gaps[:0], 0
+	r.cur.reset()
 	// Windows with no gaps at all are skipped, not kept empty.
 	r.cur.start += (t - r.cur.start) / r.Window * r.Window
 }

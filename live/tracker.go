@@ -67,11 +67,10 @@ type Tracker struct {
 	roll    *Rolling
 	reads   []critpath.Read
 	origin  int64 // the first span's time
-	rng     uint64
 
 	// the session
 	agg     critpath.Aggregate
-	sample  [2]gapSample // first bytes, later gaps
+	sample  [2]sample // first tokens, later gaps
 	itl     hist.LogLinear
 	ttfb    hist.LogLinear
 	gapH    hist.Log2 // the daemon's histograms, cumulative
@@ -94,14 +93,8 @@ type Tracker struct {
 	iv interval
 }
 
-type gapSample struct {
-	seen int
-	gaps []Gap
-}
-
 type interval struct {
-	seen   int
-	gaps   []Gap
+	sample
 	agg    critpath.Aggregate
 	itl    hist.LogLinear
 	ttfb   hist.LogLinear
@@ -130,7 +123,8 @@ func NewTracker(opt Options) *Tracker {
 	}
 	eng := critpath.New(critpath.Options{Keep: opt.Keep})
 	return &Tracker{opt: opt, eng: eng, feed: NewFeed(eng, opt.MaxHeld), streams: NewStreams(), roll: NewRolling(),
-		slow: Slowest{N: opt.Slowest}, rng: 0x2545f4914f6cdd1d, conns: map[uint16]*connBlame{},
+		slow: Slowest{N: opt.Slowest}, conns: map[uint16]*connBlame{},
+		sample: [2]sample{{n: bandSample}, {n: bandSample}}, iv: interval{sample: sample{n: bandSample * 4}},
 		gapH: hist.Log2{Slots: make([]uint64, 64)}, ttfbH: hist.Log2{Slots: make([]uint64, 64)}}
 }
 
@@ -283,29 +277,8 @@ func (t *Tracker) gap(g critpath.Gap) {
 	for k, v := range g.Ns {
 		cb.ns[k] += v
 	}
-	t.keep(&t.sample[kind], c, bandSample)
-	t.iv.seen++
-	if len(t.iv.gaps) < bandSample*4 {
-		t.iv.gaps = append(t.iv.gaps, c)
-	} else if i := int(t.next() % uint64(t.iv.seen)); i < len(t.iv.gaps) {
-		t.iv.gaps[i] = c
-	}
-}
-
-func (t *Tracker) keep(s *gapSample, g Gap, n int) {
-	s.seen++
-	if len(s.gaps) < n {
-		s.gaps = append(s.gaps, g)
-	} else if i := int(t.next() % uint64(s.seen)); i < n {
-		s.gaps[i] = g
-	}
-}
-
-func (t *Tracker) next() uint64 {
-	t.rng ^= t.rng << 13
-	t.rng ^= t.rng >> 7
-	t.rng ^= t.rng << 17
-	return t.rng
+	t.sample[kind].add(c)
+	t.iv.add(c)
 }
 
 // addLog2 counts ns in a kernel-style log2 histogram (hist.Log2).
@@ -360,7 +333,7 @@ func (t *Tracker) Interval(now int64, seconds float64) IntervalView {
 	iv := &t.iv
 	v := IntervalView{AtS: float64(now-t.origin) / 1e9, Seconds: seconds, Streams: t.streams.Active(now),
 		Gaps: int(iv.itl.Count()), FirstBytes: iv.firsts, ITL: distOf(&iv.itl), TTFB: distOf(&iv.ttfb),
-		ITLP99: Band(slices.Values(iv.gaps), base, false), Sampled: iv.seen > len(iv.gaps), Baseline: name}
+		ITLP99: Band(slices.Values(iv.gaps), base, false), Sampled: iv.sampled(), Baseline: name}
 	if t.origin == 0 {
 		v.AtS = 0
 	}
@@ -373,7 +346,8 @@ func (t *Tracker) Interval(now int64, seconds float64) IntervalView {
 		t.dropped++
 	}
 	t.views = append(t.views, v)
-	iv.gaps, iv.seen, iv.firsts = iv.gaps[:0], 0, 0
+	iv.reset()
+	iv.firsts = 0
 	iv.agg = critpath.Aggregate{}
 	iv.itl.Reset()
 	iv.ttfb.Reset()
@@ -505,7 +479,7 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 		Streams:  int(gs.Requests + gs.Unrequested), Active: t.streams.Active(now),
 		Gaps: t.itl.Count(), FirstBytes: t.ttfb.Count(), ITL: distOf(&t.itl), TTFB: distOf(&t.ttfb),
 		Accuracy:    "quantiles of log-linear histograms, within 1.6%; p99 bands of a uniform sample of at most 16384 gaps of each kind when band_sampled",
-		BandSampled: t.sample[0].seen > len(t.sample[0].gaps) || t.sample[1].seen > len(t.sample[1].gaps),
+		BandSampled: t.sample[0].sampled() || t.sample[1].sampled(),
 		Grouping:    gs, Intervals: slices.Clone(t.views), IntervalsDropped: t.dropped,
 		Connections: t.connections(20), Cost: t.cost(now),
 	}}
