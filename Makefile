@@ -11,14 +11,14 @@ export CGO_ENABLED := 1
 # go-nvml's headers mark many NVML calls deprecated; the warnings are not ours.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build generate test fuzz lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image dist
+.PHONY: all build deps generate test fuzz lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image dist
 
 all: build
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/bpfbench ./tools/bpfbench
-	@if [ -d tools/llmsim ]; then $(GO) build -trimpath -o $(BIN)/llmsim ./tools/llmsim; fi
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/bpfbench ./cmd/bpfbench
+	@if [ -d cmd/llmsim ]; then $(GO) build -trimpath -o $(BIN)/llmsim ./cmd/llmsim; fi
 	@if [ -f tools/cudastub/Makefile ]; then $(MAKE) -C tools/cudastub OUT=$(abspath $(BIN)); fi
 	$(CC) -O2 -g -Wall -Wextra -pthread -o $(BIN)/barrierpool tools/barrierpool/barrierpool.c
 	$(CC) -O2 -g -Wall -Wextra -pthread -o $(BIN)/condserver tools/condserver/condserver.c
@@ -32,15 +32,23 @@ check-generated: generate
 	@git diff --exit-code -- collectors/ || { echo "generated files are stale: run make generate and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- collectors/)" || { git status --porcelain -- collectors/; echo "untracked generated files: commit them"; exit 1; }
 
-# The README's test command. Privileged tests skip when not root unless
-# BPFBENCH_REQUIRE_PRIVILEGED=1, which turns the skips into failures. The
-# source tree is snapshot before the tests and checked after them, pass or
-# fail: a test that writes into it fails the target (tools/ci/clean-tree.sh;
-# CLEAN_TREE_SNAPSHOT names the snapshot file).
-test: build
+# The README's test command, run as root on a fresh machine: it installs
+# the Debian packages the tests need (tools/ci/deps.sh, the missing ones
+# only), builds the binaries and the real engine (tools/bench/engine,
+# cached in /var/cache/bpfbench/llama), then runs every test. Privileged
+# tests skip when not root unless BPFBENCH_REQUIRE_PRIVILEGED=1, which
+# turns the skips into failures. The source tree is snapshot before the
+# tests and checked after them, pass or fail: a test that writes into it
+# fails the target (tools/ci/clean-tree.sh; CLEAN_TREE_SNAPSHOT names the
+# snapshot file).
+test: deps build engine
 	bash tools/ci/clean-tree.sh snapshot
 	rc=0; $(GO) test -count=1 -p 1 -timeout 40m ./... || rc=$$?; \
 	bash tools/ci/clean-tree.sh check || rc=1; exit $$rc
+
+# The Debian packages of the build and the tests, those missing only.
+deps:
+	bash tools/ci/deps.sh
 
 # Every fuzz target (func FuzzX(f *testing.F) in any _test.go, found by
 # grep), each run for FUZZTIME in turn: go fuzzes one target per
@@ -105,14 +113,14 @@ dist:
 	rm -rf $(DIST)/pkg
 	rm -f $(DIST)/SHA256SUMS $(DIST)/*.deb $(DIST)/*.rpm $(DIST)/*.cdx.json
 	mkdir -p $(DIST)/pkg
-	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(DIST)/bpfbench-linux-$(PKG_ARCH) ./tools/bpfbench
-	$(GO) build -trimpath -ldflags '-s -w' -o $(DIST)/llmsim-linux-$(PKG_ARCH) ./tools/llmsim
+	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(DIST)/bpfbench-linux-$(PKG_ARCH) ./cmd/bpfbench
+	$(GO) build -trimpath -ldflags '-s -w' -o $(DIST)/llmsim-linux-$(PKG_ARCH) ./cmd/llmsim
 	sed 's|^ExecStart=/usr/local/bin/bpfbench |ExecStart=/usr/bin/bpfbench |' systemd/bpfbench.service >$(DIST)/pkg/bpfbench.service
 	grep -q '^ExecStart=/usr/bin/bpfbench ' $(DIST)/pkg/bpfbench.service
 	cp README.md DESIGN.md $(DIST)/pkg/
 	$(NFPM_ENV) $(GO) tool nfpm package -f deploy/package/nfpm.yaml -p deb -t $(DIST)/
 	$(NFPM_ENV) $(GO) tool nfpm package -f deploy/package/nfpm.yaml -p rpm -t $(DIST)/
-	$(GO) tool cyclonedx-gomod app -json -noserial -std -main tools/bpfbench -output $(DIST)/bpfbench.cdx.json
+	$(GO) tool cyclonedx-gomod app -json -noserial -std -main cmd/bpfbench -output $(DIST)/bpfbench.cdx.json
 	cd $(DIST) && sha256sum bpfbench-linux-$(PKG_ARCH) llmsim-linux-$(PKG_ARCH) *.deb *.rpm bpfbench.cdx.json >SHA256SUMS
 	@cat $(DIST)/SHA256SUMS
 
@@ -130,7 +138,7 @@ image: dist
 # The CLI reference in docs/cli, generated from the commands (TestCLIDocs
 # fails when it is stale).
 docs:
-	$(GO) generate ./tools/bpfbench
+	$(GO) generate ./cmd/bpfbench
 
 # The Prometheus rules of deploy/prometheus: syntax and the alerts' unit tests.
 rules:

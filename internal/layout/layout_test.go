@@ -41,11 +41,11 @@ var rules = []struct {
 	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "internal/..."}},
 	{"job/diff", []string{"exporter/report", "correlate", "correlate/critpath", "internal/..."}},
 	{"job", []string{"job/load", "live", "agent", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
-	{"loadgen/bench/*", []string{"job/load", "loadgen", "internal/..."}},
 	{"deploy", []string{"internal/..."}}, // tests of the dashboard and rules; run bin/bpfbench as a process
-	{"tools/llmsim/...", []string{"tools/llmsim/...", "loadgen/kserve/inference", "internal/..."}},
+	{"tools/llmsim/...", []string{"tools/llmsim/...", "loadgen/kserve/inference", "internal/..."}}, // the simulated server's library (cmd/llmsim)
 	{"tools/cudastub", nil},
-	{"tools/...", []string{"..."}}, // the binaries: the composition root
+	{"tools/...", []string{"..."}}, // test support: simulators, stubs, bench programs
+	{"cmd/...", []string{"..."}},   // the binaries: the composition root
 }
 
 func match(pattern, p string) bool {

@@ -2,7 +2,7 @@
 # Drives llmsim at its limit and prints the load generator's chunks per
 # second per core of client CPU (user+system from getrusage in the client
 # process, which runs apart from the server).
-#   loadgen/bench/clientbench.sh [requests] [concurrency] [output-len]
+#   tools/bench/loadgen/clientbench.sh [requests] [concurrency] [output-len]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 N=${1:-2000}
@@ -10,8 +10,8 @@ C=${2:-256}
 OUT=${3:-256}
 TMP=$(mktemp -d)
 trap 'kill "$SIM" 2>/dev/null || true; rm -rf "$TMP"' EXIT
-go build -o "$TMP/llmsim" ./tools/llmsim
-go build -o "$TMP/loadclient" ./loadgen/bench/loadclient
+go build -o "$TMP/llmsim" ./cmd/llmsim
+go build -o "$TMP/loadclient" ./tools/bench/loadgen/loadclient
 PORT=$((20000 + RANDOM % 20000))
 # A server as cheap as possible per token: sleep steps, no batch slowdown.
 "$TMP/llmsim" --addr 127.0.0.1:$PORT --work sleep --itl 1ms --prefill-base 0 --prefill-per-token 0 \
@@ -31,7 +31,7 @@ open(sys.argv[1] + ".per-core", "w").write(str(chunks / cpu))
 PY
 # The same load from a Python asyncio client (the shape of vLLM's), for the ratio.
 if command -v python3 >/dev/null; then
-  py=$(python3 loadgen/bench/asyncio_client.py "$PORT" "$N" "$C" "$OUT")
+  py=$(python3 tools/bench/loadgen/asyncio_client.py "$PORT" "$N" "$C" "$OUT")
   echo "$py"
   python3 - "$TMP/result.json.per-core" "$py" <<'PY' || true
 import re, sys

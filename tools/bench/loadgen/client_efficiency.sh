@@ -4,9 +4,9 @@
 # aiohttp_client.py) and the floor (floor/floor.c: one epoll loop that only
 # counts "data:" lines), against the same llmsim in the same run.
 #
-#   loadgen/bench/client_efficiency.sh [STREAMS] [TOKENS] [ITL_MS] [ROUNDS]
+#   tools/bench/loadgen/client_efficiency.sh [STREAMS] [TOKENS] [ITL_MS] [ROUNDS]
 #
-# bpfbench is loadgen/bench/loadclient, `bpfbench load` as its own process.
+# bpfbench is tools/bench/loadgen/loadclient, `bpfbench load` as its own process.
 # Every client sends STREAMS streaming requests at once for TOKENS tokens
 # each (ignore_eos), one token every ITL_MS ms; each round runs the three
 # clients one after the other, in a new process each. A client's CPU is
@@ -14,7 +14,7 @@
 # client is charged the same way. Prints each run, then the median over the
 # rounds and the ratios. Needs go, cc and /usr/bin/python3 with python3-aiohttp.
 # Also measured: bpfbench through Go's net/http (--net-http), and, with
-# BASELINE_LOADCLIENT=PATH, another build of loadgen/bench/loadclient (an
+# BASELINE_LOADCLIENT=PATH, another build of tools/bench/loadgen/loadclient (an
 # older commit, for before/after).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,9 +26,9 @@ PY=${PYTHON:-/usr/bin/python3}
 TMP=$(mktemp -d)
 SIM=
 trap '[ -n "$SIM" ] && kill "$SIM" 2>/dev/null; rm -rf "$TMP"' EXIT
-go build -o "$TMP/llmsim" ./tools/llmsim
-go build -o "$TMP/loadclient" ./loadgen/bench/loadclient
-cc -O2 -o "$TMP/floor" loadgen/bench/floor/floor.c
+go build -o "$TMP/llmsim" ./cmd/llmsim
+go build -o "$TMP/loadclient" ./tools/bench/loadgen/loadclient
+cc -O2 -o "$TMP/floor" tools/bench/loadgen/floor/floor.c
 PORT=$((20000 + RANDOM % 20000))
 # A server as cheap as possible per token: sleep steps, no batch slowdown.
 "$TMP/llmsim" --addr 127.0.0.1:$PORT --work sleep --itl "${ITL_MS}ms" --prefill-base 0 --prefill-per-token 0 \
@@ -66,7 +66,7 @@ for r in $(seq "$ROUNDS"); do
     n=$("$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["bpfbench"]["chunks"] if r["failed"]==0 else 0)' "$TMP/result.json")
     echo "baseline $n $c" >>"$TMP/runs"
   fi
-  c=$(cpu "$PY" loadgen/bench/aiohttp_client.py "$URL" "$STREAMS" "$TOKENS")
+  c=$(cpu "$PY" tools/bench/loadgen/aiohttp_client.py "$URL" "$STREAMS" "$TOKENS")
   n=$(sed -n 's/^aiohttp: \([0-9]*\)\/[0-9]* ok, \([0-9]*\) chunks.*/\1 \2/p' "$TMP/out")
   [ "${n%% *}" = "$STREAMS" ] || { cat "$TMP/out"; exit 1; }
   echo "python ${n#* } $c" >>"$TMP/runs"

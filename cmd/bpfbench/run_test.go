@@ -46,7 +46,7 @@ func simBinaries(t *testing.T) {
 		simBinsDir = dir
 		root, _ := filepath.Abs("../..")
 		for _, c := range [][]string{
-			{"go", "build", "-o", filepath.Join(dir, "llmsim"), "./tools/llmsim"},
+			{"go", "build", "-o", filepath.Join(dir, "llmsim"), "./cmd/llmsim"},
 			{"make", "-s", "-C", "tools/cudastub", "OUT=" + dir},
 		} {
 			cmd := exec.Command(c[0], c[1:]...)

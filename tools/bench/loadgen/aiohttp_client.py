@@ -7,7 +7,7 @@ response.content`, "data: " stripped, json.loads per message, a
 perf_counter timestamp per chunk with choices, usage read from the
 usage-only chunk). All STREAMS requests are sent at once.
 
-    /usr/bin/python3 loadgen/bench/aiohttp_client.py URL STREAMS TOKENS [MODEL]
+    /usr/bin/python3 tools/bench/loadgen/aiohttp_client.py URL STREAMS TOKENS [MODEL]
 
 Needs python3-aiohttp (Debian). Prints the chunks received and the CPU time
 of this process.

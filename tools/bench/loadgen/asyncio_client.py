@@ -5,7 +5,7 @@ request, SSE lines parsed with json.loads, a timestamp per chunk) on the
 standard library only (asyncio streams, raw HTTP/1.1), since aiohttp is not
 installed here. It reports chunks per second of its own CPU time.
 
-    loadgen/bench/asyncio_client.py PORT [requests] [concurrency] [output-len]
+    tools/bench/loadgen/asyncio_client.py PORT [requests] [concurrency] [output-len]
 """
 import asyncio
 import json

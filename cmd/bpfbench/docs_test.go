@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra/doc"
 )
 
-var updateDocs = flag.Bool("update-docs", false, "rewrite docs/cli from the commands (go generate ./tools/bpfbench)")
+var updateDocs = flag.Bool("update-docs", false, "rewrite docs/cli from the commands (go generate ./cmd/bpfbench)")
 
 // cliDocsDir is the generated CLI reference, docs/cli at the repository root.
 var cliDocsDir = filepath.Join("..", "..", "docs", "cli")
@@ -83,6 +83,6 @@ func TestCLIDocs(t *testing.T) {
 	}
 	slices.Sort(stale)
 	if len(stale) > 0 {
-		t.Errorf("docs/cli is stale (%v): regenerate it with go generate ./tools/bpfbench and commit it", stale)
+		t.Errorf("docs/cli is stale (%v): regenerate it with go generate ./cmd/bpfbench and commit it", stale)
 	}
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the build and the tests need, those missing
+# only: `make test` runs it first, and .ci/run through `make test`.
+# As root it runs apt-get; otherwise it names the missing packages and the
+# command that installs them, and fails. DEPS_EXTRA adds packages.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+
+pkgs=(clang llvm libbpf-dev bpftool gcc make iproute2 util-linux mount kmod procps
+	chromium fonts-liberation cmake g++ git python3-numpy python3-yaml prometheus nginx-light
+	${DEPS_EXTRA:-})
+
+missing=()
+for p in "${pkgs[@]}"; do
+	if [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" != "install ok installed" ]; then
+		missing+=("$p")
+	fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" != 0 ]; then
+	echo "missing Debian packages: ${missing[*]}" >&2
+	echo "install them with: sudo apt-get install -y ${missing[*]} (or run make test as root)" >&2
+	exit 1
+fi
+echo "installing: ${missing[*]}"
+for attempt in 1 2 3; do
+	if apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+		exit 0
+	fi
+	sleep 10
+done
+echo "apt-get failed to install: ${missing[*]}" >&2
+exit 1
