@@ -24,129 +24,163 @@ type timeline struct {
 const maxSpan = 20 * ms
 
 func genTimeline(seed uint64, threads int, dur int64, ports int) *timeline {
-	r := rand.New(rand.NewPCG(seed, 7))
-	tl := &timeline{}
-	var ths []Thread
+	g := &gen{r: rand.New(rand.NewPCG(seed, 7)), tl: &timeline{}, dur: dur, ports: ports}
 	for i := range threads {
-		ths = append(ths, Thread{Tid: uint32(100 + i), Tgid: 100, Comm: "worker"})
+		g.ths = append(g.ths, Thread{Tid: uint32(100 + i), Tgid: 100, Comm: "worker"})
 	}
-	outside := []Thread{stress, {Tid: 4244, Tgid: 4242, Comm: "stress-ng"}, kwork, {Tid: 777, Tgid: 777, Comm: "python3"}}
-	d := func(max int64) int64 { return 1 + r.Int64N(max) }
-	for _, th := range ths {
-		t := int64(0)
-		st := Runnable
-		cudaEnd := int64(0)
-		for t < dur {
-			s := Segment{Thread: th, State: st, Start: t}
-			switch st {
-			case Running:
-				s.End = t + d(8*ms)
-				if r.IntN(4) == 0 { // interrupts on its CPU meanwhile
-					s.IRQ = IRQTime{Block: r.Int64N(s.End - t), Net: r.Int64N(ms)}
-				}
-				if r.IntN(6) == 0 && t >= cudaEnd {
-					cs := t + r.Int64N(s.End-t)
-					ce := cs + d(maxSpan)
-					tl.cuda = append(tl.cuda, CUDACall{Tid: th.Tid, Start: cs, End: ce, Name: "cudaStreamSynchronize"})
-					cudaEnd = ce
-				}
-			case Runnable:
-				s.End = t + d(3*ms)
-				for range r.IntN(3) {
-					h := outside[r.IntN(len(outside))]
-					if r.IntN(3) == 0 {
-						h = ths[r.IntN(len(ths))]
-					}
-					s.Holders = append(s.Holders, Holder{h, d(2 * ms)})
-				}
-			case IOWait:
-				s.End = t + d(5*ms)
-			case Stopped:
-				s.End = t + d(maxSpan)
-				s.Wake = Wake{Kind: WakeThread, Waker: outside[r.IntN(len(outside))]}
-			case Sleep:
-				s.End = t + d(maxSpan)
-				switch k := WakeKind(r.IntN(7)); k {
-				case WakeThread:
-					w := ths[r.IntN(len(ths))]
-					if r.IntN(4) == 0 {
-						w = outside[r.IntN(len(outside))]
-					}
-					s.Wake = Wake{Kind: k, Waker: w}
-				case WakeNetRx:
-					s.Wake = Wake{Kind: k, Port: uint16(40000 + r.IntN(ports+1))}
-					if r.IntN(3) == 0 {
-						s.Wake.Port = 0 // unknown: an upstream hop, a hold or server_sleep
-					}
-				default:
-					s.Wake = Wake{Kind: k}
-				}
+	g.outside = []Thread{stress, {Tid: 4244, Tgid: 4242, Comm: "stress-ng"}, kwork, {Tid: 777, Tgid: 777, Comm: "python3"}}
+	for _, th := range g.ths {
+		g.thread(th)
+	}
+	g.connections()
+	return g.tl
+}
+
+// gen draws a timeline: each thread's segments, then the connections.
+type gen struct {
+	r            *rand.Rand
+	tl           *timeline
+	ths, outside []Thread
+	dur          int64
+	ports        int
+}
+
+// d is a duration in [1, max].
+func (g *gen) d(max int64) int64 { return 1 + g.r.Int64N(max) }
+
+// thread draws th's segments until dur.
+func (g *gen) thread(th Thread) {
+	r, tl := g.r, g.tl
+	t := int64(0)
+	st := Runnable
+	cudaEnd := int64(0)
+	for t < g.dur {
+		s := Segment{Thread: th, State: st, Start: t}
+		switch st {
+		case Running:
+			s.End = t + g.d(8*ms)
+			if r.IntN(4) == 0 { // interrupts on its CPU meanwhile
+				s.IRQ = IRQTime{Block: r.Int64N(s.End - t), Net: r.Int64N(ms)}
 			}
-			tl.segs = append(tl.segs, s)
-			t = s.End
-			// The next state; a hole (lost events) now and then, never
-			// right after a Runnable (its end is the switch-in that starts
-			// the Running segment), and always followed by a Runnable.
-			switch st {
-			case Runnable:
-				st = Running
-			case Running:
-				st = []State{Runnable, Sleep, Sleep, IOWait, Runnable, Sleep, Sleep, IOWait, Stopped}[r.IntN(9)]
-			default:
-				st = Runnable
+			if r.IntN(6) == 0 && t >= cudaEnd {
+				cs := t + r.Int64N(s.End-t)
+				ce := cs + g.d(maxSpan)
+				tl.cuda = append(tl.cuda, CUDACall{Tid: th.Tid, Start: cs, End: ce, Name: "cudaStreamSynchronize"})
+				cudaEnd = ce
 			}
-			if st != Running && r.IntN(40) == 0 {
-				t += d(maxSpan)
-				st = Runnable
+		case Runnable:
+			s.End = t + g.d(3*ms)
+			for range r.IntN(3) {
+				h := g.outside[r.IntN(len(g.outside))]
+				if r.IntN(3) == 0 {
+					h = g.ths[r.IntN(len(g.ths))]
+				}
+				s.Holders = append(s.Holders, Holder{h, g.d(2 * ms)})
 			}
+		case IOWait:
+			s.End = t + g.d(5*ms)
+		case Stopped:
+			s.End = t + g.d(maxSpan)
+			s.Wake = Wake{Kind: WakeThread, Waker: g.outside[r.IntN(len(g.outside))]}
+		case Sleep:
+			s.End = t + g.d(maxSpan)
+			s.Wake = g.wake()
+		}
+		tl.segs = append(tl.segs, s)
+		t = s.End
+		// The next state; a hole (lost events) now and then, never
+		// right after a Runnable (its end is the switch-in that starts
+		// the Running segment), and always followed by a Runnable.
+		switch st {
+		case Runnable:
+			st = Running
+		case Running:
+			st = []State{Runnable, Sleep, Sleep, IOWait, Runnable, Sleep, Sleep, IOWait, Stopped}[r.IntN(9)]
+		default:
+			st = Runnable
+		}
+		if st != Running && r.IntN(40) == 0 {
+			t += g.d(maxSpan)
+			st = Runnable
 		}
 	}
-	// An upstream connection (a gateway's to its engine: sends, no
-	// arrivals), and connections held back now and then.
-	for t := r.Int64N(5 * ms); t < dur; t += d(5 * ms) {
-		tl.sends = append(tl.sends, Send{Time: t, Tid: ths[r.IntN(len(ths))].Tid, Port: 50000, Bytes: 64})
+}
+
+// wake draws the wakeup that ends a sleep.
+func (g *gen) wake() Wake {
+	r := g.r
+	switch k := WakeKind(r.IntN(7)); k {
+	case WakeThread:
+		w := g.ths[r.IntN(len(g.ths))]
+		if r.IntN(4) == 0 {
+			w = g.outside[r.IntN(len(g.outside))]
+		}
+		return Wake{Kind: k, Waker: w}
+	case WakeNetRx:
+		w := Wake{Kind: k, Port: uint16(40000 + r.IntN(g.ports+1))}
+		if r.IntN(3) == 0 {
+			w.Port = 0 // unknown: an upstream hop, a hold or server_sleep
+		}
+		return w
+	default:
+		return Wake{Kind: k}
 	}
-	for p := range ports {
+}
+
+// connections draws an upstream connection (a gateway's to its engine:
+// sends, no arrivals), connections held back now and then, and each
+// port's requests.
+func (g *gen) connections() {
+	r, tl, dur := g.r, g.tl, g.dur
+	for t := r.Int64N(5 * ms); t < dur; t += g.d(5 * ms) {
+		tl.sends = append(tl.sends, Send{Time: t, Tid: g.ths[r.IntN(len(g.ths))].Tid, Port: 50000, Bytes: 64})
+	}
+	for p := range g.ports {
 		for range r.IntN(4) {
 			a := r.Int64N(dur)
-			tl.holds = append(tl.holds, Hold{Port: uint16(40000 + p), Start: a, End: a + d(maxSpan), Kind: "zero_window"})
+			tl.holds = append(tl.holds, Hold{Port: uint16(40000 + p), Start: a, End: a + g.d(maxSpan), Kind: "zero_window"})
 		}
 	}
-	for p := range ports {
-		port := uint16(40000 + p)
-		noArrivals := p%7 == 6
-		noSends := p%11 == 10
-		c := r.Int64N(50 * ms)
-		lastArr := int64(0)
-		for req := 0; c < dur; req++ {
-			tokens := 2 + r.IntN(30)
-			for k := range tokens {
-				s := c + r.Int64N(12*ms)
-				if r.IntN(30) == 0 {
-					s += r.Int64N(100 * ms)
-				}
-				a := max(s+r.Int64N(ms), lastArr)
-				if r.IntN(30) == 0 {
-					a += r.Int64N(30 * ms)
-				}
-				lastArr = a
-				next := a + r.Int64N(ms/4)
-				if r.IntN(30) == 0 {
-					next += r.Int64N(40 * ms)
-				}
-				if !noSends {
-					tl.sends = append(tl.sends, Send{Time: s, Tid: ths[r.IntN(len(ths))].Tid, Port: port, Bytes: 64})
-				}
-				if !noArrivals {
-					tl.arrs = append(tl.arrs, Arrival{Time: a, Port: port, Bytes: 64})
-				}
-				tl.reads = append(tl.reads, Read{Request: p*100000 + req, Index: k, Port: port, Start: c, End: next})
-				c = next
+	for p := range g.ports {
+		g.port(p)
+	}
+}
+
+// port draws the requests of port 40000+p, one after another.
+func (g *gen) port(p int) {
+	r, tl := g.r, g.tl
+	port := uint16(40000 + p)
+	noArrivals := p%7 == 6
+	noSends := p%11 == 10
+	c := r.Int64N(50 * ms)
+	lastArr := int64(0)
+	for req := 0; c < g.dur; req++ {
+		tokens := 2 + r.IntN(30)
+		for k := range tokens {
+			s := c + r.Int64N(12*ms)
+			if r.IntN(30) == 0 {
+				s += r.Int64N(100 * ms)
 			}
-			c += r.Int64N(5 * ms)
+			a := max(s+r.Int64N(ms), lastArr)
+			if r.IntN(30) == 0 {
+				a += r.Int64N(30 * ms)
+			}
+			lastArr = a
+			next := a + r.Int64N(ms/4)
+			if r.IntN(30) == 0 {
+				next += r.Int64N(40 * ms)
+			}
+			if !noSends {
+				tl.sends = append(tl.sends, Send{Time: s, Tid: g.ths[r.IntN(len(g.ths))].Tid, Port: port, Bytes: 64})
+			}
+			if !noArrivals {
+				tl.arrs = append(tl.arrs, Arrival{Time: a, Port: port, Bytes: 64})
+			}
+			tl.reads = append(tl.reads, Read{Request: p*100000 + req, Index: k, Port: port, Start: c, End: next})
+			c = next
 		}
+		c += r.Int64N(5 * ms)
 	}
-	return tl
 }
 
 // shift adds k to every time.
