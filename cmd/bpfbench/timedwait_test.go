@@ -78,7 +78,7 @@ func startCondServer(t *testing.T, bin string, args ...string) (string, int) {
 // threads"), and a busy loop is the first noisy neighbour. On a shared
 // host a run can be spoilt by other work, and on a VM by the hypervisor's
 // steal (a stolen vCPU reads as the producer running: server_compute in
-// the band), so two retries are allowed (DESIGN.md has the figures).
+// the band), so two retries are allowed (docs/measurements.md has the figures).
 func TestTimedWaitCPUStarvation(t *testing.T) {
 	privtest.Require(t)
 	privtest.RequireTool(t, "taskset", "apt-get install util-linux")

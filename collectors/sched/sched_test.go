@@ -203,7 +203,7 @@ func TestSleepIsInterruptibleOffCPU(t *testing.T) {
 	// load on the machine takes the CPU between two sleeps, it is the
 	// sleeps' wall time, less their syscalls' time on the CPU.
 	//
-	// Known gap (DESIGN.md, "Known gaps of the collectors"): about one
+	// Known gap (DESIGN.md, "Known gaps of the engine and its data"): about one
 	// switch-in in 500 of a thread that sleeps 20 ms at a time brings no
 	// record, not counted as lost: in about one run in ten, one of the 50
 	// sleeps is missing (0.988 s of 1.01). Until it is found, one missing
