@@ -1,4 +1,4 @@
-package job
+package pipeline
 
 import (
 	"math"
@@ -125,9 +125,7 @@ func (run *synthDaemonRun) streamSpooled(t *testing.T, dir string, pid int, spoo
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := RunConfig{Pid: pid}
-	cfg.Load.Rate = 8
-	s := newRunStream(cfg, tr)
+	s := newRunStream(0, nil, tr)
 	var now int64
 	s.now = func() int64 { return now }
 	s.sched.floor0 = run.t0
@@ -207,10 +205,10 @@ func TestRunStreamMatchesBatch(t *testing.T) {
 		}
 		res := &loadgen.Result{Records: run.records, StartNs: run.t0, EndNs: run.records[len(run.records)-1].EndNs}
 		marks := &PhaseMarks{marks: []phaseMark{{"baseline", run.t0}, {"later", run.t0 + 10_000*msNs}}}
-		if a, b := timeline(res, s.log.Blames(base)), timeline(res, slices.Values(want)); !reflect.DeepEqual(a, b) {
+		if a, b := Timeline(res, s.log.Blames(base)), Timeline(res, slices.Values(want)); !reflect.DeepEqual(a, b) {
 			t.Errorf("seed %d: timelines differ", seed)
 		}
-		if a, b := phases(res, s.log.Blames(base), base, marks), phases(res, slices.Values(want), base, marks); !reflect.DeepEqual(a, b) {
+		if a, b := Phases(res, s.log.Blames(base), base, marks), Phases(res, slices.Values(want), base, marks); !reflect.DeepEqual(a, b) {
 			t.Errorf("seed %d: phases differ", seed)
 		}
 		if held > len(run.spans)/5 {
@@ -275,7 +273,7 @@ func TestRunStreamMatchesBatch(t *testing.T) {
 // times that grow with the index, that of the last request in order;
 // with fixed offsets in any order, the least offset still to come.
 func TestScheduleFloor(t *testing.T) {
-	s := newSchedule(loadgen.Config{Rate: 8}, 50)
+	s := newSchedule(nil, 50)
 	if s.floor() != 50 {
 		t.Errorf("nothing finished: floor %d, want 50", s.floor())
 	}
@@ -288,8 +286,7 @@ func TestScheduleFloor(t *testing.T) {
 		t.Errorf("0 and 1 finished: floor %d, want 200", s.floor())
 	}
 
-	cfg := loadgen.Config{Requests: []loadgen.Request{{OffsetNs: 0}, {OffsetNs: 500}, {OffsetNs: 100}, {OffsetNs: 900}}}
-	s = newSchedule(cfg, 50)
+	s = newSchedule([]int64{0, 500, 100, 900}, 50)
 	s.finish(&loadgen.Record{Index: 0, ScheduledNs: 1000})
 	if s.floor() != 1100 {
 		t.Errorf("0 finished, 2 sent at +100 not: floor %d, want 1100", s.floor())

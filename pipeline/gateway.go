@@ -1,7 +1,6 @@
-package job
+package pipeline
 
 import (
-	"fmt"
 	"os"
 	"slices"
 	"sort"
@@ -320,13 +319,4 @@ func hopOf(name string, ns []int64) report.Hop {
 	h.MeanMs = ms(sum) / float64(len(ns))
 	h.P50Ms, h.P99Ms, h.MaxMs = ms(quantile(ns, 0.5)), ms(quantile(ns, 0.99)), ms(ns[len(ns)-1])
 	return h
-}
-
-// viaComm is the gateway's command name, for the report.
-func viaComm(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
 }

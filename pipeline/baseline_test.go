@@ -1,9 +1,8 @@
-package job
+package pipeline
 
 import (
 	"compress/gzip"
 	"encoding/json"
-	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/report"
-	"github.com/bpfbench/bpfbench/loadgen"
 )
 
 // gapsOf makes n requests of k gaps each, every gap after the first
@@ -188,23 +186,6 @@ func TestPriorErrors(t *testing.T) {
 	_, gs, err := readGaps(dir)
 	if err == nil || !strings.Contains(err.Error(), "line 3") || len(gs) != 1 {
 		t.Errorf("a damaged gaps file: %d gaps, %v", len(gs), err)
-	}
-}
-
-// A gRPC target's metrics are looked for on Triton's metrics port, not on
-// the gRPC port (an HTTP/2-only listener that would refuse the scrape).
-func TestServerMetricsURLOfGRPCTarget(t *testing.T) {
-	for target, want := range map[string]string{
-		"127.0.0.1:1":        "http://127.0.0.1:8002/metrics",
-		"grpc://10.0.0.2:81": "http://10.0.0.2:8002/metrics",
-	} {
-		sm, err := newServerMetrics(t.Context(), RunConfig{Load: loadgen.Config{Target: target, Protocol: loadgen.ProtocolKServeGRPC}}, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sm.url != want {
-			t.Errorf("%s: server metrics at %q, want %q", target, sm.url, want)
-		}
 	}
 }
 

@@ -1,4 +1,4 @@
-package job
+package pipeline
 
 import (
 	"container/heap"
@@ -62,30 +62,11 @@ type schedule struct {
 	last               int64 // ScheduledNs of request next-1
 }
 
-func newSchedule(cfg loadgen.Config, floor0 int64) *schedule {
+// newSchedule starts a schedule of sends at offs, the fixed send offsets
+// of the requests when they may be out of order (nil: send times grow with
+// the index); floor0 is the clock before the load began.
+func newSchedule(offs []int64, floor0 int64) *schedule {
 	s := &schedule{floor0: floor0, done: map[int]int64{}, runStart: math.MinInt64}
-	var offs []int64
-	switch {
-	case len(cfg.Requests) > 0:
-		fixed := false
-		for _, r := range cfg.Requests {
-			fixed = fixed || r.OffsetNs > 0
-		}
-		if fixed {
-			for _, r := range cfg.Requests {
-				offs = append(offs, max(r.OffsetNs, 0))
-			}
-		}
-	case cfg.TracePath != "":
-		reqs, err := loadgen.LoadTrace(cfg.TracePath, cfg.TraceTimeUnit, cfg.Dataset.OutputLen, cfg.Seed)
-		if err != nil {
-			// The load generator fails on it too; hold spans from the start.
-			offs = []int64{0}
-		}
-		for _, r := range reqs {
-			offs = append(offs, max(r.OffsetNs, 0))
-		}
-	}
 	if offs != nil {
 		s.offsets = offs
 		s.suffixMin = make([]int64, len(offs)+1)
@@ -162,14 +143,14 @@ type runStream struct {
 	done chan struct{}
 }
 
-func newRunStream(cfg RunConfig, tr *traceStream) *runStream {
-	max := cfg.MaxSpans
+func newRunStream(maxSpans int, offsets []int64, tr *traceStream) *runStream {
+	max := maxSpans
 	if max == 0 {
 		max = defaultMaxHeld
 	}
 	s := &runStream{
 		eng:     correlate.NewEngine(correlate.Baseline{}),
-		sched:   newSchedule(cfg.Load, clock.Now()),
+		sched:   newSchedule(offsets, clock.Now()),
 		maxHeld: max,
 		lag:     int64(streamLag),
 		window:  int64(streamWindow),

@@ -1,4 +1,4 @@
-package job
+package pipeline
 
 import (
 	"encoding/json"
@@ -95,9 +95,7 @@ func (run *synthCrit) replay(t *testing.T, dir string) *runStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := RunConfig{Pid: 4242}
-	cfg.Load.Rate = 8
-	s := newRunStream(cfg, tr)
+	s := newRunStream(0, nil, tr)
 	var now int64
 	s.now = func() int64 { return now }
 	s.sched.floor0 = run.t0
