@@ -30,9 +30,12 @@ const agentStopTimeout = 15 * time.Second
 // a span no longer than twice the bound vanishes and is counted
 // (agents[].spans_below_clock_bound).
 type remoteRun struct {
+	clients []*agent.Client
+	req     agent.StartRequest
 	log     *slog.Logger
 	rec     collectors.Recorder
 	remotes []*remote
+	stopped bool
 	// bound is the widest clock bound of every agent so far (ns):
 	// result.json's clock_bound_ns.
 	bound atomic.Int64
@@ -54,16 +57,17 @@ type remote struct {
 	err   error
 }
 
-// startAgents starts a session on target at every agent, fails fast
+// start starts a session on the target at every agent, fails fast
 // (stopping those already started) when one cannot start, and feeds every
 // span into rec until the sessions are stopped.
-func startAgents(ctx context.Context, clients []*agent.Client, req agent.StartRequest, rec collectors.Recorder, log *slog.Logger) (*remoteRun, error) {
-	rr := &remoteRun{log: log, rec: rec}
-	for _, c := range clients {
-		s, err := c.Start(ctx, req)
+func (rr *remoteRun) start(ctx context.Context, rec collectors.Recorder) error {
+	rr.rec = rec
+	for _, c := range rr.clients {
+		s, err := c.Start(ctx, rr.req)
 		if err != nil {
 			rr.abort()
-			return nil, fmt.Errorf("starting the session on agent %s: %w", c.Agent(), err)
+			rr.stopped = true
+			return fmt.Errorf("starting the session on agent %s: %w", c.Agent(), err)
 		}
 		r := &remote{c: c, s: s, done: make(chan struct{})}
 		rr.widen(r, s.Clock().BoundNs)
@@ -71,12 +75,62 @@ func startAgents(ctx context.Context, clients []*agent.Client, req agent.StartRe
 		if s.Info.Pod != nil {
 			pod = s.Info.Pod.String()
 		}
-		log.Info("agent session", "agent", c.Agent(), "session", s.Info.ID, "pid", s.Info.Pid, "comm", s.Info.Comm, "pod", pod,
+		rr.log.Info("agent session", "agent", c.Agent(), "session", s.Info.ID, "pid", s.Info.Pid, "comm", s.Info.Comm, "pod", pod,
 			"offset_ns", s.Clock().OffsetNs, "bound_ns", s.Clock().BoundNs)
 		rr.remotes = append(rr.remotes, r)
 		go rr.drain(r)
 	}
-	return rr, nil
+	return nil
+}
+
+// follow is refused: a gateway is followed on this node only.
+func (rr *remoteRun) follow(int) ([]int, error) {
+	return nil, errors.New("--via-pid/--via-port follow a gateway on this node: not with --agent")
+}
+
+// run waits for the run's end: the sessions deliver on their own
+// (drain) until stop.
+func (rr *remoteRun) run(ctx context.Context) error {
+	<-ctx.Done()
+	return nil
+}
+
+// exited is never closed: an agent's session that ends says so when
+// stopped (its collection).
+func (rr *remoteRun) exited() <-chan struct{} { return nil }
+
+func (rr *remoteRun) comm() string {
+	if len(rr.remotes) == 0 {
+		return ""
+	}
+	return rr.remotes[0].s.Info.Comm
+}
+
+// localPid is 0: the server is on another node, its /proc not here.
+func (rr *remoteRun) localPid() int { return 0 }
+
+// sections are none here: the agents' summaries come with their
+// collections.
+func (rr *remoteRun) sections() []collectors.Section { return nil }
+
+// close stops every session, unless stop did.
+func (rr *remoteRun) close() {
+	if !rr.stopped {
+		rr.stopped = true
+		rr.abort()
+	}
+}
+
+// describe is the run's collection from the agents' sessions, the
+// agents[] of result.json and the widest clock bound.
+func (rr *remoteRun) describe(doc *report.Document, res *loadgen.Result, st collected) {
+	rr.collection(res, doc, st.spans, st.dropped)
+	doc.Collection.Correlation = st.corr
+	if st.interrupted {
+		doc.Collection.StoppedReason = "interrupted; " + doc.Collection.StoppedReason
+	}
+	doc.Agents = rr.report(res)
+	doc.ClockBoundNs = rr.boundNs()
 }
 
 // widen raises r's bound, and the run's, to ns when it is wider.
@@ -160,6 +214,10 @@ func (rr *remoteRun) abort() {
 // their streams to deliver what remained. A session cut short keeps what
 // it delivered; its collection says when it stopped.
 func (rr *remoteRun) stop() {
+	if rr.stopped {
+		return
+	}
+	rr.stopped = true
 	var wg sync.WaitGroup
 	for _, r := range rr.remotes {
 		wg.Add(1)

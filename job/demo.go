@@ -22,16 +22,16 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
-
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/perturb"
+	"github.com/bpfbench/bpfbench/pipeline"
 	"github.com/bpfbench/bpfbench/readiness"
 	"github.com/bpfbench/bpfbench/session"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // The demo's settings: the simulated server's GPU step and its slowed-down
@@ -56,7 +56,7 @@ func DemoSettle(phase time.Duration) time.Duration { return min(phase/3, 3*time.
 
 // settleOutside ends the current phase and waits d outside any phase (the
 // server settling after an injection); false when ctx ends first.
-func settleOutside(ctx context.Context, marks *PhaseMarks, d time.Duration) bool {
+func settleOutside(ctx context.Context, marks *pipeline.PhaseMarks, d time.Duration) bool {
 	marks.End()
 	select {
 	case <-ctx.Done():
@@ -239,7 +239,7 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 
 	achieved := make([]string, len(DemoPhases))
 	var injErr error
-	scenario := func(ctx context.Context, marks *PhaseMarks) {
+	scenario := func(ctx context.Context, marks *pipeline.PhaseMarks) {
 		wait := func() bool {
 			select {
 			case <-ctx.Done():

@@ -7,22 +7,17 @@ package job
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/bpfbench/bpfbench/agent"
-	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
@@ -30,8 +25,10 @@ import (
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
+	"github.com/bpfbench/bpfbench/pipeline"
 	"github.com/bpfbench/bpfbench/readiness"
 	"github.com/bpfbench/bpfbench/session"
+	"golang.org/x/sync/errgroup"
 )
 
 // RunConfig configures `bpfbench run`: a load against a server whose
@@ -60,7 +57,7 @@ type RunConfig struct {
 	// the rest are counted as dropped.
 	MaxSpans int
 	// SpoolBytes bounds what the recorders hand over while the load runs
-	// before it is correlated (job/spool.go): correlation waits for the
+	// before it is correlated (pipeline/spool.go): correlation waits for the
 	// load's end, taking no CPU from the server, unless the spool passes
 	// this; then it goes live. 0: DefaultSpoolBytes; negative: live from
 	// the start.
@@ -68,7 +65,7 @@ type RunConfig struct {
 	// Phases, when set, is called with the run's start (monotonic ns) once
 	// the load begins and returns when its scenario is done; the marks it
 	// appends split the report into phases.
-	Phases func(ctx context.Context, marks *PhaseMarks)
+	Phases func(ctx context.Context, marks *pipeline.PhaseMarks)
 	// Readiness, when set, runs the readiness checks for the result
 	// (after the cheap checks of the configuration).
 	Readiness func() []readiness.Check
@@ -94,48 +91,6 @@ type RunConfig struct {
 	// through): it and the processes it forked are followed too, and the
 	// report gets the time per hop (result.json "gateway").
 	ViaPid int
-}
-
-// PhaseMarks records where the phases of a scenario begin.
-type PhaseMarks struct {
-	mu    sync.Mutex
-	marks []phaseMark
-}
-
-type phaseMark struct {
-	name string
-	ns   int64
-}
-
-// Begin starts a phase now.
-func (p *PhaseMarks) Begin(name string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.marks = append(p.marks, phaseMark{name, clock.Now()})
-}
-
-// End ends the current phase now without starting another: the time until
-// the next Begin belongs to no phase (a server settling after an
-// injection, its queue draining).
-func (p *PhaseMarks) End() { p.Begin("") }
-
-// spans are the phases, each from its mark to the next mark (or end);
-// the marks of End are no phase.
-func (p *PhaseMarks) spans(end int64) []critPhase {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []critPhase
-	for i, m := range p.marks {
-		if m.name == "" {
-			continue
-		}
-		to := end
-		if i+1 < len(p.marks) {
-			to = p.marks[i+1].ns
-		}
-		out = append(out, critPhase{name: m.name, from: m.ns, to: to})
-	}
-	return out
 }
 
 // RunResult is what a run produced.
@@ -187,184 +142,222 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		cfg.Logger = slog.Default()
 	}
 	log := cfg.Logger.With("component", "run")
-	if err := checkWritable(cfg.OutDir); err != nil {
+	if err := checkRun(cfg); err != nil {
 		return nil, err
 	}
-	if cfg.ViaPid != 0 && len(cfg.Agents) > 0 {
-		return nil, errors.New("--via-pid/--via-port follow a gateway on this node: not with --agent")
-	}
-	if cfg.ViaPid != 0 && cfg.ViaPid == cfg.Pid {
-		return nil, fmt.Errorf("the gateway (pid %d) is the server itself: give the server's --pid and the proxy's --via-pid", cfg.Pid)
-	}
+	src := newSource(cfg)
+	defer src.close()
 	// The manifest is taken first, while the target is surely alive and
 	// before the load, whose timing its reads (hashes) would disturb.
-	man := collectManifest(cfg, log)
-	localPid := cfg.Pid
-	if len(cfg.Agents) > 0 {
-		localPid = 0
-	}
-	sm, err := newServerMetrics(ctx, cfg, log)
-	if err != nil {
+	r := &run{cfg: cfg, log: log, src: src, man: collectManifest(cfg, src.localPid(), log), marks: &pipeline.PhaseMarks{}}
+	var err error
+	if r.sm, err = newServerMetrics(ctx, cfg, log); err != nil {
 		return nil, err
 	}
-	var checks []readiness.Check
 	if cfg.Readiness != nil {
-		checks = cfg.Readiness()
+		r.checks = cfg.Readiness()
 	}
 	// Spans are correlated with the token intervals as they come, and the
-	// trace is written as the run goes (runstream.go, runtrace.go).
-	marks := &PhaseMarks{}
-	tr, err := newTraceStream(cfg.OutDir, clock.Now(), marks)
+	// trace is written as the run goes.
+	r.pipe, err = pipeline.New(pipeline.Config{Dir: cfg.OutDir, Marks: r.marks, ThreadsOf: src.localPid(),
+		MaxSpans: cfg.MaxSpans, SpoolBytes: cfg.SpoolBytes, Offsets: sendOffsets(cfg.Load)})
 	if err != nil {
 		return nil, err
 	}
-	tr.threads = newThreadNames(localPid)
-	traceDone := false
-	defer func() {
-		if !traceDone {
-			tr.abort()
-		}
-	}()
-	stream := newRunStream(cfg, tr)
-	spoolMax := cfg.SpoolBytes
-	if spoolMax == 0 {
-		spoolMax = DefaultSpoolBytes
-	}
-	stream.deferUntilFinish(spoolMax)
 	onRecord := cfg.Load.OnRecord
-	cfg.Load.OnRecord = func(r *loadgen.Record) {
+	r.cfg.Load.OnRecord = func(rec *loadgen.Record) {
 		if onRecord != nil {
-			onRecord(r)
+			onRecord(rec)
 		}
-		stream.AddRecord(r)
+		r.pipe.AddRecord(rec)
 	}
-	var sess *session.Session
-	var remote *remoteRun
-	var via []int // the gateway's processes
-	sessCtx, stopSess := context.WithCancel(context.Background())
-	defer stopSess()
-	sessDone := make(chan error, 1)
-	exited := make(<-chan struct{})
-	if len(cfg.Agents) > 0 {
-		req := agent.StartRequest{Target: cfg.AgentTarget, TCPPort: cfg.AgentTCPPort}
-		if remote, err = startAgents(ctx, cfg.Agents, req, stream, cfg.Logger); err != nil {
-			return nil, err
-		}
-		stream.start()
-		defer stream.finish()
-		sessDone <- nil
-	} else {
-		opts := collectors.Options{Pid: cfg.Pid, Roots: cfg.Roots, Interval: time.Second, Logger: cfg.Logger, Recorder: stream}
-		if sess, err = session.NewSession(opts, cfg.Sections); err != nil {
-			return nil, err
-		}
-		if err := sess.Start(ctx); err != nil {
-			return nil, err
-		}
-		defer sess.Close()
-		if cfg.ViaPid != 0 {
-			pids, err := sess.Follow(cfg.ViaPid)
-			if len(pids) == 0 {
-				return nil, fmt.Errorf("following the gateway: %w", err)
-			}
-			if err != nil {
-				log.Warn("following the gateway", "pids", pids, "err", err)
-			}
-			via = pids
-			stream.setGateway(newGatewayStream(cfg.Pid, pids))
-		}
-		stream.start()
-		defer stream.finish()
-		exited = sess.Exited()
-		go func() { sessDone <- sess.Run(sessCtx, 0, nil) }()
+	if err := r.start(ctx); err != nil {
+		r.pipe.Abort()
+		return nil, err
 	}
-
-	var stopMu sync.Mutex
-	stoppedReason := "load finished"
-	stoppedNs := int64(0)
-	go func() {
-		select {
-		case <-exited:
-			stopMu.Lock()
-			stoppedNs = clock.Now()
-			stoppedReason = fmt.Sprintf("target pid %d (%s) exited during the run", cfg.Pid, sess.Comm())
-			stopMu.Unlock()
-			log.Warn("target exited; the load goes on, collection stopped", "pid", cfg.Pid)
-			stopSess()
-		case <-sessCtx.Done():
-		}
-	}()
-
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
-	phasesDone := make(chan struct{})
-	if cfg.Phases != nil {
-		go func() {
-			defer close(phasesDone)
-			cfg.Phases(loadCtx, marks)
-		}()
-	} else {
-		close(phasesDone)
-	}
-	sm.start(ctx)
-	defer sm.stop()
-	// Collect the start's garbage (kernel BTF, program loading) now, not
-	// in a collection during the load: the load's own allocations are
-	// then too few to start one, and its mark workers would take CPU from
-	// the server while it is measured.
-	runtime.GC()
-	loadStartNs := clock.Now()
-	tr.setRunStart(loadStartNs)
-	res, loadErr := loadgen.Run(loadCtx, cfg.Load)
-	loadEndNs := clock.Now()
-	stopLoad()
-	sm.stop()
-	<-phasesDone
-	stopSess()
-	if err := <-sessDone; err != nil {
-		log.Warn("collection", "err", err)
-	}
-	if sess != nil {
-		sess.Close()
-	}
-	if remote != nil {
-		remote.stop()
-	}
-	corr := &report.Correlation{Deferred: spoolMax > 0}
-	cpu0, t0 := processCPU(), time.Now()
-	stream.finish()
-	corr.AfterLoadSeconds = time.Since(t0).Seconds()
-	corr.AfterLoadCPUSeconds = processCPU() - cpu0
-	corr.SpoolPeakBytes = stream.q.peakBytes()
-	if stream.liveAt != 0 {
-		off := float64(stream.liveAt-loadStartNs) / 1e9
-		corr.LiveFromOffsetS = &off
-		log.Info("the spool passed its bound: correlating live from then on", "offset_s", off, "bound_bytes", spoolMax)
+	res, loadErr := r.collect(ctx)
+	corr := r.pipe.Finish(r.loadStartNs)
+	if corr.LiveFromOffsetS != nil {
+		log.Info("the spool passed its bound: correlating live from then on", "offset_s", *corr.LiveFromOffsetS, "bound_bytes", r.pipe.SpoolBound())
 	}
 	if res == nil {
+		r.pipe.Abort()
 		if loadErr == nil {
 			loadErr = errors.New("the load generator returned no result")
 		}
 		return nil, loadErr
 	}
-	stopMu.Lock()
-	if stoppedNs == 0 {
-		stoppedNs = loadEndNs
+	st := r.collected(ctx, corr)
+	if n := r.pipe.Late(); n > 0 {
+		log.Info("spans arrived after intervals they may overlap were measured", "spans", n, "lag", pipeline.Lag())
 	}
-	reason := stoppedReason
-	stopMu.Unlock()
-	if ctx.Err() != nil {
-		reason = "interrupted"
-	}
-
-	if n := stream.eng.Late(); n > 0 {
-		log.Info("spans arrived after intervals they may overlap were measured", "spans", n, "lag", streamLag)
-	}
-	out := &RunResult{Load: res, Dir: cfg.OutDir, Measured: &stream.log}
+	out := &RunResult{Load: res, Dir: cfg.OutDir, Measured: r.pipe.Log()}
 	// The baseline needs the whole run (its medians); the measurements
 	// are all it needs, and the blames follow from them.
+	base := runBaseline(cfg, r.pipe.Log())
+	out.Baseline = base
+	blames := r.pipe.Log().Blames(base)
+	percentiles := res.Config.Percentiles
+	if len(percentiles) == 0 {
+		percentiles = []float64{50, 90, 99}
+	}
+	summary := correlate.SummarizeSeq(blames, base, percentiles)
+	if err := r.assemble(out, res, st, base, blames, summary, percentiles); err != nil {
+		r.pipe.Abort()
+		return nil, err
+	}
+	if err := r.write(out, res, base); err != nil {
+		return out, err
+	}
+	if loadErr != nil && !errors.Is(loadErr, context.Canceled) {
+		return out, loadErr
+	}
+	return out, nil
+}
+
+// checkRun fails early on what cannot run: the output directory, a
+// gateway with agents or that is the server.
+func checkRun(cfg RunConfig) error {
+	if err := checkWritable(cfg.OutDir); err != nil {
+		return err
+	}
+	if cfg.ViaPid != 0 && len(cfg.Agents) > 0 {
+		return errors.New("--via-pid/--via-port follow a gateway on this node: not with --agent")
+	}
+	if cfg.ViaPid != 0 && cfg.ViaPid == cfg.Pid {
+		return fmt.Errorf("the gateway (pid %d) is the server itself: give the server's --pid and the proxy's --via-pid", cfg.Pid)
+	}
+	return nil
+}
+
+// run is one `bpfbench run` under way: what follows the server, the
+// pipeline its spans and the load's records go through, and what the
+// lifecycles leave for the result.
+type run struct {
+	cfg    RunConfig
+	log    *slog.Logger
+	src    source
+	pipe   *pipeline.Pipeline
+	sm     *serverMetrics
+	marks  *pipeline.PhaseMarks
+	man    *manifest.Manifest
+	checks []readiness.Check
+	via    []int // the gateway's processes
+
+	loadStartNs, loadEndNs int64
+	// stoppedNs and stoppedReason are set when the target exited during
+	// the run (by the exit watcher; read once its group is done).
+	stoppedNs     int64
+	stoppedReason string
+}
+
+// start starts the source, its spans to the pipeline, follows the
+// gateway, and starts the pipeline's clock.
+func (r *run) start(ctx context.Context) error {
+	if err := r.src.start(ctx, r.pipe); err != nil {
+		return err
+	}
+	if r.cfg.ViaPid != 0 {
+		via, err := r.src.follow(r.cfg.ViaPid)
+		if err != nil {
+			return err
+		}
+		r.via = via
+		r.pipe.FollowGateway(r.cfg.Pid, via)
+	}
+	r.pipe.Start()
+	return nil
+}
+
+// collect runs the load and what goes with it in two groups. The
+// collection's (the source, the exit watcher) runs until the load's is
+// done; the load's (the load, the scenario's phases, the server's
+// metrics) ends with the load, whose end cancels the others. The source
+// is then stopped, what it still held delivered.
+func (r *run) collect(ctx context.Context) (*loadgen.Result, error) {
+	collCtx, stopColl := context.WithCancel(context.Background())
+	defer stopColl()
+	var coll errgroup.Group
+	coll.Go(func() error {
+		if err := r.src.run(collCtx); err != nil {
+			r.log.Warn("collection", "err", err)
+		}
+		return nil
+	})
+	coll.Go(func() error {
+		r.watchExit(collCtx, stopColl)
+		return nil
+	})
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	var load errgroup.Group
+	if r.cfg.Phases != nil {
+		load.Go(func() error {
+			r.cfg.Phases(loadCtx, r.marks)
+			return nil
+		})
+	}
+	load.Go(func() error {
+		r.sm.run(loadCtx)
+		return nil
+	})
+	var res *loadgen.Result
+	var loadErr error
+	load.Go(func() error {
+		defer stopLoad()
+		// Collect the start's garbage (kernel BTF, program loading) now,
+		// not in a collection during the load: the load's own allocations
+		// are then too few to start one, and its mark workers would take
+		// CPU from the server while it is measured.
+		runtime.GC()
+		r.loadStartNs = clock.Now()
+		r.pipe.SetRunStart(r.loadStartNs)
+		res, loadErr = loadgen.Run(loadCtx, r.cfg.Load)
+		r.loadEndNs = clock.Now()
+		return nil
+	})
+	_ = load.Wait()
+	stopColl()
+	_ = coll.Wait()
+	r.src.stop()
+	return res, loadErr
+}
+
+// watchExit stops the collection when the target exits: the load goes
+// on.
+func (r *run) watchExit(ctx context.Context, stop context.CancelFunc) {
+	select {
+	case <-r.src.exited():
+		r.stoppedNs = clock.Now()
+		r.stoppedReason = fmt.Sprintf("target pid %d (%s) exited during the run", r.cfg.Pid, r.src.comm())
+		r.log.Warn("target exited; the load goes on, collection stopped", "pid", r.cfg.Pid)
+		stop()
+	case <-ctx.Done():
+	}
+}
+
+// collected is when and why collection stopped, and what it gave.
+func (r *run) collected(ctx context.Context, corr *report.Correlation) collected {
+	st := collected{corr: corr, stoppedNs: r.stoppedNs, reason: r.stoppedReason, interrupted: ctx.Err() != nil}
+	if st.stoppedNs == 0 {
+		st.stoppedNs = r.loadEndNs
+	}
+	if st.reason == "" {
+		st.reason = "load finished"
+	}
+	if st.interrupted {
+		st.reason = "interrupted"
+	}
+	st.spans, st.dropped = r.pipe.Spans()
+	return st
+}
+
+// runBaseline is the normal gap and TTFT: those given, else the prior
+// run's, else the run's medians.
+func runBaseline(cfg RunConfig, log *correlate.Log) correlate.Baseline {
 	base := correlate.Baseline{TTFTNs: cfg.BaselineTTFT.Nanoseconds(), ITLNs: cfg.BaselineITL.Nanoseconds()}
-	est := stream.log.Baseline()
+	est := log.Baseline()
 	if p := cfg.Prior; p != nil && p.Union.ITLNs > 0 {
 		est = p.Union
 	}
@@ -375,110 +368,58 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		base.TTFTNs = est.TTFTNs
 	}
 	base.Rate = est.Rate
-	out.Baseline = base
-	blames := stream.log.Blames(base)
-	percentiles := res.Config.Percentiles
-	if len(percentiles) == 0 {
-		percentiles = []float64{50, 90, 99}
-	}
-	summary := correlate.SummarizeSeq(blames, base, percentiles)
+	return base
+}
 
-	doc := &report.Document{Activity: &summary, Collectors: map[string]json.RawMessage{}}
-	// Each field on its own: one encoding of the load result in memory,
-	// not a second copy of it all (the per-token lists of a long run are
-	// large).
-	doc.Load = map[string]json.RawMessage{}
-	for k, v := range res.JSON() {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("encoding the load result: %w", err)
-		}
-		doc.Load[k] = b
-	}
-	if man.Dataset == nil {
-		man.Dataset = datasetOf(res.Dataset)
-	}
-	if b, err := json.Marshal(man); err == nil {
-		doc.Load["manifest"] = b
-	}
-	var sections []collectors.Section
-	if sess != nil {
-		sections = sess.Sections()
-		for _, sec := range sections {
-			b, err := json.Marshal(sec.Summary())
-			if err == nil {
-				doc.Collectors[sec.Name()] = b
-			}
-		}
-		anchor := sess.Anchor()
-		doc.Collection = &report.Collection{
-			Pid: cfg.Pid, Comm: sess.Comm(),
-			Started: anchor.ToWall(sess.StartNs()), Stopped: anchor.ToWall(stoppedNs),
-			StartedOffsetS: float64(sess.StartNs()-res.StartNs) / 1e9,
-			StoppedOffsetS: float64(stoppedNs-res.StartNs) / 1e9,
-			StoppedReason:  reason, LostEvents: sess.Lost(),
-			Spans: stream.spans, SpansDropped: stream.dropped,
-			Unavailable: sess.Unavailable(), Correlation: corr,
-		}
-		ov := sess.Overhead()
-		doc.Overhead = &ov
-	} else {
-		remote.collection(res, doc, stream.spans, stream.dropped)
-		doc.Collection.Correlation = corr
-		if ctx.Err() != nil {
-			doc.Collection.StoppedReason = "interrupted; " + doc.Collection.StoppedReason
-		}
-		doc.Agents = remote.report(res)
-		doc.ClockBoundNs = remote.boundNs()
-	}
-	for _, c := range checks {
-		doc.Collection.Readiness = append(doc.Collection.Readiness, report.Check{Status: string(c.Status), Name: c.Name, Detail: c.Detail, Fix: c.Fix})
-	}
-	doc.ServerMetrics, doc.ServerQueue = sm.report(res)
-	doc.Timeline = timeline(res, blames)
-	doc.Phases = phases(res, blames, base, marks)
-	cphases := critPhases(res, marks)
-	doc.CriticalPath = stream.crit.critResult(res.StartNs, cphases, func(tid uint32) string {
-		if n := tr.threads.name(tid); !strings.HasPrefix(n, "thread ") {
-			return n
-		}
-		return ""
-	}, cfg.Prior)
-	attribute(doc, stream.crit.gaps.all(), cphases, stream.crit.base, res.StartNs, percentiles)
-	if via != nil {
-		doc.Gateway = stream.gatewayReport(res, viaComm(cfg.ViaPid), via, sm.result())
-	}
-	doc.Diagnosis = report.Diagnose(doc)
-	out.Doc = doc
-
-	traceDone = true
-	tr.serverMetrics(sm.result())
-	// Each file is written whole or not at all, and one that cannot be
-	// (a full disk) does not keep the others from being tried: Written
-	// lists those that were, in the order written.
+// write writes the run directory. Each file is written whole or not at
+// all, and one that cannot be (a full disk) does not keep the others from
+// being tried: out.Written lists those that were, in the order written.
+func (r *run) write(out *RunResult, res *loadgen.Result, base correlate.Baseline) error {
 	var werrs []error
-	if err := tr.finish(res, &stream.log, base, sections); err != nil {
+	if p, err := r.pipe.WriteTrace(res, base, r.src.sections(), r.sm.result()); err != nil {
 		werrs = append(werrs, err)
 	} else {
-		out.Written = append(out.Written, tr.path)
+		out.Written = append(out.Written, p)
 	}
-	written, err := writeRunDir(cfg.OutDir, doc)
+	written, err := writeRunDir(r.cfg.OutDir, out.Doc)
 	out.Written = append(out.Written, written...)
 	if err != nil {
 		werrs = append(werrs, err)
 	}
-	if err := writeGaps(cfg.OutDir, res.StartNs, cphases, stream.crit.gaps.all()); err != nil {
+	if p, err := r.pipe.WriteGaps(r.cfg.OutDir, res); err != nil {
 		werrs = append(werrs, err)
 	} else {
-		out.Written = append(out.Written, filepath.Join(cfg.OutDir, GapsFile))
+		out.Written = append(out.Written, p)
 	}
-	if len(werrs) > 0 {
-		return out, errors.Join(werrs...)
+	return errors.Join(werrs...)
+}
+
+// sendOffsets are the load's fixed send offsets when they may be out of
+// order (the Go API's requests with offsets, a trace), for the pipeline's
+// bound on the spans it holds; nil when send times grow with the index.
+func sendOffsets(cfg loadgen.Config) []int64 {
+	var reqs []loadgen.Request
+	switch {
+	case len(cfg.Requests) > 0:
+		if !slices.ContainsFunc(cfg.Requests, func(r loadgen.Request) bool { return r.OffsetNs > 0 }) {
+			return nil
+		}
+		reqs = cfg.Requests
+	case cfg.TracePath != "":
+		var err error
+		reqs, err = loadgen.LoadTrace(cfg.TracePath, cfg.TraceTimeUnit, cfg.Dataset.OutputLen, cfg.Seed)
+		if err != nil {
+			// The load generator fails on it too; hold spans from the start.
+			return []int64{0}
+		}
+	default:
+		return nil
 	}
-	if loadErr != nil && !errors.Is(loadErr, context.Canceled) {
-		return out, loadErr
+	offs := make([]int64, len(reqs))
+	for i, r := range reqs {
+		offs[i] = max(r.OffsetNs, 0)
 	}
-	return out, nil
+	return offs
 }
 
 // writeRunDir writes result.json and report.html, each atomically, and
@@ -495,226 +436,14 @@ func writeRunDir(dir string, doc *report.Document) (written []string, err error)
 	return []string{p, h}, nil
 }
 
-// intervalsOf turns each successful measured request into its TTFT and
-// inter-chunk intervals.
-func intervalsOf(res *loadgen.Result) []correlate.Interval {
-	var out []correlate.Interval
-	for i := range res.Records {
-		out = intervalsOfRecord(out, &res.Records[i])
-	}
-	return out
-}
-
-// intervalsOfRecord appends a successful request's TTFT and inter-chunk
-// intervals to out.
-func intervalsOfRecord(out []correlate.Interval, r *loadgen.Record) []correlate.Interval {
-	if !r.Success || len(r.ChunkNs) == 0 {
-		return out
-	}
-	port := uint16(r.LocalPort)
-	out = append(out, correlate.Interval{Request: r.Index, Index: 0, Start: r.StartNs, End: r.ChunkNs[0], Port: port})
-	for k := 1; k < len(r.ChunkNs); k++ {
-		out = append(out, correlate.Interval{Request: r.Index, Index: k, Start: r.ChunkNs[k-1], End: r.ChunkNs[k], Port: port})
-	}
-	return out
-}
-
-// activitiesOf maps the sections' spans to causes (activityOf).
-func activitiesOf(spans []collectors.Span) []correlate.Activity {
-	out := make([]correlate.Activity, 0, len(spans))
-	for _, s := range spans {
-		if a, ok := activityOf(s); ok {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-// activityOf maps a section's span to its cause: run-queue waits are
-// cpu_runqueue; uninterruptible sleep and block requests are io_block;
-// blocking CUDA calls are gpu_sync; blocking TCP episodes are
-// net_backpressure on their connection's client port. Other spans (the
-// load generator's own, sends, arrivals, forks) explain nothing.
-func activityOf(s collectors.Span) (correlate.Activity, bool) {
-	a := correlate.Activity{Start: s.Start, End: s.End, Tid: s.Tid}
-	if s.Client {
-		return a, false
-	}
-	switch s.Kind {
-	case collectors.SpanRunqueue:
-		a.Cause = correlate.CPURunqueue
-	case collectors.SpanOffCPU:
-		if !s.Blocking {
-			return a, false
-		}
-		a.Cause = correlate.IOBlock
-	case collectors.SpanBlockIO:
-		a.Cause = correlate.IOBlock
-	case collectors.SpanCUDA:
-		if !s.Blocking {
-			return a, false
-		}
-		a.Cause = correlate.GPUSync
-	case collectors.SpanTCP:
-		if !s.Blocking {
-			return a, false
-		}
-		a.Cause = correlate.NetBackpressure
-		a.Port = s.Port
-	default:
-		return a, false
-	}
-	return a, true
-}
-
-func percentile(xs []float64, p float64) float64 {
-	sort.Float64s(xs)
-	return loadgen.Percentile(xs, p)
-}
-
-// timeline buckets the run by second: throughput, latency and the excess
-// attributed to each cause.
-func timeline(res *loadgen.Result, blames iter.Seq[correlate.Blame]) []report.TimelinePoint {
-	if res.EndNs <= res.StartNs {
-		return nil
-	}
-	n := int((res.EndNs-res.StartNs)/1e9) + 1
-	pts := make([]report.TimelinePoint, n)
-	itls := make([][]float64, n)
-	ttfts := make([][]float64, n)
-	tokens := make([]float64, n)
-	bucket := func(ns int64) int {
-		b := int((ns - res.StartNs) / 1e9)
-		return min(max(b, 0), n-1)
-	}
-	for i := range res.Records {
-		r := &res.Records[i]
-		if !r.Success {
-			continue
-		}
-		pts[bucket(r.EndNs)].CompletedRequests++
-		for k, ns := range r.ChunkNs {
-			tok := 1.0
-			if r.ChunkTokens != nil && k < len(r.ChunkTokens) {
-				tok = float64(r.ChunkTokens[k])
-			}
-			tokens[bucket(ns)] += tok
-		}
-	}
-	for i := range pts {
-		pts[i].T = float64(i)
-		pts[i].CausesMs = map[string]float64{}
-	}
-	// Sums in integer ns: the same whatever order the blames come in.
-	causeNs := make([][correlate.NumCauses + 1]int64, n)
-	for b := range blames {
-		k := bucket(b.End)
-		if b.Index == 0 {
-			ttfts[k] = append(ttfts[k], float64(b.Duration())/1e6)
-		} else {
-			itls[k] = append(itls[k], float64(b.Duration())/1e6)
-		}
-		for c, v := range b.AttributedNs {
-			if v > 0 {
-				causeNs[k][c] += v
-			}
-		}
-	}
-	for i := range pts {
-		for c, name := range correlate.CauseNames() {
-			if causeNs[i][c] > 0 {
-				pts[i].CausesMs[name] = float64(causeNs[i][c]) / 1e6
-			}
-		}
-		pts[i].OutputTokensPerSecond = tokens[i]
-		pts[i].P50ITLMs = percentile(itls[i], 50)
-		pts[i].P99ITLMs = percentile(itls[i], 99)
-		pts[i].P50TTFTMs = percentile(ttfts[i], 50)
-	}
-	return pts
-}
-
-// phases summarizes each phase of a scenario: the intervals ending inside
-// it. A phase's top cause is the cause whose attributed excess per
-// interval grew most over the first phase (the scenario's baseline): what
-// the phase changed, not what every phase has (a busy machine's ordinary
-// run-queue waits). The first phase's top cause is that of its slowest 1%.
-func phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlate.Baseline, marks *PhaseMarks) []report.Phase {
-	ms := marks.spans(res.EndNs)
-	var out []report.Phase
-	var ref []float64
-	for i, m := range ms {
-		end := m.to
-		m := phaseMark{name: m.name, ns: m.from}
-		// The intervals ending in the phase, read again for its summary.
-		sel := func(yield func(correlate.Blame) bool) {
-			for b := range blames {
-				if b.End >= m.ns && b.End < end && !yield(b) {
-					return
-				}
-			}
-		}
-		var itls, ttfts []float64
-		n := 0
-		reqs := map[int]bool{}
-		// Sums in integer ns: the same whatever order the blames come in.
-		var sumNs [correlate.NumCauses + 1]int64
-		perInterval := make([]float64, len(correlate.CauseNames()))
-		for b := range sel {
-			n++
-			reqs[b.Request] = true
-			if b.Index == 0 {
-				ttfts = append(ttfts, float64(b.Duration())/1e6)
-			} else {
-				itls = append(itls, float64(b.Duration())/1e6)
-			}
-			for c, v := range b.AttributedNs {
-				sumNs[c] += v
-			}
-		}
-		att := correlate.Breakdown{}
-		for c, name := range correlate.CauseNames() {
-			perInterval[c] = float64(sumNs[c]) / 1e6
-			if n > 0 {
-				perInterval[c] /= float64(n)
-			}
-			att[name] = perInterval[c]
-		}
-		s := correlate.SummarizeSeq(sel, base, []float64{50, 99})
-		p := report.Phase{
-			Name: m.name, StartS: float64(m.ns-res.StartNs) / 1e9, EndS: float64(end-res.StartNs) / 1e9,
-			Requests: len(reqs), P50ITLMs: percentile(itls, 50), P99ITLMs: percentile(itls, 99),
-			P99TTFTMs: percentile(ttfts, 99), ITLP99: s.ITL["p99"], ITLAll: s.ITL["all"], TTFT: s.TTFT,
-			AttributedMsPerInterval: att,
-		}
-		if i == 0 {
-			ref = perInterval
-			p.TopCause, p.TopCauseBasis = correlate.Top(s.ITL["p99"]), "slowest 1% of gaps"
-		} else {
-			best, bestV := "unexplained", 0.0
-			for c := 0; c < int(correlate.NumCauses); c++ {
-				if d := perInterval[c] - ref[c]; d > bestV {
-					best, bestV = correlate.CauseNames()[c], d
-				}
-			}
-			p.TopCause, p.TopCauseBasis = best, "largest increase over "+ms[0].name
-		}
-		out = append(out, p)
-	}
-	return out
-}
-
-// critPhases are the phases' spans of time, as phases() cuts them.
-func critPhases(res *loadgen.Result, marks *PhaseMarks) []critPhase { return marks.spans(res.EndNs) }
-
 // serverMetrics scrapes the server's own /metrics during the load.
 type serverMetrics struct {
 	url   string
 	note  string                 // why nothing is scraped
 	s     *enginemetrics.Scraper // nil: nothing scraped
-	stopS context.CancelFunc
-	done  chan struct{}
 	res   *enginemetrics.Result
+	stopS context.CancelFunc // start's, for stop
+	done  chan struct{}
 }
 
 // serverProbeTimeout bounds the look for the target's /metrics.
@@ -761,7 +490,17 @@ func newServerMetrics(ctx context.Context, cfg RunConfig, log *slog.Logger) (*se
 	return sm, nil
 }
 
-// start scrapes until stop.
+// run scrapes until ctx is done and keeps what the scrapes saw.
+func (sm *serverMetrics) run(ctx context.Context) {
+	if sm.s == nil {
+		return
+	}
+	sm.s.Run(ctx)
+	r := sm.s.Result()
+	sm.res = &r
+}
+
+// start scrapes in the background until stop (sweep --pid's signals).
 func (sm *serverMetrics) start(ctx context.Context) {
 	if sm.s == nil {
 		return
@@ -770,11 +509,12 @@ func (sm *serverMetrics) start(ctx context.Context) {
 	sm.stopS, sm.done = cancel, make(chan struct{})
 	go func() {
 		defer close(sm.done)
-		sm.s.Run(sctx)
+		sm.run(sctx)
 	}()
 }
 
-// stop ends the scrapes and keeps what they saw; it may be called again.
+// stop ends start's scrapes and keeps what they saw; it may be called
+// again.
 func (sm *serverMetrics) stop() {
 	if sm.stopS == nil {
 		return
@@ -782,8 +522,6 @@ func (sm *serverMetrics) stop() {
 	sm.stopS()
 	<-sm.done
 	sm.stopS = nil
-	r := sm.s.Result()
-	sm.res = &r
 }
 
 func (sm *serverMetrics) result() *enginemetrics.Result { return sm.res }
@@ -881,14 +619,12 @@ func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *report.ServerQue
 // collectManifest records the target's manifest before the load; each part
 // it could not read is a note in it (and a debug line). The dataset is the
 // load's own description, added when the load is done (datasetOf).
-func collectManifest(cfg RunConfig, log *slog.Logger) *manifest.Manifest {
+// pid is the target's when its /proc is readable here, else 0 (the
+// server is on another node).
+func collectManifest(cfg RunConfig, pid int, log *slog.Logger) *manifest.Manifest {
 	opts := cfg.Manifest
 	if opts.Args == nil {
 		opts.Args = os.Args
-	}
-	pid := cfg.Pid
-	if len(cfg.Agents) > 0 {
-		pid = 0 // the server's on another node: its manifest is not readable here
 	}
 	m, notes := manifest.Collect(pid, opts)
 	for _, n := range notes {

@@ -15,17 +15,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/perturb"
+	"github.com/bpfbench/bpfbench/pipeline"
 	"github.com/bpfbench/bpfbench/readiness"
 	"github.com/bpfbench/bpfbench/session"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 )
 
 // Injection is one known cause a validation injects during its own phase.
@@ -530,7 +530,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	}
 	achieved := make([]string, len(cfg.Injections))
 	var injErr error
-	scenario := func(ctx context.Context, marks *PhaseMarks) {
+	scenario := func(ctx context.Context, marks *pipeline.PhaseMarks) {
 		wait := func() bool {
 			select {
 			case <-ctx.Done():

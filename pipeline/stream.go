@@ -115,7 +115,7 @@ func (s *schedule) floor() int64 {
 }
 
 // runStream is the recorder of a run: it correlates as spans and
-// requests arrive, and lays the trace out as it goes (runtrace.go).
+// requests arrive, and lays the trace out as it goes (trace.go).
 type runStream struct {
 	mu      sync.Mutex
 	eng     *correlate.Engine

@@ -40,7 +40,8 @@ var rules = []struct {
 	{"daemon", []string{"agent", "session", "live", "collectors", "collectors/bpfutil", "exporter/prom", "exporter/report", "correlate/critpath", "internal/..."}},
 	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "internal/..."}},
 	{"job/diff", []string{"exporter/report", "correlate", "correlate/critpath", "internal/..."}},
-	{"job", []string{"job/load", "live", "agent", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
+	{"pipeline", []string{"collectors", "correlate", "correlate/critpath", "live", "loadgen", "loadgen/enginemetrics", "exporter/report", "exporter/trace", "internal/..."}}, // a run's streaming correlation
+	{"job", []string{"job/load", "pipeline", "live", "agent", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
 	{"deploy", []string{"internal/..."}}, // tests of the dashboard and rules; run bin/bpfbench as a process
 	{"tools/llmsim/...", []string{"tools/llmsim/...", "loadgen/kserve/inference", "internal/..."}}, // the simulated server's library (cmd/llmsim)
 	{"tools/cudastub", nil},
