@@ -237,76 +237,15 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 		return nil, ctx.Err()
 	}
 
-	achieved := make([]string, len(DemoPhases))
 	var injErr error
-	scenario := func(ctx context.Context, marks *pipeline.PhaseMarks) {
-		wait := func() bool {
-			select {
-			case <-ctx.Done():
-				return false
-			case <-time.After(cfg.Phase):
-				return true
-			}
-		}
-		settle := func() bool { return settleOutside(ctx, marks, DemoSettle(cfg.Phase)) }
-		while := func(i int, fn func(context.Context) string) bool {
-			pctx, cancel := context.WithCancel(ctx)
-			done := make(chan string, 1)
-			go func() { done <- fn(pctx) }()
-			ok := wait()
-			cancel()
-			achieved[i] = <-done
-			return ok && settle()
-		}
-		marks.Begin(DemoPhases[0])
-		if !wait() {
-			return
-		}
-		marks.Begin(DemoPhases[1])
-		if !while(1, func(c context.Context) string {
-			p := perturb.CPU{CPUs: cfg.ServerCPUs}
-			if err := p.Validate(); err != nil {
-				injErr = err
-				return "failed: " + err.Error()
-			}
-			p.Threads = 2 * len(p.CPUs)
-			r, err := p.RunProcess(c)
-			if err != nil {
-				injErr = err
-				return "failed: " + err.Error()
-			}
-			return fmt.Sprintf("%d busy threads on the server's CPUs %v burnt %.1f CPU-s (%.0f%% of a CPU each)", r.Threads, r.CPUs, r.CPUSeconds, r.Share*100)
-		}) {
-			return
-		}
-		marks.Begin(DemoPhases[2])
-		if !while(2, func(c context.Context) string {
-			r, err := perturb.IO{Path: cfg.Sim.IOFile, BlockSize: demoIOBlock, Depth: depth}.RunProcess(c)
-			if err != nil {
-				injErr = err
-				return "failed: " + err.Error()
-			}
-			return fmt.Sprintf("%.0f O_DIRECT reads/s of 1 MiB, %d in flight, %.1f ms each (%s)", r.IOPS, depth, r.MeanLatency*1e3, calNote)
-		}) {
-			return
-		}
-		marks.Begin(DemoPhases[3])
-		if err := cfg.Sim.SetGPUKernel(DemoSlowKernelUS); err != nil {
-			injErr = err
-		}
-		achieved[3] = fmt.Sprintf("the CUDA stub's step kernel from %d to %d µs", DemoKernelUS, DemoSlowKernelUS)
-		ok := wait()
-		_ = cfg.Sim.SetGPUKernel(DemoKernelUS)
-		if !ok || !settle() {
-			return
-		}
-		marks.Begin(DemoPhases[4])
-	}
-	res, err := Run(ctx, RunConfig{Load: lc, Pid: cfg.Sim.Pid(), OutDir: cfg.OutDir, Phases: scenario,
+	sc := &scenario{phase: cfg.Phase, settle: DemoSettle(cfg.Phase), baseline: DemoPhases[0],
+		injections: demoInjections(cfg, depth, calNote, &injErr)}
+	res, err := Run(ctx, RunConfig{Load: lc, Pid: cfg.Sim.Pid(), OutDir: cfg.OutDir, Phases: sc.run,
 		Sections: cfg.Sections, Readiness: cfg.Readiness, Logger: cfg.Logger, Manifest: cfg.Manifest})
 	if res == nil {
 		return nil, err
 	}
+	achieved := append([]string{""}, sc.achieved...)
 	achieved[4] = slowReaders(res, slow)
 	out := &DemoResult{RunResult: res}
 	if res.Doc != nil {
@@ -319,10 +258,61 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 			out.Injected = append(out.Injected, p.Name+": "+p.Injection+"; "+p.Verdict)
 		}
 	}
+	if injErr == nil {
+		injErr = sc.injErr
+	}
 	if err == nil && injErr != nil {
 		err = fmt.Errorf("an injection failed: %w", injErr)
 	}
 	return out, err
+}
+
+// demoInjections are the demo's phases after the baseline, as
+// validate's injections: CPU contention on the server's CPUs, O_DIRECT
+// reads of depth on the simulator's file, its GPU kernel slowed, and the
+// slow-reading clients (DemoSlowReaders, set on the requests). A failed
+// injection is in *injErr.
+func demoInjections(cfg DemoConfig, depth int, calNote string, injErr *error) []Injection {
+	while := func(fn func(context.Context) string) func(context.Context) (func() string, error) {
+		return func(ctx context.Context) (func() string, error) { return during(ctx, fn), nil }
+	}
+	cpu := func(c context.Context) string {
+		p := perturb.CPU{CPUs: cfg.ServerCPUs}
+		if err := p.Validate(); err != nil {
+			*injErr = err
+			return "failed: " + err.Error()
+		}
+		p.Threads = 2 * len(p.CPUs)
+		r, err := p.RunProcess(c)
+		if err != nil {
+			*injErr = err
+			return "failed: " + err.Error()
+		}
+		return fmt.Sprintf("%d busy threads on the server's CPUs %v burnt %.1f CPU-s (%.0f%% of a CPU each)", r.Threads, r.CPUs, r.CPUSeconds, r.Share*100)
+	}
+	disk := func(c context.Context) string {
+		r, err := perturb.IO{Path: cfg.Sim.IOFile, BlockSize: demoIOBlock, Depth: depth}.RunProcess(c)
+		if err != nil {
+			*injErr = err
+			return "failed: " + err.Error()
+		}
+		return fmt.Sprintf("%.0f O_DIRECT reads/s of 1 MiB, %d in flight, %.1f ms each (%s)", r.IOPS, depth, r.MeanLatency*1e3, calNote)
+	}
+	gpu := func(context.Context) (func() string, error) {
+		if err := cfg.Sim.SetGPUKernel(DemoSlowKernelUS); err != nil {
+			*injErr = err
+		}
+		return func() string {
+			_ = cfg.Sim.SetGPUKernel(DemoKernelUS)
+			return fmt.Sprintf("the CUDA stub's step kernel from %d to %d µs", DemoKernelUS, DemoSlowKernelUS)
+		}, nil
+	}
+	return []Injection{
+		{Name: DemoPhases[1], Cause: DemoCauses[DemoPhases[1]], Start: while(cpu)},
+		{Name: DemoPhases[2], Cause: DemoCauses[DemoPhases[2]], Start: while(disk)},
+		{Name: DemoPhases[3], Cause: DemoCauses[DemoPhases[3]], Start: gpu},
+		{Name: DemoPhases[4], Cause: DemoCauses[DemoPhases[4]], SlowRead: DemoSlowPause},
+	}
 }
 
 // slowReaders says how long the slow-reading requests actually stopped

@@ -528,67 +528,15 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 			}
 		}
 	}
-	achieved := make([]string, len(cfg.Injections))
-	var injErr error
-	scenario := func(ctx context.Context, marks *pipeline.PhaseMarks) {
-		wait := func() bool {
-			select {
-			case <-ctx.Done():
-				return false
-			case <-time.After(cfg.Phase):
-				return true
-			}
-		}
-		marks.Begin(names[0])
-		var ends []func()
-		for _, inj := range cfg.Injections {
-			if inj.Baseline != nil {
-				ends = append(ends, inj.Baseline())
-			}
-		}
-		ok := wait()
-		for _, end := range ends {
-			end()
-		}
-		if !ok {
-			return
-		}
-		for k, inj := range cfg.Injections {
-			marks.Begin(inj.Name)
-			var stop func() string
-			if inj.Start != nil {
-				s, err := inj.Start(ctx)
-				if err != nil {
-					injErr = fmt.Errorf("injecting %s: %w", inj.Name, err)
-				}
-				stop = s
-			} else if inj.SlowRead > 0 {
-				achieved[k] = fmt.Sprintf("request %d stops reading for %v after its first token", slow[k], inj.SlowRead)
-			}
-			ok := wait()
-			if stop != nil {
-				achieved[k] = stop()
-			}
-			if !ok {
-				return
-			}
-			// The server settles outside any phase before the next
-			// injection: the requests an injection slowed are still in
-			// flight when it stops, a larger batch than the rate keeps,
-			// and their extra steps would be the next phase's compute.
-			if k+1 < len(cfg.Injections) && !settleOutside(ctx, marks, settle) {
-				return
-			}
-		}
-	}
+	sc := &scenario{phase: cfg.Phase, settle: settle, baseline: names[0], injections: cfg.Injections, slow: slow}
 	res, err := Run(ctx, RunConfig{Load: load, Pid: cfg.Pid, OutDir: cfg.OutDir, Sections: cfg.Sections,
-		Phases: scenario, Readiness: cfg.Readiness, Logger: cfg.Logger,
+		Phases: sc.run, Readiness: cfg.Readiness, Logger: cfg.Logger,
 		ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod, Manifest: cfg.Manifest})
 	if res == nil {
 		return nil, nil, err
 	}
-	if injErr != nil {
-		return nil, res, injErr
+	if sc.injErr != nil {
+		return nil, res, sc.injErr
 	}
 	v := &Validation{
 		Target: load.Target, Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
@@ -627,7 +575,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 			ShareAll: p.ITLAll[inj.Cause], P99Shares: p.ITLP99,
 			Requests: p.Requests, P50ITLMs: p.P50ITLMs, P99ITLMs: p.P99ITLMs,
 			AddedP50ITLMs: p.P50ITLMs - v.BaselineP50, AddedP99ITLMs: p.P99ITLMs - v.BaselineP99,
-			Achieved: achieved[k],
+			Achieved: sc.achieved[k],
 		}
 		if cp, ok := critByName[inj.Name]; ok {
 			row.AddedShares, row.Attributed, row.AddedMs, row.StealMs = cp.TailAddedShares, cp.TailTop, cp.TailAddedMs, cp.TailStealMs
@@ -692,6 +640,76 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		err = werr
 	}
 	return v, res, err
+}
+
+// scenario is the phases of validate and demo: a baseline phase, then
+// each injection in its own phase, the server settling outside any phase
+// between two injections.
+type scenario struct {
+	phase, settle time.Duration
+	baseline      string
+	injections    []Injection
+	// slow[k] is the slow-reading request of injection k (SlowRead).
+	slow []int
+	// achieved[k] is what injection k achieved (run fills it); injErr
+	// the last injection that could not start.
+	achieved []string
+	injErr   error
+}
+
+// run plays the scenario, marking its phases, until done or ctx ends
+// (RunConfig.Phases).
+func (s *scenario) run(ctx context.Context, marks *pipeline.PhaseMarks) {
+	s.achieved = make([]string, len(s.injections))
+	wait := func() bool {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(s.phase):
+			return true
+		}
+	}
+	marks.Begin(s.baseline)
+	var ends []func()
+	for _, inj := range s.injections {
+		if inj.Baseline != nil {
+			ends = append(ends, inj.Baseline())
+		}
+	}
+	ok := wait()
+	for _, end := range ends {
+		end()
+	}
+	if !ok {
+		return
+	}
+	for k, inj := range s.injections {
+		marks.Begin(inj.Name)
+		var stop func() string
+		if inj.Start != nil {
+			st, err := inj.Start(ctx)
+			if err != nil {
+				s.injErr = fmt.Errorf("injecting %s: %w", inj.Name, err)
+			}
+			stop = st
+		} else if inj.SlowRead > 0 && k < len(s.slow) {
+			s.achieved[k] = fmt.Sprintf("request %d stops reading for %v after its first token", s.slow[k], inj.SlowRead)
+		}
+		ok := wait()
+		if stop != nil {
+			s.achieved[k] = stop()
+		}
+		if !ok {
+			return
+		}
+		// The server settles outside any phase before the next
+		// injection: the requests an injection slowed are still in
+		// flight when it stops, a larger batch than the rate keeps, and
+		// their extra steps would be the next phase's compute.
+		if k+1 < len(s.injections) && !settleOutside(ctx, marks, s.settle) {
+			return
+		}
+	}
 }
 
 // slowOffset is the index in its phase of the slow-reading request: a
