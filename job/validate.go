@@ -563,62 +563,9 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	if base, ok := byName["baseline"]; ok {
 		v.BaselineP50, v.BaselineP99 = base.P50ITLMs, base.P99ITLMs
 	}
-	var injOf []Injection // the injection of each row
-	for k, inj := range cfg.Injections {
-		p, ok := byName[inj.Name]
-		if !ok {
-			continue
-		}
-		row := ValidationRow{
-			Injection: inj.Name, Injected: inj.Cause, Attributed: "none",
-			RawShare: p.ITLP99[inj.Cause], RawTop: topCause(p.ITLP99),
-			ShareAll: p.ITLAll[inj.Cause], P99Shares: p.ITLP99,
-			Requests: p.Requests, P50ITLMs: p.P50ITLMs, P99ITLMs: p.P99ITLMs,
-			AddedP50ITLMs: p.P50ITLMs - v.BaselineP50, AddedP99ITLMs: p.P99ITLMs - v.BaselineP99,
-			Achieved: sc.achieved[k],
-		}
-		if cp, ok := critByName[inj.Name]; ok {
-			row.AddedShares, row.Attributed, row.AddedMs, row.StealMs = cp.TailAddedShares, cp.TailTop, cp.TailAddedMs, cp.TailStealMs
-			row.Share = cp.TailAddedShares[row.Injected]
-		}
-		row.Weak = row.AddedMs < v.MinAddedMs
-		row.Correct = !row.Weak && row.Attributed == row.Injected
-		v.Rows = append(v.Rows, row)
-		injOf = append(injOf, inj)
-	}
-	for try := 1; try <= cfg.RetryWeak && err == nil && ctx.Err() == nil; try++ {
-		var again []Injection
-		at := map[string]int{} // an injection's name: its row
-		for i, row := range v.Rows {
-			if row.Weak && injOf[i].Stronger != nil {
-				injOf[i] = injOf[i].Stronger()
-				again = append(again, injOf[i])
-				at[injOf[i].Name] = i
-			}
-		}
-		if len(again) == 0 {
-			break
-		}
-		rc := cfg
-		rc.Injections, rc.RetryWeak = again, 0
-		rc.OutDir = filepath.Join(cfg.OutDir, fmt.Sprintf("retry-%d", try))
-		if cfg.Logger != nil {
-			cfg.Logger.Info("injections too weak to judge: once more, stronger", "retry", try, "injections", len(again), "dir", rc.OutDir)
-		}
-		rv, _, rerr := Validate(ctx, rc)
-		if rv == nil {
-			err = fmt.Errorf("retrying the injections too weak to judge: %w", rerr)
-			break
-		}
-		for _, r := range rv.Rows {
-			i := at[r.Injection]
-			r.Retry, r.RetryDir = try, rc.OutDir
-			r.Earlier = append(slices.Clone(v.Rows[i].Earlier), fmt.Sprintf("%s: added %.1f ms per tail gap", v.Rows[i].Achieved, v.Rows[i].AddedMs))
-			v.Rows[i] = r
-		}
-		if rerr != nil {
-			err = rerr
-		}
+	injOf := v.judge(cfg.Injections, sc.achieved, byName, critByName)
+	if err == nil {
+		err = v.retryWeak(ctx, cfg, injOf)
 	}
 	for _, row := range v.Rows {
 		switch {
@@ -710,6 +657,78 @@ func (s *scenario) run(ctx context.Context, marks *pipeline.PhaseMarks) {
 			return
 		}
 	}
+}
+
+// judge adds a row for each injection whose phase ran: what the phase
+// added to its slowest gaps and the cause the critical path named. It
+// returns the injection of each row.
+func (v *Validation) judge(injections []Injection, achieved []string, byName map[string]report.Phase, critByName map[string]report.CriticalPhase) []Injection {
+	var injOf []Injection // the injection of each row
+	for k, inj := range injections {
+		p, ok := byName[inj.Name]
+		if !ok {
+			continue
+		}
+		row := ValidationRow{
+			Injection: inj.Name, Injected: inj.Cause, Attributed: "none",
+			RawShare: p.ITLP99[inj.Cause], RawTop: topCause(p.ITLP99),
+			ShareAll: p.ITLAll[inj.Cause], P99Shares: p.ITLP99,
+			Requests: p.Requests, P50ITLMs: p.P50ITLMs, P99ITLMs: p.P99ITLMs,
+			AddedP50ITLMs: p.P50ITLMs - v.BaselineP50, AddedP99ITLMs: p.P99ITLMs - v.BaselineP99,
+			Achieved: achieved[k],
+		}
+		if cp, ok := critByName[inj.Name]; ok {
+			row.AddedShares, row.Attributed, row.AddedMs, row.StealMs = cp.TailAddedShares, cp.TailTop, cp.TailAddedMs, cp.TailStealMs
+			row.Share = cp.TailAddedShares[row.Injected]
+		}
+		row.Weak = row.AddedMs < v.MinAddedMs
+		row.Correct = !row.Weak && row.Attributed == row.Injected
+		v.Rows = append(v.Rows, row)
+		injOf = append(injOf, inj)
+	}
+	return injOf
+}
+
+// retryWeak runs the injections too weak to judge once more, stronger,
+// up to cfg.RetryWeak times, each in its own run directory; their rows
+// replace the weak ones.
+func (v *Validation) retryWeak(ctx context.Context, cfg ValidateConfig, injOf []Injection) error {
+	var err error
+	for try := 1; try <= cfg.RetryWeak && err == nil && ctx.Err() == nil; try++ {
+		var again []Injection
+		at := map[string]int{} // an injection's name: its row
+		for i, row := range v.Rows {
+			if row.Weak && injOf[i].Stronger != nil {
+				injOf[i] = injOf[i].Stronger()
+				again = append(again, injOf[i])
+				at[injOf[i].Name] = i
+			}
+		}
+		if len(again) == 0 {
+			break
+		}
+		rc := cfg
+		rc.Injections, rc.RetryWeak = again, 0
+		rc.OutDir = filepath.Join(cfg.OutDir, fmt.Sprintf("retry-%d", try))
+		if cfg.Logger != nil {
+			cfg.Logger.Info("injections too weak to judge: once more, stronger", "retry", try, "injections", len(again), "dir", rc.OutDir)
+		}
+		rv, _, rerr := Validate(ctx, rc)
+		if rv == nil {
+			err = fmt.Errorf("retrying the injections too weak to judge: %w", rerr)
+			break
+		}
+		for _, r := range rv.Rows {
+			i := at[r.Injection]
+			r.Retry, r.RetryDir = try, rc.OutDir
+			r.Earlier = append(slices.Clone(v.Rows[i].Earlier), fmt.Sprintf("%s: added %.1f ms per tail gap", v.Rows[i].Achieved, v.Rows[i].AddedMs))
+			v.Rows[i] = r
+		}
+		if rerr != nil {
+			err = rerr
+		}
+	}
+	return err
 }
 
 // slowOffset is the index in its phase of the slow-reading request: a
