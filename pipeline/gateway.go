@@ -151,27 +151,7 @@ func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *
 		}
 	}
 	sort.Slice(recs, func(i, j int) bool { return recs[i].StartNs < recs[j].StartNs })
-	eng, gw, arr := byPort{}, byPort{}, byPort{}
-	engineSends := 0
-	for _, s := range g.sends {
-		p := g.processOf(s.Tid)
-		e := ev{s.End, s.Bytes}
-		switch {
-		case clientPorts[s.Port] && (g.via[p] || p == 0):
-			gw[s.Port] = append(gw[s.Port], e)
-		case !clientPorts[s.Port] && !g.via[p] && (p == g.engine || p == 0):
-			eng[s.Port] = append(eng[s.Port], e)
-			engineSends++
-		}
-	}
-	for _, a := range g.arrivals {
-		if clientPorts[a.LocalPort] {
-			arr[a.LocalPort] = append(arr[a.LocalPort], ev{a.End, a.Bytes})
-		}
-	}
-	eng.sort()
-	gw.sort()
-	arr.sort()
+	eng, gw, arr, engineSends := g.byPort(clientPorts)
 
 	busy := map[uint16]int64{}
 	var hops [3][]int64
@@ -271,6 +251,34 @@ func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *
 }
 
 // gatewayThroughput is requests/s and tokens/s at the gateway (the load's)
+// byPort groups the sends and arrivals by connection: the engine's sends
+// to ports that are no client's (eng, engineSends of them), the gateway's
+// sends to the clients (gw), and the arrivals at the clients (arr), each
+// sorted by time.
+func (g *gatewayStream) byPort(clientPorts map[uint16]bool) (eng, gw, arr byPort, engineSends int) {
+	eng, gw, arr = byPort{}, byPort{}, byPort{}
+	for _, s := range g.sends {
+		p := g.processOf(s.Tid)
+		e := ev{s.End, s.Bytes}
+		switch {
+		case clientPorts[s.Port] && (g.via[p] || p == 0):
+			gw[s.Port] = append(gw[s.Port], e)
+		case !clientPorts[s.Port] && !g.via[p] && (p == g.engine || p == 0):
+			eng[s.Port] = append(eng[s.Port], e)
+			engineSends++
+		}
+	}
+	for _, a := range g.arrivals {
+		if clientPorts[a.LocalPort] {
+			arr[a.LocalPort] = append(arr[a.LocalPort], ev{a.End, a.Bytes})
+		}
+	}
+	eng.sort()
+	gw.sort()
+	arr.sort()
+	return eng, gw, arr, engineSends
+}
+
 // and at the engine (its /metrics' generation tokens, else its sends).
 func gatewayThroughput(res *loadgen.Result, sm *enginemetrics.Result, engineSends int) report.Throughput {
 	var t report.Throughput
