@@ -21,6 +21,7 @@ var rules = []struct {
 	pkg   string
 	allow []string
 }{
+	{"internal/testutil/...", []string{"internal/...", "tools/llmsim/..."}}, // test helpers; simtest starts the simulator
 	{"internal/...", []string{"internal/..."}},
 	{"collectors", nil},
 	{"collectors/bpfutil", []string{"internal/..."}},
@@ -121,6 +122,38 @@ func TestImportRules(t *testing.T) {
 	}
 	if n < 20 {
 		t.Fatalf("only %d packages listed:\n%s", n, out)
+	}
+}
+
+// testOnly are the packages only tests may import: a package's non-test
+// files importing one fails TestTestOnlyImports.
+var testOnly = []string{"internal/testutil/..."}
+
+// TestTestOnlyImports fails when a package's non-test files import a
+// test-only package (one of testOnly other than itself and below it).
+func TestTestOnlyImports(t *testing.T) {
+	cmd := exec.Command(goTool(), "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		pkg := strings.TrimPrefix(f[0], module)
+		for _, imp := range f[1:] {
+			dep, ok := strings.CutPrefix(imp, module)
+			if !ok {
+				continue
+			}
+			for _, only := range testOnly {
+				if match(only, dep) && !match(only, pkg) {
+					t.Errorf("%s imports %s, a test-only package, outside its tests", pkg, dep)
+				}
+			}
+		}
 	}
 }
 
