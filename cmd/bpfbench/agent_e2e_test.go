@@ -20,6 +20,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // agentNode is a second node: a network namespace joined to this one by
@@ -453,21 +454,6 @@ func gapTop(cp *report.CriticalPath) string {
 	return top
 }
 
-// cgroup2Mount is where the unified cgroup hierarchy is mounted ("" when
-// it is not).
-func cgroup2Mount() string {
-	b, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup2" {
-			return f[1]
-		}
-	}
-	return ""
-}
-
 // A session on a pod through the agent, end to end: llmsim in the agent's
 // namespace is moved into a cgroup laid out as the kubelet's cgroupfs
 // driver lays out a container's (kubepods/burstable/pod<UID>/<ID>), a fake
@@ -478,7 +464,7 @@ func cgroup2Mount() string {
 // run, fail the run with what to give.
 func TestAgentPodTarget(t *testing.T) {
 	privtest.Require(t)
-	mnt := cgroup2Mount()
+	mnt := testutil.Cgroup2Mount()
 	if mnt == "" {
 		privtest.Skip(t, "no cgroup v2 hierarchy mounted: the pod's cgroup cannot be laid out")
 	}

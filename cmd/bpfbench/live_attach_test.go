@@ -18,6 +18,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/live"
 )
 
@@ -129,7 +130,7 @@ func TestLiveAttachContention(t *testing.T) {
 	taskset := privtest.RequireTool(t, "taskset", "apt-get install util-linux")
 	t.Run("llmsim", func(t *testing.T) {
 		dir := t.TempDir()
-		addr, pid := startSimProcess(t, dir, "--itl", "10ms")
+		addr, pid := simtest.StartProcess(t, dir, "--itl", "10ms")
 		if out, err := exec.Command(taskset, "--all-tasks", "--cpu-list", "-p", "0", strconv.Itoa(pid)).CombinedOutput(); err != nil {
 			t.Fatalf("taskset: %v\n%s", err, out)
 		}
@@ -247,7 +248,7 @@ func TestLiveAttachSlowReader(t *testing.T) {
 		privtest.SkipOptional(t, "needs 2 CPUs, have %d", runtime.NumCPU())
 	}
 	dir := t.TempDir()
-	addr, pid := startSimProcess(t, dir, "--itl", "10ms")
+	addr, pid := simtest.StartProcess(t, dir, "--itl", "10ms")
 	port, _ := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
 	// The slow reader's buffers fill first (its small receive buffer, the
 	// server's send buffer): attach sees the steady state, the server

@@ -13,6 +13,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 )
 
 // generatedTokens reads llmsim's vllm:generation_tokens_total.
@@ -45,7 +46,7 @@ func TestRunBlamesAStoppedServer(t *testing.T) {
 	// Requests of a second (100 tokens, 10 ms apart) at 4 a second: about
 	// four in flight when the server stops, each with a gap of the stop's
 	// length, among 2,400 gaps (24 in the p99 band).
-	addr, pid := startSimProcess(t, dir, "--itl", "10ms")
+	addr, pid := simtest.StartProcess(t, dir, "--itl", "10ms")
 	out := filepath.Join(dir, "run")
 	cmd := cliCmd("run", "--target", "http://"+addr, "--pid", strconv.Itoa(pid), "--num-requests", "24", "--rate", "4",
 		"--output-len", "100", "--out", out)

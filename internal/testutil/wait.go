@@ -79,11 +79,11 @@ func Wchan(pid int) string {
 }
 
 // WaitBlocked waits until pid's main thread is blocked in the kernel in a
-// function whose name holds one of in (e.g. "pipe", "fifo" for a read on
-// a fifo), or fails t.
+// function whose name holds one of in (e.g. "wait_for_partner", a fifo's
+// open waiting for a writer; "pipe_read"), or fails t.
 func WaitBlocked(t testing.TB, pid int, timeout time.Duration, in ...string) {
 	t.Helper()
-	Eventually(t, timeout, func() bool {
+	ok := Until(timeout, func() bool {
 		w := Wchan(pid)
 		for _, s := range in {
 			if strings.Contains(w, s) {
@@ -91,7 +91,10 @@ func WaitBlocked(t testing.TB, pid int, timeout time.Duration, in ...string) {
 			}
 		}
 		return false
-	}, "pid %d blocked in %v (now in %q)", pid, in, Wchan(pid))
+	})
+	if !ok {
+		t.Fatalf("pid %d not blocked in %v within %v (in %q)", pid, in, timeout, Wchan(pid))
+	}
 }
 
 // BPFFiles counts the BPF programs and links pid holds open, from its
