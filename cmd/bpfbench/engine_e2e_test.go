@@ -28,6 +28,7 @@ import (
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
 
@@ -662,47 +663,13 @@ func (l *leftovers) check(t *testing.T, after string, bpf ownedBPF) {
 	t.Helper()
 	var problems, first []string
 	start := time.Now()
-	deadline := start.Add(30 * time.Second)
-	for {
-		problems = problems[:0]
-		for _, p := range cliProcesses() {
-			problems = append(problems, "bpfbench process "+p)
-		}
-		for _, id := range bpf.progs {
-			if p, err := ebpf.NewProgramFromID(id); err == nil {
-				info, _ := p.Info()
-				p.Close()
-				name := ""
-				if info != nil {
-					name = info.Name
-				}
-				problems = append(problems, fmt.Sprintf("BPF program %d (%s)", id, name))
-			}
-		}
-		for _, id := range bpf.links {
-			if lk, err := link.NewFromID(id); err == nil {
-				lk.Close()
-				problems = append(problems, fmt.Sprintf("BPF link %d", id))
-			}
-		}
-		for e := range probeEvents() {
-			if !l.events[e] {
-				problems = append(problems, "probe event "+e)
-			}
-		}
-		for f := range untracked(t) {
-			if !l.files[f] {
-				problems = append(problems, "file "+f)
-			}
-		}
+	testutil.Until(30*time.Second, func() bool {
+		problems = l.found(t, bpf)
 		if first == nil {
-			first = append([]string{}, problems...)
+			first = problems
 		}
-		if len(problems) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(problems) == 0
+	})
 	held := fmt.Sprintf("%d BPF programs and %d links held", len(bpf.progs), len(bpf.links))
 	switch {
 	case len(problems) > 0:
@@ -712,6 +679,43 @@ func (l *leftovers) check(t *testing.T, after string, bpf ownedBPF) {
 	default:
 		t.Logf("after %s (%s): nothing left behind", after, held)
 	}
+}
+
+// found lists what is left behind now: bpfbench processes, the run's BPF
+// programs and links, probe events and files that were not there before.
+func (l *leftovers) found(t *testing.T, bpf ownedBPF) []string {
+	problems := []string{}
+	for _, p := range cliProcesses() {
+		problems = append(problems, "bpfbench process "+p)
+	}
+	for _, id := range bpf.progs {
+		if p, err := ebpf.NewProgramFromID(id); err == nil {
+			info, _ := p.Info()
+			p.Close()
+			name := ""
+			if info != nil {
+				name = info.Name
+			}
+			problems = append(problems, fmt.Sprintf("BPF program %d (%s)", id, name))
+		}
+	}
+	for _, id := range bpf.links {
+		if lk, err := link.NewFromID(id); err == nil {
+			lk.Close()
+			problems = append(problems, fmt.Sprintf("BPF link %d", id))
+		}
+	}
+	for e := range probeEvents() {
+		if !l.events[e] {
+			problems = append(problems, "probe event "+e)
+		}
+	}
+	for f := range untracked(t) {
+		if !l.files[f] {
+			problems = append(problems, "file "+f)
+		}
+	}
+	return problems
 }
 
 // cliProcesses lists the processes, other than this one, running this

@@ -23,6 +23,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
 
@@ -511,16 +512,18 @@ func matrixGap(g report.CriticalGap) string {
 // the workers below it).
 func matrixNginxMaster(t *testing.T, dir string) int {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		b, err := os.ReadFile(filepath.Join(dir, "nginx", "nginx.pid"))
-		if p, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil && p > 0 {
-			return p
+	var pid int
+	var err error
+	if !testutil.Until(5*time.Second, func() bool {
+		var b []byte
+		if b, err = os.ReadFile(filepath.Join(dir, "nginx", "nginx.pid")); err == nil {
+			pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nginx wrote no pid file: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err == nil && pid > 0
+	}) {
+		t.Fatalf("nginx wrote no pid file: %v", err)
 	}
+	return pid
 }
 
 // matrixChildPids are the children of pid (every thread's).

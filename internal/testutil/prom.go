@@ -13,14 +13,16 @@ import (
 // Scrape GETs url (a /metrics address) and returns its body, or fails t.
 func Scrape(t testing.TB, url string) string {
 	t.Helper()
-	body, err := scrape(url)
+	body, err := TryScrape(url)
 	if err != nil {
 		t.Fatalf("scraping %s: %v", url, err)
 	}
 	return body
 }
 
-func scrape(url string) (string, error) {
+// TryScrape GETs url and returns its body; an error for a status other
+// than 200, or none reached (for a wait that tries again).
+func TryScrape(url string) (string, error) {
 	client := &http.Client{Timeout: 10 * time.Second}
 	resp, err := client.Get(url)
 	if err != nil {
@@ -97,10 +99,21 @@ func WaitMetric(t testing.TB, url, substr string, timeout time.Duration) string 
 	var body string
 	var err error
 	if !Until(timeout, func() bool {
-		body, err = scrape(url)
+		body, err = TryScrape(url)
 		return err == nil && strings.Contains(body, substr)
 	}) {
 		t.Fatalf("%s has no %q within %v (last scrape: %v)\n%s", url, substr, timeout, err, body)
 	}
 	return body
+}
+
+// Value is the sum of metric name's series whose labels hold label on
+// url (a /metrics address); 0 when url does not answer or has none.
+func Value(url, name, label string) float64 {
+	body, err := TryScrape(url)
+	if err != nil {
+		return 0
+	}
+	v, _ := Sum(body, name, label)
+	return v
 }

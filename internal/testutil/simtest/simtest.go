@@ -34,6 +34,11 @@ func start(t testing.TB, mod func(*sim.Config)) (*sim.Server, *httptest.Server) 
 	if mod != nil {
 		mod(&cfg)
 	}
+	return startConfig(t, cfg)
+}
+
+func startConfig(t testing.TB, cfg sim.Config) (*sim.Server, *httptest.Server) {
+	t.Helper()
 	s, err := sim.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -41,11 +46,22 @@ func start(t testing.TB, mod func(*sim.Config)) (*sim.Server, *httptest.Server) 
 	return s, httptest.NewServer(s.Handler())
 }
 
-// Start runs llmsim in-process and returns its base URL; it stops with
-// the test.
+// Start runs llmsim in-process, its configuration Config changed by mod
+// (nil: none), and returns its base URL; it stops with the test.
 func Start(t testing.TB, mod func(*sim.Config)) string {
 	t.Helper()
-	s, ts := start(t, mod)
+	cfg := Config()
+	if mod != nil {
+		mod(&cfg)
+	}
+	return StartConfig(t, cfg)
+}
+
+// StartConfig runs llmsim in-process with cfg as it is and returns its
+// base URL; it stops with the test.
+func StartConfig(t testing.TB, cfg sim.Config) string {
+	t.Helper()
+	s, ts := startConfig(t, cfg)
 	t.Cleanup(func() {
 		ts.CloseClientConnections()
 		ts.Close()
