@@ -20,7 +20,7 @@ import (
 func barrierPool(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "barrierpool")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, "../barrierpool/barrierpool.c").CombinedOutput(); err != nil {
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, "../../tools/barrierpool/barrierpool.c").CombinedOutput(); err != nil {
 		t.Fatalf("building barrierpool: %v\n%s", err, out)
 	}
 	return bin

@@ -44,6 +44,33 @@ func Until(timeout time.Duration, cond func() bool) bool {
 	}
 }
 
+// Poll checks cond every period (the first at once) until it holds or
+// timeout passes, and says whether it held: for a check that costs, such
+// as a round of queries against a server.
+func Poll(timeout, period time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return true
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		time.Sleep(min(period, left))
+	}
+}
+
+// Succeeds fails t unless f returns nil within timeout, with f's last
+// error. msg is as Eventually's.
+func Succeeds(t testing.TB, timeout time.Duration, f func() error, msg ...any) {
+	t.Helper()
+	var err error
+	if !Until(timeout, func() bool { err = f(); return err == nil }) {
+		t.Fatalf("%s: not within %v: %v", describe(msg, "the condition"), timeout, err)
+	}
+}
+
 // Eventually fails t unless cond holds within timeout. msg, when given, is
 // a format and its arguments saying what was awaited.
 func Eventually(t testing.TB, timeout time.Duration, cond func() bool, msg ...any) {
