@@ -474,8 +474,14 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 	if math.Abs(doc.Float("mean_itl_ms")-clientITL) > 1e-6*clientITL+1e-9 {
 		t.Errorf("%s: mean_itl_ms %.6f, the records' %.6f", name, doc.Float("mean_itl_ms"), clientITL)
 	}
+	checkEngineServerMetrics(t, name, doc, predicted)
+	checkEngineManifest(t, name, doc, srv, paths)
+	return r
+}
 
-	// The engine's metrics, scraped and mapped.
+// checkEngineServerMetrics: the engine's metrics, scraped and mapped.
+func checkEngineServerMetrics(t *testing.T, name string, doc *report.Document, predicted float64) {
+	t.Helper()
 	sm := doc.ServerMetrics
 	if sm == nil {
 		t.Fatalf("%s: result.json has no server_metrics", name)
@@ -497,9 +503,12 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 	if g := sm.Overall["generation_tokens_total"]; g <= 0 || g > predicted {
 		t.Errorf("%s: server_metrics.overall generation_tokens_total %v, want within (0, %.0f]", name, g, predicted)
 	}
+}
 
-	// The manifest names the model file the server has open, with its
-	// size and sampled hash.
+// checkEngineManifest: the manifest names the model file the server has
+// open, with its size and sampled hash, and the server's binary.
+func checkEngineManifest(t *testing.T, name string, doc *report.Document, srv *engine.Server, paths engine.Paths) {
+	t.Helper()
 	var m manifest.Manifest
 	if err := json.Unmarshal(doc.Load["manifest"], &m); err != nil {
 		t.Fatalf("%s: manifest: %v", name, err)
@@ -528,7 +537,6 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 	if m.Binary == nil || filepath.Base(m.Binary.Path) != filepath.Base(paths.Server) || m.Binary.SHA256 == "" {
 		t.Errorf("%s: manifest binary %+v, want %s hashed", name, m.Binary, paths.Server)
 	}
-	return r
 }
 
 // slowPause is how long validate's slow reader stops reading.
