@@ -153,6 +153,7 @@ func TestLiveAttachContention(t *testing.T) {
 	}
 	taskset := privtest.RequireTool(t, "taskset", "apt-get install util-linux")
 	t.Run("llmsim", func(t *testing.T) {
+		simBinaries(t)
 		dir := t.TempDir()
 		addr, pid := simtest.StartProcess(t, dir, "--itl", "10ms")
 		if out, err := exec.Command(taskset, "--all-tasks", "--cpu-list", "-p", "0", strconv.Itoa(pid)).CombinedOutput(); err != nil {
@@ -271,6 +272,7 @@ func TestLiveAttachSlowReader(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		privtest.SkipOptional(t, "needs 2 CPUs, have %d", runtime.NumCPU())
 	}
+	simBinaries(t)
 	dir := t.TempDir()
 	addr, pid := simtest.StartProcess(t, dir, "--itl", "10ms")
 	port, _ := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
