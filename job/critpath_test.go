@@ -96,7 +96,7 @@ func (run *synthCrit) replay(t *testing.T, dir string) *runStream {
 		t.Fatal(err)
 	}
 	cfg := RunConfig{Pid: 4242}
-	cfg.Load.Rate = 8
+	cfg.Load.Scenario.Rate = 8
 	s := newRunStream(cfg, tr)
 	var now int64
 	s.now = func() int64 { return now }

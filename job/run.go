@@ -29,7 +29,10 @@ import (
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/readiness"
 	"github.com/bpfbench/bpfbench/session"
 )
@@ -231,8 +234,8 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		spoolMax = DefaultSpoolBytes
 	}
 	stream.deferUntilFinish(spoolMax)
-	onRecord := cfg.Load.OnRecord
-	cfg.Load.OnRecord = func(r *loadgen.Record) {
+	onRecord := cfg.Load.Output.OnRecord
+	cfg.Load.Output.OnRecord = func(r *loadgen.Record) {
 		if onRecord != nil {
 			onRecord(r)
 		}
@@ -377,7 +380,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	base.Rate = est.Rate
 	out.Baseline = base
 	blames := stream.log.Blames(base)
-	percentiles := res.Config.Percentiles
+	percentiles := res.Config.Metrics.Percentiles
 	if len(percentiles) == 0 {
 		percentiles = []float64{50, 90, 99}
 	}
@@ -569,7 +572,7 @@ func activityOf(s collectors.Span) (correlate.Activity, bool) {
 
 func percentile(xs []float64, p float64) float64 {
 	sort.Float64s(xs)
-	return loadgen.Percentile(xs, p)
+	return metrics.Percentile(xs, p)
 }
 
 // timeline buckets the run by second: throughput, latency and the excess
@@ -729,8 +732,8 @@ func newServerMetrics(ctx context.Context, cfg RunConfig, log *slog.Logger) (*se
 	}
 	auto := sm.url == ""
 	if auto {
-		target := cfg.Load.Target
-		if cfg.Load.Protocol == loadgen.ProtocolKServeGRPC && !strings.Contains(target, "://") {
+		target := cfg.Load.Target.URL
+		if cfg.Load.Target.Protocol == transport.ProtocolKServeGRPC && !strings.Contains(target, "://") {
 			// HOST:PORT of a gRPC server: its metrics are not on that port
 			// (Triton's are on 8002).
 			target = "grpc://" + target
@@ -898,7 +901,7 @@ func collectManifest(cfg RunConfig, log *slog.Logger) *manifest.Manifest {
 }
 
 // datasetOf is the load's dataset as the manifest records it.
-func datasetOf(d loadgen.DatasetInfo) *manifest.Dataset {
+func datasetOf(d dataset.Info) *manifest.Dataset {
 	if d.Name == "" {
 		return nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
 )
 
@@ -66,18 +67,18 @@ func newSchedule(cfg loadgen.Config, floor0 int64) *schedule {
 	s := &schedule{floor0: floor0, done: map[int]int64{}, runStart: math.MinInt64}
 	var offs []int64
 	switch {
-	case len(cfg.Requests) > 0:
+	case len(cfg.Scenario.Requests) > 0:
 		fixed := false
-		for _, r := range cfg.Requests {
+		for _, r := range cfg.Scenario.Requests {
 			fixed = fixed || r.OffsetNs > 0
 		}
 		if fixed {
-			for _, r := range cfg.Requests {
+			for _, r := range cfg.Scenario.Requests {
 				offs = append(offs, max(r.OffsetNs, 0))
 			}
 		}
-	case cfg.TracePath != "":
-		reqs, err := loadgen.LoadTrace(cfg.TracePath, cfg.TraceTimeUnit, cfg.Dataset.OutputLen, cfg.Seed)
+	case cfg.Scenario.TracePath != "":
+		reqs, err := dataset.LoadTrace(cfg.Scenario.TracePath, cfg.Scenario.TraceTimeUnit, cfg.Scenario.Dataset.OutputLen, cfg.Scenario.Seed)
 		if err != nil {
 			// The load generator fails on it too; hold spans from the start.
 			offs = []int64{0}

@@ -14,6 +14,7 @@ import (
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 const msNs = int64(1e6)
@@ -57,7 +58,7 @@ func newSynthDaemonRun(seed uint64, seconds int) *synthDaemonRun {
 		rec.LastNs = c
 		rec.EndNs = c + r.Int64N(3*msNs)
 		if !rec.Success {
-			rec.Failure, rec.ChunkNs = loadgen.FailStall, rec.ChunkNs[:1]
+			rec.Failure, rec.ChunkNs = transport.FailStall, rec.ChunkNs[:1]
 		}
 		run.records = append(run.records, rec)
 	}
@@ -126,7 +127,7 @@ func (run *synthDaemonRun) streamSpooled(t *testing.T, dir string, pid int, spoo
 		t.Fatal(err)
 	}
 	cfg := RunConfig{Pid: pid}
-	cfg.Load.Rate = 8
+	cfg.Load.Scenario.Rate = 8
 	s := newRunStream(cfg, tr)
 	var now int64
 	s.now = func() int64 { return now }
@@ -275,7 +276,7 @@ func TestRunStreamMatchesBatch(t *testing.T) {
 // times that grow with the index, that of the last request in order;
 // with fixed offsets in any order, the least offset still to come.
 func TestScheduleFloor(t *testing.T) {
-	s := newSchedule(loadgen.Config{Rate: 8}, 50)
+	s := newSchedule(loadgen.Config{Scenario: loadgen.Scenario{Rate: 8}}, 50)
 	if s.floor() != 50 {
 		t.Errorf("nothing finished: floor %d, want 50", s.floor())
 	}
@@ -288,7 +289,7 @@ func TestScheduleFloor(t *testing.T) {
 		t.Errorf("0 and 1 finished: floor %d, want 200", s.floor())
 	}
 
-	cfg := loadgen.Config{Requests: []loadgen.Request{{OffsetNs: 0}, {OffsetNs: 500}, {OffsetNs: 100}, {OffsetNs: 900}}}
+	cfg := loadgen.Config{Scenario: loadgen.Scenario{Requests: []loadgen.Request{{OffsetNs: 0}, {OffsetNs: 500}, {OffsetNs: 100}, {OffsetNs: 900}}}}
 	s = newSchedule(cfg, 50)
 	s.finish(&loadgen.Record{Index: 0, ScheduledNs: 1000})
 	if s.floor() != 1100 {

@@ -30,6 +30,7 @@ import (
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // The real engine end to end: llama-server (-t 1 -np 2 --metrics) pinned to
@@ -412,7 +413,7 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 	if err := json.Unmarshal(doc.Load["bpfbench"], &bb); err != nil {
 		t.Fatal(err)
 	}
-	var perRequest []*loadgen.ServerTimings
+	var perRequest []*transport.ServerTimings
 	if err := json.Unmarshal(doc.Load["server_timings"], &perRequest); err != nil || len(perRequest) != len(bb.Records) {
 		t.Errorf("%s: server_timings %d entries for %d requests (%v)", name, len(perRequest), len(bb.Records), err)
 	}

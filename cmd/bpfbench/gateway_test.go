@@ -19,6 +19,7 @@ import (
 	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/session"
 )
 
@@ -277,7 +278,7 @@ func slowClientRun(t *testing.T, nginx, simAddr string, simPid int, buffering bo
 			t.Fatal(err)
 		}
 		const n, slow = 8, 3
-		reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: 64}, n, 1)
+		reqs, err := dataset.Load(dataset.Config{Name: dataset.Random, InputLen: 64, OutputLen: 64}, n, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,9 +288,9 @@ func slowClientRun(t *testing.T, nginx, simAddr string, simPid int, buffering bo
 		reqs[slow].OutputLen = 1500
 		reqs[slow].SlowRead = 3 * time.Second
 		lc := loadgen.DefaultConfig()
-		lc.Target = fmt.Sprintf("http://127.0.0.1:%d", port)
-		lc.Requests, lc.NumRequests, lc.Rate, lc.Constant, lc.IgnoreEOS = reqs, n, 2, true, true
-		lc.Timeout = time.Minute
+		lc.Target.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
+		lc.Scenario.Requests, lc.Scenario.NumRequests, lc.Scenario.Rate, lc.Scenario.Constant, lc.Target.IgnoreEOS = reqs, n, 2, true, true
+		lc.Target.Timeout = time.Minute
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		res, err := job.Run(ctx, job.RunConfig{Load: lc, Pid: simPid, ViaPid: viaPid, OutDir: filepath.Join(dir, "run"), Sections: sessionSections()})

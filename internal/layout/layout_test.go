@@ -28,12 +28,16 @@ var rules = []struct {
 	{"collectors/*", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"correlate", nil},
 	{"correlate/*", []string{"correlate"}}, // critpath: the critical-path engine, reusing correlate's causes
-	{"loadgen", []string{"loadgen/kserve", "loadgen/kserve/inference", "internal/..."}},
+	{"loadgen", []string{"loadgen/transport", "loadgen/dataset", "loadgen/metrics", "loadgen/sweep", "loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the run, composing the packages below
 	{"loadgen/kserve/inference", nil}, // generated from Triton's grpc_service.proto
 	{"loadgen/kserve", []string{"loadgen/kserve/inference", "internal/..."}},
+	{"loadgen/transport", []string{"loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the streaming client: requests in, records out
+	{"loadgen/dataset", []string{"loadgen/transport", "internal/..."}},                            // the prompts (transport.Request)
+	{"loadgen/metrics", []string{"loadgen/transport", "internal/..."}},                            // vLLM's metrics of the records
+	{"loadgen/sweep", []string{"loadgen/metrics", "loadgen/transport", "internal/..."}},           // the SLO search, each step a Runner
 	{"loadgen/*", []string{"internal/..."}},
 	{"perturb", []string{"internal/..."}},
-	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "internal/..."}},
+	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "loadgen/transport", "internal/..."}},
 	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"readiness", []string{"collectors/...", "internal/..."}},
 	{"agent", []string{"session", "collectors", "internal/..."}},                              // the session API of the daemon, server and client

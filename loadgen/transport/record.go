@@ -1,4 +1,4 @@
-package loadgen
+package transport
 
 // Failure kinds, the reasons a request is counted as failed.
 const (
@@ -24,7 +24,7 @@ const (
 )
 
 // Record is everything measured for one request. Every *Ns field is a
-// CLOCK_MONOTONIC timestamp in nanoseconds (see Mono), zero when the event
+// CLOCK_MONOTONIC timestamp in nanoseconds (internal/clock.Fast, loadgen.Mono), zero when the event
 // never happened.
 type Record struct {
 	Index     int    `json:"index"`

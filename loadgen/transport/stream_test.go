@@ -1,4 +1,4 @@
-package loadgen
+package transport
 
 import (
 	"strings"
@@ -81,6 +81,52 @@ func TestParseChunkStringBytes(t *testing.T) {
 			if !bad && ci.TextBytes != 20 {
 				t.Fatalf("byte %#x at %d: %d text bytes", c, pos, ci.TextBytes)
 			}
+		}
+	}
+}
+
+// With per-chunk usage (continuous usage stats), an empty-text chunk that
+// adds a token is a token; a last one that adds none is not.
+func TestFinalUsageWithContinuousUsage(t *testing.T) {
+	var rec Record
+	var s streamState
+	s.reset(&rec, false)
+	evs := []string{
+		`{"choices":[{"text":"a","finish_reason":null}],"usage":{"prompt_tokens":4,"completion_tokens":1}}`,
+		`{"choices":[{"text":"","finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":2}}`,
+		`{"choices":[{"text":"","finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":2}}`,
+		`[DONE]`,
+	}
+	for i, ev := range evs {
+		s.feed([]byte("data: "+ev+"\n\n"), int64(i+1))
+	}
+	s.complete()
+	if !rec.Success || len(rec.ChunkNs) != 2 || rec.OutputTokens != 2 || rec.LastNs != 2 {
+		t.Fatalf("got %d chunks, %d tokens, last %d, success %v; want 2, 2, 2", len(rec.ChunkNs), rec.OutputTokens, rec.LastNs, rec.Success)
+	}
+
+	// vLLM's own last chunk with an empty text but a text field is a
+	// token, as vLLM's client counts it; a chat "delta": {} is not.
+	for _, tc := range []struct {
+		chat   bool
+		last   string
+		chunks int
+	}{
+		{false, `{"choices":[{"text":"","finish_reason":"stop"}]}`, 2},
+		{true, `{"choices":[{"delta":{"content":""},"finish_reason":"stop"}]}`, 2},
+		{true, `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, 1},
+		{true, `{"choices":[{"delta":{"role":"assistant"},"finish_reason":"stop"}]}`, 1},
+	} {
+		rec = Record{}
+		s.reset(&rec, tc.chat)
+		first := `{"choices":[{"text":"a","finish_reason":null}]}`
+		if tc.chat {
+			first = `{"choices":[{"delta":{"content":"a"},"finish_reason":null}]}`
+		}
+		s.feed([]byte("data: "+first+"\n\ndata: "+tc.last+"\n\ndata: [DONE]\n\n"), 1)
+		s.complete()
+		if !rec.Success || len(rec.ChunkNs) != tc.chunks {
+			t.Errorf("%s: %d chunks (success %v), want %d", tc.last, len(rec.ChunkNs), rec.Success, tc.chunks)
 		}
 	}
 }

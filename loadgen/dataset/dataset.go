@@ -1,4 +1,7 @@
-package loadgen
+// Package dataset makes the prompts of a load run: the random, jsonl,
+// sharegpt, rag and multiturn datasets, traces and length files, and the
+// descriptor (Info) a run's manifest keeps of them.
+package dataset
 
 import (
 	"bufio"
@@ -9,18 +12,20 @@ import (
 	"math/rand/v2"
 	"os"
 	"strings"
+
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // Dataset names.
 const (
-	DatasetRandom    = "random"
-	DatasetJSONL     = "jsonl"
-	DatasetShareGPT  = "sharegpt"
-	DatasetRAG       = "rag"       // long-context requests: shared prefix, passages, question (dataset_rag.go)
-	DatasetMultiturn = "multiturn" // chat conversations replaying their history (dataset_multiturn.go)
+	Random    = "random"
+	JSONL     = "jsonl"
+	ShareGPT  = "sharegpt"
+	RAG       = "rag"       // long-context requests: shared prefix, passages, question (dataset_rag.go)
+	Multiturn = "multiturn" // chat conversations replaying their history (dataset_multiturn.go)
 )
 
-// DatasetConfig chooses the prompts.
+// Config chooses the prompts.
 //
 // Token counts: bpfbench carries no tokenizer. The random dataset builds
 // prompts of exactly InputLen words drawn from a vocabulary of single-token
@@ -29,7 +34,7 @@ const (
 // tokens the same way, so runs against it are exact). The rag and
 // synthetic multiturn datasets build their texts as the random dataset
 // does.
-type DatasetConfig struct {
+type Config struct {
 	Name       string  // random (default), jsonl, sharegpt, rag or multiturn
 	Path       string  // file for jsonl and sharegpt (and multiturn: ShareGPT conversations)
 	InputLen   int     // random, synthetic multiturn: mean input length in tokens
@@ -44,31 +49,31 @@ type DatasetConfig struct {
 	Multiturn    MultiturnConfig
 }
 
-// synthetic reports whether the dataset's prompts are generated words, for
+// Synthetic reports whether the dataset's prompts are generated words, for
 // which the output length is asked with ignore_eos.
-func (cfg DatasetConfig) synthetic() bool {
+func (cfg Config) Synthetic() bool {
 	switch cfg.Name {
-	case DatasetRandom, "", DatasetRAG:
+	case Random, "", RAG:
 		return true
-	case DatasetMultiturn:
+	case Multiturn:
 		return cfg.Path == ""
 	}
 	return false
 }
 
 // Check reports a dataset configuration that cannot run on endpoint.
-func (cfg DatasetConfig) Check(endpoint string) error {
+func (cfg Config) Check(endpoint string) error {
 	switch cfg.Name {
-	case DatasetRandom, "", DatasetJSONL, DatasetShareGPT:
-	case DatasetRAG:
+	case Random, "", JSONL, ShareGPT:
+	case RAG:
 		if err := cfg.RAG.validate(); err != nil {
 			return err
 		}
-	case DatasetMultiturn:
-		if endpoint != EndpointChat {
+	case Multiturn:
+		if endpoint != transport.EndpointChat {
 			return errors.New("the multiturn dataset sends chat conversations: pass --endpoint chat")
 		}
-		if r := cfg.Multiturn.replies(); r != RepliesServer && r != RepliesRecorded {
+		if r := cfg.Multiturn.ReplyMode(); r != RepliesServer && r != RepliesRecorded {
 			return fmt.Errorf("multiturn replies %q: use server or recorded", r)
 		}
 		if t := cfg.Multiturn.Turns; t.Max != 0 && (t.Min < 1 || t.Max < t.Min) {
@@ -80,7 +85,7 @@ func (cfg DatasetConfig) Check(endpoint string) error {
 	default:
 		return fmt.Errorf("unknown dataset %q: use random, jsonl, sharegpt, rag or multiturn", cfg.Name)
 	}
-	if cfg.InputLenFile != "" && cfg.Name != DatasetRandom && cfg.Name != "" && cfg.Name != DatasetRAG {
+	if cfg.InputLenFile != "" && cfg.Name != Random && cfg.Name != "" && cfg.Name != RAG {
 		return fmt.Errorf("--input-len-file applies to the random and rag datasets, not %s", cfg.Name)
 	}
 	return nil
@@ -130,15 +135,15 @@ func sampleLen(rng *rand.Rand, mean int, ratio float64) int {
 	return lo + rng.IntN(hi-lo+1)
 }
 
-// LoadDataset returns n requests (n > 0) or, with n == 0, every request of a
+// Load returns n requests (n > 0) or, with n == 0, every request of a
 // file dataset. Short datasets are cycled. For the multiturn dataset it
 // returns every turn's user message alone (LoadConversations gives the
 // conversations).
-func LoadDataset(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
+func Load(cfg Config, n int, seed uint64) ([]transport.Request, error) {
 	rng := rand.New(rand.NewPCG(seed, 0x64617461))
-	var base []Request
+	var base []transport.Request
 	switch cfg.Name {
-	case DatasetRandom, "":
+	case Random, "":
 		if n <= 0 {
 			return nil, errors.New("random dataset: the number of requests is unknown")
 		}
@@ -150,7 +155,7 @@ func LoadDataset(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
 				return nil, fmt.Errorf("random dataset: --input-len-file: %w", err)
 			}
 		}
-		reqs := make([]Request, n)
+		reqs := make([]transport.Request, n)
 		for i := range reqs {
 			var il int
 			if lens != nil {
@@ -158,25 +163,25 @@ func LoadDataset(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
 			} else {
 				il = sampleLen(rng, in, cfg.RangeRatio)
 			}
-			reqs[i] = Request{Prompt: RandomPrompt(rng, il), PromptLen: il, OutputLen: sampleLen(rng, out, cfg.RangeRatio), OffsetNs: -1}
+			reqs[i] = transport.Request{Prompt: RandomPrompt(rng, il), PromptLen: il, OutputLen: sampleLen(rng, out, cfg.RangeRatio), OffsetNs: -1}
 		}
 		return reqs, nil
-	case DatasetJSONL:
+	case JSONL:
 		var err error
 		base, _, err = readJSONL(cfg.Path, cfg.OutputLen, rng, "")
 		if err != nil {
 			return nil, err
 		}
-	case DatasetShareGPT:
+	case ShareGPT:
 		var err error
 		base, err = readShareGPT(cfg.Path, cfg.ShareGPTOutputLen)
 		if err != nil {
 			return nil, err
 		}
 		rng.Shuffle(len(base), func(i, j int) { base[i], base[j] = base[j], base[i] })
-	case DatasetRAG:
+	case RAG:
 		return loadRAG(cfg, n, seed)
-	case DatasetMultiturn:
+	case Multiturn:
 		// Each turn's user message alone; Run sends them as conversations.
 		convs, err := LoadConversations(cfg, n, seed)
 		if err != nil {
@@ -184,7 +189,7 @@ func LoadDataset(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
 		}
 		for _, c := range convs {
 			for _, t := range c.Turns {
-				base = append(base, Request{Prompt: t.User, PromptLen: t.UserLen, OutputLen: t.OutputLen, OffsetNs: -1})
+				base = append(base, transport.Request{Prompt: t.User, PromptLen: t.UserLen, OutputLen: t.OutputLen, OffsetNs: -1})
 			}
 		}
 		return base, nil
@@ -197,7 +202,7 @@ func LoadDataset(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
 	if n <= 0 {
 		return base, nil
 	}
-	reqs := make([]Request, n)
+	reqs := make([]transport.Request, n)
 	for i := range reqs {
 		reqs[i] = base[i%len(base)]
 	}
@@ -222,7 +227,7 @@ type jsonlRecord struct {
 // readJSONL reads a prompts file (one JSON object a line: "prompt" and/or
 // "input_len", "output_len"); with unit set it is a trace and "timestamp"
 // (in unit: s or ms) becomes each request's send offset.
-func readJSONL(path string, defOut int, rng *rand.Rand, unit string) ([]Request, bool, error) {
+func readJSONL(path string, defOut int, rng *rand.Rand, unit string) ([]transport.Request, bool, error) {
 	if path == "" {
 		return nil, false, errors.New("jsonl dataset: no file: pass --dataset-path")
 	}
@@ -233,7 +238,7 @@ func readJSONL(path string, defOut int, rng *rand.Rand, unit string) ([]Request,
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
-	var reqs []Request
+	var reqs []transport.Request
 	var t0 float64
 	line := 0
 	for sc.Scan() {
@@ -246,7 +251,7 @@ func readJSONL(path string, defOut int, rng *rand.Rand, unit string) ([]Request,
 		if err := json.Unmarshal([]byte(b), &r); err != nil {
 			return nil, false, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
-		q := Request{OffsetNs: -1, OutputLen: max(defOut, 1)}
+		q := transport.Request{OffsetNs: -1, OutputLen: max(defOut, 1)}
 		if r.InputLen != nil && *r.InputLen > MaxPromptLen {
 			return nil, false, fmt.Errorf("%s:%d: input_len %d is over the %d tokens a prompt may have", path, line, *r.InputLen, MaxPromptLen)
 		}
@@ -300,7 +305,7 @@ func readJSONL(path string, defOut int, rng *rand.Rand, unit string) ([]Request,
 // LoadTrace reads a trace replay file: JSONL of {timestamp, input_len,
 // output_len} or {timestamp, prompt, output_len}; timestamps are in unit
 // ("s", the default, or "ms") and relative to the first record.
-func LoadTrace(path, unit string, defOut int, seed uint64) ([]Request, error) {
+func LoadTrace(path, unit string, defOut int, seed uint64) ([]transport.Request, error) {
 	if unit == "" {
 		unit = "s"
 	}
@@ -333,7 +338,7 @@ type shareGPTEntry struct {
 // output length. Like vLLM, too short (< 4 tokens) and too long (prompt >
 // 1024 or prompt+output > 2048) pairs are skipped, unless the output length
 // is fixed.
-func readShareGPT(path string, fixedOut int) ([]Request, error) {
+func readShareGPT(path string, fixedOut int) ([]transport.Request, error) {
 	if path == "" {
 		return nil, errors.New("sharegpt dataset: no file: pass --dataset-path")
 	}
@@ -345,7 +350,7 @@ func readShareGPT(path string, fixedOut int) ([]Request, error) {
 	if err := json.Unmarshal(b, &entries); err != nil {
 		return nil, fmt.Errorf("parsing ShareGPT JSON %s: %w", path, err)
 	}
-	var reqs []Request
+	var reqs []transport.Request
 	for _, e := range entries {
 		conv := e.Conversations
 		if len(conv) == 0 {
@@ -361,7 +366,7 @@ func readShareGPT(path string, fixedOut int) ([]Request, error) {
 		} else if in < 4 || out < 4 || in > 1024 || in+out > 2048 {
 			continue
 		}
-		reqs = append(reqs, Request{Prompt: conv[0].Value, PromptLen: in, OutputLen: out, OffsetNs: -1})
+		reqs = append(reqs, transport.Request{Prompt: conv[0].Value, PromptLen: in, OutputLen: out, OffsetNs: -1})
 	}
 	return reqs, nil
 }

@@ -1,4 +1,4 @@
-package loadgen
+package dataset
 
 import (
 	"crypto/sha256"
@@ -9,10 +9,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
-func ragConfig(mod func(*DatasetConfig)) DatasetConfig {
-	cfg := DatasetConfig{Name: DatasetRAG, OutputLen: 64, RAG: DefaultRAG()}
+func ragConfig(mod func(*Config)) Config {
+	cfg := Config{Name: RAG, OutputLen: 64, RAG: DefaultRAG()}
 	cfg.RAG.PrefixLen = 64
 	cfg.RAG.PassageLen = 32
 	cfg.RAG.QuestionLen = 8
@@ -22,7 +24,7 @@ func ragConfig(mod func(*DatasetConfig)) DatasetConfig {
 	return cfg
 }
 
-func prompts(reqs []Request) []string {
+func prompts(reqs []transport.Request) []string {
 	out := make([]string, len(reqs))
 	for i, r := range reqs {
 		out[i] = r.Prompt
@@ -32,7 +34,7 @@ func prompts(reqs []Request) []string {
 
 // Every request's token count is its number of vocabulary words, as for the
 // random dataset.
-func checkCounts(t *testing.T, reqs []Request) {
+func checkCounts(t *testing.T, reqs []transport.Request) {
 	t.Helper()
 	for i, r := range reqs {
 		if got := CountTokens(r.Prompt); got != r.PromptLen {
@@ -43,12 +45,12 @@ func checkCounts(t *testing.T, reqs []Request) {
 
 func TestRAGDeterministic(t *testing.T) {
 	cfg := ragConfig(nil)
-	a, err := LoadDataset(cfg, 50, 7)
+	a, err := Load(cfg, 50, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := LoadDataset(cfg, 50, 7)
-	c, _ := LoadDataset(cfg, 50, 8)
+	b, _ := Load(cfg, 50, 7)
+	c, _ := Load(cfg, 50, 8)
 	if !slices.Equal(prompts(a), prompts(b)) || HashRequests(a) != HashRequests(b) {
 		t.Error("the same seed gave different prompts or hashes")
 	}
@@ -60,8 +62,8 @@ func TestRAGDeterministic(t *testing.T) {
 
 func TestRAGSharedPrefixes(t *testing.T) {
 	const n, plen = 200, 64
-	cfg := ragConfig(func(c *DatasetConfig) { c.RAG.Shared = 0.3; c.RAG.Prefixes = 3 })
-	reqs, err := LoadDataset(cfg, n, 1)
+	cfg := ragConfig(func(c *Config) { c.RAG.Shared = 0.3; c.RAG.Prefixes = 3 })
+	reqs, err := Load(cfg, n, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +102,8 @@ func TestRAGSharedPrefixes(t *testing.T) {
 // passage, each request's passage is its length less prefix and question.
 func TestRAGPassageLengths(t *testing.T) {
 	const n = 2000
-	cfg := ragConfig(func(c *DatasetConfig) { c.RAG.Passages = 1; c.RAG.PassageLen = 256; c.RAG.PassageSigma = 0.5 })
-	reqs, err := LoadDataset(cfg, n, 3)
+	cfg := ragConfig(func(c *Config) { c.RAG.Passages = 1; c.RAG.PassageLen = 256; c.RAG.PassageSigma = 0.5 })
+	reqs, err := Load(cfg, n, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +123,7 @@ func TestRAGPassageLengths(t *testing.T) {
 	}
 	// Sigma 0: every passage has the mean length.
 	cfg.RAG.PassageSigma = 0
-	reqs, _ = LoadDataset(cfg, 20, 3)
+	reqs, _ = Load(cfg, 20, 3)
 	for _, r := range reqs {
 		if r.PromptLen != 64+256+8 {
 			t.Fatalf("sigma 0: prompt of %d tokens, want %d", r.PromptLen, 64+256+8)
@@ -131,7 +133,7 @@ func TestRAGPassageLengths(t *testing.T) {
 
 func TestInputLenFile(t *testing.T) {
 	list := filepath.Join("testdata", "input_lens.txt")
-	reqs, err := LoadDataset(DatasetConfig{Name: DatasetRandom, OutputLen: 8, InputLenFile: list}, 8, 1)
+	reqs, err := Load(Config{Name: Random, OutputLen: 8, InputLenFile: list}, 8, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +148,7 @@ func TestInputLenFile(t *testing.T) {
 
 	// A histogram: two rounds of its 8 lengths reproduce it twice exactly.
 	hist := filepath.Join("testdata", "input_lens_hist.csv")
-	reqs, err = LoadDataset(DatasetConfig{Name: DatasetRandom, OutputLen: 8, InputLenFile: hist}, 16, 1)
+	reqs, err = Load(Config{Name: Random, OutputLen: 8, InputLenFile: hist}, 16, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,19 +159,19 @@ func TestInputLenFile(t *testing.T) {
 	if counts[64] != 10 || counts[256] != 4 || counts[1024] != 2 || len(counts) != 3 {
 		t.Errorf("histogram lengths %v: want 64:10 256:4 1024:2", counts)
 	}
-	other, _ := LoadDataset(DatasetConfig{Name: DatasetRandom, OutputLen: 8, InputLenFile: hist}, 16, 2)
+	other, _ := Load(Config{Name: Random, OutputLen: 8, InputLenFile: hist}, 16, 2)
 	if slices.Equal(prompts(reqs), prompts(other)) {
 		t.Error("the histogram's order does not depend on the seed")
 	}
 
 	// rag: the whole input length is the file's; passages take the rest.
-	cfg := ragConfig(func(c *DatasetConfig) {
+	cfg := ragConfig(func(c *Config) {
 		c.InputLenFile = list
 		c.RAG.PrefixLen = 50
 		c.RAG.QuestionLen = 10
 		c.RAG.Passages = 3
 	})
-	reqs, err = LoadDataset(cfg, 4, 1)
+	reqs, err = Load(cfg, 4, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +182,7 @@ func TestInputLenFile(t *testing.T) {
 		}
 	}
 	cfg.RAG.PrefixLen = 100 // 75 < 100 + 10
-	if _, err := LoadDataset(cfg, 4, 1); err == nil || !strings.Contains(err.Error(), "shorter than the prefix") {
+	if _, err := Load(cfg, 4, 1); err == nil || !strings.Contains(err.Error(), "shorter than the prefix") {
 		t.Errorf("an input length shorter than the prefix: %v", err)
 	}
 }
@@ -203,59 +205,54 @@ func TestInputLenFileErrors(t *testing.T) {
 		{write("zero.csv", "len,count\n10,0\n"), "every count is zero"},
 		{write("empty.txt", "# nothing\n\n"), "holds no length"},
 	} {
-		for _, name := range []string{DatasetRandom, DatasetRAG} {
-			cfg := ragConfig(func(c *DatasetConfig) { c.Name = name; c.InputLenFile = tc.path })
-			_, err := LoadDataset(cfg, 4, 1)
+		for _, name := range []string{Random, RAG} {
+			cfg := ragConfig(func(c *Config) { c.Name = name; c.InputLenFile = tc.path })
+			_, err := Load(cfg, 4, 1)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--input-len-file") {
 				t.Errorf("%s with %s: error %v, want one naming --input-len-file and %q", name, tc.path, err, tc.want)
 			}
 		}
 	}
-	if err := (DatasetConfig{Name: DatasetJSONL, InputLenFile: "x"}).Check(EndpointCompletions); err == nil {
+	if err := (Config{Name: JSONL, InputLenFile: "x"}).Check(transport.EndpointCompletions); err == nil {
 		t.Error("--input-len-file with jsonl: no error")
 	}
 }
 
-func TestDescribeDataset(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Target = "http://127.0.0.1:1"
-	cfg.NumRequests = 20
-	cfg.Dataset = ragConfig(nil)
-	cfg.Seed = 5
-	a, err := cfg.DescribeDataset()
-	if err != nil {
-		t.Fatal(err)
+func TestDescribe(t *testing.T) {
+	describe := func(cfg Config, seed uint64) Info {
+		t.Helper()
+		reqs, err := Load(cfg, 20, seed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Describe(seed, reqs, nil)
 	}
-	b, _ := cfg.DescribeDataset()
-	cfg.Seed = 6
-	c, _ := cfg.DescribeDataset()
+	cfg := ragConfig(nil)
+	a, b, c := describe(cfg, 5), describe(cfg, 5), describe(cfg, 6)
 	if a.SHA256 == "" || a.SHA256 != b.SHA256 || a.SHA256 == c.SHA256 || a.Hashed != HashedPrompts {
 		t.Errorf("rag hashes: %s, %s (same seed), %s (another seed), hashed %q", a.SHA256, b.SHA256, c.SHA256, a.Hashed)
 	}
-	if a.Name != DatasetRAG || a.Seed != 5 || a.Params["rag_prefix_len"] != "64" || a.Params["rag_shared"] != "1" {
+	if a.Name != RAG || a.Seed != 5 || a.Params["rag_prefix_len"] != "64" || a.Params["rag_shared"] != "1" {
 		t.Errorf("rag descriptor %+v", a)
 	}
-	reqs, _ := LoadDataset(cfg.Dataset, 20, 5)
+	reqs, _ := Load(cfg, 20, 5)
 	if HashRequests(reqs) != a.SHA256 {
-		t.Error("the descriptor's hash is not that of the prompts LoadDataset returns")
+		t.Error("the descriptor's hash is not that of the prompts Load returns")
 	}
 
 	// A file dataset is hashed over the file's bytes.
-	cfg.Dataset = DatasetConfig{Name: DatasetShareGPT, Path: filepath.Join("testdata", "multiturn_sharegpt.json")}
-	d, err := cfg.DescribeDataset()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := os.ReadFile(cfg.Dataset.Path)
+	cfg = Config{Name: ShareGPT, Path: filepath.Join("testdata", "multiturn_sharegpt.json")}
+	d := describe(cfg, 5)
+	raw, _ := os.ReadFile(cfg.Path)
 	sum := sha256.Sum256(raw)
-	if d.SHA256 != hex.EncodeToString(sum[:]) || d.Hashed != HashedFile || d.Path != cfg.Dataset.Path {
+	if d.SHA256 != hex.EncodeToString(sum[:]) || d.Hashed != HashedFile || d.Path != cfg.Path {
 		t.Errorf("sharegpt descriptor %+v", d)
 	}
 
 	// An input length file's hash is a parameter.
-	cfg.Dataset = DatasetConfig{Name: DatasetRandom, OutputLen: 8, InputLenFile: filepath.Join("testdata", "input_lens.txt")}
-	d, _ = cfg.DescribeDataset()
-	raw, _ = os.ReadFile(cfg.Dataset.InputLenFile)
+	cfg = Config{Name: Random, OutputLen: 8, InputLenFile: filepath.Join("testdata", "input_lens.txt")}
+	d = describe(cfg, 5)
+	raw, _ = os.ReadFile(cfg.InputLenFile)
 	sum = sha256.Sum256(raw)
 	if d.Params["input_len_file_sha256"] != hex.EncodeToString(sum[:]) {
 		t.Errorf("random with a length file: params %v", d.Params)

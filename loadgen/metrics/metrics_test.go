@@ -1,8 +1,10 @@
-package loadgen
+package metrics
 
 import (
 	"math"
 	"testing"
+
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9*math.Max(1, math.Abs(b)) }
@@ -20,21 +22,21 @@ func TestPercentileLikeNumpy(t *testing.T) {
 	}
 }
 
-func TestComputeMetricsVLLMDefinitions(t *testing.T) {
+func TestComputeVLLMDefinitions(t *testing.T) {
 	ms := int64(1e6)
-	recs := []Record{
+	recs := []transport.Record{
 		// TTFT 100 ms, chunks at 100, 120, 150 ms; 3 tokens from usage.
 		{Index: 0, Success: true, PromptLen: 10, StartNs: 0, ChunkNs: []int64{100 * ms, 120 * ms, 150 * ms}, LastNs: 150 * ms, OutputTokens: 3},
 		// TTFT 50 ms, one chunk carrying 4 tokens (usage): TPOT over 3.
 		{Index: 1, Success: true, PromptLen: 20, StartNs: 1000 * ms, ChunkNs: []int64{1050 * ms}, LastNs: 1110 * ms, OutputTokens: 4},
-		{Index: 2, Success: false, Failure: FailCut, PromptLen: 30},
+		{Index: 2, Success: false, Failure: transport.FailCut, PromptLen: 30},
 	}
 	g, err := ParseGoodput("ttft:80,tpot:25")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := ComputeMetrics(recs, 2.0, []float64{50, 99}, g)
-	if m.Completed != 2 || m.Failed != 1 || m.TotalInput != 30 || m.TotalOutput != 7 || m.Failures[FailCut] != 1 {
+	m := Compute(recs, 2.0, Options{Percentiles: []float64{50, 99}, Goodput: g})
+	if m.Completed != 2 || m.Failed != 1 || m.TotalInput != 30 || m.TotalOutput != 7 || m.Failures[transport.FailCut] != 1 {
 		t.Fatalf("%+v", m)
 	}
 	if !near(m.RequestThroughput, 1) || !near(m.OutputThroughput, 3.5) || !near(m.TotalTokenThroughput, 18.5) {

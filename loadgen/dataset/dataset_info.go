@@ -1,4 +1,4 @@
-package loadgen
+package dataset
 
 import (
 	"crypto/sha256"
@@ -7,18 +7,20 @@ import (
 	"hash"
 	"os"
 	"strconv"
+
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
-// What DatasetInfo.SHA256 covers.
+// What Info.SHA256 covers.
 const (
 	HashedPrompts = "prompts" // the generated requests, in order (see promptHash)
 	HashedFile    = "file"    // the bytes of the dataset file
 )
 
-// DatasetInfo describes a run's prompts for its manifest: the dataset, the
+// Info describes a run's prompts for its manifest: the dataset, the
 // seed, every parameter that shapes the prompts, and a content hash. Two
-// runs with equal DatasetInfo sent the same prompts in the same order.
-type DatasetInfo struct {
+// runs with equal Info sent the same prompts in the same order.
+type Info struct {
 	Name string `json:"name"`
 	Path string `json:"path,omitempty"`
 	Seed uint64 `json:"seed"`
@@ -68,8 +70,8 @@ func (p promptHash) num(n int) {
 
 func (p promptHash) sum() string { return hex.EncodeToString(p.h.Sum(nil)) }
 
-// HashRequests is the prompts hash of reqs (see DatasetInfo.SHA256).
-func HashRequests(reqs []Request) string {
+// HashRequests is the prompts hash of reqs (see Info.SHA256).
+func HashRequests(reqs []transport.Request) string {
 	p := newPromptHash()
 	for i := range reqs {
 		p.str(reqs[i].Prompt)
@@ -79,7 +81,7 @@ func HashRequests(reqs []Request) string {
 }
 
 // params returns what shapes the prompts of cfg's dataset.
-func (cfg DatasetConfig) params() map[string]string {
+func (cfg Config) params() map[string]string {
 	m := map[string]string{}
 	itoa := strconv.Itoa
 	ftoa := func(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
@@ -90,18 +92,18 @@ func (cfg DatasetConfig) params() map[string]string {
 		}
 	}
 	switch cfg.Name {
-	case DatasetRandom, "":
+	case Random, "":
 		m["output_len"] = itoa(cfg.OutputLen)
 		m["range_ratio"] = ftoa(cfg.RangeRatio)
 		if cfg.InputLenFile == "" {
 			m["input_len"] = itoa(cfg.InputLen)
 		}
 		lengths()
-	case DatasetJSONL:
+	case JSONL:
 		m["output_len"] = itoa(cfg.OutputLen)
-	case DatasetShareGPT:
+	case ShareGPT:
 		m["sharegpt_output_len"] = itoa(cfg.ShareGPTOutputLen)
-	case DatasetRAG:
+	case RAG:
 		r := cfg.RAG.withDefaults()
 		m["output_len"] = itoa(cfg.OutputLen)
 		m["range_ratio"] = ftoa(cfg.RangeRatio)
@@ -118,11 +120,11 @@ func (cfg DatasetConfig) params() map[string]string {
 			m["rag_passage_sigma"] = ftoa(r.PassageSigma)
 		}
 		lengths()
-	case DatasetMultiturn:
+	case Multiturn:
 		mt := cfg.Multiturn
 		m["turns"] = mt.Turns.String()
 		m["think_time"] = mt.ThinkTime.String()
-		m["replies"] = mt.replies()
+		m["replies"] = mt.ReplyMode()
 		if cfg.Path == "" {
 			m["input_len"] = itoa(cfg.InputLen)
 			m["output_len"] = itoa(cfg.OutputLen)
@@ -134,47 +136,35 @@ func (cfg DatasetConfig) params() map[string]string {
 	return m
 }
 
-// describe builds the DatasetInfo of a run whose requests are reqs (and,
-// for the multiturn dataset, conversations convs).
-func (c *Config) describe(reqs []Request, convs []Conversation) DatasetInfo {
-	switch {
-	case len(c.Requests) > 0:
-		return DatasetInfo{Name: "requests", Seed: c.Seed, SHA256: HashRequests(reqs), Hashed: HashedPrompts}
-	case c.TracePath != "":
-		return DatasetInfo{Name: "trace", Path: c.TracePath, Seed: c.Seed,
-			Params: map[string]string{"trace_time_unit": c.TraceTimeUnit, "output_len": strconv.Itoa(c.Dataset.OutputLen)},
-			SHA256: fileSHA256(c.TracePath), Hashed: HashedFile}
-	}
-	d := c.Dataset
-	info := DatasetInfo{Name: d.Name, Seed: c.Seed, Params: d.params()}
+// DescribeRequests is the Info of requests sent as they are given (the Go
+// API's loadgen.Config.Scenario.Requests).
+func DescribeRequests(reqs []transport.Request, seed uint64) Info {
+	return Info{Name: "requests", Seed: seed, SHA256: HashRequests(reqs), Hashed: HashedPrompts}
+}
+
+// DescribeTrace is the Info of a trace replayed (LoadTrace's arguments).
+func DescribeTrace(path, unit string, defOut int, seed uint64) Info {
+	return Info{Name: "trace", Path: path, Seed: seed,
+		Params: map[string]string{"trace_time_unit": unit, "output_len": strconv.Itoa(defOut)},
+		SHA256: fileSHA256(path), Hashed: HashedFile}
+}
+
+// Describe is the Info of cfg's prompts drawn with seed: reqs are the
+// requests Load returned or, for the multiturn dataset, convs the
+// conversations LoadConversations returned.
+func (cfg Config) Describe(seed uint64, reqs []transport.Request, convs []Conversation) Info {
+	info := Info{Name: cfg.Name, Seed: seed, Params: cfg.params()}
 	if info.Name == "" {
-		info.Name = DatasetRandom
+		info.Name = Random
 	}
 	switch {
-	case d.Name == DatasetJSONL || d.Name == DatasetShareGPT || (d.Name == DatasetMultiturn && d.Path != ""):
-		info.Path = d.Path
-		info.SHA256, info.Hashed = fileSHA256(d.Path), HashedFile
-	case d.Name == DatasetMultiturn:
+	case cfg.Name == JSONL || cfg.Name == ShareGPT || (cfg.Name == Multiturn && cfg.Path != ""):
+		info.Path = cfg.Path
+		info.SHA256, info.Hashed = fileSHA256(cfg.Path), HashedFile
+	case cfg.Name == Multiturn:
 		info.SHA256, info.Hashed = HashConversations(convs), HashedPrompts
 	default:
 		info.SHA256, info.Hashed = HashRequests(reqs), HashedPrompts
 	}
 	return info
-}
-
-// DescribeDataset returns the DatasetInfo of the prompts a run of c sends,
-// without running it (Run puts the same in Result.Dataset).
-func (c *Config) DescribeDataset() (DatasetInfo, error) {
-	if c.isMultiturn() {
-		convs, err := LoadConversations(c.Dataset, c.planCount(), c.Seed)
-		if err != nil {
-			return DatasetInfo{}, err
-		}
-		return c.describe(nil, convs), nil
-	}
-	reqs, err := c.plan()
-	if err != nil {
-		return DatasetInfo{}, err
-	}
-	return c.describe(reqs, nil), nil
 }

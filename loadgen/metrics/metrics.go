@@ -1,4 +1,7 @@
-package loadgen
+// Package metrics computes vLLM's serving benchmark metrics from the
+// records of a run: latency distributions (TTFT, TPOT, ITL, E2EL, queue,
+// headers), throughputs, goodput and the failures by kind.
+package metrics
 
 import (
 	"fmt"
@@ -8,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // Dist summarizes one latency metric in milliseconds, as vLLM does: mean,
@@ -181,9 +186,18 @@ const (
 	HeaderBlockingMinTTFTMs = 10.0
 )
 
-// ComputeMetrics applies vLLM's calculate_metrics to the records of a run
-// that lasted durS seconds.
-func ComputeMetrics(recs []Record, durS float64, percentiles []float64, goodput Goodput) *Metrics {
+// Options are what a run's metrics report: the percentiles of every
+// distribution and the SLOs that count a request as good (goodput). They
+// are loadgen.Config's Metrics.
+type Options struct {
+	Percentiles []float64
+	Goodput     Goodput
+}
+
+// Compute applies vLLM's calculate_metrics to the records of a run that
+// lasted durS seconds.
+func Compute(recs []transport.Record, durS float64, opts Options) *Metrics {
+	percentiles, goodput := opts.Percentiles, opts.Goodput
 	m := &Metrics{DurationS: durS, Failures: map[string]int{}, TokenSources: map[string]int{}}
 	var ttfts, tpots, itls, e2els, queue, headers []float64
 	good := 0
@@ -266,7 +280,7 @@ func ComputeMetrics(recs []Record, durS float64, percentiles []float64, goodput 
 
 // peaks computes vLLM's peak output tokens per second and the concurrent
 // requests at that peak, over one-second buckets.
-func peaks(recs []Record) (float64, int) {
+func peaks(recs []transport.Record) (float64, int) {
 	var minStart, maxEnd int64 = math.MaxInt64, math.MinInt64
 	for i := range recs {
 		r := &recs[i]
@@ -301,8 +315,8 @@ func peaks(recs []Record) (float64, int) {
 	return slices.Max(tokens), slices.Max(conc)
 }
 
-// pName formats a percentile the way vLLM names it: 99 -> "99", 99.9 -> "99.9".
-func pName(p float64) string {
+// PercentileName formats a percentile the way vLLM names it: 99 -> "99", 99.9 -> "99.9".
+func PercentileName(p float64) string {
 	if p == math.Trunc(p) {
 		return strconv.Itoa(int(p))
 	}
@@ -336,7 +350,7 @@ func (m *Metrics) Fields() map[string]any {
 		f["median_"+d.name+"_ms"] = d.d.Median
 		f["std_"+d.name+"_ms"] = d.d.Std
 		for _, pv := range d.d.Percentiles {
-			f["p"+pName(pv.P)+"_"+d.name+"_ms"] = pv.Value
+			f["p"+PercentileName(pv.P)+"_"+d.name+"_ms"] = pv.Value
 		}
 	}
 	return f

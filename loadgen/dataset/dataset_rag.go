@@ -1,4 +1,4 @@
-package loadgen
+package dataset
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strings"
+
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // RAGConfig shapes the rag dataset: long-context requests as a
@@ -68,7 +70,7 @@ func (r RAGConfig) validate() error {
 // request's whole input length is taken from the file and the passages
 // share what the prefix and the question leave, in proportion to their
 // drawn lengths.
-func loadRAG(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
+func loadRAG(cfg Config, n int, seed uint64) ([]transport.Request, error) {
 	if n <= 0 {
 		return nil, errors.New("rag dataset: the number of requests is unknown")
 	}
@@ -101,7 +103,7 @@ func loadRAG(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
 		prefixOf[i] = j % r.Prefixes
 	}
 	mu := math.Log(float64(r.PassageLen)) - r.PassageSigma*r.PassageSigma/2
-	reqs := make([]Request, n)
+	reqs := make([]transport.Request, n)
 	lens := make([]int, r.Passages)
 	for i := range reqs {
 		prefix := ""
@@ -139,7 +141,7 @@ func loadRAG(cfg DatasetConfig, n int, seed uint64) ([]Request, error) {
 			total += l
 		}
 		parts = append(parts, RandomPrompt(rng, question))
-		reqs[i] = Request{Prompt: joinNonEmpty(parts), PromptLen: total, OutputLen: sampleLen(rng, max(cfg.OutputLen, 1), cfg.RangeRatio), OffsetNs: -1}
+		reqs[i] = transport.Request{Prompt: joinNonEmpty(parts), PromptLen: total, OutputLen: sampleLen(rng, max(cfg.OutputLen, 1), cfg.RangeRatio), OffsetNs: -1}
 	}
 	return reqs, nil
 }

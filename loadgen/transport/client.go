@@ -1,4 +1,4 @@
-package loadgen
+package transport
 
 import (
 	"bytes"
@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/loadgen/kserve"
 	"github.com/bpfbench/bpfbench/loadgen/kserve/inference"
 )
@@ -86,22 +87,38 @@ type Client struct {
 	traceparent bool
 }
 
-// ClientOptions configure a Client.
-type ClientOptions struct {
-	Target       string // base URL, e.g. http://127.0.0.1:8000 (a /v1/... path is kept as is)
-	Endpoint     string // EndpointCompletions or EndpointChat
-	Model        string
-	IgnoreEOS    bool
-	IncludeUsage bool
-	Headers      http.Header
-	Timeout      time.Duration // total per request; 0 means none
-	StallTimeout time.Duration // longest silence within a response; 0 means none
+// Options are where and how requests are sent: the target, the API, the
+// model and what each request asks for, its timeouts and headers, and the
+// transport. They are loadgen.Config's Target.
+type Options struct {
+	// URL is the server's base URL, e.g. http://127.0.0.1:8000 (a /v1/...
+	// path is kept as is); with ProtocolKServeGRPC, HOST:PORT (or
+	// grpc://HOST:PORT).
+	URL      string
+	Endpoint string // EndpointCompletions (default) or EndpointChat
+	// Protocol is ProtocolOpenAI (default, "" too) or ProtocolKServeGRPC;
+	// Endpoint, NoUsage, ExtraBody, Logprobs and NetHTTP do not apply to
+	// the latter.
+	Protocol string
+	Model    string
+	// IgnoreEOS asks the server to generate exactly max_tokens. Like vLLM,
+	// a run of a generated dataset always sets it.
+	IgnoreEOS bool
+	// NoUsage leaves out stream_options.include_usage.
+	NoUsage bool
+	Headers http.Header
+	Timeout time.Duration // total per request; 0 means none
+	// StallTimeout is the longest silence within a response; 0 means none.
+	StallTimeout time.Duration
 	// HeaderTimeout bounds the wait for the response headers from the
 	// request's start (HTTP); 0 means none.
 	HeaderTimeout time.Duration
 	NoKeepAlive   bool
 	ExtraBody     map[string]any
-	MaxConns      int
+	// Logprobs asks for the top-K log-probabilities of every token (0:
+	// off); the stream keeps the first token's (logprobs.go).
+	Logprobs int
+	MaxConns int
 	// NetHTTP sends every request through net/http; otherwise http://
 	// targets (without a proxy) use the raw HTTP/1.1 transport on
 	// non-blocking sockets (raw.go), and https through net/http.
@@ -113,23 +130,19 @@ type ClientOptions struct {
 	// Traceparent: that one is sent to every request as it is, or none at
 	// all when its value is empty (--header traceparent=).
 	NoTraceparent bool
-	// Protocol is ProtocolOpenAI ("" too) or ProtocolKServeGRPC, whose
-	// Target is HOST:PORT (or grpc://HOST:PORT); Endpoint, IncludeUsage,
-	// ExtraBody and NetHTTP do not apply to it.
-	Protocol string
 }
 
 // NewClient returns a client for opts.
-func NewClient(opts ClientOptions) (*Client, error) {
+func NewClient(opts Options) (*Client, error) {
 	var (
 		u   string
 		err error
 	)
 	switch opts.Protocol {
 	case ProtocolOpenAI, "":
-		u, err = EndpointURL(opts.Target, opts.Endpoint)
+		u, err = EndpointURL(opts.URL, opts.Endpoint)
 	case ProtocolKServeGRPC:
-		_, err = kserve.Target(opts.Target)
+		_, err = kserve.Target(opts.URL)
 	default:
 		err = fmt.Errorf("unknown protocol %q: use %s or %s", opts.Protocol, ProtocolOpenAI, ProtocolKServeGRPC)
 	}
@@ -181,18 +194,18 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		endpoint:  opts.Endpoint,
 		model:     opts.Model,
 		ignoreEOS: opts.IgnoreEOS,
-		usage:     opts.IncludeUsage,
+		usage:     !opts.NoUsage,
 		headers:   headers,
 		timeout:   opts.Timeout,
 		stall:     opts.StallTimeout,
 		headerTO:  opts.HeaderTimeout,
-		extra:     opts.ExtraBody,
+		extra:     opts.logprobsBody(),
 
 		traceparent: !opts.NoTraceparent && !ownTraceparent,
 	}
 	c.bufs.New = func() any { return &readState{buf: make([]byte, 64<<10)} }
 	if opts.Protocol == ProtocolKServeGRPC {
-		if c.grpc, err = kserve.New(kserve.Options{Target: opts.Target, Model: opts.Model, NewConnPerRequest: opts.NoKeepAlive}); err != nil {
+		if c.grpc, err = kserve.New(kserve.Options{Target: opts.URL, Model: opts.Model, NewConnPerRequest: opts.NoKeepAlive}); err != nil {
 			return nil, err
 		}
 		return c, nil
@@ -402,14 +415,14 @@ type httpAttempt struct {
 func (a *httpAttempt) trace() *httptrace.ClientTrace {
 	return &httptrace.ClientTrace{
 		GotConn: func(info httptrace.GotConnInfo) {
-			a.connNs.Store(Mono())
+			a.connNs.Store(clock.Fast())
 			a.reused.Store(info.Reused)
 			if t, ok := info.Conn.LocalAddr().(*net.TCPAddr); ok {
 				a.port.Store(int32(t.Port))
 			}
 		},
-		WroteRequest:         func(httptrace.WroteRequestInfo) { a.sentNs.Store(Mono()) },
-		GotFirstResponseByte: func() { a.firstNs.Store(Mono()) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { a.sentNs.Store(clock.Fast()) },
+		GotFirstResponseByte: func() { a.firstNs.Store(clock.Fast()) },
 	}
 }
 
@@ -471,11 +484,11 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 		case attempt > 0:
 			hc = c.fresh
 		}
-		rec.StartNs = Mono()
+		rec.StartNs = clock.Fast()
 		resp, err = hc.Do(req)
 		att.publish(rec)
 		if err == nil {
-			rec.HeadersNs = Mono() // net/http has parsed the headers
+			rec.HeadersNs = clock.Fast() // net/http has parsed the headers
 		}
 		if err != nil {
 			if attempt == 0 && rec.ConnReused && rec.FirstByteNs == 0 && ctx.Err() == nil && isStaleConnErr(err) {
@@ -487,7 +500,7 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 				}
 				continue
 			}
-			rec.EndNs = Mono()
+			rec.EndNs = clock.Fast()
 			rec.failErr(ctx, &stalled, err)
 			return
 		}
@@ -498,7 +511,7 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 	rec.Status = resp.StatusCode
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
-		rec.EndNs = Mono()
+		rec.EndNs = clock.Fast()
 		rec.fail(FailHTTPStatus, fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg))))
 		return
 	}
@@ -515,18 +528,18 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 			if stallTimer != nil {
 				stallTimer.Stop()
 			}
-			from := Mono()
+			from := clock.Fast()
 			select {
 			case <-time.After(r.SlowRead):
 			case <-ctx.Done():
 			}
-			rec.PausedNs = &[2]int64{from, Mono()}
+			rec.PausedNs = &[2]int64{from, clock.Fast()}
 			if stallTimer != nil {
 				stallTimer.Reset(c.stall)
 			}
 		}
 		n, err := resp.Body.Read(st.buf)
-		now := Mono()
+		now := clock.Fast()
 		if n > 0 {
 			if stallTimer != nil {
 				stallTimer.Reset(c.stall)
@@ -550,7 +563,7 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 			break
 		}
 	}
-	rec.EndNs = Mono()
+	rec.EndNs = clock.Fast()
 	att.publish(rec)
 	if rec.Failure != "" {
 		return
@@ -693,9 +706,9 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 		md.Set("traceparent", traceparent(rec))
 	}
 	req := &kserve.Request{ID: rec.RequestID, Prompt: r.Prompt, MaxTokens: r.OutputLen, IgnoreEOS: c.ignoreEOS, Metadata: md}
-	rec.StartNs = Mono()
+	rec.StartNs = clock.Fast()
 	err := c.grpc.Stream(ctx, req, g)
-	rec.EndNs = Mono()
+	rec.EndNs = clock.Fast()
 	switch {
 	case rec.Failure != "":
 		return

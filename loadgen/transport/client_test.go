@@ -1,4 +1,4 @@
-package loadgen
+package transport
 
 import (
 	"context"
@@ -13,7 +13,7 @@ import (
 
 var traceparentRE = regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-01$`)
 
-// sseServer answers every request with llamaEvents' completions stream and
+// sseServer answers every request with completionEvents' completions stream and
 // keeps the traceparent header each request came with ("-" for none).
 func sseServer(t *testing.T) (*httptest.Server, func() []string) {
 	t.Helper()
@@ -31,7 +31,7 @@ func sseServer(t *testing.T) (*httptest.Server, func() []string) {
 		seen = append(seen, tp)
 		mu.Unlock()
 		w.Header().Set("Content-Type", "text/event-stream")
-		for _, ev := range llamaEvents(false, 3, 5) {
+		for _, ev := range completionEvents(3, 5) {
 			fmt.Fprintf(w, "data: %s\n\n", ev)
 			w.(http.Flusher).Flush()
 		}
@@ -50,7 +50,7 @@ func TestTraceparent(t *testing.T) {
 	for _, netHTTP := range transports() {
 		t.Run(transportName(netHTTP), func(t *testing.T) {
 			srv, seen := sseServer(t)
-			c, err := NewClient(ClientOptions{Target: srv.URL, Endpoint: EndpointCompletions, Model: "m", NetHTTP: netHTTP})
+			c, err := NewClient(Options{URL: srv.URL, Endpoint: EndpointCompletions, Model: "m", NetHTTP: netHTTP})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,17 +97,17 @@ func TestTraceparentOff(t *testing.T) {
 	for _, netHTTP := range transports() {
 		for _, tc := range []struct {
 			name string
-			opts ClientOptions
+			opts Options
 			want string
 		}{
-			{"no-traceparent", ClientOptions{NoTraceparent: true}, "-"},
-			{"empty-header", ClientOptions{Headers: http.Header{"Traceparent": {""}}}, "-"},
-			{"own-header", ClientOptions{Headers: http.Header{"traceparent": {"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"}}}, "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"},
+			{"no-traceparent", Options{NoTraceparent: true}, "-"},
+			{"empty-header", Options{Headers: http.Header{"Traceparent": {""}}}, "-"},
+			{"own-header", Options{Headers: http.Header{"traceparent": {"00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"}}}, "00-0af7651916cd43dd8448eb211c80319c-00f067aa0ba902b7-01"},
 		} {
 			t.Run(transportName(netHTTP)+"/"+tc.name, func(t *testing.T) {
 				srv, seen := sseServer(t)
 				o := tc.opts
-				o.Target, o.Endpoint, o.Model, o.NetHTTP = srv.URL, EndpointCompletions, "m", netHTTP
+				o.URL, o.Endpoint, o.Model, o.NetHTTP = srv.URL, EndpointCompletions, "m", netHTTP
 				c, err := NewClient(o)
 				if err != nil {
 					t.Fatal(err)

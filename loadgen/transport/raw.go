@@ -1,4 +1,4 @@
-package loadgen
+package transport
 
 import (
 	"bytes"
@@ -20,6 +20,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/internal/clock"
 )
 
 // The raw transport: HTTP/1.1 for http:// targets on non-blocking sockets
@@ -190,7 +192,7 @@ func (t *rawTransport) do(ctx context.Context, c *Client, body []byte, rec *Reco
 	req.retried, req.finished, req.err, req.conn = false, false, nil, nil
 	req.done = make(chan struct{})
 	l := t.loops[int(t.next.Add(1))%len(t.loops)]
-	rec.StartNs = Mono()
+	rec.StartNs = clock.Fast()
 	req.lastByte = rec.StartNs
 	l.submit(rawOp{kind: opStart, req: req})
 	canceled := false
@@ -338,7 +340,7 @@ func (l *reactor) submit(op rawOp) {
 		if op.kind == opStart && !op.req.finished {
 			op.req.finished = true
 			op.req.err = errTransportClose
-			op.req.rec.EndNs = Mono()
+			op.req.rec.EndNs = clock.Fast()
 			close(op.req.done)
 		}
 		return
@@ -472,7 +474,7 @@ func (t *rawTransport) watch() int64 {
 }
 
 func (l *reactor) scanStalls() {
-	now := Mono()
+	now := clock.Fast()
 	if w := l.t.watch(); now-l.lastScn < max(w/8, int64(time.Millisecond)) && w > 0 {
 		return
 	}
@@ -520,7 +522,7 @@ func (l *reactor) start(req *rawReq) {
 	c.req, req.conn = req, c
 	l.active++
 	c.woff = 0
-	rec.ConnNs = Mono()
+	rec.ConnNs = clock.Fast()
 	rec.ConnReused = c.reused
 	rec.LocalPort = c.port
 	if c.state == csIdle {
@@ -540,7 +542,7 @@ func (l *reactor) dial() (*rconn, error) {
 	c := &rconn{fd: fd, state: csWriting, idleAt: -1}
 	if err := unix.Connect(fd, l.t.sa); err == unix.EINPROGRESS {
 		c.state = csConnecting
-		c.dialNs = Mono()
+		c.dialNs = clock.Fast()
 	} else if err != nil {
 		unix.Close(fd)
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", err)}
@@ -633,7 +635,7 @@ func (l *reactor) write(c *rconn) {
 		}
 		c.woff += n
 	}
-	req.rec.SentNs = Mono()
+	req.rec.SentNs = clock.Fast()
 	c.state = csHead
 	c.head = c.head[:0]
 	l.setOut(c, false)
@@ -651,7 +653,7 @@ func (l *reactor) retry(req *rawReq) {
 	rec := req.rec
 	rec.RetriedStaleConn = true
 	rec.ConnNs, rec.SentNs, rec.FirstByteNs, rec.HeadersNs, rec.LocalPort, rec.ConnReused = 0, 0, 0, 0, 0, false
-	rec.StartNs = Mono()
+	rec.StartNs = clock.Fast()
 	req.lastByte = rec.StartNs
 	l.start(req)
 }
@@ -659,7 +661,7 @@ func (l *reactor) retry(req *rawReq) {
 func (l *reactor) onReadable(c *rconn) {
 	for {
 		n, errno := readFd(c.fd, l.buf)
-		now := Mono()
+		now := clock.Fast()
 		if errno == unix.EAGAIN {
 			return
 		}
@@ -1065,6 +1067,6 @@ func (l *reactor) finish(req *rawReq, err error) {
 	}
 	req.finished = true
 	req.err = err
-	req.rec.EndNs = Mono()
+	req.rec.EndNs = clock.Fast()
 	close(req.done)
 }
