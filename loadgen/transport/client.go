@@ -434,14 +434,13 @@ func (a *httpAttempt) publish(rec *Record) {
 // doHTTP is Do through net/http: https targets, slow-reading requests,
 // targets behind a proxy.
 func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc, r *Request, body []byte, rec *Record) {
-	var stalled atomic.Bool
-	var stallTimer *time.Timer
+	h := &httpCall{c: c, cancelCause: cancelCause}
 	if c.stall > 0 {
-		stallTimer = time.AfterFunc(c.stall, func() {
-			stalled.Store(true)
+		h.stallTimer = time.AfterFunc(c.stall, func() {
+			h.stalled.Store(true)
 			cancelCause(errStall)
 		})
-		defer stallTimer.Stop()
+		defer h.stallTimer.Stop()
 	}
 	// The header timer runs from the first attempt's start until net/http
 	// has parsed the response headers.
@@ -451,31 +450,64 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 		defer ht.Stop()
 		stopHeaderTimer = ht.Stop
 	}
-	var (
-		resp *http.Response
-		att  *httpAttempt
-		tp   string
-	)
+	resp, att, ok := h.send(ctx, r, body, rec)
+	if !ok {
+		return
+	}
+	stopHeaderTimer()
+	defer resp.Body.Close()
+	rec.Status = resp.StatusCode
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		rec.EndNs = clock.Fast()
+		rec.fail(FailHTTPStatus, fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg))))
+		return
+	}
+	st := c.bufs.Get().(*readState)
+	defer c.bufs.Put(st)
+	readErr := h.read(ctx, r, resp, rec, st)
+	rec.EndNs = clock.Fast()
+	att.publish(rec)
+	if rec.Failure != "" {
+		return
+	}
+	if readErr != nil {
+		rec.failErr(ctx, &h.stalled, readErr)
+		return
+	}
+	st.s.complete()
+}
+
+// httpCall is one request through net/http: its stall timer, reset by
+// every byte.
+type httpCall struct {
+	c           *Client
+	cancelCause context.CancelCauseFunc
+	stalled     atomic.Bool
+	stallTimer  *time.Timer // nil: no stall timeout
+}
+
+func (h *httpCall) resetStall() {
+	if h.stallTimer != nil {
+		h.stallTimer.Reset(h.c.stall)
+	}
+}
+
+// send sends the request until its response headers have come: once, or
+// twice when the first attempt found its kept-alive connection closed.
+// When it fails, rec says why and ok is false.
+func (h *httpCall) send(ctx context.Context, r *Request, body []byte, rec *Record) (resp *http.Response, att *httpAttempt, ok bool) {
+	c := h.c
+	var tp string
 	if c.traceparent {
 		tp = traceparent(rec)
 	}
 	for attempt := 0; ; attempt++ {
 		att = &httpAttempt{}
-		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, att.trace()), http.MethodPost, c.url, bytes.NewReader(body))
+		req, err := c.newHTTPRequest(httptrace.WithClientTrace(ctx, att.trace()), body, rec.RequestID, tp)
 		if err != nil {
 			rec.fail(FailOther, fmt.Sprintf("building the request: %v", err))
-			return
-		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Accept", "text/event-stream")
-		for k, v := range c.headers {
-			req.Header[k] = v
-		}
-		if rec.RequestID != "" {
-			req.Header.Set("X-Request-Id", rec.RequestID)
-		}
-		if tp != "" {
-			req.Header.Set("Traceparent", tp)
+			return nil, nil, false
 		}
 		hc := c.hc
 		switch {
@@ -489,44 +521,54 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 		att.publish(rec)
 		if err == nil {
 			rec.HeadersNs = clock.Fast() // net/http has parsed the headers
+			return resp, att, true
 		}
-		if err != nil {
-			if attempt == 0 && rec.ConnReused && rec.FirstByteNs == 0 && ctx.Err() == nil && isStaleConnErr(err) {
-				// The server had closed the kept-alive connection: send
-				// again, once, on a new one, and time the retry.
-				rec.RetriedStaleConn = true
-				if stallTimer != nil {
-					stallTimer.Reset(c.stall)
-				}
-				continue
-			}
-			rec.EndNs = clock.Fast()
-			rec.failErr(ctx, &stalled, err)
-			return
+		if attempt == 0 && rec.ConnReused && rec.FirstByteNs == 0 && ctx.Err() == nil && isStaleConnErr(err) {
+			// The server had closed the kept-alive connection: send
+			// again, once, on a new one, and time the retry.
+			rec.RetriedStaleConn = true
+			h.resetStall()
+			continue
 		}
-		break
-	}
-	stopHeaderTimer()
-	defer resp.Body.Close()
-	rec.Status = resp.StatusCode
-	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		rec.EndNs = clock.Fast()
-		rec.fail(FailHTTPStatus, fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg))))
-		return
+		rec.failErr(ctx, &h.stalled, err)
+		return nil, nil, false
 	}
+}
 
-	st := c.bufs.Get().(*readState)
-	defer c.bufs.Put(st)
+// newHTTPRequest builds the POST of body with the client's headers, the
+// request's id and its traceparent (tp, when not empty).
+func (c *Client) newHTTPRequest(ctx context.Context, body []byte, requestID, tp string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	for k, v := range c.headers {
+		req.Header[k] = v
+	}
+	if requestID != "" {
+		req.Header.Set("X-Request-Id", requestID)
+	}
+	if tp != "" {
+		req.Header.Set("Traceparent", tp)
+	}
+	return req, nil
+}
+
+// read reads the response body into st's stream until it ends, pausing
+// once after the first chunk for a slow-reading request; it returns the
+// read error that ended it, nil at EOF or the stream's end.
+func (h *httpCall) read(ctx context.Context, r *Request, resp *http.Response, rec *Record, st *readState) error {
 	s := &st.s
-	s.reset(rec, c.endpoint == EndpointChat)
-	var readErr error
+	s.reset(rec, h.c.endpoint == EndpointChat)
 	paused := r.SlowRead <= 0
 	for {
 		if !paused && len(rec.ChunkNs) > 0 {
 			paused = true
-			if stallTimer != nil {
-				stallTimer.Stop()
+			if h.stallTimer != nil {
+				h.stallTimer.Stop()
 			}
 			from := clock.Fast()
 			select {
@@ -534,45 +576,31 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 			case <-ctx.Done():
 			}
 			rec.PausedNs = &[2]int64{from, clock.Fast()}
-			if stallTimer != nil {
-				stallTimer.Reset(c.stall)
-			}
+			h.resetStall()
 		}
 		n, err := resp.Body.Read(st.buf)
 		now := clock.Fast()
 		if n > 0 {
-			if stallTimer != nil {
-				stallTimer.Reset(c.stall)
-			}
+			h.resetStall()
 			if !s.feed(st.buf[:n], now) {
 				if s.done {
 					// Read the end of the body (the chunked terminator),
 					// so that net/http keeps the connection.
-					drain := time.AfterFunc(time.Second, func() { cancelCause(errDrain) })
+					drain := time.AfterFunc(time.Second, func() { h.cancelCause(errDrain) })
 					io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 					drain.Stop()
 				}
-				break
+				return nil
 			}
 		}
 		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				readErr = err
-			}
 			s.eof(now)
-			break
+			if !errors.Is(err, io.EOF) {
+				return err
+			}
+			return nil
 		}
 	}
-	rec.EndNs = clock.Fast()
-	att.publish(rec)
-	if rec.Failure != "" {
-		return
-	}
-	if readErr != nil {
-		rec.failErr(ctx, &stalled, readErr)
-		return
-	}
-	s.complete()
 }
 
 // isStaleConnErr reports whether err is what a request gets from a

@@ -113,123 +113,27 @@ func refChunk(data []byte) (ChunkInfo, refVerdict) {
 	if !ok {
 		return ci, refReject
 	}
-	num := func(raw json.RawMessage) (int, bool) {
-		s := string(raw)
-		if s == "null" {
-			return 0, true
-		}
-		if s == "" || !(s[0] == '-' || s[0] >= '0' && s[0] <= '9') {
-			return 0, false
-		}
-		if n, err := strconv.Atoi(s); err == nil {
-			return n, true
-		}
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return 0, false
-		}
-		return int(f), true
-	}
-	str := func(raw json.RawMessage) ([]byte, bool) {
-		if len(raw) >= 2 && raw[0] == '"' {
-			return raw[1 : len(raw)-1], true
-		}
-		return nil, false
-	}
 	for _, kv := range top {
 		raw := kv.v
 		switch kv.k {
 		case "choices":
-			if string(raw) == "null" {
-				continue
-			}
-			var elems []json.RawMessage
-			if raw[0] != '[' || json.Unmarshal(raw, &elems) != nil {
+			if string(raw) != "null" && !refChoices(raw, &ci) {
 				return ci, refReject
-			}
-			// Several "choices" keys are duplicates (skipped): one array.
-			ci.Choices = len(elems)
-			if len(elems) == 0 || elems[0][0] != '{' {
-				continue
-			}
-			first, _ := orderedObject(elems[0])
-			for _, c := range first {
-				switch c.k {
-				case "text":
-					ci.OutputKey = true
-					if s, ok := str(c.v); ok {
-						ci.TextBytes += len(s)
-					}
-				case "delta", "message":
-					if c.v[0] != '{' {
-						continue
-					}
-					inner, _ := orderedObject(c.v)
-					for _, d := range inner {
-						switch d.k {
-						case "content":
-							ci.OutputKey = true
-							if s, ok := str(d.v); ok {
-								ci.TextBytes += len(s)
-							}
-						case "role":
-						default:
-							ci.OutputKey = true
-						}
-					}
-				case "finish_reason":
-					if string(c.v) != "null" {
-						ci.Finished = true
-					}
-				}
 			}
 		case "usage":
-			if string(raw) == "null" {
-				continue
-			}
-			if raw[0] != '{' {
+			if string(raw) != "null" && !refUsage(raw, &ci) {
 				return ci, refReject
 			}
-			ci.HasUsage = true
-			u, _ := orderedObject(raw)
-			for _, c := range u {
-				var n int
-				var ok bool
-				switch c.k {
-				case "prompt_tokens":
-					n, ok = num(c.v)
-					ci.PromptTokens = n
-				case "completion_tokens":
-					n, ok = num(c.v)
-					ci.CompletionTokens = n
-				default:
-					ok = true
-				}
-				if !ok {
-					return ci, refReject
-				}
-			}
 		case "error":
-			if string(raw) == "null" {
-				continue
-			}
-			ci.Error = true
-			if s, ok := str(raw); ok {
-				ci.ErrorMessage = s
-			} else if raw[0] == '{' {
-				e, _ := orderedObject(raw)
-				for _, c := range e {
-					if s, ok := str(c.v); ok && c.k == "message" {
-						ci.ErrorMessage = s
-					}
-				}
+			if string(raw) != "null" {
+				refError(raw, &ci)
 			}
 		case "object":
-			if s, ok := str(raw); ok && string(s) == "error" {
+			if s, ok := refStr(raw); ok && string(s) == "error" {
 				ci.Error = true
 			}
 		case "message":
-			if s, ok := str(raw); ok {
+			if s, ok := refStr(raw); ok {
 				ci.ErrorMessage = s
 			}
 		}
@@ -238,6 +142,126 @@ func refChunk(data []byte) (ChunkInfo, refVerdict) {
 		ci.ErrorMessage = nil
 	}
 	return ci, refAccept
+}
+
+// refNum reads a JSON number (or null, 0) as the scanner does: an int, or
+// a float truncated.
+func refNum(raw json.RawMessage) (int, bool) {
+	s := string(raw)
+	if s == "null" {
+		return 0, true
+	}
+	if s == "" || !(s[0] == '-' || s[0] >= '0' && s[0] <= '9') {
+		return 0, false
+	}
+	if n, err := strconv.Atoi(s); err == nil {
+		return n, true
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, false
+	}
+	return int(f), true
+}
+
+// refStr is a JSON string's raw bytes, escapes left in.
+func refStr(raw json.RawMessage) ([]byte, bool) {
+	if len(raw) >= 2 && raw[0] == '"' {
+		return raw[1 : len(raw)-1], true
+	}
+	return nil, false
+}
+
+// refChoices reads "choices" (not null) into ci: false when it is no array.
+func refChoices(raw json.RawMessage, ci *ChunkInfo) bool {
+	var elems []json.RawMessage
+	if raw[0] != '[' || json.Unmarshal(raw, &elems) != nil {
+		return false
+	}
+	// Several "choices" keys are duplicates (skipped): one array.
+	ci.Choices = len(elems)
+	if len(elems) == 0 || elems[0][0] != '{' {
+		return true
+	}
+	first, _ := orderedObject(elems[0])
+	for _, c := range first {
+		switch c.k {
+		case "text":
+			ci.OutputKey = true
+			if s, ok := refStr(c.v); ok {
+				ci.TextBytes += len(s)
+			}
+		case "delta", "message":
+			if c.v[0] == '{' {
+				refDelta(c.v, ci)
+			}
+		case "finish_reason":
+			if string(c.v) != "null" {
+				ci.Finished = true
+			}
+		}
+	}
+	return true
+}
+
+// refDelta reads a choice's delta or message object into ci.
+func refDelta(raw json.RawMessage, ci *ChunkInfo) {
+	inner, _ := orderedObject(raw)
+	for _, d := range inner {
+		switch d.k {
+		case "content":
+			ci.OutputKey = true
+			if s, ok := refStr(d.v); ok {
+				ci.TextBytes += len(s)
+			}
+		case "role":
+		default:
+			ci.OutputKey = true
+		}
+	}
+}
+
+// refUsage reads "usage" (not null) into ci: false when it is no object or
+// a count is no number.
+func refUsage(raw json.RawMessage, ci *ChunkInfo) bool {
+	if raw[0] != '{' {
+		return false
+	}
+	ci.HasUsage = true
+	u, _ := orderedObject(raw)
+	for _, c := range u {
+		var n int
+		var ok bool
+		switch c.k {
+		case "prompt_tokens":
+			n, ok = refNum(c.v)
+			ci.PromptTokens = n
+		case "completion_tokens":
+			n, ok = refNum(c.v)
+			ci.CompletionTokens = n
+		default:
+			ok = true
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// refError reads "error" (not null): a string, or an object's "message".
+func refError(raw json.RawMessage, ci *ChunkInfo) {
+	ci.Error = true
+	if s, ok := refStr(raw); ok {
+		ci.ErrorMessage = s
+	} else if raw[0] == '{' {
+		e, _ := orderedObject(raw)
+		for _, c := range e {
+			if s, ok := refStr(c.v); ok && c.k == "message" {
+				ci.ErrorMessage = s
+			}
+		}
+	}
 }
 
 type keyValue struct {
