@@ -14,11 +14,13 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/internal/clock"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/session"
 )
 
@@ -261,13 +263,7 @@ func TestIdleSessionStopped(t *testing.T) {
 	if err := c.do(context.Background(), http.MethodPost, PathSessions, StartRequest{Target: Target{Pid: sleeper(t)}}, &info, http.StatusCreated); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for srv.Active() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("an idle session still held after 5 s")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.Eventually(t, 5*time.Second, func() bool { return srv.Active() == 0 }, "an idle session released")
 }
 
 // helperEnv makes the test binary an agent on a free port that prints its
@@ -419,14 +415,17 @@ func TestStopCountsEverySpanDelivered(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := make(chan uint64)
+		var received atomic.Uint64
 		go func() {
 			var n uint64
 			for batch := range s.Spans() {
 				n += uint64(len(batch))
+				received.Store(n)
 			}
 			got <- n
 		}()
-		time.Sleep(150 * time.Millisecond)
+		// Stopped while the spans stream.
+		testutil.Eventually(t, 10*time.Second, func() bool { return received.Load() > 0 }, "round %d: spans streaming", round)
 		col, err := s.Stop(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/session"
 )
 
@@ -188,17 +189,6 @@ func gapCount(t *testing.T, d *Daemon, target string) (uint64, bool) {
 	return ms[0].GetHistogram().GetSampleCount(), true
 }
 
-func waitUntil(t *testing.T, what string, timeout time.Duration, ok func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, timeout)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // A target's live session starts at the refresh that finds its process,
 // ends when the process exits, starts again on the process that replaces
 // it with the figures carried over, stops when live.enabled is turned off
@@ -221,9 +211,9 @@ func TestLiveSessionLifecycle(t *testing.T) {
 	p1 := liveProcess(t, bin)
 	d, stop := runLive(t, cfg, streamSections(&sl), &logs)
 
-	waitUntil(t, "the session on the first process", 10*time.Second, func() bool { s, _ := sl.counts(p1.Process.Pid); return s == 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { s, _ := sl.counts(p1.Process.Pid); return s == 1 }, "the session on the first process")
 	// The tracker walks gaps 2 s (its lag) after they end.
-	waitUntil(t, "gaps of the first session", 10*time.Second, func() bool { n, _ := gapCount(t, d, "srv"); return n > 10 })
+	testutil.Eventually(t, 10*time.Second, func() bool { n, _ := gapCount(t, d, "srv"); return n > 10 }, "gaps of the first session")
 	fams := liveFamilies(t, d, "srv")
 	for _, name := range []string{"bpfbench_token_gap_seconds", "bpfbench_time_to_first_byte_seconds", "bpfbench_token_gap_cause_seconds_total",
 		"bpfbench_streams_active", "bpfbench_live_spans_dropped_total"} {
@@ -254,9 +244,9 @@ func TestLiveSessionLifecycle(t *testing.T) {
 	before, _ := gapCount(t, d, "srv")
 	_ = p1.Process.Kill()
 	_ = p1.Wait()
-	waitUntil(t, "the first session closed", 10*time.Second, func() bool { _, c := sl.counts(p1.Process.Pid); return c == 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { _, c := sl.counts(p1.Process.Pid); return c == 1 }, "the first session closed")
 	p2 := liveProcess(t, bin)
-	waitUntil(t, "the session on the second process", 10*time.Second, func() bool { s, _ := sl.counts(p2.Process.Pid); return s == 1 })
+	testutil.Eventually(t, 10*time.Second, func() bool { s, _ := sl.counts(p2.Process.Pid); return s == 1 }, "the session on the second process")
 	if after, ok := gapCount(t, d, "srv"); !ok || after < before {
 		t.Errorf("the gap count went from %d to %d (present %v) across the restart: want it carried over", before, after, ok)
 	}
@@ -310,7 +300,7 @@ func TestLiveFailureLoggedOnce(t *testing.T) {
 	}}}
 	var logs syncBuffer
 	d, stop := runLive(t, cfg, sections, &logs)
-	waitUntil(t, "three tries", 10*time.Second, func() bool { tries.Lock(); defer tries.Unlock(); return n >= 3 })
+	testutil.Eventually(t, 10*time.Second, func() bool { tries.Lock(); defer tries.Unlock(); return n >= 3 }, "three tries")
 	stop()
 	if c := strings.Count(logs.String(), "live view not started"); c != 1 {
 		t.Errorf("%d warnings for one target failing at every refresh, want 1:\n%s", c, logs.String())

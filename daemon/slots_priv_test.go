@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -24,20 +23,8 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/collectors/sched"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
-
-func cgroup2Mount() string {
-	b, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup2" {
-			return f[1]
-		}
-	}
-	return ""
-}
 
 // TestK8sPodSeriesLive: the daemon with the real scheduler collector
 // follows two shells, each moved into a cgroup laid out as the cgroupfs
@@ -48,68 +35,122 @@ func cgroup2Mount() string {
 // exits, its series leave /metrics.
 func TestK8sPodSeriesLive(t *testing.T) {
 	privtest.Require(t)
-	mnt := cgroup2Mount()
+	mnt := testutil.Cgroup2Mount()
 	if mnt == "" {
 		privtest.Skip(t, "no cgroup v2 hierarchy mounted: the pods' cgroups cannot be laid out")
 	}
-	type ctr struct{ pod, uid, id string }
-	ctrs := []ctr{
+	ctrs := []podCtr{
 		{"p-0", "9d1e2f30-0000-4000-8000-00000000aa00", strings.Repeat("d0", 32)},
 		{"p-1", "9d1e2f30-0000-4000-8000-00000000aa01", strings.Repeat("d1", 32)},
 	}
-	var mu sync.Mutex
-	listed := map[string]bool{"p-0": true, "p-1": true}
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		defer mu.Unlock()
-		list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
-		for _, c := range ctrs {
-			if listed[c.pod] {
-				list.Items = append(list.Items, pod("ns", c.pod, c.uid, map[string]string{"app": "work"}, map[string]string{"work": "containerd://" + c.id}))
-			}
-		}
-		_ = json.NewEncoder(w).Encode(list)
-	}))
-	t.Cleanup(api.Close)
-
+	api := startPodAPI(t, ctrs)
 	shells := map[string]*exec.Cmd{}
 	for _, c := range ctrs {
-		podDir := filepath.Join(mnt, "kubepods", "burstable", "pod"+c.uid)
-		dir := filepath.Join(podDir, c.id)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatalf("creating a container's cgroup under %s: %v", mnt, err)
-		}
-		sh := exec.Command("sh", "-c", "while :; do sleep 0.01; done")
-		sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if err := sh.Start(); err != nil {
-			t.Fatal(err)
-		}
-		shells[c.pod] = sh
-		t.Cleanup(func() {
-			_ = syscall.Kill(-sh.Process.Pid, syscall.SIGKILL)
-			_ = sh.Wait()
-			// The loop's last sleep may outlive it a moment.
-			for i := 0; i < 50 && os.Remove(dir) != nil; i++ {
-				time.Sleep(20 * time.Millisecond)
-			}
-			for _, d := range []string{podDir, filepath.Dir(podDir), filepath.Join(mnt, "kubepods")} {
-				_ = os.Remove(d) // left when another test's cgroups are there
-			}
-		})
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(sh.Process.Pid)), 0o644); err != nil {
-			t.Fatalf("moving the shell into the container's cgroup: %v", err)
-		}
+		shells[c.pod] = startPodShell(t, mnt, c)
 	}
 	self := exec.Command("sh", "-c", "while :; do sleep 0.01; done")
 	if err := self.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = self.Process.Kill(); _ = self.Wait() })
+	addr := startPodDaemon(t, api.URL, self.Process.Pid)
+	series := func() map[string]float64 { return sleepSeries(t, addr) }
 
+	p0 := `container="work",namespace="ns",pod="p-0",state="sleep",target="k"`
+	p1 := `container="work",namespace="ns",pod="p-1",state="sleep",target="k"`
+	plain := `state="sleep",target="plain"`
+	over := `namespace="ns",state="sleep",target="k"`
+	var got map[string]float64
+	if !testutil.Until(15*time.Second, func() bool {
+		got = series()
+		return got[p0] > 10 && got[p1] > 10 && got[plain] > 10
+	}) {
+		t.Fatalf("after 15 s the sleep off-CPU counts are %v; want p-0's, p-1's and plain's above 10", got)
+	}
+	if _, ok := got[over]; !ok || len(got) != 4 {
+		t.Errorf("series %v: want p-0, p-1, plain and the target's overflow %s alone", got, over)
+	}
+	t.Logf("sleep off-CPU intervals: p-0 %v, p-1 %v, plain %v, overflow %v", got[p0], got[p1], got[plain], got[over])
+
+	api.unlist("p-1")
+	_ = syscall.Kill(-shells["p-1"].Process.Pid, syscall.SIGKILL)
+	if !testutil.Until(10*time.Second, func() bool { got = series(); _, ok := got[p1]; return !ok }) {
+		t.Fatalf("p-1 gone 10 s ago, its series still there: %v", got)
+	}
+	before := got[p0]
+	testutil.Until(5*time.Second, func() bool { got = series(); return got[p0] > before })
+	if got[p0] <= before {
+		t.Errorf("p-0's count %v after p-1 left, was %v: want it still counting", got[p0], before)
+	}
+}
+
+// podCtr is a container of a pod the fake API server lists.
+type podCtr struct{ pod, uid, id string }
+
+// podAPI is a fake API server listing the containers "work" of pods of
+// namespace ns on the node, until unlisted.
+type podAPI struct {
+	*httptest.Server
+	mu     sync.Mutex
+	listed map[string]bool
+}
+
+func startPodAPI(t *testing.T, ctrs []podCtr) *podAPI {
+	t.Helper()
+	a := &podAPI{listed: map[string]bool{}}
+	for _, c := range ctrs {
+		a.listed[c.pod] = true
+	}
+	a.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		list := corev1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}}
+		for _, c := range ctrs {
+			if a.listed[c.pod] {
+				list.Items = append(list.Items, pod("ns", c.pod, c.uid, map[string]string{"app": "work"}, map[string]string{"work": "containerd://" + c.id}))
+			}
+		}
+		_ = json.NewEncoder(w).Encode(list)
+	}))
+	t.Cleanup(a.Close)
+	return a
+}
+
+// unlist takes pod off the list.
+func (a *podAPI) unlist(pod string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.listed[pod] = false
+}
+
+// startPodShell runs a shell sleeping in a loop (its own process group) in
+// a cgroup laid out as the cgroupfs driver lays out c's
+// (kubepods/burstable/pod<UID>/<ID>); it is killed at the test's end.
+func startPodShell(t *testing.T, mnt string, c podCtr) *exec.Cmd {
+	t.Helper()
+	dir := testutil.MkCgroup(t, mnt, filepath.Join("kubepods", "burstable", "pod"+c.uid, c.id))
+	sh := exec.Command("sh", "-c", "while :; do sleep 0.01; done")
+	sh.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-sh.Process.Pid, syscall.SIGKILL)
+		_ = sh.Wait()
+	})
+	testutil.MoveToCgroup(t, dir, sh.Process.Pid)
+	return sh
+}
+
+// startPodDaemon runs the daemon with the real scheduler collector, the
+// Kubernetes target k (namespace ns, from the API server at apiURL) and
+// the pid target plain; it returns its address.
+func startPodDaemon(t *testing.T, apiURL string, plainPid int) string {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.RefreshInterval = 200 * time.Millisecond
-	cfg.Kubernetes = Kubernetes{NodeName: "gpu-1", APIServer: api.URL, TokenFile: writeToken(t, "tok")}
-	cfg.Targets = []Target{{Name: "k", Namespace: "ns"}, {Name: "plain", Pid: self.Process.Pid}}
+	cfg.Kubernetes = Kubernetes{NodeName: "gpu-1", APIServer: apiURL, TokenFile: writeToken(t, "tok")}
+	cfg.Targets = []Target{{Name: "k", Namespace: "ns"}, {Name: "plain", Pid: plainPid}}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -129,64 +170,20 @@ func TestK8sPodSeriesLive(t *testing.T) {
 		<-done
 		d.Close()
 	})
-	addr := (<-d.Listening()).String()
+	return (<-d.Listening()).String()
+}
 
-	line := regexp.MustCompile(`(?m)^bpfbench_sched_offcpu_duration_seconds_count\{([^}]*)\} (\S+)$`)
-	// series maps the label sets of the sleep-state off-CPU counts to them.
-	series := func() map[string]float64 {
-		resp, err := http.Get("http://" + addr + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		out := map[string]float64{}
-		for _, m := range line.FindAllStringSubmatch(string(b), -1) {
-			if strings.Contains(m[1], `state="sleep"`) {
-				out[m[1]], _ = strconv.ParseFloat(m[2], 64)
-			}
-		}
-		return out
-	}
-	p0 := `container="work",namespace="ns",pod="p-0",state="sleep",target="k"`
-	p1 := `container="work",namespace="ns",pod="p-1",state="sleep",target="k"`
-	plain := `state="sleep",target="plain"`
-	over := `namespace="ns",state="sleep",target="k"`
-	var got map[string]float64
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		got = series()
-		if got[p0] > 10 && got[p1] > 10 && got[plain] > 10 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after 15 s the sleep off-CPU counts are %v; want p-0's, p-1's and plain's above 10", got)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	if _, ok := got[over]; !ok || len(got) != 4 {
-		t.Errorf("series %v: want p-0, p-1, plain and the target's overflow %s alone", got, over)
-	}
-	t.Logf("sleep off-CPU intervals: p-0 %v, p-1 %v, plain %v, overflow %v", got[p0], got[p1], got[plain], got[over])
+var offCPUCountRE = regexp.MustCompile(`(?m)^bpfbench_sched_offcpu_duration_seconds_count\{([^}]*)\} (\S+)$`)
 
-	mu.Lock()
-	listed["p-1"] = false
-	mu.Unlock()
-	_ = syscall.Kill(-shells["p-1"].Process.Pid, syscall.SIGKILL)
-	deadline = time.Now().Add(10 * time.Second)
-	for {
-		got = series()
-		if _, ok := got[p1]; !ok {
-			break
+// sleepSeries maps the label sets of the daemon's sleep-state off-CPU
+// counts to them.
+func sleepSeries(t *testing.T, addr string) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	for _, m := range offCPUCountRE.FindAllStringSubmatch(testutil.Scrape(t, "http://"+addr+"/metrics"), -1) {
+		if strings.Contains(m[1], `state="sleep"`) {
+			out[m[1]], _ = strconv.ParseFloat(m[2], 64)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("p-1 gone 10 s ago, its series still there: %v", got)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
-	before := got[p0]
-	time.Sleep(500 * time.Millisecond)
-	if got = series(); got[p0] <= before {
-		t.Errorf("p-0's count %v after p-1 left, was %v: want it still counting", got[p0], before)
-	}
+	return out
 }

@@ -429,6 +429,26 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 		t.Fatalf("%d containers", len(spec.Containers))
 	}
 	c := spec.Containers[0]
+	checkSecurityContext(t, spec, c)
+	checkCommandAndProbes(t, name, spec, c)
+	checkEnvAndMounts(t, spec, c)
+	listsPods := name == "servicemonitor-k8s-targets" || name == "agent-pod-sessions" || name == everyOption
+	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != listsPods {
+		t.Errorf("automountServiceAccountToken %v, want %v (only Kubernetes targets and the agent's pod sessions list pods)", spec.AutomountServiceAccountToken, listsPods)
+	}
+	if len(spec.Tolerations) == 0 {
+		t.Error("no tolerations: tainted GPU nodes would go unobserved")
+	}
+	if name == everyOption {
+		checkExtensionPoints(t, ds)
+	}
+}
+
+// checkSecurityContext holds the daemon's container to the capabilities it
+// needs and no more: not privileged, root with the added capabilities
+// only, read-only root, RuntimeDefault seccomp, the default procMount.
+func checkSecurityContext(t *testing.T, spec corev1.PodSpec, c corev1.Container) {
+	t.Helper()
 	sc := c.SecurityContext
 	if sc == nil || sc.Capabilities == nil {
 		t.Fatal("no container securityContext with capabilities")
@@ -467,6 +487,13 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
 		t.Error("shareProcessNamespace set: hostPID is what the daemon needs")
 	}
+}
+
+// checkCommandAndProbes checks the daemon's command, port and probes (a
+// TCP liveness check alone behind basic auth, HTTPS with TLS), and the
+// podmonitor-tls-resources values.
+func checkCommandAndProbes(t *testing.T, name string, spec corev1.PodSpec, c corev1.Container) {
+	t.Helper()
 	if c.Command[0] != "/usr/local/bin/bpfbench" || c.Args[0] != "daemon" || !slices.Contains(c.Args, "--config=/etc/bpfbench/config.yaml") {
 		t.Errorf("command %v args %v", c.Command, c.Args)
 	}
@@ -508,6 +535,12 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 			t.Errorf("probe %+v, want GET %s on metrics over %s", probe, path, scheme)
 		}
 	}
+}
+
+// checkEnvAndMounts checks NODE_NAME and that every host path is one the
+// daemon reads, mounted read-only.
+func checkEnvAndMounts(t *testing.T, spec corev1.PodSpec, c corev1.Container) {
+	t.Helper()
 	var nodeName bool
 	for _, e := range c.Env {
 		if e.Name == "NODE_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "spec.nodeName" {
@@ -535,16 +568,6 @@ func checkDaemonSet(t *testing.T, name string, raw []byte, ds *appsv1.DaemonSet)
 		if p, ok := hostPaths[m.Name]; ok && p != m.MountPath {
 			t.Errorf("host path %s mounted at %s", p, m.MountPath)
 		}
-	}
-	listsPods := name == "servicemonitor-k8s-targets" || name == "agent-pod-sessions" || name == everyOption
-	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken != listsPods {
-		t.Errorf("automountServiceAccountToken %v, want %v (only Kubernetes targets and the agent's pod sessions list pods)", spec.AutomountServiceAccountToken, listsPods)
-	}
-	if len(spec.Tolerations) == 0 {
-		t.Error("no tolerations: tainted GPU nodes would go unobserved")
-	}
-	if name == everyOption {
-		checkExtensionPoints(t, ds)
 	}
 }
 

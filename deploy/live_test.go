@@ -23,6 +23,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testproc"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // nvmlOnly lists the expressions that read only the gpu collector's
@@ -210,32 +211,6 @@ func binary(t *testing.T, name string) string {
 	return p
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// until polls f every 200 ms until it returns nil, failing after timeout.
-func until(t *testing.T, timeout time.Duration, what string, f func() error) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		err := f()
-		if err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v: %v", what, timeout, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // promResult is an instant query's answer from /api/v1/query.
 type promResult struct {
 	Status    string `json:"status"`
@@ -305,8 +280,6 @@ func TestDashboardAndRulesOnALiveDaemon(t *testing.T) {
 	privtest.Require(t)
 	promBin := privtest.RequireTool(t, "prometheus", promtoolHint)
 	bpfbench := binary(t, "bpfbench")
-	driver := binary(t, "cudastub-driver")
-	libcuda := binary(t, "libcuda.so.1")
 	rulesPath, err := filepath.Abs(rulesFile)
 	if err != nil {
 		t.Fatal(err)
@@ -319,12 +292,7 @@ func TestDashboardAndRulesOnALiveDaemon(t *testing.T) {
 	dir := t.TempDir()
 	began := time.Now()
 
-	work := testproc.Start(t, "work", dir)
-	work.Go(t)
-	cuda := start(t, "cudastub-driver", driver, "--lib", libcuda, "--loop", "--duration-ms", "120000",
-		"--launches", "20", "--syncs", "2", "--kernel-us", "500",
-		"--allocs", "2", "--fail-alloc", "--copies", "1", "--copy-bytes", "65536")
-
+	work, cuda := startLiveTargets(t, dir)
 	cfg := filepath.Join(dir, "bpfbench.yaml")
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, "refresh_interval: 1s\ntargets:\n  - {name: %s, pid: %d}\n  - {name: %s, pid: %d}\n",
 		workTarget, work.Pid(), cudaTarget, cuda.cmd.Process.Pid), 0o644); err != nil {
@@ -333,7 +301,7 @@ func TestDashboardAndRulesOnALiveDaemon(t *testing.T) {
 	daemon := start(t, "bpfbench daemon", bpfbench, "daemon", "--config", cfg, "--web.listen-address", "127.0.0.1:0")
 	var daemonAddr string
 	servingRE := regexp.MustCompile(`msg="serving metrics".* address=(\S+)`)
-	until(t, 30*time.Second, "bpfbench daemon serving /metrics", func() error {
+	testutil.Succeeds(t, 30*time.Second, func() error {
 		if err := daemon.exited(); err != nil {
 			t.Fatal(err)
 		}
@@ -342,9 +310,67 @@ func TestDashboardAndRulesOnALiveDaemon(t *testing.T) {
 			return nil
 		}
 		return fmt.Errorf("no serving metrics line yet")
-	})
+	}, "bpfbench daemon serving /metrics")
+	prom, base := startPrometheus(t, promBin, dir, rulesPath, daemonAddr)
 
-	promPort := freePort(t)
+	vars := map[string]string{
+		"node":            daemonAddr,                    // a single value: Grafana leaves it as it is
+		"target":          workTarget + "|" + cudaTarget, // both selected: Grafana's regex for a multi-value variable
+		"__rate_interval": "4s",                          // Grafana's: 4 scrape intervals
+		"__interval":      "1s",
+		"__range":         "1m",
+	}
+	checks := liveChecks(t, exprs, vars, exempt)
+	// Every expression parses at once; then poll until each required one
+	// returns series (rates need two scrapes, recorded series an evaluation).
+	var missing []string
+	testutil.Poll(40*time.Second, time.Second, func() bool {
+		for _, p := range []*process{daemon, prom, cuda} {
+			if err := p.exited(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		missing = checkRound(base, checks)
+		for _, c := range checks {
+			if c.err != nil {
+				t.Error(c.err)
+			}
+		}
+		return t.Failed() || len(missing) == 0
+	})
+	for _, m := range missing {
+		t.Error(m)
+	}
+	for _, c := range checks {
+		note := ""
+		if exempt[c.where] {
+			note = " (NVML only: parsed)"
+		}
+		t.Logf("%-58s %3d series%s", c.where, c.series, note)
+	}
+	t.Logf("%d expressions evaluated (%d NVML-only, parsed only) in %v from the start", len(checks), len(nvmlOnly), time.Since(began).Round(time.Second))
+	checkTargetFigures(t, base)
+}
+
+// startLiveTargets starts the live test's two targets: the work child and
+// cudastub-driver looping on the CUDA stub.
+func startLiveTargets(t *testing.T, dir string) (work *testproc.Child, cuda *process) {
+	t.Helper()
+	driver := binary(t, "cudastub-driver")
+	libcuda := binary(t, "libcuda.so.1")
+	work = testproc.Start(t, "work", dir)
+	work.Go(t)
+	cuda = start(t, "cudastub-driver", driver, "--lib", libcuda, "--loop", "--duration-ms", "120000",
+		"--launches", "20", "--syncs", "2", "--kernel-us", "500",
+		"--allocs", "2", "--fail-alloc", "--copies", "1", "--copy-bytes", "65536")
+	return work, cuda
+}
+
+// startPrometheus runs Prometheus with the rules, scraping the daemon
+// every second, and waits until it is ready; it returns it and its URL.
+func startPrometheus(t *testing.T, promBin, dir, rulesPath, daemonAddr string) (*process, string) {
+	t.Helper()
+	promAddr := testutil.FreeAddr(t)
 	promCfg := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(promCfg, fmt.Appendf(nil, `global:
   scrape_interval: 1s
@@ -360,9 +386,9 @@ scrape_configs:
 		t.Fatal(err)
 	}
 	prom := start(t, "prometheus", promBin, "--config.file", promCfg, "--storage.tsdb.path", filepath.Join(dir, "tsdb"),
-		"--web.listen-address", fmt.Sprintf("127.0.0.1:%d", promPort), "--log.level", "warn")
-	base := fmt.Sprintf("http://127.0.0.1:%d", promPort)
-	until(t, 30*time.Second, "prometheus ready", func() error {
+		"--web.listen-address", promAddr, "--log.level", "warn")
+	base := "http://" + promAddr
+	testutil.Succeeds(t, 30*time.Second, func() error {
 		if err := prom.exited(); err != nil {
 			t.Fatal(err)
 		}
@@ -375,29 +401,31 @@ scrape_configs:
 			return fmt.Errorf("/-/ready: %s", resp.Status)
 		}
 		return nil
-	})
+	}, "prometheus ready")
+	return prom, base
+}
 
-	vars := map[string]string{
-		"node":            daemonAddr,                    // a single value: Grafana leaves it as it is
-		"target":          workTarget + "|" + cudaTarget, // both selected: Grafana's regex for a multi-value variable
-		"__rate_interval": "4s",                          // Grafana's: 4 scrape intervals
-		"__interval":      "1s",
-		"__range":         "1m",
-	}
-	type check struct {
-		expression
-		measure string // what must return series ("" when it only has to parse)
-		queries []string
-		series  int // of measure, in the last round
-		err     error
-	}
-	var checks []*check
+// liveCheck is an expression of the dashboard or the rules, expanded, and
+// what its last round found.
+type liveCheck struct {
+	expression
+	measure string // what must return series ("" when it only has to parse)
+	queries []string
+	series  int // of measure, in the last round
+	err     error
+}
+
+// liveChecks expands the expressions with vars; an alert's measure is its
+// expression without its threshold; the exempt ones only parse.
+func liveChecks(t *testing.T, exprs []expression, vars map[string]string, exempt map[string]bool) []*liveCheck {
+	t.Helper()
+	var checks []*liveCheck
 	for _, e := range exprs {
 		q, err := expand(e.query, vars)
 		if err != nil {
 			t.Fatalf("%s: %v", e.where, err)
 		}
-		c := &check{expression: e, measure: q, queries: []string{q}}
+		c := &liveCheck{expression: e, measure: q, queries: []string{q}}
 		if e.alert != nil {
 			m := thresholdRE.FindStringSubmatch(q)
 			if m == nil {
@@ -414,64 +442,38 @@ scrape_configs:
 		}
 		checks = append(checks, c)
 	}
+	return checks
+}
 
-	// Every expression parses at once; then poll until each required one
-	// returns series (rates need two scrapes, recorded series an evaluation).
-	round := func() (missing []string) {
-		for _, c := range checks {
-			c.series, c.err = 0, nil
-			for _, q := range c.queries {
-				r, err := query(base, q)
-				if err == nil && r.Status != "success" {
-					err = fmt.Errorf("%s: %s", r.ErrorType, r.Error)
-				}
-				if err != nil {
-					c.err = fmt.Errorf("%s: %s: %v", c.where, q, err)
-					break
-				}
-				if q == c.measure {
-					c.series = len(r.Data.series)
-				}
-			}
-			if c.err == nil && c.measure != "" && c.series == 0 {
-				missing = append(missing, fmt.Sprintf("%s: %s returned no series", c.where, c.measure))
-			}
-		}
-		return missing
-	}
-	var missing []string
-	deadline := time.Now().Add(40 * time.Second)
-	for {
-		for _, p := range []*process{daemon, prom, cuda} {
-			if err := p.exited(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		missing = round()
-		for _, c := range checks {
-			if c.err != nil {
-				t.Error(c.err)
-			}
-		}
-		if t.Failed() || len(missing) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(time.Second)
-	}
-	for _, m := range missing {
-		t.Error(m)
-	}
+// checkRound runs every check's queries once; it returns the measures
+// that returned no series (a query's error is in its check).
+func checkRound(base string, checks []*liveCheck) (missing []string) {
 	for _, c := range checks {
-		note := ""
-		if exempt[c.where] {
-			note = " (NVML only: parsed)"
+		c.series, c.err = 0, nil
+		for _, q := range c.queries {
+			r, err := query(base, q)
+			if err == nil && r.Status != "success" {
+				err = fmt.Errorf("%s: %s", r.ErrorType, r.Error)
+			}
+			if err != nil {
+				c.err = fmt.Errorf("%s: %s: %v", c.where, q, err)
+				break
+			}
+			if q == c.measure {
+				c.series = len(r.Data.series)
+			}
 		}
-		t.Logf("%-58s %3d series%s", c.where, c.series, note)
+		if c.err == nil && c.measure != "" && c.series == 0 {
+			missing = append(missing, fmt.Sprintf("%s: %s returned no series", c.where, c.measure))
+		}
 	}
-	t.Logf("%d expressions evaluated (%d NVML-only, parsed only) in %v from the start", len(checks), len(nvmlOnly), time.Since(began).Round(time.Second))
+	return missing
+}
 
-	// A few figures the targets make non-zero, as a check that the series are
-	// the targets' own and not just present.
+// checkTargetFigures queries a few figures the targets make non-zero, as
+// a check that the series are the targets' own and not just present.
+func checkTargetFigures(t *testing.T, base string) {
+	t.Helper()
 	for _, f := range []struct {
 		q    string
 		want int

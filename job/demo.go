@@ -25,6 +25,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/perturb"
 	"github.com/bpfbench/bpfbench/pipeline"
 	"github.com/bpfbench/bpfbench/readiness"
@@ -204,11 +205,11 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 		return nil, err
 	}
 	n := DemoRequests(cfg.Rate, cfg.Phase)
-	outLen := cfg.Load.Dataset.OutputLen
+	outLen := cfg.Load.Scenario.Dataset.OutputLen
 	if outLen <= 0 {
 		outLen = 64
 	}
-	reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: outLen}, n, 1)
+	reqs, err := dataset.Load(dataset.Config{Name: dataset.Random, InputLen: 64, OutputLen: outLen}, n, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -221,15 +222,15 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 		reqs[i].SlowRead = DemoSlowPause
 	}
 	lc := cfg.Load
-	lc.Target = cfg.Sim.URL
-	lc.Rate = cfg.Rate
-	lc.Constant = true
-	lc.Requests = reqs
-	lc.NumRequests = n
-	lc.Duration = 0
-	lc.IgnoreEOS = true
-	if lc.Timeout == 0 || lc.Timeout > 10*time.Minute {
-		lc.Timeout = 2 * time.Minute
+	lc.Target.URL = cfg.Sim.URL
+	lc.Scenario.Rate = cfg.Rate
+	lc.Scenario.Constant = true
+	lc.Scenario.Requests = reqs
+	lc.Scenario.NumRequests = n
+	lc.Scenario.Duration = 0
+	lc.Target.IgnoreEOS = true
+	if lc.Target.Timeout == 0 || lc.Target.Timeout > 10*time.Minute {
+		lc.Target.Timeout = 2 * time.Minute
 	}
 
 	depth, calNote := calibrateIO(ctx, cfg.Sim.IOFile)

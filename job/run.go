@@ -24,7 +24,9 @@ import (
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/pipeline"
 	"github.com/bpfbench/bpfbench/readiness"
 	"github.com/bpfbench/bpfbench/session"
@@ -164,8 +166,8 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	onRecord := cfg.Load.OnRecord
-	r.cfg.Load.OnRecord = func(rec *loadgen.Record) {
+	onRecord := cfg.Load.Output.OnRecord
+	r.cfg.Load.Output.OnRecord = func(rec *loadgen.Record) {
 		if onRecord != nil {
 			onRecord(rec)
 		}
@@ -197,7 +199,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	base := runBaseline(cfg, r.pipe.Log())
 	out.Baseline = base
 	blames := r.pipe.Log().Blames(base)
-	percentiles := res.Config.Percentiles
+	percentiles := res.Config.Metrics.Percentiles
 	if len(percentiles) == 0 {
 		percentiles = []float64{50, 90, 99}
 	}
@@ -400,14 +402,14 @@ func (r *run) write(out *RunResult, res *loadgen.Result, base correlate.Baseline
 func sendOffsets(cfg loadgen.Config) []int64 {
 	var reqs []loadgen.Request
 	switch {
-	case len(cfg.Requests) > 0:
-		if !slices.ContainsFunc(cfg.Requests, func(r loadgen.Request) bool { return r.OffsetNs > 0 }) {
+	case len(cfg.Scenario.Requests) > 0:
+		if !slices.ContainsFunc(cfg.Scenario.Requests, func(r loadgen.Request) bool { return r.OffsetNs > 0 }) {
 			return nil
 		}
-		reqs = cfg.Requests
-	case cfg.TracePath != "":
+		reqs = cfg.Scenario.Requests
+	case cfg.Scenario.TracePath != "":
 		var err error
-		reqs, err = loadgen.LoadTrace(cfg.TracePath, cfg.TraceTimeUnit, cfg.Dataset.OutputLen, cfg.Seed)
+		reqs, err = dataset.LoadTrace(cfg.Scenario.TracePath, cfg.Scenario.TraceTimeUnit, cfg.Scenario.Dataset.OutputLen, cfg.Scenario.Seed)
 		if err != nil {
 			// The load generator fails on it too; hold spans from the start.
 			return []int64{0}
@@ -458,8 +460,8 @@ func newServerMetrics(ctx context.Context, cfg RunConfig, log *slog.Logger) (*se
 	}
 	auto := sm.url == ""
 	if auto {
-		target := cfg.Load.Target
-		if cfg.Load.Protocol == loadgen.ProtocolKServeGRPC && !strings.Contains(target, "://") {
+		target := cfg.Load.Target.URL
+		if cfg.Load.Target.Protocol == transport.ProtocolKServeGRPC && !strings.Contains(target, "://") {
 			// HOST:PORT of a gRPC server: its metrics are not on that port
 			// (Triton's are on 8002).
 			target = "grpc://" + target
@@ -634,7 +636,7 @@ func collectManifest(cfg RunConfig, pid int, log *slog.Logger) *manifest.Manifes
 }
 
 // datasetOf is the load's dataset as the manifest records it.
-func datasetOf(d loadgen.DatasetInfo) *manifest.Dataset {
+func datasetOf(d dataset.Info) *manifest.Dataset {
 	if d.Name == "" {
 		return nil
 	}

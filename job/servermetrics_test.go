@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // A gRPC target's metrics are looked for on Triton's metrics port, not on
@@ -14,7 +15,7 @@ func TestServerMetricsURLOfGRPCTarget(t *testing.T) {
 		"127.0.0.1:1":        "http://127.0.0.1:8002/metrics",
 		"grpc://10.0.0.2:81": "http://10.0.0.2:8002/metrics",
 	} {
-		sm, err := newServerMetrics(t.Context(), RunConfig{Load: loadgen.Config{Target: target, Protocol: loadgen.ProtocolKServeGRPC}}, slog.New(slog.DiscardHandler))
+		sm, err := newServerMetrics(t.Context(), RunConfig{Load: loadgen.Config{Target: transport.Options{URL: target, Protocol: transport.ProtocolKServeGRPC}}}, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,6 +18,8 @@ import (
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
+	"github.com/bpfbench/bpfbench/loadgen/sweep"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/readiness"
 	"github.com/bpfbench/bpfbench/session"
 )
@@ -30,7 +32,7 @@ type KneeConfig struct {
 	// Load is the sweep's load; each step's rate or concurrency replaces
 	// its own, and RequestsPerStep its count.
 	Load            loadgen.Config
-	Sweep           *loadgen.SweepResult
+	Sweep           *sweep.Result
 	RequestsPerStep int
 	Pid             int
 	// OutDir receives the two runs, OutDir/pass and OutDir/fail.
@@ -45,14 +47,14 @@ type KneeConfig struct {
 	ServerMetricsPeriod time.Duration
 	// Before, when set, is called before each step is run again ("pass"
 	// or "fail"); After with its run.
-	Before func(side string, step *loadgen.SweepStep)
+	Before func(side string, step *sweep.Step)
 	After  func(side string, run *RunResult)
 }
 
 // Knee is the explained knee of a sweep.
 type Knee struct {
 	Mode       string
-	Pass, Fail *loadgen.SweepStep
+	Pass, Fail *sweep.Step
 	// PassRun and FailRun are the two runs; PassRun is nil when no step
 	// passed, and both are nil when every step passed.
 	PassRun, FailRun *RunResult
@@ -75,20 +77,20 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	runStep := func(s *loadgen.SweepStep, side string, prior *Prior) (*RunResult, error) {
+	runStep := func(s *sweep.Step, side string, prior *Prior) (*RunResult, error) {
 		if cfg.Before != nil {
 			cfg.Before(side, s)
 		}
 		c := cfg.Load
 		if cfg.RequestsPerStep > 0 {
-			c.NumRequests = cfg.RequestsPerStep
+			c.Scenario.NumRequests = cfg.RequestsPerStep
 		}
-		c.Duration = 0
+		c.Scenario.Duration = 0
 		if s.Rate != 0 {
-			c.Rate = s.Rate
+			c.Scenario.Rate = s.Rate
 		}
 		if s.Concurrency > 0 {
-			c.MaxConcurrency = s.Concurrency
+			c.Scenario.MaxConcurrency = s.Concurrency
 		}
 		r, err := Run(ctx, RunConfig{Load: c, Pid: cfg.Pid, OutDir: filepath.Join(cfg.OutDir, side), Logger: cfg.Logger,
 			Sections: cfg.Sections, Readiness: cfg.Readiness,
@@ -125,18 +127,18 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 
 // kneeSteps returns the highest passing step and the lowest failing step
 // above it.
-func kneeSteps(r *loadgen.SweepResult) (pass, fail *loadgen.SweepStep) {
+func kneeSteps(r *sweep.Result) (pass, fail *sweep.Step) {
 	pass = r.Best
-	level := func(s *loadgen.SweepStep) float64 {
-		if r.Mode == loadgen.SweepConcurrency {
+	level := func(s *sweep.Step) float64 {
+		if r.Mode == sweep.ModeConcurrency {
 			return float64(s.Concurrency)
 		}
 		return s.Rate
 	}
-	steps := append([]*loadgen.SweepStep(nil), r.Steps...)
+	steps := append([]*sweep.Step(nil), r.Steps...)
 	sort.Slice(steps, func(i, j int) bool { return level(steps[i]) < level(steps[j]) })
 	for _, s := range steps {
-		if s.Pass || s.Phase == "probe" && r.Mode == loadgen.SweepRate {
+		if s.Pass || s.Phase == "probe" && r.Mode == sweep.ModeRate {
 			continue
 		}
 		if pass == nil || level(s) > level(pass) {
@@ -148,7 +150,7 @@ func kneeSteps(r *loadgen.SweepResult) (pass, fail *loadgen.SweepStep) {
 
 // kneeCause picks the broken objective's attribution: TTFT when a TTFT
 // SLO failed, the p99 ITL band otherwise.
-func kneeCause(r *RunResult, s *loadgen.SweepStep) (string, float64, bool) {
+func kneeCause(r *RunResult, s *sweep.Step) (string, float64, bool) {
 	a := r.Doc.Attribution
 	if a == nil {
 		return "unexplained", 0, false
@@ -172,15 +174,15 @@ func kneeCause(r *RunResult, s *loadgen.SweepStep) (string, float64, bool) {
 
 // StepAt says where a step of a sweep in mode is: its rate, or its
 // concurrency in a concurrency sweep.
-func StepAt(mode string, s *loadgen.SweepStep) string {
-	if s.Concurrency > 0 && mode == loadgen.SweepConcurrency {
+func StepAt(mode string, s *sweep.Step) string {
+	if s.Concurrency > 0 && mode == sweep.ModeConcurrency {
 		return fmt.Sprintf("%d requests in flight", s.Concurrency)
 	}
 	return fmt.Sprintf("%.3g req/s", s.Rate)
 }
 
 // At says where a step of this knee's sweep is.
-func (k *Knee) At(s *loadgen.SweepStep) string { return StepAt(k.Mode, s) }
+func (k *Knee) At(s *sweep.Step) string { return StepAt(k.Mode, s) }
 
 // Explanation is the knee in one sentence: "the SLO breaks at 14 req/s,
 // and what breaks it is run-queue wait on the tokenizer threads (..)".
@@ -291,7 +293,7 @@ func shareText(b correlate.Breakdown) string {
 }
 
 // SweepSignalsConfig configures the engine's and the kernel's limit
-// signals of a sweep (loadgen.Signals): the server's /metrics, scraped
+// signals of a sweep (sweep.Signals): the server's /metrics, scraped
 // during the whole sweep, and, with a Pid, the CUDA probes on the server.
 type SweepSignalsConfig struct {
 	// Target is the load target: its /metrics is the default endpoint.
@@ -361,7 +363,7 @@ func StartSweepSignals(ctx context.Context, cfg SweepSignalsConfig) (*SweepSigna
 	}
 	log := cfg.Logger.With("component", "sweep")
 	s := &SweepSignals{cfg: cfg, said: map[string]bool{}}
-	sm, err := newServerMetrics(ctx, RunConfig{Load: loadgen.Config{Target: cfg.Target}, ServerMetrics: cfg.ServerMetrics,
+	sm, err := newServerMetrics(ctx, RunConfig{Load: loadgen.Config{Target: transport.Options{URL: cfg.Target}}, ServerMetrics: cfg.ServerMetrics,
 		ServerMetricsPeriod: cfg.ServerMetricsPeriod, Logger: cfg.Logger}, log)
 	if err != nil {
 		return nil, err
@@ -481,7 +483,7 @@ func (s *SweepSignals) samples() (enginemetrics.Result, bool) {
 
 // Begin waits (at most queueDrain) for the queue a stopped step left in
 // the engine to empty, then marks the step's start.
-func (s *SweepSignals) Begin(ctx context.Context, _ *loadgen.SweepStep) {
+func (s *SweepSignals) Begin(ctx context.Context, _ *sweep.Step) {
 	if r, ok := s.samples(); ok && s.cfg.MaxWaiting >= 0 {
 		deadline := time.Now().Add(queueDrain)
 		for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -511,8 +513,8 @@ func (s *SweepSignals) Begin(ctx context.Context, _ *loadgen.SweepStep) {
 
 // Check reads the engine's samples since the step began and the kernel's
 // counts.
-func (s *SweepSignals) Check() []loadgen.Verdict {
-	var out []loadgen.Verdict
+func (s *SweepSignals) Check() []sweep.Verdict {
+	var out []sweep.Verdict
 	if r, ok := s.samples(); ok && len(r.Samples) > 0 {
 		out = append(out, s.engine(r)...)
 	}
@@ -522,11 +524,11 @@ func (s *SweepSignals) Check() []loadgen.Verdict {
 		s.mu.Unlock()
 		if n := s.allocFailures(); n > oomBase {
 			d := n - oomBase
-			out = append(out, loadgen.Verdict{Name: "cuda_alloc_failures", Limit: true,
+			out = append(out, sweep.Verdict{Name: "cuda_alloc_failures", Limit: true,
 				Detail: fmt.Sprintf("%d CUDA %s for lack of device memory", d, pluralWord(int(d), "allocation failed", "allocations failed"))})
 		}
 		if n := s.cuda.Lost(); n > lostBase {
-			out = append(out, loadgen.Verdict{Name: "ring_buffer_lost", Limit: true,
+			out = append(out, sweep.Verdict{Name: "ring_buffer_lost", Limit: true,
 				Detail: fmt.Sprintf("the kernel's ring buffer lost %d events of the CUDA probes (limit 0)", n-lostBase)})
 		}
 	}
@@ -534,7 +536,7 @@ func (s *SweepSignals) Check() []loadgen.Verdict {
 }
 
 // engine is the engine's verdicts on the samples of the step.
-func (s *SweepSignals) engine(r enginemetrics.Result) []loadgen.Verdict {
+func (s *SweepSignals) engine(r enginemetrics.Result) []sweep.Verdict {
 	if !r.VocabularyMatched {
 		s.note("engine", fmt.Sprintf("the server's metrics (engine %s) are not in the vocabulary: the engine's signals (requests waiting, KV cache, preemptions) are off", r.Engine))
 		return nil
@@ -543,7 +545,7 @@ func (s *SweepSignals) engine(r enginemetrics.Result) []loadgen.Verdict {
 	s.mu.Lock()
 	start, base, baseKnown := s.startNs, s.preemptBase, s.preemptKnown
 	s.mu.Unlock()
-	var out []loadgen.Verdict
+	var out []sweep.Verdict
 	cfg := s.cfg
 
 	if cfg.MaxWaiting >= 0 {
@@ -569,7 +571,7 @@ func (s *SweepSignals) engine(r enginemetrics.Result) []loadgen.Verdict {
 				}
 			}
 			if peak > cfg.MaxKVUsage {
-				out = append(out, loadgen.Verdict{Name: "kv_cache_usage", Limit: true,
+				out = append(out, sweep.Verdict{Name: "kv_cache_usage", Limit: true,
 					Detail: fmt.Sprintf("the KV cache was %.0f%% full (limit %.0f%%)", 100*peak, 100*cfg.MaxKVUsage)})
 			}
 		}
@@ -590,7 +592,7 @@ func (s *SweepSignals) engine(r enginemetrics.Result) []loadgen.Verdict {
 			}
 			if ok && baseKnown && last-base > float64(cfg.MaxPreemptions) {
 				n := int(last - base)
-				out = append(out, loadgen.Verdict{Name: "preemptions", Limit: true,
+				out = append(out, sweep.Verdict{Name: "preemptions", Limit: true,
 					Detail: fmt.Sprintf("%d %s preempted (limit %d)", n, pluralWord(n, "request was", "requests were"), cfg.MaxPreemptions)})
 			}
 		}
@@ -600,7 +602,7 @@ func (s *SweepSignals) engine(r enginemetrics.Result) []loadgen.Verdict {
 
 // queue is the queue signal: more than the limit of requests waiting in
 // every sample for WaitingFor or longer, since the step began.
-func (s *SweepSignals) queue(r enginemetrics.Result, start int64) (loadgen.Verdict, bool) {
+func (s *SweepSignals) queue(r enginemetrics.Result, start int64) (sweep.Verdict, bool) {
 	limit := s.cfg.MaxWaiting
 	why := fmt.Sprintf("limit %d", limit)
 	if limit == 0 {
@@ -609,7 +611,7 @@ func (s *SweepSignals) queue(r enginemetrics.Result, start int64) (loadgen.Verdi
 			slots = max(slots, smp.Values[enginemetrics.RequestsRunning])
 		}
 		if slots == 0 {
-			return loadgen.Verdict{}, false // no slot seen in use yet
+			return sweep.Verdict{}, false // no slot seen in use yet
 		}
 		limit = 2 * int(slots)
 		why = fmt.Sprintf("limit %d: twice the engine's %d %s", limit, int(slots), pluralWord(int(slots), "slot", "slots"))
@@ -630,11 +632,11 @@ func (s *SweepSignals) queue(r enginemetrics.Result, start int64) (loadgen.Verdi
 		}
 		peak = max(peak, w)
 		if d := time.Duration(smp.Ns - runStart); d >= s.cfg.WaitingFor {
-			return loadgen.Verdict{Name: "requests_waiting", Limit: true,
+			return sweep.Verdict{Name: "requests_waiting", Limit: true,
 				Detail: fmt.Sprintf("up to %.0f requests were waiting in the engine's queue for %.1f s (%s)", peak, d.Seconds(), why)}, true
 		}
 	}
-	return loadgen.Verdict{}, false
+	return sweep.Verdict{}, false
 }
 
 // allocFailures is the cuda section's count of allocations that failed

@@ -7,25 +7,25 @@ import (
 
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/report"
-	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/sweep"
 )
 
 func TestKneeSteps(t *testing.T) {
-	probe := &loadgen.SweepStep{N: 1, Phase: "probe", Rate: 0, Pass: false}
-	s4 := &loadgen.SweepStep{N: 2, Phase: "search", Rate: 4, Pass: true}
-	s8 := &loadgen.SweepStep{N: 3, Phase: "search", Rate: 8, Pass: true}
-	s12 := &loadgen.SweepStep{N: 4, Phase: "search", Rate: 12, Pass: false}
-	s16 := &loadgen.SweepStep{N: 5, Phase: "search", Rate: 16, Pass: false}
-	r := &loadgen.SweepResult{Mode: loadgen.SweepRate, Best: s8, Steps: []*loadgen.SweepStep{probe, s16, s4, s12, s8}}
+	probe := &sweep.Step{N: 1, Phase: "probe", Rate: 0, Pass: false}
+	s4 := &sweep.Step{N: 2, Phase: "search", Rate: 4, Pass: true}
+	s8 := &sweep.Step{N: 3, Phase: "search", Rate: 8, Pass: true}
+	s12 := &sweep.Step{N: 4, Phase: "search", Rate: 12, Pass: false}
+	s16 := &sweep.Step{N: 5, Phase: "search", Rate: 16, Pass: false}
+	r := &sweep.Result{Mode: sweep.ModeRate, Best: s8, Steps: []*sweep.Step{probe, s16, s4, s12, s8}}
 	if pass, fail := kneeSteps(r); pass != s8 || fail != s12 {
 		t.Errorf("knee: pass %+v fail %+v, want 8 and 12 req/s", pass, fail)
 	}
-	r = &loadgen.SweepResult{Mode: loadgen.SweepRate, Best: s8, Steps: []*loadgen.SweepStep{probe, s4, s8}}
+	r = &sweep.Result{Mode: sweep.ModeRate, Best: s8, Steps: []*sweep.Step{probe, s4, s8}}
 	if _, fail := kneeSteps(r); fail != nil {
 		t.Errorf("every search step passed, but the knee fails at %+v", fail)
 	}
-	c2 := &loadgen.SweepStep{Concurrency: 2, Pass: false, Phase: "probe"}
-	r = &loadgen.SweepResult{Mode: loadgen.SweepConcurrency, Steps: []*loadgen.SweepStep{c2}}
+	c2 := &sweep.Step{Concurrency: 2, Pass: false, Phase: "probe"}
+	r = &sweep.Result{Mode: sweep.ModeConcurrency, Steps: []*sweep.Step{c2}}
 	if pass, fail := kneeSteps(r); pass != nil || fail != c2 {
 		t.Errorf("concurrency sweep with no passing step: pass %v fail %v", pass, fail)
 	}
@@ -41,8 +41,8 @@ func TestKneeExplanation(t *testing.T) {
 		},
 		Collectors: map[string]json.RawMessage{"sched": sched},
 	}}
-	fail := &loadgen.SweepStep{Rate: 14, Violations: []string{"p99_itl_ms=80 > 50"}}
-	k := &Knee{Mode: loadgen.SweepRate, Fail: fail, FailRun: run}
+	fail := &sweep.Step{Rate: 14, Violations: []string{"p99_itl_ms=80 > 50"}}
+	k := &Knee{Mode: sweep.ModeRate, Fail: fail, FailRun: run}
 	k.Cause, k.Share, k.TTFT = kneeCause(run, fail)
 	want := "the SLO breaks at 14 req/s, and what breaks it is run-queue wait on the tokenizer threads (70% of the p99 ITL excess)"
 	if got := k.Explanation(); got != want {
@@ -58,7 +58,7 @@ func TestKneeExplanation(t *testing.T) {
 	// A limit signal that ended the step comes first; the latency's cause
 	// is what the step measured.
 	fail.Violations = []string{"p99_itl_ms=80 > 50"}
-	fail.StoppedBy = []loadgen.Verdict{{Name: "kv_cache_usage", Detail: "the KV cache is 98% full (limit 95%)", Limit: true}}
+	fail.StoppedBy = []sweep.Verdict{{Name: "kv_cache_usage", Detail: "the KV cache is 98% full (limit 95%)", Limit: true}}
 	k.Cause, k.Share, k.TTFT = kneeCause(run, fail)
 	want = "the sweep stops at 14 req/s because the KV cache is 98% full (limit 95%); of that step's p99 ITL excess, 70% is run-queue wait on the tokenizer threads"
 	if got := k.Explanation(); got != want {

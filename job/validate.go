@@ -20,6 +20,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/perturb"
 	"github.com/bpfbench/bpfbench/pipeline"
 	"github.com/bpfbench/bpfbench/readiness"
@@ -494,7 +495,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	perPhase := max(int(cfg.Rate*cfg.Phase.Seconds()), 4)
 	firstOf := func(k int) int { return int(math.Floor(cfg.Rate*phaseStart(k).Seconds() + 1e-6)) }
 	n := max(int(math.Ceil(cfg.Rate*(phaseStart(len(cfg.Injections)-1)+cfg.Phase).Seconds())), perPhase*len(names))
-	reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: cfg.OutputLen}, n, 1)
+	reqs, err := dataset.Load(dataset.Config{Name: dataset.Random, InputLen: 64, OutputLen: cfg.OutputLen}, n, 1)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -510,15 +511,15 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		}
 	}
 	load := cfg.Load
-	load.Rate = cfg.Rate
-	load.Constant = true
-	load.Requests = reqs
-	load.NumRequests = n
-	load.Duration = 0
-	load.IgnoreEOS = true
-	load.Progress = cfg.Progress
-	if load.Timeout == 0 || load.Timeout > 10*time.Minute {
-		load.Timeout = 2 * time.Minute
+	load.Scenario.Rate = cfg.Rate
+	load.Scenario.Constant = true
+	load.Scenario.Requests = reqs
+	load.Scenario.NumRequests = n
+	load.Scenario.Duration = 0
+	load.Target.IgnoreEOS = true
+	load.Output.Progress = cfg.Progress
+	if load.Target.Timeout == 0 || load.Target.Timeout > 10*time.Minute {
+		load.Target.Timeout = 2 * time.Minute
 	}
 
 	for _, inj := range cfg.Injections {
@@ -539,7 +540,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		return nil, res, sc.injErr
 	}
 	v := &Validation{
-		Target: load.Target, Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
+		Target: load.Target.URL, Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
 		Causes: critpath.CauseNames(), Matrix: map[string]map[string]int{}, Dir: cfg.OutDir, MinShare: cfg.MinShare,
 	}
 	byName := map[string]report.Phase{}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -78,11 +79,11 @@ func TestArrivalStatistics(t *testing.T) {
 func TestScheduleIsAbsolute(t *testing.T) {
 	url := startSim(t, nil)
 	cfg := DefaultConfig()
-	cfg.Target = url
-	cfg.NumRequests = 20
-	cfg.Rate = 100
-	cfg.Constant = true
-	cfg.Dataset.OutputLen = 2
+	cfg.Target.URL = url
+	cfg.Scenario.NumRequests = 20
+	cfg.Scenario.Rate = 100
+	cfg.Scenario.Constant = true
+	cfg.Scenario.Dataset.OutputLen = 2
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -107,10 +108,10 @@ func TestTraceReplayAndDatasets(t *testing.T) {
 `), 0o644)
 	url := startSim(t, func(c *sim.Config) { c.DecodeStep = time.Millisecond })
 	cfg := DefaultConfig()
-	cfg.Target = url
-	cfg.TracePath = trace
-	cfg.NumRequests = 0
-	cfg.IgnoreEOS = true
+	cfg.Target.URL = url
+	cfg.Scenario.TracePath = trace
+	cfg.Scenario.NumRequests = 0
+	cfg.Target.IgnoreEOS = true
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -132,31 +133,31 @@ func TestTraceReplayAndDatasets(t *testing.T) {
 
 	prompts := filepath.Join(dir, "prompts.jsonl")
 	os.WriteFile(prompts, []byte("{\"prompt\": \"a b c d\", \"output_len\": 9}\n\n{\"input_len\": 12}\n"), 0o644)
-	reqs, err := LoadDataset(DatasetConfig{Name: DatasetJSONL, Path: prompts, OutputLen: 5}, 3, 1)
+	reqs, err := dataset.Load(dataset.Config{Name: dataset.JSONL, Path: prompts, OutputLen: 5}, 3, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if reqs[0].PromptLen != 4 || reqs[0].OutputLen != 9 || reqs[1].PromptLen != 12 || CountTokens(reqs[1].Prompt) != 12 || reqs[1].OutputLen != 5 || reqs[2].Prompt != reqs[0].Prompt {
+	if reqs[0].PromptLen != 4 || reqs[0].OutputLen != 9 || reqs[1].PromptLen != 12 || dataset.CountTokens(reqs[1].Prompt) != 12 || reqs[1].OutputLen != 5 || reqs[2].Prompt != reqs[0].Prompt {
 		t.Errorf("jsonl: %+v", reqs)
 	}
 	sg := filepath.Join(dir, "sharegpt.json")
 	os.WriteFile(sg, []byte(`[{"id":"1","conversations":[{"from":"human","value":"what is the answer to this"},{"from":"gpt","value":"it is forty two my friend"}]},
 {"id":"2","conversations":[{"from":"human","value":"hi"}]},
 {"id":"3","conversations":[{"from":"human","value":"a"},{"from":"gpt","value":"b"}]}]`), 0o644)
-	reqs, err = LoadDataset(DatasetConfig{Name: DatasetShareGPT, Path: sg}, 0, 1)
+	reqs, err = dataset.Load(dataset.Config{Name: dataset.ShareGPT, Path: sg}, 0, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(reqs) != 1 || reqs[0].PromptLen != 6 || reqs[0].OutputLen != 6 {
 		t.Errorf("sharegpt: %+v", reqs)
 	}
-	reqs, err = LoadDataset(DatasetConfig{Name: DatasetRandom, InputLen: 100, OutputLen: 10, RangeRatio: 0.5}, 200, 1)
+	reqs, err = dataset.Load(dataset.Config{Name: dataset.Random, InputLen: 100, OutputLen: 10, RangeRatio: 0.5}, 200, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range reqs {
-		if r.PromptLen < 50 || r.PromptLen > 150 || CountTokens(r.Prompt) != r.PromptLen || r.OutputLen < 5 || r.OutputLen > 15 {
-			t.Fatalf("random: %d words for %d tokens, output %d", CountTokens(r.Prompt), r.PromptLen, r.OutputLen)
+		if r.PromptLen < 50 || r.PromptLen > 150 || dataset.CountTokens(r.Prompt) != r.PromptLen || r.OutputLen < 5 || r.OutputLen > 15 {
+			t.Fatalf("random: %d words for %d tokens, output %d", dataset.CountTokens(r.Prompt), r.PromptLen, r.OutputLen)
 		}
 	}
 }

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -24,20 +26,20 @@ import (
 type chatServer struct {
 	mu       sync.Mutex
 	n        int
-	messages map[string][]chatMessage
+	messages map[string][]transport.Message
 	replies  map[string]string
 	// fail, if set, answers HTTP 500 to the requests it returns true for.
-	fail func(msgs []chatMessage) bool
+	fail func(msgs []transport.Message) bool
 	// delay is how long each reply takes.
 	delay time.Duration
 }
 
 func newChatServer(t *testing.T, cs *chatServer) string {
-	cs.messages, cs.replies = map[string][]chatMessage{}, map[string]string{}
+	cs.messages, cs.replies = map[string][]transport.Message{}, map[string]string{}
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct {
-			Messages  []chatMessage `json:"messages"`
-			MaxTokens int           `json:"max_tokens"`
+			Messages  []transport.Message `json:"messages"`
+			MaxTokens int                 `json:"max_tokens"`
 		}
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || r.URL.Path != "/v1/chat/completions" {
 			http.Error(w, "bad request", http.StatusBadRequest)
@@ -82,12 +84,12 @@ func newChatServer(t *testing.T, cs *chatServer) string {
 
 func multiturnConfig(url string, mod func(*Config)) Config {
 	cfg := DefaultConfig()
-	cfg.Target = url
-	cfg.Endpoint = EndpointChat
-	cfg.Model = "m"
-	cfg.NumRequests = 12
-	cfg.Dataset = DatasetConfig{Name: DatasetMultiturn, InputLen: 6, OutputLen: 4}
-	cfg.Dataset.Multiturn.Turns = TurnRange{4, 4}
+	cfg.Target.URL = url
+	cfg.Target.Endpoint = transport.EndpointChat
+	cfg.Target.Model = "m"
+	cfg.Scenario.NumRequests = 12
+	cfg.Scenario.Dataset = dataset.Config{Name: dataset.Multiturn, InputLen: 6, OutputLen: 4}
+	cfg.Scenario.Dataset.Multiturn.Turns = dataset.TurnRange{Min: 4, Max: 4}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -121,7 +123,7 @@ func TestMultiturnReplaysServerReplies(t *testing.T) {
 	cs := &chatServer{delay: 20 * time.Millisecond}
 	url := newChatServer(t, cs)
 	const think = 30 * time.Millisecond
-	cfg := multiturnConfig(url, func(c *Config) { c.Dataset.Multiturn.ThinkTime = think })
+	cfg := multiturnConfig(url, func(c *Config) { c.Scenario.Dataset.Multiturn.ThinkTime = think })
 	res := runTest(t, cfg)
 	if d, err := cfg.DescribeDataset(); err != nil || !reflect.DeepEqual(d, res.Dataset) {
 		t.Errorf("DescribeDataset %+v, %v; the run's %+v", d, err, res.Dataset)
@@ -154,14 +156,14 @@ func TestMultiturnReplaysServerReplies(t *testing.T) {
 				}
 			}
 			last := msgs[len(msgs)-1]
-			if last.Role != "user" || CountTokens(last.Content) < 1 {
+			if last.Role != "user" || dataset.CountTokens(last.Content) < 1 {
 				t.Errorf("conversation %d turn %d: last message %+v", id, k+1, last)
 			}
 			users = append(users, last.Content)
 			// PromptLen counts the whole history.
 			words := 0
 			for _, m := range msgs {
-				words += CountTokens(m.Content)
+				words += dataset.CountTokens(m.Content)
 			}
 			if r.PromptLen != words {
 				t.Errorf("conversation %d turn %d: PromptLen %d, history of %d words", id, k+1, r.PromptLen, words)
@@ -177,14 +179,14 @@ func TestMultiturnReplaysServerReplies(t *testing.T) {
 			}
 		}
 	}
-	if res.Dataset.Name != DatasetMultiturn || res.Dataset.Hashed != HashedPrompts || res.Dataset.Params["turns"] != "4" {
+	if res.Dataset.Name != dataset.Multiturn || res.Dataset.Hashed != dataset.HashedPrompts || res.Dataset.Params["turns"] != "4" {
 		t.Errorf("descriptor %+v", res.Dataset)
 	}
 }
 
 func TestMultiturnFailedTurnEndsConversation(t *testing.T) {
 	// Every second turn fails.
-	cs := &chatServer{fail: func(m []chatMessage) bool { return len(m) == 3 }}
+	cs := &chatServer{fail: func(m []transport.Message) bool { return len(m) == 3 }}
 	url := newChatServer(t, cs)
 	res := runTest(t, multiturnConfig(url, nil))
 	if len(res.Records) != 6 {
@@ -196,7 +198,7 @@ func TestMultiturnFailedTurnEndsConversation(t *testing.T) {
 		}
 		r := rs[1]
 		want := fmt.Sprintf("(conversation %d ends at this turn: turns 3-4 not sent)", id)
-		if r.Failure != FailHTTPStatus || !strings.Contains(r.Error, "HTTP 500") || !strings.Contains(r.Error, want) {
+		if r.Failure != transport.FailHTTPStatus || !strings.Contains(r.Error, "HTTP 500") || !strings.Contains(r.Error, want) {
 			t.Errorf("conversation %d: the failed turn's record says %s: %q", id, r.Failure, r.Error)
 		}
 	}
@@ -211,9 +213,9 @@ func TestMultiturnConcurrency(t *testing.T) {
 	cs := &chatServer{delay: 10 * time.Millisecond}
 	url := newChatServer(t, cs)
 	res := runTest(t, multiturnConfig(url, func(c *Config) {
-		c.NumRequests = 16
-		c.MaxConcurrency = 2
-		c.Dataset.Multiturn.Turns = TurnRange{2, 2}
+		c.Scenario.NumRequests = 16
+		c.Scenario.MaxConcurrency = 2
+		c.Scenario.Dataset.Multiturn.Turns = dataset.TurnRange{Min: 2, Max: 2}
 	}))
 	type span struct{ start, end int64 }
 	var spans []span
@@ -241,10 +243,10 @@ func TestMultiturnConcurrency(t *testing.T) {
 func TestMultiturnRecordedReplies(t *testing.T) {
 	cs := &chatServer{}
 	url := newChatServer(t, cs)
-	path := filepath.Join("testdata", "multiturn_sharegpt.json")
+	path := filepath.Join("dataset", "testdata", "multiturn_sharegpt.json")
 	res := runTest(t, multiturnConfig(url, func(c *Config) {
-		c.NumRequests = 5
-		c.Dataset = DatasetConfig{Name: DatasetMultiturn, Path: path, Multiturn: MultiturnConfig{Replies: RepliesRecorded}}
+		c.Scenario.NumRequests = 5
+		c.Scenario.Dataset = dataset.Config{Name: dataset.Multiturn, Path: path, Multiturn: dataset.MultiturnConfig{Replies: dataset.RepliesRecorded}}
 	}))
 	if len(res.Records) != 5 {
 		t.Fatalf("%d records, want 5 (3 + 2 turns)", len(res.Records))
@@ -255,18 +257,18 @@ func TestMultiturnRecordedReplies(t *testing.T) {
 			msgs := cs.messages[r.RequestID]
 			if len(rs) == 3 && r.Turn == 3 {
 				sawLast = true
-				want := []chatMessage{
-					{"system", "You are a terse assistant."},
-					{"user", "What is a kernel probe?"},
-					{"assistant", "A hook on a kernel function that runs a program when the function is entered."},
-					{"user", "And a uprobe?"},
-					{"assistant", "The same for a function of a user-space binary."},
-					{"user", "Which is cheaper?"},
+				want := []transport.Message{
+					{Role: "system", Content: "You are a terse assistant."},
+					{Role: "user", Content: "What is a kernel probe?"},
+					{Role: "assistant", Content: "A hook on a kernel function that runs a program when the function is entered."},
+					{Role: "user", Content: "And a uprobe?"},
+					{Role: "assistant", Content: "The same for a function of a user-space binary."},
+					{Role: "user", Content: "Which is cheaper?"},
 				}
 				if !slices.Equal(msgs, want) {
 					t.Errorf("turn 3 sent %+v, want %+v", msgs, want)
 				}
-				if r.MaxTokens != CountTokens("The kprobe: a uprobe traps into the kernel from user space.") {
+				if r.MaxTokens != dataset.CountTokens("The kprobe: a uprobe traps into the kernel from user space.") {
 					t.Errorf("turn 3 asked for %d tokens, want the recorded reply's length", r.MaxTokens)
 				}
 			}
@@ -275,20 +277,20 @@ func TestMultiturnRecordedReplies(t *testing.T) {
 	if !sawLast {
 		t.Error("no conversation of 3 turns")
 	}
-	if res.Dataset.Hashed != HashedFile || res.Dataset.Params["replies"] != RepliesRecorded {
+	if res.Dataset.Hashed != dataset.HashedFile || res.Dataset.Params["replies"] != dataset.RepliesRecorded {
 		t.Errorf("descriptor %+v", res.Dataset)
 	}
 }
 
 func TestMultiturnDeterministic(t *testing.T) {
-	cfg := DatasetConfig{Name: DatasetMultiturn, InputLen: 16, OutputLen: 8, RangeRatio: 0.5, Multiturn: MultiturnConfig{Turns: TurnRange{2, 6}}}
-	a, err := LoadConversations(cfg, 40, 1)
+	cfg := dataset.Config{Name: dataset.Multiturn, InputLen: 16, OutputLen: 8, RangeRatio: 0.5, Multiturn: dataset.MultiturnConfig{Turns: dataset.TurnRange{Min: 2, Max: 6}}}
+	a, err := dataset.LoadConversations(cfg, 40, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := LoadConversations(cfg, 40, 1)
-	c, _ := LoadConversations(cfg, 40, 2)
-	if HashConversations(a) != HashConversations(b) || HashConversations(a) == HashConversations(c) {
+	b, _ := dataset.LoadConversations(cfg, 40, 1)
+	c, _ := dataset.LoadConversations(cfg, 40, 2)
+	if dataset.HashConversations(a) != dataset.HashConversations(b) || dataset.HashConversations(a) == dataset.HashConversations(c) {
 		t.Error("conversation hashes: not equal for one seed, or equal for two")
 	}
 	turns, lens := 0, map[int]bool{}
@@ -296,8 +298,8 @@ func TestMultiturnDeterministic(t *testing.T) {
 		turns += len(cv.Turns)
 		lens[len(cv.Turns)] = true
 		for _, tn := range cv.Turns {
-			if CountTokens(tn.User) != tn.UserLen {
-				t.Fatalf("user message of %d words, UserLen %d", CountTokens(tn.User), tn.UserLen)
+			if dataset.CountTokens(tn.User) != tn.UserLen {
+				t.Fatalf("user message of %d words, UserLen %d", dataset.CountTokens(tn.User), tn.UserLen)
 			}
 		}
 	}
@@ -308,17 +310,17 @@ func TestMultiturnDeterministic(t *testing.T) {
 
 func TestMultiturnChecks(t *testing.T) {
 	cfg := multiturnConfig("http://127.0.0.1:1", nil)
-	cfg.Endpoint = EndpointCompletions
+	cfg.Target.Endpoint = transport.EndpointCompletions
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "--endpoint chat") {
 		t.Errorf("multiturn on completions: %v", err)
 	}
-	var tr TurnRange
+	var tr dataset.TurnRange
 	for _, s := range []string{"0", "5-2", "x", "2-"} {
 		if tr.Set(s) == nil {
 			t.Errorf("turns %q accepted", s)
 		}
 	}
-	if tr.Set("3-7") != nil || tr != (TurnRange{3, 7}) || tr.String() != "3-7" {
+	if tr.Set("3-7") != nil || tr != (dataset.TurnRange{Min: 3, Max: 7}) || tr.String() != "3-7" {
 		t.Errorf("turns 3-7: %+v", tr)
 	}
 }
@@ -327,7 +329,7 @@ func TestMultiturnChecks(t *testing.T) {
 // messages, every turn's PromptLen is the server's prompt_tokens.
 func TestMultiturnLLMSimPromptLen(t *testing.T) {
 	url := startSim(t, func(c *sim.Config) { c.DecodeStep = time.Millisecond })
-	res := runTest(t, multiturnConfig(url, func(c *Config) { c.NumRequests = 8 }))
+	res := runTest(t, multiturnConfig(url, func(c *Config) { c.Scenario.NumRequests = 8 }))
 	for _, r := range res.Records {
 		if !r.Success || r.UsagePromptTokens != r.PromptLen || r.OutputTokens != 4 {
 			t.Errorf("conversation %d turn %d: success %v, prompt_len %d, server's prompt_tokens %d, %d output tokens: %s",
@@ -342,9 +344,9 @@ func TestMultiturnDuration(t *testing.T) {
 	cs := &chatServer{delay: 5 * time.Millisecond}
 	url := newChatServer(t, cs)
 	res := runTest(t, multiturnConfig(url, func(c *Config) {
-		c.NumRequests = 0
-		c.Duration = 300 * time.Millisecond
-		c.MaxConcurrency = 3
+		c.Scenario.NumRequests = 0
+		c.Scenario.Duration = 300 * time.Millisecond
+		c.Scenario.MaxConcurrency = 3
 	}))
 	if len(res.Records) < 12 {
 		t.Fatalf("%d records in 300 ms", len(res.Records))

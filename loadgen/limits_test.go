@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // Every count, length, rate and duration of the load options is checked
@@ -16,7 +18,7 @@ import (
 func TestValidateRanges(t *testing.T) {
 	base := func() Config {
 		c := DefaultConfig()
-		c.Target = "http://127.0.0.1:1"
+		c.Target.URL = "http://127.0.0.1:1"
 		return c
 	}
 	if c := base(); c.Validate() != nil {
@@ -27,25 +29,25 @@ func TestValidateRanges(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		{"rate 0", func(c *Config) { c.Rate = 0 }, "--rate 0: give a rate in requests/s above 0, or inf"},
-		{"rate -1", func(c *Config) { c.Rate = -1 }, "--rate -1: give a rate"},
-		{"rate NaN", func(c *Config) { c.Rate = math.NaN() }, "--rate NaN"},
-		{"burstiness 0", func(c *Config) { c.Burstiness = 0 }, "--burstiness 0: give a gamma shape above 0"},
-		{"num-requests", func(c *Config) { c.NumRequests = -1 }, "--num-requests -1: give 0"},
-		{"max-concurrency", func(c *Config) { c.MaxConcurrency = -2 }, "--max-concurrency -2"},
-		{"warmup", func(c *Config) { c.Warmup = -1 }, "--warmup -1"},
-		{"output-len -5", func(c *Config) { c.Dataset.OutputLen = -5 }, "--output-len -5: give 1 or more tokens"},
-		{"output-len 0", func(c *Config) { c.Dataset.OutputLen = 0 }, "--output-len 0: give 1 or more tokens"},
-		{"input-len 0", func(c *Config) { c.Dataset.InputLen = 0 }, "--input-len 0: give 1 or more tokens"},
-		{"duration", func(c *Config) { c.Duration = -time.Second }, "--duration -1s: give 0"},
-		{"timeout", func(c *Config) { c.Timeout = -time.Second }, "--timeout -1s: give 0 (none) or more"},
-		{"stall-timeout", func(c *Config) { c.StallTimeout = -time.Second }, "--stall-timeout -1s: give 0 (never) or more"},
-		{"header-timeout", func(c *Config) { c.HeaderTimeout = -time.Second }, "--header-timeout -1s"},
-		{"think-time", func(c *Config) { c.Dataset.Multiturn.ThinkTime = -time.Second }, "--think-time -1s"},
-		{"range-ratio", func(c *Config) { c.Dataset.RangeRatio = 1 }, "--range-ratio 1: give a fraction in [0, 1)"},
-		{"sharegpt-output-len", func(c *Config) { c.Dataset.ShareGPTOutputLen = -1 }, "--sharegpt-output-len -1"},
-		{"rag-passages", func(c *Config) { c.Dataset.RAG.Passages = -1 }, "--rag-passages -1"},
-		{"no target", func(c *Config) { c.Target = "" }, "--target"},
+		{"rate 0", func(c *Config) { c.Scenario.Rate = 0 }, "--rate 0: give a rate in requests/s above 0, or inf"},
+		{"rate -1", func(c *Config) { c.Scenario.Rate = -1 }, "--rate -1: give a rate"},
+		{"rate NaN", func(c *Config) { c.Scenario.Rate = math.NaN() }, "--rate NaN"},
+		{"burstiness 0", func(c *Config) { c.Scenario.Burstiness = 0 }, "--burstiness 0: give a gamma shape above 0"},
+		{"num-requests", func(c *Config) { c.Scenario.NumRequests = -1 }, "--num-requests -1: give 0"},
+		{"max-concurrency", func(c *Config) { c.Scenario.MaxConcurrency = -2 }, "--max-concurrency -2"},
+		{"warmup", func(c *Config) { c.Scenario.Warmup = -1 }, "--warmup -1"},
+		{"output-len -5", func(c *Config) { c.Scenario.Dataset.OutputLen = -5 }, "--output-len -5: give 1 or more tokens"},
+		{"output-len 0", func(c *Config) { c.Scenario.Dataset.OutputLen = 0 }, "--output-len 0: give 1 or more tokens"},
+		{"input-len 0", func(c *Config) { c.Scenario.Dataset.InputLen = 0 }, "--input-len 0: give 1 or more tokens"},
+		{"duration", func(c *Config) { c.Scenario.Duration = -time.Second }, "--duration -1s: give 0"},
+		{"timeout", func(c *Config) { c.Target.Timeout = -time.Second }, "--timeout -1s: give 0 (none) or more"},
+		{"stall-timeout", func(c *Config) { c.Target.StallTimeout = -time.Second }, "--stall-timeout -1s: give 0 (never) or more"},
+		{"header-timeout", func(c *Config) { c.Target.HeaderTimeout = -time.Second }, "--header-timeout -1s"},
+		{"think-time", func(c *Config) { c.Scenario.Dataset.Multiturn.ThinkTime = -time.Second }, "--think-time -1s"},
+		{"range-ratio", func(c *Config) { c.Scenario.Dataset.RangeRatio = 1 }, "--range-ratio 1: give a fraction in [0, 1)"},
+		{"sharegpt-output-len", func(c *Config) { c.Scenario.Dataset.ShareGPTOutputLen = -1 }, "--sharegpt-output-len -1"},
+		{"rag-passages", func(c *Config) { c.Scenario.Dataset.RAG.Passages = -1 }, "--rag-passages -1"},
+		{"no target", func(c *Config) { c.Target.URL = "" }, "--target"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := base()
@@ -59,18 +61,18 @@ func TestValidateRanges(t *testing.T) {
 	}
 	// What 0 means where it means something.
 	c := base()
-	c.Timeout, c.StallTimeout, c.HeaderTimeout, c.Rate = 0, 0, 0, math.Inf(1)
+	c.Target.Timeout, c.Target.StallTimeout, c.Target.HeaderTimeout, c.Scenario.Rate = 0, 0, 0, math.Inf(1)
 	if err := c.Validate(); err != nil {
 		t.Errorf("timeouts of 0 (none): %v", err)
 	}
 	// A trace or the Go API's requests carry their own lengths.
 	c = base()
-	c.Dataset.OutputLen, c.Requests = 0, []Request{{Prompt: "x", OutputLen: 2}}
+	c.Scenario.Dataset.OutputLen, c.Scenario.Requests = 0, []Request{{Prompt: "x", OutputLen: 2}}
 	if err := c.Validate(); err != nil {
 		t.Errorf("requests of the Go API without --output-len: %v", err)
 	}
-	if d := DefaultConfig(); d.StallTimeout != time.Minute || d.HeaderTimeout != 5*time.Minute {
-		t.Errorf("default stall timeout %v, header timeout %v", d.StallTimeout, d.HeaderTimeout)
+	if d := DefaultConfig(); d.Target.StallTimeout != time.Minute || d.Target.HeaderTimeout != 5*time.Minute {
+		t.Errorf("default stall timeout %v, header timeout %v", d.Target.StallTimeout, d.Target.HeaderTimeout)
 	}
 }
 
@@ -128,13 +130,13 @@ func TestHeaderAndStallTimeouts(t *testing.T) {
 		stall     time.Duration
 		want      string
 	}{
-		{"trickle raw", trickle, false, stall, FailHeaderTimeout},
-		{"trickle net/http", trickle, true, 0, FailHeaderTimeout},
-		{"silent raw", silent, false, stall, FailStall},
-		{"silent net/http", silent, true, stall, FailStall},
+		{"trickle raw", trickle, false, stall, transport.FailHeaderTimeout},
+		{"trickle net/http", trickle, true, 0, transport.FailHeaderTimeout},
+		{"silent raw", silent, false, stall, transport.FailStall},
+		{"silent net/http", silent, true, stall, transport.FailStall},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := NewClient(ClientOptions{Target: tc.url, Endpoint: EndpointCompletions, Model: "m", NetHTTP: tc.netHTTP,
+			c, err := transport.NewClient(transport.Options{URL: tc.url, Endpoint: transport.EndpointCompletions, Model: "m", NetHTTP: tc.netHTTP,
 				Timeout: 30 * time.Second, StallTimeout: tc.stall, HeaderTimeout: 600 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)

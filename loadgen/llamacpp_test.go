@@ -14,6 +14,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // rawServer is a test HTTP/1.1 server on a plain listener, for behaviours
@@ -135,13 +138,13 @@ func TestLlamaCppFinalUsageChunkIsNotAToken(t *testing.T) {
 		for _, netHTTP := range transports() {
 			name := fmt.Sprintf("chat=%v,usage-in-finish=%v/%s", chat, shape.usageInFinish, transportName(netHTTP))
 			cfg := DefaultConfig()
-			cfg.Target = srv.url
-			cfg.NetHTTP = netHTTP
-			cfg.NumRequests = 3
-			cfg.MaxConcurrency = 1
-			cfg.Dataset.OutputLen = tokens
+			cfg.Target.URL = srv.url
+			cfg.Target.NetHTTP = netHTTP
+			cfg.Scenario.NumRequests = 3
+			cfg.Scenario.MaxConcurrency = 1
+			cfg.Scenario.Dataset.OutputLen = tokens
 			if chat {
-				cfg.Endpoint = EndpointChat
+				cfg.Target.Endpoint = transport.EndpointChat
 			}
 			res, err := Run(context.Background(), cfg)
 			if err != nil {
@@ -151,7 +154,7 @@ func TestLlamaCppFinalUsageChunkIsNotAToken(t *testing.T) {
 				t.Fatalf("%s: %d completed: %v", name, res.Metrics.Completed, res.Failures())
 			}
 			for _, r := range res.Records {
-				if len(r.ChunkNs) != tokens || r.OutputTokens != tokens || r.TokenSource != TokensFromUsage {
+				if len(r.ChunkNs) != tokens || r.OutputTokens != tokens || r.TokenSource != transport.TokensFromUsage {
 					t.Errorf("%s: %d chunks timestamped, %d output tokens from %s; want %d from usage", name, len(r.ChunkNs), r.OutputTokens, r.TokenSource, tokens)
 				}
 				if r.UsagePromptTokens != 8 {
@@ -164,52 +167,6 @@ func TestLlamaCppFinalUsageChunkIsNotAToken(t *testing.T) {
 			if m := res.Metrics; m.TotalOutput != 3*tokens || m.ITL.N != 3*(tokens-1) {
 				t.Errorf("%s: %d output tokens, %d ITL gaps; want %d and %d", name, m.TotalOutput, m.ITL.N, 3*tokens, 3*(tokens-1))
 			}
-		}
-	}
-}
-
-// With per-chunk usage (continuous usage stats), an empty-text chunk that
-// adds a token is a token; a last one that adds none is not.
-func TestFinalUsageWithContinuousUsage(t *testing.T) {
-	var rec Record
-	var s streamState
-	s.reset(&rec, false)
-	evs := []string{
-		`{"choices":[{"text":"a","finish_reason":null}],"usage":{"prompt_tokens":4,"completion_tokens":1}}`,
-		`{"choices":[{"text":"","finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":2}}`,
-		`{"choices":[{"text":"","finish_reason":"stop"}],"usage":{"prompt_tokens":4,"completion_tokens":2}}`,
-		`[DONE]`,
-	}
-	for i, ev := range evs {
-		s.feed([]byte("data: "+ev+"\n\n"), int64(i+1))
-	}
-	s.complete()
-	if !rec.Success || len(rec.ChunkNs) != 2 || rec.OutputTokens != 2 || rec.LastNs != 2 {
-		t.Fatalf("got %d chunks, %d tokens, last %d, success %v; want 2, 2, 2", len(rec.ChunkNs), rec.OutputTokens, rec.LastNs, rec.Success)
-	}
-
-	// vLLM's own last chunk with an empty text but a text field is a
-	// token, as vLLM's client counts it; a chat "delta": {} is not.
-	for _, tc := range []struct {
-		chat   bool
-		last   string
-		chunks int
-	}{
-		{false, `{"choices":[{"text":"","finish_reason":"stop"}]}`, 2},
-		{true, `{"choices":[{"delta":{"content":""},"finish_reason":"stop"}]}`, 2},
-		{true, `{"choices":[{"delta":{},"finish_reason":"stop"}]}`, 1},
-		{true, `{"choices":[{"delta":{"role":"assistant"},"finish_reason":"stop"}]}`, 1},
-	} {
-		rec = Record{}
-		s.reset(&rec, tc.chat)
-		first := `{"choices":[{"text":"a","finish_reason":null}]}`
-		if tc.chat {
-			first = `{"choices":[{"delta":{"content":"a"},"finish_reason":null}]}`
-		}
-		s.feed([]byte("data: "+first+"\n\ndata: "+tc.last+"\n\ndata: [DONE]\n\n"), 1)
-		s.complete()
-		if !rec.Success || len(rec.ChunkNs) != tc.chunks {
-			t.Errorf("%s: %d chunks (success %v), want %d", tc.last, len(rec.ChunkNs), rec.Success, tc.chunks)
 		}
 	}
 }
@@ -238,11 +195,11 @@ func TestStaleKeepAliveConnectionRetried(t *testing.T) {
 			dropped.Store(0)
 			srv.conns.Store(0)
 			cfg := DefaultConfig()
-			cfg.Target = srv.url
-			cfg.NetHTTP = netHTTP
-			cfg.NumRequests = 4
-			cfg.MaxConcurrency = 1
-			cfg.Dataset.OutputLen = 5
+			cfg.Target.URL = srv.url
+			cfg.Target.NetHTTP = netHTTP
+			cfg.Scenario.NumRequests = 4
+			cfg.Scenario.MaxConcurrency = 1
+			cfg.Scenario.Dataset.OutputLen = 5
 			res, err := Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -320,19 +277,19 @@ func TestIgnoreEOSSent(t *testing.T) {
 		dataset   string
 		ignoreEOS bool
 		want      bool
-	}{{DatasetRandom, false, true}, {DatasetJSONL, false, false}, {DatasetJSONL, true, true}} {
+	}{{dataset.Random, false, true}, {dataset.JSONL, false, false}, {dataset.JSONL, true, true}} {
 		for _, netHTTP := range transports() {
 			srv.mu.Lock()
 			srv.bodies = nil
 			srv.mu.Unlock()
 			cfg := DefaultConfig()
-			cfg.Target = srv.url
-			cfg.NetHTTP = netHTTP
-			cfg.NumRequests = 2
-			cfg.Dataset.Name = tc.dataset
-			cfg.Dataset.Path = path
-			cfg.Dataset.OutputLen = 2
-			cfg.IgnoreEOS = tc.ignoreEOS
+			cfg.Target.URL = srv.url
+			cfg.Target.NetHTTP = netHTTP
+			cfg.Scenario.NumRequests = 2
+			cfg.Scenario.Dataset.Name = tc.dataset
+			cfg.Scenario.Dataset.Path = path
+			cfg.Scenario.Dataset.OutputLen = 2
+			cfg.Target.IgnoreEOS = tc.ignoreEOS
 			res, err := Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -42,7 +44,7 @@ func startSim(t testing.TB, mod func(*sim.Config)) string {
 func median(xs []float64) float64 {
 	s := append([]float64(nil), xs...)
 	sort.Float64s(s)
-	return Percentile(s, 50)
+	return metrics.Percentile(s, 50)
 }
 
 // serverTimes is what llmsim measured itself, from its /metrics: the sums
@@ -116,16 +118,16 @@ func TestFixedTTFTAndITL(t *testing.T) {
 		c.PrefillPerToken = 0
 		c.DecodeStep = time.Duration(itl * float64(time.Millisecond))
 	})
-	for _, ep := range []string{EndpointCompletions, EndpointChat} {
+	for _, ep := range []string{transport.EndpointCompletions, transport.EndpointChat} {
 		for _, noUsage := range []bool{false, true} {
 			cfg := DefaultConfig()
-			cfg.Target = url
-			cfg.Endpoint = ep
-			cfg.NoUsage = noUsage
-			cfg.NumRequests = 6
-			cfg.MaxConcurrency = 1
-			cfg.Dataset.InputLen = 32
-			cfg.Dataset.OutputLen = 12
+			cfg.Target.URL = url
+			cfg.Target.Endpoint = ep
+			cfg.Target.NoUsage = noUsage
+			cfg.Scenario.NumRequests = 6
+			cfg.Scenario.MaxConcurrency = 1
+			cfg.Scenario.Dataset.InputLen = 32
+			cfg.Scenario.Dataset.OutputLen = 12
 			before := scrape(t, url)
 			res, err := Run(context.Background(), cfg)
 			if err != nil {
@@ -147,9 +149,9 @@ func TestFixedTTFTAndITL(t *testing.T) {
 				if r.OutputTokens != 12 || len(r.ChunkNs) != 12 {
 					t.Errorf("%s: request %d: %d tokens in %d chunks, want 12", ep, r.Index, r.OutputTokens, len(r.ChunkNs))
 				}
-				want := TokensFromUsage
+				want := transport.TokensFromUsage
 				if noUsage {
-					want = TokensFromChunks
+					want = transport.TokensFromChunks
 				}
 				if r.TokenSource != want {
 					t.Errorf("%s: token source %q, want %q", ep, r.TokenSource, want)
@@ -214,19 +216,19 @@ func testFailuresCounted(t *testing.T, netHTTP bool) {
 		c.Seed = 7
 	})
 	cfg := DefaultConfig()
-	cfg.Target = url
-	cfg.NetHTTP = netHTTP
-	cfg.NumRequests = 60
-	cfg.MaxConcurrency = 16
-	cfg.Dataset.InputLen = 8
-	cfg.Dataset.OutputLen = 6
-	cfg.StallTimeout = 300 * time.Millisecond
+	cfg.Target.URL = url
+	cfg.Target.NetHTTP = netHTTP
+	cfg.Scenario.NumRequests = 60
+	cfg.Scenario.MaxConcurrency = 16
+	cfg.Scenario.Dataset.InputLen = 8
+	cfg.Scenario.Dataset.OutputLen = 6
+	cfg.Target.StallTimeout = 300 * time.Millisecond
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := res.Metrics
-	for _, kind := range []string{FailHTTPStatus, FailStall, FailCut, FailMalformed, FailStreamError} {
+	for _, kind := range []string{transport.FailHTTPStatus, transport.FailStall, transport.FailCut, transport.FailMalformed, transport.FailStreamError} {
 		if m.Failures[kind] == 0 {
 			t.Errorf("no %s failure counted: %v", kind, m.Failures)
 		}
@@ -258,15 +260,15 @@ func testFailuresCounted(t *testing.T, netHTTP bool) {
 
 	// A total timeout against a stalled stream.
 	url2 := startSim(t, func(c *sim.Config) { c.StallRate = 1; c.DecodeStep = time.Millisecond })
-	cfg.Target = url2
-	cfg.NumRequests = 2
-	cfg.StallTimeout = 0
-	cfg.Timeout = 200 * time.Millisecond
+	cfg.Target.URL = url2
+	cfg.Scenario.NumRequests = 2
+	cfg.Target.StallTimeout = 0
+	cfg.Target.Timeout = 200 * time.Millisecond
 	res, err = Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Metrics.Failures[FailTimeout] != 2 {
+	if res.Metrics.Failures[transport.FailTimeout] != 2 {
 		t.Errorf("timeouts: %v", res.Metrics.Failures)
 	}
 
@@ -277,12 +279,12 @@ func testFailuresCounted(t *testing.T, netHTTP bool) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cfg.Target = "http://" + addr
+	cfg.Target.URL = "http://" + addr
 	res, err = Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Metrics.Failures[FailConnect] != 2 {
+	if res.Metrics.Failures[transport.FailConnect] != 2 {
 		t.Errorf("connection refused: %v %v", res.Metrics.Failures, res.Failures())
 	}
 }
@@ -290,12 +292,12 @@ func testFailuresCounted(t *testing.T, netHTTP bool) {
 func TestClosedLoopConcurrency(t *testing.T) {
 	url := startSim(t, func(c *sim.Config) { c.DecodeStep = 2 * time.Millisecond; c.PrefillBase = time.Millisecond })
 	cfg := DefaultConfig()
-	cfg.Target = url
-	cfg.NumRequests = 0
-	cfg.Duration = 300 * time.Millisecond
-	cfg.MaxConcurrency = 3
-	cfg.Dataset.OutputLen = 5
-	cfg.Warmup = 2
+	cfg.Target.URL = url
+	cfg.Scenario.NumRequests = 0
+	cfg.Scenario.Duration = 300 * time.Millisecond
+	cfg.Scenario.MaxConcurrency = 3
+	cfg.Scenario.Dataset.OutputLen = 5
+	cfg.Scenario.Warmup = 2
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -325,12 +327,12 @@ func TestClosedLoopConcurrency(t *testing.T) {
 func TestSlowReadingRequest(t *testing.T) {
 	url := startSim(t, func(c *sim.Config) { c.DecodeStep = 2 * time.Millisecond; c.PrefillBase = time.Millisecond })
 	cfg := DefaultConfig()
-	cfg.Target = url
-	cfg.Requests = []Request{
+	cfg.Target.URL = url
+	cfg.Scenario.Requests = []Request{
 		{Prompt: "a b c", PromptLen: 3, OutputLen: 40, OffsetNs: -1},
 		{Prompt: "a b c", PromptLen: 3, OutputLen: 40, OffsetNs: -1, SlowRead: 300 * time.Millisecond},
 	}
-	cfg.NumRequests = 2
+	cfg.Scenario.NumRequests = 2
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

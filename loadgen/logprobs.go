@@ -1,12 +1,12 @@
 package loadgen
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
 	"sort"
 	"strconv"
+
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
 )
 
 // Prompt entropy (--logprobs K): the load generator asks for the top-K
@@ -46,41 +46,6 @@ const (
 // EntropyClusters are the clusters, low to high.
 var EntropyClusters = []string{EntropyLow, EntropyMid, EntropyHigh}
 
-// TokenLogprobs are the top-K log-probabilities (natural log) of a
-// request's first generated token, highest first, and their normalised
-// entropy (NormalizedEntropy).
-type TokenLogprobs struct {
-	Top     []float32 `json:"top"`
-	Entropy float64   `json:"entropy"`
-}
-
-// NormalizedEntropy is the entropy of the renormalised top-K distribution
-// over ln of the number of values, in [0, 1]; 0 for fewer than two values.
-func NormalizedEntropy(lps []float32) float64 {
-	if len(lps) < 2 {
-		return 0
-	}
-	m := math.Inf(-1)
-	for _, lp := range lps {
-		m = math.Max(m, float64(lp))
-	}
-	if math.IsInf(m, 0) || math.IsNaN(m) {
-		return 0
-	}
-	sum := 0.0
-	for _, lp := range lps {
-		sum += math.Exp(float64(lp) - m)
-	}
-	h := 0.0
-	for _, lp := range lps {
-		p := math.Exp(float64(lp)-m) / sum
-		if p > 0 {
-			h -= p * math.Log(p)
-		}
-	}
-	return min(max(h/math.Log(float64(len(lps))), 0), 1)
-}
-
 // EntropyCluster is the cluster of a normalised entropy.
 func EntropyCluster(h float64) string {
 	switch {
@@ -90,64 +55,6 @@ func EntropyCluster(h float64) string {
 		return EntropyMid
 	}
 	return EntropyHigh
-}
-
-// logprobsChunk is the part of a stream chunk that carries the first
-// choice's log-probabilities, in both endpoints' formats.
-type logprobsChunk struct {
-	Choices []struct {
-		Logprobs *struct {
-			// completions: one map token → logprob per token of the chunk.
-			TopLogprobs []map[string]float64 `json:"top_logprobs"`
-			// chat: one entry per token, each with its top candidates.
-			Content []struct {
-				TopLogprobs []struct {
-					Logprob float64 `json:"logprob"`
-				} `json:"top_logprobs"`
-			} `json:"content"`
-		} `json:"logprobs"`
-	} `json:"choices"`
-}
-
-var topLogprobsKey = []byte(`"top_logprobs"`)
-
-// parseFirstTokenLogprobs reads the top log-probabilities of the first token
-// of a chunk: choices[0].logprobs.top_logprobs[0] (completions: a map token
-// → logprob) or choices[0].logprobs.content[0].top_logprobs (chat: a list of
-// {token, logprob}), highest first; nil when the chunk carries none.
-func parseFirstTokenLogprobs(data []byte) []float32 {
-	if !bytes.Contains(data, topLogprobsKey) {
-		return nil
-	}
-	var c logprobsChunk
-	if json.Unmarshal(data, &c) != nil || len(c.Choices) == 0 || c.Choices[0].Logprobs == nil {
-		return nil
-	}
-	lp := c.Choices[0].Logprobs
-	var out []float32
-	switch {
-	case len(lp.TopLogprobs) > 0 && len(lp.TopLogprobs[0]) > 0:
-		for _, v := range lp.TopLogprobs[0] {
-			out = append(out, float32(v))
-		}
-	case len(lp.Content) > 0 && len(lp.Content[0].TopLogprobs) > 0:
-		for _, t := range lp.Content[0].TopLogprobs {
-			out = append(out, float32(t.Logprob))
-		}
-	default:
-		return nil
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] > out[j] })
-	return out
-}
-
-// scanFirstTokenLogprobs is the stream's hook, called for the first output
-// chunks of a request until one carries log-probabilities: it keeps them and
-// their entropy in rec.FirstToken.
-func scanFirstTokenLogprobs(data []byte, rec *Record) {
-	if top := parseFirstTokenLogprobs(data); top != nil {
-		rec.FirstToken = &TokenLogprobs{Top: top, Entropy: NormalizedEntropy(top)}
-	}
 }
 
 // logprobsFlag is --logprobs K: 0 (off) or at least 2.
@@ -167,27 +74,6 @@ func (f logprobsFlag) Set(s string) error {
 	}
 	*f.p = k
 	return nil
-}
-
-// logprobsBody is the extra body of the requests: ExtraBody, with the
-// fields that ask for the top-K log-probabilities when Logprobs is set
-// (completions: "logprobs": K; chat: "logprobs": true, "top_logprobs": K).
-// ExtraBody is copied, never changed; its own fields win.
-func (c *Config) logprobsBody() map[string]any {
-	if c.Logprobs <= 0 || c.Protocol == ProtocolKServeGRPC {
-		return c.ExtraBody
-	}
-	m := make(map[string]any, len(c.ExtraBody)+2)
-	if c.Endpoint == EndpointChat {
-		m["logprobs"] = true
-		m["top_logprobs"] = c.Logprobs
-	} else {
-		m["logprobs"] = c.Logprobs
-	}
-	for k, v := range c.ExtraBody {
-		m[k] = v
-	}
-	return m
 }
 
 // PromptEntropy summarises the first-token entropy of a run's successful
@@ -219,7 +105,7 @@ type PromptEntropy struct {
 // PromptEntropy summarises the run's prompt entropy; nil when --logprobs
 // was off and no record carries log-probabilities.
 func (r *Result) PromptEntropy() *PromptEntropy {
-	pe := &PromptEntropy{K: r.Config.Logprobs, Clusters: map[string]float64{}, Counts: map[string]int{}}
+	pe := &PromptEntropy{K: r.Config.Target.Logprobs, Clusters: map[string]float64{}, Counts: map[string]int{}}
 	pe.Thresholds.LowBelow, pe.Thresholds.HighFrom = EntropyLowBelow, EntropyHighFrom
 	var hs []float64
 	mass := 0.0
@@ -252,7 +138,7 @@ func (r *Result) PromptEntropy() *PromptEntropy {
 		sum += h
 	}
 	pe.Mean = sum / float64(pe.N)
-	pe.P50 = Percentile(hs, 50)
+	pe.P50 = metrics.Percentile(hs, 50)
 	pe.MeanTopKMass = mass / float64(pe.N)
 	for _, c := range EntropyClusters {
 		pe.Counts[c] += 0

@@ -7,10 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"math"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -35,7 +35,7 @@ func TestNormalizedEntropy(t *testing.T) {
 		// Two candidates at 0.5 and 0.25 of the mass: renormalised 2/3, 1/3.
 		{"truncated 2", ln(0.5, 0.25), -(2.0/3*math.Log(2.0/3) + 1.0/3*math.Log(1.0/3)) / math.Log(2)},
 	} {
-		if got := NormalizedEntropy(tc.lps); math.Abs(got-tc.want) > 1e-6 {
+		if got := transport.NormalizedEntropy(tc.lps); math.Abs(got-tc.want) > 1e-6 {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -47,70 +47,7 @@ func TestNormalizedEntropy(t *testing.T) {
 }
 
 // The formats of vLLM's and OpenAI's streams.
-const (
-	completionsLogprobsChunk = `{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" Paris","logprobs":{"text_offset":[0],"token_logprobs":[-0.3],"tokens":[" Paris"],"top_logprobs":[{" Paris":-0.3," Lyon":-2.1," the":-2.5}]},"finish_reason":null,"stop_reason":null}]}`
-	chatRoleChunk            = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`
-	chatLogprobsChunk        = `{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":{"content":[{"token":"Hi","logprob":-0.5,"bytes":[72,105],"top_logprobs":[{"token":"Hello","logprob":-1.2,"bytes":[72]},{"token":"Hi","logprob":-0.5,"bytes":[72,105]}]}],"refusal":null},"finish_reason":null}]}`
-)
-
-func TestParseFirstTokenLogprobs(t *testing.T) {
-	for _, tc := range []struct {
-		name, chunk string
-		want        []float32
-	}{
-		{"completions", completionsLogprobsChunk, []float32{-0.3, -2.1, -2.5}},
-		{"chat", chatLogprobsChunk, []float32{-0.5, -1.2}},
-		{"chat role chunk", chatRoleChunk, nil},
-		{"completions without", benchChunk, nil},
-		{"chat without top", `{"choices":[{"delta":{"content":"a"},"logprobs":{"content":[{"token":"a","logprob":-1,"top_logprobs":[]}]}}]}`, nil},
-		{"completions null top", `{"choices":[{"text":"a","logprobs":{"tokens":["a"],"token_logprobs":[-1],"top_logprobs":null}}]}`, nil},
-		{"not JSON", `{"choices":[{"top_logprobs":`, nil},
-	} {
-		got := parseFirstTokenLogprobs([]byte(tc.chunk))
-		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
-// The stream keeps the first token's logprobs, after a role-only chunk.
-func TestStreamFirstTokenLogprobs(t *testing.T) {
-	later := strings.Replace(chatLogprobsChunk, `"logprob":-1.2`, `"logprob":-0.5`, 1)
-	body := "data: " + chatRoleChunk + "\n\ndata: " + chatLogprobsChunk + "\n\ndata: " + later + "\n\ndata: [DONE]\n\n"
-	var rec Record
-	var s streamState
-	s.reset(&rec, true)
-	s.feed([]byte(body), 1)
-	s.complete()
-	if !rec.Success || rec.FirstToken == nil {
-		t.Fatalf("success %v, first token %+v: %s", rec.Success, rec.FirstToken, rec.Error)
-	}
-	if fmt.Sprint(rec.FirstToken.Top) != "[-0.5 -1.2]" || math.Abs(rec.FirstToken.Entropy-NormalizedEntropy([]float32{-0.5, -1.2})) > 1e-12 {
-		t.Errorf("first token %+v", rec.FirstToken)
-	}
-	b, _ := json.Marshal(&rec)
-	if !bytes.Contains(b, []byte(`"first_token_logprobs":{"top":[-0.5,-1.2],"entropy":`)) {
-		t.Errorf("record JSON: %s", b)
-	}
-}
-
-func TestLogprobsBodyAndFlag(t *testing.T) {
-	extra := map[string]any{"seed": 3}
-	c := Config{Endpoint: EndpointCompletions, Logprobs: 5, ExtraBody: extra}
-	if got := fmt.Sprint(c.logprobsBody()); got != "map[logprobs:5 seed:3]" {
-		t.Errorf("completions: %s", got)
-	}
-	c.Endpoint = EndpointChat
-	if got := fmt.Sprint(c.logprobsBody()); got != "map[logprobs:true seed:3 top_logprobs:5]" {
-		t.Errorf("chat: %s", got)
-	}
-	if len(extra) != 1 {
-		t.Errorf("ExtraBody changed: %v", extra)
-	}
-	c.Logprobs = 0
-	if got := c.logprobsBody(); fmt.Sprint(got) != "map[seed:3]" {
-		t.Errorf("off: %v", got)
-	}
+func TestLogprobsFlag(t *testing.T) {
 	for arg, ok := range map[string]bool{"0": true, "2": true, "20": true, "1": false, "-1": false, "x": false} {
 		cfg := DefaultConfig()
 		fs := flag.NewFlagSet("load", flag.ContinueOnError)
@@ -139,7 +76,7 @@ func driftRequests(n int) []Request {
 // cluster, and the clusters' fractions, exactly.
 func TestLLMSimPromptEntropy(t *testing.T) {
 	reqs := driftRequests(120)
-	for _, endpoint := range []string{EndpointCompletions, EndpointChat} {
+	for _, endpoint := range []string{transport.EndpointCompletions, transport.EndpointChat} {
 		for pi, prof := range driftProfiles {
 			url := startSim(t, func(c *sim.Config) {
 				c.DecodeStep = time.Millisecond
@@ -148,8 +85,8 @@ func TestLLMSimPromptEntropy(t *testing.T) {
 				c.Logprobs = prof
 			})
 			cfg := DefaultConfig()
-			cfg.Target, cfg.Endpoint, cfg.Requests, cfg.Logprobs = url, endpoint, reqs, 5
-			cfg.MaxConcurrency = 16
+			cfg.Target.URL, cfg.Target.Endpoint, cfg.Scenario.Requests, cfg.Target.Logprobs = url, endpoint, reqs, 5
+			cfg.Scenario.MaxConcurrency = 16
 			res, err := Run(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -194,7 +131,7 @@ func TestLLMSimPromptEntropy(t *testing.T) {
 func TestPromptEntropyOff(t *testing.T) {
 	url := startSim(t, func(c *sim.Config) { c.DecodeStep = time.Millisecond })
 	cfg := DefaultConfig()
-	cfg.Target, cfg.Requests = url, driftRequests(4)
+	cfg.Target.URL, cfg.Scenario.Requests = url, driftRequests(4)
 	res, err := Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

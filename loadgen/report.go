@@ -9,14 +9,16 @@ import (
 	"sort"
 
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // Backend returns vLLM's backend name for the endpoint.
 func (c *Config) Backend() string {
-	if c.Protocol == ProtocolKServeGRPC {
-		return ProtocolKServeGRPC
+	if c.Target.Protocol == transport.ProtocolKServeGRPC {
+		return transport.ProtocolKServeGRPC
 	}
-	if c.Endpoint == EndpointChat {
+	if c.Target.Endpoint == transport.EndpointChat {
 		return "openai-chat"
 	}
 	return "openai"
@@ -53,22 +55,22 @@ func (r *Result) JSON() map[string]any {
 	out["date"] = r.Date.Format("20060102-150405")
 	out["endpoint_type"] = c.Backend()
 	out["backend"] = c.Backend()
-	out["label"] = nilIfEmpty(c.Label)
-	out["model_id"] = c.Model
-	out["tokenizer_id"] = c.Model
+	out["label"] = nilIfEmpty(c.Output.Label)
+	out["model_id"] = c.Target.Model
+	out["tokenizer_id"] = c.Target.Model
 	out["num_prompts"] = len(r.Records)
-	if math.IsInf(c.Rate, 1) || c.Rate == 0 {
+	if math.IsInf(c.Scenario.Rate, 1) || c.Scenario.Rate == 0 {
 		out["request_rate"] = "inf"
 	} else {
-		out["request_rate"] = c.Rate
+		out["request_rate"] = c.Scenario.Rate
 	}
-	if c.Constant {
+	if c.Scenario.Constant {
 		out["burstiness"] = "inf"
 	} else {
-		out["burstiness"] = c.Burstiness
+		out["burstiness"] = c.Scenario.Burstiness
 	}
-	if c.MaxConcurrency > 0 {
-		out["max_concurrency"] = c.MaxConcurrency
+	if c.Scenario.MaxConcurrency > 0 {
+		out["max_concurrency"] = c.Scenario.MaxConcurrency
 	} else {
 		out["max_concurrency"] = nil
 	}
@@ -79,7 +81,7 @@ func (r *Result) JSON() map[string]any {
 	itls := make([][]float64, n)
 	texts := make([]string, n)
 	errs := make([]string, n)
-	timings := make([]*ServerTimings, n)
+	timings := make([]*transport.ServerTimings, n)
 	hasTimings := false
 	for i := range r.Records {
 		rec := &r.Records[i]
@@ -118,10 +120,10 @@ func (r *Result) JSON() map[string]any {
 		"anchor":                    r.Anchor,
 		"start_ns":                  r.StartNs,
 		"end_ns":                    r.EndNs,
-		"target":                    c.Target,
-		"endpoint":                  c.Endpoint,
-		"percentiles":               c.Percentiles,
-		"goodput":                   c.Goodput,
+		"target":                    c.Target.URL,
+		"endpoint":                  c.Target.Endpoint,
+		"percentiles":               c.Metrics.Percentiles,
+		"goodput":                   c.Metrics.Goodput,
 		"failure_reasons":           m.Failures,
 		"failures":                  r.Failures(),
 		"token_sources":             m.TokenSources,
@@ -129,7 +131,7 @@ func (r *Result) JSON() map[string]any {
 		"retried_stale_connections": m.RetriedStaleConns,
 		"client_cpu_seconds":        r.ClientCPU.Seconds(),
 		"mean_queue_ms":             m.Queue.Mean,
-		"protocol":                  c.Protocol,
+		"protocol":                  c.Target.Protocol,
 		"time_to_headers_ms":        distJSON(m.Headers),
 		"headers_with_first_chunk":  m.HeadersWithFirstChunk,
 		"headers_timed":             m.HeadersTimed,
@@ -146,15 +148,15 @@ func (r *Result) JSON() map[string]any {
 }
 
 // distJSON is d as {mean, median, p50, p99, ...} in ms.
-func distJSON(d Dist) map[string]any {
+func distJSON(d metrics.Dist) map[string]any {
 	out := map[string]any{"mean": d.Mean, "median": d.Median, "n": d.N}
 	for _, p := range d.Percentiles {
-		out["p"+pName(p.P)] = p.Value
+		out["p"+metrics.PercentileName(p.P)] = p.Value
 	}
 	return out
 }
 
-func maxOf(d Dist) float64 {
+func maxOf(d metrics.Dist) float64 {
 	v := 0.0
 	for _, p := range d.Percentiles {
 		v = math.Max(v, p.Value)
@@ -209,11 +211,11 @@ func (r *Result) WriteSummary(w io.Writer) {
 	header(" Serving Benchmark Result ", '=')
 	line("Successful requests:", m.Completed)
 	line("Failed requests:", m.Failed)
-	if c.MaxConcurrency > 0 {
-		line("Maximum request concurrency:", c.MaxConcurrency)
+	if c.Scenario.MaxConcurrency > 0 {
+		line("Maximum request concurrency:", c.Scenario.MaxConcurrency)
 	}
-	if !math.IsInf(c.Rate, 1) && c.Rate > 0 {
-		line("Request rate configured (RPS):", c.Rate)
+	if !math.IsInf(c.Scenario.Rate, 1) && c.Scenario.Rate > 0 {
+		line("Request rate configured (RPS):", c.Scenario.Rate)
 	}
 	line("Benchmark duration (s):", m.DurationS)
 	line("Total input tokens:", m.TotalInput)
@@ -228,7 +230,7 @@ func (r *Result) WriteSummary(w io.Writer) {
 	line("Total Token throughput (tok/s):", m.TotalTokenThroughput)
 	for _, s := range []struct {
 		name, header string
-		d            *Dist
+		d            *metrics.Dist
 	}{
 		{"TTFT", "Time to First Token", &m.TTFT},
 		{"TPOT", "Time per Output Token (excl. 1st token)", &m.TPOT},
@@ -240,7 +242,7 @@ func (r *Result) WriteSummary(w io.Writer) {
 		line("Median "+s.name+" (ms):", s.d.Median)
 		line("Std "+s.name+" (ms):", s.d.Std)
 		for _, pv := range s.d.Percentiles {
-			line("P"+pName(pv.P)+" "+s.name+" (ms):", pv.Value)
+			line("P"+metrics.PercentileName(pv.P)+" "+s.name+" (ms):", pv.Value)
 		}
 	}
 	header(" bpfbench ", '-')

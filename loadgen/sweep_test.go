@@ -15,23 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/loadgen/sweep"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
-
-func TestParseSLOs(t *testing.T) {
-	s, err := ParseSLOs("p99_ttft_ms<=200, p99_itl_ms<50,request_goodput>=1")
-	if err != nil || len(s) != 3 || s[0].Op != "<=" || s[1].Op != "<" || s[1].Value != 50 || s[2].Op != ">=" {
-		t.Fatalf("%+v %v", s, err)
-	}
-	if !s[0].Met(200) || s[1].Met(50) {
-		t.Error("Met")
-	}
-	for _, bad := range []string{"", "p99_ttft_ms=3", "p99_ttft_ms<=x"} {
-		if _, err := ParseSLOs(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
 
 func TestSweepFindsKneeStably(t *testing.T) {
 	url := startSim(t, func(c *sim.Config) {
@@ -40,14 +26,14 @@ func TestSweepFindsKneeStably(t *testing.T) {
 		c.PrefillPerToken = 0
 		c.DecodeStep = 4 * time.Millisecond
 	})
-	slos, _ := ParseSLOs("p90_ttft_ms<=60")
-	run := func() *SweepResult {
+	slos, _ := sweep.ParseSLOs("p90_ttft_ms<=60")
+	run := func() *sweep.Result {
 		load := DefaultConfig()
-		load.Target = url
-		load.Dataset.InputLen = 16
-		load.Dataset.OutputLen = 8
-		load.Seed = 3
-		res, err := Sweep(context.Background(), SweepConfig{Load: load, SLOs: slos, RequestsPerStep: 60, Step: 10})
+		load.Target.URL = url
+		load.Scenario.Dataset.InputLen = 16
+		load.Scenario.Dataset.OutputLen = 8
+		load.Scenario.Seed = 3
+		res, err := Sweep(context.Background(), load, sweep.Config{SLOs: slos, RequestsPerStep: 60, Step: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -59,7 +45,7 @@ func TestSweepFindsKneeStably(t *testing.T) {
 	a := run()
 	b := run()
 	t.Logf("capacity %.1f/%.1f req/s, answers %.2f and %.2f (steps %.2f/%.2f)", a.Capacity, b.Capacity, a.Answer, b.Answer, a.StepSize, b.StepSize)
-	for _, r := range []*SweepResult{a, b} {
+	for _, r := range []*sweep.Result{a, b} {
 		if r.Best == nil || r.Answer <= 0 {
 			t.Fatalf("no rate met the SLO")
 		}
@@ -88,21 +74,21 @@ type fakeQueue struct {
 	phases []string
 }
 
-func (f *fakeQueue) Begin(_ context.Context, s *SweepStep) {
+func (f *fakeQueue) Begin(_ context.Context, s *sweep.Step) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.rate, f.polls = s.Rate, 0
 	f.phases = append(f.phases, s.Phase)
 }
 
-func (f *fakeQueue) Check() []Verdict {
+func (f *fakeQueue) Check() []sweep.Verdict {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.polls++
 	if f.rate > f.above && f.polls >= 2 {
-		return []Verdict{{Name: "requests_waiting", Detail: "9 requests were waiting for a slot (limit 2)", Limit: true}}
+		return []sweep.Verdict{{Name: "requests_waiting", Detail: "9 requests were waiting for a slot (limit 2)", Limit: true}}
 	}
-	return []Verdict{{Name: "requests_waiting", Detail: "no queue"}}
+	return []sweep.Verdict{{Name: "requests_waiting", Detail: "no queue"}}
 }
 
 func (f *fakeQueue) Notes() []string {
@@ -118,14 +104,14 @@ func TestSweepStopsOnSignal(t *testing.T) {
 		c.PrefillPerToken = 0
 		c.DecodeStep = time.Millisecond
 	})
-	slos, _ := ParseSLOs("p99_ttft_ms<=60000")
+	slos, _ := sweep.ParseSLOs("p99_ttft_ms<=60000")
 	load := DefaultConfig()
-	load.Target = url
-	load.Dataset.InputLen = 8
-	load.Dataset.OutputLen = 4
-	load.Seed = 1
+	load.Target.URL = url
+	load.Scenario.Dataset.InputLen = 8
+	load.Scenario.Dataset.OutputLen = 4
+	load.Scenario.Seed = 1
 	fq := &fakeQueue{above: 20}
-	res, err := Sweep(context.Background(), SweepConfig{Load: load, SLOs: slos, RequestsPerStep: 40, Step: 5, MaxRate: 40,
+	res, err := Sweep(context.Background(), load, sweep.Config{SLOs: slos, RequestsPerStep: 40, Step: 5, MaxRate: 40,
 		Signals: fq, SignalPeriod: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -202,17 +188,17 @@ func TestSweepLoadSignals(t *testing.T) {
 				}
 				return writeSSE(c, llamaEvents(false, 4, 4)) == nil
 			})
-			slos, _ := ParseSLOs("p99_ttft_ms<=60000")
+			slos, _ := sweep.ParseSLOs("p99_ttft_ms<=60000")
 			load := DefaultConfig()
-			load.Target = srv.url
-			load.Dataset.InputLen = 4
-			load.Dataset.OutputLen = 4
-			load.MaxConcurrency = 2
-			sc := SweepConfig{Load: load, SLOs: slos, RequestsPerStep: 200, Mode: SweepConcurrency, MaxConcurrency: 2, SignalPeriod: 20 * time.Millisecond}
+			load.Target.URL = srv.url
+			load.Scenario.Dataset.InputLen = 4
+			load.Scenario.Dataset.OutputLen = 4
+			load.Scenario.MaxConcurrency = 2
+			sc := sweep.Config{SLOs: slos, RequestsPerStep: 200, Mode: sweep.ModeConcurrency, MaxConcurrency: 2, SignalPeriod: 20 * time.Millisecond}
 			if tc.reset {
 				sc.MaxErrorRate = -1 // the resets alone
 			}
-			res, err := Sweep(context.Background(), sc)
+			res, err := Sweep(context.Background(), load, sc)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 const msNs = int64(1e6)
@@ -57,7 +58,7 @@ func newSynthDaemonRun(seed uint64, seconds int) *synthDaemonRun {
 		rec.LastNs = c
 		rec.EndNs = c + r.Int64N(3*msNs)
 		if !rec.Success {
-			rec.Failure, rec.ChunkNs = loadgen.FailStall, rec.ChunkNs[:1]
+			rec.Failure, rec.ChunkNs = transport.FailStall, rec.ChunkNs[:1]
 		}
 		run.records = append(run.records, rec)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
 )
 
 // intervalsOf turns each successful measured request into its TTFT and
@@ -84,7 +85,7 @@ func activityOf(s collectors.Span) (correlate.Activity, bool) {
 
 func percentile(xs []float64, p float64) float64 {
 	sort.Float64s(xs)
-	return loadgen.Percentile(xs, p)
+	return metrics.Percentile(xs, p)
 }
 
 // Timeline buckets the run by second: throughput, latency and the excess

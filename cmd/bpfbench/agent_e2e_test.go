@@ -20,6 +20,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // agentNode is a second node: a network namespace joined to this one by
@@ -115,21 +116,21 @@ func newAgentNodeWith(t *testing.T, o nodeOptions) *agentNode {
 
 func (n *agentNode) waitHTTP(t *testing.T, url string, auth bool, logs *bytes.Buffer) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	ok := testutil.Until(15*time.Second, func() bool {
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
 		if auth {
 			req.SetBasicAuth(agentUser, agentPassword)
 		}
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
 		}
-		time.Sleep(100 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	if !ok {
+		t.Fatalf("%s did not answer 200 in 15 s:\n%s", url, logs)
 	}
-	t.Fatalf("%s did not answer 200 in 15 s:\n%s", url, logs)
 }
 
 // daemon starts `bpfbench daemon` in the node with env added.
@@ -276,7 +277,11 @@ func TestAgentTwoNamespaces(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(3 * time.Second)
+		// Mid-run: a quarter of the requests served, the spans streaming.
+		simMetrics := fmt.Sprintf("http://%s:%d/metrics", n.ip, agentSimPort)
+		if !testutil.Until(30*time.Second, func() bool { return testutil.Value(simMetrics, "vllm:request_success_total", "") >= 6 }) {
+			t.Fatalf("the run served no 6 requests in 30 s:\n%s", b.String())
+		}
 		killed := time.Now()
 		_ = d.Process.Kill() // kill -9: no end of session is sent
 		if err := cmd.Wait(); err != nil {
@@ -453,21 +458,6 @@ func gapTop(cp *report.CriticalPath) string {
 	return top
 }
 
-// cgroup2Mount is where the unified cgroup hierarchy is mounted ("" when
-// it is not).
-func cgroup2Mount() string {
-	b, err := os.ReadFile("/proc/self/mounts")
-	if err != nil {
-		return ""
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 2 && f[2] == "cgroup2" {
-			return f[1]
-		}
-	}
-	return ""
-}
-
 // A session on a pod through the agent, end to end: llmsim in the agent's
 // namespace is moved into a cgroup laid out as the kubelet's cgroupfs
 // driver lays out a container's (kubepods/burstable/pod<UID>/<ID>), a fake
@@ -478,7 +468,7 @@ func cgroup2Mount() string {
 // run, fail the run with what to give.
 func TestAgentPodTarget(t *testing.T) {
 	privtest.Require(t)
-	mnt := cgroup2Mount()
+	mnt := testutil.Cgroup2Mount()
 	if mnt == "" {
 		privtest.Skip(t, "no cgroup v2 hierarchy mounted: the pod's cgroup cannot be laid out")
 	}

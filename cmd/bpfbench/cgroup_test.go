@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // `attach --cgroup`: a cgroup holding two process trees that the test
@@ -27,103 +26,29 @@ import (
 // process is an error that says what to give.
 func TestAttachCgroup(t *testing.T) {
 	privtest.Require(t)
-	mnt := cgroup2Mount()
+	mnt := testutil.Cgroup2Mount()
 	if mnt == "" {
 		privtest.Skip(t, "no cgroup v2 hierarchy mounted")
 	}
-	dir := filepath.Join(mnt, fmt.Sprintf("bpfbench-attach-cgroup-%d", os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatalf("creating a cgroup under %s: %v", mnt, err)
-	}
-	tmp := t.TempDir()
-	type shell struct {
-		cmd   *exec.Cmd
-		fifo  string
-		forks int
-	}
-	var shells []*shell
-	t.Cleanup(func() {
-		for _, s := range shells {
-			_ = s.cmd.Process.Kill()
-			_ = s.cmd.Wait()
-		}
-		if err := os.Remove(dir); err != nil {
-			t.Errorf("removing the test's cgroup: %v", err)
-		}
-	})
-	for i, n := range []int{5, 7, 3} {
-		fifo := filepath.Join(tmp, fmt.Sprintf("go%d", i))
-		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		// Blocked on the fifo (no fork) until told, then n forks, then
-		// asleep until killed.
-		list := strings.TrimSpace(strings.Repeat("x ", n))
-		cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf("read x < %s; for i in %s; do /bin/true; done; exec sleep 120", fifo, list))
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		shells = append(shells, &shell{cmd, fifo, n})
-	}
-	// Wait until each shell blocks on its fifo.
-	for _, s := range shells {
-		for range 100 {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", s.cmd.Process.Pid))
-			if strings.Contains(string(b), "fifo") || strings.Contains(string(b), "pipe") {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	dir := testutil.MkCgroup(t, mnt, fmt.Sprintf("bpfbench-attach-cgroup-%d", os.Getpid()))
+	shells := startForkShells(t, 5, 7, 3)
 	for _, s := range shells[:2] {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(fmt.Sprint(s.cmd.Process.Pid)), 0o644); err != nil {
-			t.Fatalf("moving pid %d into the cgroup: %v", s.cmd.Process.Pid, err)
-		}
+		testutil.MoveToCgroup(t, dir, s.cmd.Process.Pid)
 	}
-	t.Cleanup(func() {
-		for _, s := range shells[:2] {
-			_ = os.WriteFile(filepath.Join(mnt, "cgroup.procs"), []byte(fmt.Sprint(s.cmd.Process.Pid)), 0o644)
-		}
-	})
 	a, b := shells[0].cmd.Process.Pid, shells[1].cmd.Process.Pid
 
-	cmd := cliCmd("attach", "--cgroup", dir, "--duration", "4s", "--output", "json", "--log.level", "info")
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	errPipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	following := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(errPipe)
-		once := false
-		for sc.Scan() {
-			stderr.WriteString(sc.Text() + "\n")
-			if !once && strings.Contains(sc.Text(), "following the target's child processes") {
-				once = true
-				close(following)
-			}
-		}
-	}()
-	select {
-	case <-following:
-	case <-time.After(60 * time.Second):
-		_ = cmd.Process.Kill()
-		t.Fatalf("attach never followed the cgroup's second tree")
+	p := startCLI(t, "attach", "--cgroup", dir, "--duration", "4s", "--output", "json", "--log.level", "info")
+	if _, ok := p.stderr.WaitFor("following the target's child processes", 60*time.Second); !ok {
+		_ = p.cmd.Process.Kill()
+		t.Fatalf("attach never followed the cgroup's second tree:\n%s", p.stderr)
 	}
 	for _, s := range shells {
 		if err := os.WriteFile(s.fifo, []byte("go\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
-	werr := cmd.Wait()
-	if werr != nil {
-		t.Fatalf("attach --cgroup: %v\n%s", werr, stderr.String())
+	if code := p.wait(t, time.Minute, "attach --cgroup did not end"); code != 0 {
+		t.Fatalf("attach --cgroup: exit %d\n%s", code, p.stderr)
 	}
 	var out struct {
 		Pid        int   `json:"pid"`
@@ -133,15 +58,15 @@ func TestAttachCgroup(t *testing.T) {
 			Exits uint64 `json:"exits"`
 		} `json:"sched"`
 	}
-	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout.String())
+	if err := json.Unmarshal(p.stdout.Bytes(), &out); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, p.stdout.String())
 	}
 	wantPid, wantRoots := min(a, b), []int{max(a, b)}
 	if out.Pid != wantPid || !slices.Equal(out.OtherRoots, wantRoots) {
 		t.Errorf("pid %d, other roots %v; want %d and %v", out.Pid, out.OtherRoots, wantPid, wantRoots)
 	}
-	if !strings.Contains(stderr.String(), "server: cgroup /"+filepath.Base(dir)+": 2 processes") {
-		t.Errorf("stderr does not say what the cgroup held:\n%s", stderr.String())
+	if !strings.Contains(p.stderr.String(), "server: cgroup /"+filepath.Base(dir)+": 2 processes") {
+		t.Errorf("stderr does not say what the cgroup held:\n%s", p.stderr)
 	}
 	want := uint64(shells[0].forks + shells[1].forks)
 	if out.Sched.Forks != want || out.Sched.Exits != want {
@@ -155,6 +80,44 @@ func TestAttachCgroup(t *testing.T) {
 	}
 }
 
+// forkShell is a shell blocked on its fifo (no fork) until told, then
+// forking forks times, then asleep until killed.
+type forkShell struct {
+	cmd   *exec.Cmd
+	fifo  string
+	forks int
+}
+
+// startForkShells starts a shell for each count and waits until each is
+// blocked on its fifo; they are killed at the test's end.
+func startForkShells(t *testing.T, forks ...int) []*forkShell {
+	t.Helper()
+	tmp := t.TempDir()
+	var shells []*forkShell
+	t.Cleanup(func() {
+		for _, s := range shells {
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+	})
+	for i, n := range forks {
+		fifo := filepath.Join(tmp, fmt.Sprintf("go%d", i))
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		list := strings.TrimSpace(strings.Repeat("x ", n))
+		cmd := exec.Command("/bin/sh", "-c", fmt.Sprintf("read x < %s; for i in %s; do /bin/true; done; exec sleep 120", fifo, list))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		shells = append(shells, &forkShell{cmd, fifo, n})
+	}
+	for _, s := range shells {
+		testutil.WaitBlocked(t, s.cmd.Process.Pid, 10*time.Second, "wait_for_partner", "fifo", "pipe")
+	}
+	return shells
+}
+
 // `run --cgroup`: llmsim's frontend and engine processes (the engine its
 // child, as vLLM's EngineCore) in a cgroup of their own, selected by its
 // directory; the run follows the frontend as its pid, and the critical
@@ -162,7 +125,7 @@ func TestAttachCgroup(t *testing.T) {
 func TestRunCgroup(t *testing.T) {
 	privtest.Require(t)
 	privtest.RequireTool(t, "taskset", "apt-get install util-linux")
-	mnt := cgroup2Mount()
+	mnt := testutil.Cgroup2Mount()
 	if mnt == "" {
 		privtest.Skip(t, "no cgroup v2 hierarchy mounted")
 	}
@@ -170,22 +133,9 @@ func TestRunCgroup(t *testing.T) {
 	dir := t.TempDir()
 	url, frontend, _ := startTwoProcessSim(t, dir, false)
 	engine := enginePid(t, frontend)
-	cg := filepath.Join(mnt, fmt.Sprintf("bpfbench-run-cgroup-%d", os.Getpid()))
-	if err := os.Mkdir(cg, 0o755); err != nil {
-		t.Fatalf("creating a cgroup under %s: %v", mnt, err)
-	}
-	t.Cleanup(func() {
-		for _, p := range []int{frontend, engine} {
-			_ = os.WriteFile(filepath.Join(mnt, "cgroup.procs"), []byte(fmt.Sprint(p)), 0o644)
-		}
-		if err := os.Remove(cg); err != nil {
-			t.Errorf("removing the test's cgroup: %v", err)
-		}
-	})
+	cg := testutil.MkCgroup(t, mnt, fmt.Sprintf("bpfbench-run-cgroup-%d", os.Getpid()))
 	for _, p := range []int{frontend, engine} {
-		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(fmt.Sprint(p)), 0o644); err != nil {
-			t.Fatalf("moving pid %d into the cgroup: %v", p, err)
-		}
+		testutil.MoveToCgroup(t, cg, p)
 	}
 	out := filepath.Join(dir, "run")
 	code, stdout, stderr := runCLIChild("run", "--target", url, "--cgroup", cg,

@@ -109,33 +109,9 @@ type attachOptions struct {
 
 func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	var pid int
-	var roots []int
-	var err error
-	if o.cgroup != "" {
-		if pid, roots, err = resolveCgroup(o.cgroup, stderr); err != nil {
-			return err
-		}
-	} else if pid, err = strconv.Atoi(pidArg); err != nil {
-		return usageError{fmt.Sprintf("%q is not a process id: give the numeric pid of the server (find it with pgrep -f <server>)", pidArg)}
-	}
-	if err := checkOutput(o.output); err != nil {
+	pid, roots, err := attachTarget(pidArg, o, stderr)
+	if err != nil {
 		return err
-	}
-	if o.interval <= 0 {
-		return usageError{fmt.Sprintf("--interval %v: give a period above 0, e.g. --interval 1s", o.interval)}
-	}
-	if o.duration < 0 {
-		return usageError{fmt.Sprintf("--duration %v: give 0 (until Ctrl-C or the target exits) or more", o.duration)}
-	}
-	if o.port < 0 || o.port > 65535 {
-		return usageError{fmt.Sprintf("--port %d is out of range: use 1-65535", o.port)}
-	}
-	if _, err := session.CheckPid(pid); err != nil {
-		return err
-	}
-	if !caps.CanTrace() {
-		return fmt.Errorf("attaching eBPF probes needs privileges: %s", caps.Hint)
 	}
 	logger, err := o.logs.logger(cmd)
 	if err != nil {
@@ -150,18 +126,12 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 	if o.baseline != "" && !o.live {
 		return usageError{"--baseline is the live view's: drop --no-live, or --baseline"}
 	}
-	var tracker *live.Tracker
 	opts := collectors.Options{Pid: pid, Roots: roots, Port: o.port, CUDALibs: o.cudaLibs, Interval: o.interval, Logger: logger}
-	if o.live {
-		lo := live.Options{ThreadClock: true}
-		if o.baseline != "" {
-			prior, err := job.LoadPrior(o.baseline)
-			if err != nil {
-				return fmt.Errorf("--baseline: %w", err)
-			}
-			lo.Baseline, lo.BaselineName = &prior.Crit, prior.Name()
-		}
-		tracker = live.NewTracker(lo)
+	tracker, err := attachTracker(o)
+	if err != nil {
+		return err
+	}
+	if tracker != nil {
 		opts.Recorder, opts.Live = tracker, true
 	}
 	sess, err := session.NewSession(opts, sessionSections())
@@ -181,7 +151,72 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 	if err := bpfutil.NiceProcess(bpfutil.ReaderNice); err != nil {
 		logger.Warn("lowering bpfbench's priority", "err", err)
 	}
+	logger.Info("attached", "pid", pid, "comm", sess.Comm())
 
+	runErr := runAttached(ctx, sess, tracker, pid, o, stdout, stderr)
+	if err := sess.Close(); err != nil {
+		logger.Warn("closing", "err", err)
+	}
+	if err := writeAttachSummary(stdout, sess, tracker, pid, o.output); err != nil {
+		return err
+	}
+	if runErr != nil && !errors.Is(runErr, context.Canceled) {
+		return runErr
+	}
+	return nil
+}
+
+// attachTarget checks attach's options and resolves its target: the pid
+// given, or the cgroup's first process and the other roots of its trees.
+func attachTarget(pidArg string, o attachOptions, stderr io.Writer) (pid int, roots []int, err error) {
+	if o.cgroup != "" {
+		if pid, roots, err = resolveCgroup(o.cgroup, stderr); err != nil {
+			return 0, nil, err
+		}
+	} else if pid, err = strconv.Atoi(pidArg); err != nil {
+		return 0, nil, usageError{fmt.Sprintf("%q is not a process id: give the numeric pid of the server (find it with pgrep -f <server>)", pidArg)}
+	}
+	if err := checkOutput(o.output); err != nil {
+		return 0, nil, err
+	}
+	if o.interval <= 0 {
+		return 0, nil, usageError{fmt.Sprintf("--interval %v: give a period above 0, e.g. --interval 1s", o.interval)}
+	}
+	if o.duration < 0 {
+		return 0, nil, usageError{fmt.Sprintf("--duration %v: give 0 (until Ctrl-C or the target exits) or more", o.duration)}
+	}
+	if o.port < 0 || o.port > 65535 {
+		return 0, nil, usageError{fmt.Sprintf("--port %d is out of range: use 1-65535", o.port)}
+	}
+	if _, err := session.CheckPid(pid); err != nil {
+		return 0, nil, err
+	}
+	if !caps.CanTrace() {
+		return 0, nil, fmt.Errorf("attaching eBPF probes needs privileges: %s", caps.Hint)
+	}
+	return pid, roots, nil
+}
+
+// attachTracker is the live view's tracker (nil with --no-live), its
+// baseline the recorded run --baseline names.
+func attachTracker(o attachOptions) (*live.Tracker, error) {
+	if !o.live {
+		return nil, nil
+	}
+	lo := live.Options{ThreadClock: true}
+	if o.baseline != "" {
+		prior, err := job.LoadPrior(o.baseline)
+		if err != nil {
+			return nil, fmt.Errorf("--baseline: %w", err)
+		}
+		lo.Baseline, lo.BaselineName = &prior.Crit, prior.Name()
+	}
+	return live.NewTracker(lo), nil
+}
+
+// runAttached runs the started session until --duration, Ctrl-C or the
+// target's exit (said on stderr), writing the interval lines (table).
+func runAttached(ctx context.Context, sess *session.Session, tracker *live.Tracker, pid int, o attachOptions, stdout, stderr io.Writer) error {
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	if o.duration > 0 {
@@ -219,33 +254,30 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 	if exitedMsg != "" {
 		fmt.Fprintf(stderr, "bpfbench attach: %s; summary of what was recorded follows\n", exitedMsg)
 	}
-	if err := sess.Close(); err != nil {
-		logger.Warn("closing", "err", err)
-	}
+	return runErr
+}
+
+// writeAttachSummary writes what the session recorded: one JSON object,
+// or the summary table and the live view's block.
+func writeAttachSummary(stdout io.Writer, sess *session.Session, tracker *live.Tracker, pid int, output string) error {
 	var lr *live.Result
 	if tracker != nil {
 		tracker.Finish()
 		r := tracker.Result(clock.Now(), threadComm(pid))
 		lr = &r
 	}
-	if o.output == "json" {
+	if output == "json" {
 		sum := sess.Summary()
 		if lr != nil {
 			sum["critical_path"], sum["live"] = lr.CriticalPath, lr.Live
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(sum); err != nil {
-			return err
-		}
-	} else {
-		sess.WriteSummary(stdout)
-		if lr != nil {
-			writeLive(stdout, lr)
-		}
+		return enc.Encode(sum)
 	}
-	if runErr != nil && !errors.Is(runErr, context.Canceled) {
-		return runErr
+	sess.WriteSummary(stdout)
+	if lr != nil {
+		writeLive(stdout, lr)
 	}
 	return nil
 }

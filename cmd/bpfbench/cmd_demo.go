@@ -58,8 +58,8 @@ not take them. --rate is 4 req/s unless given.`,
 
 func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Duration, logs logFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	rate := job.PhaseRate(opts.Config.Rate)
-	if cmd.Flags().Changed("rate") && rate != opts.Config.Rate {
+	rate := job.PhaseRate(opts.Config.Scenario.Rate)
+	if cmd.Flags().Changed("rate") && rate != opts.Config.Scenario.Rate {
 		return usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}
 	}
 	if err := job.CheckDemo(rate, phase); err != nil {
@@ -103,12 +103,12 @@ func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Dura
 		logger.Warn("raising bpfbench's priority", "err", err)
 	}
 	cfg := opts.Config
-	cfg.Target = sim.URL
+	cfg.Target.URL = sim.URL
 	if err := load.ResolveModel(ctx, &cfg); err != nil {
 		return err
 	}
 	var finish func()
-	cfg.Progress, finish = opts.Progress(stderr)
+	cfg.Output.Progress, finish = opts.Progress(stderr)
 	fmt.Fprintf(stdout, "bpfbench demo: llmsim (pid %d) at %s with the CUDA stub, %s; %d phases of %v at %.0f req/s\n",
 		sim.Pid(), sim.URL, where, len(job.DemoPhases), phase, rate)
 	res, err := job.Demo(ctx, job.DemoConfig{

@@ -26,12 +26,13 @@ import (
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 
 	"github.com/bpfbench/bpfbench/exporter/otlp"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/caps"
 	"github.com/bpfbench/bpfbench/job/load"
-	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/session"
 )
 
@@ -171,7 +172,7 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 			}
 			target = agent.Target{Pod: &ref}
 		} else if target.Pid == 0 && target.Port == 0 {
-			if target.Port = urlPort(cfg.Target); target.Port == 0 {
+			if target.Port = urlPort(cfg.Target.URL); target.Port == 0 {
 				return usageError{"with --agent, give the server's --pid or --port on the agent's node, or its --agent.pod"}
 			}
 		}
@@ -179,7 +180,7 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 		if via.given() && !server.given() {
 			return usageError{"with --via-pid or --via-port the target URL's port is the gateway's: give the server's --pid or --port"}
 		}
-		if pid, err = server.resolve(cfg.Target, cmd); err != nil {
+		if pid, err = server.resolve(cfg.Target.URL, cmd); err != nil {
 			return err
 		}
 		if !caps.CanTrace() {
@@ -203,7 +204,7 @@ func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serv
 		return err
 	}
 	var finish func()
-	cfg.Progress, finish = opts.Progress(stderr)
+	cfg.Output.Progress, finish = opts.Progress(stderr)
 	res, err := job.Run(ctx, job.RunConfig{
 		Load: cfg, Pid: pid, Roots: server.roots, OutDir: out, Logger: logger, Sections: sessionSections(),
 		BaselineITL:   time.Duration(baseITL * float64(time.Millisecond)),
@@ -236,8 +237,8 @@ func loadCompletions(cmd *cobra.Command) {
 	fixed := func(name string, values ...string) {
 		_ = cmd.RegisterFlagCompletionFunc(name, cobra.FixedCompletions(values, cobra.ShellCompDirectiveNoFileComp))
 	}
-	fixed("endpoint", loadgen.EndpointCompletions, loadgen.EndpointChat)
-	fixed("dataset", loadgen.DatasetRandom, "jsonl", "sharegpt", "rag", "multiturn")
+	fixed("endpoint", transport.EndpointCompletions, transport.EndpointChat)
+	fixed("dataset", dataset.Random, "jsonl", "sharegpt", "rag", "multiturn")
 	fixed("trace-time-unit", "s", "ms")
 	fixed("otlp-protocol", "grpc", "http/protobuf")
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/bpfbench/bpfbench/internal/caps"
 	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/job/load"
-	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/sweep"
 )
 
 func init() { register(newSweepCmd) }
@@ -60,7 +60,7 @@ once. Each step shows what stopped it, and the answer names the limit:
 	fs.Lookup("port").Usage = "explain the knee by following the process listening on this local TCP port"
 	logs.add(fs, "warn", false)
 	_ = cmd.MarkFlagDirname("out")
-	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{loadgen.SweepRate, loadgen.SweepConcurrency}, cobra.ShellCompDirectiveNoFileComp))
+	_ = cmd.RegisterFlagCompletionFunc("mode", cobra.FixedCompletions([]string{sweep.ModeRate, sweep.ModeConcurrency}, cobra.ShellCompDirectiveNoFileComp))
 	loadCompletions(cmd)
 	return cmd
 }
@@ -75,7 +75,7 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 		if cmd.Flags().Changed("requests-per-step") {
 			return usageError{"give --requests-per-step or --num-requests, not both"}
 		}
-		j.RequestsPerStep = j.Config.NumRequests
+		j.RequestsPerStep = j.Config.Scenario.NumRequests
 	}
 	if err := sm.check(); err != nil {
 		return err
@@ -91,7 +91,7 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 		return err
 	}
 	if server.given() {
-		if server.pid, err = server.resolve(j.Config.Target, cmd); err != nil {
+		if server.pid, err = server.resolve(j.Config.Target.URL, cmd); err != nil {
 			return err
 		}
 		pid = server.pid
@@ -111,7 +111,7 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 	// (the CUDA probes alone), watch every step.
 	var sayMu sync.Mutex
 	sigs, err := job.StartSweepSignals(ctx, job.SweepSignalsConfig{
-		Target: j.Config.Target, ServerMetrics: sm.url, ServerMetricsPeriod: sm.period,
+		Target: j.Config.Target.URL, ServerMetrics: sm.url, ServerMetricsPeriod: sm.period,
 		MaxKVUsage: j.MaxKVUsage, MaxPreemptions: j.MaxPreemptions, MaxWaiting: j.MaxWaiting, WaitingFor: j.MaxWaitingFor,
 		Pid: pid, Sections: sessionSections(), Logger: logger,
 		Say: func(note string) {
@@ -138,7 +138,7 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 		Load: cfg, Sweep: res, RequestsPerStep: j.RequestsPerStep, Pid: pid, OutDir: j.Out,
 		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger,
 		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
-		Before: func(side string, s *loadgen.SweepStep) {
+		Before: func(side string, s *sweep.Step) {
 			if side == "pass" {
 				fmt.Fprintf(stdout, "\nfollowing pid %d at the highest passing step (%s) ...\n", pid, job.StepAt(res.Mode, s))
 			} else {

@@ -136,12 +136,12 @@ requests are sent and when belong to the phases, so it does not take them.
 
 func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, v validateFlags, logs logFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	target := opts.Config.Target
+	target := opts.Config.Target.URL
 	if v.useSim == (target != "") {
 		return usageError{"give --sim, or the server's --target URL with --pid or --port"}
 	}
-	rate := job.PhaseRate(opts.Config.Rate)
-	if cmd.Flags().Changed("rate") && rate != opts.Config.Rate {
+	rate := job.PhaseRate(opts.Config.Scenario.Rate)
+	if cmd.Flags().Changed("rate") && rate != opts.Config.Scenario.Rate {
 		return usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}
 	}
 	if v.phase < 2*time.Second {
@@ -322,7 +322,7 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 		return usageError{"every injection is skipped"}
 	}
 	lc := opts.Config
-	lc.Target = target
+	lc.Target.URL = target
 	if err := load.ResolveModel(ctx, &lc); err != nil {
 		return err
 	}
@@ -333,7 +333,7 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 	}
 	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each, %v of settling between two injections\n", pid, rate, strings.Join(names, ", "), v.phase, job.DemoSettle(v.phase))
 	val, res, err := job.Validate(ctx, job.ValidateConfig{
-		Load: lc, Pid: pid, OutDir: v.out, MinShare: v.minShare, Phase: v.phase, Rate: rate, OutputLen: lc.Dataset.OutputLen,
+		Load: lc, Pid: pid, OutDir: v.out, MinShare: v.minShare, Phase: v.phase, Rate: rate, OutputLen: lc.Scenario.Dataset.OutputLen,
 		Injections: injs, Sections: sessionSections(), Readiness: readinessChecks, Logger: logger, Progress: progress, RetryWeak: v.retryWeak, MinAddedMs: v.minAddedMs,
 		ValidateRun: job.ValidateRun{ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest()},
 	})

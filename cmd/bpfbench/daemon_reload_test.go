@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // SIGHUP reloads the daemon's configuration without stopping it: a new
@@ -39,17 +40,11 @@ func TestDaemonSIGHUPReload(t *testing.T) {
 	}
 	waitFor := func(what string, ok func(string) bool) string {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
-		for {
-			m := scrape()
-			if ok(m) {
-				return m
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: not in /metrics after 15 s\n%s", what, d.logs)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var m string
+		if !testutil.Until(15*time.Second, func() bool { m = scrape(); return ok(m) }) {
+			t.Fatalf("%s: not in /metrics after 15 s\n%s", what, d.logs)
 		}
+		return m
 	}
 	waitFor("the first target", func(m string) bool { return strings.Contains(m, `bpfbench_target_processes{target="first"}`) })
 
@@ -70,12 +65,8 @@ func TestDaemonSIGHUPReload(t *testing.T) {
 	if err := d.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for !strings.Contains(d.logs.String(), "keeping the one in effect") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line for a reload of a bad file\n%s", d.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testutil.Until(10*time.Second, func() bool { return strings.Contains(d.logs.String(), "keeping the one in effect") }) {
+		t.Fatalf("no log line for a reload of a bad file\n%s", d.logs)
 	}
 	if m := scrape(); !strings.Contains(m, `bpfbench_target_processes{target="second"}`) {
 		t.Errorf("a bad file changed the targets")

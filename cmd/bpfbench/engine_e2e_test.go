@@ -28,7 +28,9 @@ import (
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // The real engine end to end: llama-server (-t 1 -np 2 --metrics) pinned to
@@ -79,221 +81,14 @@ func TestRealEngineEndToEnd(t *testing.T) {
 		}
 	})
 	pid := strconv.Itoa(srv.Pid)
-	const (
-		numRequests = 32
-		outLen      = 48
-	)
 	// Short prompts: a prefill runs in the other slot's gap, and with
 	// long ones those gaps are the p99 band whatever else happens.
-	load := []string{"--target", srv.URL, "--pid", pid, "--model", "tiny-llama", "--input-len", "4", "--output-len", strconv.Itoa(outLen),
-		"--num-requests", strconv.Itoa(numRequests), "--max-concurrency", "2", "--warmup", "0", "--no-progress"}
-	leftovers := snapshotLeftovers(t)
-	// cli runs bpfbench (this test binary as the CLI) on CPU 1, away from
-	// the server and the busy threads.
-	cli := func(args ...string) *exec.Cmd {
-		cmd := exec.Command(taskset, append([]string{"--cpu-list", "1", os.Args[0]}, args...)...)
-		cmd.Env = append(os.Environ(), envCLI+"=1")
-		return cmd
-	}
-	// start starts cmd and follows the BPF programs and links it holds;
-	// wait waits for its exit and checks what it left.
-	type running struct {
-		cmd       *exec.Cmd
-		out, errb bytes.Buffer
-		done      chan error
-		bpf       func() ownedBPF
-	}
-	start := func(t *testing.T, cmd *exec.Cmd) *running {
-		t.Helper()
-		r := &running{cmd: cmd, done: make(chan error, 1)}
-		cmd.Stdout, cmd.Stderr = &r.out, &r.errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		r.bpf = watchBPF(cmd.Process.Pid)
-		go func() { r.done <- cmd.Wait() }()
-		return r
-	}
-	wait := func(t *testing.T, what string, r *running, err error) string {
-		t.Helper()
-		t.Logf("%s:\n%s", what, r.out.String())
-		leftovers.check(t, what, r.bpf())
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", what, err, r.errb.String())
-		}
-		return r.out.String()
-	}
-	runCmd := func(t *testing.T, what string, cmd *exec.Cmd) string {
-		t.Helper()
-		r := start(t, cmd)
-		return wait(t, what, r, <-r.done)
-	}
-	tokens := func() float64 {
-		t.Helper()
-		m, err := srv.Metrics(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m["llamacpp:tokens_predicted_total"]
-	}
+	load := []string{"--target", srv.URL, "--pid", pid, "--model", "tiny-llama", "--input-len", "4", "--output-len", strconv.Itoa(e2eOutLen),
+		"--num-requests", strconv.Itoa(e2eRequests), "--max-concurrency", "2", "--warmup", "0", "--no-progress"}
+	e := &e2eRunner{ctx: ctx, srv: srv, paths: paths, taskset: taskset, load: load, leftovers: snapshotLeftovers(t)}
 
-	// One attempt: a baseline run; the same run with --baseline-*-ms from
-	// the baseline and two busy threads of `bpfbench perturb cpu` on CPU 0
-	// from 60% of its tokens (as the engine counts them) to its end, so
-	// that the run's own medians (each cause's normal activity) stay those
-	// of an uncontended gap; diff. What other load on the host can blur
-	// (cpu_runqueue on top, diff's verdict, the share's rise) is returned,
-	// for another attempt, three in all; the rest fails t.
-	attempt := func(t *testing.T, n int) (judged []string) {
-		dir1 := filepath.Join(t.TempDir(), fmt.Sprintf("baseline-%d", n))
-		tok0 := tokens()
-		runCmd(t, "bpfbench run (baseline)", cli(append([]string{"run", "--out", dir1}, load...)...))
-		base := checkEngineRun(t, "baseline", dir1, tokens()-tok0, srv, paths)
-
-		dir2 := filepath.Join(t.TempDir(), fmt.Sprintf("contention-%d", n))
-		tok0 = tokens()
-		run := start(t, cli(append([]string{"run", "--out", dir2,
-			"--baseline-itl-ms", fmt.Sprintf("%.3f", base.att.BaselineITLMs), "--baseline-ttft-ms", fmt.Sprintf("%.3f", base.att.BaselineTTFTMs)}, load...)...))
-		from := tok0 + 0.6*numRequests*outLen
-		var busy *running
-		var runErr error
-	follow:
-		for {
-			select {
-			case runErr = <-run.done:
-				break follow
-			case <-time.After(20 * time.Millisecond):
-			}
-			if busy == nil && tokens() >= from {
-				busy = start(t, cli("perturb", "cpu", "--threads", "2", "--cpus", "0", "--duration", "90s"))
-				t.Logf("busy threads on CPU 0 from %.0f of the run's %d tokens", tokens()-tok0, numRequests*outLen)
-			}
-		}
-		if busy != nil {
-			_ = busy.cmd.Process.Signal(syscall.SIGTERM)
-			wait(t, "bpfbench perturb cpu", busy, <-busy.done)
-		} else {
-			t.Errorf("the run ended before 60%% of its tokens (%.0f of %d)", tokens()-tok0, numRequests*outLen)
-		}
-		wait(t, "bpfbench run (contention)", run, runErr)
-		cont := checkEngineRun(t, "contention", dir2, tokens()-tok0, srv, paths)
-
-		t.Logf("ITL mean %.2f → %.2f ms, p99 %.2f → %.2f ms; TTFT mean %.2f → %.2f ms, p99 %.2f → %.2f ms",
-			base.doc.Float("mean_itl_ms"), cont.doc.Float("mean_itl_ms"), base.doc.Float("p99_itl_ms"), cont.doc.Float("p99_itl_ms"),
-			base.doc.Float("mean_ttft_ms"), cont.doc.Float("mean_ttft_ms"), base.doc.Float("p99_ttft_ms"), cont.doc.Float("p99_ttft_ms"))
-		for _, r := range []engineRun{base, cont} {
-			t.Logf("%s: cpu_runqueue %.0f%% of the p99 ITL excess (top %s), %.0f%% of the TTFT excess (top %s), %.0f%% of all ITL excess",
-				r.name, r.att.ITL["p99"]["cpu_runqueue"]*100, correlate.Top(r.att.ITL["p99"]), r.att.TTFT["cpu_runqueue"]*100, correlate.Top(r.att.TTFT),
-				r.att.ITL["all"]["cpu_runqueue"]*100)
-		}
-		if !cont.cpuOnTop() {
-			judged = append(judged, fmt.Sprintf("contention run: cpu_runqueue is the top cause of neither the p99 ITL excess (%v) nor the TTFT excess (%v)", cont.att.ITL["p99"], cont.att.TTFT))
-		}
-
-		// diff names the contention run slower, with cpu_runqueue's share up.
-		var d struct {
-			Tests []struct {
-				Metric      string  `json:"metric"`
-				Unit        string  `json:"unit"`
-				P           float64 `json:"p"`
-				PBGreater   float64 `json:"p_b_greater"`
-				Significant bool    `json:"significant"`
-				Verdict     string  `json:"verdict"`
-			} `json:"tests"`
-			Attribution []struct {
-				Scope, Cause string
-				A, B, Points float64
-			} `json:"attribution"`
-			TopCause [2]string `json:"top_cause"`
-			Manifest []struct {
-				Text string `json:"text"`
-			} `json:"manifest"`
-		}
-		out := runCmd(t, "bpfbench diff", cli("diff", dir1, dir2, "--output", "json"))
-		if err := json.Unmarshal([]byte(out), &d); err != nil {
-			t.Fatalf("diff --output json: %v", err)
-		}
-		slower := map[string]bool{}
-		for _, ts := range d.Tests {
-			t.Logf("diff: %s (per %s): p = %.3g, P(B > A) = %.2f, %s", ts.Metric, ts.Unit, ts.P, ts.PBGreater, ts.Verdict)
-			if ts.Significant && ts.Verdict == "slower" {
-				slower[ts.Metric] = true
-			}
-		}
-		if !slower["itl"] && !slower["tpot"] {
-			judged = append(judged, fmt.Sprintf("diff does not name the contention run slower in ITL or TPOT: %+v", d.Tests))
-		}
-		rose := false
-		for _, a := range d.Attribution {
-			if a.Cause == "cpu_runqueue" {
-				t.Logf("diff: cpu_runqueue in %s: %.0f%% → %.0f%% (%+.0f points)", a.Scope, a.A*100, a.B*100, a.Points)
-				if (a.Scope == "itl_p99" || a.Scope == "ttft") && a.Points > 0 {
-					rose = true
-				}
-			}
-		}
-		if !rose {
-			judged = append(judged, fmt.Sprintf("diff: cpu_runqueue's share rose in neither the p99 band nor the TTFT: %+v", d.Attribution))
-		}
-		t.Logf("diff: top cause %s → %s; %d manifest changes", d.TopCause[0], d.TopCause[1], len(d.Manifest))
-		// Contended from start to end, compared with the baseline run
-		// (--baseline): the run's own medians are contended, the quiet
-		// run's are not. The critical path names cpu_runqueue on top with
-		// at least 60% of the p99 gap's excess,
-		// leaves at most 10% of the gap time unexplained, and names the
-		// busy process.
-		dir3 := filepath.Join(t.TempDir(), fmt.Sprintf("contended-%d", n))
-		busy3 := start(t, cli("perturb", "cpu", "--threads", "2", "--cpus", "0", "--duration", "90s"))
-		// Twice the requests: the p99 band of 32 requests is 17 gaps, and a
-		// few long ones swing its shares by 10 points from run to run.
-		run3 := start(t, cli(append(append([]string{"run", "--out", dir3, "--baseline", dir1}, load...), "--num-requests", strconv.Itoa(2*numRequests))...))
-		run3Err := <-run3.done
-		_ = busy3.cmd.Process.Signal(syscall.SIGTERM)
-		wait(t, "bpfbench perturb cpu", busy3, <-busy3.done)
-		wait(t, "bpfbench run --baseline (contended throughout)", run3, run3Err)
-		doc3, err := report.ReadFile(filepath.Join(dir3, "result.json"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if cp := doc3.CriticalPath; cp == nil || cp.ITLP99 == nil || cp.Baseline != "run "+dir1 {
-			t.Errorf("contended run: no critical path against the baseline run: %+v", cp)
-		} else {
-			b := cp.ITLP99
-			t.Logf("contended throughout, against the baseline run: critical path p99 gap %.1f ms (%d gaps), excess %.1f ms, top %s, shares %v; unexplained %.4f of gap time; neighbours %+v",
-				b.FromMs, b.Gaps, b.ExcessMs, b.Top, b.ExcessShares, cp.UnexplainedFraction, cp.NoisyNeighbours)
-			// The design asks for 60%. With 32-token prompts it was
-			// 51-67% over fifteen attempts: every request's prefill ran in
-			// the other slot's gap, those gaps were the whole p99 band,
-			// and the prefill's compute (server_compute, rightly: it is
-			// there without contention too) was a third of its excess.
-			// With 4-token prompts the band is the contention's: 67-74%.
-			if b.Top != "cpu_runqueue" || b.ExcessShares["cpu_runqueue"] < 0.6 {
-				judged = append(judged, fmt.Sprintf("contended run against the baseline: the p99 gap's excess top %s, cpu_runqueue %.2f, want cpu_runqueue with at least 0.6", b.Top, b.ExcessShares["cpu_runqueue"]))
-			} else {
-				t.Logf("contended run against the baseline: cpu_runqueue %.2f of the p99 gap's excess (at least 0.6)", b.ExcessShares["cpu_runqueue"])
-			}
-			if cp.UnexplainedFraction > 0.1 {
-				t.Errorf("contended run: unexplained %.3f of the gap time, want at most 0.1", cp.UnexplainedFraction)
-			}
-			named := false
-			for _, nb := range cp.NoisyNeighbours {
-				named = named || strings.HasPrefix(nb.Process, "bpfbench")
-			}
-			if !named {
-				judged = append(judged, fmt.Sprintf("contended run: the busy process (bpfbench perturb cpu) is not among the noisy neighbours %+v", cp.NoisyNeighbours))
-			}
-		}
-
-		for _, c := range d.Manifest {
-			t.Logf("diff: manifest: %s", c.Text)
-			if strings.Contains(c.Text, "model file") || strings.Contains(c.Text, "command line") {
-				t.Errorf("diff: the same server reported changed: %s", c.Text)
-			}
-		}
-		return judged
-	}
 	for n := 1; ; n++ {
-		judged := attempt(t, n)
+		judged := e.attempt(t, n)
 		if len(judged) == 0 {
 			break
 		}
@@ -306,27 +101,280 @@ func TestRealEngineEndToEnd(t *testing.T) {
 		}
 		t.Logf("%s (load average %s): once more", strings.Join(judged, "; "), strings.TrimSpace(string(up)))
 	}
+	e.slowReader(t)
+}
 
-	// A slow-reading client: validate's client injection (one request
-	// stops reading for 2 s after its first token, on its own connection
-	// with a 4 KiB receive buffer), the other injections skipped.
-	// --min-share 0: validate still exits 1 unless net_backpressure is
-	// the top cause; its share is logged, not judged against a nominal
-	// value. Once more if it is not on top (a busy host).
+// The end-to-end test's load: requests of e2eOutLen tokens, two at a time.
+const (
+	e2eRequests = 32
+	e2eOutLen   = 48
+)
+
+// e2eRunner runs bpfbench's commands against the engine, each checked for
+// what it left behind.
+type e2eRunner struct {
+	ctx       context.Context
+	srv       *engine.Server
+	paths     engine.Paths
+	taskset   string
+	load      []string
+	leftovers *leftovers
+}
+
+// e2eProc is a command started by e2eRunner.start; bpf follows the BPF
+// programs and links it holds.
+type e2eProc struct {
+	cmd       *exec.Cmd
+	out, errb bytes.Buffer
+	done      chan error
+	bpf       func() ownedBPF
+}
+
+// cli runs bpfbench (this test binary as the CLI) on CPU 1, away from
+// the server and the busy threads.
+func (e *e2eRunner) cli(args ...string) *exec.Cmd {
+	cmd := exec.Command(e.taskset, append([]string{"--cpu-list", "1", os.Args[0]}, args...)...)
+	cmd.Env = append(os.Environ(), envCLI+"=1")
+	return cmd
+}
+
+// start starts cmd and follows the BPF programs and links it holds.
+func (e *e2eRunner) start(t *testing.T, cmd *exec.Cmd) *e2eProc {
+	t.Helper()
+	r := &e2eProc{cmd: cmd, done: make(chan error, 1)}
+	cmd.Stdout, cmd.Stderr = &r.out, &r.errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.bpf = watchBPF(cmd.Process.Pid)
+	go func() { r.done <- cmd.Wait() }()
+	return r
+}
+
+// wait takes r's exit (err) and checks what it left; it returns its
+// stdout.
+func (e *e2eRunner) wait(t *testing.T, what string, r *e2eProc, err error) string {
+	t.Helper()
+	t.Logf("%s:\n%s", what, r.out.String())
+	e.leftovers.check(t, what, r.bpf())
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", what, err, r.errb.String())
+	}
+	return r.out.String()
+}
+
+func (e *e2eRunner) runCmd(t *testing.T, what string, cmd *exec.Cmd) string {
+	t.Helper()
+	r := e.start(t, cmd)
+	return e.wait(t, what, r, <-r.done)
+}
+
+// tokens is the engine's count of the tokens it generated.
+func (e *e2eRunner) tokens(t *testing.T) float64 {
+	t.Helper()
+	m, err := e.srv.Metrics(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m["llamacpp:tokens_predicted_total"]
+}
+
+// attempt: a baseline run; the same run with --baseline-*-ms from the
+// baseline and two busy threads of `bpfbench perturb cpu` on CPU 0 from
+// 60% of its tokens (as the engine counts them) to its end, so that the
+// run's own medians (each cause's normal activity) stay those of an
+// uncontended gap; diff; a run contended throughout against the baseline.
+// What other load on the host can blur (cpu_runqueue on top, diff's
+// verdict, the share's rise) is returned, for another attempt, three in
+// all; the rest fails t.
+func (e *e2eRunner) attempt(t *testing.T, n int) (judged []string) {
+	dir1 := filepath.Join(t.TempDir(), fmt.Sprintf("baseline-%d", n))
+	tok0 := e.tokens(t)
+	e.runCmd(t, "bpfbench run (baseline)", e.cli(append([]string{"run", "--out", dir1}, e.load...)...))
+	base := checkEngineRun(t, "baseline", dir1, e.tokens(t)-tok0, e.srv, e.paths)
+
+	dir2 := filepath.Join(t.TempDir(), fmt.Sprintf("contention-%d", n))
+	cont := e.contendedLate(t, dir2, base)
+	t.Logf("ITL mean %.2f → %.2f ms, p99 %.2f → %.2f ms; TTFT mean %.2f → %.2f ms, p99 %.2f → %.2f ms",
+		base.doc.Float("mean_itl_ms"), cont.doc.Float("mean_itl_ms"), base.doc.Float("p99_itl_ms"), cont.doc.Float("p99_itl_ms"),
+		base.doc.Float("mean_ttft_ms"), cont.doc.Float("mean_ttft_ms"), base.doc.Float("p99_ttft_ms"), cont.doc.Float("p99_ttft_ms"))
+	for _, r := range []engineRun{base, cont} {
+		t.Logf("%s: cpu_runqueue %.0f%% of the p99 ITL excess (top %s), %.0f%% of the TTFT excess (top %s), %.0f%% of all ITL excess",
+			r.name, r.att.ITL["p99"]["cpu_runqueue"]*100, correlate.Top(r.att.ITL["p99"]), r.att.TTFT["cpu_runqueue"]*100, correlate.Top(r.att.TTFT),
+			r.att.ITL["all"]["cpu_runqueue"]*100)
+	}
+	if !cont.cpuOnTop() {
+		judged = append(judged, fmt.Sprintf("contention run: cpu_runqueue is the top cause of neither the p99 ITL excess (%v) nor the TTFT excess (%v)", cont.att.ITL["p99"], cont.att.TTFT))
+	}
+	manifest, j := e.diff(t, dir1, dir2)
+	judged = append(judged, j...)
+	judged = append(judged, e.contendedThroughout(t, dir1, n)...)
+	for _, c := range manifest {
+		t.Logf("diff: manifest: %s", c)
+		if strings.Contains(c, "model file") || strings.Contains(c, "command line") {
+			t.Errorf("diff: the same server reported changed: %s", c)
+		}
+	}
+	return judged
+}
+
+// contendedLate is the run with the baseline's ITL and TTFT, two busy
+// threads on the server's CPU from 60% of its tokens to its end.
+func (e *e2eRunner) contendedLate(t *testing.T, dir string, base engineRun) engineRun {
+	tok0 := e.tokens(t)
+	run := e.start(t, e.cli(append([]string{"run", "--out", dir,
+		"--baseline-itl-ms", fmt.Sprintf("%.3f", base.att.BaselineITLMs), "--baseline-ttft-ms", fmt.Sprintf("%.3f", base.att.BaselineTTFTMs)}, e.load...)...))
+	from := tok0 + 0.6*e2eRequests*e2eOutLen
+	var busy *e2eProc
+	var runErr error
+follow:
+	for {
+		select {
+		case runErr = <-run.done:
+			break follow
+		case <-time.After(20 * time.Millisecond):
+		}
+		if busy == nil && e.tokens(t) >= from {
+			busy = e.start(t, e.cli("perturb", "cpu", "--threads", "2", "--cpus", "0", "--duration", "90s"))
+			t.Logf("busy threads on CPU 0 from %.0f of the run's %d tokens", e.tokens(t)-tok0, e2eRequests*e2eOutLen)
+		}
+	}
+	if busy != nil {
+		_ = busy.cmd.Process.Signal(syscall.SIGTERM)
+		e.wait(t, "bpfbench perturb cpu", busy, <-busy.done)
+	} else {
+		t.Errorf("the run ended before 60%% of its tokens (%.0f of %d)", e.tokens(t)-tok0, e2eRequests*e2eOutLen)
+	}
+	e.wait(t, "bpfbench run (contention)", run, runErr)
+	return checkEngineRun(t, "contention", dir, e.tokens(t)-tok0, e.srv, e.paths)
+}
+
+// diff names the contention run slower, with cpu_runqueue's share up; it
+// returns the manifest's changes and what missed.
+func (e *e2eRunner) diff(t *testing.T, dir1, dir2 string) (manifest, judged []string) {
+	var d struct {
+		Tests []struct {
+			Metric      string  `json:"metric"`
+			Unit        string  `json:"unit"`
+			P           float64 `json:"p"`
+			PBGreater   float64 `json:"p_b_greater"`
+			Significant bool    `json:"significant"`
+			Verdict     string  `json:"verdict"`
+		} `json:"tests"`
+		Attribution []struct {
+			Scope, Cause string
+			A, B, Points float64
+		} `json:"attribution"`
+		TopCause [2]string `json:"top_cause"`
+		Manifest []struct {
+			Text string `json:"text"`
+		} `json:"manifest"`
+	}
+	out := e.runCmd(t, "bpfbench diff", e.cli("diff", dir1, dir2, "--output", "json"))
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("diff --output json: %v", err)
+	}
+	slower := map[string]bool{}
+	for _, ts := range d.Tests {
+		t.Logf("diff: %s (per %s): p = %.3g, P(B > A) = %.2f, %s", ts.Metric, ts.Unit, ts.P, ts.PBGreater, ts.Verdict)
+		if ts.Significant && ts.Verdict == "slower" {
+			slower[ts.Metric] = true
+		}
+	}
+	if !slower["itl"] && !slower["tpot"] {
+		judged = append(judged, fmt.Sprintf("diff does not name the contention run slower in ITL or TPOT: %+v", d.Tests))
+	}
+	rose := false
+	for _, a := range d.Attribution {
+		if a.Cause == "cpu_runqueue" {
+			t.Logf("diff: cpu_runqueue in %s: %.0f%% → %.0f%% (%+.0f points)", a.Scope, a.A*100, a.B*100, a.Points)
+			if (a.Scope == "itl_p99" || a.Scope == "ttft") && a.Points > 0 {
+				rose = true
+			}
+		}
+	}
+	if !rose {
+		judged = append(judged, fmt.Sprintf("diff: cpu_runqueue's share rose in neither the p99 band nor the TTFT: %+v", d.Attribution))
+	}
+	t.Logf("diff: top cause %s → %s; %d manifest changes", d.TopCause[0], d.TopCause[1], len(d.Manifest))
+	for _, c := range d.Manifest {
+		manifest = append(manifest, c.Text)
+	}
+	return manifest, judged
+}
+
+// contendedThroughout: contended from start to end, compared with the
+// baseline run (--baseline): the run's own medians are contended, the
+// quiet run's are not. The critical path names cpu_runqueue on top with
+// at least 60% of the p99 gap's excess, leaves at most 10% of the gap
+// time unexplained, and names the busy process.
+func (e *e2eRunner) contendedThroughout(t *testing.T, dir1 string, n int) (judged []string) {
+	dir3 := filepath.Join(t.TempDir(), fmt.Sprintf("contended-%d", n))
+	busy3 := e.start(t, e.cli("perturb", "cpu", "--threads", "2", "--cpus", "0", "--duration", "90s"))
+	// Twice the requests: the p99 band of 32 requests is 17 gaps, and a
+	// few long ones swing its shares by 10 points from run to run.
+	run3 := e.start(t, e.cli(append(append([]string{"run", "--out", dir3, "--baseline", dir1}, e.load...), "--num-requests", strconv.Itoa(2*e2eRequests))...))
+	run3Err := <-run3.done
+	_ = busy3.cmd.Process.Signal(syscall.SIGTERM)
+	e.wait(t, "bpfbench perturb cpu", busy3, <-busy3.done)
+	e.wait(t, "bpfbench run --baseline (contended throughout)", run3, run3Err)
+	doc3, err := report.ReadFile(filepath.Join(dir3, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cp := doc3.CriticalPath; cp == nil || cp.ITLP99 == nil || cp.Baseline != "run "+dir1 {
+		t.Errorf("contended run: no critical path against the baseline run: %+v", cp)
+	} else {
+		b := cp.ITLP99
+		t.Logf("contended throughout, against the baseline run: critical path p99 gap %.1f ms (%d gaps), excess %.1f ms, top %s, shares %v; unexplained %.4f of gap time; neighbours %+v",
+			b.FromMs, b.Gaps, b.ExcessMs, b.Top, b.ExcessShares, cp.UnexplainedFraction, cp.NoisyNeighbours)
+		// The design asks for 60%. With 32-token prompts it was
+		// 51-67% over fifteen attempts: every request's prefill ran in
+		// the other slot's gap, those gaps were the whole p99 band,
+		// and the prefill's compute (server_compute, rightly: it is
+		// there without contention too) was a third of its excess.
+		// With 4-token prompts the band is the contention's: 67-74%.
+		if b.Top != "cpu_runqueue" || b.ExcessShares["cpu_runqueue"] < 0.6 {
+			judged = append(judged, fmt.Sprintf("contended run against the baseline: the p99 gap's excess top %s, cpu_runqueue %.2f, want cpu_runqueue with at least 0.6", b.Top, b.ExcessShares["cpu_runqueue"]))
+		} else {
+			t.Logf("contended run against the baseline: cpu_runqueue %.2f of the p99 gap's excess (at least 0.6)", b.ExcessShares["cpu_runqueue"])
+		}
+		if cp.UnexplainedFraction > 0.1 {
+			t.Errorf("contended run: unexplained %.3f of the gap time, want at most 0.1", cp.UnexplainedFraction)
+		}
+		named := false
+		for _, nb := range cp.NoisyNeighbours {
+			named = named || strings.HasPrefix(nb.Process, "bpfbench")
+		}
+		if !named {
+			judged = append(judged, fmt.Sprintf("contended run: the busy process (bpfbench perturb cpu) is not among the noisy neighbours %+v", cp.NoisyNeighbours))
+		}
+	}
+
+	return judged
+}
+
+// slowReader: a slow-reading client, validate's client injection (one
+// request stops reading for 2 s after its first token, on its own
+// connection with a 4 KiB receive buffer), the other injections skipped.
+// --min-share 0: validate still exits 1 unless net_backpressure is the
+// top cause; its share is logged, not judged against a nominal value.
+// Once more if it is not on top (a busy host).
+func (e *e2eRunner) slowReader(t *testing.T) {
 	for try := 1; ; try++ {
 		vdir := filepath.Join(t.TempDir(), "validate")
-		r := start(t, cli("validate", "--target", srv.URL, "--pid", pid, "--model", "tiny-llama",
+		r := e.start(t, e.cli("validate", "--target", e.srv.URL, "--pid", strconv.Itoa(e.srv.Pid), "--model", "tiny-llama",
 			"--output-len", "96", "--rate", "4", "--phase", "3s", "--slow-read", slowPause.String(), "--min-share", "0",
 			"--skip", "cpu,io,gpu,net,client-cpu", "--no-progress", "--out", vdir))
 		err := <-r.done
 		if err != nil && try == 1 {
 			t.Logf("bpfbench validate (client):\n%s", r.out.String())
-			leftovers.check(t, "bpfbench validate (client)", r.bpf())
+			e.leftovers.check(t, "bpfbench validate (client)", r.bpf())
 			up, _ := os.ReadFile("/proc/loadavg")
 			t.Logf("validate: %v: %s (load average %s): once more", err, strings.TrimSpace(r.errb.String()), strings.TrimSpace(string(up)))
 			continue
 		}
-		wait(t, "bpfbench validate (client)", r, err)
+		e.wait(t, "bpfbench validate (client)", r, err)
 		checkSlowReader(t, vdir)
 		break
 	}
@@ -365,7 +413,7 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 	if err := json.Unmarshal(doc.Load["bpfbench"], &bb); err != nil {
 		t.Fatal(err)
 	}
-	var perRequest []*loadgen.ServerTimings
+	var perRequest []*transport.ServerTimings
 	if err := json.Unmarshal(doc.Load["server_timings"], &perRequest); err != nil || len(perRequest) != len(bb.Records) {
 		t.Errorf("%s: server_timings %d entries for %d requests (%v)", name, len(perRequest), len(bb.Records), err)
 	}
@@ -427,8 +475,14 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 	if math.Abs(doc.Float("mean_itl_ms")-clientITL) > 1e-6*clientITL+1e-9 {
 		t.Errorf("%s: mean_itl_ms %.6f, the records' %.6f", name, doc.Float("mean_itl_ms"), clientITL)
 	}
+	checkEngineServerMetrics(t, name, doc, predicted)
+	checkEngineManifest(t, name, doc, srv, paths)
+	return r
+}
 
-	// The engine's metrics, scraped and mapped.
+// checkEngineServerMetrics: the engine's metrics, scraped and mapped.
+func checkEngineServerMetrics(t *testing.T, name string, doc *report.Document, predicted float64) {
+	t.Helper()
 	sm := doc.ServerMetrics
 	if sm == nil {
 		t.Fatalf("%s: result.json has no server_metrics", name)
@@ -450,9 +504,12 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 	if g := sm.Overall["generation_tokens_total"]; g <= 0 || g > predicted {
 		t.Errorf("%s: server_metrics.overall generation_tokens_total %v, want within (0, %.0f]", name, g, predicted)
 	}
+}
 
-	// The manifest names the model file the server has open, with its
-	// size and sampled hash.
+// checkEngineManifest: the manifest names the model file the server has
+// open, with its size and sampled hash, and the server's binary.
+func checkEngineManifest(t *testing.T, name string, doc *report.Document, srv *engine.Server, paths engine.Paths) {
+	t.Helper()
 	var m manifest.Manifest
 	if err := json.Unmarshal(doc.Load["manifest"], &m); err != nil {
 		t.Fatalf("%s: manifest: %v", name, err)
@@ -481,7 +538,6 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 	if m.Binary == nil || filepath.Base(m.Binary.Path) != filepath.Base(paths.Server) || m.Binary.SHA256 == "" {
 		t.Errorf("%s: manifest binary %+v, want %s hashed", name, m.Binary, paths.Server)
 	}
-	return r
 }
 
 // slowPause is how long validate's slow reader stops reading.
@@ -662,47 +718,13 @@ func (l *leftovers) check(t *testing.T, after string, bpf ownedBPF) {
 	t.Helper()
 	var problems, first []string
 	start := time.Now()
-	deadline := start.Add(30 * time.Second)
-	for {
-		problems = problems[:0]
-		for _, p := range cliProcesses() {
-			problems = append(problems, "bpfbench process "+p)
-		}
-		for _, id := range bpf.progs {
-			if p, err := ebpf.NewProgramFromID(id); err == nil {
-				info, _ := p.Info()
-				p.Close()
-				name := ""
-				if info != nil {
-					name = info.Name
-				}
-				problems = append(problems, fmt.Sprintf("BPF program %d (%s)", id, name))
-			}
-		}
-		for _, id := range bpf.links {
-			if lk, err := link.NewFromID(id); err == nil {
-				lk.Close()
-				problems = append(problems, fmt.Sprintf("BPF link %d", id))
-			}
-		}
-		for e := range probeEvents() {
-			if !l.events[e] {
-				problems = append(problems, "probe event "+e)
-			}
-		}
-		for f := range untracked(t) {
-			if !l.files[f] {
-				problems = append(problems, "file "+f)
-			}
-		}
+	testutil.Until(30*time.Second, func() bool {
+		problems = l.found(t, bpf)
 		if first == nil {
-			first = append([]string{}, problems...)
+			first = problems
 		}
-		if len(problems) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(problems) == 0
+	})
 	held := fmt.Sprintf("%d BPF programs and %d links held", len(bpf.progs), len(bpf.links))
 	switch {
 	case len(problems) > 0:
@@ -712,6 +734,43 @@ func (l *leftovers) check(t *testing.T, after string, bpf ownedBPF) {
 	default:
 		t.Logf("after %s (%s): nothing left behind", after, held)
 	}
+}
+
+// found lists what is left behind now: bpfbench processes, the run's BPF
+// programs and links, probe events and files that were not there before.
+func (l *leftovers) found(t *testing.T, bpf ownedBPF) []string {
+	problems := []string{}
+	for _, p := range cliProcesses() {
+		problems = append(problems, "bpfbench process "+p)
+	}
+	for _, id := range bpf.progs {
+		if p, err := ebpf.NewProgramFromID(id); err == nil {
+			info, _ := p.Info()
+			p.Close()
+			name := ""
+			if info != nil {
+				name = info.Name
+			}
+			problems = append(problems, fmt.Sprintf("BPF program %d (%s)", id, name))
+		}
+	}
+	for _, id := range bpf.links {
+		if lk, err := link.NewFromID(id); err == nil {
+			lk.Close()
+			problems = append(problems, fmt.Sprintf("BPF link %d", id))
+		}
+	}
+	for e := range probeEvents() {
+		if !l.events[e] {
+			problems = append(problems, "probe event "+e)
+		}
+	}
+	for f := range untracked(t) {
+		if !l.files[f] {
+			problems = append(problems, "file "+f)
+		}
+	}
+	return problems
 }
 
 // cliProcesses lists the processes, other than this one, running this

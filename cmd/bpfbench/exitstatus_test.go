@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -311,16 +312,8 @@ func TestStalePartialsRemoved(t *testing.T) {
 		privtest.SkipOptional(t, "flock(1): %v", err)
 	}
 	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
-	for i := 0; ; i++ {
-		if _, err := os.Stat(held); err == nil {
-			break
-		}
-		if i > 100 {
-			t.Fatal("flock created no file")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond) // flock(1) opens, then locks
+	// flock(1) opens, then locks: wait until the lock is held.
+	testutil.Eventually(t, 10*time.Second, func() bool { return lockHeld(held) }, "flock(1) holding %s", held)
 	out := filepath.Join(dir, "r.json")
 	if code, _, stderr := runCLI("load", "--target", url, "--num-requests", "2", "--output-len", "2", "--input-len", "4", "--result", out); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -333,4 +326,19 @@ func TestStalePartialsRemoved(t *testing.T) {
 	if _, err := os.Stat(held); err != nil {
 		t.Errorf("the file another writer holds was removed: %v", err)
 	}
+}
+
+// lockHeld says whether another process holds an exclusive flock on path
+// (a non-blocking try fails with EWOULDBLOCK).
+func lockHeld(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err == nil {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	}
+	return err == syscall.EWOULDBLOCK
 }

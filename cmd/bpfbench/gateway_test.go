@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,64 +15,13 @@ import (
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/session"
 )
-
-// freePort is a local TCP port nobody listens on (now).
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// waitHTTP waits until url answers, or fails t with the log's text.
-func waitHTTP(t *testing.T, url, log string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(log)
-			t.Fatalf("%s did not answer:\n%s", url, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// startSimProcess runs bin/llmsim as its own process; it returns its
-// address and pid.
-func startSimProcess(t *testing.T, dir string, extra ...string) (addr string, pid int) {
-	t.Helper()
-	addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	for slices.Contains(extra, addr) { // a port freed and handed out again
-		addr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	}
-	logf, err := os.Create(filepath.Join(dir, "llmsim.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("llmsim", append([]string{"--addr", addr, "--itl", "2ms"}, extra...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		logf.Close()
-	})
-	waitHTTP(t, "http://"+addr+"/health", logf.Name())
-	return addr, cmd.Process.Pid
-}
 
 // startNginx runs nginx in the foreground (its master and one worker) in
 // front of upstream with proxy buffering on or off, its config, logs, pid
@@ -123,7 +69,7 @@ func startNginxServer(t *testing.T, bin, dir string, server func(port int) strin
 	if err := os.MkdirAll(nd, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	port := freePort(t)
+	port := testutil.FreePort(t)
 	conf := fmt.Sprintf(`daemon off;
 master_process on;
 worker_processes 1;
@@ -174,29 +120,11 @@ http {
 		}
 	})
 	if strings.Contains(server(port), " http2") {
-		waitTCP(t, fmt.Sprintf("127.0.0.1:%d", port), filepath.Join(nd, "error.log"))
+		testutil.WaitTCP(t, fmt.Sprintf("127.0.0.1:%d", port), 10*time.Second, filepath.Join(nd, "error.log"))
 	} else {
-		waitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", port), filepath.Join(nd, "error.log"))
+		testutil.WaitHTTP(t, fmt.Sprintf("http://127.0.0.1:%d/health", port), 10*time.Second, filepath.Join(nd, "error.log"))
 	}
 	return port
-}
-
-// waitTCP waits until addr accepts a connection, or fails t with the
-// log's text.
-func waitTCP(t *testing.T, addr, log string) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(log)
-			t.Fatalf("%s accepts no connection:\n%s", addr, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // gatewayRun is `bpfbench run` through nginx in front of llmsim.
@@ -280,8 +208,8 @@ func TestRunGRPCThroughGateway(t *testing.T) {
 	privtest.Require(t)
 	nginx := privtest.RequireTool(t, "nginx", "apt-get install nginx-light")
 	simBinaries(t)
-	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	_, simPid := startSimProcess(t, t.TempDir(), "--grpc", grpcAddr)
+	grpcAddr := testutil.FreeAddr(t)
+	_, simPid := simtest.StartProcess(t, t.TempDir(), "--grpc", grpcAddr)
 	dir := t.TempDir()
 	port := startNginxGRPC(t, nginx, dir, grpcAddr)
 	g := gatewayRunAt(t, dir, port, simPid, "grpc_pass", "--protocol", "kserve-grpc", "--no-keepalive", "--model", "llmsim",
@@ -299,7 +227,7 @@ func TestRunThroughGateway(t *testing.T) {
 	privtest.Require(t)
 	nginx := privtest.RequireTool(t, "nginx", "apt-get install nginx-light")
 	simBinaries(t)
-	simAddr, simPid := startSimProcess(t, t.TempDir())
+	simAddr, simPid := simtest.StartProcess(t, t.TempDir())
 
 	on := gatewayRun(t, nginx, simAddr, simPid, true)
 	off := gatewayRun(t, nginx, simAddr, simPid, false)
@@ -350,7 +278,7 @@ func slowClientRun(t *testing.T, nginx, simAddr string, simPid int, buffering bo
 			t.Fatal(err)
 		}
 		const n, slow = 8, 3
-		reqs, err := loadgen.LoadDataset(loadgen.DatasetConfig{Name: loadgen.DatasetRandom, InputLen: 64, OutputLen: 64}, n, 1)
+		reqs, err := dataset.Load(dataset.Config{Name: dataset.Random, InputLen: 64, OutputLen: 64}, n, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,9 +288,9 @@ func slowClientRun(t *testing.T, nginx, simAddr string, simPid int, buffering bo
 		reqs[slow].OutputLen = 1500
 		reqs[slow].SlowRead = 3 * time.Second
 		lc := loadgen.DefaultConfig()
-		lc.Target = fmt.Sprintf("http://127.0.0.1:%d", port)
-		lc.Requests, lc.NumRequests, lc.Rate, lc.Constant, lc.IgnoreEOS = reqs, n, 2, true, true
-		lc.Timeout = time.Minute
+		lc.Target.URL = fmt.Sprintf("http://127.0.0.1:%d", port)
+		lc.Scenario.Requests, lc.Scenario.NumRequests, lc.Scenario.Rate, lc.Scenario.Constant, lc.Target.IgnoreEOS = reqs, n, 2, true, true
+		lc.Target.Timeout = time.Minute
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
 		res, err := job.Run(ctx, job.RunConfig{Load: lc, Pid: simPid, ViaPid: viaPid, OutDir: filepath.Join(dir, "run"), Sections: sessionSections()})

@@ -15,6 +15,7 @@ import (
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // The live view agrees with the active one: the demo drives its llmsim
@@ -61,13 +62,14 @@ func liveAgreement(t *testing.T, compared map[string]bool) (problems []string) {
 	// The demo's llmsim, its child (attach follows the engine process
 	// below it).
 	var sim int
-	for deadline := time.Now().Add(30 * time.Second); sim == 0 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	testutil.Until(30*time.Second, func() bool {
 		for _, c := range childPids(demo.Process.Pid) {
 			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", c)); strings.TrimSpace(string(b)) == "llmsim" {
 				sim = c
 			}
 		}
-	}
+		return sim != 0
+	})
 	if sim == 0 {
 		t.Fatalf("the demo's llmsim did not start:\n%s", derr.String())
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,46 +17,72 @@ import (
 
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/live"
 )
 
 // streamClient runs testdata/stream_client.py, a streaming client that is
 // not bpfbench (no load generator): streams keep-alive connections to the
-// server on port, for seconds, on CPU 1. It returns the connections'
-// local ports as the client prints them.
-func streamClient(t *testing.T, port, streams int, seconds float64, extra ...string) func() []uint16 {
+// server on port, for seconds, on CPU 1. It prints each connection's local
+// port as it connects ("port N").
+func streamClient(t *testing.T, port, streams int, seconds float64, extra ...string) *streamProc {
 	t.Helper()
 	py := privtest.RequireTool(t, "python3", "apt-get install python3")
 	taskset := privtest.RequireTool(t, "taskset", "apt-get install util-linux")
 	args := append([]string{"--cpu-list", "1", py, filepath.Join("testdata", "stream_client.py"), "--port", strconv.Itoa(port),
 		"--streams", strconv.Itoa(streams), "--seconds", fmt.Sprint(seconds)}, extra...)
 	cmd := exec.Command(taskset, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
+	c := &streamProc{out: testutil.WatchLines(stdout), done: make(chan struct{})}
+	go func() { <-c.out.Done(); _ = cmd.Wait(); close(c.done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
-		<-done
+		<-c.done
 		if t.Failed() && errb.Len() > 0 {
 			t.Logf("stream client stderr:\n%s", errb.String())
 		}
 	})
-	return func() []uint16 {
-		<-done
-		var ports []uint16
-		sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
-		for sc.Scan() {
-			if p, ok := strings.CutPrefix(sc.Text(), "port "); ok {
-				n, _ := strconv.Atoi(p)
-				ports = append(ports, uint16(n))
-			}
+	return c
+}
+
+// streamProc is a running stream client.
+type streamProc struct {
+	out  *testutil.Lines
+	done chan struct{}
+}
+
+// connected waits until n connections have connected (their requests
+// follow at once), or fails t.
+func (c *streamProc) connected(t *testing.T, n int, timeout time.Duration) {
+	t.Helper()
+	testutil.Eventually(t, timeout, func() bool { return len(c.portsNow()) >= n }, "%d stream client connections", n)
+}
+
+// ports waits for the client's end and returns its connections' local
+// ports.
+func (c *streamProc) ports() []uint16 {
+	<-c.done
+	return c.portsNow()
+}
+
+func (c *streamProc) portsNow() []uint16 {
+	var ports []uint16
+	for line := range strings.Lines(c.out.String()) {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "port "); ok {
+			n, _ := strconv.Atoi(p)
+			ports = append(ports, uint16(n))
 		}
-		return ports
 	}
+	return ports
 }
 
 // attachLive runs `bpfbench attach PID --duration D -o json` on CPU 1 and
@@ -128,8 +153,9 @@ func TestLiveAttachContention(t *testing.T) {
 	}
 	taskset := privtest.RequireTool(t, "taskset", "apt-get install util-linux")
 	t.Run("llmsim", func(t *testing.T) {
+		simBinaries(t)
 		dir := t.TempDir()
-		addr, pid := startSimProcess(t, dir, "--itl", "10ms")
+		addr, pid := simtest.StartProcess(t, dir, "--itl", "10ms")
 		if out, err := exec.Command(taskset, "--all-tasks", "--cpu-list", "-p", "0", strconv.Itoa(pid)).CombinedOutput(); err != nil {
 			t.Fatalf("taskset: %v\n%s", err, out)
 		}
@@ -169,8 +195,8 @@ func retryLive(t *testing.T, check func() []string) {
 
 func liveContention(t *testing.T, pid, port int, model string) (problems []string) {
 	const quiet, contended = 15.0, 15.0
-	ports := streamClient(t, port, 4, quiet+contended+3, "--model", model, "--max-tokens", "48")
-	time.Sleep(500 * time.Millisecond) // the client's first requests under way
+	client := streamClient(t, port, 4, quiet+contended+3, "--model", model, "--max-tokens", "48")
+	client.connected(t, 4, 10*time.Second) // the client's first requests under way
 	start, wait := attachLive(t, pid, time.Duration((quiet+contended)*float64(time.Second)))
 	time.Sleep(time.Until(start.Add(time.Duration(quiet * float64(time.Second)))))
 	busy := cliCmd("perturb", "cpu", "--threads", "2", "--cpus", "0", "--duration", "60s")
@@ -182,7 +208,7 @@ func liveContention(t *testing.T, pid, port int, model string) (problems []strin
 	_ = busy.Process.Signal(syscall.SIGTERM)
 	_ = busy.Wait()
 	t.Logf("client connections %v; live: %d streams, %d gaps, itl %+v, ttfb %+v, baseline %q; cost %+v",
-		ports(), r.Live.Streams, r.Live.Gaps, r.Live.ITL, r.Live.TTFB, r.CriticalPath.Baseline, r.Live.Cost)
+		client.ports(), r.Live.Streams, r.Live.Gaps, r.Live.ITL, r.Live.TTFB, r.CriticalPath.Baseline, r.Live.Cost)
 	for _, v := range r.Live.Intervals {
 		if v.ITLP99 != nil {
 			t.Logf("  %5.1fs gaps %4d p99 %6.1f ms excess %6.1f ms %s; %s", v.AtS, v.Gaps, v.ITLP99.FromMs, v.ITLP99.ExcessMs,
@@ -246,19 +272,21 @@ func TestLiveAttachSlowReader(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		privtest.SkipOptional(t, "needs 2 CPUs, have %d", runtime.NumCPU())
 	}
+	simBinaries(t)
 	dir := t.TempDir()
-	addr, pid := startSimProcess(t, dir, "--itl", "10ms")
+	addr, pid := simtest.StartProcess(t, dir, "--itl", "10ms")
 	port, _ := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
 	// The slow reader's buffers fill first (its small receive buffer, the
 	// server's send buffer): attach sees the steady state, the server
 	// writing as the reader frees room.
 	slow := streamClient(t, port, 1, 20, "--slow", "--max-tokens", "2000")
-	time.Sleep(4 * time.Second)
+	slow.connected(t, 1, 10*time.Second)
+	time.Sleep(4 * time.Second) // the slow reader's steady state: not an event to wait for
 	fast := streamClient(t, port, 3, 14, "--max-tokens", "64")
-	time.Sleep(500 * time.Millisecond)
+	fast.connected(t, 3, 10*time.Second)
 	_, wait := attachLive(t, pid, 12*time.Second)
 	r := wait()
-	slowPorts, fastPorts := slow(), fast()
+	slowPorts, fastPorts := slow.ports(), fast.ports()
 	if len(slowPorts) == 0 || len(fastPorts) == 0 {
 		t.Fatalf("client ports: slow %v, fast %v", slowPorts, fastPorts)
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // startTwoProcessSim runs `llmsim --processes 2` (built by simBinaries)
@@ -51,18 +51,7 @@ func startTwoProcessSim(t *testing.T, dir string, lazy bool) (url string, fronte
 		logf.Close()
 	})
 	url = "http://" + addr
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if resp, err := http.Get(url + "/health"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logf.Name())
-			t.Fatalf("llmsim --processes 2 did not answer /health:\n%s", b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	testutil.WaitHTTP(t, url+"/health", 10*time.Second, logf.Name())
 	return url, cmd.Process.Pid, 0 // taskset execs llmsim in place
 }
 
@@ -133,14 +122,7 @@ func criticalPathTwoProcesses(t *testing.T, lazy bool) {
 			busy = append(busy, c)
 		}
 		// Pin the engine to the loops' CPU as soon as it is forked.
-		go func() {
-			for range 400 {
-				if pinEngine(frontend) {
-					return
-				}
-				time.Sleep(5 * time.Millisecond)
-			}
-		}()
+		go testutil.Until(2*time.Second, func() bool { return pinEngine(frontend) })
 		out := filepath.Join(dir, "run")
 		code, stdout, stderr := runCLIChild("run", "--target", url, "--pid", strconv.Itoa(frontend),
 			"--num-requests", "24", "--rate", "4", "--output-len", "32", "--cpus", "1", "--out", out)

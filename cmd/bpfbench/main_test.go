@@ -35,6 +35,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testproc"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/perturb"
 )
 
@@ -74,6 +75,48 @@ func runCLI(args ...string) (code int, stdout, stderr string) {
 	var o, e bytes.Buffer
 	code = run(args, &o, &e)
 	return code, o.String(), e.String()
+}
+
+// cliProc is the CLI running as a child process, its stderr read as it
+// comes (for a ready line).
+type cliProc struct {
+	cmd    *exec.Cmd
+	stdout *bytes.Buffer
+	stderr *testutil.Lines
+}
+
+// startCLI starts the CLI as a child process; it is killed at the test's
+// end if still running.
+func startCLI(t *testing.T, args ...string) *cliProc {
+	t.Helper()
+	p := &cliProc{cmd: cliCmd(args...), stdout: &bytes.Buffer{}}
+	p.cmd.Stdout = p.stdout
+	errPipe, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p.stderr = testutil.WatchLines(errPipe)
+	t.Cleanup(func() { _ = p.cmd.Process.Kill() })
+	return p
+}
+
+// wait waits for the child's exit and returns its status (-1 when it was
+// killed), or kills it and fails t with why after timeout.
+func (p *cliProc) wait(t *testing.T, timeout time.Duration, why string) int {
+	t.Helper()
+	select {
+	case <-p.stderr.Done():
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		<-p.stderr.Done()
+		_ = p.cmd.Wait()
+		t.Fatalf("%s (within %v):\n%s", why, timeout, p.stderr)
+	}
+	_ = p.cmd.Wait()
+	return p.cmd.ProcessState.ExitCode()
 }
 
 func oneLine(t *testing.T, stderr string) string {
@@ -147,23 +190,16 @@ func TestAttachWithoutPrivileges(t *testing.T) {
 func TestAttachJSONAndTargetExit(t *testing.T) {
 	privtest.Require(t)
 	child := testproc.Start(t, "sleep", "25")
-	type result struct {
+	// The ready line (info) says the programs are loaded and attached.
+	a := startCLI(t, "attach", strconv.Itoa(child.Pid()), "--output", "json", "--log.level", "info")
+	a.stderr.Wait(t, "msg=attached", 60*time.Second)
+	child.Go(t)
+	var r struct {
 		code           int
 		stdout, stderr string
 	}
-	done := make(chan result, 1)
-	go func() {
-		c, o, e := runCLIChild("attach", strconv.Itoa(child.Pid()), "--output", "json")
-		done <- result{c, o, e}
-	}()
-	time.Sleep(1500 * time.Millisecond) // let attach load its programs
-	child.Go(t)
-	var r result
-	select {
-	case r = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("attach did not end when its target exited")
-	}
+	r.code = a.wait(t, 30*time.Second, "attach did not end when its target exited")
+	r.stdout, r.stderr = a.stdout.String(), a.stderr.String()
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}
@@ -306,7 +342,8 @@ func TestDaemonMetricsAndSIGTERM(t *testing.T) {
 	if len(d.progs) == 0 || len(d.links) == 0 {
 		t.Fatalf("daemon logged no program or link ids\n%s", d.logs)
 	}
-	time.Sleep(500 * time.Millisecond) // a refresh assigns the target
+	// A refresh has assigned the target its process.
+	testutil.WaitMetric(t, "http://"+d.addr+"/metrics", `bpfbench_target_processes{target="sleeper"} 1`, 10*time.Second)
 	child.Go(t)
 	child.Wait(t, 10*time.Second)
 	resp, err := http.Get("http://" + d.addr + "/metrics")

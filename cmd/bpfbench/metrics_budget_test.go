@@ -18,6 +18,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/internal/hist"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // seriesBudget is the most series a node's /metrics may hold in the
@@ -37,6 +38,42 @@ const protoAccept = "application/vnd.google.protobuf; proto=io.prometheus.client
 func TestDaemonSeriesBudget(t *testing.T) {
 	privtest.Require(t)
 	promtool := privtest.RequireTool(t, "promtool", "apt-get install prometheus")
+	d := startBudgetDaemon(t)
+	scrape := func(accept string) (string, []byte) { t.Helper(); return scrapeAs(t, d, accept) }
+	// Every target has its process (a refresh assigned the slots) and its
+	// live view (a session started on it: live.enabled is the default).
+	if !testutil.Until(30*time.Second, func() bool { _, text := scrape(""); return allTargetsLive(text) }) {
+		t.Fatalf("the %d targets have no process or no live view in /metrics after 30 s\n%s", budgetTargets, d.logs)
+	}
+	// Some scheduling on the host: the histograms have observations.
+	testutil.Until(10*time.Second, func() bool {
+		_, text := scrape("")
+		v, _ := testutil.Sum(string(text), "bpfbench_sched_runqueue_latency_seconds_count", `target="host"`)
+		return v > 0
+	})
+	ctype, text := scrape("")
+	if !strings.HasPrefix(ctype, "text/plain") {
+		t.Errorf("a scrape without Accept got %q, want text", ctype)
+	}
+	checkTextBudget(t, text, promtool)
+
+	ctype, om := scrape("application/openmetrics-text; version=1.0.0")
+	if !strings.HasPrefix(ctype, "application/openmetrics-text") || !bytes.HasSuffix(om, []byte("# EOF\n")) {
+		t.Errorf("an OpenMetrics scrape got %q (ending %q), want OpenMetrics", ctype, om[max(len(om)-20, 0):])
+	}
+
+	ctype, pb := scrape(protoAccept)
+	if !strings.HasPrefix(ctype, "application/vnd.google.protobuf") {
+		t.Fatalf("a protobuf scrape got %q", ctype)
+	}
+	checkNativeHistograms(t, pb)
+	d.stop(t)
+}
+
+// startBudgetDaemon runs the daemon following budgetTargets sleeping
+// processes (refreshed every 200 ms).
+func startBudgetDaemon(t *testing.T) *daemonProc {
+	t.Helper()
 	var body strings.Builder
 	body.WriteString("refresh_interval: 200ms\ntargets:\n")
 	for i := range budgetTargets {
@@ -51,55 +88,50 @@ func TestDaemonSeriesBudget(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(body.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	d := startDaemon(t, "--config", cfg)
-	scrape := func(accept string) (string, []byte) {
-		t.Helper()
-		req, err := http.NewRequest("GET", "http://"+d.addr+"/metrics", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if accept != "" {
-			req.Header.Set("Accept", accept)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("/metrics: %v\n%s", err, d.logs)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("/metrics: %s %v", resp.Status, err)
-		}
-		return resp.Header.Get("Content-Type"), b
+	return startDaemon(t, "--config", cfg)
+}
+
+// scrapeAs scrapes the daemon's /metrics asking for accept ("" for the
+// default) and returns the content type and the body.
+func scrapeAs(t *testing.T, d *daemonProc, accept string) (string, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("GET", "http://"+d.addr+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Every target has its process (a refresh assigned the slots) and its
-	// live view (a session started on it: live.enabled is the default).
-	deadline := time.Now().Add(30 * time.Second)
-	var text []byte
-	for {
-		_, text = scrape("")
-		all := true
-		for i := range budgetTargets {
-			if !bytes.Contains(text, fmt.Appendf(nil, "bpfbench_target_processes{target=\"t%d\"} 1\n", i+1)) {
-				all = false
-			}
-			if !bytes.Contains(text, fmt.Appendf(nil, "bpfbench_streams_active{target=\"t%d\"}", i+1)) {
-				all = false
-			}
-		}
-		if all {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the %d targets have no process or no live view in /metrics after 30 s\n%s", budgetTargets, d.logs)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
 	}
-	time.Sleep(time.Second) // some scheduling, IO and TCP on the host
-	ctype, text := scrape("")
-	if !strings.HasPrefix(ctype, "text/plain") {
-		t.Errorf("a scrape without Accept got %q, want text", ctype)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("/metrics: %v\n%s", err, d.logs)
 	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("/metrics: %s %v", resp.Status, err)
+	}
+	return resp.Header.Get("Content-Type"), b
+}
+
+// allTargetsLive says whether every budget target has its process and its
+// live view in the text exposition.
+func allTargetsLive(text []byte) bool {
+	for i := range budgetTargets {
+		if !bytes.Contains(text, fmt.Appendf(nil, "bpfbench_target_processes{target=\"t%d\"} 1\n", i+1)) {
+			return false
+		}
+		if !bytes.Contains(text, fmt.Appendf(nil, "bpfbench_streams_active{target=\"t%d\"}", i+1)) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkTextBudget holds the text exposition to the series budget, the
+// classic run-queue buckets and promtool's check.
+func checkTextBudget(t *testing.T, text []byte, promtool string) {
+	t.Helper()
 	series := 0
 	perFamily := map[string]int{}
 	for line := range strings.SplitSeq(string(text), "\n") {
@@ -129,16 +161,13 @@ func TestDaemonSeriesBudget(t *testing.T) {
 	if out, err := check.CombinedOutput(); err != nil || len(bytes.TrimSpace(out)) > 0 {
 		t.Errorf("promtool check metrics: %v\n%s", err, out)
 	}
+}
 
-	ctype, om := scrape("application/openmetrics-text; version=1.0.0")
-	if !strings.HasPrefix(ctype, "application/openmetrics-text") || !bytes.HasSuffix(om, []byte("# EOF\n")) {
-		t.Errorf("an OpenMetrics scrape got %q (ending %q), want OpenMetrics", ctype, om[max(len(om)-20, 0):])
-	}
-
-	ctype, pb := scrape(protoAccept)
-	if !strings.HasPrefix(ctype, "application/vnd.google.protobuf") {
-		t.Fatalf("a protobuf scrape got %q", ctype)
-	}
+// checkNativeHistograms decodes a protobuf exposition: every bpfbench
+// histogram is native with its classic buckets beside it, and some have
+// observations.
+func checkNativeHistograms(t *testing.T, pb []byte) {
+	t.Helper()
 	dec := expfmt.NewDecoder(bytes.NewReader(pb), expfmt.NewFormat(expfmt.TypeProtoDelim))
 	native, withData := 0, 0
 	for {
@@ -177,5 +206,4 @@ func TestDaemonSeriesBudget(t *testing.T) {
 	if native == 0 || withData == 0 {
 		t.Errorf("%d native histograms, %d with observations: want some of each", native, withData)
 	}
-	d.stop(t)
 }

@@ -20,7 +20,7 @@ import (
 func barrierPool(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "barrierpool")
-	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, "../barrierpool/barrierpool.c").CombinedOutput(); err != nil {
+	if out, err := exec.Command("gcc", "-O2", "-pthread", "-o", bin, "../../tools/barrierpool/barrierpool.c").CombinedOutput(); err != nil {
 		t.Fatalf("building barrierpool: %v\n%s", err, out)
 	}
 	return bin
@@ -76,22 +76,13 @@ func TestBarrierPoolReaderWakeups(t *testing.T) {
 	base := poolRun(t, alone, aloneOut)
 
 	cmd, out := startPool(t, bin, 3)
-	type res struct {
-		code           int
-		stdout, stderr string
-	}
-	done := make(chan res, 1)
-	go func() {
-		c, o, e := runCLIChild("attach", strconv.Itoa(cmd.Process.Pid), "--duration", "6s", "--output", "json")
-		done <- res{c, o, e}
-	}()
-	// The pool runs while attach is attached (it loads in about a second
-	// and measures the pool's switches for half a second first).
-	time.Sleep(2 * time.Second)
+	a := startCLI(t, "attach", strconv.Itoa(cmd.Process.Pid), "--duration", "6s", "--output", "json", "--log.level", "info")
+	// The pool runs while attach is attached: its ready line comes once it
+	// has loaded and measured the pool's switches for half a second.
+	a.stderr.Wait(t, "msg=attached", time.Minute)
 	with := poolRun(t, cmd, out)
-	r := <-done
-	if r.code != 0 {
-		t.Fatalf("attach: exit %d\n%s", r.code, r.stderr)
+	if code := a.wait(t, time.Minute, "attach --duration 6s did not end"); code != 0 {
+		t.Fatalf("attach: exit %d\n%s", code, a.stderr)
 	}
 	var sum struct {
 		Overhead overhead.Report `json:"overhead"`
@@ -99,8 +90,8 @@ func TestBarrierPoolReaderWakeups(t *testing.T) {
 			Folded uint64 `json:"folded_intervals"`
 		} `json:"sched"`
 	}
-	if err := json.Unmarshal([]byte(r.stdout), &sum); err != nil {
-		t.Fatalf("decoding attach's JSON: %v\n%s", err, r.stdout)
+	if err := json.Unmarshal(a.stdout.Bytes(), &sum); err != nil {
+		t.Fatalf("decoding attach's JSON: %v\n%s", err, a.stdout)
 	}
 	o := sum.Overhead
 	t.Logf("steps/s alone %.0f, under attach %.0f: ratio %.3f", base.StepsPerSecond, with.StepsPerSecond, with.StepsPerSecond/base.StepsPerSecond)

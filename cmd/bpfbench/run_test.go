@@ -23,6 +23,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
@@ -186,17 +187,7 @@ func inProcessSim(t *testing.T, mod func(*sim.Config)) string {
 	if mod != nil {
 		mod(&cfg)
 	}
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		ts.CloseClientConnections()
-		ts.Close()
-		s.Close()
-	})
-	return ts.URL
+	return simtest.StartConfig(t, cfg)
 }
 
 func TestRunBadInput(t *testing.T) {

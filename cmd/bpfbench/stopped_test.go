@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -13,24 +11,13 @@ import (
 
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 )
 
 // generatedTokens reads llmsim's vllm:generation_tokens_total.
 func generatedTokens(addr string) float64 {
-	resp, err := http.Get("http://" + addr + "/metrics")
-	if err != nil {
-		return 0
-	}
-	defer resp.Body.Close()
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if l := sc.Text(); strings.HasPrefix(l, "vllm:generation_tokens_total") {
-			f := strings.Fields(l)
-			v, _ := strconv.ParseFloat(f[len(f)-1], 64)
-			return v
-		}
-	}
-	return 0
+	return testutil.Value("http://"+addr+"/metrics", "vllm:generation_tokens_total", "")
 }
 
 // A server stopped with SIGSTOP for 3 s in the middle of a run, then
@@ -45,7 +32,7 @@ func TestRunBlamesAStoppedServer(t *testing.T) {
 	// Requests of a second (100 tokens, 10 ms apart) at 4 a second: about
 	// four in flight when the server stops, each with a gap of the stop's
 	// length, among 2,400 gaps (24 in the p99 band).
-	addr, pid := startSimProcess(t, dir, "--itl", "10ms")
+	addr, pid := simtest.StartProcess(t, dir, "--itl", "10ms")
 	out := filepath.Join(dir, "run")
 	cmd := cliCmd("run", "--target", "http://"+addr, "--pid", strconv.Itoa(pid), "--num-requests", "24", "--rate", "4",
 		"--output-len", "100", "--out", out)
@@ -56,19 +43,15 @@ func TestRunBlamesAStoppedServer(t *testing.T) {
 	}
 	// Stop the server once the load is under way: a third of the tokens
 	// streamed.
-	deadline := time.Now().Add(60 * time.Second)
-	for generatedTokens(addr) < 800 {
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatalf("the run streamed no 800 tokens in 60 s:\n%s\n%s", stdout.String(), stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testutil.Until(60*time.Second, func() bool { return generatedTokens(addr) >= 800 }) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("the run streamed no 800 tokens in 60 s:\n%s\n%s", stdout.String(), stderr.String())
 	}
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second)
+	time.Sleep(3 * time.Second) // the stop: the gap the run must blame on it
 	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}

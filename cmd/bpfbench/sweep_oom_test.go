@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -12,8 +11,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // A sweep with --pid against llmsim whose every sequence allocates its KV
@@ -34,7 +35,7 @@ func TestSweepStopsOnCUDAAllocFailures(t *testing.T) {
 	// llmsim's startup buffer (tools/llmsim/sim/cuda.go cudaBufBytes)
 	// and four KV caches.
 	const memBytes = 64<<10 + 4*kvBytes
-	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	addr := testutil.FreeAddr(t)
 	logf, err := os.Create(filepath.Join(dir, "llmsim.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +53,7 @@ func TestSweepStopsOnCUDAAllocFailures(t *testing.T) {
 		logf.Close()
 	})
 	url := "http://" + addr
-	waitHTTP(t, url+"/health", logf.Name())
+	testutil.WaitHTTP(t, url+"/health", 10*time.Second, logf.Name())
 
 	result := filepath.Join(dir, "sweep.json")
 	code, stdout, stderr := runCLI("sweep", "--target", url, "--pid", strconv.Itoa(cmd.Process.Pid),

@@ -22,7 +22,7 @@ func condServer(t *testing.T) string {
 	t.Helper()
 	privtest.RequireTool(t, "gcc", "apt-get install gcc")
 	bin := filepath.Join(t.TempDir(), "condserver")
-	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Wextra", "-pthread", "-o", bin, "../condserver/condserver.c").CombinedOutput(); err != nil {
+	if out, err := exec.Command("gcc", "-O2", "-Wall", "-Wextra", "-pthread", "-o", bin, "../../tools/condserver/condserver.c").CombinedOutput(); err != nil {
 		t.Fatalf("building condserver: %v\n%s", err, out)
 	}
 	return bin

@@ -12,7 +12,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/internal/manifest"
-	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -167,7 +167,7 @@ func authSim(t *testing.T) (string, func() []string) {
 // key is in neither the result nor the output.
 func TestOpenAIAPIKey(t *testing.T) {
 	const key = "sk-test-0123456789"
-	t.Setenv(loadgen.APIKeyEnv, key)
+	t.Setenv(transport.APIKeyEnv, key)
 	for _, tc := range []struct {
 		name  string
 		extra []string

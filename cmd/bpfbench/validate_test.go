@@ -18,6 +18,7 @@ import (
 	"github.com/bpfbench/bpfbench/perturb"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // The validation matrix against llmsim (a frontend and an engine process):
@@ -174,12 +175,8 @@ func TestValidateSimNetnsCleanup(t *testing.T) {
 		v := startUntilNet(t)
 		_ = v.cmd.Process.Signal(syscall.SIGKILL)
 		v.wait(t)
-		deadline := time.Now().Add(5 * time.Second)
-		for syscall.Kill(v.serverPid, 0) == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("llmsim (pid %d) outlived bpfbench's SIGKILL by 5s", v.serverPid)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !testutil.Until(5*time.Second, func() bool { return syscall.Kill(v.serverPid, 0) != nil }) {
+			t.Fatalf("llmsim (pid %d) outlived bpfbench's SIGKILL by 5s", v.serverPid)
 		}
 		if _, err := os.Stat(filepath.Join("/run/netns", v.ns)); err != nil {
 			t.Logf("network namespace %s already gone after SIGKILL: %v", v.ns, err)
@@ -228,19 +225,17 @@ func startUntilNet(t *testing.T) *validateProc {
 	}
 	// The tbf's state file is there while the net phase shapes.
 	state := filepath.Join(perturb.DefaultStateDir, fmt.Sprintf("tbf-%s-%s.json", v.ns, v.iface))
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(state); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the net phase did not start within 30s: %s", v.stderr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testutil.Until(30*time.Second, func() bool { _, err := os.Stat(state); return err == nil }) {
+		t.Fatalf("the net phase did not start within 30s: %s", v.stderr.String())
 	}
-	time.Sleep(300 * time.Millisecond)
-	if out, _ := exec.Command("tc", "-n", v.ns, "qdisc", "show", "dev", v.iface).CombinedOutput(); !strings.Contains(string(out), "tbf") {
-		t.Errorf("no tbf on %s during the net phase: %s", v.iface, out)
+	// The state file is written, then the qdisc installed.
+	var qdisc []byte
+	testutil.Until(5*time.Second, func() bool {
+		qdisc, _ = exec.Command("tc", "-n", v.ns, "qdisc", "show", "dev", v.iface).CombinedOutput()
+		return strings.Contains(string(qdisc), "tbf")
+	})
+	if !strings.Contains(string(qdisc), "tbf") {
+		t.Errorf("no tbf on %s during the net phase: %s", v.iface, qdisc)
 	}
 	return v
 }

@@ -41,6 +41,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // Protocols.
@@ -369,7 +370,7 @@ func (e *Exporter) Hook(cfg *loadgen.Config) func(*loadgen.Record) {
 
 // Operation returns the GenAI operation name for an endpoint.
 func Operation(endpoint string) string {
-	if endpoint == loadgen.EndpointChat {
+	if endpoint == transport.EndpointChat {
 		return semconv.GenAIOperationNameChat.Value.AsString()
 	}
 	return semconv.GenAIOperationNameTextCompletion.Value.AsString()
@@ -383,9 +384,9 @@ func ErrorType(r *loadgen.Record) string {
 	switch {
 	case r.Success:
 		return ""
-	case r.Failure == loadgen.FailHTTPStatus && r.Status > 0:
+	case r.Failure == transport.FailHTTPStatus && r.Status > 0:
 		return strconv.Itoa(r.Status)
-	case r.Failure == "" || r.Failure == loadgen.FailOther:
+	case r.Failure == "" || r.Failure == transport.FailOther:
 		return semconv.ErrorTypeOther.Value.AsString()
 	}
 	return r.Failure
@@ -420,14 +421,14 @@ func (e *Exporter) ExportWith(cfg *loadgen.Config, r *loadgen.Record, extra ...a
 func common(cfg *loadgen.Config, r *loadgen.Record) []attribute.KeyValue {
 	attrs := make([]attribute.KeyValue, 0, 32)
 	attrs = append(attrs,
-		semconv.GenAIOperationNameKey.String(Operation(cfg.Endpoint)),
+		semconv.GenAIOperationNameKey.String(Operation(cfg.Target.Endpoint)),
 		semconv.GenAIProviderNameOpenAI,
-		semconv.GenAIRequestModel(cfg.Model),
+		semconv.GenAIRequestModel(cfg.Target.Model),
 	)
 	if r.ResponseModel != "" {
 		attrs = append(attrs, semconv.GenAIResponseModel(r.ResponseModel))
 	}
-	if host, port, ok := serverAddr(cfg.Target); ok {
+	if host, port, ok := serverAddr(cfg.Target.URL); ok {
 		attrs = append(attrs, semconv.ServerAddress(host), semconv.ServerPort(port))
 	}
 	return attrs
@@ -477,8 +478,8 @@ func (e *Exporter) span(cfg *loadgen.Config, r *loadgen.Record, extra []attribut
 		}
 		attrs = append(attrs, attribute.Int64Slice("bpfbench.chunk_offsets_us", offs))
 	}
-	op := Operation(cfg.Endpoint)
-	_, span := e.tracer.Start(withIDs(context.Background(), r), op+" "+cfg.Model,
+	op := Operation(cfg.Target.Endpoint)
+	_, span := e.tracer.Start(withIDs(context.Background(), r), op+" "+cfg.Target.Model,
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithTimestamp(start),
 		trace.WithAttributes(attrs...))

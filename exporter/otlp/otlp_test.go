@@ -22,13 +22,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 func records() (*loadgen.Config, []loadgen.Record) {
 	cfg := loadgen.DefaultConfig()
-	cfg.Target = "http://127.0.0.1:8000"
-	cfg.Endpoint = loadgen.EndpointChat
-	cfg.Model = "m1"
+	cfg.Target.URL = "http://127.0.0.1:8000"
+	cfg.Target.Endpoint = transport.EndpointChat
+	cfg.Target.Model = "m1"
 	now := loadgen.Mono()
 	ok := loadgen.Record{Index: 0, RequestID: "r0", PromptLen: 10, UsagePromptTokens: 11, MaxTokens: 3, StartNs: now, EndNs: now + 40e6,
 		ChunkNs: []int64{now + 10e6, now + 20e6, now + 30e6}, LastNs: now + 30e6, OutputTokens: 3, LocalPort: 40000, Status: 200, Success: true, TokenSource: "usage",
@@ -42,8 +43,8 @@ func records() (*loadgen.Config, []loadgen.Record) {
 	for i := range long.ChunkNs {
 		long.ChunkNs[i] = now + int64(i+1)*1e5 + int64(i%7)*1e4
 	}
-	bad := loadgen.Record{Index: 2, RequestID: "r2", StartNs: now, EndNs: now + 5e6, Status: 500, Failure: loadgen.FailHTTPStatus, Error: "HTTP 500"}
-	cut := loadgen.Record{Index: 3, RequestID: "r3", PromptLen: 7, StartNs: now, EndNs: now + 7e6, ChunkNs: []int64{now + 2e6}, Status: 200, Failure: loadgen.FailCut, Error: "connection cut mid-stream"}
+	bad := loadgen.Record{Index: 2, RequestID: "r2", StartNs: now, EndNs: now + 5e6, Status: 500, Failure: transport.FailHTTPStatus, Error: "HTTP 500"}
+	cut := loadgen.Record{Index: 3, RequestID: "r3", PromptLen: 7, StartNs: now, EndNs: now + 7e6, ChunkNs: []int64{now + 2e6}, Status: 200, Failure: transport.FailCut, Error: "connection cut mid-stream"}
 	warm := ok
 	warm.RequestID, warm.Warmup = "warmup-0", true
 	return &cfg, []loadgen.Record{ok, long, bad, cut, warm}
@@ -251,9 +252,9 @@ func TestTraceparentJoins(t *testing.T) {
 		mem := tracetest.NewInMemoryExporter()
 		e := NewWithSpanExporter(mem, Options{})
 		cfg := loadgen.DefaultConfig()
-		cfg.Target, cfg.Model, cfg.NumRequests, cfg.NetHTTP = srv.URL, "m", 4, netHTTP
-		cfg.Dataset.OutputLen = 3
-		cfg.OnRecord = e.Hook(&cfg)
+		cfg.Target.URL, cfg.Target.Model, cfg.Scenario.NumRequests, cfg.Target.NetHTTP = srv.URL, "m", 4, netHTTP
+		cfg.Scenario.Dataset.OutputLen = 3
+		cfg.Output.OnRecord = e.Hook(&cfg)
 		res, err := loadgen.Run(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -21,18 +21,23 @@ var rules = []struct {
 	pkg   string
 	allow []string
 }{
+	{"internal/testutil/...", []string{"internal/...", "tools/llmsim/..."}}, // test helpers; simtest starts the simulator
 	{"internal/...", []string{"internal/..."}},
 	{"collectors", nil},
 	{"collectors/bpfutil", []string{"internal/..."}},
 	{"collectors/*", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"correlate", nil},
 	{"correlate/*", []string{"correlate"}}, // critpath: the critical-path engine, reusing correlate's causes
-	{"loadgen", []string{"loadgen/kserve", "loadgen/kserve/inference", "internal/..."}},
+	{"loadgen", []string{"loadgen/transport", "loadgen/dataset", "loadgen/metrics", "loadgen/sweep", "loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the run, composing the packages below
 	{"loadgen/kserve/inference", nil}, // generated from Triton's grpc_service.proto
 	{"loadgen/kserve", []string{"loadgen/kserve/inference", "internal/..."}},
+	{"loadgen/transport", []string{"loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the streaming client: requests in, records out
+	{"loadgen/dataset", []string{"loadgen/transport", "internal/..."}},                            // the prompts (transport.Request)
+	{"loadgen/metrics", []string{"loadgen/transport", "internal/..."}},                            // vLLM's metrics of the records
+	{"loadgen/sweep", []string{"loadgen/metrics", "loadgen/transport", "internal/..."}},           // the SLO search, each step a Runner
 	{"loadgen/*", []string{"internal/..."}},
 	{"perturb", []string{"internal/..."}},
-	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "internal/..."}},
+	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "loadgen/transport", "internal/..."}},
 	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"readiness", []string{"collectors/...", "internal/..."}},
 	{"agent", []string{"session", "collectors", "internal/..."}},                              // the session API of the daemon, server and client
@@ -40,7 +45,7 @@ var rules = []struct {
 	{"daemon", []string{"agent", "session", "live", "collectors", "collectors/bpfutil", "exporter/prom", "exporter/report", "correlate/critpath", "internal/..."}},
 	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "internal/..."}},
 	{"job/diff", []string{"exporter/report", "correlate", "correlate/critpath", "internal/..."}},
-	{"pipeline", []string{"collectors", "correlate", "correlate/critpath", "live", "loadgen", "loadgen/enginemetrics", "exporter/report", "exporter/trace", "internal/..."}}, // a run's streaming correlation
+	{"pipeline", []string{"collectors", "correlate", "correlate/critpath", "live", "loadgen", "loadgen/*", "exporter/report", "exporter/trace", "internal/..."}}, // a run's streaming correlation
 	{"job", []string{"job/load", "pipeline", "live", "agent", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
 	{"deploy", []string{"internal/..."}}, // tests of the dashboard and rules; run bin/bpfbench as a process
 	{"tools/llmsim/...", []string{"tools/llmsim/...", "loadgen/kserve/inference", "internal/..."}}, // the simulated server's library (cmd/llmsim)
@@ -122,6 +127,38 @@ func TestImportRules(t *testing.T) {
 	}
 	if n < 20 {
 		t.Fatalf("only %d packages listed:\n%s", n, out)
+	}
+}
+
+// testOnly are the packages only tests may import: a package's non-test
+// files importing one fails TestTestOnlyImports.
+var testOnly = []string{"internal/testutil/..."}
+
+// TestTestOnlyImports fails when a package's non-test files import a
+// test-only package (one of testOnly other than itself and below it).
+func TestTestOnlyImports(t *testing.T) {
+	cmd := exec.Command(goTool(), "list", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", module+"...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		pkg := strings.TrimPrefix(f[0], module)
+		for _, imp := range f[1:] {
+			dep, ok := strings.CutPrefix(imp, module)
+			if !ok {
+				continue
+			}
+			for _, only := range testOnly {
+				if match(only, dep) && !match(only, pkg) {
+					t.Errorf("%s imports %s, a test-only package, outside its tests", pkg, dep)
+				}
+			}
+		}
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
 )
 
 // TestMannWhitneyScipy holds the test to scipy 1.10.1's
@@ -91,9 +92,9 @@ func (r run) write(t *testing.T, dir string) string {
 		}
 	}
 	res := &loadgen.Result{StartNs: start, EndNs: start + int64(r.n)*1e8 + 1e9, Records: recs}
-	res.Config.Percentiles = []float64{50, 90, 99}
-	res.Config.Rate = 10
-	res.Metrics = loadgen.ComputeMetrics(recs, res.DurationS(), res.Config.Percentiles, nil)
+	res.Config.Metrics.Percentiles = []float64{50, 90, 99}
+	res.Config.Scenario.Rate = 10
+	res.Metrics = metrics.Compute(recs, res.DurationS(), metrics.Options{Percentiles: res.Config.Metrics.Percentiles})
 	doc := &report.Document{Attribution: r.attribution, Load: map[string]json.RawMessage{}}
 	for k, v := range res.JSON() {
 		b, err := json.Marshal(v)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -31,7 +32,7 @@ func simRun(t *testing.T, dir string, prof sim.LogprobsProfile, reqs []loadgen.R
 	ts := httptest.NewServer(s.Handler())
 	defer func() { ts.CloseClientConnections(); ts.Close(); s.Close() }()
 	lc := loadgen.DefaultConfig()
-	lc.Target, lc.Endpoint, lc.Requests, lc.Logprobs, lc.MaxConcurrency = ts.URL, endpoint, reqs, k, 16
+	lc.Target.URL, lc.Target.Endpoint, lc.Scenario.Requests, lc.Target.Logprobs, lc.Scenario.MaxConcurrency = ts.URL, endpoint, reqs, k, 16
 	res, err := loadgen.Run(context.Background(), lc)
 	if err != nil {
 		t.Fatal(err)
@@ -64,8 +65,8 @@ func TestPromptEntropyDrift(t *testing.T) {
 	}
 	low := sim.LogprobsProfile{Low: 0.8, Mid: 0.08, High: 0.12}
 	high := sim.LogprobsProfile{Low: 0.21, Mid: 0.2, High: 0.59}
-	pa := simRun(t, t.TempDir(), low, reqs, loadgen.EndpointCompletions, 5)
-	pb := simRun(t, t.TempDir(), high, reqs, loadgen.EndpointChat, 5)
+	pa := simRun(t, t.TempDir(), low, reqs, transport.EndpointCompletions, 5)
+	pb := simRun(t, t.TempDir(), high, reqs, transport.EndpointChat, 5)
 	d := Compare(load(t, pa), load(t, pb))
 	s := d.PromptEntropy
 	if s == nil || s.NotMeasured != "" || len(s.Clusters) != 3 || s.A.N != len(reqs) || s.B.N != len(reqs) {
@@ -124,7 +125,7 @@ func TestPromptEntropyDrift(t *testing.T) {
 
 	// The same profile twice, at another K: no drift, but a note that the
 	// truncations differ.
-	pc := simRun(t, t.TempDir(), low, reqs, loadgen.EndpointCompletions, 10)
+	pc := simRun(t, t.TempDir(), low, reqs, transport.EndpointCompletions, 10)
 	d = Compare(load(t, pa), load(t, pc))
 	for _, c := range d.PromptEntropy.Clusters {
 		if c.Drift || c.Points != 0 {

@@ -25,6 +25,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/otlp"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/kserve"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // Options are the load options. Every command that sends load (load,
@@ -48,7 +49,7 @@ const DefaultMaxFailedRatio = 0.1
 // server (the first it lists at /v1/models, as vLLM's client does).
 func NewOptions() *Options {
 	cfg := loadgen.DefaultConfig()
-	cfg.Model = ""
+	cfg.Target.Model = ""
 	return &Options{Config: cfg, MaxFailedRatio: DefaultMaxFailedRatio}
 }
 
@@ -62,7 +63,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	g.Float64Var(&o.MaxFailedRatio, "max-failed-ratio", o.MaxFailedRatio, "the fraction of the measured requests that may fail: above it the command writes its results and exits with status 3 (1: never)")
 	g.VisitAll(func(f *flag.Flag) { fs.AddFlag(fromGoFlag(f)) })
 	fs.Lookup("model").Usage = "model name sent in requests (default: the first model the server lists at /v1/models)"
-	if math.IsInf(o.Config.Rate, 1) {
+	if math.IsInf(o.Config.Scenario.Rate, 1) {
 		fs.Lookup("rate").DefValue = "inf"
 	}
 }
@@ -127,7 +128,7 @@ var Scenario = []string{"num-requests", "duration", "warmup", "constant", "burst
 // and help are the phased job's.
 func (o *Options) AddPhasedFlags(fs *pflag.FlagSet, rate float64, omit ...string) {
 	all := pflag.NewFlagSet("load options", pflag.ContinueOnError)
-	o.Config.Rate = rate
+	o.Config.Scenario.Rate = rate
 	o.AddFlags(all)
 	r := all.Lookup("rate")
 	r.DefValue = strconv.FormatFloat(rate, 'g', -1, 64)
@@ -206,31 +207,31 @@ func (o *Options) Progress(w io.Writer) (update func(done, total int), finish fu
 // ResolveModel sets cfg.Model, when it is empty, to the first model the
 // server lists at /v1/models.
 func ResolveModel(ctx context.Context, cfg *loadgen.Config) error {
-	if cfg.Model != "" {
+	if cfg.Target.Model != "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if cfg.Protocol == loadgen.ProtocolKServeGRPC {
-		models, err := kserve.Models(ctx, cfg.Target)
+	if cfg.Target.Protocol == transport.ProtocolKServeGRPC {
+		models, err := kserve.Models(ctx, cfg.Target.URL)
 		if err != nil {
-			return fmt.Errorf("asking %s which model it serves: %w (or give --model)", cfg.Target, err)
+			return fmt.Errorf("asking %s which model it serves: %w (or give --model)", cfg.Target.URL, err)
 		}
 		if len(models) == 0 {
-			return fmt.Errorf("%s lists no model in its repository: give --model", cfg.Target)
+			return fmt.Errorf("%s lists no model in its repository: give --model", cfg.Target.URL)
 		}
-		cfg.Model = models[0]
+		cfg.Target.Model = models[0]
 		return nil
 	}
-	base, err := loadgen.BaseURL(cfg.Target)
+	base, err := transport.BaseURL(cfg.Target.URL)
 	if err != nil {
 		return &loadgen.ConfigError{Err: err}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/models", nil)
 	if err != nil {
-		return fmt.Errorf("--target %q: %w", cfg.Target, err)
+		return fmt.Errorf("--target %q: %w", cfg.Target.URL, err)
 	}
-	for k, vs := range loadgen.WithAPIKey(cfg.Headers) {
+	for k, vs := range transport.WithAPIKey(cfg.Target.Headers) {
 		for _, v := range vs {
 			req.Header.Add(k, v)
 		}
@@ -251,7 +252,7 @@ func ResolveModel(ctx context.Context, cfg *loadgen.Config) error {
 	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil || len(m.Data) == 0 || m.Data[0].ID == "" {
 		return fmt.Errorf("%s/v1/models lists no model: give --model", base)
 	}
-	cfg.Model = m.Data[0].ID
+	cfg.Target.Model = m.Data[0].ID
 	return nil
 }
 
@@ -366,22 +367,22 @@ func (j *LoadJob) Run(ctx context.Context, stdout, stderr io.Writer) error {
 	}
 	if exp != nil {
 		defer exp.Shutdown(context.Background())
-		cfg.OnRecord = exp.Hook(&cfg)
+		cfg.Output.OnRecord = exp.Hook(&cfg)
 	}
 	var finish func()
-	cfg.Progress, finish = j.Progress(stderr)
-	fmt.Fprintf(stdout, "Traffic request rate: %s\n", rateString(cfg.Rate))
-	if cfg.Constant {
+	cfg.Output.Progress, finish = j.Progress(stderr)
+	fmt.Fprintf(stdout, "Traffic request rate: %s\n", rateString(cfg.Scenario.Rate))
+	if cfg.Scenario.Constant {
 		fmt.Fprintln(stdout, "Burstiness factor: inf (constant rate)")
 	} else {
 		dist := "Gamma distribution"
-		if cfg.Burstiness == 1 {
+		if cfg.Scenario.Burstiness == 1 {
 			dist = "Poisson process"
 		}
-		fmt.Fprintf(stdout, "Burstiness factor: %g (%s)\n", cfg.Burstiness, dist)
+		fmt.Fprintf(stdout, "Burstiness factor: %g (%s)\n", cfg.Scenario.Burstiness, dist)
 	}
-	if cfg.MaxConcurrency > 0 {
-		fmt.Fprintf(stdout, "Maximum request concurrency: %d\n", cfg.MaxConcurrency)
+	if cfg.Scenario.MaxConcurrency > 0 {
+		fmt.Fprintf(stdout, "Maximum request concurrency: %d\n", cfg.Scenario.MaxConcurrency)
 	} else {
 		fmt.Fprintln(stdout, "Maximum request concurrency: None")
 	}

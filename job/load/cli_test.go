@@ -93,11 +93,11 @@ func TestFlagsDefaults(t *testing.T) {
 func TestResolveModel(t *testing.T) {
 	url := startSim(t, nil)
 	cfg := NewOptions().Config
-	cfg.Target = url
-	if err := ResolveModel(context.Background(), &cfg); err != nil || cfg.Model == "" {
-		t.Fatalf("model %q: %v", cfg.Model, err)
+	cfg.Target.URL = url
+	if err := ResolveModel(context.Background(), &cfg); err != nil || cfg.Target.Model == "" {
+		t.Fatalf("model %q: %v", cfg.Target.Model, err)
 	}
-	cfg.Model, cfg.Target = "", "http://127.0.0.1:1"
+	cfg.Target.Model, cfg.Target.URL = "", "http://127.0.0.1:1"
 	if err := ResolveModel(context.Background(), &cfg); err == nil || !strings.Contains(err.Error(), "give --model") {
 		t.Errorf("nobody listening: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/otlp"
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/sweep"
 )
 
 // SweepJob is `bpfbench sweep`: the load options, the search and where
@@ -28,7 +29,7 @@ type SweepJob struct {
 	Precision, Step      float64
 	MaxRate              float64
 	MaxSearchConcurrency int
-	// The limit signals that end a step early (loadgen.SweepConfig's and
+	// The limit signals that end a step early (sweep.Config's and
 	// job.SweepSignalsConfig's): the load generator's own error rate and
 	// connection resets, and the engine's KV cache, preemptions and queue.
 	MaxErrorRate   float64
@@ -39,7 +40,7 @@ type SweepJob struct {
 	MaxWaitingFor  time.Duration
 	// Signals, when set, are the engine's and the kernel's signals,
 	// polled during every step (job.StartSweepSignals).
-	Signals loadgen.Signals
+	Signals sweep.Signals
 	// Out is the run directory: sweep.json (unless Result names another
 	// file) and, when the knee is explained, its two runs (Out/pass,
 	// Out/fail).
@@ -60,7 +61,7 @@ func (j *SweepJob) ResultFile() string {
 
 // NewSweepJob returns the job with the defaults of its flags.
 func NewSweepJob() *SweepJob {
-	return &SweepJob{Options: *NewOptions(), Mode: loadgen.SweepRate, RequestsPerStep: 200, Precision: 0.05, MaxSearchConcurrency: 1024,
+	return &SweepJob{Options: *NewOptions(), Mode: sweep.ModeRate, RequestsPerStep: 200, Precision: 0.05, MaxSearchConcurrency: 1024,
 		MaxErrorRate: 0.05, MaxKVUsage: 0.95, MaxWaitingFor: 2 * time.Second, Out: "bpfbench-sweep"}
 }
 
@@ -89,8 +90,8 @@ func (j *SweepJob) AddFlags(fs *pflag.FlagSet) {
 
 // LoadConfig is the load of every step, checked with the search's
 // flags: its errors are *loadgen.ConfigError.
-func (j *SweepJob) LoadConfig() (loadgen.Config, []loadgen.SLO, error) {
-	slos, err := loadgen.ParseSLOs(j.SLO)
+func (j *SweepJob) LoadConfig() (loadgen.Config, []sweep.SLO, error) {
+	slos, err := sweep.ParseSLOs(j.SLO)
 	if err != nil {
 		if !strings.Contains(err.Error(), "--slo") {
 			err = fmt.Errorf("--slo: %w", err)
@@ -104,7 +105,7 @@ func (j *SweepJob) LoadConfig() (loadgen.Config, []loadgen.SLO, error) {
 		return loadgen.Config{}, nil, &loadgen.ConfigError{Err: fmt.Errorf("--out %s: --out is the run directory (sweep.json goes inside it); --result FILE names the steps' file", j.Out)}
 	}
 	o := j.Options
-	o.Config.NumRequests = j.RequestsPerStep
+	o.Config.Scenario.NumRequests = j.RequestsPerStep
 	if err := o.Validate(); err != nil {
 		return loadgen.Config{}, nil, err
 	}
@@ -134,7 +135,7 @@ func (j *SweepJob) checkRanges() error {
 // answer's step failed than --max-failed-ratio allows (a step can pass
 // with --max-error-rate off). A sweep that found no step meeting every
 // SLO has an answer too, "none": it is no error.
-func (j *SweepJob) CheckAnswer(res *loadgen.SweepResult) error {
+func (j *SweepJob) CheckAnswer(res *sweep.Result) error {
 	if res == nil || res.Best == nil {
 		return nil
 	}
@@ -147,7 +148,7 @@ func (j *SweepJob) CheckAnswer(res *loadgen.SweepResult) error {
 // Run finds the highest request rate (or concurrency) that meets every
 // SLO, printing each step and the answer, and writes all steps to JSON.
 // cfg is the load each step was sent with (its model resolved).
-func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *loadgen.SweepResult, cfg loadgen.Config, err error) {
+func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *sweep.Result, cfg loadgen.Config, err error) {
 	cfg, slos, err := j.LoadConfig()
 	if err != nil {
 		return nil, cfg, err
@@ -161,11 +162,10 @@ func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *load
 	}
 	if exp != nil {
 		defer exp.Shutdown(context.Background())
-		cfg.OnRecord = exp.Hook(&cfg)
+		cfg.Output.OnRecord = exp.Hook(&cfg)
 	}
-	fmt.Fprintf(stdout, "Sweeping %s against %s for %s, %d requests per step\n", j.Mode, cfg.Target, j.SLO, j.RequestsPerStep)
-	sc := loadgen.SweepConfig{
-		Load:            cfg,
+	fmt.Fprintf(stdout, "Sweeping %s against %s for %s, %d requests per step\n", j.Mode, cfg.Target.URL, j.SLO, j.RequestsPerStep)
+	sc := sweep.Config{
 		SLOs:            slos,
 		Mode:            j.Mode,
 		RequestsPerStep: j.RequestsPerStep,
@@ -176,12 +176,12 @@ func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *load
 		Signals:         j.Signals,
 		MaxErrorRate:    j.MaxErrorRate,
 		MaxResets:       j.MaxResets,
-		OnStep:          func(s *loadgen.SweepStep) { printStep(stdout, s, slos) },
+		OnStep:          func(s *sweep.Step) { printStep(stdout, s, slos) },
 	}
 	if sc.MaxErrorRate <= 0 {
 		sc.MaxErrorRate = -1 // 0 is loadgen's default; here it is off
 	}
-	res, err = loadgen.Sweep(ctx, sc)
+	res, err = loadgen.Sweep(ctx, cfg, sc)
 	if res != nil {
 		printAnswer(stdout, res, slos)
 		if file := j.ResultFile(); file != "" {
@@ -191,11 +191,11 @@ func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *load
 			fmt.Fprintf(stdout, "steps written to %s\n", file)
 		}
 	}
-	cfg.OnRecord = nil
+	cfg.Output.OnRecord = nil
 	return res, cfg, err
 }
 
-func printStep(w io.Writer, s *loadgen.SweepStep, slos []loadgen.SLO) {
+func printStep(w io.Writer, s *sweep.Step, slos []sweep.SLO) {
 	at := fmt.Sprintf("rate %8.2f req/s", s.Rate)
 	if s.Rate == 0 {
 		at = "rate      inf      "
@@ -221,9 +221,9 @@ func printStep(w io.Writer, s *loadgen.SweepStep, slos []loadgen.SLO) {
 	fmt.Fprintln(w)
 }
 
-func printAnswer(w io.Writer, r *loadgen.SweepResult, slos []loadgen.SLO) {
+func printAnswer(w io.Writer, r *sweep.Result, slos []sweep.SLO) {
 	unit := "req/s"
-	if r.Mode == loadgen.SweepConcurrency {
+	if r.Mode == sweep.ModeConcurrency {
 		unit = "requests in flight"
 	}
 	fmt.Fprintf(w, "capacity (saturation probe): %.2f req/s; search step %.2f %s\n", r.Capacity, r.StepSize, unit)
@@ -240,7 +240,7 @@ func printAnswer(w io.Writer, r *loadgen.SweepResult, slos []loadgen.SLO) {
 		r.Answer, unit, strings.Join(parts, ", "), r.Best.Values["request_throughput"], r.Best.Values["output_throughput"])
 }
 
-func writeSweep(path string, r *loadgen.SweepResult) error {
+func writeSweep(path string, r *sweep.Result) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding sweep result: %w", err)

@@ -6,13 +6,15 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
+	"github.com/bpfbench/bpfbench/loadgen/sweep"
 )
 
 // More than --max-failed-ratio of the requests failed: a ThresholdError
 // (exit 3); as many as it allows: none.
 func TestCheckFailed(t *testing.T) {
 	res := func(failed, completed int) *loadgen.Result {
-		return &loadgen.Result{Metrics: &loadgen.Metrics{Failed: failed, Completed: completed}}
+		return &loadgen.Result{Metrics: &metrics.Metrics{Failed: failed, Completed: completed}}
 	}
 	var te *ThresholdError
 	if err := CheckFailed(res(61, 39), 0.1); !errors.As(err, &te) || err.Error() != "61 of 100 requests failed (61%), more than --max-failed-ratio 0.1 allows" {
@@ -27,11 +29,11 @@ func TestCheckFailed(t *testing.T) {
 		t.Errorf("--max-failed-ratio 1: %v", err)
 	}
 	j := NewSweepJob()
-	sw := &loadgen.SweepResult{Mode: loadgen.SweepRate, Best: &loadgen.SweepStep{Metrics: &loadgen.Metrics{Failed: 3, Completed: 7}}}
+	sw := &sweep.Result{Mode: sweep.ModeRate, Best: &sweep.Step{Metrics: &metrics.Metrics{Failed: 3, Completed: 7}}}
 	if err := j.CheckAnswer(sw); !errors.As(err, &te) || !strings.HasPrefix(err.Error(), "the answer's step: 3 of 10 requests failed") {
 		t.Errorf("sweep answer with 30%% failed: %v", err)
 	}
-	if err := j.CheckAnswer(&loadgen.SweepResult{Mode: loadgen.SweepRate}); err != nil {
+	if err := j.CheckAnswer(&sweep.Result{Mode: sweep.ModeRate}); err != nil {
 		t.Errorf("no step met the SLOs: %v", err)
 	}
 }
@@ -40,7 +42,7 @@ func TestCheckFailed(t *testing.T) {
 // options: a *loadgen.ConfigError naming the flag.
 func TestOptionRanges(t *testing.T) {
 	o := NewOptions()
-	o.Config.Target = "http://127.0.0.1:1"
+	o.Config.Target.URL = "http://127.0.0.1:1"
 	var ce *loadgen.ConfigError
 	for _, r := range []float64{-0.1, 1.5} {
 		o.MaxFailedRatio = r
@@ -57,7 +59,7 @@ func TestOptionRanges(t *testing.T) {
 		"--max-waiting-for -1s":      func(j *SweepJob) { j.MaxWaitingFor = -1e9 },
 	} {
 		j := NewSweepJob()
-		j.Config.Target, j.SLO = "http://127.0.0.1:1", "p99_ttft_ms<=5"
+		j.Config.Target.URL, j.SLO = "http://127.0.0.1:1", "p99_ttft_ms<=5"
 		mod(j)
 		if _, _, err := j.LoadConfig(); !errors.As(err, &ce) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: %v", name, err)

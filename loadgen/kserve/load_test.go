@@ -18,6 +18,8 @@ import (
 
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/kserve"
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -99,12 +101,12 @@ func mean(xs []float64) float64 {
 
 func grpcConfig(addr string, n, in, out int) loadgen.Config {
 	cfg := loadgen.DefaultConfig()
-	cfg.Protocol = loadgen.ProtocolKServeGRPC
-	cfg.Target = "grpc://" + addr
-	cfg.NumRequests = n
-	cfg.MaxConcurrency = 1
-	cfg.Dataset.InputLen = in
-	cfg.Dataset.OutputLen = out
+	cfg.Target.Protocol = transport.ProtocolKServeGRPC
+	cfg.Target.URL = "grpc://" + addr
+	cfg.Scenario.NumRequests = n
+	cfg.Scenario.MaxConcurrency = 1
+	cfg.Scenario.Dataset.InputLen = in
+	cfg.Scenario.Dataset.OutputLen = out
 	return cfg
 }
 
@@ -128,8 +130,8 @@ func TestGRPCTTFTAndITL(t *testing.T) {
 	if m.Completed != 6 || m.Failed != 0 {
 		t.Fatalf("completed %d failed %d: %v", m.Completed, m.Failed, res.Failures())
 	}
-	if models, err := kserve.Models(context.Background(), addr); err != nil || len(models) != 1 || models[0] != cfg.Model {
-		t.Errorf("models %v, %v; want [%s]", models, err, cfg.Model)
+	if models, err := kserve.Models(context.Background(), addr); err != nil || len(models) != 1 || models[0] != cfg.Target.Model {
+		t.Errorf("models %v, %v; want [%s]", models, err, cfg.Target.Model)
 	}
 	// The server counts a request's last token after sending it: wait
 	// (bounded) until it has counted what the client received.
@@ -141,7 +143,7 @@ func TestGRPCTTFTAndITL(t *testing.T) {
 	srv := serverTimes{after.ttftSum - before.ttftSum, after.itlSum - before.itlSum, after.ttftN - before.ttftN, after.itlN - before.itlN, after.generation - before.generation}
 	var ttfts, itls []float64
 	for _, r := range res.Records {
-		if r.OutputTokens != 12 || len(r.ChunkNs) != 12 || r.TokenSource != loadgen.TokensFromChunks {
+		if r.OutputTokens != 12 || len(r.ChunkNs) != 12 || r.TokenSource != transport.TokensFromChunks {
 			t.Errorf("request %d: %d tokens in %d chunks (%s), want 12", r.Index, r.OutputTokens, len(r.ChunkNs), r.TokenSource)
 		}
 		if r.LocalPort == 0 || r.ResponseID != r.RequestID || r.HeadersNs == 0 || r.SentNs < r.StartNs {
@@ -176,14 +178,14 @@ func TestGRPCTTFTAndITL(t *testing.T) {
 
 // headerRun runs cfg and returns the metrics, checking that the summary
 // and the JSON say what they say.
-func headerRun(t *testing.T, cfg loadgen.Config) *loadgen.Metrics {
+func headerRun(t *testing.T, cfg loadgen.Config) *metrics.Metrics {
 	t.Helper()
 	res, err := loadgen.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := res.Metrics
-	if m.Failed != 0 || m.Completed != cfg.NumRequests {
+	if m.Failed != 0 || m.Completed != cfg.Scenario.NumRequests {
 		t.Fatalf("completed %d failed %d: %v", m.Completed, m.Failed, res.Failures())
 	}
 	var b strings.Builder
@@ -211,12 +213,12 @@ func TestHeaderBlocking(t *testing.T) {
 		runs := map[string]loadgen.Config{"grpc": grpcConfig(addr, n, 8, 4)}
 		for _, netHTTP := range []bool{false, true} {
 			cfg := loadgen.DefaultConfig()
-			cfg.Target = url
-			cfg.NetHTTP = netHTTP
-			cfg.NumRequests = n
-			cfg.MaxConcurrency = 1
-			cfg.Dataset.InputLen = 8
-			cfg.Dataset.OutputLen = 4
+			cfg.Target.URL = url
+			cfg.Target.NetHTTP = netHTTP
+			cfg.Scenario.NumRequests = n
+			cfg.Scenario.MaxConcurrency = 1
+			cfg.Scenario.Dataset.InputLen = 8
+			cfg.Scenario.Dataset.OutputLen = 4
 			runs[map[bool]string{false: "raw", true: "net/http"}[netHTTP]] = cfg
 		}
 		for name, cfg := range runs {
@@ -251,11 +253,11 @@ func TestGRPCFailures(t *testing.T) {
 		kind   string
 		reason string
 	}{
-		{"close-after", func(c *sim.Config) { c.GRPCCloseAfter = 2 }, loadgen.FailCut, "final response"},
-		{"cut", func(c *sim.Config) { c.CutRate = 1 }, loadgen.FailCut, "final response"},
-		{"malformed", func(c *sim.Config) { c.MalformedRate = 1 }, loadgen.FailMalformed, "datatype INT32"},
-		{"error", func(c *sim.Config) { c.ErrorRate = 1 }, loadgen.FailStreamError, "injected error in stream"},
-		{"status", func(c *sim.Config) { c.FailRate = 1 }, loadgen.FailGRPCStatus, "gRPC Internal: injected failure"},
+		{"close-after", func(c *sim.Config) { c.GRPCCloseAfter = 2 }, transport.FailCut, "final response"},
+		{"cut", func(c *sim.Config) { c.CutRate = 1 }, transport.FailCut, "final response"},
+		{"malformed", func(c *sim.Config) { c.MalformedRate = 1 }, transport.FailMalformed, "datatype INT32"},
+		{"error", func(c *sim.Config) { c.ErrorRate = 1 }, transport.FailStreamError, "injected error in stream"},
+		{"status", func(c *sim.Config) { c.FailRate = 1 }, transport.FailGRPCStatus, "gRPC Internal: injected failure"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, addr := startSim(t, func(s *sim.Config) {
@@ -288,7 +290,7 @@ func TestGRPCFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Metrics.Failures[loadgen.FailConnect] != 2 {
+	if res.Metrics.Failures[transport.FailConnect] != 2 {
 		t.Errorf("connection refused: %v %v", res.Metrics.Failures, res.Failures())
 	}
 }
@@ -297,20 +299,20 @@ func TestGRPCFailures(t *testing.T) {
 func TestGRPCStallAndTimeout(t *testing.T) {
 	_, addr := startSim(t, func(c *sim.Config) { c.StallRate = 1; c.DecodeStep = time.Millisecond })
 	cfg := grpcConfig(addr, 2, 4, 8)
-	cfg.StallTimeout = 100 * time.Millisecond
+	cfg.Target.StallTimeout = 100 * time.Millisecond
 	res, err := loadgen.Run(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Metrics.Failures[loadgen.FailStall] != 2 {
+	if res.Metrics.Failures[transport.FailStall] != 2 {
 		t.Errorf("stalls: %v %v", res.Metrics.Failures, res.Failures())
 	}
-	cfg.StallTimeout = 0
-	cfg.Timeout = 150 * time.Millisecond
+	cfg.Target.StallTimeout = 0
+	cfg.Target.Timeout = 150 * time.Millisecond
 	if res, err = loadgen.Run(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}
-	if res.Metrics.Failures[loadgen.FailTimeout] != 2 {
+	if res.Metrics.Failures[transport.FailTimeout] != 2 {
 		t.Errorf("timeouts: %v %v", res.Metrics.Failures, res.Failures())
 	}
 }

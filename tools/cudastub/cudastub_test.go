@@ -340,7 +340,7 @@ func TestWaitStart(t *testing.T) {
 			if err != nil || !bytes.Contains(maps, []byte("libcuda.so.1")) {
 				t.Errorf("libcuda.so.1 not mapped while waiting (%v)", err)
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // a window to see nothing happen in: no event to wait for
 			if stdout.Len() != 0 {
 				t.Fatalf("the driver ran before it was started: %s", stdout.String())
 			}
@@ -371,7 +371,7 @@ func TestLoop(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // the loop's run: rounds of 10 launches of 50 µs
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}

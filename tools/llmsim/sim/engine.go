@@ -204,8 +204,11 @@ func (e *engine) freeKV(s *seq) {
 	}
 }
 
+// loggedOnce are the step errors the loop has logged (once each).
+type loggedOnce struct{ io, cuda, oom bool }
+
 func (e *engine) loop(ctx context.Context) {
-	var ioErrLogged, cudaErrLogged, oomLogged bool
+	var logged loggedOnce
 	defer func() {
 		for _, s := range e.running {
 			e.freeKV(s)
@@ -213,55 +216,20 @@ func (e *engine) loop(ctx context.Context) {
 	}()
 	for {
 		e.mu.Lock()
-		for len(e.waiting) == 0 && len(e.running) == 0 {
-			e.mu.Unlock()
-			select {
-			case <-ctx.Done():
-				return
-			case <-e.wake:
-			}
-			e.mu.Lock()
+		if !e.waitWork(ctx) {
+			return
 		}
-		// Drop canceled sequences, then admit from the queue.
-		live := e.running[:0]
-		for _, s := range e.running {
-			if !s.canceled.Load() {
-				live = append(live, s)
-			} else {
-				e.freeKV(s)
-			}
-		}
-		clear(e.running[len(live):])
-		e.running = live
 		now := time.Now()
-		var oom []*seq
-		for len(e.running) < e.cfg.MaxNumSeqs && len(e.waiting) > 0 {
-			s := e.waiting[0]
-			e.waiting[0] = nil
-			e.waiting = e.waiting[1:]
-			if s.canceled.Load() {
-				continue
-			}
-			s.admitted = now
-			e.out.admitted(now.Sub(s.arrival))
-			if !e.allocKV(s) {
-				oom = append(oom, s)
-				continue
-			}
-			e.running = append(e.running, s)
-		}
-		if len(e.waiting) == 0 {
-			e.waiting = nil
-		}
+		oom := e.admit(now)
 		batch := append([]*seq(nil), e.running...)
 		e.out.waiting(len(e.waiting))
 		e.mu.Unlock()
 		// The sequences whose KV cache did not fit fail (before running:
 		// with no batch, running ends the frame of the engine process).
 		for _, s := range oom {
-			if !oomLogged {
+			if !logged.oom {
 				e.log.Error("allocating a sequence's KV cache", "bytes", e.cfg.KVBytesPerSeq, "err", "CUDA_ERROR_OUT_OF_MEMORY")
-				oomLogged = true
+				logged.oom = true
 			}
 			s.canceled.Store(true)
 			e.out.token(s, token{finish: finishOOM, at: now}, 0)
@@ -270,83 +238,146 @@ func (e *engine) loop(ctx context.Context) {
 		if len(batch) == 0 {
 			continue
 		}
-
-		// The step's cost.
-		var prefill time.Duration
-		decoding := 0
-		kvTokens := 0
-		for _, s := range batch {
-			if !s.prefilled {
-				prefill += e.cfg.PrefillBase + time.Duration(s.promptLen)*e.cfg.PrefillPerToken
-			} else {
-				decoding++
-			}
-			kvTokens += s.promptLen + s.generated
-		}
-		var decode time.Duration
-		if decoding > 0 {
-			decode = time.Duration(float64(e.step.Load()) * (1 + e.cfg.BatchSlowdown*float64(decoding-1)))
-		}
-		d := prefill + decode
-		if e.cfg.Jitter > 0 {
-			d = time.Duration(float64(d) * (1 + e.cfg.Jitter*(2*e.rng.Float64()-1)))
-		}
+		d, kvTokens := e.stepCost(batch)
 		stepStart := time.Now()
-		if e.cfg.Work == WorkSleep {
-			sleepUntil(stepStart.Add(d))
-		} else {
-			spinCPU(d)
-		}
-		if e.io != nil {
-			if err := e.io.read(); err != nil {
-				e.ioErrs.Add(1)
-				if !ioErrLogged {
-					e.log.Error("step IO", "err", err)
-					ioErrLogged = true
-				}
-			}
-		}
-		if e.cuda != nil {
-			if err := e.cuda.step(len(batch)); err != nil {
-				e.gpuErrs.Add(1)
-				if !cudaErrLogged {
-					e.log.Error("step CUDA calls", "err", err)
-					cudaErrLogged = true
-				}
-			}
-		}
+		e.runStep(stepStart, d, len(batch), &logged)
 		end := time.Now()
 		e.steps.Add(1)
 		e.out.stepDone(end.Sub(stepStart), float64(kvTokens)/float64(e.cfg.KVCacheTokens))
+		e.emit(batch, end)
+	}
+}
 
-		// Emit one token per sequence.
-		finished := 0
-		generated := 0
-		for _, s := range batch {
-			if s.canceled.Load() {
-				continue
-			}
-			prompt := 0
-			if !s.prefilled {
-				s.prefilled = true
-				prompt = s.promptLen
-			}
-			tok := token{index: s.generated, at: end}
-			s.generated++
-			generated++
-			switch {
-			case s.generated >= s.maxTokens:
-				tok.finish = "length"
-			case !s.ignoreEOS && e.cfg.EOSProb > 0 && e.rng.Float64() < e.cfg.EOSProb:
-				tok.finish = "stop"
-			}
-			e.out.token(s, tok, prompt)
-			if tok.finish != "" {
-				s.canceled.Store(true) // leaves the batch at the next step
-				e.freeKV(s)
-				finished++
+// waitWork waits, e.mu held, until a sequence waits or runs; false (e.mu
+// released) when ctx is done first.
+func (e *engine) waitWork(ctx context.Context) bool {
+	for len(e.waiting) == 0 && len(e.running) == 0 {
+		e.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return false
+		case <-e.wake:
+		}
+		e.mu.Lock()
+	}
+	return true
+}
+
+// admit, e.mu held, drops the canceled sequences from the batch, then
+// admits from the queue as the batch and the KV cache allow; it returns
+// the sequences whose KV cache did not fit.
+func (e *engine) admit(now time.Time) (oom []*seq) {
+	live := e.running[:0]
+	for _, s := range e.running {
+		if !s.canceled.Load() {
+			live = append(live, s)
+		} else {
+			e.freeKV(s)
+		}
+	}
+	clear(e.running[len(live):])
+	e.running = live
+	for len(e.running) < e.cfg.MaxNumSeqs && len(e.waiting) > 0 {
+		s := e.waiting[0]
+		e.waiting[0] = nil
+		e.waiting = e.waiting[1:]
+		if s.canceled.Load() {
+			continue
+		}
+		s.admitted = now
+		e.out.admitted(now.Sub(s.arrival))
+		if !e.allocKV(s) {
+			oom = append(oom, s)
+			continue
+		}
+		e.running = append(e.running, s)
+	}
+	if len(e.waiting) == 0 {
+		e.waiting = nil
+	}
+	return oom
+}
+
+// stepCost is the step's duration for batch (the prefills, the decodes
+// slowed by the batch's size, the jitter) and the KV cache's tokens.
+func (e *engine) stepCost(batch []*seq) (d time.Duration, kvTokens int) {
+	var prefill time.Duration
+	decoding := 0
+	for _, s := range batch {
+		if !s.prefilled {
+			prefill += e.cfg.PrefillBase + time.Duration(s.promptLen)*e.cfg.PrefillPerToken
+		} else {
+			decoding++
+		}
+		kvTokens += s.promptLen + s.generated
+	}
+	var decode time.Duration
+	if decoding > 0 {
+		decode = time.Duration(float64(e.step.Load()) * (1 + e.cfg.BatchSlowdown*float64(decoding-1)))
+	}
+	d = prefill + decode
+	if e.cfg.Jitter > 0 {
+		d = time.Duration(float64(d) * (1 + e.cfg.Jitter*(2*e.rng.Float64()-1)))
+	}
+	return d, kvTokens
+}
+
+// runStep does a step's work for d from start (asleep or on the CPU),
+// then its IO and CUDA calls for a batch of n, counting and logging
+// (once) their errors.
+func (e *engine) runStep(start time.Time, d time.Duration, n int, logged *loggedOnce) {
+	if e.cfg.Work == WorkSleep {
+		sleepUntil(start.Add(d))
+	} else {
+		spinCPU(d)
+	}
+	if e.io != nil {
+		if err := e.io.read(); err != nil {
+			e.ioErrs.Add(1)
+			if !logged.io {
+				e.log.Error("step IO", "err", err)
+				logged.io = true
 			}
 		}
-		e.out.endStep(generated)
 	}
+	if e.cuda != nil {
+		if err := e.cuda.step(n); err != nil {
+			e.gpuErrs.Add(1)
+			if !logged.cuda {
+				e.log.Error("step CUDA calls", "err", err)
+				logged.cuda = true
+			}
+		}
+	}
+}
+
+// emit sends one token per sequence of batch at end; a sequence that
+// finishes (its length, or EOS) leaves the batch at the next step.
+func (e *engine) emit(batch []*seq, end time.Time) {
+	generated := 0
+	for _, s := range batch {
+		if s.canceled.Load() {
+			continue
+		}
+		prompt := 0
+		if !s.prefilled {
+			s.prefilled = true
+			prompt = s.promptLen
+		}
+		tok := token{index: s.generated, at: end}
+		s.generated++
+		generated++
+		switch {
+		case s.generated >= s.maxTokens:
+			tok.finish = "length"
+		case !s.ignoreEOS && e.cfg.EOSProb > 0 && e.rng.Float64() < e.cfg.EOSProb:
+			tok.finish = "stop"
+		}
+		e.out.token(s, tok, prompt)
+		if tok.finish != "" {
+			s.canceled.Store(true) // leaves the batch at the next step
+			e.freeKV(s)
+		}
+	}
+	e.out.endStep(generated)
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // metricValues reads /metrics: name{labels} → value.
@@ -92,8 +94,12 @@ func TestTwoProcesses(t *testing.T) {
 			}
 			got.texts = append(got.texts, b.String())
 		}
-		time.Sleep(50 * time.Millisecond) // the last step frame's gauges
-		m := metricValues(t, url)
+		// The last step frame's gauges: nothing running.
+		var m map[string]float64
+		testutil.Eventually(t, 5*time.Second, func() bool {
+			m = metricValues(t, url)
+			return m[`vllm:num_requests_running{model_name="llmsim"}`] == 0
+		}, "processes %d: no request running", procs)
 		got.counts = map[string]float64{}
 		for _, k := range counted {
 			got.counts[k] = m[k]
