@@ -1,0 +1,244 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+)
+
+// While the launch probes are detached (budget.go), launches are estimated
+// per launching thread from what is measured without them:
+//
+//   - its synchronizes, whose probes stay on: a sample window measures its
+//     launches per step over whole steps (from its first synchronize in the
+//     window to its last, marked in the kernel: bpf/cuda.bpf.c, launchers),
+//     and the detached stretch's synchronizes times that is the estimate
+//     ("per_step"); exact for a loop whose steps look like the window's.
+//   - its on-CPU time, read from /proc/PID/task/TID/schedstat (the
+//     scheduler's own per-thread sum, exact and cheap to read): a window
+//     measures launches per on-CPU second, with the probes' cost taken out
+//     (each hit is charged to the thread: launches times the measured hit
+//     cost), and the detached stretch's on-CPU time times that is the
+//     estimate ("on_cpu"); it holds for bursts without synchronizes and
+//     counts nothing while the thread is off CPU (idle between bursts).
+//
+// Each estimate carries a relative error bound (see threadEst.estimate),
+// and where no estimate is possible (a thread that was on CPU while
+// detached but never measured in a window, or one that exited between two
+// readings) the count is marked a lower bound.
+
+// hitUncertainty is the relative uncertainty of a probe hit's measured
+// cost as charged to a target thread: uprobecost measures a no-op program
+// on calibration functions, the collector's program does more, and the
+// host's load moves it.
+const hitUncertainty = 0.25
+
+// maxEstimateError is the largest error bound reported as an estimate:
+// past it, a thread's detached launches are left out and the count is a
+// lower bound.
+const maxEstimateError = 0.5
+
+// minWindowLaunches is the fewest launches a rate is taken from.
+const minWindowLaunches = 20
+
+// threadSample is one reading of a launching thread.
+type threadSample struct {
+	l     cudaLauncher
+	cpuNs uint64 // on-CPU time from schedstat
+	ok    bool   // schedstat was readable (the thread exists)
+}
+
+// threads is a reading of every launching thread of a slot, by tid.
+type threads map[uint32]threadSample
+
+// readThreads reads the launching threads of slot idx: their in-kernel
+// counts and their on-CPU time.
+func (c *Collector) readThreads(idx uint32) threads {
+	out := threads{}
+	var tid uint32
+	var l cudaLauncher
+	it := c.objs.Launchers.Iterate()
+	for it.Next(&tid, &l) {
+		if l.Idx != idx {
+			continue
+		}
+		ns, err := threadCPU(l.Tgid, tid)
+		out[tid] = threadSample{l: l, cpuNs: ns, ok: err == nil}
+	}
+	return out
+}
+
+// threadCPU is the on-CPU time of thread tid of tgid in ns (the first
+// field of schedstat).
+func threadCPU(tgid, tid uint32) (uint64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/schedstat", tgid, tid))
+	if err != nil {
+		return 0, err
+	}
+	f, _, _ := bytes.Cut(bytes.TrimSpace(b), []byte(" "))
+	return strconv.ParseUint(string(f), 10, 64)
+}
+
+// threadEst is what is known of one launching thread.
+type threadEst struct {
+	rate, rateErr    float64 // unprobed launches per on-CPU second (0: unknown)
+	perStep, stepErr float64 // launches per synchronize over whole steps (0: unknown)
+	pendCPU          float64 // detached on-CPU seconds not yet estimated
+	pendSyncs        uint64  // synchronizes in them
+}
+
+// estimator accounts the launches of the detached stretches.
+type estimator struct {
+	th        map[uint32]*threadEst
+	estimated float64 // launches
+	errAbs    float64 // sum of estimate times its relative bound
+	methods   map[string]bool
+	// lower: some detached launches could not be estimated.
+	lower   bool
+	lowerBy string
+}
+
+func (e *estimator) thread(tid uint32) *threadEst {
+	if e.th == nil {
+		e.th = map[uint32]*threadEst{}
+		e.methods = map[string]bool{}
+	}
+	t := e.th[tid]
+	if t == nil {
+		t = &threadEst{}
+		e.th[tid] = t
+	}
+	return t
+}
+
+// probed takes the rates of a window (or of the probed stretch before the
+// probes were first detached) from a to b; gen is the window's generation
+// (bpf arm map), for its whole steps.
+func (e *estimator) probed(a, b threads, hit float64, gen uint32) {
+	for tid, sb := range b {
+		sa, ok := a[tid]
+		t := e.thread(tid)
+		if ok && sa.ok && sb.ok && sb.cpuNs > sa.cpuNs {
+			n := float64(sb.l.Launches - sa.l.Launches)
+			cpu := float64(sb.cpuNs-sa.cpuNs) / 1e9
+			share := n * hit / 1e9 / cpu
+			if n >= minWindowLaunches && share < 0.95 {
+				r := n / (cpu - n*hit/1e9)
+				err := share/(1-share)*hitUncertainty + 1/math.Sqrt(n)
+				if t.rate > 0 {
+					err += math.Abs(r-t.rate) / r
+				}
+				t.rate, t.rateErr = r, err
+			}
+		}
+		if sb.l.Gen == gen && sb.l.LastSyncs > sb.l.FirstSyncs {
+			steps := float64(sb.l.LastSyncs - sb.l.FirstSyncs)
+			ps := float64(sb.l.LastLaunches-sb.l.FirstLaunches) / steps
+			err := 0.0
+			if t.perStep > 0 {
+				err = math.Abs(ps-t.perStep) / ps
+			}
+			if ps > 0 {
+				t.perStep, t.stepErr = ps, err
+			}
+		}
+		e.settle(tid, t)
+	}
+}
+
+// detached accounts the on-CPU time and synchronizes of the launching
+// threads from a to b, while the probes were off.
+func (e *estimator) detached(a, b threads) {
+	for tid, sa := range a {
+		sb, ok := b[tid]
+		if !sa.ok {
+			continue
+		}
+		if !ok || !sb.ok {
+			// Exited (or evicted): its time since a is unknown.
+			e.lower, e.lowerBy = true, "a launching thread exited while the probes were detached"
+			continue
+		}
+		t := e.thread(tid)
+		if sb.cpuNs > sa.cpuNs {
+			t.pendCPU += float64(sb.cpuNs-sa.cpuNs) / 1e9
+		}
+		t.pendSyncs += sb.l.Syncs - sa.l.Syncs
+		e.settle(tid, t)
+	}
+}
+
+// settle estimates a thread's pending detached stretch when it can.
+func (e *estimator) settle(tid uint32, t *threadEst) {
+	est, err, method, ok := t.estimate()
+	if !ok {
+		return
+	}
+	_ = tid
+	t.pendCPU, t.pendSyncs = 0, 0
+	if err > maxEstimateError {
+		e.lower, e.lowerBy = true, fmt.Sprintf("a thread's estimate was off by up to %.0f%%", 100*err)
+		return
+	}
+	e.estimated += est
+	e.errAbs += est * err
+	e.methods[method] = true
+}
+
+// estimate is the thread's pending launches with their relative bound.
+// Per step: the spread of launches per step between windows, plus one
+// step at either end of the stretch (1/synchronizes). On CPU: the probes'
+// share of the window's CPU over the rest times the hit cost's
+// uncertainty, plus the counting error (1/sqrt(launches)), plus the
+// change from the previous window. With both, the per-step figure is
+// taken and the bound widened to their disagreement when they disagree
+// beyond their bounds (the steps are not what the window saw).
+func (t *threadEst) estimate() (est, err float64, method string, ok bool) {
+	if t.pendCPU == 0 && t.pendSyncs == 0 {
+		return 0, 0, "", false
+	}
+	haveStep := t.perStep > 0 && t.pendSyncs > 0
+	haveCPU := t.rate > 0
+	cpuEst := t.rate * t.pendCPU
+	switch {
+	case haveStep:
+		est = t.perStep * float64(t.pendSyncs)
+		err = t.stepErr + 1/float64(t.pendSyncs)
+		method = "per_step"
+		if haveCPU && t.rateErr <= maxEstimateError {
+			if d := math.Abs(est-cpuEst) / est; d > err+t.rateErr {
+				err = d
+			}
+		}
+	case haveCPU:
+		est, err, method = cpuEst, t.rateErr, "on_cpu"
+	default:
+		return 0, 0, "", false
+	}
+	return est, err, method, true
+}
+
+// finish marks the count a lower bound when launching threads were on CPU
+// while detached and no window ever gave them a rate.
+func (e *estimator) finish() {
+	for _, t := range e.th {
+		if t.pendCPU > 0.001 || t.pendSyncs > 0 {
+			e.lower, e.lowerBy = true, "a launching thread ran while the probes were detached and no window measured its rate"
+		}
+	}
+}
+
+// method names the methods used ("per_step", "on_cpu" or both).
+func (e *estimator) method() string {
+	switch {
+	case e.methods["per_step"] && e.methods["on_cpu"]:
+		return "per_step+on_cpu"
+	case e.methods["per_step"]:
+		return "per_step"
+	case e.methods["on_cpu"]:
+		return "on_cpu"
+	}
+	return ""
+}
