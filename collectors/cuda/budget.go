@@ -373,11 +373,13 @@ func (r *budgetRun) sampled(ctx context.Context) bool {
 // launching threads' rates in it. It returns whether the launches were
 // within budget (the probes then stay) and false in ok when ctx is done.
 func (r *budgetRun) window(ctx context.Context) (within, ok bool) {
-	r.arm()
 	if err := r.c.setLaunchProbes(r.procs, true); err != nil {
 		r.c.Log().Warn("attaching launch probes for a sample window", "err", err)
 		return false, true
 	}
+	// Armed once the probes are on: the window's first synchronize then
+	// begins a step whose every launch is counted.
+	r.arm()
 	n0, _ := r.c.launchCount(r.idx)
 	a := r.c.readThreads(r.idx)
 	r.st.detached(r.th, a)
@@ -458,6 +460,7 @@ func (st *budgetState) off(at counter, reason string) {
 		st.lp.ProbedSeconds += at.t.Sub(st.since).Seconds()
 	}
 	st.on, st.since = false, at.t
+	st.est.boundary()
 	st.lp.Mode = "sampled"
 	if reason != "" {
 		st.lp.Reason = reason
@@ -469,6 +472,7 @@ func (st *budgetState) window(at counter) {
 	defer st.mu.Unlock()
 	st.lp.UnprobedSeconds += at.t.Sub(st.since).Seconds()
 	st.lp.Windows++
+	st.est.boundary()
 	st.on, st.since = true, at.t
 }
 
