@@ -51,7 +51,7 @@ type Section struct {
 	live     bool
 	snap     snapshot
 	lastIntv []Counts
-	lastEst  uint64 // estimated launches at the last interval line
+	lastEst  uint64          // estimated launches at the last interval line
 	procs    map[uint32]bool // attached processes of the tree
 }
 
