@@ -2,7 +2,9 @@ package cuda
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"strconv"
@@ -52,6 +54,7 @@ func (c *Collector) readThreads(idx uint32) threads {
 	out := threads{}
 	var tid uint32
 	var l cudaLauncher
+	var gone []uint32
 	it := c.objs.Launchers.Iterate()
 	for it.Next(&tid, &l) {
 		if l.Idx != idx {
@@ -59,6 +62,15 @@ func (c *Collector) readThreads(idx uint32) threads {
 		}
 		ns, err := threadCPU(l.Tgid, tid)
 		out[tid] = threadSample{l: l, cpuNs: ns, ok: err == nil}
+		if errors.Is(err, fs.ErrNotExist) {
+			gone = append(gone, tid)
+		}
+	}
+	// An exited thread is seen once (not ok), then forgotten: a daemon
+	// following a process that makes and ends threads does not read a
+	// dead thread's schedstat every check.
+	for _, tid := range gone {
+		_ = c.objs.Launchers.Delete(tid)
 	}
 	return out
 }

@@ -93,7 +93,6 @@ func TestRealDriverLibrary(t *testing.T) {
 	if err != nil || len(libs) == 0 {
 		t.Fatalf("finding the CUDA libraries of realcall: %v", err)
 	}
-	t.Logf("%s: %d symbols probed, build id %s", libs[0].Path, libs[0].Symbols, libs[0].BuildID)
 	var mu sync.Mutex
 	rets := map[string]map[int32]int{}
 	cost := uprobecost.Cost{EmulatedNs: 1000, SingleStepNs: 3000}
@@ -115,6 +114,12 @@ func TestRealDriverLibrary(t *testing.T) {
 		t.Fatalf("%+v", err)
 	}
 	defer s.Close()
+	for _, l := range s.Summary().(cuda.Summary).Libraries {
+		t.Logf("%s library %s: %d symbols probed, missing %v", l.API, l.Path, l.Symbols, l.Missing)
+		if l.API == "driver" && (l.Symbols == 0 || len(l.Missing) > 0) {
+			t.Errorf("the real driver library lacks probed symbols: %d probed, missing %v", l.Symbols, l.Missing)
+		}
+	}
 	emu, step := s.LaunchProbeKinds(uint32(pid))
 	t.Logf("launch probes: %d emulated, %d single-stepped", emu, step)
 	if step == 0 {
