@@ -315,7 +315,7 @@ func (r *budgetRun) full(ctx context.Context) bool {
 		}
 		r.st.rates(prev, th, r.hit, r.gen)
 		r.th = r.c.readThreads(r.idx)
-		r.st.off(r.c.reading(r.idx), fmt.Sprintf("%.0f launches/s at %.2f µs a probe hit would cost %.1f%% of a CPU, over the %.1f%% budget",
+		r.st.off(r.c.reading(r.idx), th, r.th, fmt.Sprintf("%.0f launches/s at %.2f µs a probe hit would cost %.1f%% of a CPU, over the %.1f%% budget",
 			rate, r.hit/1e3, rate*r.hit/1e9*100, r.b.Ratio*100))
 		r.c.Log().Info("launch probes over budget: sampling", "launches_per_second", int(rate), "hit_cost_ns", int(r.hit))
 		return true
@@ -335,6 +335,7 @@ func (r *budgetRun) sampled(ctx context.Context) bool {
 	defer tk.Stop()
 	next := time.Now().Add(r.b.First)
 	idle := map[uint32]bool{}
+	var lastUnmeasured time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -343,19 +344,28 @@ func (r *budgetRun) sampled(ctx context.Context) bool {
 		}
 		th := r.c.readThreads(r.idx)
 		r.st.detached(r.th, th)
-		back := false
+		back, unmeasured := false, false
 		for tid, s := range th {
 			p, ok := r.th[tid]
 			busy := ok && s.ok && p.ok && s.cpuNs-p.cpuNs > uint64(r.b.Check.Nanoseconds()/10)
 			if busy && idle[tid] {
 				back = true
 			}
+			if busy && r.st.unmeasured(tid) {
+				unmeasured = true
+			}
 			idle[tid] = ok && s.ok && p.ok && s.cpuNs == p.cpuNs
 		}
 		now := time.Now()
 		r.tokens = min(r.b.Burst.Seconds(), r.tokens+r.b.Ratio*r.b.Check.Seconds())
 		r.th = th
-		if !now.After(next) && !(back && r.tokens > 0) {
+		// A busy thread no window has measured (its launches began in the
+		// check that detached the probes) gets one at once, tokens or not,
+		// at most every ten windows' time: without it the stretch has no
+		// estimate at all.
+		if unmeasured && now.Sub(lastUnmeasured) >= 10*r.b.Window {
+			lastUnmeasured = now
+		} else if !now.After(next) && !(back && r.tokens > 0) {
 			continue
 		}
 		next = now.Add(r.b.Period)
@@ -382,8 +392,7 @@ func (r *budgetRun) window(ctx context.Context) (within, ok bool) {
 	r.arm()
 	n0, _ := r.c.launchCount(r.idx)
 	a := r.c.readThreads(r.idx)
-	r.st.detached(r.th, a)
-	r.st.window(n0)
+	r.st.window(n0, r.th, a)
 	// A window lasts Window, and up to ten times that until it has seen
 	// two synchronizes (a step that outlasts the window gives no ratio).
 	var n1 counter
@@ -409,8 +418,7 @@ func (r *budgetRun) window(ctx context.Context) (within, ok bool) {
 	}
 	_ = r.c.setLaunchProbes(r.procs, false)
 	r.th = r.c.readThreads(r.idx)
-	r.st.detached(b, r.th) // what ran while detaching was counted
-	r.st.off(r.c.reading(r.idx), "")
+	r.st.off(r.c.reading(r.idx), b, r.th, "")
 	return false, ctx.Err() == nil
 }
 
@@ -434,6 +442,13 @@ func (st *budgetState) rates(a, b threads, hit float64, gen uint32) {
 	st.publish()
 }
 
+// unmeasured says whether a launching thread has no rate yet.
+func (st *budgetState) unmeasured(tid uint32) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.est.unmeasured(tid)
+}
+
 // detached accounts the launching threads from a to b while detached.
 func (st *budgetState) detached(a, b threads) {
 	st.mu.Lock()
@@ -453,27 +468,36 @@ func (st *budgetState) publish() {
 	}
 }
 
-func (st *budgetState) off(at counter, reason string) {
+// off accounts a detach: a and b are the launching threads read before
+// and after it; what ran in between is taken as detached (the part still
+// probed is in the bound, see estimator.boundary).
+func (st *budgetState) off(at counter, a, b threads, reason string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.on {
 		st.lp.ProbedSeconds += at.t.Sub(st.since).Seconds()
 	}
 	st.on, st.since = false, at.t
-	st.est.boundary()
+	st.est.detached(a, b)
+	st.est.boundary(a, b)
 	st.lp.Mode = "sampled"
 	if reason != "" {
 		st.lp.Reason = reason
 	}
+	st.publish()
 }
 
-func (st *budgetState) window(at counter) {
+// window accounts a window's start: a and b are the launching threads
+// read before and after the probes were attached.
+func (st *budgetState) window(at counter, a, b threads) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.lp.UnprobedSeconds += at.t.Sub(st.since).Seconds()
 	st.lp.Windows++
-	st.est.boundary()
+	st.est.detached(a, b)
+	st.est.boundary(a, b)
 	st.on, st.since = true, at.t
+	st.publish()
 }
 
 // finish closes the last stretch: detached time at the end is accounted

@@ -94,6 +94,10 @@ type threadEst struct {
 	perStep, stepErr float64 // launches per synchronize over whole steps (0: unknown)
 	pendCPU          float64 // detached on-CPU seconds not yet estimated
 	pendSyncs        uint64  // synchronizes in them
+	// pendCounted are launches the probes counted in them: a stretch
+	// across a switch of the probes (a detach, a window's attach) is
+	// probed in part, and those launches are in the counts already.
+	pendCounted float64
 }
 
 // estimator accounts the launches of the detached stretches.
@@ -167,6 +171,7 @@ func (e *estimator) detached(a, b threads) {
 			t.pendCPU += float64(sb.cpuNs-sa.cpuNs) / 1e9
 		}
 		t.pendSyncs += sb.l.Syncs - sa.l.Syncs
+		t.pendCounted += float64(sb.l.Launches - sa.l.Launches)
 		e.settle(t, false)
 	}
 }
@@ -177,7 +182,7 @@ func (e *estimator) settle(t *threadEst, final bool) {
 	if !ok {
 		return
 	}
-	t.pendCPU, t.pendSyncs = 0, 0
+	t.pendCPU, t.pendSyncs, t.pendCounted = 0, 0, 0
 	if lower {
 		e.lower, e.lowerBy = true, "launches per on-CPU second of a window include the probes' own cost: the estimate without synchronizes is a lower bound"
 	}
@@ -205,15 +210,20 @@ func (e *estimator) settle(t *threadEst, final bool) {
 //
 // With both, the per-step figure is taken unless the on-CPU figure exceeds
 // it (launches outside the steps, a burst): then that, as a lower bound.
+// Launches the probes counted in the stretch (across a switch of the
+// probes) are taken off either figure.
 func (t *threadEst) estimate(final bool) (est, err float64, method string, lower, ok bool) {
 	if t.pendCPU == 0 && t.pendSyncs == 0 {
 		return 0, 0, "", false, false
 	}
-	low := t.low * t.pendCPU
+	low := max(0, t.low*t.pendCPU-t.pendCounted)
 	switch {
 	case t.perStep > 0 && t.pendSyncs > 0:
-		est = t.perStep * float64(t.pendSyncs)
+		est = max(0, t.perStep*float64(t.pendSyncs)-t.pendCounted)
 		err = t.stepErr
+		if est == 0 {
+			return 0, 0, "per_step", false, true
+		}
 		// Two steps of slack: a stretch's synchronizes and its CPU time
 		// each cut a step at either end.
 		if t.low > 0 && low > est*(1+err)+2*t.perStep {
@@ -233,14 +243,21 @@ func (t *threadEst) estimate(final bool) (est, err float64, method string, lower
 	return 0, 0, "", false, false
 }
 
-// boundary accounts a detach or a window's start: the step in progress
-// then is counted in part and estimated in part (lost in part at a
-// window's start, counted twice in part at a detach), and the readings of
-// the threads and of the probes' state are not one instant: two steps of
-// each stepping thread are added to the bound.
-func (e *estimator) boundary() {
-	for _, t := range e.th {
-		e.errAbs += 2 * t.perStep
+// boundary accounts a detach or a window's start, from reading a before
+// the probes' switch to reading b after it: the step in progress is
+// counted in part and estimated in part (lost in part at a window's
+// start, counted twice in part at a detach), and so are the steps made
+// while the switch took (30-50 ms for uprobe_multi links here): each
+// stepping thread adds two steps and those to the bound.
+func (e *estimator) boundary(a, b threads) {
+	for tid, t := range e.th {
+		n := 2.0
+		if sa, ok := a[tid]; ok {
+			if sb, ok := b[tid]; ok && sb.l.Syncs > sa.l.Syncs {
+				n += float64(sb.l.Syncs - sa.l.Syncs)
+			}
+		}
+		e.errAbs += n * t.perStep
 	}
 }
 
@@ -249,10 +266,17 @@ func (e *estimator) boundary() {
 func (e *estimator) finish() {
 	for _, t := range e.th {
 		e.settle(t, true)
-		if t.pendCPU > 0.001 || t.pendSyncs > 0 {
+		if t.pendCPU > 0 || t.pendSyncs > 0 {
 			e.lower, e.lowerBy = true, "a launching thread ran while the probes were detached and no window measured its rate"
 		}
 	}
+}
+
+// unmeasured says whether thread tid launched but no window has given it
+// a rate yet.
+func (e *estimator) unmeasured(tid uint32) bool {
+	t := e.th[tid]
+	return t == nil || (t.low == 0 && t.perStep == 0)
 }
 
 // method names the methods used ("per_step", "on_cpu" or both).

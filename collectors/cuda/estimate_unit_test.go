@@ -23,7 +23,7 @@ func TestEstimatePerStep(t *testing.T) {
 	a := threads{7: sample(1000, 10, 0, 0, 0, 0, 1, 100)}
 	b := threads{7: sample(2000, 13, 1000, 10, 1900, 13, 2, 110)}
 	e.probed(a, b, 1000, 2)
-	e.boundary()
+	e.boundary(b, b)
 	// Detached: 100 synchronizes on 200 ms of CPU.
 	c := threads{7: sample(2000, 113, 1000, 10, 2000, 113, 2, 310)}
 	e.detached(b, c)
