@@ -31,10 +31,6 @@ import (
 // detached but never measured in a window, or one that exited between two
 // readings) the count is marked a lower bound.
 
-// maxEstimateError is the largest error bound reported as an estimate:
-// past it, a thread's on-CPU figure is kept as a lower bound.
-const maxEstimateError = 0.5
-
 // minWindowLaunches is the fewest launches a rate is taken from.
 const minWindowLaunches = 20
 
