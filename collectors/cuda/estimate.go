@@ -197,12 +197,14 @@ func (e *estimator) settle(t *threadEst, final bool) {
 //
 // On CPU (no synchronize to count steps by): the window's launches per
 // on-CPU second times the stretch's on-CPU time. The window's rate
-// includes the probes' own cost, charged to the thread, and what a hit
-// costs differs by process and load (the host's calibration, uprobecost,
-// measured 7.7 µs a hit in a Go test binary whose stub caller paid under
-// 3), so the rate without probes is not known; the figure is a lower bound
-// for a thread whose work per launch is the same with and without the
-// probes, and is marked so.
+// includes the probes' own cost, charged to the thread, and that cost is
+// not known well enough to take out: the budget prices every launch hit at
+// the dearest class among the launch functions (the stub's cuLaunchKernel
+// is emulated, 0.6-0.9 µs, another of its launch functions single-stepped,
+// 6-8 µs), the calibration times a no-op program, not this one, and the
+// host's load moves both. So the figure is a lower bound for a thread
+// whose work per launch is the same with and without the probes, and is
+// marked so.
 //
 // With both, the per-step figure is taken unless the on-CPU figure exceeds
 // it (launches outside the steps, a burst): then that, as a lower bound.
