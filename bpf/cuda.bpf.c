@@ -53,6 +53,8 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 #define CK_ALLOC (1ULL << 25)                   /* an allocation */
 #define CK_LAUNCH(c) ((__u32)((c) >> 26) & 0x3) /* enum launch_layout */
 #define CK_QUIET (1ULL << 28)                   /* counted, never streamed */
+#define CK_LAUNCHER (1ULL << 29)                /* a launch: counted per thread */
+#define CK_SYNC (1ULL << 30)                    /* a synchronize: marks the thread's steps */
 
 enum launch_layout {
 	LAUNCH_NONE = 0,
@@ -112,6 +114,40 @@ struct dims_key {
 	__u32 grid[3];
 	__u32 block[3];
 };
+
+/* A thread that launched, for the launch budget's estimate
+ * (collectors/cuda/estimate.go): its launches counted by the probes, its
+ * synchronizes (whose probes stay on), and the launch count at the first
+ * synchronize after userspace armed a sample window (arm[idx] != gen) and at
+ * the latest one, so that a window's launches per step count whole steps.
+ * Only the thread writes its entry; userspace only reads it. */
+struct launcher {
+	__u64 launches;
+	__u64 syncs;
+	__u64 first_launches; /* at the first synchronize of generation gen */
+	__u64 first_syncs;
+	__u64 last_launches; /* at the latest synchronize */
+	__u64 last_syncs;
+	__u32 tgid;
+	__u32 idx;
+	__u32 gen;
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, struct launcher);
+} launchers SEC(".maps");
+
+/* idx -> the generation of the latest sample window (userspace writes it). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, __u32);
+} arm SEC(".maps");
 
 /* (tid << 32 | call) -> call in progress. LRU: a thread killed inside a
  * call never returns. */
@@ -335,6 +371,38 @@ static __always_inline void emit(__u64 id, __u32 call, __u64 start, __u64 end,
 	pipe_submit(e, sizeof(*e));
 }
 
+/* count_launch counts a launch of thread tid (per-thread entry). */
+static __always_inline void count_launch(__u64 id, __u32 idx)
+{
+	__u32 tid = (__u32)id;
+	struct launcher *l = bpf_map_lookup_elem(&launchers, &tid);
+	if (l) {
+		l->launches++;
+		return;
+	}
+	/* gen 0: its first synchronize marks the current window. */
+	struct launcher n = {.launches = 1, .tgid = id >> 32, .idx = idx};
+	bpf_map_update_elem(&launchers, &tid, &n, BPF_NOEXIST);
+}
+
+/* mark_sync records a synchronize of a thread that launched. */
+static __always_inline void mark_sync(__u64 id, __u32 idx)
+{
+	__u32 tid = (__u32)id;
+	struct launcher *l = bpf_map_lookup_elem(&launchers, &tid);
+	if (!l)
+		return;
+	l->syncs++;
+	l->last_launches = l->launches;
+	l->last_syncs = l->syncs;
+	__u32 *g = bpf_map_lookup_elem(&arm, &idx);
+	if (g && *g != l->gen) {
+		l->gen = *g;
+		l->first_launches = l->launches;
+		l->first_syncs = l->syncs;
+	}
+}
+
 static __always_inline int enter(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
@@ -354,6 +422,10 @@ static __always_inline int enter(struct pt_regs *ctx)
 	/* Entry-only calls of a target that streams nothing need no more
 	 * than the counters: keep the hot path short. */
 	read_args(ctx, ck, &a, ((ck & CK_RET) && !(ck & CK_QUIET)) || (flags & TARGET_STREAM));
+	if (ck & CK_SYNC)
+		mark_sync(id, idx);
+	if (ck & CK_LAUNCHER)
+		count_launch(id, idx);
 
 	if (ck & CK_RET) {
 		__u64 key = (id << 32) | call;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -61,26 +62,34 @@ type LaunchProbes struct {
 	UnprobedSeconds float64 `json:"unprobed_seconds"`
 	Windows         int     `json:"sample_windows"`
 	// MeasuredLaunches were counted by the probes, EstimatedLaunches were
-	// not (detached time times the nearest window's rate).
-	MeasuredLaunches  uint64  `json:"measured_launches"`
-	EstimatedLaunches uint64  `json:"estimated_launches"`
-	MaxRate           float64 `json:"max_launches_per_second"`
+	// not: estimated per launching thread from its synchronizes and its
+	// on-CPU time while detached (estimate.go).
+	MeasuredLaunches  uint64 `json:"measured_launches"`
+	EstimatedLaunches uint64 `json:"estimated_launches"`
+	// Estimated says the launch counts include an estimate; Method is how
+	// it was made ("per_step", "on_cpu" or "per_step+on_cpu") and
+	// EstimateError its relative error bound on MeasuredLaunches +
+	// EstimatedLaunches.
+	Estimated     bool    `json:"estimated"`
+	Method        string  `json:"method,omitempty"`
+	EstimateError float64 `json:"estimate_error"`
+	// LowerBound: some launches while detached could not be estimated
+	// (LowerBoundReason says why): the counts are at least this.
+	LowerBound       bool    `json:"lower_bound"`
+	LowerBoundReason string  `json:"lower_bound_reason,omitempty"`
+	MaxRate          float64 `json:"max_launches_per_second"`
 	// CostSeconds is the probes' estimated CPU cost to the target.
 	CostSeconds float64 `json:"cost_seconds"`
 }
 
 type budgetState struct {
-	mu       sync.Mutex
-	lp       LaunchProbes
-	on       bool
-	since    time.Time // of the current on/off stretch
-	offAt    counter   // the reading when the probes were last detached
-	lastRate float64   // launches/s of the latest probed stretch
-	perSync  float64   // launches per synchronize in it (0: none)
-	pending  float64   // detached seconds not yet estimated
-	// pendingSyncs are the synchronizes counted in them.
-	pendingSyncs uint64
-	done         bool
+	mu    sync.Mutex
+	lp    LaunchProbes
+	on    bool
+	since time.Time // of the current on/off stretch
+	first uint64    // the launch count when the budget started
+	est   estimator
+	done  bool
 }
 
 func (b Budget) withDefaults() Budget {
@@ -162,166 +171,258 @@ func (c *Collector) launchKinds(procs func() []uint32) (emu, step int) {
 	return emu, step
 }
 
+// budgetRun is one run of the budget of a slot.
+type budgetRun struct {
+	c      *Collector
+	procs  func() []uint32
+	idx    uint32
+	b      Budget
+	st     *budgetState
+	cost   uprobecost.Cost
+	hit    float64 // ns a hit, 0: no launch probe
+	tokens float64 // probe cost allowed now, CPU seconds
+	last   counter
+	th     threads // the launching threads at the latest check
+	gen    uint32  // of the latest sample window (bpf arm map)
+}
+
 // runBudget keeps the launch probes of the processes of slot idx (procs)
 // within b until ctx is done, recording what it did in st.
 func (c *Collector) runBudget(ctx context.Context, procs func() []uint32, idx uint32, b Budget, st *budgetState) {
-	b = b.withDefaults()
-	var cost uprobecost.Cost
-	if b.Cost != nil {
-		cost = *b.Cost
+	r := &budgetRun{c: c, procs: procs, idx: idx, b: b.withDefaults(), st: st}
+	r.start()
+	for r.full(ctx) && r.sampled(ctx) {
+	}
+	st.finish(c.reading(idx), r.th, c.readThreads(idx))
+}
+
+func (r *budgetRun) start() {
+	if r.b.Cost != nil {
+		r.cost = *r.b.Cost
 	} else {
 		var err error
-		if cost, err = uprobecost.Measure(); err != nil {
-			c.Log().Warn("measuring the uprobe cost; assuming 20 µs a hit", "err", err)
-			cost = uprobecost.Cost{EmulatedNs: 20000, SingleStepNs: 20000}
+		if r.cost, err = uprobecost.Measure(); err != nil {
+			r.c.Log().Warn("measuring the uprobe cost; assuming 20 µs a hit", "err", err)
+			r.cost = uprobecost.Cost{EmulatedNs: 20000, SingleStepNs: 20000}
 		}
 	}
-	// The single-step cost if any launch function starts with an
-	// instruction the kernel cannot emulate (a daemon target's processes
-	// may map CUDA later: re-read at every check).
-	hitCost := func() float64 {
-		emu, step := c.launchKinds(procs)
-		if step > 0 {
-			return cost.SingleStepNs
-		}
-		if emu > 0 {
-			return cost.EmulatedNs
-		}
-		return 0
+	r.hit = r.hitCost()
+	r.st.mu.Lock()
+	r.st.lp.BudgetRatio = r.b.Ratio
+	r.st.lp.HitCostNs = r.hit
+	r.st.lp.Mode = "full"
+	if r.hit == 0 {
+		r.st.lp.Mode = "none"
 	}
-	now := time.Now()
-	hit := hitCost()
-	st.mu.Lock()
-	st.lp.BudgetRatio = b.Ratio
-	st.lp.HitCostNs = hit
-	st.lp.Mode = "full"
-	if hit == 0 {
-		st.lp.Mode = "none"
+	r.st.on, r.st.since = true, time.Now()
+	r.st.mu.Unlock()
+	r.arm()
+	var err error
+	if r.last, err = r.c.launchCount(r.idx); err != nil {
+		r.c.Log().Warn("reading launch counts", "err", err)
 	}
-	st.on, st.since = true, now
-	st.mu.Unlock()
+	r.st.mu.Lock()
+	r.st.first = r.last.launches
+	r.st.mu.Unlock()
+	r.th = r.c.readThreads(r.idx)
+	r.tokens = r.b.Burst.Seconds()
+}
 
-	last, err := c.launchCount(idx)
-	if err != nil {
-		c.Log().Warn("reading launch counts", "err", err)
+// hitCost is the single-step cost if any launch function starts with an
+// instruction the kernel cannot emulate (a daemon target's processes may
+// map CUDA later: re-read at every check).
+func (r *budgetRun) hitCost() float64 {
+	emu, step := r.c.launchKinds(r.procs)
+	if step > 0 {
+		return r.cost.SingleStepNs
 	}
-	tokens := b.Burst.Seconds()
-	// Without a launch probe to pay for (no CUDA library mapped yet), the
-	// check only looks for one, once a second: 50 wakeups a second of an
-	// observer for nothing are not free on a busy host.
-	period := func(hit float64) time.Duration {
-		if hit == 0 {
-			return max(b.Check, idleCheck)
-		}
-		return b.Check
+	if emu > 0 {
+		return r.cost.EmulatedNs
 	}
-	cur := period(hit)
+	return 0
+}
+
+// arm starts a new generation: each launching thread's next synchronize
+// marks the beginning of the whole steps a window measures.
+func (r *budgetRun) arm() {
+	r.gen++
+	if err := r.c.objs.Arm.Put(r.idx, r.gen); err != nil {
+		r.c.Log().Warn("arming the launch marks", "err", err)
+	}
+}
+
+// checkPeriod is the check period: without a launch probe to pay for (no
+// CUDA library mapped yet), the check only looks for one, once a second:
+// 50 wakeups a second of an observer for nothing are not free on a busy
+// host.
+func (r *budgetRun) checkPeriod() time.Duration {
+	if r.hit == 0 {
+		return max(r.b.Check, idleCheck)
+	}
+	return r.b.Check
+}
+
+// full checks the launch rate while every launch is probed; it returns
+// true once it has detached the probes over budget, false when ctx is done.
+func (r *budgetRun) full(ctx context.Context) bool {
+	cur := r.checkPeriod()
 	tk := time.NewTicker(cur)
 	defer tk.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			st.finish(c.reading(idx))
-			return
+			return false
 		case <-tk.C:
 		}
-		st.mu.Lock()
-		on := st.on
-		st.mu.Unlock()
-		if !on {
-			continue
-		}
-		if h := hitCost(); h != hit {
-			hit = h
-			st.mu.Lock()
-			st.lp.HitCostNs = hit
-			if hit > 0 && st.lp.Mode == "none" {
-				st.lp.Mode = "full"
+		if h := r.hitCost(); h != r.hit {
+			r.hit = h
+			r.st.mu.Lock()
+			r.st.lp.HitCostNs = h
+			if h > 0 && r.st.lp.Mode == "none" {
+				r.st.lp.Mode = "full"
 			}
-			st.mu.Unlock()
-			if p := period(hit); p != cur {
+			r.st.mu.Unlock()
+			if p := r.checkPeriod(); p != cur {
 				cur = p
 				tk.Reset(cur)
 			}
 		}
-		if hit == 0 {
+		if r.hit == 0 {
 			continue
 		}
-		maxRate := b.Ratio * 1e9 / hit
-		n, err := c.launchCount(idx)
+		n, err := r.c.launchCount(r.idx)
 		if err != nil {
 			continue
 		}
-		rate := st.probed(last, n, hit)
+		th := r.c.readThreads(r.idx)
+		rate := r.st.probed(r.last, n, r.hit)
 		// A token bucket: the probes may cost Ratio of a CPU on average
 		// and Burst at once, so a few launches close together (a test, a
 		// warm-up) do not detach them, while a launch-heavy loop does
 		// within a check or two.
-		tokens = min(b.Burst.Seconds(), tokens+b.Ratio*n.t.Sub(last.t).Seconds()-float64(n.launches-last.launches)*hit/1e9)
-		last = n
-		if tokens >= 0 {
+		r.tokens = min(r.b.Burst.Seconds(), r.tokens+r.b.Ratio*n.t.Sub(r.last.t).Seconds()-float64(n.launches-r.last.launches)*r.hit/1e9)
+		prev := r.th
+		r.last, r.th = n, th
+		if r.tokens >= 0 {
 			continue
 		}
-		// Over budget: detach, then sample a window every Period.
-		if err := c.setLaunchProbes(procs, false); err != nil {
-			c.Log().Warn("detaching launch probes", "err", err)
+		// Over budget: the rates of the latest check (the phase that
+		// drove the probes over budget) and the whole steps since the
+		// probes went on, then detach.
+		if err := r.c.setLaunchProbes(r.procs, false); err != nil {
+			r.c.Log().Warn("detaching launch probes", "err", err)
 			continue
 		}
-		st.off(c.reading(idx), fmt.Sprintf("%.0f launches/s at %.2f µs a probe hit would cost %.1f%% of a CPU, over the %.1f%% budget",
-			rate, hit/1e3, rate*hit/1e9*100, b.Ratio*100))
-		c.Log().Info("launch probes over budget: sampling", "launches_per_second", int(rate), "hit_cost_ns", int(hit))
-		// The first window comes soon, for a launches-per-synchronize
-		// ratio to estimate with; the others every Period.
-		wait := b.First
-		for {
-			select {
-			case <-ctx.Done():
-				st.finish(c.reading(idx))
-				return
-			case <-time.After(wait):
+		r.st.rates(prev, th, r.hit, r.gen)
+		r.th = r.c.readThreads(r.idx)
+		r.st.off(r.c.reading(r.idx), th, r.th, fmt.Sprintf("%.0f launches/s at %.2f µs a probe hit would cost %.1f%% of a CPU, over the %.1f%% budget",
+			rate, r.hit/1e3, rate*r.hit/1e9*100, r.b.Ratio*100))
+		r.c.Log().Info("launch probes over budget: sampling", "launches_per_second", int(rate), "hit_cost_ns", int(r.hit))
+		return true
+	}
+}
+
+// sampled runs detached with sample windows until a window finds the
+// launches back within budget (true) or ctx is done (false). While
+// detached it reads the launching threads every Check: their on-CPU time
+// and synchronizes are the estimate's base, and a thread that launched
+// before coming back on CPU after a gap (a check without CPU time) opens a
+// window, so that a burst is sampled when it starts; windows also open
+// every Period (the first after First), and a window opened by a thread
+// waits for the budget's tokens.
+func (r *budgetRun) sampled(ctx context.Context) bool {
+	tk := time.NewTicker(r.b.Check)
+	defer tk.Stop()
+	next := time.Now().Add(r.b.First)
+	idle := map[uint32]bool{}
+	var lastUnmeasured time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tk.C:
+		}
+		th := r.c.readThreads(r.idx)
+		r.st.detached(r.th, th)
+		back, unmeasured := false, false
+		for tid, s := range th {
+			p, ok := r.th[tid]
+			busy := ok && s.ok && p.ok && s.cpuNs-p.cpuNs > uint64(r.b.Check.Nanoseconds()/10)
+			if busy && idle[tid] {
+				back = true
 			}
-			wait = b.Period
-			if err := c.setLaunchProbes(procs, true); err != nil {
-				c.Log().Warn("attaching launch probes for a sample window", "err", err)
-				continue
+			if busy && r.st.unmeasured(tid) {
+				unmeasured = true
 			}
-			n0, _ := c.launchCount(idx)
-			st.window(n0)
-			// A window lasts Window, and up to ten times that until it
-			// has seen two synchronizes (a step that outlasts the window
-			// gives no ratio).
-			var n1 counter
-			for end, limit := n0.t.Add(b.Window), n0.t.Add(10*b.Window); ; {
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Until(end)):
-				}
-				n1, _ = c.launchCount(idx)
-				if ctx.Err() != nil || n1.syncs-n0.syncs >= 2 || !n1.t.Before(limit) {
-					break
-				}
-				end = n1.t.Add(b.Window / 2)
-			}
-			if r := st.probed(n0, n1, hit); r <= maxRate {
-				// Back within budget: probes stay.
-				last, tokens = n1, b.Burst.Seconds()
-				break
-			}
-			_ = c.setLaunchProbes(procs, false)
-			n2, _ := c.launchCount(idx)
-			st.off(n2, "")
-			if ctx.Err() != nil {
-				st.finish(c.reading(idx))
-				return
-			}
+			idle[tid] = ok && s.ok && p.ok && s.cpuNs == p.cpuNs
+		}
+		now := time.Now()
+		r.tokens = min(r.b.Burst.Seconds(), r.tokens+r.b.Ratio*r.b.Check.Seconds())
+		r.th = th
+		// A busy thread no window has measured (its launches began in the
+		// check that detached the probes) gets one at once, tokens or not,
+		// at most every ten windows' time: without it the stretch has no
+		// estimate at all.
+		if unmeasured && now.Sub(lastUnmeasured) >= 10*r.b.Window {
+			lastUnmeasured = now
+		} else if !now.After(next) && !(back && r.tokens > 0) {
+			continue
+		}
+		next = now.Add(r.b.Period)
+		within, ok := r.window(ctx)
+		if !ok {
+			return false
+		}
+		if within {
+			return true
 		}
 	}
 }
 
-// probed accounts a probed stretch from a to b and returns its launch
-// rate. Detached time before it is estimated with this stretch's launches
-// per synchronize (the synchronizes were counted throughout) or, for a
-// process that does not synchronize, with its rate.
+// window attaches the launch probes for a sample window and measures the
+// launching threads' rates in it. It returns whether the launches were
+// within budget (the probes then stay) and false in ok when ctx is done.
+func (r *budgetRun) window(ctx context.Context) (within, ok bool) {
+	if err := r.c.setLaunchProbes(r.procs, true); err != nil {
+		r.c.Log().Warn("attaching launch probes for a sample window", "err", err)
+		return false, true
+	}
+	// Armed once the probes are on: the window's first synchronize then
+	// begins a step whose every launch is counted.
+	r.arm()
+	n0, _ := r.c.launchCount(r.idx)
+	a := r.c.readThreads(r.idx)
+	r.st.window(n0, r.th, a)
+	// A window lasts Window, and up to ten times that until it has seen
+	// two synchronizes (a step that outlasts the window gives no ratio).
+	var n1 counter
+	for end, limit := n0.t.Add(r.b.Window), n0.t.Add(10*r.b.Window); ; {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(end)):
+		}
+		n1, _ = r.c.launchCount(r.idx)
+		if ctx.Err() != nil || n1.syncs-n0.syncs >= 2 || !n1.t.Before(limit) {
+			break
+		}
+		end = n1.t.Add(r.b.Window / 2)
+	}
+	b := r.c.readThreads(r.idx)
+	rate := r.st.probed(n0, n1, r.hit)
+	r.st.rates(a, b, r.hit, r.gen)
+	r.tokens -= float64(n1.launches-n0.launches) * r.hit / 1e9
+	if maxRate := r.b.Ratio * 1e9 / r.hit; rate <= maxRate {
+		// Back within budget: probes stay.
+		r.last, r.th, r.tokens = n1, b, r.b.Burst.Seconds()
+		return true, true
+	}
+	_ = r.c.setLaunchProbes(r.procs, false)
+	r.th = r.c.readThreads(r.idx)
+	r.st.off(r.c.reading(r.idx), b, r.th, "")
+	return false, ctx.Err() == nil
+}
+
+// probed accounts a probed stretch from a to b and returns its launch rate.
 func (st *budgetState) probed(a, b counter, hit float64) float64 {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -330,64 +431,78 @@ func (st *budgetState) probed(a, b counter, hit float64) float64 {
 	st.lp.MeasuredLaunches += n
 	st.lp.CostSeconds += float64(n) * hit / 1e9
 	st.lp.MaxRate = max(st.lp.MaxRate, rate)
-	// Probes slow a launch-bound thread: r launches/s with a hit of h
-	// seconds each are at most r/(1-r*h) without (the fallback for a
-	// process that never synchronizes).
-	st.lastRate = rate
-	if load := rate * hit / 1e9; load > 0 && load < 0.99 {
-		st.lastRate = rate / (1 - load)
-	} else if load >= 0.99 {
-		st.lastRate = rate * 100
-	}
-	// A stretch without a synchronize (the thread did not run, or the
-	// process launches without synchronizing) keeps the previous ratio.
-	if s := b.syncs - a.syncs; s > 0 {
-		st.perSync = float64(n) / float64(s)
-	}
-	st.estimate()
 	return rate
 }
 
-// estimate turns the pending detached stretch into launches.
-func (st *budgetState) estimate() {
-	if st.pending <= 0 {
-		return
-	}
-	if st.perSync > 0 {
-		st.lp.EstimatedLaunches += uint64(st.perSync * float64(st.pendingSyncs))
-	} else {
-		st.lp.EstimatedLaunches += uint64(st.pending * st.lastRate)
-	}
-	st.pending, st.pendingSyncs = 0, 0
+// rates takes the launching threads' rates of a probed stretch.
+func (st *budgetState) rates(a, b threads, hit float64, gen uint32) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.est.probed(a, b, hit, gen)
+	st.publish()
 }
 
-func (st *budgetState) off(at counter, reason string) {
+// unmeasured says whether a launching thread has no rate yet.
+func (st *budgetState) unmeasured(tid uint32) bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.est.unmeasured(tid)
+}
+
+// detached accounts the launching threads from a to b while detached.
+func (st *budgetState) detached(a, b threads) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.est.detached(a, b)
+	st.publish()
+}
+
+// publish copies the estimator's figures into lp.
+func (st *budgetState) publish() {
+	st.lp.EstimatedLaunches = uint64(math.Round(st.est.estimated))
+	st.lp.Method = st.est.method()
+	st.lp.LowerBound, st.lp.LowerBoundReason = st.est.lower, st.est.lowerBy
+	st.lp.EstimateError = 0
+	if t := float64(st.lp.MeasuredLaunches) + st.est.estimated; t > 0 {
+		st.lp.EstimateError = st.est.errAbs / t
+	}
+}
+
+// off accounts a detach: a and b are the launching threads read before
+// and after it; what ran in between is taken as detached (the part still
+// probed is in the bound, see estimator.boundary).
+func (st *budgetState) off(at counter, a, b threads, reason string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.on {
 		st.lp.ProbedSeconds += at.t.Sub(st.since).Seconds()
 	}
-	st.on, st.since, st.offAt = false, at.t, at
+	st.on, st.since = false, at.t
+	st.est.detached(a, b)
+	st.est.boundary(a, b)
 	st.lp.Mode = "sampled"
 	if reason != "" {
 		st.lp.Reason = reason
 	}
+	st.publish()
 }
 
-func (st *budgetState) window(at counter) {
+// window accounts a window's start: a and b are the launching threads
+// read before and after the probes were attached.
+func (st *budgetState) window(at counter, a, b threads) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	d := at.t.Sub(st.since).Seconds()
-	st.lp.UnprobedSeconds += d
-	st.pending += d
-	st.pendingSyncs += at.syncs - st.offAt.syncs
+	st.lp.UnprobedSeconds += at.t.Sub(st.since).Seconds()
 	st.lp.Windows++
+	st.est.detached(a, b)
+	st.est.boundary(a, b)
 	st.on, st.since = true, at.t
+	st.publish()
 }
 
-// finish closes the last stretch: detached time at the end takes the
-// latest window's figures.
-func (st *budgetState) finish(at counter) {
+// finish closes the last stretch: detached time at the end is accounted
+// with the threads' latest readings.
+func (st *budgetState) finish(at counter, prev, th threads) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.done {
@@ -399,27 +514,50 @@ func (st *budgetState) finish(at counter) {
 		st.lp.ProbedSeconds += d
 	} else {
 		st.lp.UnprobedSeconds += d
-		st.pending += d
-		st.pendingSyncs += at.syncs - st.offAt.syncs
+		st.est.detached(prev, th)
 	}
-	st.estimate()
+	st.lp.MeasuredLaunches = at.launches - st.first
+	st.est.finish()
+	st.publish()
 }
 
 func (st *budgetState) snapshot() LaunchProbes {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	lp := st.lp
+	lp.Estimated = lp.Mode == "sampled"
 	if !st.done && st.lp.Mode != "" {
 		d := time.Since(st.since).Seconds()
 		if st.on {
 			lp.ProbedSeconds += d
 		} else {
 			lp.UnprobedSeconds += d
-			lp.EstimatedLaunches += uint64((st.pending + d) * st.lastRate)
 		}
-		// (A live view: the final figures count synchronizes, see finish.)
 	}
 	return lp
+}
+
+// line is the terminal's account of the launches of a sampled session.
+func (lp LaunchProbes) line() string {
+	s := fmt.Sprintf("%d counted + %d estimated", lp.MeasuredLaunches, lp.EstimatedLaunches)
+	if lp.Method != "" {
+		s += fmt.Sprintf(" (%s, ±%.0f%%)", lp.Method, 100*lp.EstimateError)
+	}
+	if lp.LowerBound {
+		s += "; a lower bound: " + lp.LowerBoundReason
+	}
+	return s
+}
+
+// suffix marks a count in a table: empty when exact.
+func (e Estimate) suffix() string {
+	switch {
+	case !e.Estimated:
+		return ""
+	case e.LowerBound:
+		return fmt.Sprintf(" (>=%d, sampled)", e.EstimatedCount)
+	}
+	return fmt.Sprintf(" (~%d ±%.0f%%, sampled)", e.EstimatedCount, 100*e.EstimateError)
 }
 
 // duty is the share of the time the launch probes were attached.

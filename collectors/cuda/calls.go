@@ -232,6 +232,10 @@ const (
 	cookieRet   = 1 << 24
 	cookieAlloc = 1 << 25
 	cookieQuiet = 1 << 28
+	// cookieLauncher: a launch, counted per thread (launchers map).
+	cookieLauncher = 1 << 29
+	// cookieSync: a synchronize, marking the thread's steps.
+	cookieSync = 1 << 30
 )
 
 // cookie is the attach cookie that tells the programs which call fired
@@ -252,6 +256,12 @@ func (c Call) cookie() uint64 {
 	}
 	if i.Kind == Alloc {
 		ck |= cookieAlloc
+	}
+	switch i.Kind {
+	case Launch:
+		ck |= cookieLauncher
+	case Sync:
+		ck |= cookieSync
 	}
 	return ck
 }

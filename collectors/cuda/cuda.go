@@ -90,6 +90,9 @@ type LaunchDims struct {
 	Grid  [3]uint32 `json:"grid"`
 	Block [3]uint32 `json:"block"`
 	Count uint64    `json:"count"`
+	// Estimate is set while the launch probes were sampled: Count is the
+	// launches counted in the probed time only.
+	Estimate
 }
 
 // Config configures a Collector.

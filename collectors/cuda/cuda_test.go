@@ -211,15 +211,25 @@ func findCall(s Summary, name string) (CallSummary, bool) {
 // allocations (one failing) and compares every probed call with the
 // program's own count, the synchronize durations with its own
 // measurements, and the launch dimensions exactly.
+// callsCase is one configuration of TestCallsMatchTheDriver.
+type callsCase struct {
+	name, api string
+	args      []string
+	launch    string
+	sync      string
+	copies    map[string]string // call -> direction
+}
+
+// callsSeen is what the section streamed of a case's calls.
+type callsSeen struct {
+	mu           sync.Mutex
+	syncNs       []float64
+	launchEvents []Event
+}
+
 func TestCallsMatchTheDriver(t *testing.T) {
 	privtest.Require(t)
-	cases := []struct {
-		name, api string
-		args      []string
-		launch    string
-		sync      string
-		copies    map[string]string // call -> direction
-	}{
+	cases := []callsCase{
 		{
 			name: "driver", api: "driver",
 			args:   []string{"--launch", "kernel", "--sync", "stream", "--grid", "7,3,2", "--block", "64,4,1", "--copies", "3", "--copy-bytes", "65536"},
@@ -249,18 +259,16 @@ func TestCallsMatchTheDriver(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			args := append([]string{"--launches", "40", "--syncs", "4", "--kernel-us", "5000", "--allocs", "5", "--fail-alloc"}, tc.args...)
 			d := startDriver(t, tc.api, args...)
-			var mu sync.Mutex
-			var syncNs []float64
-			var launchEvents []Event
+			seen := &callsSeen{}
 			streamAll := tc.name == "driver-ex-event-async"
 			s, stop := runSection(t, d.pid(), SectionConfig{StreamLaunches: streamAll, OnEvent: func(e *Event) {
-				mu.Lock()
-				defer mu.Unlock()
+				seen.mu.Lock()
+				defer seen.mu.Unlock()
 				switch e.Name() {
 				case tc.sync:
-					syncNs = append(syncNs, float64(e.DurationNs()))
+					seen.syncNs = append(seen.syncNs, float64(e.DurationNs()))
 				case tc.launch:
-					launchEvents = append(launchEvents, *e)
+					seen.launchEvents = append(seen.launchEvents, *e)
 				}
 			}})
 			d.release(t)
@@ -269,120 +277,11 @@ func TestCallsMatchTheDriver(t *testing.T) {
 			sum := s.Aggregate()
 			js, _ := json.Marshal(s.Summary())
 			t.Logf("summary: %s", js)
-
-			// Every call the driver made that the collector probes.
-			probed := 0
-			for name, n := range r.Calls {
-				if _, ok := CallByName(name); !ok {
-					continue
-				}
-				probed++
-				c, _ := findCall(sum, name)
-				if c.Count != n {
-					t.Errorf("%s: count %d, the driver made %d", name, c.Count, n)
-				}
-				if info, _ := CallByName(name); info.Info().Blocking && c.Errors != r.Errors[name] {
-					t.Errorf("%s: errors %d, the driver saw %d", name, c.Errors, r.Errors[name])
-				}
-			}
-			if probed < 5 {
-				t.Errorf("only %d probed calls in the driver's counts %v", probed, r.Calls)
-			}
-			for _, c := range sum.Calls {
-				if r.Calls[c.Name] == 0 {
-					t.Errorf("%s: count %d, the driver never called it", c.Name, c.Count)
-				}
-			}
-			if l, _ := findCall(sum, tc.launch); l.Count != 40 || r.Launches != 40 {
-				t.Errorf("%s: %d launches, want 40 (driver: %d)", tc.launch, l.Count, r.Launches)
-			}
-
-			// Allocations: K, one failing with out of memory.
-			alloc := map[string]string{"driver": "cuMemAlloc_v2", "runtime": "cudaMalloc"}[tc.api]
-			if a, _ := findCall(sum, alloc); a.Count != 5 || a.Errors != 1 {
-				t.Errorf("%s: count %d errors %d, want 5 and 1", alloc, a.Count, a.Errors)
-			} else if a.Bytes != 4<<20 {
-				t.Errorf("%s: %d bytes allocated, want %d", alloc, a.Bytes, 4<<20)
-			}
-			if sum.OutOfMemory.Count != 1 || len(sum.OutOfMemory.Events) != 1 {
-				t.Errorf("out of memory: %+v, want one event", sum.OutOfMemory)
-			} else if e := sum.OutOfMemory.Events[0]; e.Call != alloc || e.Bytes != 0xDEADBEEF || e.Code != 2 {
-				t.Errorf("out-of-memory event %+v, want %s of 0xDEADBEEF bytes, code 2", e, alloc)
-			}
-
-			// Synchronizes: M, each as long as the driver measured it.
-			sc, _ := findCall(sum, tc.sync)
-			if sc.Count != 4 || r.Syncs != 4 {
-				t.Errorf("%s: count %d, want 4 (driver: %d)", tc.sync, sc.Count, r.Syncs)
-			}
-			mu.Lock()
-			got := append([]float64(nil), syncNs...)
-			mu.Unlock()
-			truth := make([]float64, len(r.SyncNS))
-			var truthSum float64
-			for i, v := range r.SyncNS {
-				truth[i] = float64(v)
-				truthSum += float64(v)
-			}
-			if len(got) != len(truth) {
-				t.Fatalf("%d %s events, the driver measured %d", len(got), tc.sync, len(truth))
-			}
-			sort.Float64s(got)
-			sort.Float64s(truth)
-			for i := range got {
-				if !within(got[i], truth[i], 0.10) {
-					t.Errorf("%s duration %.3f ms, the driver measured %.3f ms (10%%)", tc.sync, got[i]/1e6, truth[i]/1e6)
-				}
-			}
-			if sc.Duration == nil || !within(sc.Duration.Sum, truthSum/1e9, 0.10) {
-				t.Errorf("%s total %+v, the driver measured %.4fs", tc.sync, sc.Duration, truthSum/1e9)
-			} else {
-				t.Logf("%s: %d calls, %.2f ms in total; driver: %.2f ms", tc.sync, sc.Count, sc.Duration.Sum*1e3, truthSum/1e6)
-			}
-
-			// Launch dimensions, exactly.
-			// A graph launch has no dimensions of its own.
-			if strings.Contains(tc.launch, "Graph") {
-				if len(sum.Launches) != 0 {
-					t.Errorf("launch shapes %+v for graph launches, want none", sum.Launches)
-				}
-			} else if len(sum.Launches) != 1 {
-				t.Errorf("launch shapes %+v, want one", sum.Launches)
-			} else if l := sum.Launches[0]; l.Call != tc.launch || l.Grid != r.Grid || l.Block != r.Block || l.Count != 40 {
-				t.Errorf("launch shape %+v, want %s grid %v block %v x40", l, tc.launch, r.Grid, r.Block)
-			}
-
-			// Launch events are streamed on request only.
-			mu.Lock()
-			nl := len(launchEvents)
-			mu.Unlock()
-			if streamAll {
-				if nl != 40 {
-					t.Errorf("%d %s events streamed, want 40", nl, tc.launch)
-				} else if e := launchEvents[0]; e.Grid != r.Grid || e.Block != r.Block || e.HasRet != 0 || e.Tid == 0 {
-					t.Errorf("launch event %+v, want grid %v block %v at entry", e, r.Grid, r.Block)
-				}
-			} else if nl != 0 {
-				t.Errorf("%d launch events streamed without StreamLaunches", nl)
-			}
-
-			// Copies: count and bytes by direction.
-			for call, dir := range tc.copies {
-				c, _ := findCall(sum, call)
-				if c.Count != r.Calls[call] || c.Count == 0 {
-					t.Errorf("%s: count %d, the driver made %d", call, c.Count, r.Calls[call])
-				}
-				if dir != "" && sum.CopyBytes[dir] != r.CopyBytes/2 {
-					t.Errorf("copy bytes %s = %d, want %d", dir, sum.CopyBytes[dir], r.CopyBytes/2)
-				}
-			}
-			var copied uint64
-			for _, n := range sum.CopyBytes {
-				copied += n
-			}
-			if copied != r.CopyBytes {
-				t.Errorf("copy bytes %v, the driver copied %d", sum.CopyBytes, r.CopyBytes)
-			}
+			checkCallCounts(t, tc, sum, r)
+			checkAllocs(t, tc, sum)
+			checkSyncs(t, tc, sum, r, seen)
+			checkLaunchShapes(t, tc, sum, r, seen, streamAll)
+			checkCopies(t, tc, sum, r)
 			if len(sum.Libraries) != 1 || sum.Libraries[0].API != tc.api || sum.Libraries[0].BuildID == "" {
 				t.Errorf("libraries %+v, want the %s stub with a build id", sum.Libraries, tc.api)
 			}
@@ -390,6 +289,133 @@ func TestCallsMatchTheDriver(t *testing.T) {
 				t.Errorf("%d events lost", n)
 			}
 		})
+	}
+}
+
+// checkCallCounts: every call the driver made that the collector probes.
+func checkCallCounts(t *testing.T, tc callsCase, sum Summary, r result) {
+	t.Helper()
+	probed := 0
+	for name, n := range r.Calls {
+		if _, ok := CallByName(name); !ok {
+			continue
+		}
+		probed++
+		c, _ := findCall(sum, name)
+		if c.Count != n {
+			t.Errorf("%s: count %d, the driver made %d", name, c.Count, n)
+		}
+		if info, _ := CallByName(name); info.Info().Blocking && c.Errors != r.Errors[name] {
+			t.Errorf("%s: errors %d, the driver saw %d", name, c.Errors, r.Errors[name])
+		}
+	}
+	if probed < 5 {
+		t.Errorf("only %d probed calls in the driver's counts %v", probed, r.Calls)
+	}
+	for _, c := range sum.Calls {
+		if r.Calls[c.Name] == 0 {
+			t.Errorf("%s: count %d, the driver never called it", c.Name, c.Count)
+		}
+	}
+	if l, _ := findCall(sum, tc.launch); l.Count != 40 || r.Launches != 40 {
+		t.Errorf("%s: %d launches, want 40 (driver: %d)", tc.launch, l.Count, r.Launches)
+	}
+}
+
+// checkAllocs: K allocations, one failing with out of memory.
+func checkAllocs(t *testing.T, tc callsCase, sum Summary) {
+	t.Helper()
+	alloc := map[string]string{"driver": "cuMemAlloc_v2", "runtime": "cudaMalloc"}[tc.api]
+	if a, _ := findCall(sum, alloc); a.Count != 5 || a.Errors != 1 {
+		t.Errorf("%s: count %d errors %d, want 5 and 1", alloc, a.Count, a.Errors)
+	} else if a.Bytes != 4<<20 {
+		t.Errorf("%s: %d bytes allocated, want %d", alloc, a.Bytes, 4<<20)
+	}
+	if sum.OutOfMemory.Count != 1 || len(sum.OutOfMemory.Events) != 1 {
+		t.Errorf("out of memory: %+v, want one event", sum.OutOfMemory)
+	} else if e := sum.OutOfMemory.Events[0]; e.Call != alloc || e.Bytes != 0xDEADBEEF || e.Code != 2 {
+		t.Errorf("out-of-memory event %+v, want %s of 0xDEADBEEF bytes, code 2", e, alloc)
+	}
+}
+
+// checkSyncs: M synchronizes, each as long as the driver measured it.
+func checkSyncs(t *testing.T, tc callsCase, sum Summary, r result, seen *callsSeen) {
+	t.Helper()
+	sc, _ := findCall(sum, tc.sync)
+	if sc.Count != 4 || r.Syncs != 4 {
+		t.Errorf("%s: count %d, want 4 (driver: %d)", tc.sync, sc.Count, r.Syncs)
+	}
+	seen.mu.Lock()
+	got := append([]float64(nil), seen.syncNs...)
+	seen.mu.Unlock()
+	truth := make([]float64, len(r.SyncNS))
+	var truthSum float64
+	for i, v := range r.SyncNS {
+		truth[i] = float64(v)
+		truthSum += float64(v)
+	}
+	if len(got) != len(truth) {
+		t.Fatalf("%d %s events, the driver measured %d", len(got), tc.sync, len(truth))
+	}
+	sort.Float64s(got)
+	sort.Float64s(truth)
+	for i := range got {
+		if !within(got[i], truth[i], 0.10) {
+			t.Errorf("%s duration %.3f ms, the driver measured %.3f ms (10%%)", tc.sync, got[i]/1e6, truth[i]/1e6)
+		}
+	}
+	if sc.Duration == nil || !within(sc.Duration.Sum, truthSum/1e9, 0.10) {
+		t.Errorf("%s total %+v, the driver measured %.4fs", tc.sync, sc.Duration, truthSum/1e9)
+	} else {
+		t.Logf("%s: %d calls, %.2f ms in total; driver: %.2f ms", tc.sync, sc.Count, sc.Duration.Sum*1e3, truthSum/1e6)
+	}
+}
+
+// checkLaunchShapes: launch dimensions exactly (a graph launch has none of
+// its own), and launch events streamed on request only.
+func checkLaunchShapes(t *testing.T, tc callsCase, sum Summary, r result, seen *callsSeen, streamAll bool) {
+	t.Helper()
+	if strings.Contains(tc.launch, "Graph") {
+		if len(sum.Launches) != 0 {
+			t.Errorf("launch shapes %+v for graph launches, want none", sum.Launches)
+		}
+	} else if len(sum.Launches) != 1 {
+		t.Errorf("launch shapes %+v, want one", sum.Launches)
+	} else if l := sum.Launches[0]; l.Call != tc.launch || l.Grid != r.Grid || l.Block != r.Block || l.Count != 40 || l.Estimated {
+		t.Errorf("launch shape %+v, want %s grid %v block %v x40, exact", l, tc.launch, r.Grid, r.Block)
+	}
+	seen.mu.Lock()
+	defer seen.mu.Unlock()
+	nl := len(seen.launchEvents)
+	if streamAll {
+		if nl != 40 {
+			t.Errorf("%d %s events streamed, want 40", nl, tc.launch)
+		} else if e := seen.launchEvents[0]; e.Grid != r.Grid || e.Block != r.Block || e.HasRet != 0 || e.Tid == 0 {
+			t.Errorf("launch event %+v, want grid %v block %v at entry", e, r.Grid, r.Block)
+		}
+	} else if nl != 0 {
+		t.Errorf("%d launch events streamed without StreamLaunches", nl)
+	}
+}
+
+// checkCopies: count and bytes by direction.
+func checkCopies(t *testing.T, tc callsCase, sum Summary, r result) {
+	t.Helper()
+	for call, dir := range tc.copies {
+		c, _ := findCall(sum, call)
+		if c.Count != r.Calls[call] || c.Count == 0 {
+			t.Errorf("%s: count %d, the driver made %d", call, c.Count, r.Calls[call])
+		}
+		if dir != "" && sum.CopyBytes[dir] != r.CopyBytes/2 {
+			t.Errorf("copy bytes %s = %d, want %d", dir, sum.CopyBytes[dir], r.CopyBytes/2)
+		}
+	}
+	var copied uint64
+	for _, n := range sum.CopyBytes {
+		copied += n
+	}
+	if copied != r.CopyBytes {
+		t.Errorf("copy bytes %v, the driver copied %d", sum.CopyBytes, r.CopyBytes)
 	}
 }
 

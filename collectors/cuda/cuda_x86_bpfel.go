@@ -62,6 +62,20 @@ type cudaInflight struct {
 	Pad    uint32
 }
 
+type cudaLauncher struct {
+	_             structs.HostLayout
+	Launches      uint64
+	Syncs         uint64
+	FirstLaunches uint64
+	FirstSyncs    uint64
+	LastLaunches  uint64
+	LastSyncs     uint64
+	Tgid          uint32
+	Idx           uint32
+	Gen           uint32
+	Pad           uint32
+}
+
 type cudaPipeStats struct {
 	_ structs.HostLayout
 	N [8]uint64
@@ -77,12 +91,14 @@ type cudaTarget struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	cudaMapArm             = "arm"
 	cudaMapCallCounts      = "call_counts"
 	cudaMapCopyBytes       = "copy_bytes"
 	cudaMapDurations       = "durations"
 	cudaMapEvents          = "events"
 	cudaMapInflight        = "inflight"
 	cudaMapLaunchDims      = "launch_dims"
+	cudaMapLaunchers       = "launchers"
 	cudaMapPipeStats       = "pipe_stats"
 	cudaMapTargets         = "targets"
 	cudaProgCudaEnter      = "cuda_enter"
@@ -147,12 +163,14 @@ type cudaProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type cudaMapSpecs struct {
+	Arm        *ebpf.MapSpec `ebpf:"arm"`
 	CallCounts *ebpf.MapSpec `ebpf:"call_counts"`
 	CopyBytes  *ebpf.MapSpec `ebpf:"copy_bytes"`
 	Durations  *ebpf.MapSpec `ebpf:"durations"`
 	Events     *ebpf.MapSpec `ebpf:"events"`
 	Inflight   *ebpf.MapSpec `ebpf:"inflight"`
 	LaunchDims *ebpf.MapSpec `ebpf:"launch_dims"`
+	Launchers  *ebpf.MapSpec `ebpf:"launchers"`
 	PipeStats  *ebpf.MapSpec `ebpf:"pipe_stats"`
 	Targets    *ebpf.MapSpec `ebpf:"targets"`
 }
@@ -187,24 +205,28 @@ func (o *cudaObjects) Close() error {
 //
 // It can be passed to loadCudaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type cudaMaps struct {
+	Arm        *ebpf.Map `ebpf:"arm"`
 	CallCounts *ebpf.Map `ebpf:"call_counts"`
 	CopyBytes  *ebpf.Map `ebpf:"copy_bytes"`
 	Durations  *ebpf.Map `ebpf:"durations"`
 	Events     *ebpf.Map `ebpf:"events"`
 	Inflight   *ebpf.Map `ebpf:"inflight"`
 	LaunchDims *ebpf.Map `ebpf:"launch_dims"`
+	Launchers  *ebpf.Map `ebpf:"launchers"`
 	PipeStats  *ebpf.Map `ebpf:"pipe_stats"`
 	Targets    *ebpf.Map `ebpf:"targets"`
 }
 
 func (m *cudaMaps) Close() error {
 	return _CudaClose(
+		m.Arm,
 		m.CallCounts,
 		m.CopyBytes,
 		m.Durations,
 		m.Events,
 		m.Inflight,
 		m.LaunchDims,
+		m.Launchers,
 		m.PipeStats,
 		m.Targets,
 	)

@@ -34,6 +34,8 @@ type Host struct {
 	runCtx  context.Context
 
 	calls, durations, errs, copies, duty, estimated *prometheus.Desc
+	// The bound of the estimate and whether it is a lower bound.
+	estimateErr, lowerBound *prometheus.Desc
 	// CUDA Graph and memory-pool counters, per target and API (graphs.go).
 	graphInst, graphDestroys, graphLaunches, poolFailures, poolTrims, poolAttrs *prometheus.Desc
 }
@@ -70,6 +72,12 @@ func NewHost(logger *slog.Logger, names collectors.TargetNames) *Host {
 			[]string{"target"}, nil),
 		estimated: prometheus.NewDesc("bpfbench_cuda_launches_estimated_total",
 			"Launches of a target made while its launch probes were detached, estimated from the sample windows (not in bpfbench_cuda_calls_total).",
+			[]string{"target"}, nil),
+		estimateErr: prometheus.NewDesc("bpfbench_cuda_launches_estimate_error_ratio",
+			"Relative error bound of a target's launch count with its estimate (bpfbench_cuda_calls_total of the launch calls plus bpfbench_cuda_launches_estimated_total), while its launch probes are sampled.",
+			[]string{"target", "method"}, nil),
+		lowerBound: prometheus.NewDesc("bpfbench_cuda_launches_lower_bound",
+			"1 when some of a target's launches while its launch probes were detached could not be estimated: its launch count and estimate are a lower bound.",
 			[]string{"target"}, nil),
 		graphInst: prometheus.NewDesc("bpfbench_cuda_graph_instantiations_total",
 			"Successful CUDA Graph instantiations of a target (cuGraphInstantiate*, cudaGraphInstantiate*), per API: a runtime call usually reaches the driver's too. Reuse rate: bpfbench_cuda_graph_launches_total / bpfbench_cuda_graph_instantiations_total.",
@@ -190,6 +198,8 @@ func (h *Host) Describe(ch chan<- *prometheus.Desc) {
 	ch <- h.copies
 	ch <- h.duty
 	ch <- h.estimated
+	ch <- h.estimateErr
+	ch <- h.lowerBound
 	ch <- h.graphInst
 	ch <- h.graphDestroys
 	ch <- h.graphLaunches
@@ -246,10 +256,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 		st := h.budgets[idx]
 		h.mu.Unlock()
 		if st != nil {
-			if lp := st.snapshot(); lp.Mode == "full" || lp.Mode == "sampled" {
-				ch <- prometheus.MustNewConstMetric(h.duty, prometheus.GaugeValue, lp.duty(), name)
-				ch <- prometheus.MustNewConstMetric(h.estimated, prometheus.CounterValue, float64(lp.EstimatedLaunches), name)
-			}
+			h.collectBudget(ch, st.snapshot(), name)
 		}
 		copies, err := h.CopyBytes(idx)
 		if err != nil {
@@ -261,5 +268,26 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 				ch <- prometheus.MustNewConstMetric(h.copies, prometheus.CounterValue, float64(copies[d]), name, d.String())
 			}
 		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// collectBudget sends the launch-probe budget's figures of a target: the
+// estimated launches are a series of their own, never added to the counts.
+func (h *Host) collectBudget(ch chan<- prometheus.Metric, lp LaunchProbes, name string) {
+	if lp.Mode != "full" && lp.Mode != "sampled" {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(h.duty, prometheus.GaugeValue, lp.duty(), name)
+	ch <- prometheus.MustNewConstMetric(h.estimated, prometheus.CounterValue, float64(lp.EstimatedLaunches), name)
+	if lp.Mode == "sampled" {
+		ch <- prometheus.MustNewConstMetric(h.estimateErr, prometheus.GaugeValue, lp.EstimateError, name, lp.Method)
+		ch <- prometheus.MustNewConstMetric(h.lowerBound, prometheus.GaugeValue, b2f(lp.LowerBound), name)
 	}
 }

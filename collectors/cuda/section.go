@@ -51,6 +51,7 @@ type Section struct {
 	live     bool
 	snap     snapshot
 	lastIntv []Counts
+	lastEst  uint64          // estimated launches at the last interval line
 	procs    map[uint32]bool // attached processes of the tree
 }
 
@@ -410,18 +411,24 @@ func (s *Section) summary(maxDims int) Summary {
 		sum.LaunchProbes = &lp
 	}
 	// Launches while the probes were detached are estimated; each launch
-	// call gets its share by its measured count.
-	if lp.EstimatedLaunches > 0 {
-		var measured uint64
+	// call and launch shape gets its share by its measured count.
+	if lp.Mode == "sampled" {
+		var measured, dims uint64
 		for _, c := range sum.Calls {
 			if c.Kind == Launch.String() {
 				measured += c.Count
 			}
 		}
+		for _, d := range sn.dims {
+			dims += d.Count
+		}
 		for i, c := range sum.Calls {
-			if c.Kind == Launch.String() && measured > 0 {
-				sum.Calls[i].EstimatedCount = c.Count + uint64(float64(lp.EstimatedLaunches)*float64(c.Count)/float64(measured))
+			if c.Kind == Launch.String() {
+				sum.Calls[i].Estimate = lp.estimateOf(c.Count, measured)
 			}
+		}
+		for i, d := range sum.Launches {
+			sum.Launches[i].Estimate = lp.estimateOf(d.Count, dims)
 		}
 	}
 	sum.Graphs = graphSummaries(sn.counts, sn.instNs, func(c Call) uint64 {
@@ -466,8 +473,19 @@ func (s *Section) WriteInterval(w io.Writer) {
 		}
 	}
 	s.interval.Reset()
-	fmt.Fprintf(w, "cuda   launch=%-7d sync=%-5d in-sync=%-8s max=%-8s copy=%-6d alloc=%-5d free=%-5d errors=%d oom=%d\n",
-		byKind[Launch], syncN, bpfutil.Dur(syncSum), bpfutil.Dur(syncMax), byKind[Copy], byKind[Alloc], byKind[Free], errs, oom)
+	launch := fmt.Sprint(byKind[Launch])
+	if lp := s.LaunchProbes(); lp.Mode == "sampled" {
+		s.mu.Lock()
+		est := lp.EstimatedLaunches - min(s.lastEst, lp.EstimatedLaunches)
+		s.lastEst = lp.EstimatedLaunches
+		s.mu.Unlock()
+		launch = fmt.Sprintf("%d+~%d", byKind[Launch], est)
+		if lp.LowerBound {
+			launch = ">=" + launch
+		}
+	}
+	fmt.Fprintf(w, "cuda   launch=%-7s sync=%-5d in-sync=%-8s max=%-8s copy=%-6d alloc=%-5d free=%-5d errors=%d oom=%d\n",
+		launch, syncN, bpfutil.Dur(syncSum), bpfutil.Dur(syncMax), byKind[Copy], byKind[Alloc], byKind[Free], errs, oom)
 }
 
 // WriteSummary writes the end-of-session table.
@@ -489,16 +507,17 @@ func (s *Section) WriteSummary(w io.Writer) {
 			if c.Duration != nil {
 				p50, p99, mx, tot = bpfutil.Dur(c.Duration.P50), bpfutil.Dur(c.Duration.P99), bpfutil.Dur(c.Duration.Max), bpfutil.Dur(c.Duration.Sum)
 			}
-			fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t\n", c.Name, c.Count, c.Errors, c.Bytes, p50, p99, mx, tot)
+			fmt.Fprintf(tw, "  %s\t%d%s\t%d\t%d\t%s\t%s\t%s\t%s\t\n", c.Name, c.Count, c.Estimate.suffix(), c.Errors, c.Bytes, p50, p99, mx, tot)
 		}
 		tw.Flush()
 	}
 	for _, d := range sum.Launches {
-		fmt.Fprintf(w, "  launches %s grid %v block %v: %d\n", d.Call, d.Grid, d.Block, d.Count)
+		fmt.Fprintf(w, "  launches %s grid %v block %v: %d%s\n", d.Call, d.Grid, d.Block, d.Count, d.Estimate.suffix())
 	}
 	if lp := sum.LaunchProbes; lp != nil && lp.Mode == "sampled" {
-		fmt.Fprintf(w, "  launch probes sampled: %s; attached %.0f%% of the time in %d windows, %d launches counted, %d estimated\n",
-			lp.Reason, 100*lp.duty(), lp.Windows, lp.MeasuredLaunches, lp.EstimatedLaunches)
+		fmt.Fprintf(w, "  launch probes sampled: %s; attached %.0f%% of the time in %d windows\n",
+			lp.Reason, 100*lp.duty(), lp.Windows)
+		fmt.Fprintf(w, "  launches: %s\n", lp.line())
 	}
 	writeGraphs(w, sum.Graphs)
 	if sum.OutOfMemory.Count > 0 {

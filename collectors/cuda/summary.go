@@ -25,9 +25,34 @@ type CallSummary struct {
 	Bytes  uint64 `json:"bytes,omitempty"`
 	// Duration is set for blocking calls (those with a return probe).
 	Duration *Latency `json:"duration_seconds,omitempty"`
-	// EstimatedCount is Count plus the launches estimated while the
-	// launch probes were detached (see LaunchProbes); 0 when none were.
-	EstimatedCount uint64 `json:"estimated_count,omitempty"`
+	Estimate
+}
+
+// Estimate marks a launch count taken while the launch probes were
+// sampled (LaunchProbes.Mode "sampled"): Count is what the probes counted,
+// EstimatedCount adds this count's share of the launches estimated while
+// they were detached, EstimateError is the relative error bound of
+// EstimatedCount, and LowerBound says some detached launches could not be
+// estimated (EstimatedCount is at least the truth's lower bound). All
+// empty for an exact count.
+type Estimate struct {
+	Estimated      bool    `json:"estimated,omitempty"`
+	EstimatedCount uint64  `json:"estimated_count,omitempty"`
+	EstimateError  float64 `json:"estimate_error,omitempty"`
+	LowerBound     bool    `json:"lower_bound,omitempty"`
+}
+
+// estimateOf is the Estimate of a launch count of count, of measured
+// launches counted in all; zero when the launches were not sampled.
+func (lp LaunchProbes) estimateOf(count, measured uint64) Estimate {
+	if lp.Mode != "sampled" {
+		return Estimate{}
+	}
+	e := Estimate{Estimated: true, EstimatedCount: count, EstimateError: lp.EstimateError, LowerBound: lp.LowerBound}
+	if measured > 0 {
+		e.EstimatedCount += uint64(float64(lp.EstimatedLaunches) * float64(count) / float64(measured))
+	}
+	return e
 }
 
 // OOMEvent is an allocation that failed for lack of device memory.

@@ -50,6 +50,7 @@ import "C"
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -227,11 +228,17 @@ func best(f func() time.Duration) time.Duration {
 	return b
 }
 
+// timeLoop is the thread's CPU time for n calls: what a hit costs the
+// probed thread, which is what a budget and an estimate of launches per
+// on-CPU second need, without the time the thread waited for a CPU on a
+// busy host. The goroutine stays on its thread for both readings.
 func timeLoop(which C.int, n int64) time.Duration {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var t0, t1 unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &t0)
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t0)
 	C.bpfbench_calib_loop(which, C.long(n))
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &t1)
+	_ = unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &t1)
 	return time.Duration(t1.Nano() - t0.Nano())
 }
 

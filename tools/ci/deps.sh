@@ -8,6 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 
 pkgs=(clang llvm libbpf-dev bpftool gcc make iproute2 util-linux mount kmod procps
 	chromium fonts-liberation cmake g++ git python3-numpy python3-yaml prometheus nginx-light
+	libcuda1 libnvidia-ml1
 	${DEPS_EXTRA:-})
 
 missing=()
@@ -20,10 +21,18 @@ done
 
 if [ "$(id -u)" != 0 ]; then
 	echo "missing Debian packages: ${missing[*]}" >&2
-	echo "install them with: sudo apt-get install -y ${missing[*]} (or run make test as root)" >&2
+	echo "install them with: sudo apt-get install -y ${missing[*]} (or run make test as root;" >&2
+	echo "libcuda1 and libnvidia-ml1 need the contrib and non-free components in the apt sources)" >&2
 	exit 1
 fi
 echo "installing: ${missing[*]}"
+# contrib and non-free for the real NVIDIA userspace driver (libcuda1,
+# libnvidia-ml1): the CUDA probes are tested against it (no GPU needed).
+if [ -f /etc/apt/sources.list.d/debian.sources ]; then
+	sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' /etc/apt/sources.list.d/debian.sources
+elif [ -f /etc/apt/sources.list ]; then
+	sed -i -E '/^deb /{/ contrib/!s/ main( |$)/ main contrib non-free non-free-firmware\1/}' /etc/apt/sources.list
+fi
 for attempt in 1 2 3; do
 	if apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
 		exit 0

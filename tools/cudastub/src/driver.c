@@ -33,8 +33,9 @@ static struct {
 	int fail_alloc, async_copies, default_stream, wait_start, loop;
 	long graphs, exhaust;
 	unsigned long long pool_bytes;
-	int fragment, fail_instantiate;
-	double rate;
+	int fragment, fail_instantiate, end_wait;
+	long rounds, idle_ms, tail_syncs;
+	double rate, host_us;
 	long duration_ms;
 	unsigned grid[3], block[3];
 	enum launch_kind launch;
@@ -103,6 +104,15 @@ static void usage(FILE *f)
 	    "                         fails with out of memory, free them, trim it\n"
 	    "                         to keep one block's worth\n"
 	    "  --pool-bytes P         the pool's maxSize (default 8388608)\n"
+	    "  --host-us US           before each launch, spin US µs of this\n"
+	    "                         thread's CPU time (a framework's dispatch)\n"
+	    "  --rounds R             run R rounds (default 1; --loop: until\n"
+	    "                         stopped)\n"
+	    "  --idle-ms I            sleep I ms after each round but the last\n"
+	    "  --tail-syncs N         N more synchronizes after each round's\n"
+	    "                         launches\n"
+	    "  --end-wait             after the JSON, wait for a byte (or EOF) on\n"
+	    "                         stdin or SIGUSR1 before exiting\n"
 	    "  --fragment             with --exhaust, before freeing, free every\n"
 	    "                         other block and ask for two blocks' worth:\n"
 	    "                         fits the free total, fails when the pool\n"
@@ -158,7 +168,8 @@ static void parse_args(int argc, char **argv)
 		O_DEFSTREAM, O_ALLOCS, O_ALLOC_BYTES, O_FAIL_ALLOC, O_COPIES,
 		O_COPY_BYTES, O_ASYNC_COPIES, O_RATE, O_GRID, O_BLOCK,
 		O_KERNEL_US, O_MODE, O_WAIT_START, O_LOOP, O_DURATION, O_GRAPHS,
-		O_FAIL_INST, O_EXHAUST, O_POOL_BYTES, O_FRAGMENT, O_HELP
+		O_FAIL_INST, O_EXHAUST, O_POOL_BYTES, O_FRAGMENT, O_HOST_US,
+		O_ROUNDS, O_IDLE, O_TAIL_SYNCS, O_END_WAIT, O_HELP
 	};
 	static const struct option longopts[] = {
 	    {"api", required_argument, NULL, O_API},
@@ -187,6 +198,11 @@ static void parse_args(int argc, char **argv)
 	    {"exhaust", required_argument, NULL, O_EXHAUST},
 	    {"pool-bytes", required_argument, NULL, O_POOL_BYTES},
 	    {"fragment", no_argument, NULL, O_FRAGMENT},
+	    {"host-us", required_argument, NULL, O_HOST_US},
+	    {"rounds", required_argument, NULL, O_ROUNDS},
+	    {"idle-ms", required_argument, NULL, O_IDLE},
+	    {"tail-syncs", required_argument, NULL, O_TAIL_SYNCS},
+	    {"end-wait", no_argument, NULL, O_END_WAIT},
 	    {"help", no_argument, NULL, O_HELP},
 	    {NULL, 0, NULL, 0},
 	};
@@ -299,6 +315,24 @@ static void parse_args(int argc, char **argv)
 			break;
 		case O_FRAGMENT:
 			opt.fragment = 1;
+			break;
+		case O_HOST_US:
+			errno = 0;
+			opt.host_us = strtod(optarg, &end);
+			if (errno != 0 || *end != '\0' || opt.host_us < 0)
+				goto bad;
+			break;
+		case O_ROUNDS:
+			opt.rounds = parse_long("--rounds", optarg);
+			break;
+		case O_IDLE:
+			opt.idle_ms = parse_long("--idle-ms", optarg);
+			break;
+		case O_TAIL_SYNCS:
+			opt.tail_syncs = parse_long("--tail-syncs", optarg);
+			break;
+		case O_END_WAIT:
+			opt.end_wait = 1;
 			break;
 		case 'h':
 		case O_HELP:
@@ -911,10 +945,29 @@ static void setup(void)
 
 static const void *runtime_kernel = (const void *)kernel_image;
 
+/* spin_host burns opt.host_us of this thread's CPU time: the work a
+ * framework does on the launching thread before each launch (CPU time, not
+ * wall time, so that a preempted thread does the same work). */
+static void spin_host(void)
+{
+	struct timespec ts;
+	uint64_t t0, t;
+
+	if (opt.host_us <= 0)
+		return;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	t0 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	do {
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+		t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	} while (t - t0 < (uint64_t)(opt.host_us * 1000));
+}
+
 static void launch(void)
 {
 	int rc;
 
+	spin_host();
 	if (opt.api == API_DRIVER) {
 		if (opt.launch == LAUNCH_KERNEL) {
 			rc = CALL(drv, cuLaunchKernel, h.func, opt.grid[0],
@@ -1140,6 +1193,10 @@ static void round_once(uint64_t *next_launch, uint64_t period)
 		res.launch_ns += now_ns() - t0;
 		res.launches++;
 	}
+	for (i = 0; i < opt.tail_syncs && !stop_requested; i++) {
+		synchronize();
+		res.syncs++;
+	}
 	for (i = 0; i < opt.exhaust && !stop_requested; i++)
 		exhaust_once();
 	if (opt.graphs > 0)
@@ -1258,11 +1315,17 @@ int main(int argc, char **argv)
 	next_launch = res.start_ns;
 	if (opt.loop && opt.duration_ms > 0)
 		deadline = res.start_ns + (uint64_t)opt.duration_ms * 1000000ull;
-	do {
+	for (long r = 1;; r++) {
 		round_once(&next_launch, period);
 		if (deadline && now_ns() >= deadline)
 			break;
-	} while (opt.loop && !stop_requested);
+		if (stop_requested || (!opt.loop && r >= opt.rounds))
+			break;
+		if (opt.idle_ms > 0) {
+			sleep_until(now_ns() + (uint64_t)opt.idle_ms * 1000000ull);
+			next_launch = now_ns();
+		}
+	}
 	res.end_ns = now_ns();
 	if (h.pool != NULL) {
 		if (opt.api == API_DRIVER)
@@ -1273,5 +1336,10 @@ int main(int argc, char **argv)
 			      CALL(rt, cudaMemPoolDestroy, (cudaMemPool_t)h.pool));
 	}
 	print_json();
+	fflush(stdout);
+	if (opt.end_wait) {
+		start_requested = 0;
+		wait_start();
+	}
 	return unexpected_errors ? 1 : 0;
 }
