@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	schema "github.com/bpfbench/bpfbench/result"
 	"sync"
 	"time"
 
@@ -44,30 +45,8 @@ const idleCheck = time.Second
 // DefaultBudget is the budget of every session and of the daemon.
 var DefaultBudget = Budget{Ratio: 0.005, Check: 20 * time.Millisecond, Period: 30 * time.Second, Window: 20 * time.Millisecond, Burst: 2 * time.Millisecond, First: time.Second}
 
-// LaunchProbes says how launches were counted.
-type LaunchProbes struct {
-	// Mode is "full" (every launch probed), "sampled" (probes detached over
-	// budget, counts estimated between sample windows) or "none" (no
-	// launch symbol in the libraries).
-	Mode string `json:"mode"`
-	// Reason says why launches were sampled.
-	Reason string `json:"reason,omitempty"`
-	// HitCostNs is the measured cost of one probe hit on these functions'
-	// first instruction (emulated or single-stepped).
-	HitCostNs   float64 `json:"hit_cost_ns"`
-	BudgetRatio float64 `json:"budget_ratio"`
-	// ProbedSeconds and UnprobedSeconds split the session.
-	ProbedSeconds   float64 `json:"probed_seconds"`
-	UnprobedSeconds float64 `json:"unprobed_seconds"`
-	Windows         int     `json:"sample_windows"`
-	// MeasuredLaunches were counted by the probes, EstimatedLaunches were
-	// not (detached time times the nearest window's rate).
-	MeasuredLaunches  uint64  `json:"measured_launches"`
-	EstimatedLaunches uint64  `json:"estimated_launches"`
-	MaxRate           float64 `json:"max_launches_per_second"`
-	// CostSeconds is the probes' estimated CPU cost to the target.
-	CostSeconds float64 `json:"cost_seconds"`
-}
+// LaunchProbes (result.CUDALaunchProbes) says how launches were counted.
+type LaunchProbes = schema.CUDALaunchProbes
 
 type budgetState struct {
 	mu       sync.Mutex
@@ -423,7 +402,7 @@ func (st *budgetState) snapshot() LaunchProbes {
 }
 
 // duty is the share of the time the launch probes were attached.
-func (lp LaunchProbes) duty() float64 {
+func probeDuty(lp LaunchProbes) float64 {
 	if t := lp.ProbedSeconds + lp.UnprobedSeconds; t > 0 {
 		return lp.ProbedSeconds / t
 	}

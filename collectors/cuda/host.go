@@ -247,7 +247,7 @@ func (h *Host) Collect(ch chan<- prometheus.Metric) {
 		h.mu.Unlock()
 		if st != nil {
 			if lp := st.snapshot(); lp.Mode == "full" || lp.Mode == "sampled" {
-				ch <- prometheus.MustNewConstMetric(h.duty, prometheus.GaugeValue, lp.duty(), name)
+				ch <- prometheus.MustNewConstMetric(h.duty, prometheus.GaugeValue, probeDuty(lp), name)
 				ch <- prometheus.MustNewConstMetric(h.estimated, prometheus.CounterValue, float64(lp.EstimatedLaunches), name)
 			}
 		}

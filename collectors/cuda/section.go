@@ -196,8 +196,8 @@ func (s *Section) allLibraries() []Library {
 	seen := map[fileKey]bool{}
 	for p := range s.procs {
 		for _, l := range s.Libraries(p) {
-			if !seen[l.key()] {
-				seen[l.key()] = true
+			if !seen[libKey(l)] {
+				seen[libKey(l)] = true
 				out = append(out, l)
 			}
 		}
@@ -498,7 +498,7 @@ func (s *Section) WriteSummary(w io.Writer) {
 	}
 	if lp := sum.LaunchProbes; lp != nil && lp.Mode == "sampled" {
 		fmt.Fprintf(w, "  launch probes sampled: %s; attached %.0f%% of the time in %d windows, %d launches counted, %d estimated\n",
-			lp.Reason, 100*lp.duty(), lp.Windows, lp.MeasuredLaunches, lp.EstimatedLaunches)
+			lp.Reason, 100*probeDuty(*lp), lp.Windows, lp.MeasuredLaunches, lp.EstimatedLaunches)
 	}
 	writeGraphs(w, sum.Graphs)
 	if sum.OutOfMemory.Count > 0 {
