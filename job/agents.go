@@ -1,8 +1,8 @@
 package job
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +12,6 @@ import (
 
 	"github.com/bpfbench/bpfbench/agent"
 	"github.com/bpfbench/bpfbench/collectors"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
 
@@ -186,22 +185,22 @@ func (rr *remoteRun) stop() {
 }
 
 // report is the agents[] of result.json.
-func (rr *remoteRun) report(res *loadgen.Result) []report.Agent {
-	var out []report.Agent
+func (rr *remoteRun) report(res *loadgen.Result) []result.Agent {
+	var out []result.Agent
 	for _, r := range rr.remotes {
 		col, clk := r.col, r.s.Clock()
-		a := report.Agent{
+		a := result.Agent{
 			Agent: col.Agent, Session: col.ID, Pid: col.Pid, Comm: col.Comm,
 			Complete: col.Complete, Reason: col.Reason, Error: col.Error,
 			StartNs: col.StartNs, StoppedNs: col.StoppedNs, StoppedAt: col.StoppedAt,
 			StoppedOffsetS: float64(col.StoppedNs-res.StartNs) / 1e9,
 			Lost:           col.Lost, Dropped: col.Dropped, Spans: col.Spans,
 			Received: r.received.Load(), BelowClockBound: r.below.Load(),
-			Unavailable: col.Unavailable, Summary: col.Summary,
-			Clock: report.AgentClock{Agent: clk.Agent, OffsetNs: clk.OffsetNs, BoundNs: clk.BoundNs, DriftPPM: clk.DriftPPM},
+			Unavailable: col.Unavailable, Summary: collectorsOf(col.Summary),
+			Clock: result.AgentClock{Agent: clk.Agent, OffsetNs: clk.OffsetNs, BoundNs: clk.BoundNs, DriftPPM: clk.DriftPPM},
 		}
 		for _, e := range clk.Estimates {
-			a.Clock.Estimates = append(a.Clock.Estimates, report.ClockEstimate{AtNs: e.AtNs, Wall: e.Wall, OffsetNs: e.OffsetNs,
+			a.Clock.Estimates = append(a.Clock.Estimates, result.ClockEstimate{AtNs: e.AtNs, Wall: e.Wall, OffsetNs: e.OffsetNs,
 				BoundNs: e.BoundNs, RTTMinNs: e.RTTMinNs, Samples: e.Samples, Used: e.Used})
 		}
 		if !col.Complete {
@@ -220,8 +219,8 @@ func (rr *remoteRun) report(res *loadgen.Result) []report.Agent {
 // the first agent's target, the earliest start and stop, the sums of
 // what was lost and dropped; the sections' summaries go into collectors
 // (by section name with one agent, "AGENT/section" with more).
-func (rr *remoteRun) collection(res *loadgen.Result, doc *report.Document, spans, dropped uint64) {
-	c := &report.Collection{Spans: spans, SpansDropped: dropped, Unavailable: map[string]string{}}
+func (rr *remoteRun) collection(res *loadgen.Result, doc *result.Document, spans, dropped uint64) {
+	c := &result.Collection{Spans: spans, SpansDropped: dropped, Unavailable: map[string]string{}}
 	reasons := ""
 	for i, r := range rr.remotes {
 		col := r.col
@@ -252,13 +251,9 @@ func (rr *remoteRun) collection(res *loadgen.Result, doc *report.Document, spans
 			}
 			c.Unavailable[k] = v
 		}
-		for k, v := range col.Summary {
-			if len(rr.remotes) > 1 {
-				k = col.Agent + "/" + k
-			}
-			if b, err := json.Marshal(v); err == nil {
-				doc.Collectors[k] = b
-			}
+		if len(rr.remotes) == 1 {
+			// Several agents' sections are each agent's (agents[].summary).
+			doc.Collectors = collectorsOf(col.Summary)
 		}
 	}
 	c.StoppedReason = reasons
@@ -267,3 +262,12 @@ func (rr *remoteRun) collection(res *loadgen.Result, doc *report.Document, spans
 
 // boundNs is the widest clock bound of the run's agents.
 func (rr *remoteRun) boundNs() int64 { return rr.bound.Load() }
+
+// collectorsOf types an agent's section summaries.
+func collectorsOf(m map[string]any) *result.Collectors {
+	c := &result.Collectors{}
+	for k, v := range m {
+		c.Set(k, v)
+	}
+	return c
+}

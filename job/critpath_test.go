@@ -1,6 +1,7 @@
 package job
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"encoding/json"
 	"math"
 	"os"
@@ -208,12 +209,12 @@ func TestCriticalPathInResult(t *testing.T) {
 	dir := t.TempDir()
 	s := run.replay(t, dir)
 	res := &loadgen.Result{Records: run.records, StartNs: run.t0, EndNs: run.records[len(run.records)-1].EndNs}
-	doc := &report.Document{Load: map[string]json.RawMessage{}, CriticalPath: s.crit.critResult(res.StartNs, nil, nil, nil)}
+	doc := &result.Document{Load: map[string]json.RawMessage{}, CriticalPath: s.crit.critResult(res.StartNs, nil, nil, nil)}
 	path := filepath.Join(dir, "result.json")
 	if err := doc.WriteFile(path); err != nil {
 		t.Fatal(err)
 	}
-	back, err := report.ReadFile(path)
+	back, err := result.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"bufio"
 	"bytes"
 	"compress/gzip"
@@ -68,7 +69,7 @@ func FuzzGapsFile(f *testing.F) {
 		if err != nil || !slices.Equal(gaps, back) {
 			t.Fatalf("written out and read back: %d gaps (%v), %d read", len(back), err, len(gaps))
 		}
-		doc := &report.Document{CriticalPath: &report.CriticalPath{Gaps: max(len(gaps), 1), NormalTTFTMs: map[string]float64{"cpu": 1}, NormalITLMs: map[string]float64{"cpu": 0.5}}}
+		doc := &result.Document{CriticalPath: &result.CriticalPath{Gaps: max(len(gaps), 1), NormalTTFTMs: map[string]float64{"cpu": 1}, NormalITLMs: map[string]float64{"cpu": 0.5}}}
 		if err := RebuildAttribution(doc, dir); err != nil {
 			t.Fatalf("rebuilding from gaps read once: %v", err)
 		}

@@ -6,8 +6,8 @@
 package job
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
@@ -143,7 +143,7 @@ func (p *PhaseMarks) spans(end int64) []critPhase {
 
 // RunResult is what a run produced.
 type RunResult struct {
-	Doc  *report.Document
+	Doc  *result.Document
 	Load *loadgen.Result
 	// Measured holds every token interval's measurement, compactly;
 	// Baseline turns them into blames (Blames).
@@ -333,7 +333,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if remote != nil {
 		remote.stop()
 	}
-	corr := &report.Correlation{Deferred: spoolMax > 0}
+	corr := &result.Correlation{Deferred: spoolMax > 0}
 	cpu0, t0 := processCPU(), time.Now()
 	stream.finish()
 	corr.AfterLoadSeconds = time.Since(t0).Seconds()
@@ -386,35 +386,22 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	}
 	summary := correlate.SummarizeSeq(blames, base, percentiles)
 
-	doc := &report.Document{Activity: &summary, Collectors: map[string]json.RawMessage{}}
-	// Each field on its own: one encoding of the load result in memory,
-	// not a second copy of it all (the per-token lists of a long run are
-	// large).
-	doc.Load = map[string]json.RawMessage{}
-	for k, v := range res.JSON() {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return nil, fmt.Errorf("encoding the load result: %w", err)
-		}
-		doc.Load[k] = b
+	doc := &result.Document{SchemaVersion: result.SchemaVersion, Activity: &summary, Collectors: &result.Collectors{}}
+	if err := doc.SetLoad(res.JSON()); err != nil {
+		return nil, err
 	}
 	if man.Dataset == nil {
 		man.Dataset = datasetOf(res.Dataset)
 	}
-	if b, err := json.Marshal(man); err == nil {
-		doc.Load["manifest"] = b
-	}
+	doc.Manifest = man
 	var sections []collectors.Section
 	if sess != nil {
 		sections = sess.Sections()
 		for _, sec := range sections {
-			b, err := json.Marshal(sec.Summary())
-			if err == nil {
-				doc.Collectors[sec.Name()] = b
-			}
+			doc.Collectors.Set(sec.Name(), sec.Summary())
 		}
 		anchor := sess.Anchor()
-		doc.Collection = &report.Collection{
+		doc.Collection = &result.Collection{
 			Pid: cfg.Pid, Comm: sess.Comm(),
 			Started: anchor.ToWall(sess.StartNs()), Stopped: anchor.ToWall(stoppedNs),
 			StartedOffsetS: float64(sess.StartNs()-res.StartNs) / 1e9,
@@ -435,7 +422,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		doc.ClockBoundNs = remote.boundNs()
 	}
 	for _, c := range checks {
-		doc.Collection.Readiness = append(doc.Collection.Readiness, report.Check{Status: string(c.Status), Name: c.Name, Detail: c.Detail, Fix: c.Fix})
+		doc.Collection.Readiness = append(doc.Collection.Readiness, result.Check{Status: string(c.Status), Name: c.Name, Detail: c.Detail, Fix: c.Fix})
 	}
 	doc.ServerMetrics, doc.ServerQueue = sm.report(res)
 	doc.Timeline = timeline(res, blames)
@@ -486,7 +473,7 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 
 // writeRunDir writes result.json and report.html, each atomically, and
 // returns those it wrote whole.
-func writeRunDir(dir string, doc *report.Document) (written []string, err error) {
+func writeRunDir(dir string, doc *result.Document) (written []string, err error) {
 	p := filepath.Join(dir, "result.json")
 	if err := doc.WriteFile(p); err != nil {
 		return nil, err
@@ -577,12 +564,12 @@ func percentile(xs []float64, p float64) float64 {
 
 // timeline buckets the run by second: throughput, latency and the excess
 // attributed to each cause.
-func timeline(res *loadgen.Result, blames iter.Seq[correlate.Blame]) []report.TimelinePoint {
+func timeline(res *loadgen.Result, blames iter.Seq[correlate.Blame]) []result.TimelinePoint {
 	if res.EndNs <= res.StartNs {
 		return nil
 	}
 	n := int((res.EndNs-res.StartNs)/1e9) + 1
-	pts := make([]report.TimelinePoint, n)
+	pts := make([]result.TimelinePoint, n)
 	itls := make([][]float64, n)
 	ttfts := make([][]float64, n)
 	tokens := make([]float64, n)
@@ -642,9 +629,9 @@ func timeline(res *loadgen.Result, blames iter.Seq[correlate.Blame]) []report.Ti
 // interval grew most over the first phase (the scenario's baseline): what
 // the phase changed, not what every phase has (a busy machine's ordinary
 // run-queue waits). The first phase's top cause is that of its slowest 1%.
-func phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlate.Baseline, marks *PhaseMarks) []report.Phase {
+func phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlate.Baseline, marks *PhaseMarks) []result.Phase {
 	ms := marks.spans(res.EndNs)
-	var out []report.Phase
+	var out []result.Phase
 	var ref []float64
 	for i, m := range ms {
 		end := m.to
@@ -684,7 +671,7 @@ func phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlat
 			att[name] = perInterval[c]
 		}
 		s := correlate.SummarizeSeq(sel, base, []float64{50, 99})
-		p := report.Phase{
+		p := result.Phase{
 			Name: m.name, StartS: float64(m.ns-res.StartNs) / 1e9, EndS: float64(end-res.StartNs) / 1e9,
 			Requests: len(reqs), P50ITLMs: percentile(itls, 50), P99ITLMs: percentile(itls, 99),
 			P99TTFTMs: percentile(ttfts, 99), ITLP99: s.ITL["p99"], ITLAll: s.ITL["all"], TTFT: s.TTFT,
@@ -793,11 +780,11 @@ func (sm *serverMetrics) result() *enginemetrics.Result { return sm.res }
 
 // report is the result.json sections: the samples on the load's time
 // axis, the gauges' peaks, and the queue estimate of every request.
-func (sm *serverMetrics) report(res *loadgen.Result) (*report.ServerMetrics, *report.ServerQueue) {
+func (sm *serverMetrics) report(res *loadgen.Result) (*result.ServerMetrics, *result.ServerQueue) {
 	if sm.url == "" && sm.note == "" {
 		return nil, nil
 	}
-	out := &report.ServerMetrics{URL: sm.url, Note: sm.note}
+	out := &result.ServerMetrics{URL: sm.url, Note: sm.note}
 	r := sm.res
 	if r == nil {
 		return out, nil
@@ -809,12 +796,12 @@ func (sm *serverMetrics) report(res *loadgen.Result) (*report.ServerMetrics, *re
 	out.FirstError, out.LastError = r.FirstError, r.LastError
 	out.Sources, out.Overall = r.Sources, r.Overall
 	out.RawSeries, out.RawSeriesDropped = r.RawSeries, r.RawDropped
-	out.Samples = make([]report.ServerSample, 0, len(r.Samples))
+	out.Samples = make([]result.ServerSample, 0, len(r.Samples))
 	if r.VocabularyMatched {
 		out.Peaks = map[string]float64{}
 	}
 	for _, smp := range r.Samples {
-		out.Samples = append(out.Samples, report.ServerSample{T: float64(smp.Ns-res.StartNs) / 1e9, Values: smp.Values})
+		out.Samples = append(out.Samples, result.ServerSample{T: float64(smp.Ns-res.StartNs) / 1e9, Values: smp.Values})
 		if !r.VocabularyMatched {
 			continue
 		}
@@ -838,7 +825,7 @@ const serverQueueRule = "each request's wait for a slot, replayed in send order 
 	"summed over the successful measured requests."
 
 // serverQueue estimates each request's time in the engine's queue.
-func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *report.ServerQueue {
+func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *result.ServerQueue {
 	reqs := make([]enginemetrics.Request, 0, len(res.Warmup)+len(res.Records))
 	add := func(rec *loadgen.Record, measured bool) {
 		q := enginemetrics.Request{StartNs: rec.StartNs, EndNs: rec.EndNs, Measured: measured && rec.Success}
@@ -854,7 +841,7 @@ func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *report.ServerQue
 		add(&res.Records[i], true)
 	}
 	est := enginemetrics.EstimateQueue(reqs, r.Samples, r.Period)
-	q := &report.ServerQueue{Rule: serverQueueRule, Available: est.Available, Reason: est.Reason}
+	q := &result.ServerQueue{Rule: serverQueueRule, Available: est.Available, Reason: est.Reason}
 	if !est.Available {
 		return q
 	}
@@ -873,7 +860,7 @@ func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *report.ServerQue
 		}
 		ms := float64(w) / 1e6
 		q.MaxMs = max(q.MaxMs, ms)
-		q.Requests = append(q.Requests, report.QueuedRequest{Index: rec.Index, QueueMs: ms, TTFTMs: float64(rec.TTFTNs()) / 1e6})
+		q.Requests = append(q.Requests, result.QueuedRequest{Index: rec.Index, QueueMs: ms, TTFTMs: float64(rec.TTFTNs()) / 1e6})
 	}
 	if est.Queued > 0 {
 		q.MeanMs = q.TotalMs / float64(est.Queued)

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"container/heap"
 	"math"
 	"sync"
@@ -8,7 +9,6 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
@@ -224,7 +224,7 @@ func (s *runStream) setGateway(g *gatewayStream) {
 }
 
 // gatewayReport is the gateway section, once the stream is finished.
-func (s *runStream) gatewayReport(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *report.Gateway {
+func (s *runStream) gatewayReport(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *result.Gateway {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gw == nil {

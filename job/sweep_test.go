@@ -1,6 +1,7 @@
 package job
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -34,7 +35,7 @@ func TestKneeSteps(t *testing.T) {
 func TestKneeExplanation(t *testing.T) {
 	sched, _ := json.Marshal(map[string]any{"threads": []map[string]any{
 		{"comm": "tokenizer", "runqueue_seconds": 0.8}, {"comm": "main", "runqueue_seconds": 0.1}}})
-	run := &RunResult{Doc: &report.Document{
+	run := &RunResult{Doc: &result.Document{
 		Attribution: &correlate.Summary{
 			ITL:  map[string]correlate.Breakdown{"p99": {"cpu_runqueue": 0.7, "unexplained": 0.3}},
 			TTFT: correlate.Breakdown{"io_block": 0.9, "unexplained": 0.1},

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,7 +21,6 @@ import (
 
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
@@ -595,11 +595,11 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		Target: load.Target.URL, Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
 		Causes: critpath.CauseNames(), Matrix: map[string]map[string]int{}, Dir: cfg.OutDir, MinShare: cfg.MinShare,
 	}
-	byName := map[string]report.Phase{}
+	byName := map[string]result.Phase{}
 	for _, p := range res.Doc.Phases {
 		byName[p.Name] = p
 	}
-	critByName := map[string]report.CriticalPhase{}
+	critByName := map[string]result.CriticalPhase{}
 	v.Unexplained = -1
 	normal := 0.0
 	if cp := res.Doc.CriticalPath; cp != nil {
@@ -727,10 +727,7 @@ func (v *Validation) write(res *RunResult) error {
 		return err
 	}
 	res.Written = append(res.Written, p)
-	if res.Doc.Load == nil {
-		res.Doc.Load = map[string]json.RawMessage{}
-	}
-	res.Doc.Load["validation"] = b
+	res.Doc.Validation = b
 	return res.Doc.WriteFile(filepath.Join(v.Dir, "result.json"))
 }
 

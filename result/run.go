@@ -142,7 +142,7 @@ type Agent struct {
 	Received        uint64            `json:"spans_received"`
 	BelowClockBound uint64            `json:"spans_below_clock_bound"`
 	Unavailable     map[string]string `json:"unavailable,omitempty"`
-	Summary         map[string]any    `json:"summary,omitempty"`
+	Summary         *Collectors       `json:"summary,omitempty"`
 	// UncollectedRequests are the measured requests that started after
 	// collection stopped (an agent that died mid-run).
 	UncollectedRequests int        `json:"uncollected_requests"`

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -180,9 +181,9 @@ func (n *agentNode) run(t *testing.T, out string, creds bool, requests int) *exe
 	return cliCmd(args...)
 }
 
-func readAgentResult(t *testing.T, dir string) *report.Document {
+func readAgentResult(t *testing.T, dir string) *result.Document {
 	t.Helper()
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +370,7 @@ func TestAgentMatchesSameHostRun(t *testing.T) {
 			}
 			busy = append(busy, c)
 		}
-		docs := map[string]*report.Document{}
+		docs := map[string]*result.Document{}
 		for _, mode := range []string{"agent", "same host"} {
 			out := t.TempDir()
 			args := append(append([]string{"run"}, load...), "--out", out)
@@ -384,7 +385,7 @@ func TestAgentMatchesSameHostRun(t *testing.T) {
 				}
 				t.Fatalf("%s run: exit %d: %s\n%s", mode, code, stderr, stdout)
 			}
-			doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+			doc, err := result.Load(filepath.Join(out, "result.json"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -448,7 +449,7 @@ func TestAgentMatchesSameHostRun(t *testing.T) {
 }
 
 // gapTop is the cause with the most of the gaps' time, unexplained aside.
-func gapTop(cp *report.CriticalPath) string {
+func gapTop(cp *result.CriticalPath) string {
 	top, best := "unexplained", 0.0
 	for c, ms := range cp.TotalsMs {
 		if c != "unexplained" && ms > best {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -416,7 +417,7 @@ it was.`,
 }
 
 func runReport(stdout io.Writer, dir, baseline, out string) error {
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"bytes"
 	"context"
 	"fmt"
@@ -64,7 +65,7 @@ func TestRunCriticalPathCPUContention(t *testing.T) {
 			_ = c.Wait()
 		}
 		sim.Close()
-		doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+		doc, err := result.Load(filepath.Join(out, "result.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +102,7 @@ func TestRunCriticalPathCPUContention(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("report --baseline: exit %d: %s\n%s", code, stderr, stdout)
 		}
-		again, err := report.ReadFile(filepath.Join(dir, "again", "result.json"))
+		again, err := result.Load(filepath.Join(dir, "again", "result.json"))
 		if err != nil {
 			t.Fatal(err)
 		}

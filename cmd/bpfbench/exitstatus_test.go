@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"bytes"
 	"encoding/json"
 	"net/http"

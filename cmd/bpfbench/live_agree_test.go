@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -79,7 +80,7 @@ func liveAgreement(t *testing.T, compared map[string]bool) (problems []string) {
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v\n%s", err, derr.String())
 	}
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

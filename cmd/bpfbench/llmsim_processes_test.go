@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"fmt"
 	"net"
 	"os"
@@ -133,7 +134,7 @@ func criticalPathTwoProcesses(t *testing.T, lazy bool) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 		}
-		doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+		doc, err := result.Load(filepath.Join(out, "result.json"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"encoding/json"
 	"io"
 	"math"
@@ -75,7 +76,7 @@ func TestDemoNamesEachInjectedCause(t *testing.T) {
 	// its priority. A shared VM's other work and hypervisor steal (which
 	// reads as the server running) can spoil one demo: one retry.
 	var dir, stdout string
-	var doc *report.Document
+	var doc *result.Document
 	for attempt := 1; attempt <= 2; attempt++ {
 		dir = t.TempDir()
 		code, out, stderr := runCLIChild("demo", "--out", dir, "--phase", "10s", "--rate", "4")
@@ -85,7 +86,7 @@ func TestDemoNamesEachInjectedCause(t *testing.T) {
 			t.Fatalf("demo exit %d: %s", code, stderr)
 		}
 		var err error
-		if doc, err = report.ReadFile(filepath.Join(dir, "result.json")); err != nil {
+		if doc, err = result.Load(filepath.Join(dir, "result.json")); err != nil {
 			t.Fatal(err)
 		}
 		if len(doc.Phases) != 5 || doc.CriticalPath == nil || len(doc.CriticalPath.Phases) != 5 {
@@ -223,7 +224,7 @@ func TestRunServerFailingEveryRequest(t *testing.T) {
 	if code != statusThreshold { // all failed: above --max-failed-ratio
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +254,7 @@ func TestRunTargetExitsMidRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +338,7 @@ func TestSweepExplainsTheKnee(t *testing.T) {
 		t.Errorf("no explanation of the knee in the output")
 	}
 	for _, side := range []string{"pass", "fail"} {
-		doc, err := report.ReadFile(filepath.Join(dir, side, "result.json"))
+		doc, err := result.Load(filepath.Join(dir, side, "result.json"))
 		if err != nil {
 			t.Fatalf("%s run: %v", side, err)
 		}

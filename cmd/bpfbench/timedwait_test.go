@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"bufio"
 	"fmt"
 	"os/exec"
@@ -135,11 +136,11 @@ func timedWaitRun(t *testing.T, bin string, extra []string, attempt int) []strin
 	for _, p := range busy {
 		_ = exec.Command("kill", strconv.Itoa(p)).Run()
 	}
-	qdoc, err := report.ReadFile(filepath.Join(quiet, "result.json"))
+	qdoc, err := result.Load(filepath.Join(quiet, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+	doc, err := result.Load(filepath.Join(out, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

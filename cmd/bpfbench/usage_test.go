@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"net/http"
 	"net/http/httptest"

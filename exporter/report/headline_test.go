@@ -585,7 +585,7 @@ func TestHeadlineWithoutAttribution(t *testing.T) {
 		old.Phases[i].TopShare = 0.99
 		old.Phases[i].ITLP99 = correlate.Breakdown{"net_backpressure": 1}
 	}
-	p := filepath.Join(t.TempDir(), "result.json")
+	p := filepath.Join(t.TempDir(), "json")
 	if err := old.WriteFile(p); err != nil {
 		t.Fatal(err)
 	}

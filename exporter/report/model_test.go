@@ -11,7 +11,7 @@ import (
 )
 
 func TestDocumentRoundTrip(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "result.json")
+	p := filepath.Join(t.TempDir(), "json")
 	d := &Document{
 		Load: map[string]json.RawMessage{
 			"completed": json.RawMessage("10"), "mean_ttft_ms": json.RawMessage("12.5"), "itls": json.RawMessage("[0.01,0.02]"),
@@ -53,7 +53,7 @@ func TestWriteFileMatchesMarshal(t *testing.T) {
 		Collection: &Collection{Pid: 7},
 		Diagnosis:  []string{"mine"},
 	}
-	p := filepath.Join(t.TempDir(), "result.json")
+	p := filepath.Join(t.TempDir(), "json")
 	if err := d.WriteFile(p); err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestWriteFileMatchesMarshal(t *testing.T) {
 	}
 	var a, b any
 	if err := json.Unmarshal(got, &a); err != nil {
-		t.Fatalf("result.json is not JSON: %v\n%s", err, got)
+		t.Fatalf("json is not JSON: %v\n%s", err, got)
 	}
 	json.Unmarshal(want, &b)
 	if !reflect.DeepEqual(a, b) {

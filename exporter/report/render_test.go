@@ -242,7 +242,7 @@ func TestWriteHTMLEscapes(t *testing.T) {
 
 func TestDocumentRoundTripRendersTheSame(t *testing.T) {
 	d := fullDocument()
-	p := filepath.Join(t.TempDir(), "result.json")
+	p := filepath.Join(t.TempDir(), "json")
 	if err := d.WriteFile(p); err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package diff
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -68,7 +69,7 @@ type run struct {
 
 // write writes dir/result.json the way job.Run does: the load
 // generator's result fields, the attribution and the manifest in a
-// report.Document.
+// result.Document.
 func (r run) write(t *testing.T, dir string) string {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(r.seed, 1))
@@ -95,7 +96,7 @@ func (r run) write(t *testing.T, dir string) string {
 	res.Config.Metrics.Percentiles = []float64{50, 90, 99}
 	res.Config.Scenario.Rate = 10
 	res.Metrics = metrics.Compute(recs, res.DurationS(), metrics.Options{Percentiles: res.Config.Metrics.Percentiles})
-	doc := &report.Document{Attribution: r.attribution, Load: map[string]json.RawMessage{}}
+	doc := &result.Document{Attribution: r.attribution, Load: map[string]json.RawMessage{}}
 	for k, v := range res.JSON() {
 		b, err := json.Marshal(v)
 		if err != nil {

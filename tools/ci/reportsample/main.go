@@ -9,6 +9,7 @@
 package main
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"bufio"
 	"errors"
 	"flag"
@@ -43,7 +44,7 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	for _, in := range fs.Args() {
-		d, err := report.ReadFile(in)
+		d, err := result.Load(in)
 		if err != nil {
 			return err
 		}
