@@ -197,11 +197,7 @@ func (rr *remoteRun) report(res *loadgen.Result) []result.Agent {
 			Lost:           col.Lost, Dropped: col.Dropped, Spans: col.Spans,
 			Received: r.received.Load(), BelowClockBound: r.below.Load(),
 			Unavailable: col.Unavailable, Summary: collectorsOf(col.Summary),
-			Clock: result.AgentClock{Agent: clk.Agent, OffsetNs: clk.OffsetNs, BoundNs: clk.BoundNs, DriftPPM: clk.DriftPPM},
-		}
-		for _, e := range clk.Estimates {
-			a.Clock.Estimates = append(a.Clock.Estimates, result.ClockEstimate{AtNs: e.AtNs, Wall: e.Wall, OffsetNs: e.OffsetNs,
-				BoundNs: e.BoundNs, RTTMinNs: e.RTTMinNs, Samples: e.Samples, Used: e.Used})
+			Clock: clk,
 		}
 		if !col.Complete {
 			for i := range res.Records {
