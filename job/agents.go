@@ -1,10 +1,10 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"log/slog"
 	"sync"
 	"sync/atomic"

@@ -1,12 +1,12 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"bufio"
 	"compress/gzip"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"iter"
 	"os"

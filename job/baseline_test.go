@@ -1,9 +1,9 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"compress/gzip"
 	"encoding/json"
+	"github.com/bpfbench/bpfbench/result"
 	"log/slog"
 	"math"
 	"os"

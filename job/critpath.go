@@ -1,9 +1,9 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"bufio"
 	"encoding/json"
+	"github.com/bpfbench/bpfbench/result"
 	"iter"
 	"os"
 	"slices"

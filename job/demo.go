@@ -1,12 +1,12 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"log/slog"
 	"math"

@@ -1,12 +1,12 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"os"
 	"path/filepath"
 	"slices"

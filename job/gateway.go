@@ -1,8 +1,8 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"os"
 	"slices"
 	"sort"

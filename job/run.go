@@ -6,10 +6,10 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"iter"
 	"log/slog"
 	"os"

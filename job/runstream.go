@@ -1,8 +1,8 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"container/heap"
+	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"sync"
 	"time"

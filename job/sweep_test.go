@@ -1,8 +1,8 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"encoding/json"
+	"github.com/bpfbench/bpfbench/result"
 	"strings"
 	"testing"
 

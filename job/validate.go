@@ -1,11 +1,11 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"log/slog"
 	"math"

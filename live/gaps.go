@@ -1,8 +1,8 @@
 package live
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"cmp"
+	"github.com/bpfbench/bpfbench/result"
 	"iter"
 	"slices"
 	"strconv"

@@ -1,8 +1,8 @@
 package live
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"math/bits"
 	"slices"

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"net"
 	"net/http"

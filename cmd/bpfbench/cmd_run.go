@@ -1,12 +1,12 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"log/slog"
 	"math"

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"os/exec"
 	"path/filepath"

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"maps"
 	"math"
 	"os"

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"os"
 	"os/exec"

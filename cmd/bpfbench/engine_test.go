@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"github.com/bpfbench/bpfbench/result"
 	"maps"
 	"os"
 	"path/filepath"

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"bytes"
 	"encoding/json"
+	"github.com/bpfbench/bpfbench/result"
 	"net/http"
 	"net/http/httptest"
 	"os"

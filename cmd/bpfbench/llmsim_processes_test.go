@@ -1,8 +1,8 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"net"
 	"os"
 	"os/exec"

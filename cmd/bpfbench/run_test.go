@@ -1,8 +1,8 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"encoding/json"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"math"
 	"net/http"

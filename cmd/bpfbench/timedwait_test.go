@@ -1,9 +1,9 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"bufio"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"os/exec"
 	"path/filepath"
 	"slices"

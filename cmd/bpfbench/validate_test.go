@@ -1,10 +1,10 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"os"
 	"os/exec"

@@ -9,11 +9,11 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"bufio"
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"os"
 	"path/filepath"
