@@ -2,7 +2,6 @@ package job
 
 import (
 	"encoding/json"
-	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"os"
 	"path/filepath"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // The attribution is the critical path's: a quiet phase and a phase whose
@@ -25,7 +24,7 @@ func TestAttributionFromCriticalPath(t *testing.T) {
 	base := baselineOf(slices.Values(inPhase(slices.Values(gs), phases[0])))
 	cp := &result.CriticalPath{Baseline: "baseline", Causes: critpath.CauseNames(), Gaps: len(gs), Slowest: []result.CriticalGap{}}
 	rebase(cp, slices.Values(gs), phases, base, nil)
-	doc := &result.Document{Load: map[string]json.RawMessage{}, CriticalPath: cp,
+	doc := &result.Document{CriticalPath: cp,
 		Timeline: make([]result.TimelinePoint, 2001),
 		Phases:   []result.Phase{{Name: "baseline"}, {Name: "cpu"}}}
 	attribute(doc, slices.Values(gs), phases, base, 2e12, []float64{50, 99})

@@ -3,7 +3,6 @@ package job
 import (
 	"compress/gzip"
 	"encoding/json"
-	"github.com/bpfbench/bpfbench/result"
 	"log/slog"
 	"math"
 	"os"
@@ -13,9 +12,9 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // gapsOf makes n requests of k gaps each, every gap after the first
@@ -49,7 +48,7 @@ func writeRun(t *testing.T, gaps []critGap, phases []critPhase) string {
 	dir := t.TempDir()
 	cp := &result.CriticalPath{Baseline: "run", Causes: critpath.CauseNames(), Gaps: len(gaps), Slowest: []result.CriticalGap{}}
 	rebase(cp, slices.Values(gaps), phases, baselineOf(slices.Values(gaps)), nil)
-	doc := &result.Document{Load: map[string]json.RawMessage{}, CriticalPath: cp}
+	doc := &result.Document{CriticalPath: cp}
 	if err := doc.WriteFile(filepath.Join(dir, "result.json")); err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +155,7 @@ func TestPriorErrors(t *testing.T) {
 		t.Errorf("a missing directory: %v", err)
 	}
 	noCP := t.TempDir()
-	doc := &result.Document{Load: map[string]json.RawMessage{"completed": json.RawMessage("3")}}
+	doc := &result.Document{Loadgen: result.Loadgen{Completed: 3}}
 	if err := doc.WriteFile(filepath.Join(noCP, "result.json")); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,6 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // FuzzGapsFile: a run directory's gaps file (another run's, given to

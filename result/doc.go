@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reflect"
 	"regexp"
 	"sort"
 	"strings"
@@ -84,6 +85,13 @@ type Document struct {
 	// ClockBoundNs is the widest agent clock bound: spans shorter than it
 	// were kept out of the attribution and the critical path.
 	ClockBoundNs int64 `json:"clock_bound_ns,omitempty"`
+	// Other holds the top-level keys this version does not know (those of
+	// a newer bpfbench, or a load generator field not typed here), as
+	// read; they are written back unchanged.
+	Other map[string]json.RawMessage `json:"-"`
+	// present: the top-level keys of the file read that were not null
+	// (nil for a document built in memory).
+	present map[string]bool
 	// legacy: read from a file whose attribution was the activity model.
 	legacy bool
 }
@@ -95,6 +103,67 @@ type Collectors struct {
 	TCP     *TCP     `json:"tcp,omitempty"`
 	CUDA    *CUDA    `json:"cuda,omitempty"`
 	GPU     *GPU     `json:"gpu,omitempty"`
+	// Other holds the sections this version does not know (a newer
+	// bpfbench's), as read; they are written back unchanged and the
+	// report shows them as they are.
+	Other map[string]json.RawMessage `json:"-"`
+}
+
+type plainCollectors Collectors
+
+// MarshalJSON writes the typed sections and the others.
+func (c *Collectors) MarshalJSON() ([]byte, error) {
+	b, err := json.Marshal((*plainCollectors)(c))
+	if err != nil || len(c.Other) == 0 {
+		return b, err
+	}
+	var buf bytes.Buffer
+	buf.Write(b[:len(b)-1])
+	keys := make([]string, 0, len(c.Other))
+	for k := range c.Other {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if c.field(k) != nil {
+			continue
+		}
+		if !json.Valid(c.Other[k]) {
+			return nil, fmt.Errorf("encoding collectors.%s: not valid JSON", k)
+		}
+		if buf.Len() > 1 {
+			buf.WriteByte(',')
+		}
+		kb, _ := json.Marshal(k)
+		buf.Write(kb)
+		buf.WriteByte(':')
+		buf.Write(c.Other[k])
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// UnmarshalJSON reads the typed sections and keeps the others in Other.
+func (c *Collectors) UnmarshalJSON(b []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	*c = Collectors{}
+	for k, v := range m {
+		dst := c.field(k)
+		if dst == nil {
+			if c.Other == nil {
+				c.Other = map[string]json.RawMessage{}
+			}
+			c.Other[k] = v
+			continue
+		}
+		if err := json.Unmarshal(v, dst); err != nil {
+			return fmt.Errorf("reading section %s: %w", k, err)
+		}
+	}
+	return nil
 }
 
 // Set puts a section's summary (a collector's Summary(), or its JSON
@@ -143,7 +212,8 @@ func (c *Collectors) field(name string) any {
 	return nil
 }
 
-// Names lists the sections present, in the order the report shows them.
+// Names lists the sections present, in the order the report shows them,
+// then the others (Other) by name.
 func (c *Collectors) Names() []string {
 	if c == nil {
 		return nil
@@ -157,25 +227,31 @@ func (c *Collectors) Names() []string {
 			out = append(out, s.name)
 		}
 	}
-	return out
+	others := make([]string, 0, len(c.Other))
+	for k := range c.Other {
+		if c.field(k) == nil {
+			others = append(others, k)
+		}
+	}
+	sort.Strings(others)
+	return append(out, others...)
 }
 
-// Section is the summary of a section by name (nil when absent).
+// Section is the summary of a section by name (nil when absent, not a
+// typed nil); a section this version does not know is its JSON
+// (json.RawMessage).
 func (c *Collectors) Section(name string) any {
 	if c == nil {
 		return nil
 	}
-	switch name {
-	case "sched":
-		return c.Sched
-	case "blockio":
-		return c.BlockIO
-	case "tcp":
-		return c.TCP
-	case "cuda":
-		return c.CUDA
-	case "gpu":
-		return c.GPU
+	if p := c.field(name); p != nil {
+		if v := reflect.ValueOf(p).Elem(); !v.IsNil() {
+			return v.Interface()
+		}
+		return nil
+	}
+	if v, ok := c.Other[name]; ok {
+		return v
 	}
 	return nil
 }
@@ -195,82 +271,88 @@ func PercentileKey(key string) (string, bool) {
 type plain Document
 
 // MarshalJSON writes the document as one object, the percentile fields
-// among the load generator's.
+// among the load generator's (as WriteFile does).
 func (d *Document) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal((*plain)(d))
-	if err != nil || len(d.Percentiles) == 0 {
-		return b, err
-	}
-	keys := make([]string, 0, len(d.Percentiles))
-	for k := range d.Percentiles {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	var buf bytes.Buffer
-	buf.Grow(len(b) + 32*len(keys))
-	buf.Write(b[:len(b)-1])
-	for _, k := range keys {
-		kb, _ := json.Marshal(k)
-		vb, err := json.Marshal(d.Percentiles[k])
-		if err != nil {
-			return nil, fmt.Errorf("encoding %s: %w", k, err)
-		}
-		buf.WriteByte(',')
-		buf.Write(kb)
-		buf.WriteByte(':')
-		buf.Write(vb)
+	if err := d.encode(&buf); err != nil {
+		return nil, err
 	}
-	buf.WriteByte('}')
-	return buf.Bytes(), nil
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 // UnmarshalJSON reads a document of any version and migrates it to this
-// one (migrate).
+// one (migrate). Keys it does not know are kept in Other.
 func (d *Document) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, (*plain)(d)); err != nil {
 		return err
 	}
-	ps, err := percentiles(b)
+	ps, other, present, err := extras(b)
 	if err != nil {
 		return err
 	}
-	d.Percentiles = ps
+	d.Percentiles, d.Other, d.present = ps, other, present
 	d.migrate()
 	return nil
 }
 
-// percentiles reads the top-level percentile fields of a document.
-func percentiles(b []byte) (map[string]float64, error) {
+// extras reads the top-level keys of a document that are not fields of
+// Document: the percentile fields, and the others; and which keys the
+// document has (not null).
+func extras(b []byte) (ps map[string]float64, other map[string]json.RawMessage, present map[string]bool, err error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	if _, err := dec.Token(); err != nil {
-		return nil, err
+		return nil, nil, nil, err
 	}
-	var out map[string]float64
-	var skip struct{}
+	present = map[string]bool{}
 	for dec.More() {
 		t, err := dec.Token()
 		if err != nil {
-			return nil, err
+			return nil, nil, nil, err
 		}
 		k, _ := t.(string)
-		if _, ok := PercentileKey(k); !ok {
-			if err := dec.Decode(&skip); err != nil {
-				return nil, err
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, nil, fmt.Errorf("reading %s: %w", k, err)
+		}
+		if string(v) != "null" {
+			present[k] = true
+		}
+		if _, ok := docField[k]; ok {
+			continue
+		}
+		if _, ok := PercentileKey(k); ok {
+			var f *float64
+			if err := json.Unmarshal(v, &f); err != nil {
+				return nil, nil, nil, fmt.Errorf("reading %s: %w", k, err)
+			}
+			if ps == nil {
+				ps = map[string]float64{}
+			}
+			if f != nil {
+				ps[k] = *f
 			}
 			continue
 		}
-		var f *float64
-		if err := dec.Decode(&f); err != nil {
-			return nil, fmt.Errorf("reading %s: %w", k, err)
+		if other == nil {
+			other = map[string]json.RawMessage{}
 		}
-		if out == nil {
-			out = map[string]float64{}
-		}
-		if f != nil {
-			out[k] = *f
-		}
+		other[k] = v
 	}
-	return out, nil
+	return ps, other, present, nil
+}
+
+// Has reports whether the file d was read from has key, not null; for a
+// document built in memory, whether it has a field or a percentile of
+// that name.
+func (d *Document) Has(key string) bool {
+	if d.present != nil {
+		return d.present[key]
+	}
+	if _, ok := d.Percentiles[key]; ok {
+		return true
+	}
+	_, ok := docField[key]
+	return ok
 }
 
 // migrate brings a document of an earlier version to SchemaVersion.
@@ -288,8 +370,45 @@ func (d *Document) migrate() {
 		d.Attribution = nil
 		d.legacy = true
 	}
+	d.agentSections()
 	if d.SchemaVersion < SchemaVersion {
 		d.SchemaVersion = SchemaVersion
+	}
+}
+
+// agentSections moves the sections of a version 1 run with several
+// agents, which collectors held as "AGENT/section", to that agent's
+// summary in agents[] (where version 2 has them), unless it has one.
+// A section of an agent not in agents[] stays in Other.
+func (d *Document) agentSections() {
+	if d.Collectors == nil {
+		return
+	}
+	for k, v := range d.Collectors.Other {
+		agent, sec, ok := strings.Cut(k, "/")
+		if !ok {
+			continue
+		}
+		for i := range d.Agents {
+			a := &d.Agents[i]
+			if a.Agent != agent {
+				continue
+			}
+			if a.Summary == nil {
+				a.Summary = &Collectors{}
+			}
+			if a.Summary.Section(sec) == nil {
+				dst := a.Summary.field(sec)
+				if dst == nil || json.Unmarshal(v, dst) != nil {
+					break
+				}
+			}
+			delete(d.Collectors.Other, k)
+			break
+		}
+	}
+	if len(d.Collectors.Other) == 0 {
+		d.Collectors.Other = nil
 	}
 }
 
@@ -378,11 +497,11 @@ func Load(path string) (*Document, error) {
 }
 
 // WriteFile writes d as result.json, atomically (a temporary file renamed
-// over path once complete), with SchemaVersion.
+// over path once complete), with SchemaVersion. It writes one key at a
+// time, the per-request lists one element at a time (encode): the lists
+// of an hour-long run are about 100 MB, and encoding the whole document
+// at once held another copy of them.
 func (d *Document) WriteFile(path string) error {
 	d.SchemaVersion = SchemaVersion
-	return atomicfile.Write(path, 0o644, func(w *bufio.Writer) error {
-		enc := json.NewEncoder(w)
-		return enc.Encode(d)
-	})
+	return atomicfile.Write(path, 0o644, func(w *bufio.Writer) error { return d.encode(w) })
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 )
 
@@ -291,19 +292,40 @@ func (l *Loadgen) Metric(name string) (float64, bool) {
 }
 
 // SetLoad fills the load generator's part from its result fields (its
-// JSON()): the typed fields and the percentile fields.
+// JSON()): the typed fields, the percentile fields, and in Other any
+// field not typed here. Each field is encoded on its own, so that no
+// encoding of the whole result (the per-request lists of a long run) is
+// held beside the typed copy.
 func (d *Document) SetLoad(fields map[string]any) error {
-	b, err := json.Marshal(fields)
-	if err != nil {
-		return fmt.Errorf("encoding the load result: %w", err)
+	for k, v := range fields {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return fmt.Errorf("encoding the load result's %s: %w", k, err)
+		}
+		if f, ok := docField[k]; ok && f.load {
+			dst := reflect.ValueOf(d).Elem().FieldByIndex(f.index).Addr().Interface()
+			if err := json.Unmarshal(b, dst); err != nil {
+				return fmt.Errorf("reading the load result's %s: %w", k, err)
+			}
+			continue
+		}
+		if _, ok := PercentileKey(k); ok {
+			var f *float64
+			if err := json.Unmarshal(b, &f); err != nil {
+				return fmt.Errorf("reading the load result's %s: %w", k, err)
+			}
+			if f != nil {
+				if d.Percentiles == nil {
+					d.Percentiles = map[string]float64{}
+				}
+				d.Percentiles[k] = *f
+			}
+			continue
+		}
+		if d.Other == nil {
+			d.Other = map[string]json.RawMessage{}
+		}
+		d.Other[k] = b
 	}
-	if err := json.Unmarshal(b, &d.Loadgen); err != nil {
-		return fmt.Errorf("reading the load result: %w", err)
-	}
-	ps, err := percentiles(b)
-	if err != nil {
-		return err
-	}
-	d.Percentiles = ps
 	return nil
 }

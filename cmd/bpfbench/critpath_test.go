@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"testing"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // A run against llmsim with busy loops of another process on the server's

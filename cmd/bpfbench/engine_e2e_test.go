@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"maps"
 	"math"
 	"os"
@@ -21,11 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/result"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/internal/privtest"
@@ -411,11 +410,11 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 		Records []loadgen.Record `json:"records"`
 		Warmup  []loadgen.Record `json:"warmup"`
 	}
-	if err := json.Unmarshal(doc.Load["bpfbench"], &bb); err != nil {
+	if err := json.Unmarshal(jsonOf(t, doc.BPFBench), &bb); err != nil {
 		t.Fatal(err)
 	}
 	var perRequest []*transport.ServerTimings
-	if err := json.Unmarshal(doc.Load["server_timings"], &perRequest); err != nil || len(perRequest) != len(bb.Records) {
+	if err := json.Unmarshal(jsonOf(t, doc.ServerTimings), &perRequest); err != nil || len(perRequest) != len(bb.Records) {
 		t.Errorf("%s: server_timings %d entries for %d requests (%v)", name, len(perRequest), len(bb.Records), err)
 	}
 	// Every request against its own timings. The client starts a request
@@ -512,7 +511,7 @@ func checkEngineServerMetrics(t *testing.T, name string, doc *report.Document, p
 func checkEngineManifest(t *testing.T, name string, doc *report.Document, srv *engine.Server, paths engine.Paths) {
 	t.Helper()
 	var m manifest.Manifest
-	if err := json.Unmarshal(doc.Load["manifest"], &m); err != nil {
+	if err := json.Unmarshal(jsonOf(t, doc.Manifest), &m); err != nil {
 		t.Fatalf("%s: manifest: %v", name, err)
 	}
 	model, err := filepath.EvalSymlinks(paths.Model)
@@ -588,7 +587,7 @@ func checkSlowReader(t *testing.T, dir string) {
 	var bb struct {
 		Records []loadgen.Record `json:"records"`
 	}
-	if err := json.Unmarshal(doc.Load["bpfbench"], &bb); err != nil {
+	if err := json.Unmarshal(jsonOf(t, doc.BPFBench), &bb); err != nil {
 		t.Fatal(err)
 	}
 	port := map[int]string{}

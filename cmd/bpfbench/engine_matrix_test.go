@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"os"
 	"os/exec"
@@ -21,11 +20,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // matrixCell is one configuration of the real engine's matrix: the
@@ -503,7 +502,7 @@ func matrixSlowReader(t *testing.T, dir string) (row string, problems []string) 
 	var bb struct {
 		Records []loadgen.Record `json:"records"`
 	}
-	if err := json.Unmarshal(doc.Load["bpfbench"], &bb); err != nil {
+	if err := json.Unmarshal(jsonOf(t, doc.BPFBench), &bb); err != nil {
 		t.Fatal(err)
 	}
 	port := 0

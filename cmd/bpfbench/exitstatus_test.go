@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"github.com/bpfbench/bpfbench/result"
 	"net/http"
 	"net/http/httptest"
 	"os"

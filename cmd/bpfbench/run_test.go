@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"math"
 	"net/http"
@@ -17,11 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/result"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil/simtest"

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -12,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // condServer builds tools/condserver (a streaming completions server whose

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"net/http"
 	"net/http/httptest"

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"os"
 	"os/exec"

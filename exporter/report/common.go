@@ -1,7 +1,6 @@
 package report
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"sort"
 	"strconv"
@@ -9,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // causeInfo describes one cause for the renders.

@@ -2,12 +2,12 @@ package report
 
 import (
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // Diagnose reads the run's numbers and says in a few plain sentences what

@@ -2,7 +2,6 @@ package report
 
 import (
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"html/template"
 	"io"
 	"math"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // card is one headline figure.

@@ -2,11 +2,12 @@ package report
 
 import (
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"html/template"
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // The vocabulary names of the server's metrics (as result.json has them).

@@ -2,7 +2,6 @@ package report
 
 import (
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"html"
 	"html/template"
 	"math"
@@ -11,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // svg accumulates one inline SVG element. Text goes through

@@ -1,11 +1,11 @@
 package report
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"time"
 
 	"bufio"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"sort"
 	"strings"

@@ -2,11 +2,12 @@ package diff
 
 import (
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"math"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // DriftPoints is the change of a cluster's share of the prompts, in

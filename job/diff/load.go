@@ -16,12 +16,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"os"
 	"path/filepath"
 	"sort"
 
 	"github.com/bpfbench/bpfbench/internal/manifest"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // Metrics are the per-request figures a run is compared on, in ms: TTFT,
@@ -194,6 +194,9 @@ func (r *Run) samples() error {
 func loadFloat(d *result.Document, key string) (float64, bool) {
 	if v, ok := d.Percentiles[key]; ok {
 		return v, true
+	}
+	if !d.Has(key) {
+		return 0, false
 	}
 	return d.Loadgen.Metric(key)
 }
