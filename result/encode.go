@@ -81,10 +81,13 @@ type encoder struct {
 	buf bytes.Buffer
 }
 
-// streamed are the lists written element by element.
+// streamed are the lists written element by element: those with an
+// element per request that is itself a list or an object (a list of
+// numbers a request is encoded whole: element by element costs more
+// time than it saves memory).
 var streamed = map[reflect.Type]bool{
-	reflect.TypeFor[[]Request](): true, reflect.TypeFor[ITLs](): true, reflect.TypeFor[[]float64](): true,
-	reflect.TypeFor[[]int](): true, reflect.TypeFor[[]string](): true, reflect.TypeFor[[]*Timings](): true,
+	reflect.TypeFor[[]Request](): true, reflect.TypeFor[ITLs](): true, reflect.TypeFor[[]*Timings](): true,
+	reflect.TypeFor[[]string](): true,
 }
 
 // value writes v compactly, a streamed list element by element.
