@@ -1,6 +1,6 @@
 package result
 
-//go:generate go run ./internal/genschema -o ../docs/result.schema.json
+//go:generate go run ../tools/resultschema -o ../docs/result.schema.json
 
 import (
 	"bytes"

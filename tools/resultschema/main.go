@@ -1,4 +1,4 @@
-// Command genschema writes result.json's JSON Schema (result.Schema) to a
+// Command resultschema writes result.json's JSON Schema (result.Schema) to a
 // file: `go generate ./result` publishes it at docs/result.schema.json.
 package main
 
@@ -16,11 +16,11 @@ func main() {
 	flag.Parse()
 	b, err := result.Schema()
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "genschema: reflecting result.Document: %v\n", err)
+		fmt.Fprintf(os.Stderr, "resultschema: reflecting result.Document: %v\n", err)
 		os.Exit(1)
 	}
 	if err := atomicfile.WriteFile(*out, b, 0o644); err != nil {
-		fmt.Fprintf(os.Stderr, "genschema: writing %s: %v\n", *out, err)
+		fmt.Fprintf(os.Stderr, "resultschema: writing %s: %v\n", *out, err)
 		os.Exit(1)
 	}
 }
