@@ -1,9 +1,9 @@
 package main
 
 import (
-	"github.com/bpfbench/bpfbench/result"
 	"context"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/internal/testutil/simtest"

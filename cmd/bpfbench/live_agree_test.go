@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 )
@@ -91,7 +90,7 @@ func liveAgreement(t *testing.T, compared map[string]bool) (problems []string) {
 	var own struct {
 		StartNs int64 `json:"start_ns"`
 	}
-	if err := json.Unmarshal(doc.Load["bpfbench"], &own); err != nil || own.StartNs == 0 {
+	if err := json.Unmarshal(jsonOf(t, doc.BPFBench), &own); err != nil || own.StartNs == 0 {
 		t.Fatalf("the demo's result has no start_ns: %v", err)
 	}
 	start := own.StartNs

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 )
