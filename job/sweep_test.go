@@ -5,9 +5,7 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen/sweep"
-	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/result"
 )
 

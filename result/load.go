@@ -156,7 +156,7 @@ type Logprobs struct {
 	Entropy float64   `json:"entropy"`
 }
 
-// Request is the load generator's record of one request (loadgen.Record):
+// Request is the load generator's record of one request (transport.Record):
 // monotonic-clock timestamps (ns) of its send, headers and every chunk.
 type Request struct {
 	Index             int       `json:"index"`

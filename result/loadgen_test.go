@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // fill sets every field of v to a value that is not zero.
@@ -84,18 +86,19 @@ func nonZero(x any) any {
 // result.json's load part mirrors the load generator's JSON: every key of
 // a result whose records have every field set is a typed field of
 // Document (Request, LoadDetail, ...), and reads back with nothing lost.
-// A field added to loadgen.Record or to Result.JSON() without its mirror
+// A field added to transport.Record or to Result.JSON() without its mirror
 // here fails this test.
 func TestLoadgenMirror(t *testing.T) {
-	var rec loadgen.Record
+	var rec transport.Record
 	fill(reflect.ValueOf(&rec).Elem())
-	recs := []loadgen.Record{rec, rec}
+	recs := []transport.Record{rec, rec}
 	res := &loadgen.Result{StartNs: 1, EndNs: 2e9, Records: recs, Warmup: recs[:1], Date: time.Unix(1.7e9, 0), ClientCPU: time.Second}
-	res.Config.Percentiles = []float64{50, 99.9}
-	res.Config.Goodput = map[string]float64{"ttft": 100}
-	res.Config.Label, res.Config.Model, res.Config.Target, res.Config.Endpoint = "l", "m", "http://h", "/v1/completions"
-	res.Config.Rate, res.Config.MaxConcurrency, res.Config.Protocol = 8, 4, "http/1.1"
-	res.Metrics = loadgen.ComputeMetrics(recs, res.DurationS(), res.Config.Percentiles, res.Config.Goodput)
+	c := &res.Config
+	c.Metrics = metrics.Options{Percentiles: []float64{50, 99.9}, Goodput: metrics.Goodput{"ttft": 100}}
+	c.Output.Label = "l"
+	c.Target.Model, c.Target.URL, c.Target.Endpoint, c.Target.Protocol = "m", "http://h", "/v1/completions", "http/1.1"
+	c.Scenario.Rate, c.Scenario.MaxConcurrency = 8, 4
+	res.Metrics = metrics.Compute(recs, res.DurationS(), c.Metrics)
 	fields := res.JSON()
 
 	var d Document
@@ -137,6 +140,6 @@ func TestLoadgenMirror(t *testing.T) {
 	dec := json.NewDecoder(bytes.NewReader(rb))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
-		t.Errorf("a loadgen.Record's field has no mirror in result.Request: %v", err)
+		t.Errorf("a transport.Record's field has no mirror in result.Request: %v", err)
 	}
 }
