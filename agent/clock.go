@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"slices"
 	"time"
@@ -18,19 +19,7 @@ func (s Sample) RTT() int64 { return s.T1 - s.T0 }
 
 // ClockEstimate maps the agent's clock onto the local one:
 // local = agent - OffsetNs, within ±BoundNs.
-type ClockEstimate struct {
-	// AtNs is when it was measured (local clock), Wall the same moment.
-	AtNs int64     `json:"at_ns"`
-	Wall time.Time `json:"wall"`
-	// OffsetNs is agent minus local; BoundNs bounds its error.
-	OffsetNs int64 `json:"offset_ns"`
-	BoundNs  int64 `json:"bound_ns"`
-	// RTTMinNs is the fastest round trip, Samples how many were taken and
-	// Used how many of the fastest were joined into the estimate.
-	RTTMinNs int64 `json:"rtt_min_ns"`
-	Samples  int   `json:"samples"`
-	Used     int   `json:"used"`
-}
+type ClockEstimate = result.ClockEstimate
 
 // usedSamples is the share of the fastest round trips an estimate joins:
 // slow ones (a preempted client, a queued request) only widen nothing, but
@@ -77,13 +66,7 @@ func Estimate(samples []Sample, granularityNs int64) (ClockEstimate, bool) {
 // ClockReport is what a run records of one agent's clock: every estimate
 // taken during the session, the last one, the drift between the first and
 // the last, and the bound every mapped timestamp is within.
-type ClockReport struct {
-	Agent     string          `json:"agent"`
-	OffsetNs  int64           `json:"offset_ns"`
-	BoundNs   int64           `json:"bound_ns"`
-	DriftPPM  float64         `json:"drift_ppm"`
-	Estimates []ClockEstimate `json:"estimates"`
-}
+type ClockReport = result.AgentClock
 
 // Report joins the estimates of a session. A span is mapped with the
 // estimate in force when it arrived, at most interval old: its error is

@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,9 +9,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bpfbench/bpfbench/result"
+
 	"github.com/bpfbench/bpfbench/agent"
 	"github.com/bpfbench/bpfbench/collectors"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
 
@@ -123,7 +123,7 @@ func (rr *remoteRun) close() {
 
 // describe is the run's collection from the agents' sessions, the
 // agents[] of result.json and the widest clock bound.
-func (rr *remoteRun) describe(doc *report.Document, res *loadgen.Result, st collected) {
+func (rr *remoteRun) describe(doc *result.Document, res *loadgen.Result, st collected) {
 	rr.collection(res, doc, st.spans, st.dropped)
 	doc.Collection.Correlation = st.corr
 	if st.interrupted {
@@ -244,23 +244,19 @@ func (rr *remoteRun) stop() {
 }
 
 // report is the agents[] of result.json.
-func (rr *remoteRun) report(res *loadgen.Result) []report.Agent {
-	var out []report.Agent
+func (rr *remoteRun) report(res *loadgen.Result) []result.Agent {
+	var out []result.Agent
 	for _, r := range rr.remotes {
 		col, clk := r.col, r.s.Clock()
-		a := report.Agent{
+		a := result.Agent{
 			Agent: col.Agent, Session: col.ID, Pid: col.Pid, Comm: col.Comm,
 			Complete: col.Complete, Reason: col.Reason, Error: col.Error,
 			StartNs: col.StartNs, StoppedNs: col.StoppedNs, StoppedAt: col.StoppedAt,
 			StoppedOffsetS: float64(col.StoppedNs-res.StartNs) / 1e9,
 			Lost:           col.Lost, Dropped: col.Dropped, Spans: col.Spans,
 			Received: r.received.Load(), BelowClockBound: r.below.Load(),
-			Unavailable: col.Unavailable, Summary: col.Summary,
-			Clock: report.AgentClock{Agent: clk.Agent, OffsetNs: clk.OffsetNs, BoundNs: clk.BoundNs, DriftPPM: clk.DriftPPM},
-		}
-		for _, e := range clk.Estimates {
-			a.Clock.Estimates = append(a.Clock.Estimates, report.ClockEstimate{AtNs: e.AtNs, Wall: e.Wall, OffsetNs: e.OffsetNs,
-				BoundNs: e.BoundNs, RTTMinNs: e.RTTMinNs, Samples: e.Samples, Used: e.Used})
+			Unavailable: col.Unavailable, Summary: collectorsOf(col.Summary),
+			Clock: clk,
 		}
 		if !col.Complete {
 			for i := range res.Records {
@@ -278,8 +274,8 @@ func (rr *remoteRun) report(res *loadgen.Result) []report.Agent {
 // the first agent's target, the earliest start and stop, the sums of
 // what was lost and dropped; the sections' summaries go into collectors
 // (by section name with one agent, "AGENT/section" with more).
-func (rr *remoteRun) collection(res *loadgen.Result, doc *report.Document, spans, dropped uint64) {
-	c := &report.Collection{Spans: spans, SpansDropped: dropped, Unavailable: map[string]string{}}
+func (rr *remoteRun) collection(res *loadgen.Result, doc *result.Document, spans, dropped uint64) {
+	c := &result.Collection{Spans: spans, SpansDropped: dropped, Unavailable: map[string]string{}}
 	reasons := ""
 	for i, r := range rr.remotes {
 		col := r.col
@@ -310,13 +306,9 @@ func (rr *remoteRun) collection(res *loadgen.Result, doc *report.Document, spans
 			}
 			c.Unavailable[k] = v
 		}
-		for k, v := range col.Summary {
-			if len(rr.remotes) > 1 {
-				k = col.Agent + "/" + k
-			}
-			if b, err := json.Marshal(v); err == nil {
-				doc.Collectors[k] = b
-			}
+		if len(rr.remotes) == 1 {
+			// Several agents' sections are each agent's (agents[].summary).
+			doc.Collectors = collectorsOf(col.Summary)
 		}
 	}
 	c.StoppedReason = reasons
@@ -325,3 +317,12 @@ func (rr *remoteRun) collection(res *loadgen.Result, doc *report.Document, spans
 
 // boundNs is the widest clock bound of the run's agents.
 func (rr *remoteRun) boundNs() int64 { return rr.bound.Load() }
+
+// collectorsOf types an agent's section summaries.
+func collectorsOf(m map[string]any) *result.Collectors {
+	c := &result.Collectors{}
+	for k, v := range m {
+		c.Set(k, v)
+	}
+	return c
+}

@@ -22,6 +22,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bpfbench/bpfbench/result"
+
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
@@ -344,7 +346,7 @@ func slowReaders(res *RunResult, slow []int) string {
 // its slowest 10% of gaps, with its share, or "injection too weak" when
 // the phase added less than MinAddedMs of the normal gap. It returns the
 // phases named correctly and those too weak to judge.
-func judgePhases(doc *report.Document, achieved []string, want map[string]string) (named, weak int) {
+func judgePhases(doc *result.Document, achieved []string, want map[string]string) (named, weak int) {
 	cp := doc.CriticalPath
 	if cp == nil {
 		return 0, 0

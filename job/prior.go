@@ -1,8 +1,8 @@
 package job
 
 import (
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/pipeline"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // The run directory's baseline and gaps file are the pipeline's; the
@@ -22,12 +22,12 @@ func LoadPrior(path string) (*Prior, error) { return pipeline.LoadPrior(path) }
 
 // RebuildAttribution rebuilds a recorded run's attribution from its gaps
 // file (pipeline.RebuildAttribution).
-func RebuildAttribution(doc *report.Document, dir string) error {
+func RebuildAttribution(doc *result.Document, dir string) error {
 	return pipeline.RebuildAttribution(doc, dir)
 }
 
 // Rebase compares a recorded run's critical path with prior's
 // (pipeline.Rebase).
-func Rebase(doc *report.Document, dir string, prior *Prior) error {
+func Rebase(doc *result.Document, dir string, prior *Prior) error {
 	return pipeline.Rebase(doc, dir, prior)
 }

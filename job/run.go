@@ -29,6 +29,7 @@ import (
 	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/pipeline"
 	"github.com/bpfbench/bpfbench/readiness"
+	"github.com/bpfbench/bpfbench/result"
 	"github.com/bpfbench/bpfbench/session"
 	"golang.org/x/sync/errgroup"
 )
@@ -97,7 +98,7 @@ type RunConfig struct {
 
 // RunResult is what a run produced.
 type RunResult struct {
-	Doc  *report.Document
+	Doc  *result.Document
 	Load *loadgen.Result
 	// Measured holds every token interval's measurement, compactly;
 	// Baseline turns them into blames (Blames).
@@ -340,7 +341,7 @@ func (r *run) watchExit(ctx context.Context, stop context.CancelFunc) {
 }
 
 // collected is when and why collection stopped, and what it gave.
-func (r *run) collected(ctx context.Context, corr *report.Correlation) collected {
+func (r *run) collected(ctx context.Context, corr *result.Correlation) collected {
 	st := collected{corr: corr, stoppedNs: r.stoppedNs, reason: r.stoppedReason, interrupted: ctx.Err() != nil}
 	if st.stoppedNs == 0 {
 		st.stoppedNs = r.loadEndNs
@@ -426,7 +427,7 @@ func sendOffsets(cfg loadgen.Config) []int64 {
 
 // writeRunDir writes result.json and report.html, each atomically, and
 // returns those it wrote whole.
-func writeRunDir(dir string, doc *report.Document) (written []string, err error) {
+func writeRunDir(dir string, doc *result.Document) (written []string, err error) {
 	p := filepath.Join(dir, "result.json")
 	if err := doc.WriteFile(p); err != nil {
 		return nil, err
@@ -530,11 +531,11 @@ func (sm *serverMetrics) result() *enginemetrics.Result { return sm.res }
 
 // report is the result.json sections: the samples on the load's time
 // axis, the gauges' peaks, and the queue estimate of every request.
-func (sm *serverMetrics) report(res *loadgen.Result) (*report.ServerMetrics, *report.ServerQueue) {
+func (sm *serverMetrics) report(res *loadgen.Result) (*result.ServerMetrics, *result.ServerQueue) {
 	if sm.url == "" && sm.note == "" {
 		return nil, nil
 	}
-	out := &report.ServerMetrics{URL: sm.url, Note: sm.note}
+	out := &result.ServerMetrics{URL: sm.url, Note: sm.note}
 	r := sm.res
 	if r == nil {
 		return out, nil
@@ -546,12 +547,12 @@ func (sm *serverMetrics) report(res *loadgen.Result) (*report.ServerMetrics, *re
 	out.FirstError, out.LastError = r.FirstError, r.LastError
 	out.Sources, out.Overall = r.Sources, r.Overall
 	out.RawSeries, out.RawSeriesDropped = r.RawSeries, r.RawDropped
-	out.Samples = make([]report.ServerSample, 0, len(r.Samples))
+	out.Samples = make([]result.ServerSample, 0, len(r.Samples))
 	if r.VocabularyMatched {
 		out.Peaks = map[string]float64{}
 	}
 	for _, smp := range r.Samples {
-		out.Samples = append(out.Samples, report.ServerSample{T: float64(smp.Ns-res.StartNs) / 1e9, Values: smp.Values})
+		out.Samples = append(out.Samples, result.ServerSample{T: float64(smp.Ns-res.StartNs) / 1e9, Values: smp.Values})
 		if !r.VocabularyMatched {
 			continue
 		}
@@ -575,7 +576,7 @@ const serverQueueRule = "each request's wait for a slot, replayed in send order 
 	"summed over the successful measured requests."
 
 // serverQueue estimates each request's time in the engine's queue.
-func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *report.ServerQueue {
+func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *result.ServerQueue {
 	reqs := make([]enginemetrics.Request, 0, len(res.Warmup)+len(res.Records))
 	add := func(rec *loadgen.Record, measured bool) {
 		q := enginemetrics.Request{StartNs: rec.StartNs, EndNs: rec.EndNs, Measured: measured && rec.Success}
@@ -591,7 +592,7 @@ func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *report.ServerQue
 		add(&res.Records[i], true)
 	}
 	est := enginemetrics.EstimateQueue(reqs, r.Samples, r.Period)
-	q := &report.ServerQueue{Rule: serverQueueRule, Available: est.Available, Reason: est.Reason}
+	q := &result.ServerQueue{Rule: serverQueueRule, Available: est.Available, Reason: est.Reason}
 	if !est.Available {
 		return q
 	}
@@ -610,7 +611,7 @@ func serverQueue(res *loadgen.Result, r *enginemetrics.Result) *report.ServerQue
 		}
 		ms := float64(w) / 1e6
 		q.MaxMs = max(q.MaxMs, ms)
-		q.Requests = append(q.Requests, report.QueuedRequest{Index: rec.Index, QueueMs: ms, TTFTMs: float64(rec.TTFTNs()) / 1e6})
+		q.Requests = append(q.Requests, result.QueuedRequest{Index: rec.Index, QueueMs: ms, TTFTMs: float64(rec.TTFTNs()) / 1e6})
 	}
 	if est.Queued > 0 {
 		q.MeanMs = q.TotalMs / float64(est.Queued)

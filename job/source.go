@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,8 +10,8 @@ import (
 
 	"github.com/bpfbench/bpfbench/agent"
 	"github.com/bpfbench/bpfbench/collectors"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/result"
 	"github.com/bpfbench/bpfbench/session"
 )
 
@@ -46,13 +45,13 @@ type source interface {
 	sections() []collectors.Section
 	// describe fills doc's collection, the sections' summaries and the
 	// observer's overhead (and the agents).
-	describe(doc *report.Document, res *loadgen.Result, st collected)
+	describe(doc *result.Document, res *loadgen.Result, st collected)
 }
 
 // collected is what the run knows of its collection when it ends.
 type collected struct {
 	spans, dropped uint64
-	corr           *report.Correlation
+	corr           *result.Correlation
 	// stoppedNs and reason say when and why collection stopped;
 	// interrupted is true when the run was.
 	stoppedNs   int64
@@ -124,16 +123,13 @@ func (l *localSource) close() {
 	}
 }
 
-func (l *localSource) describe(doc *report.Document, res *loadgen.Result, st collected) {
+func (l *localSource) describe(doc *result.Document, res *loadgen.Result, st collected) {
 	sess := l.sess
 	for _, sec := range sess.Sections() {
-		b, err := json.Marshal(sec.Summary())
-		if err == nil {
-			doc.Collectors[sec.Name()] = b
-		}
+		doc.Collectors.Set(sec.Name(), sec.Summary())
 	}
 	anchor := sess.Anchor()
-	doc.Collection = &report.Collection{
+	doc.Collection = &result.Collection{
 		Pid: l.opts.Pid, Comm: sess.Comm(),
 		Started: anchor.ToWall(sess.StartNs()), Stopped: anchor.ToWall(st.stoppedNs),
 		StartedOffsetS: float64(sess.StartNs()-res.StartNs) / 1e9,

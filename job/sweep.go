@@ -231,24 +231,14 @@ func DescribeCause(cause string, r *RunResult) string {
 }
 
 func topRunqueueThreads(r *RunResult) string {
-	raw, ok := r.Doc.Collectors["sched"]
-	if !ok {
-		return ""
-	}
-	var s struct {
-		Threads []struct {
-			Comm     string  `json:"comm"`
-			Runqueue float64 `json:"runqueue_seconds"`
-		} `json:"threads"`
-	}
-	if json.Unmarshal(raw, &s) != nil {
+	if r.Doc.Collectors == nil || r.Doc.Collectors.Sched == nil {
 		return ""
 	}
 	by := map[string]float64{}
 	var total float64
-	for _, t := range s.Threads {
-		by[t.Comm] += t.Runqueue
-		total += t.Runqueue
+	for _, t := range r.Doc.Collectors.Sched.Threads {
+		by[t.Comm] += t.RunqueueSeconds
+		total += t.RunqueueSeconds
 	}
 	type kv struct {
 		k string

@@ -1,13 +1,12 @@
 package job
 
 import (
-	"encoding/json"
 	"strings"
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen/sweep"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 func TestKneeSteps(t *testing.T) {
@@ -32,14 +31,13 @@ func TestKneeSteps(t *testing.T) {
 }
 
 func TestKneeExplanation(t *testing.T) {
-	sched, _ := json.Marshal(map[string]any{"threads": []map[string]any{
-		{"comm": "tokenizer", "runqueue_seconds": 0.8}, {"comm": "main", "runqueue_seconds": 0.1}}})
-	run := &RunResult{Doc: &report.Document{
+	sched := &result.Sched{Threads: []result.SchedThread{{Comm: "tokenizer", RunqueueSeconds: 0.8}, {Comm: "main", RunqueueSeconds: 0.1}}}
+	run := &RunResult{Doc: &result.Document{
 		Attribution: &correlate.Summary{
 			ITL:  map[string]correlate.Breakdown{"p99": {"cpu_runqueue": 0.7, "unexplained": 0.3}},
 			TTFT: correlate.Breakdown{"io_block": 0.9, "unexplained": 0.1},
 		},
-		Collectors: map[string]json.RawMessage{"sched": sched},
+		Collectors: &result.Collectors{Sched: sched},
 	}}
 	fail := &sweep.Step{Rate: 14, Violations: []string{"p99_itl_ms=80 > 50"}}
 	k := &Knee{Mode: sweep.ModeRate, Fail: fail, FailRun: run}

@@ -15,9 +15,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bpfbench/bpfbench/result"
+
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
@@ -543,11 +544,11 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		Target: load.Target.URL, Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
 		Causes: critpath.CauseNames(), Matrix: map[string]map[string]int{}, Dir: cfg.OutDir, MinShare: cfg.MinShare,
 	}
-	byName := map[string]report.Phase{}
+	byName := map[string]result.Phase{}
 	for _, p := range res.Doc.Phases {
 		byName[p.Name] = p
 	}
-	critByName := map[string]report.CriticalPhase{}
+	critByName := map[string]result.CriticalPhase{}
 	v.Unexplained = -1
 	normal := 0.0
 	if cp := res.Doc.CriticalPath; cp != nil {
@@ -663,7 +664,7 @@ func (s *scenario) run(ctx context.Context, marks *pipeline.PhaseMarks) {
 // judge adds a row for each injection whose phase ran: what the phase
 // added to its slowest gaps and the cause the critical path named. It
 // returns the injection of each row.
-func (v *Validation) judge(injections []Injection, achieved []string, byName map[string]report.Phase, critByName map[string]report.CriticalPhase) []Injection {
+func (v *Validation) judge(injections []Injection, achieved []string, byName map[string]result.Phase, critByName map[string]result.CriticalPhase) []Injection {
 	var injOf []Injection // the injection of each row
 	for k, inj := range injections {
 		p, ok := byName[inj.Name]
@@ -764,10 +765,7 @@ func (v *Validation) write(res *RunResult) error {
 		return err
 	}
 	res.Written = append(res.Written, p)
-	if res.Doc.Load == nil {
-		res.Doc.Load = map[string]json.RawMessage{}
-	}
-	res.Doc.Load["validation"] = b
+	res.Doc.Validation = b
 	return res.Doc.WriteFile(filepath.Join(v.Dir, "result.json"))
 }
 

@@ -2,12 +2,12 @@ package live
 
 import (
 	"cmp"
+	"github.com/bpfbench/bpfbench/result"
 	"iter"
 	"slices"
 	"strconv"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 )
 
 // Gap is a walked gap, compactly: what the baseline and the bands need.
@@ -90,7 +90,7 @@ func BaselineOf(gs iter.Seq[Gap]) critpath.Baseline {
 // Band is the slowest 1% of the first tokens' gaps (ttft) or of the later
 // gaps: the gaps at least as long as their p99, with each cause's share of
 // their excess over base.
-func Band(gs iter.Seq[Gap], base critpath.Baseline, ttft bool) *report.CriticalBand {
+func Band(gs iter.Seq[Gap], base critpath.Baseline, ttft bool) *result.CriticalBand {
 	var durs []int64
 	for g := range gs {
 		if (g.Index == 0) == ttft {
@@ -102,7 +102,7 @@ func Band(gs iter.Seq[Gap], base critpath.Baseline, ttft bool) *report.CriticalB
 	}
 	slices.Sort(durs)
 	from := Quantile(durs, 0.99)
-	b := &report.CriticalBand{FromMs: Ms(from), ExcessShares: map[string]float64{}}
+	b := &result.CriticalBand{FromMs: Ms(from), ExcessShares: map[string]float64{}}
 	var tot, exc [critpath.NumCauses]int64
 	var excess int64
 	for g := range gs {
@@ -147,8 +147,8 @@ const MaxSteps = 64
 // CriticalGap is a gap as result.json lists it: its longest steps, at
 // most MaxSteps, in time order; origin is the clock's zero of StartS,
 // name gives a thread's comm when the engine has none.
-func CriticalGap(g critpath.Gap, base critpath.Baseline, origin int64, name func(uint32) string) report.CriticalGap {
-	out := report.CriticalGap{Request: g.Request, Index: g.Index, Port: g.Port,
+func CriticalGap(g critpath.Gap, base critpath.Baseline, origin int64, name func(uint32) string) result.CriticalGap {
+	out := result.CriticalGap{Request: g.Request, Index: g.Index, Port: g.Port,
 		StartS: float64(g.Start-origin) / 1e9, DurationMs: Ms(g.Duration()), ExcessMs: Ms(g.Excess(base).ExcessNs),
 		SentMs: Ms(g.Sent - g.Start), ArrivedMs: Ms(g.Arrived - g.Start),
 		NoSend: g.NoSend, NoArrival: g.NoArrival, Guessed: g.Guessed, CausesMs: CausesMs(g.Ns)}
@@ -169,7 +169,7 @@ func CriticalGap(g critpath.Gap, base critpath.Baseline, origin int64, name func
 		steps = kept
 	}
 	for _, s := range steps {
-		st := report.CriticalStep{StartMs: Ms(s.Start - g.Start), DurationMs: Ms(s.Duration()), State: s.State.String(),
+		st := result.CriticalStep{StartMs: Ms(s.Start - g.Start), DurationMs: Ms(s.Duration()), State: s.State.String(),
 			Cause: s.Cause.String(), Detail: s.Detail(), Depth: s.Depth}
 		if s.Thread.Tid != 0 {
 			st.Tid = s.Thread.Tid
@@ -200,7 +200,7 @@ func ThreadLabel(t critpath.Thread, name func(uint32) string) string {
 
 // StatsOf fills a result's critical-path counters from a Feed's and its
 // engine's.
-func StatsOf(dst *report.CriticalStats, f FeedStats, st critpath.Stats) {
+func StatsOf(dst *result.CriticalStats, f FeedStats, st critpath.Stats) {
 	dst.ClientSpans, dst.Spans, dst.Dropped, dst.Segments = f.ClientSpans, f.Spans, f.Dropped, f.Segments
 	dst.CUDACalls, dst.Sends, dst.InlineSends, dst.Arrivals = f.CUDACalls, f.Sends, f.InlineSends, f.Arrivals
 	dst.Holds, dst.DataEdges = f.Holds, f.DataEdges
@@ -217,8 +217,8 @@ func StatsOf(dst *report.CriticalStats, f FeedStats, st critpath.Stats) {
 // most time first, at most n of each kind: those outside the followed
 // processes (targets), and the followed ones (the server's own threads
 // waiting for each other: self-contention, not a neighbour).
-func NeighboursOf(agg *critpath.Aggregate, targets map[uint32]bool, n int) (noisy, self []report.NoisyNeighbour) {
-	noisy = []report.NoisyNeighbour{}
+func NeighboursOf(agg *critpath.Aggregate, targets map[uint32]bool, n int) (noisy, self []result.NoisyNeighbour) {
+	noisy = []result.NoisyNeighbour{}
 	for _, nb := range agg.Neighbours() {
 		pid := nb.Process.Tgid
 		if pid == 0 {
@@ -228,7 +228,7 @@ func NeighboursOf(agg *critpath.Aggregate, targets map[uint32]bool, n int) (nois
 		if agg.GapNs > 0 {
 			share = float64(nb.Ns) / float64(agg.GapNs)
 		}
-		x := report.NoisyNeighbour{Process: nb.Process.String(), Pid: pid,
+		x := result.NoisyNeighbour{Process: nb.Process.String(), Pid: pid,
 			Comm: nb.Process.Comm, Ms: Ms(nb.Ns), Share: share, Gaps: nb.Gaps, Target: targets[pid]}
 		switch {
 		case x.Target && len(self) < n:

@@ -2,6 +2,7 @@ package live
 
 import (
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"math/bits"
 	"slices"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/hist"
 )
 
@@ -314,14 +314,14 @@ type IntervalView struct {
 	FirstBytes int     `json:"first_bytes"`
 	// ITL is the server-side gap between two writes, TTFB the first write
 	// after a request's last byte.
-	ITL  *report.Distribution `json:"itl,omitempty"`
-	TTFB *report.Distribution `json:"ttfb,omitempty"`
+	ITL  *result.Distribution `json:"itl,omitempty"`
+	TTFB *result.Distribution `json:"ttfb,omitempty"`
 	// ITLP99 is the interval's slowest 1% of gaps against the baseline.
-	ITLP99 *report.CriticalBand `json:"itl_p99,omitempty"`
+	ITLP99 *result.CriticalBand `json:"itl_p99,omitempty"`
 	// Sampled: the interval had more gaps than it keeps for its band
 	// (65,536, a uniform sample).
 	Sampled    bool                    `json:"band_sampled,omitempty"`
-	Neighbours []report.NoisyNeighbour `json:"noisy_neighbours"`
+	Neighbours []result.NoisyNeighbour `json:"noisy_neighbours"`
 	Baseline   string                  `json:"baseline"`
 }
 
@@ -354,11 +354,11 @@ func (t *Tracker) Interval(now int64, seconds float64) IntervalView {
 	return v
 }
 
-func distOf(h *hist.LogLinear) *report.Distribution {
+func distOf(h *hist.LogLinear) *result.Distribution {
 	if h.Count() == 0 {
 		return nil
 	}
-	return &report.Distribution{Count: int(h.Count()), P50Ms: h.Quantile(0.5) / 1e6, P99Ms: h.Quantile(0.99) / 1e6,
+	return &result.Distribution{Count: int(h.Count()), P50Ms: h.Quantile(0.5) / 1e6, P99Ms: h.Quantile(0.99) / 1e6,
 		MaxMs: float64(h.Max()) / 1e6}
 }
 
@@ -429,8 +429,8 @@ type Summary struct {
 	// writes after a request.
 	Gaps       uint64               `json:"gaps"`
 	FirstBytes uint64               `json:"first_bytes"`
-	ITL        *report.Distribution `json:"itl,omitempty"`
-	TTFB       *report.Distribution `json:"ttfb,omitempty"`
+	ITL        *result.Distribution `json:"itl,omitempty"`
+	TTFB       *result.Distribution `json:"ttfb,omitempty"`
 	// Accuracy: the distributions are log-linear histograms (quantiles
 	// within 1.6%); the p99 bands are of a uniform sample of at most
 	// 16,384 gaps of each kind when BandSampled.
@@ -450,7 +450,7 @@ type Summary struct {
 // Result is what `attach --output json` adds: the critical path over the
 // session, in the shape of `run`'s, and the live section.
 type Result struct {
-	CriticalPath *report.CriticalPath `json:"critical_path"`
+	CriticalPath *result.CriticalPath `json:"critical_path"`
 	Live         Summary              `json:"live"`
 }
 
@@ -460,13 +460,13 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	base, bname := t.baseline()
-	cp := &report.CriticalPath{Rule: Rule, Baseline: bname, Causes: critpath.CauseNames(),
+	cp := &result.CriticalPath{Rule: Rule, Baseline: bname, Causes: critpath.CauseNames(),
 		Gaps: t.agg.Gaps, GapMs: Ms(t.agg.GapNs), TotalsMs: CausesMs(t.agg.Ns),
 		UnexplainedFraction: t.agg.Fraction(critpath.Unexplained),
 		NormalITLMs:         CausesMs(base.ITL), NormalTTFTMs: CausesMs(base.TTFT),
 		ITLP99:  Band(slices.Values(t.sample[1].gaps), base, false),
 		TTFTP99: Band(slices.Values(t.sample[0].gaps), base, true),
-		Slowest: []report.CriticalGap{}}
+		Slowest: []result.CriticalGap{}}
 	cp.NoisyNeighbours, cp.SelfContention = NeighboursOf(&t.agg, t.feed.Tgids, 10)
 	for _, g := range t.slow.Sorted() {
 		cp.Slowest = append(cp.Slowest, CriticalGap(g, base, t.origin, name))

@@ -5,9 +5,10 @@ import (
 	"iter"
 	"slices"
 
+	"github.com/bpfbench/bpfbench/result"
+
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 )
 
 // The attribution a user reads is the critical path's: every interval's
@@ -49,7 +50,7 @@ func sumNs(ns [critpath.NumCauses]int64) int64 {
 // attribute sets doc's attribution, its timeline's causes and its phases'
 // causes from the critical path's gaps against base (doc.CriticalPath
 // must be built: its phases give each phase's top cause).
-func attribute(doc *report.Document, gaps iter.Seq[critGap], phases []critPhase, base critpath.Baseline, runStart int64, percentiles []float64) {
+func attribute(doc *result.Document, gaps iter.Seq[critGap], phases []critPhase, base critpath.Baseline, runStart int64, percentiles []float64) {
 	if len(percentiles) == 0 {
 		percentiles = []float64{50, 90, 99}
 	}
@@ -75,7 +76,7 @@ func attribute(doc *report.Document, gaps iter.Seq[critGap], phases []critPhase,
 		}
 	}
 
-	var cps []report.CriticalPhase
+	var cps []result.CriticalPhase
 	if doc.CriticalPath != nil {
 		cps = doc.CriticalPath.Phases
 	}
@@ -123,7 +124,7 @@ func attribute(doc *report.Document, gaps iter.Seq[critGap], phases []critPhase,
 // run written before the critical path became the attribution, or with
 // another --baseline): doc is changed in place. It is an error when the
 // run has no critical path or no gaps file.
-func RebuildAttribution(doc *report.Document, dir string) error {
+func RebuildAttribution(doc *result.Document, dir string) error {
 	cp := doc.CriticalPath
 	if cp == nil || cp.Gaps == 0 {
 		return fmt.Errorf("%s has no critical path: its attribution cannot be rebuilt", dir)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // The attribution is the critical path's: a quiet phase and a phase whose
@@ -22,11 +22,11 @@ func TestAttributionFromCriticalPath(t *testing.T) {
 	gs = append(gs, gapsOf(10, 50, 9, 15, 3e12)...)
 	phases := []critPhase{{name: "baseline", from: 2e12, to: 3e12}, {name: "cpu", from: 3e12, to: 4e12}}
 	base := baselineOf(slices.Values(inPhase(slices.Values(gs), phases[0])))
-	cp := &report.CriticalPath{Baseline: "baseline", Causes: critpath.CauseNames(), Gaps: len(gs), Slowest: []report.CriticalGap{}}
+	cp := &result.CriticalPath{Baseline: "baseline", Causes: critpath.CauseNames(), Gaps: len(gs), Slowest: []result.CriticalGap{}}
 	rebase(cp, slices.Values(gs), phases, base, nil)
-	doc := &report.Document{Load: map[string]json.RawMessage{}, CriticalPath: cp,
-		Timeline: make([]report.TimelinePoint, 2001),
-		Phases:   []report.Phase{{Name: "baseline"}, {Name: "cpu"}}}
+	doc := &result.Document{CriticalPath: cp,
+		Timeline: make([]result.TimelinePoint, 2001),
+		Phases:   []result.Phase{{Name: "baseline"}, {Name: "cpu"}}}
 	attribute(doc, slices.Values(gs), phases, base, 2e12, []float64{50, 99})
 
 	a := doc.Attribution
@@ -100,7 +100,7 @@ func TestRebuildLegacyAttribution(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "result.json"), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestRebuildLegacyAttribution(t *testing.T) {
 		t.Errorf("phase cpu: top %s, want the critical path's cpu_runqueue", p.TopCause)
 	}
 	// Without the gaps file: the activity model's causes leave the phases.
-	doc, err = report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err = result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,10 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/bpfbench/bpfbench/result"
+
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 )
 
@@ -165,7 +166,7 @@ func LoadPrior(path string) (*Prior, error) {
 	} else if !fi.IsDir() {
 		dir, file = filepath.Dir(path), path
 	}
-	doc, err := report.ReadFile(file)
+	doc, err := result.Load(file)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("the baseline %s is not a run directory: it has no result.json (bpfbench run --out DIR writes one)", path)
@@ -205,7 +206,7 @@ func nsOf(m map[string]float64) [critpath.NumCauses]int64 {
 // every gap: the normal gaps, the p99 bands and the phases' added tail
 // shares. base is the normal gap; baseTail, when given, the
 // tail to subtract from each phase's (else the first phase's own).
-func rebase(out *report.CriticalPath, gaps iter.Seq[critGap], phases []critPhase, base critpath.Baseline, baseTail *tailMeans) {
+func rebase(out *result.CriticalPath, gaps iter.Seq[critGap], phases []critPhase, base critpath.Baseline, baseTail *tailMeans) {
 	out.NormalITLMs, out.NormalTTFTMs = causesMs(base.ITL), causesMs(base.TTFT)
 	out.ITLP99 = band(gaps, base, false)
 	out.TTFTP99 = band(gaps, base, true)
@@ -221,7 +222,7 @@ func rebase(out *report.CriticalPath, gaps iter.Seq[critGap], phases []critPhase
 	}
 	for _, p := range phases {
 		gs := inPhase(gaps, p)
-		cp := report.CriticalPhase{Name: p.name, Gaps: len(gs), ITLP99: band(slices.Values(gs), base, false)}
+		cp := result.CriticalPhase{Name: p.name, Gaps: len(gs), ITLP99: band(slices.Values(gs), base, false)}
 		tail := tailMean(slices.Values(gs), base)
 		// The tails are of gaps without the hypervisor's steal (unstolen):
 		// the kernel says who held the CPU, and no injection steals. The
@@ -252,7 +253,7 @@ func rebase(out *report.CriticalPath, gaps iter.Seq[critGap], phases []critPhase
 // result.json) is changed in place: the critical path, and the
 // attribution, timeline and phases built from it. The activity model
 // stays as it was recorded: its intervals are not kept.
-func Rebase(doc *report.Document, dir string, prior *Prior) error {
+func Rebase(doc *result.Document, dir string, prior *Prior) error {
 	if doc.CriticalPath == nil {
 		return fmt.Errorf("%s has no critical path to compare", dir)
 	}

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // gapsOf makes n requests of k gaps each, every gap after the first
@@ -43,9 +43,9 @@ func gapsOf(n, k int, computeMs, runqMs int64, t0 int64) []critGap {
 func writeRun(t *testing.T, gaps []critGap, phases []critPhase) string {
 	t.Helper()
 	dir := t.TempDir()
-	cp := &report.CriticalPath{Baseline: "run", Causes: critpath.CauseNames(), Gaps: len(gaps), Slowest: []report.CriticalGap{}}
+	cp := &result.CriticalPath{Baseline: "run", Causes: critpath.CauseNames(), Gaps: len(gaps), Slowest: []result.CriticalGap{}}
 	rebase(cp, slices.Values(gaps), phases, baselineOf(slices.Values(gaps)), nil)
-	doc := &report.Document{Load: map[string]json.RawMessage{}, CriticalPath: cp}
+	doc := &result.Document{CriticalPath: cp}
 	if err := doc.WriteFile(filepath.Join(dir, "result.json")); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestRebaseOnAQuietRun(t *testing.T) {
 	}
 	dir := writeRun(t, contended, nil)
 
-	own, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	own, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestRebasePhases(t *testing.T) {
 	if len(back) != len(gs) || len(h.Phases) != 2 || back[len(back)-1] != gs[len(gs)-1] {
 		t.Fatalf("read back %d gaps and %d phases, want %d and 2 (last %+v, want %+v)", len(back), len(h.Phases), len(gs), back[len(back)-1], gs[len(gs)-1])
 	}
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +152,7 @@ func TestPriorErrors(t *testing.T) {
 		t.Errorf("a missing directory: %v", err)
 	}
 	noCP := t.TempDir()
-	doc := &report.Document{Load: map[string]json.RawMessage{"completed": json.RawMessage("3")}}
+	doc := &result.Document{Loadgen: result.Loadgen{Completed: 3}}
 	if err := doc.WriteFile(filepath.Join(noCP, "result.json")); err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestPriorErrors(t *testing.T) {
 		t.Errorf("a run without a critical path: %v", err)
 	}
 	dir := writeRun(t, gapsOf(2, 5, 9, 0, 1e12), nil)
-	d, _ := report.ReadFile(filepath.Join(dir, "result.json"))
+	d, _ := result.Load(filepath.Join(dir, "result.json"))
 	prior, err := LoadPrior(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +210,7 @@ func TestPhasesLeaveOutSteal(t *testing.T) {
 	gs := slices.Concat(base, stolen, mixed)
 	phases := []critPhase{{name: "baseline", from: 1e12, to: 2e12}, {name: "steal", from: 2e12, to: 3e12}, {name: "mixed", from: 3e12, to: 4e12}}
 	// As job.Run does with phases: the first phase's normal gap.
-	cp := &report.CriticalPath{}
+	cp := &result.CriticalPath{}
 	rebase(cp, slices.Values(gs), phases, baselineOf(slices.Values(inPhase(slices.Values(gs), phases[0]))), nil)
 	ps := cp.Phases
 	if len(ps) != 3 {

@@ -9,9 +9,10 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/bpfbench/bpfbench/result"
+
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/live"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
@@ -77,7 +78,7 @@ var (
 
 func baselineOf(gs iter.Seq[critGap]) critpath.Baseline { return live.BaselineOf(compacts(gs)) }
 
-func band(gs iter.Seq[critGap], base critpath.Baseline, ttft bool) *report.CriticalBand {
+func band(gs iter.Seq[critGap], base critpath.Baseline, ttft bool) *result.CriticalBand {
 	return live.Band(compacts(gs), base, ttft)
 }
 
@@ -89,7 +90,7 @@ type critStream struct {
 	gaps  gapLog
 	agg   critpath.Aggregate
 	slow  live.Slowest
-	stats report.CriticalStats
+	stats result.CriticalStats
 	// base is the normal gap critResult compared the gaps with.
 	base critpath.Baseline
 	// dump, when set (BPFBENCH_CRITPATH_DUMP), receives every gap's path.
@@ -190,7 +191,7 @@ type critPhase struct {
 // critResult builds result.json's critical_path. The baseline is prior
 // when given, else the first phase's gaps when there are phases, else
 // the run's.
-func (c *critStream) critResult(runStart int64, phases []critPhase, name func(tid uint32) string, prior *Prior) *report.CriticalPath {
+func (c *critStream) critResult(runStart int64, phases []critPhase, name func(tid uint32) string, prior *Prior) *result.CriticalPath {
 	if c.dump != nil {
 		c.dumpW.Flush()
 		c.dumpFile.Close()
@@ -198,9 +199,9 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	}
 	live.StatsOf(&c.stats, c.feed.Stats, c.eng.Stats())
 
-	out := &report.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
+	out := &result.CriticalPath{Rule: critRule, Baseline: "run", Causes: critpath.CauseNames(), Stats: c.stats,
 		Gaps: c.agg.Gaps, GapMs: ms(c.agg.GapNs), TotalsMs: causesMs(c.agg.Ns), UnexplainedFraction: c.agg.Fraction(critpath.Unexplained),
-		NoisyNeighbours: []report.NoisyNeighbour{}, Slowest: []report.CriticalGap{}}
+		NoisyNeighbours: []result.NoisyNeighbour{}, Slowest: []result.CriticalGap{}}
 	var base critpath.Baseline
 	var baseTail *tailMeans
 	switch {
@@ -228,7 +229,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	}
 	if len(delays) > 0 {
 		slices.Sort(delays)
-		out.ClientReadDelay = &report.Distribution{Count: len(delays), P50Ms: ms(quantile(delays, 0.5)),
+		out.ClientReadDelay = &result.Distribution{Count: len(delays), P50Ms: ms(quantile(delays, 0.5)),
 			P99Ms: ms(quantile(delays, 0.99)), MaxMs: ms(delays[len(delays)-1])}
 	}
 

@@ -13,6 +13,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // synthCrit is a synthetic run for the critical path: one engine thread
@@ -206,17 +207,17 @@ func TestCriticalPathInResult(t *testing.T) {
 	dir := t.TempDir()
 	s := run.replay(t, dir)
 	res := &loadgen.Result{Records: run.records, StartNs: run.t0, EndNs: run.records[len(run.records)-1].EndNs}
-	doc := &report.Document{Load: map[string]json.RawMessage{}, CriticalPath: s.crit.critResult(res.StartNs, nil, nil, nil)}
+	doc := &result.Document{CriticalPath: s.crit.critResult(res.StartNs, nil, nil, nil)}
 	path := filepath.Join(dir, "result.json")
 	if err := doc.WriteFile(path); err != nil {
 		t.Fatal(err)
 	}
-	back, err := report.ReadFile(path)
+	back, err := result.Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if back.CriticalPath == nil || back.CriticalPath.Gaps != 160 || len(back.Load) != 0 {
-		t.Fatalf("read back %+v (load keys %d)", back.CriticalPath, len(back.Load))
+	if back.CriticalPath == nil || back.CriticalPath.Gaps != 160 || back.Completed != 0 || back.BPFBench != nil {
+		t.Fatalf("read back %+v (load %+v)", back.CriticalPath, back.Loadgen)
 	}
 	var term, page strings.Builder
 	if err := report.WriteTerminal(&term, back); err != nil {

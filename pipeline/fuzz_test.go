@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // FuzzGapsFile: a run directory's gaps file (another run's, given to
@@ -68,7 +68,7 @@ func FuzzGapsFile(f *testing.F) {
 		if err != nil || !slices.Equal(gaps, back) {
 			t.Fatalf("written out and read back: %d gaps (%v), %d read", len(back), err, len(gaps))
 		}
-		doc := &report.Document{CriticalPath: &report.CriticalPath{Gaps: max(len(gaps), 1), NormalTTFTMs: map[string]float64{"cpu": 1}, NormalITLMs: map[string]float64{"cpu": 0.5}}}
+		doc := &result.Document{CriticalPath: &result.CriticalPath{Gaps: max(len(gaps), 1), NormalTTFTMs: map[string]float64{"cpu": 1}, NormalITLMs: map[string]float64{"cpu": 0.5}}}
 		if err := RebuildAttribution(doc, dir); err != nil {
 			t.Fatalf("rebuilding from gaps read once: %v", err)
 		}

@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/bpfbench/bpfbench/collectors"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // gatewayRule is how the gateway section matches chunks and connections
@@ -136,8 +136,8 @@ func latest(es []ev, t int64) int64 {
 }
 
 // report builds the gateway section from the load and what was kept.
-func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *report.Gateway {
-	out := &report.Gateway{Pids: via, Comm: comm, Rule: gatewayRule}
+func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *result.Gateway {
+	out := &result.Gateway{Pids: via, Comm: comm, Rule: gatewayRule}
 	var recs []*loadgen.Record
 	clientPorts := map[uint16]bool{}
 	for i := range res.Records {
@@ -155,8 +155,8 @@ func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *
 
 	busy := map[uint16]int64{}
 	var hops [3][]int64
-	clientBP := &report.HopBackpressure{Connection: "client", Kinds: map[string]int{}}
-	upBP := &report.HopBackpressure{Connection: "upstream", Kinds: map[string]int{}}
+	clientBP := &result.HopBackpressure{Connection: "client", Kinds: map[string]int{}}
+	upBP := &result.HopBackpressure{Connection: "upstream", Kinds: map[string]int{}}
 	for _, r := range recs {
 		pc := uint16(r.LocalPort)
 		from, to := r.StartNs, r.EndNs
@@ -181,7 +181,7 @@ func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *
 		es, gs, as := eng.in(up, from, to), gw.in(pc, from, to), arr.in(pc, from, to)
 		busy[up] = es[len(es)-1].t
 		out.Requests++
-		gr := report.GatewayRequest{Index: r.Index, ClientPort: pc, UpstreamPort: up, EngineSends: len(es), GatewaySends: len(gs), ClientArrivals: len(as)}
+		gr := result.GatewayRequest{Index: r.Index, ClientPort: pc, UpstreamPort: up, EngineSends: len(es), GatewaySends: len(gs), ClientArrivals: len(as)}
 		out.EngineSends += len(es)
 		out.GatewaySends += len(gs)
 		out.ClientArrivals += len(as)
@@ -240,8 +240,8 @@ func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *
 	if out.Requests > 0 {
 		out.ArrivalsPerRequest = float64(out.ClientArrivals) / float64(out.Requests)
 	}
-	out.Buffering = out.EngineSendsPerGatewaySend >= report.BufferingRatio
-	for _, bp := range []*report.HopBackpressure{clientBP, upBP} {
+	out.Buffering = out.EngineSendsPerGatewaySend >= result.BufferingRatio
+	for _, bp := range []*result.HopBackpressure{clientBP, upBP} {
 		if len(bp.Kinds) > 0 {
 			out.Backpressure = append(out.Backpressure, *bp)
 		}
@@ -280,8 +280,8 @@ func (g *gatewayStream) byPort(clientPorts map[uint16]bool) (eng, gw, arr byPort
 }
 
 // and at the engine (its /metrics' generation tokens, else its sends).
-func gatewayThroughput(res *loadgen.Result, sm *enginemetrics.Result, engineSends int) report.Throughput {
-	var t report.Throughput
+func gatewayThroughput(res *loadgen.Result, sm *enginemetrics.Result, engineSends int) result.Throughput {
+	var t result.Throughput
 	dur := float64(res.EndNs-res.StartNs) / 1e9
 	if dur <= 0 {
 		return t
@@ -314,8 +314,8 @@ func gatewayThroughput(res *loadgen.Result, sm *enginemetrics.Result, engineSend
 	return t
 }
 
-func hopOf(name string, ns []int64) report.Hop {
-	h := report.Hop{Name: name, Count: len(ns)}
+func hopOf(name string, ns []int64) result.Hop {
+	h := result.Hop{Name: name, Count: len(ns)}
 	if len(ns) == 0 {
 		return h
 	}

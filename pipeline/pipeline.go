@@ -15,10 +15,10 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // Config configures a run's pipeline.
@@ -97,8 +97,8 @@ func (p *Pipeline) SetRunStart(ns int64) { p.tr.setRunStart(ns) }
 // Finish stops ticking and correlates everything left, after the load and
 // the source have stopped; loadStart is the load's start (monotonic ns).
 // It returns what the correlation cost after the load.
-func (p *Pipeline) Finish(loadStart int64) *report.Correlation {
-	corr := &report.Correlation{Deferred: p.spoolMax > 0}
+func (p *Pipeline) Finish(loadStart int64) *result.Correlation {
+	corr := &result.Correlation{Deferred: p.spoolMax > 0}
 	cpu0, t0 := processCPU(), time.Now()
 	p.s.finish()
 	corr.AfterLoadSeconds = time.Since(t0).Seconds()
@@ -139,7 +139,7 @@ func Lag() time.Duration { return streamLag }
 // CriticalPath is result.json's critical_path, once finished. The
 // baseline is prior when given, else the first phase's gaps when there
 // are phases, else the run's.
-func (p *Pipeline) CriticalPath(res *loadgen.Result, prior *Prior) *report.CriticalPath {
+func (p *Pipeline) CriticalPath(res *loadgen.Result, prior *Prior) *result.CriticalPath {
 	return p.s.crit.critResult(res.StartNs, p.marks.spans(res.EndNs), func(tid uint32) string {
 		if n := p.tr.threads.name(tid); !strings.HasPrefix(n, "thread ") {
 			return n
@@ -150,13 +150,13 @@ func (p *Pipeline) CriticalPath(res *loadgen.Result, prior *Prior) *report.Criti
 
 // Attribute sets doc's attribution, and the causes of its timeline and
 // phases, from the critical path's gaps (after CriticalPath).
-func (p *Pipeline) Attribute(doc *report.Document, res *loadgen.Result, percentiles []float64) {
+func (p *Pipeline) Attribute(doc *result.Document, res *loadgen.Result, percentiles []float64) {
 	attribute(doc, p.s.crit.gaps.all(), p.marks.spans(res.EndNs), p.s.crit.base, res.StartNs, percentiles)
 }
 
 // Gateway is the gateway section (nil without FollowGateway): comm is
 // the gateway's name, via its processes, sm the server's own metrics.
-func (p *Pipeline) Gateway(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *report.Gateway {
+func (p *Pipeline) Gateway(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *result.Gateway {
 	return p.s.gatewayReport(res, comm, via, sm)
 }
 

@@ -6,9 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bpfbench/bpfbench/result"
+
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
@@ -204,7 +205,7 @@ func (s *runStream) setGateway(g *gatewayStream) {
 }
 
 // gatewayReport is the gateway section, once the stream is finished.
-func (s *runStream) gatewayReport(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *report.Gateway {
+func (s *runStream) gatewayReport(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *result.Gateway {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gw == nil {

@@ -6,9 +6,9 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/metrics"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // intervalsOf turns each successful measured request into its TTFT and
@@ -90,12 +90,12 @@ func percentile(xs []float64, p float64) float64 {
 
 // Timeline buckets the run by second: throughput, latency and the excess
 // attributed to each cause.
-func Timeline(res *loadgen.Result, blames iter.Seq[correlate.Blame]) []report.TimelinePoint {
+func Timeline(res *loadgen.Result, blames iter.Seq[correlate.Blame]) []result.TimelinePoint {
 	if res.EndNs <= res.StartNs {
 		return nil
 	}
 	n := int((res.EndNs-res.StartNs)/1e9) + 1
-	pts := make([]report.TimelinePoint, n)
+	pts := make([]result.TimelinePoint, n)
 	itls := make([][]float64, n)
 	ttfts := make([][]float64, n)
 	tokens := make([]float64, n)
@@ -155,9 +155,9 @@ func Timeline(res *loadgen.Result, blames iter.Seq[correlate.Blame]) []report.Ti
 // interval grew most over the first phase (the scenario's baseline): what
 // the phase changed, not what every phase has (a busy machine's ordinary
 // run-queue waits). The first phase's top cause is that of its slowest 1%.
-func Phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlate.Baseline, marks *PhaseMarks) []report.Phase {
+func Phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlate.Baseline, marks *PhaseMarks) []result.Phase {
 	ms := marks.spans(res.EndNs)
-	var out []report.Phase
+	var out []result.Phase
 	var ref []float64
 	for i, m := range ms {
 		end := m.to
@@ -197,7 +197,7 @@ func Phases(res *loadgen.Result, blames iter.Seq[correlate.Blame], base correlat
 			att[name] = perInterval[c]
 		}
 		s := correlate.SummarizeSeq(sel, base, []float64{50, 99})
-		p := report.Phase{
+		p := result.Phase{
 			Name: m.name, StartS: float64(m.ns-res.StartNs) / 1e9, EndS: float64(end-res.StartNs) / 1e9,
 			Requests: len(reqs), P50ITLMs: percentile(itls, 50), P99ITLMs: percentile(itls, 99),
 			P99TTFTMs: percentile(ttfts, 99), ITLP99: s.ITL["p99"], ITLAll: s.ITL["all"], TTFT: s.TTFT,

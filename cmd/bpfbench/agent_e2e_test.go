@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/result"
 	"golang.org/x/crypto/bcrypt"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 )
@@ -180,9 +180,9 @@ func (n *agentNode) run(t *testing.T, out string, creds bool, requests int) *exe
 	return cliCmd(args...)
 }
 
-func readAgentResult(t *testing.T, dir string) *report.Document {
+func readAgentResult(t *testing.T, dir string) *result.Document {
 	t.Helper()
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestAgentTwoNamespaces(t *testing.T) {
 			if doc.Attribution == nil || doc.CriticalPath == nil {
 				t.Errorf("attribution or critical_path missing")
 			}
-			if len(doc.Collectors) == 0 {
+			if len(doc.Collectors.Names()) == 0 {
 				t.Errorf("no section summaries from the agent")
 			}
 			if f := doc.Float("completed"); f != 16 {
@@ -369,7 +369,7 @@ func TestAgentMatchesSameHostRun(t *testing.T) {
 			}
 			busy = append(busy, c)
 		}
-		docs := map[string]*report.Document{}
+		docs := map[string]*result.Document{}
 		for _, mode := range []string{"agent", "same host"} {
 			out := t.TempDir()
 			args := append(append([]string{"run"}, load...), "--out", out)
@@ -384,7 +384,7 @@ func TestAgentMatchesSameHostRun(t *testing.T) {
 				}
 				t.Fatalf("%s run: exit %d: %s\n%s", mode, code, stderr, stdout)
 			}
-			doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+			doc, err := result.Load(filepath.Join(out, "result.json"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -448,7 +448,7 @@ func TestAgentMatchesSameHostRun(t *testing.T) {
 }
 
 // gapTop is the cause with the most of the gaps' time, unexplained aside.
-func gapTop(cp *report.CriticalPath) string {
+func gapTop(cp *result.CriticalPath) string {
 	top, best := "unexplained", 0.0
 	for c, ms := range cp.TotalsMs {
 		if c != "unexplained" && ms > best {
@@ -599,20 +599,11 @@ func TestAgentCapabilities(t *testing.T) {
 			doc := readAgentResult(t, out)
 			a := doc.Agents[0]
 			why, refused := a.Unavailable["cuda"]
-			var sum struct {
-				Calls []struct {
-					Name  string `json:"name"`
-					Count uint64 `json:"count"`
-				} `json:"calls"`
-			}
-			if raw, ok := doc.Collectors["cuda"]; ok {
-				if err := json.Unmarshal(raw, &sum); err != nil {
-					t.Fatalf("the cuda summary: %v", err)
-				}
-			}
 			calls := uint64(0)
-			for _, c := range sum.Calls {
-				calls += c.Count
+			if doc.Collectors != nil && doc.Collectors.CUDA != nil {
+				for _, c := range doc.Collectors.CUDA.Calls {
+					calls += c.Count
+				}
 			}
 			t.Logf("daemon with %s: spans received %d; CUDA calls counted %d; cuda unavailable %v: %s", caps, a.Received, calls, refused, why)
 			if a.Received == 0 {
@@ -639,4 +630,15 @@ func TestAgentCapabilities(t *testing.T) {
 			}
 		})
 	}
+}
+
+// jsonOf is v as result.json has it (a part of the typed document read
+// back as the load generator's own types).
+func jsonOf(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // `attach --cgroup`: a cgroup holding two process trees that the test
@@ -146,7 +146,7 @@ func TestRunCgroup(t *testing.T) {
 	if !strings.Contains(stderr, "server: cgroup /"+filepath.Base(cg)+": 2 processes") {
 		t.Errorf("stderr does not say what the cgroup held:\n%s", stderr)
 	}
-	doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+	doc, err := result.Load(filepath.Join(out, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/exporter/report"
 	"io"
 	"os"
 	"runtime"
@@ -331,14 +332,14 @@ func writeLive(w io.Writer, r *live.Result) {
 		fmt.Fprintln(w, "  no response streams seen: the server wrote nothing on a TCP connection of its own while attached")
 		return
 	}
-	for _, line := range r.CriticalPath.Lines() {
+	for _, line := range report.CriticalPathLines(r.CriticalPath) {
 		fmt.Fprintln(w, "  "+line)
 	}
 	for i, g := range r.CriticalPath.Slowest {
 		if i == 0 || i >= 5 {
 			continue // the first is in the lines above
 		}
-		fmt.Fprintf(w, "  slowest #%d: %s\n", i+1, g.Line())
+		fmt.Fprintf(w, "  slowest #%d: %s\n", i+1, report.GapLine(g))
 	}
 	for _, c := range l.Connections[:min(len(l.Connections), 3)] {
 		fmt.Fprintf(w, "  connection from port %d: %d gaps, %.0f ms, most %s (%.0f ms)\n", c.Port, c.Gaps, c.GapMs, c.Top, c.CausesMs[c.Top])

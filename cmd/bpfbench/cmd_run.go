@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"log/slog"
 	"math"
@@ -416,7 +417,7 @@ it was.`,
 }
 
 func runReport(stdout io.Writer, dir, baseline, out string) error {
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		return err
 	}

@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // A run against llmsim with busy loops of another process on the server's
@@ -64,7 +64,7 @@ func TestRunCriticalPathCPUContention(t *testing.T) {
 			_ = c.Wait()
 		}
 		sim.Close()
-		doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+		doc, err := result.Load(filepath.Join(out, "result.json"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func TestRunCriticalPathCPUContention(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("report --baseline: exit %d: %s\n%s", code, stderr, stdout)
 		}
-		again, err := report.ReadFile(filepath.Join(dir, "again", "result.json"))
+		again, err := result.Load(filepath.Join(dir, "again", "result.json"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,11 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/result"
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/internal/privtest"
@@ -318,7 +318,7 @@ func (e *e2eRunner) contendedThroughout(t *testing.T, dir1 string, n int) (judge
 	_ = busy3.cmd.Process.Signal(syscall.SIGTERM)
 	e.wait(t, "bpfbench perturb cpu", busy3, <-busy3.done)
 	e.wait(t, "bpfbench run --baseline (contended throughout)", run3, run3Err)
-	doc3, err := report.ReadFile(filepath.Join(dir3, "result.json"))
+	doc3, err := result.Load(filepath.Join(dir3, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func (e *e2eRunner) slowReader(t *testing.T) {
 // engineRun is one run's result.json, checked.
 type engineRun struct {
 	name string
-	doc  *report.Document
+	doc  *result.Document
 	att  *correlate.Summary
 }
 
@@ -398,7 +398,7 @@ func (r engineRun) cpuOnTop() bool {
 // the run (predicted); the server metrics section; the manifest's model.
 func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engine.Server, paths engine.Paths) engineRun {
 	t.Helper()
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,11 +410,11 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 		Records []loadgen.Record `json:"records"`
 		Warmup  []loadgen.Record `json:"warmup"`
 	}
-	if err := json.Unmarshal(doc.Load["bpfbench"], &bb); err != nil {
+	if err := json.Unmarshal(jsonOf(t, doc.BPFBench), &bb); err != nil {
 		t.Fatal(err)
 	}
 	var perRequest []*transport.ServerTimings
-	if err := json.Unmarshal(doc.Load["server_timings"], &perRequest); err != nil || len(perRequest) != len(bb.Records) {
+	if err := json.Unmarshal(jsonOf(t, doc.ServerTimings), &perRequest); err != nil || len(perRequest) != len(bb.Records) {
 		t.Errorf("%s: server_timings %d entries for %d requests (%v)", name, len(perRequest), len(bb.Records), err)
 	}
 	// Every request against its own timings. The client starts a request
@@ -481,7 +481,7 @@ func checkEngineRun(t *testing.T, name, dir string, predicted float64, srv *engi
 }
 
 // checkEngineServerMetrics: the engine's metrics, scraped and mapped.
-func checkEngineServerMetrics(t *testing.T, name string, doc *report.Document, predicted float64) {
+func checkEngineServerMetrics(t *testing.T, name string, doc *result.Document, predicted float64) {
 	t.Helper()
 	sm := doc.ServerMetrics
 	if sm == nil {
@@ -508,10 +508,10 @@ func checkEngineServerMetrics(t *testing.T, name string, doc *report.Document, p
 
 // checkEngineManifest: the manifest names the model file the server has
 // open, with its size and sampled hash, and the server's binary.
-func checkEngineManifest(t *testing.T, name string, doc *report.Document, srv *engine.Server, paths engine.Paths) {
+func checkEngineManifest(t *testing.T, name string, doc *result.Document, srv *engine.Server, paths engine.Paths) {
 	t.Helper()
 	var m manifest.Manifest
-	if err := json.Unmarshal(doc.Load["manifest"], &m); err != nil {
+	if err := json.Unmarshal(jsonOf(t, doc.Manifest), &m); err != nil {
 		t.Fatalf("%s: manifest: %v", name, err)
 	}
 	model, err := filepath.EvalSymlinks(paths.Model)
@@ -577,7 +577,7 @@ func checkSlowReader(t *testing.T, dir string) {
 		t.Fatalf("validation does not say which request read slowly: %q", row.Achieved)
 	}
 	slow, _ := strconv.Atoi(mt[1])
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -587,7 +587,7 @@ func checkSlowReader(t *testing.T, dir string) {
 	var bb struct {
 		Records []loadgen.Record `json:"records"`
 	}
-	if err := json.Unmarshal(doc.Load["bpfbench"], &bb); err != nil {
+	if err := json.Unmarshal(jsonOf(t, doc.BPFBench), &bb); err != nil {
 		t.Fatal(err)
 	}
 	port := map[int]string{}

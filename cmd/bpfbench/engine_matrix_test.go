@@ -20,11 +20,11 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // matrixCell is one configuration of the real engine's matrix: the
@@ -274,7 +274,7 @@ func (m *matrixRunner) cellRun(t *testing.T, c matrixCell, srv *engine.Server, t
 	matrixRunCmd(t, c.name+": bpfbench run --baseline (contended)", m.cli(env, append([]string{"run", "--out", r.contendDir, "--baseline", r.quietDir}, load...)...))
 	r.burnt = stopBusy()
 
-	doc, err := report.ReadFile(filepath.Join(r.contendDir, "result.json"))
+	doc, err := result.Load(filepath.Join(r.contendDir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +306,7 @@ func (m *matrixRunner) quietRun(t *testing.T, c matrixCell, srv *engine.Server, 
 	matrixRunCmd(t, c.name+": bpfbench run (quiet)", m.cli(nil, append([]string{"run", "--out", r.quietDir}, load...)...))
 	close(stop)
 	r.deferredPeak = <-peak
-	quiet, err := report.ReadFile(filepath.Join(r.quietDir, "result.json"))
+	quiet, err := result.Load(filepath.Join(r.quietDir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +360,7 @@ func (m *matrixRunner) startBusy(t *testing.T, c matrixCell) (pid int, stop func
 // expectations: cpu_runqueue on top with 60% of the p99 gap's excess, at
 // most 10% unexplained, the busy process the first noisy neighbour, and
 // queued requests past saturation.
-func judgeContended(t *testing.T, c matrixCell, r *matrixResult, doc *report.Document, busyPid int) {
+func judgeContended(t *testing.T, c matrixCell, r *matrixResult, doc *result.Document, busyPid int) {
 	attempt := r.attempt
 	r.contP99 = doc.Float("p99_itl_ms")
 	cp := doc.CriticalPath
@@ -495,14 +495,14 @@ func matrixSlowReader(t *testing.T, dir string) (row string, problems []string) 
 		t.Fatalf("validation does not say which request read slowly: %q", v.Rows[0].Achieved)
 	}
 	slow, _ := strconv.Atoi(mt[1])
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var bb struct {
 		Records []loadgen.Record `json:"records"`
 	}
-	if err := json.Unmarshal(doc.Load["bpfbench"], &bb); err != nil {
+	if err := json.Unmarshal(jsonOf(t, doc.BPFBench), &bb); err != nil {
 		t.Fatal(err)
 	}
 	port := 0
@@ -516,7 +516,7 @@ func matrixSlowReader(t *testing.T, dir string) (row string, problems []string) 
 		return "no critical path", []string{"validate's result.json has no critical path"}
 	}
 	// The slow request's longest gap among the slowest: its pause.
-	var g *report.CriticalGap
+	var g *result.CriticalGap
 	for i := range cp.Slowest {
 		if cp.Slowest[i].Request == slow && (g == nil || cp.Slowest[i].DurationMs > g.DurationMs) {
 			g = &cp.Slowest[i]
@@ -558,7 +558,7 @@ func matrixShares(m map[string]float64) string {
 }
 
 // matrixGap writes a gap's critical path: its causes and its steps.
-func matrixGap(g report.CriticalGap) string {
+func matrixGap(g result.CriticalGap) string {
 	var steps []string
 	for _, s := range g.Steps {
 		steps = append(steps, fmt.Sprintf("%.2f+%.2f ms %s %s %s (%s) d%d", s.StartMs, s.DurationMs, s.Thread, s.State, s.Cause, s.Detail, s.Depth))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
@@ -128,7 +128,7 @@ http {
 }
 
 // gatewayRun is `bpfbench run` through nginx in front of llmsim.
-func gatewayRun(t *testing.T, nginx, simAddr string, simPid int, buffering bool) *report.Gateway {
+func gatewayRun(t *testing.T, nginx, simAddr string, simPid int, buffering bool) *result.Gateway {
 	t.Helper()
 	dir := t.TempDir()
 	port := startNginx(t, nginx, dir, simAddr, buffering)
@@ -137,7 +137,7 @@ func gatewayRun(t *testing.T, nginx, simAddr string, simPid int, buffering bool)
 
 // gatewayRunAt is `bpfbench run` through the gateway listening on port,
 // with the target and protocol flags given.
-func gatewayRunAt(t *testing.T, dir string, port, simPid int, label string, target ...string) *report.Gateway {
+func gatewayRunAt(t *testing.T, dir string, port, simPid int, label string, target ...string) *result.Gateway {
 	t.Helper()
 	out := filepath.Join(dir, "run")
 	args := append([]string{"run"}, target...)
@@ -149,7 +149,7 @@ func gatewayRunAt(t *testing.T, dir string, port, simPid int, label string, targ
 	if code != 0 {
 		t.Fatalf("run exit %d: %s", code, stderr)
 	}
-	doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+	doc, err := result.Load(filepath.Join(out, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,8 +236,8 @@ func TestRunThroughGateway(t *testing.T) {
 	// The figure is measured, not asserted: nginx's buffering reads the
 	// upstream ahead but writes to a client that keeps up as soon as it
 	// has read (its event pipe flushes when the upstream has nothing more).
-	for name, g := range map[string]*report.Gateway{"on": on, "off": off} {
-		if g.Buffering != (g.EngineSendsPerGatewaySend >= report.BufferingRatio) {
+	for name, g := range map[string]*result.Gateway{"on": on, "off": off} {
+		if g.Buffering != (g.EngineSendsPerGatewaySend >= result.BufferingRatio) {
 			t.Errorf("buffering %s: flag %v for %.2f engine sends per gateway send", name, g.Buffering, g.EngineSendsPerGatewaySend)
 		}
 	}
@@ -258,7 +258,7 @@ func TestRunThroughGateway(t *testing.T) {
 	if slowOn.UpBlockMs >= slowOff.UpBlockMs {
 		t.Errorf("upstream backpressure of the slow reader: buffering on %.1f ms, off %.1f ms: want less with buffering", slowOn.UpBlockMs, slowOff.UpBlockMs)
 	}
-	ratio := func(r *report.GatewayRequest) float64 {
+	ratio := func(r *result.GatewayRequest) float64 {
 		return float64(r.EngineSends) / float64(max(r.GatewaySends, 1))
 	}
 	t.Logf("slow reader: engine sends per gateway send, buffering on %.1f, off %.1f; client arrivals on %d, off %d",
@@ -267,9 +267,9 @@ func TestRunThroughGateway(t *testing.T) {
 
 // slowClientRun is a run through nginx (buffering on or off) in which one
 // request reads slowly; it returns that request's legs.
-func slowClientRun(t *testing.T, nginx, simAddr string, simPid int, buffering bool) *report.GatewayRequest {
+func slowClientRun(t *testing.T, nginx, simAddr string, simPid int, buffering bool) *result.GatewayRequest {
 	t.Helper()
-	var out *report.GatewayRequest
+	var out *result.GatewayRequest
 	t.Run(fmt.Sprintf("slow client buffering %v", buffering), func(t *testing.T) {
 		dir := t.TempDir()
 		port := startNginx(t, nginx, dir, simAddr, buffering)
@@ -301,7 +301,7 @@ func slowClientRun(t *testing.T, nginx, simAddr string, simPid int, buffering bo
 		if g == nil {
 			t.Fatal("no gateway section")
 		}
-		var slowReq *report.GatewayRequest
+		var slowReq *result.GatewayRequest
 		for i := range g.PerRequest {
 			if g.PerRequest[i].Index == slow {
 				slowReq = &g.PerRequest[i]

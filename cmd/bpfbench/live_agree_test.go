@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"os"
 	"path/filepath"
@@ -13,7 +14,6 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 )
@@ -79,7 +79,7 @@ func liveAgreement(t *testing.T, compared map[string]bool) (problems []string) {
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v\n%s", err, derr.String())
 	}
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func liveAgreement(t *testing.T, compared map[string]bool) (problems []string) {
 	var own struct {
 		StartNs int64 `json:"start_ns"`
 	}
-	if err := json.Unmarshal(doc.Load["bpfbench"], &own); err != nil || own.StartNs == 0 {
+	if err := json.Unmarshal(jsonOf(t, doc.BPFBench), &own); err != nil || own.StartNs == 0 {
 		t.Fatalf("the demo's result has no start_ns: %v", err)
 	}
 	start := own.StartNs

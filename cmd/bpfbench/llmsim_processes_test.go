@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"net"
 	"os"
 	"os/exec"
@@ -11,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 )
@@ -133,7 +133,7 @@ func criticalPathTwoProcesses(t *testing.T, lazy bool) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s\n%s", code, stderr, stdout)
 		}
-		doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+		doc, err := result.Load(filepath.Join(out, "result.json"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,11 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/result"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
@@ -75,7 +75,7 @@ func TestDemoNamesEachInjectedCause(t *testing.T) {
 	// its priority. A shared VM's other work and hypervisor steal (which
 	// reads as the server running) can spoil one demo: one retry.
 	var dir, stdout string
-	var doc *report.Document
+	var doc *result.Document
 	for attempt := 1; attempt <= 2; attempt++ {
 		dir = t.TempDir()
 		code, out, stderr := runCLIChild("demo", "--out", dir, "--phase", "10s", "--rate", "4")
@@ -85,7 +85,7 @@ func TestDemoNamesEachInjectedCause(t *testing.T) {
 			t.Fatalf("demo exit %d: %s", code, stderr)
 		}
 		var err error
-		if doc, err = report.ReadFile(filepath.Join(dir, "result.json")); err != nil {
+		if doc, err = result.Load(filepath.Join(dir, "result.json")); err != nil {
 			t.Fatal(err)
 		}
 		if len(doc.Phases) != 5 || doc.CriticalPath == nil || len(doc.CriticalPath.Phases) != 5 {
@@ -223,7 +223,7 @@ func TestRunServerFailingEveryRequest(t *testing.T) {
 	if code != statusThreshold { // all failed: above --max-failed-ratio
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func TestRunTargetExitsMidRun(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
-	doc, err := report.ReadFile(filepath.Join(dir, "result.json"))
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestSweepExplainsTheKnee(t *testing.T) {
 		t.Errorf("no explanation of the knee in the output")
 	}
 	for _, side := range []string{"pass", "fail"} {
-		doc, err := report.ReadFile(filepath.Join(dir, side, "result.json"))
+		doc, err := result.Load(filepath.Join(dir, side, "result.json"))
 		if err != nil {
 			t.Fatalf("%s run: %v", side, err)
 		}

@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // generatedTokens reads llmsim's vllm:generation_tokens_total.
@@ -58,7 +58,7 @@ func TestRunBlamesAStoppedServer(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("run: %v\n%s\n%s", err, stdout.String(), stderr.String())
 	}
-	doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+	doc, err := result.Load(filepath.Join(out, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

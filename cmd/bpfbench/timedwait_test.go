@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // condServer builds tools/condserver (a streaming completions server whose
@@ -135,11 +135,11 @@ func timedWaitRun(t *testing.T, bin string, extra []string, attempt int) []strin
 	for _, p := range busy {
 		_ = exec.Command("kill", strconv.Itoa(p)).Run()
 	}
-	qdoc, err := report.ReadFile(filepath.Join(quiet, "result.json"))
+	qdoc, err := result.Load(filepath.Join(quiet, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := report.ReadFile(filepath.Join(out, "result.json"))
+	doc, err := result.Load(filepath.Join(out, "result.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

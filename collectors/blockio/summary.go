@@ -1,36 +1,23 @@
 package blockio
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"sort"
 	"sync"
 
 	"github.com/bpfbench/bpfbench/internal/hist"
 )
 
-// Latency summarizes a latency distribution in seconds.
-type Latency struct {
-	P50 float64 `json:"p50"`
-	P99 float64 `json:"p99"`
-	Max float64 `json:"max"`
-}
+// Latency (result.BlockIOLatency) summarizes a latency distribution in seconds.
+type Latency = result.BlockIOLatency
 
-// Device is one device's share of a summary. Latency is queue + service
+// Device (result.BlockIODevice) is one device's share of a summary. Latency is queue + service
 // time of every request (all ops); Queue covers requests that were
 // inserted into a queue (insert -> issue).
-type Device struct {
-	Device     string  `json:"device"`
-	Reads      uint64  `json:"reads"`
-	Writes     uint64  `json:"writes"`
-	ReadBytes  uint64  `json:"read_bytes"`
-	WriteBytes uint64  `json:"write_bytes"`
-	Latency    Latency `json:"latency_seconds"`
-	Queue      Latency `json:"queue_seconds"`
-}
+type Device = result.BlockIODevice
 
-// Summary is the `blockio` section of `bpfbench attach`.
-type Summary struct {
-	Devices []Device `json:"devices"`
-}
+// Summary (result.BlockIO) is the `blockio` section of `bpfbench attach`.
+type Summary = result.BlockIO
 
 type devAgg struct {
 	reads, writes, readBytes, writeBytes uint64

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	schema "github.com/bpfbench/bpfbench/result"
+
 	"github.com/bpfbench/bpfbench/internal/uprobecost"
 )
 
@@ -45,42 +47,8 @@ const idleCheck = time.Second
 // DefaultBudget is the budget of every session and of the daemon.
 var DefaultBudget = Budget{Ratio: 0.005, Check: 20 * time.Millisecond, Period: 30 * time.Second, Window: 20 * time.Millisecond, Burst: 2 * time.Millisecond, First: time.Second}
 
-// LaunchProbes says how launches were counted.
-type LaunchProbes struct {
-	// Mode is "full" (every launch probed), "sampled" (probes detached over
-	// budget, counts estimated between sample windows) or "none" (no
-	// launch symbol in the libraries).
-	Mode string `json:"mode"`
-	// Reason says why launches were sampled.
-	Reason string `json:"reason,omitempty"`
-	// HitCostNs is the measured cost of one probe hit on these functions'
-	// first instruction (emulated or single-stepped).
-	HitCostNs   float64 `json:"hit_cost_ns"`
-	BudgetRatio float64 `json:"budget_ratio"`
-	// ProbedSeconds and UnprobedSeconds split the session.
-	ProbedSeconds   float64 `json:"probed_seconds"`
-	UnprobedSeconds float64 `json:"unprobed_seconds"`
-	Windows         int     `json:"sample_windows"`
-	// MeasuredLaunches were counted by the probes, EstimatedLaunches were
-	// not: estimated per launching thread from its synchronizes and its
-	// on-CPU time while detached (estimate.go).
-	MeasuredLaunches  uint64 `json:"measured_launches"`
-	EstimatedLaunches uint64 `json:"estimated_launches"`
-	// Estimated says the launch counts include an estimate; Method is how
-	// it was made ("per_step", "on_cpu" or "per_step+on_cpu") and
-	// EstimateError its relative error bound on MeasuredLaunches +
-	// EstimatedLaunches.
-	Estimated     bool    `json:"estimated"`
-	Method        string  `json:"method,omitempty"`
-	EstimateError float64 `json:"estimate_error"`
-	// LowerBound: some launches while detached could not be estimated
-	// (LowerBoundReason says why): the counts are at least this.
-	LowerBound       bool    `json:"lower_bound"`
-	LowerBoundReason string  `json:"lower_bound_reason,omitempty"`
-	MaxRate          float64 `json:"max_launches_per_second"`
-	// CostSeconds is the probes' estimated CPU cost to the target.
-	CostSeconds float64 `json:"cost_seconds"`
-}
+// LaunchProbes (result.CUDALaunchProbes) says how launches were counted.
+type LaunchProbes = schema.CUDALaunchProbes
 
 type budgetState struct {
 	mu    sync.Mutex
@@ -538,7 +506,7 @@ func (st *budgetState) snapshot() LaunchProbes {
 }
 
 // line is the terminal's account of the launches of a sampled session.
-func (lp LaunchProbes) line() string {
+func probesLine(lp LaunchProbes) string {
 	s := fmt.Sprintf("%d counted + %d estimated", lp.MeasuredLaunches, lp.EstimatedLaunches)
 	if lp.Method != "" {
 		s += fmt.Sprintf(" (%s, ±%.0f%%)", lp.Method, 100*lp.EstimateError)
@@ -550,7 +518,7 @@ func (lp LaunchProbes) line() string {
 }
 
 // suffix marks a count in a table: empty when exact.
-func (e Estimate) suffix() string {
+func estimateSuffix(e Estimate) string {
 	switch {
 	case !e.Estimated:
 		return ""
@@ -561,7 +529,7 @@ func (e Estimate) suffix() string {
 }
 
 // duty is the share of the time the launch probes were attached.
-func (lp LaunchProbes) duty() float64 {
+func probeDuty(lp LaunchProbes) float64 {
 	if t := lp.ProbedSeconds + lp.UnprobedSeconds; t > 0 {
 		return lp.ProbedSeconds / t
 	}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	schema "github.com/bpfbench/bpfbench/result"
 	"log/slog"
 	"sort"
 	"sync"
@@ -84,16 +85,8 @@ type Counts struct {
 	OutOfMemory uint64
 }
 
-// LaunchDims counts launches of one call with one grid and block.
-type LaunchDims struct {
-	Call  string    `json:"call"`
-	Grid  [3]uint32 `json:"grid"`
-	Block [3]uint32 `json:"block"`
-	Count uint64    `json:"count"`
-	// Estimate is set while the launch probes were sampled: Count is the
-	// launches counted in the probed time only.
-	Estimate
-}
+// LaunchDims (result.CUDALaunchDims) counts launches of one call with one grid and block.
+type LaunchDims = schema.CUDALaunchDims
 
 // Config configures a Collector.
 type Config struct {
@@ -380,8 +373,8 @@ func (c *Collector) Attach(tgid uint32, libs []Library, detach bool) ([]Library,
 	var errs []error
 	want := map[fileKey]bool{}
 	for _, l := range libs {
-		want[l.key()] = true
-		if p.libs[l.key()] != nil {
+		want[libKey(l)] = true
+		if p.libs[libKey(l)] != nil {
 			continue
 		}
 		a, err := c.attach(tgid, l)
@@ -396,7 +389,7 @@ func (c *Collector) Attach(tgid uint32, libs []Library, detach bool) ([]Library,
 				continue
 			}
 		}
-		p.libs[l.key()] = a
+		p.libs[libKey(l)] = a
 	}
 	if detach {
 		for k, a := range p.libs {
@@ -417,14 +410,14 @@ func (c *Collector) Attach(tgid uint32, libs []Library, detach bool) ([]Library,
 
 // attach probes every known symbol of l for tgid. Callers hold c.mu.
 func (c *Collector) attach(tgid uint32, l Library) (*attachment, error) {
-	offs, ok := c.offs[l.key()]
+	offs, ok := c.offs[libKey(l)]
 	if !ok {
 		var err error
 		offs, err = symbolOffsets(l.Open)
 		if err != nil {
 			return nil, fmt.Errorf("reading the symbols of %s: %w", l.Path, err)
 		}
-		c.offs[l.key()] = offs
+		c.offs[libKey(l)] = offs
 	}
 	ex, err := link.OpenExecutable(l.Open)
 	if err != nil {

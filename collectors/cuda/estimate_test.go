@@ -116,7 +116,7 @@ func checkEstimate(t *testing.T, s *Section, r result, lower bool) {
 	total := lp.MeasuredLaunches + lp.EstimatedLaunches
 	t.Logf("driver: %d launches, %d syncs; probes: %d counted + %d estimated = %d (%.1f%% of the truth), method %s, bound ±%.1f%%, lower bound %v %s; %d windows, duty %.2f",
 		r.Launches, r.Syncs, lp.MeasuredLaunches, lp.EstimatedLaunches, total, 100*float64(total)/float64(r.Launches),
-		lp.Method, 100*lp.EstimateError, lp.LowerBound, lp.LowerBoundReason, lp.Windows, lp.duty())
+		lp.Method, 100*lp.EstimateError, lp.LowerBound, lp.LowerBoundReason, lp.Windows, probeDuty(lp))
 	if lp.Mode != "sampled" {
 		t.Fatalf("launch probes were not sampled: %+v", lp)
 	}

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	schema "github.com/bpfbench/bpfbench/result"
 	"io"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
@@ -37,25 +38,8 @@ import (
 // The figures are per API: in a real process the runtime's graph calls
 // reach the driver's, so summing the two would count them twice.
 
-// GraphSummary is one API's CUDA Graph and memory-pool figures.
-type GraphSummary struct {
-	API                string  `json:"api"`
-	Instantiations     uint64  `json:"instantiations"`
-	InstantiateErrors  uint64  `json:"instantiate_errors"`
-	InstantiateSeconds float64 `json:"instantiate_seconds"`
-	ExecDestroys       uint64  `json:"exec_destroys"`
-	Launches           uint64  `json:"launches"`
-	// EstimatedLaunches is Launches plus the share of the launches
-	// estimated while the launch probes were detached; 0 when none were.
-	EstimatedLaunches  uint64   `json:"estimated_launches,omitempty"`
-	ReuseRate          *float64 `json:"reuse_rate"`
-	PoolAllocs         uint64   `json:"pool_allocs"`
-	PoolAllocFailures  uint64   `json:"pool_alloc_failures"`
-	OOMPer1000Launches *float64 `json:"oom_per_1000_launches"`
-	PoolTrims          uint64   `json:"pool_trims"`
-	PoolTrimKeepBytes  uint64   `json:"pool_trim_keep_bytes"`
-	PoolAttributeSets  uint64   `json:"pool_attribute_sets"`
-}
+// GraphSummary (result.CUDAGraphs) is one API's CUDA Graph and memory-pool figures.
+type GraphSummary = schema.CUDAGraphs
 
 // graphCounts are the graph and pool counters of one API.
 type graphCounts struct {

@@ -284,7 +284,7 @@ func (h *Host) collectBudget(ch chan<- prometheus.Metric, lp LaunchProbes, name 
 	if lp.Mode != "full" && lp.Mode != "sampled" {
 		return
 	}
-	ch <- prometheus.MustNewConstMetric(h.duty, prometheus.GaugeValue, lp.duty(), name)
+	ch <- prometheus.MustNewConstMetric(h.duty, prometheus.GaugeValue, probeDuty(lp), name)
 	ch <- prometheus.MustNewConstMetric(h.estimated, prometheus.CounterValue, float64(lp.EstimatedLaunches), name)
 	if lp.Mode == "sampled" {
 		ch <- prometheus.MustNewConstMetric(h.estimateErr, prometheus.GaugeValue, lp.EstimateError, name, lp.Method)

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	schema "github.com/bpfbench/bpfbench/result"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,31 +19,12 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 )
 
-// Library is a CUDA library of a target process.
-type Library struct {
-	// Path is the library's path as the target sees it (in its mount
-	// namespace), or the override given by the user.
-	Path string `json:"path"`
-	// API is "driver" (libcuda) or "runtime" (libcudart), from the name.
-	API string `json:"api"`
-	// BuildID is the GNU build id, hex, when the library has one.
-	BuildID string `json:"build_id,omitempty"`
-	// Symbols is the number of symbols probed, Missing those absent from
-	// the library (set once attached).
-	Symbols int      `json:"symbols"`
-	Missing []string `json:"missing,omitempty"`
-
-	// Open is the path this process opens to read the library and attach
-	// uprobes: /proc/<pid>/map_files/<range>, else /proc/<pid>/root/<path>.
-	Open string `json:"-"`
-	// Dev and Inode identify the file (stat of Open).
-	Dev   uint64 `json:"-"`
-	Inode uint64 `json:"-"`
-}
+// Library (result.CUDALibrary) is a CUDA library of a target process.
+type Library = schema.CUDALibrary
 
 type fileKey struct{ dev, ino uint64 }
 
-func (l Library) key() fileKey { return fileKey{l.Dev, l.Inode} }
+func libKey(l Library) fileKey { return fileKey{l.Dev, l.Inode} }
 
 // NotMappedError says a process maps no CUDA library. It wraps
 // collectors.ErrNotApplicable.
@@ -131,10 +113,10 @@ func FindLibraries(pid int, overrides []string) ([]Library, error) {
 	var libs []Library
 	seen := map[fileKey]bool{}
 	add := func(l Library) {
-		if seen[l.key()] {
+		if seen[libKey(l)] {
 			return
 		}
-		seen[l.key()] = true
+		seen[libKey(l)] = true
 		l.BuildID = buildID(l.Open)
 		libs = append(libs, l)
 	}

@@ -197,8 +197,8 @@ func (s *Section) allLibraries() []Library {
 	seen := map[fileKey]bool{}
 	for p := range s.procs {
 		for _, l := range s.Libraries(p) {
-			if !seen[l.key()] {
-				seen[l.key()] = true
+			if !seen[libKey(l)] {
+				seen[libKey(l)] = true
 				out = append(out, l)
 			}
 		}
@@ -424,11 +424,11 @@ func (s *Section) summary(maxDims int) Summary {
 		}
 		for i, c := range sum.Calls {
 			if c.Kind == Launch.String() {
-				sum.Calls[i].Estimate = lp.estimateOf(c.Count, measured)
+				sum.Calls[i].CUDAEstimate = estimateOf(lp, c.Count, measured)
 			}
 		}
 		for i, d := range sum.Launches {
-			sum.Launches[i].Estimate = lp.estimateOf(d.Count, dims)
+			sum.Launches[i].CUDAEstimate = estimateOf(lp, d.Count, dims)
 		}
 	}
 	sum.Graphs = graphSummaries(sn.counts, sn.instNs, func(c Call) uint64 {
@@ -507,17 +507,17 @@ func (s *Section) WriteSummary(w io.Writer) {
 			if c.Duration != nil {
 				p50, p99, mx, tot = bpfutil.Dur(c.Duration.P50), bpfutil.Dur(c.Duration.P99), bpfutil.Dur(c.Duration.Max), bpfutil.Dur(c.Duration.Sum)
 			}
-			fmt.Fprintf(tw, "  %s\t%d%s\t%d\t%d\t%s\t%s\t%s\t%s\t\n", c.Name, c.Count, c.Estimate.suffix(), c.Errors, c.Bytes, p50, p99, mx, tot)
+			fmt.Fprintf(tw, "  %s\t%d%s\t%d\t%d\t%s\t%s\t%s\t%s\t\n", c.Name, c.Count, estimateSuffix(c.CUDAEstimate), c.Errors, c.Bytes, p50, p99, mx, tot)
 		}
 		tw.Flush()
 	}
 	for _, d := range sum.Launches {
-		fmt.Fprintf(w, "  launches %s grid %v block %v: %d%s\n", d.Call, d.Grid, d.Block, d.Count, d.Estimate.suffix())
+		fmt.Fprintf(w, "  launches %s grid %v block %v: %d%s\n", d.Call, d.Grid, d.Block, d.Count, estimateSuffix(d.CUDAEstimate))
 	}
 	if lp := sum.LaunchProbes; lp != nil && lp.Mode == "sampled" {
 		fmt.Fprintf(w, "  launch probes sampled: %s; attached %.0f%% of the time in %d windows\n",
-			lp.Reason, 100*lp.duty(), lp.Windows)
-		fmt.Fprintf(w, "  launches: %s\n", lp.line())
+			lp.Reason, 100*probeDuty(*lp), lp.Windows)
+		fmt.Fprintf(w, "  launches: %s\n", probesLine(*lp))
 	}
 	writeGraphs(w, sum.Graphs)
 	if sum.OutOfMemory.Count > 0 {

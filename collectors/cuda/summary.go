@@ -1,50 +1,25 @@
 package cuda
 
 import (
+	schema "github.com/bpfbench/bpfbench/result"
 	"sync"
 
 	"github.com/bpfbench/bpfbench/internal/hist"
 )
 
-// Latency summarizes the durations of a call in seconds.
-type Latency struct {
-	Count uint64  `json:"count"`
-	P50   float64 `json:"p50"`
-	P99   float64 `json:"p99"`
-	Max   float64 `json:"max"`
-	Sum   float64 `json:"sum"`
-}
+// Latency (result.CUDALatency) summarizes the durations of a call in seconds.
+type Latency = schema.CUDALatency
 
-// CallSummary is one call's figures.
-type CallSummary struct {
-	Name   string `json:"name"`
-	API    string `json:"api"`
-	Kind   string `json:"kind"`
-	Count  uint64 `json:"count"`
-	Errors uint64 `json:"errors"`
-	Bytes  uint64 `json:"bytes,omitempty"`
-	// Duration is set for blocking calls (those with a return probe).
-	Duration *Latency `json:"duration_seconds,omitempty"`
-	Estimate
-}
+// CallSummary (result.CUDACall) is one call's figures.
+type CallSummary = schema.CUDACall
 
-// Estimate marks a launch count taken while the launch probes were
-// sampled (LaunchProbes.Mode "sampled"): Count is what the probes counted,
-// EstimatedCount adds this count's share of the launches estimated while
-// they were detached, EstimateError is the relative error bound of
-// EstimatedCount, and LowerBound says some detached launches could not be
-// estimated (EstimatedCount is at least the truth's lower bound). All
-// empty for an exact count.
-type Estimate struct {
-	Estimated      bool    `json:"estimated,omitempty"`
-	EstimatedCount uint64  `json:"estimated_count,omitempty"`
-	EstimateError  float64 `json:"estimate_error,omitempty"`
-	LowerBound     bool    `json:"lower_bound,omitempty"`
-}
+// Estimate (result.CUDAEstimate) marks a launch count taken while the
+// launch probes were sampled.
+type Estimate = schema.CUDAEstimate
 
 // estimateOf is the Estimate of a launch count of count, of measured
 // launches counted in all; zero when the launches were not sampled.
-func (lp LaunchProbes) estimateOf(count, measured uint64) Estimate {
+func estimateOf(lp LaunchProbes, count, measured uint64) Estimate {
 	if lp.Mode != "sampled" {
 		return Estimate{}
 	}
@@ -55,41 +30,17 @@ func (lp LaunchProbes) estimateOf(count, measured uint64) Estimate {
 	return e
 }
 
-// OOMEvent is an allocation that failed for lack of device memory.
-type OOMEvent struct {
-	Call    string `json:"call"`
-	Tid     uint32 `json:"tid"`
-	Bytes   uint64 `json:"bytes"`
-	StartNs uint64 `json:"start_ns"`
-	Code    int32  `json:"code"`
-}
+// OOMEvent (result.CUDAOOMEvent) is an allocation that failed for lack of device memory.
+type OOMEvent = schema.CUDAOOMEvent
 
-// OutOfMemory lists failed allocations (the first MaxOOMEvents).
-type OutOfMemory struct {
-	Count  uint64     `json:"count"`
-	Events []OOMEvent `json:"events,omitempty"`
-}
+// OutOfMemory (result.CUDAOutOfMemory) lists failed allocations (the first MaxOOMEvents).
+type OutOfMemory = schema.CUDAOutOfMemory
 
 // MaxOOMEvents bounds the out-of-memory events a summary keeps.
 const MaxOOMEvents = 32
 
-// Summary is the `cuda` section of `bpfbench attach`.
-type Summary struct {
-	Libraries []Library     `json:"libraries"`
-	Calls     []CallSummary `json:"calls"`
-	// Launches are the most common (call, grid, block) combinations.
-	Launches    []LaunchDims      `json:"launches,omitempty"`
-	CopyBytes   map[string]uint64 `json:"copy_bytes,omitempty"`
-	OutOfMemory OutOfMemory       `json:"out_of_memory"`
-	// BlockedSeconds is the time threads spent inside blocking calls.
-	BlockedSeconds float64 `json:"blocked_seconds"`
-	// LaunchProbes says whether every launch was probed or launches were
-	// sampled to keep the probes within their budget.
-	LaunchProbes *LaunchProbes `json:"launch_probes,omitempty"`
-	// Graphs are the CUDA Graph and memory-pool figures per API that made
-	// such calls (graphs.go).
-	Graphs []GraphSummary `json:"graphs,omitempty"`
-}
+// Summary (result.CUDA) is the `cuda` section of `bpfbench attach`.
+type Summary = schema.CUDA
 
 // Aggregator turns streamed events into per-call duration distributions
 // and out-of-memory events, with bounded memory. It is safe for

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"log/slog"
 	"sync"
 	"time"
@@ -94,12 +95,8 @@ const (
 	ProcMemory
 )
 
-// DeviceInfo identifies a device.
-type DeviceInfo struct {
-	Index int    `json:"index"`
-	UUID  string `json:"uuid"`
-	Name  string `json:"name"`
-}
+// DeviceInfo (result.GPUDeviceInfo) identifies a device.
+type DeviceInfo = result.GPUDeviceInfo
 
 // Sample is one sampling pass over one device. Ratios are 0–1, clocks in
 // hertz, power in watts, throughput in bytes per second.

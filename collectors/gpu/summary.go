@@ -1,16 +1,13 @@
 package gpu
 
 import (
+	"github.com/bpfbench/bpfbench/result"
 	"math/bits"
 	"sort"
 )
 
-// Stat is the mean and maximum of a reading over the samples that held it.
-type Stat struct {
-	Mean    float64 `json:"mean"`
-	Max     float64 `json:"max"`
-	Samples int     `json:"samples"`
-}
+// Stat (result.GPUStat) is the mean and maximum of a reading over the samples that held it.
+type Stat = result.GPUStat
 
 type acc struct {
 	sum, max float64
@@ -105,45 +102,15 @@ func (st *deviceStats) add(s *Sample) {
 	}
 }
 
-// Summary is the `gpu` section of `bpfbench attach --output json`.
-type Summary struct {
-	// Available is false when NVML could not be started; Error says why.
-	Available       bool             `json:"available"`
-	Error           string           `json:"error,omitempty"`
-	IntervalSeconds float64          `json:"interval_seconds"`
-	Devices         []DeviceSummary  `json:"devices"`
-	Processes       []ProcessSummary `json:"processes"`
-}
+// Summary (result.GPU) is the `gpu` section of `bpfbench attach --output json`.
+type Summary = result.GPU
 
-// DeviceSummary is one device over the session. A reading the device never
+// DeviceSummary (result.GPUDevice) is one device over the session. A reading the device never
 // reported is absent.
-type DeviceSummary struct {
-	DeviceInfo
-	Samples            int    `json:"samples"`
-	MemoryTotalBytes   uint64 `json:"memory_total_bytes,omitempty"`
-	GPUUtilization     *Stat  `json:"utilization_ratio,omitempty"`
-	MemoryUtilization  *Stat  `json:"memory_utilization_ratio,omitempty"`
-	MemoryUsedBytes    *Stat  `json:"memory_used_bytes,omitempty"`
-	SMClockHz          *Stat  `json:"sm_clock_hertz,omitempty"`
-	MemoryClockHz      *Stat  `json:"memory_clock_hertz,omitempty"`
-	PowerWatts         *Stat  `json:"power_watts,omitempty"`
-	TemperatureCelsius *Stat  `json:"temperature_celsius,omitempty"`
-	PCIeTx             *Stat  `json:"pcie_tx_bytes_per_second,omitempty"`
-	PCIeRx             *Stat  `json:"pcie_rx_bytes_per_second,omitempty"`
-	// ClockEventReasons is, per active reason, the fraction of samples
-	// in which it was active.
-	ClockEventReasons map[string]float64 `json:"clock_event_reasons_ratio,omitempty"`
-}
+type DeviceSummary = result.GPUDevice
 
-// ProcessSummary is one target process on one device over the session.
-type ProcessSummary struct {
-	Pid               int    `json:"pid"`
-	GPU               int    `json:"gpu"`
-	UUID              string `json:"uuid"`
-	SMUtilization     *Stat  `json:"sm_utilization_ratio,omitempty"`
-	MemoryUtilization *Stat  `json:"memory_utilization_ratio,omitempty"`
-	MemoryUsedBytes   *Stat  `json:"memory_used_bytes,omitempty"`
-}
+// ProcessSummary (result.GPUProcess) is one target process on one device over the session.
+type ProcessSummary = result.GPUProcess
 
 // Summary returns the session's means and maxima, per device and per target
 // process. Before Start, or when it failed, Available is false.
@@ -162,7 +129,7 @@ func (c *Collector) Summary() Summary {
 	for _, d := range c.devices {
 		st := &d.stats
 		ds := DeviceSummary{
-			DeviceInfo:         d.info,
+			GPUDeviceInfo:      d.info,
 			Samples:            st.samples,
 			MemoryTotalBytes:   st.memTotal,
 			GPUUtilization:     st.gpu.stat(),

@@ -3,6 +3,7 @@ package tcp
 import (
 	"context"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"os"
 	"sort"
@@ -12,52 +13,13 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 )
 
-// Connection is one connection in the `tcp` section. Window and
+// Connection (result.TCPConnection) is one connection in the `tcp` section. Window and
 // congestion figures are the last seen; srtt and cwnd come from tcp_info
 // when the connection was still open at the last refresh.
-type Connection struct {
-	Local                string  `json:"local"`
-	Remote               string  `json:"remote"`
-	SrttSeconds          float64 `json:"srtt_seconds"`
-	SndCwnd              uint32  `json:"snd_cwnd"`
-	SndWndMin            uint32  `json:"snd_wnd_min"`
-	Retransmits          uint32  `json:"retransmits"`
-	ZeroWindowSeconds    float64 `json:"zero_window_seconds"`
-	RwndLimitedSeconds   float64 `json:"rwnd_limited_seconds"`
-	SndbufLimitedSeconds float64 `json:"sndbuf_limited_seconds"`
-	BytesSent            uint64  `json:"bytes_sent"`
-	BytesReceived        uint64  `json:"bytes_received"`
-	// RcvqueueFull counts segments dropped because the target's receive
-	// queue was full (it was not reading fast enough).
-	RcvqueueFull uint32 `json:"rcvqueue_full"`
-	// RcvSpace and Rcvbuf are the receive autotuning's rcvq_space.space
-	// and sk_rcvbuf (bytes) at the target's last read; 0 if it never read.
-	RcvSpace uint32 `json:"rcv_space"`
-	Rcvbuf   uint32 `json:"rcvbuf"`
-	// RecoveryEntries and LossEntries count entries into the Recovery
-	// (fast retransmit) and Loss (retransmission timeout) congestion
-	// states; CongestionLossSeconds is the time spent in either.
-	RecoveryEntries       uint32  `json:"recovery_entries"`
-	LossEntries           uint32  `json:"loss_entries"`
-	CongestionLossSeconds float64 `json:"congestion_loss_seconds"`
-	// Sends and SendBytes count the target's sends on the connection
-	// (folded ones included).
-	Sends     uint64 `json:"sends,omitempty"`
-	SendBytes uint64 `json:"send_bytes,omitempty"`
-}
+type Connection = result.TCPConnection
 
-// Summary is the `tcp` section of `bpfbench attach`.
-type Summary struct {
-	// Error is why the last refresh could not read every target's sockets,
-	// and what to do: the connections are then those it could read (none,
-	// often), not all the target has.
-	Error       string       `json:"error,omitempty"`
-	Connections []Connection `json:"connections"`
-	// Data counts the send and arrival records (sessions).
-	Data *DataCounts `json:"data,omitempty"`
-	// Dumps are the refreshes' socket dumps and their cost.
-	Dumps *DumpCounts `json:"dumps,omitempty"`
-}
+// Summary (result.TCP) is the `tcp` section of `bpfbench attach`.
+type Summary = result.TCP
 
 // ConnectionOf is the section's view of a connection.
 func ConnectionOf(c Conn) Connection {

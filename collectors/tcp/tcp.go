@@ -22,6 +22,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"log/slog"
 	"maps"
 	"net/netip"
@@ -258,17 +259,13 @@ type Collector struct {
 	sockErr error
 }
 
-// DumpCounts measure the socket dumps of the refreshes. A dump walks the
+// DumpCounts (result.TCPDumpCounts) measure the socket dumps of the refreshes. A dump walks the
 // kernel's whole established-socket hash table (9 ms of a CPU here with
 // 262,144 buckets, whatever the number of sockets), so refreshes dump
 // only as often as keeps them within dumpBudget of a CPU: in between they
 // read the followed sockets' kernel state alone, and the kernel follows
 // the connections accepted on the listening ports it knows.
-type DumpCounts struct {
-	Dumps      uint64  `json:"socket_dumps"`
-	CPUSeconds float64 `json:"socket_dump_cpu_seconds"`
-	PeriodS    float64 `json:"socket_dump_period_seconds"`
-}
+type DumpCounts = result.TCPDumpCounts
 
 const (
 	// dumpBudget is the share of a CPU the socket dumps may take.
@@ -279,24 +276,9 @@ const (
 	maxDumpPeriod = 30 * time.Second
 )
 
-// DataCounts count the Send and Arrival records and their bytes (folded
+// DataCounts (result.TCPDataCounts) count the Send and Arrival records and their bytes (folded
 // ones included).
-type DataCounts struct {
-	Sends        uint64 `json:"send_records"`
-	SendBytes    uint64 `json:"send_bytes"`
-	Arrivals     uint64 `json:"arrival_records"`
-	ArrivalBytes uint64 `json:"arrival_bytes"`
-	Folded       uint64 `json:"folded"`
-	// SendsFull counts the waits of a non-blocking server for a full send
-	// buffer (SendFull records).
-	SendsFull uint64 `json:"sends_full,omitempty"`
-	// Requests count the Request records (Config.Requests) and their bytes.
-	Requests     uint64 `json:"request_records,omitempty"`
-	RequestBytes uint64 `json:"request_bytes,omitempty"`
-	// Releases count the Release records: a reader taking what the
-	// server wrote into its full window.
-	Releases uint64 `json:"releases,omitempty"`
-}
+type DataCounts = result.TCPDataCounts
 
 // New returns a collector; Start loads it.
 func New(cfg Config) *Collector {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // chromiumPath is where Debian's chromium package installs the browser.
@@ -483,7 +484,7 @@ func TestReportInChromium(t *testing.T) {
 	dir := t.TempDir()
 	pages := []struct {
 		name string
-		doc  *Document
+		doc  *result.Document
 	}{{"full", fullDocument()}, {"empty", emptyDocument()}, {"failed", failedDocument()}, {"missing", missingSections()}, {"gpu", gpuDocument()},
 		{"injections", injectionDocument()}, {"critical path only", criticalPathOnlyDocument()}}
 	for _, p := range pages {

@@ -1,15 +1,14 @@
 package report
 
 import (
-	"encoding/json"
 	"math"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // causeInfo describes one cause for the renders.
@@ -187,58 +186,17 @@ func fmtBytes(f float64) string {
 	return strconv.FormatFloat(f, 'f', 1, 64) + " " + units[i]
 }
 
-// loadString reads a load field as text: strings as they are, other JSON
-// values as written, "" when absent or null.
-func (d *Document) loadString(key string) string {
-	raw, ok := d.Load[key]
-	if !ok {
-		return ""
+// detail is the load generator's "bpfbench" object (empty when absent).
+func (d doc) detail() *result.LoadDetail {
+	if d.BPFBench == nil {
+		return &result.LoadDetail{}
 	}
-	return rawText(raw)
-}
-
-func rawText(raw json.RawMessage) string {
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s
-	}
-	t := strings.TrimSpace(string(raw))
-	if t == "null" {
-		return ""
-	}
-	return t
-}
-
-// hasLoad reports whether a load field is present and not null.
-func (d *Document) hasLoad(key string) bool {
-	raw, ok := d.Load[key]
-	return ok && strings.TrimSpace(string(raw)) != "null"
-}
-
-// own returns the load generator's "bpfbench" object.
-func (d *Document) own() map[string]json.RawMessage {
-	var m map[string]json.RawMessage
-	if raw, ok := d.Load["bpfbench"]; ok {
-		_ = json.Unmarshal(raw, &m)
-	}
-	return m
-}
-
-// ownString reads a text field of the "bpfbench" object.
-func (d *Document) ownString(key string) string {
-	if raw, ok := d.own()[key]; ok {
-		return rawText(raw)
-	}
-	return ""
+	return d.BPFBench
 }
 
 // ttftsMs returns the TTFTs of the successful requests in milliseconds.
-func (d *Document) ttftsMs() []float64 {
-	ts := d.Floats("ttfts")
-	var errs []string
-	if raw, ok := d.Load["errors"]; ok {
-		_ = json.Unmarshal(raw, &errs)
-	}
+func (d doc) ttftsMs() []float64 {
+	ts, errs := d.TTFTs, d.Errors
 	out := make([]float64, 0, len(ts))
 	for i, t := range ts {
 		if i < len(errs) && errs[i] != "" {
@@ -251,41 +209,27 @@ func (d *Document) ttftsMs() []float64 {
 	return out
 }
 
-// itlsMs returns every inter-token gap in milliseconds; "itls" is a list
-// per request (vLLM) or one flat list.
-func (d *Document) itlsMs() []float64 {
-	raw, ok := d.Load["itls"]
-	if !ok {
-		return nil
-	}
-	var nested [][]float64
-	var flat []float64
-	if err := json.Unmarshal(raw, &nested); err == nil {
-		for _, r := range nested {
-			flat = append(flat, r...)
-		}
-	} else {
-		_ = json.Unmarshal(raw, &flat)
-	}
-	out := make([]float64, 0, len(flat))
-	for _, v := range flat {
-		if v >= 0 && isFinite(v) {
-			out = append(out, v*1000)
+// itlsMs returns every inter-token gap in milliseconds.
+func (d doc) itlsMs() []float64 {
+	var out []float64
+	for _, r := range d.ITLs {
+		for _, v := range r {
+			if v >= 0 && isFinite(v) {
+				out = append(out, v*1000)
+			}
 		}
 	}
 	return out
 }
 
-var percentileKey = regexp.MustCompile(`^p([0-9]+(?:\.[0-9]+)?)_(ttft|tpot|itl|e2el)_ms$`)
-
 // percentilesIn lists the percentiles the load fields report, ascending
 // ("90", "99", "99.9").
-func (d *Document) percentilesIn() []string {
+func (d doc) percentilesIn() []string {
 	seen := map[string]float64{}
-	for k := range d.Load {
-		if m := percentileKey.FindStringSubmatch(k); m != nil {
-			f, _ := strconv.ParseFloat(m[1], 64)
-			seen[m[1]] = f
+	for k := range d.Percentiles {
+		if p, ok := result.PercentileKey(k); ok {
+			f, _ := strconv.ParseFloat(p, 64)
+			seen[p] = f
 		}
 	}
 	out := make([]string, 0, len(seen))
@@ -297,11 +241,11 @@ func (d *Document) percentilesIn() []string {
 }
 
 // runDate returns when the run happened, or "" when unknown.
-func (d *Document) runDate() string {
+func (d doc) runDate() string {
 	if d.Collection != nil && !d.Collection.Started.IsZero() {
 		return d.Collection.Started.Format("2006-01-02 15:04:05 MST")
 	}
-	if s := d.loadString("date"); s != "" {
+	if s := d.Date; s != "" {
 		if t, err := time.Parse("20060102-150405", s); err == nil {
 			return t.Format("2006-01-02 15:04:05")
 		}
@@ -394,10 +338,17 @@ var sectionTitles = map[string]string{
 }
 
 // sectionNames lists the sections present as summaries or as unavailable.
-func (d *Document) sectionNames() []string {
+func (d doc) sectionNames() []string {
 	seen := map[string]bool{}
-	for k := range d.Collectors {
+	for _, k := range d.Collectors.Names() {
 		seen[k] = true
+	}
+	if len(d.Agents) > 1 {
+		for _, a := range d.Agents {
+			for _, k := range a.Summary.Names() {
+				seen[a.Agent+"/"+k] = true
+			}
+		}
 	}
 	if d.Collection != nil {
 		for k := range d.Collection.Unavailable {
@@ -417,4 +368,49 @@ func (d *Document) sectionNames() []string {
 	}
 	sort.Strings(rest)
 	return append(out, rest...)
+}
+
+// setting is a load generator setting as text ("" when absent).
+func (d doc) setting(key string) string {
+	l := &d.Loadgen
+	switch key {
+	case "backend":
+		return l.Backend
+	case "endpoint_type":
+		return l.EndpointType
+	case "label":
+		if l.Label != nil {
+			return *l.Label
+		}
+	case "num_prompts":
+		if l.NumPrompts > 0 {
+			return strconv.Itoa(l.NumPrompts)
+		}
+	case "request_rate":
+		if l.RequestRate != nil {
+			return l.RequestRate.String()
+		}
+	case "burstiness":
+		if l.Burstiness != nil {
+			return l.Burstiness.String()
+		}
+	case "max_concurrency":
+		if l.MaxConcurrency != nil {
+			return strconv.Itoa(*l.MaxConcurrency)
+		}
+	}
+	return ""
+}
+
+// hasLoad reports whether the document holds a load figure by its vLLM
+// name (a percentile field only when the run reported it).
+func (d doc) hasLoad(key string) bool {
+	if _, ok := d.Percentiles[key]; ok {
+		return true
+	}
+	if _, ok := result.PercentileKey(key); ok {
+		return false
+	}
+	_, ok := d.Loadgen.Metric(key)
+	return ok && (d.BPFBench != nil || d.Completed+d.Failed > 0 || d.Duration > 0)
 }

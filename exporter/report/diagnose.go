@@ -1,13 +1,13 @@
 package report
 
 import (
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // Diagnose reads the run's numbers and says in a few plain sentences what
@@ -15,10 +15,11 @@ import (
 // what the slowest inter-token gaps and the TTFTs are made of, each
 // phase's top cause, and gaps in the collection (lost events, sections
 // that could not run, collection that stopped early).
-func Diagnose(d *Document) []string {
-	if d == nil {
+func Diagnose(rd *result.Document) []string {
+	if rd == nil {
 		return nil
 	}
+	d := doc{rd}
 	var out []string
 	out = append(out, d.diagnoseRequests()...)
 	out = append(out, d.diagnoseLatency()...)
@@ -28,11 +29,11 @@ func Diagnose(d *Document) []string {
 	return out
 }
 
-func (d *Document) diagnoseRequests() []string {
+func (d doc) diagnoseRequests() []string {
 	completed, failed := int(d.Float("completed")), int(d.Float("failed"))
 	total := completed + failed
 	if total == 0 {
-		if len(d.Load) == 0 {
+		if d.BPFBench == nil && d.Completed+d.Failed == 0 && d.Duration == 0 {
 			return []string{"The result holds no load figures."}
 		}
 		return []string{"The run completed no request."}
@@ -56,12 +57,8 @@ func (d *Document) diagnoseRequests() []string {
 }
 
 // failureSummary names the failure kinds and the first error.
-func (d *Document) failureSummary() string {
-	own := d.own()
-	var kinds map[string]int
-	if raw, ok := own["failure_reasons"]; ok {
-		_ = json.Unmarshal(raw, &kinds)
-	}
+func (d doc) failureSummary() string {
+	kinds := d.detail().FailureReasons
 	names := make([]string, 0, len(kinds))
 	for k := range kinds {
 		names = append(names, k)
@@ -77,12 +74,7 @@ func (d *Document) failureSummary() string {
 		parts = append(parts, fmt.Sprintf("%d %s", kinds[k], k))
 	}
 	s := strings.Join(parts, ", ")
-	var fails []struct {
-		Error string `json:"error"`
-	}
-	if raw, ok := own["failures"]; ok {
-		_ = json.Unmarshal(raw, &fails)
-	}
+	fails := d.detail().Failures
 	if len(fails) > 0 && fails[0].Error != "" {
 		e := fails[0].Error
 		if r := []rune(e); len(r) > 160 {
@@ -160,7 +152,7 @@ func topBand(s *correlate.Summary) string {
 	return ""
 }
 
-func (d *Document) diagnoseLatency() []string {
+func (d doc) diagnoseLatency() []string {
 	var out []string
 	a := d.Attribution
 	completed := d.Float("completed")
@@ -212,7 +204,7 @@ func (d *Document) diagnoseLatency() []string {
 
 // diagnoseCritical speaks of the latency in the critical path's causes,
 // whose parts sum to each gap.
-func (d *Document) diagnoseCritical(cp *CriticalPath) []string {
+func (d doc) diagnoseCritical(cp *result.CriticalPath) []string {
 	var out []string
 	b := cp.ITLP99
 	s := fmt.Sprintf("The 99th-percentile inter-token gap is %s (normal %s, baseline: %s)", fmtMs(b.FromMs), fmtMs(sumMs(cp.NormalITLMs)), cp.Baseline)
@@ -236,7 +228,7 @@ func (d *Document) diagnoseCritical(cp *CriticalPath) []string {
 
 // criticalPhaseLines say what each phase's slowest gaps added, in the
 // critical path's causes, against the first phase.
-func criticalPhaseLines(ps []CriticalPhase) []string {
+func criticalPhaseLines(ps []result.CriticalPhase) []string {
 	var out []string
 	for i, p := range ps {
 		if i == 8 {
@@ -273,7 +265,7 @@ func sumMs(m map[string]float64) float64 {
 	return t
 }
 
-func (d *Document) diagnosePhases() []string {
+func (d doc) diagnosePhases() []string {
 	if cp := d.CriticalPath; cp != nil && len(cp.Phases) > 0 {
 		out := criticalPhaseLines(cp.Phases)
 		// A phase whose injection was too weak names no cause.
@@ -317,7 +309,7 @@ func (d *Document) diagnosePhases() []string {
 	return out
 }
 
-func (d *Document) diagnoseCollection() []string {
+func (d doc) diagnoseCollection() []string {
 	c := d.Collection
 	if c == nil {
 		return nil

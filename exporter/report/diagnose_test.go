@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 func has(lines []string, sub string) bool {
@@ -125,17 +126,17 @@ func TestBlameText(t *testing.T) {
 // union table says "unexplained" is explained.
 func TestDiagnoseCriticalPath(t *testing.T) {
 	d := fullDocument()
-	d.CriticalPath = &CriticalPath{
+	d.CriticalPath = &result.CriticalPath{
 		Baseline: "run", Gaps: 3000, GapMs: 40000, UnexplainedFraction: 0.001,
 		NormalITLMs:  map[string]float64{"server_compute": 7, "client": 1},
 		NormalTTFTMs: map[string]float64{"server_compute": 60},
-		ITLP99: &CriticalBand{FromMs: 14.2, Gaps: 32, ExcessMs: 200,
+		ITLP99: &result.CriticalBand{FromMs: 14.2, Gaps: 32, ExcessMs: 200,
 			ExcessShares: map[string]float64{"server_compute": 0.47, "client": 0.3, "cpu_runqueue": 0.23}},
-		TTFTP99: &CriticalBand{FromMs: 900, Gaps: 2, ExcessMs: 1500,
+		TTFTP99: &result.CriticalBand{FromMs: 900, Gaps: 2, ExcessMs: 1500,
 			ExcessShares: map[string]float64{"cpu_runqueue": 1}},
-		Phases: []CriticalPhase{
-			{Name: "baseline", Gaps: 900, ITLP99: &CriticalBand{FromMs: 9, Gaps: 9, ExcessMs: 10, ExcessShares: map[string]float64{"server_compute": 1}, Top: "server_compute"}},
-			{Name: "cpu contention", Gaps: 700, ITLP99: &CriticalBand{FromMs: 30, Gaps: 7}, TailTop: "cpu_runqueue", TailAddedShares: map[string]float64{"cpu_runqueue": 0.97, "client": 0.03}},
+		Phases: []result.CriticalPhase{
+			{Name: "baseline", Gaps: 900, ITLP99: &result.CriticalBand{FromMs: 9, Gaps: 9, ExcessMs: 10, ExcessShares: map[string]float64{"server_compute": 1}, Top: "server_compute"}},
+			{Name: "cpu contention", Gaps: 700, ITLP99: &result.CriticalBand{FromMs: 30, Gaps: 7}, TailTop: "cpu_runqueue", TailAddedShares: map[string]float64{"cpu_runqueue": 0.97, "client": 0.03}},
 		},
 	}
 	lines := Diagnose(d)

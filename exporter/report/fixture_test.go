@@ -1,6 +1,7 @@
 package report
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 func raw(v any) json.RawMessage {
@@ -129,10 +131,20 @@ func loadFields(ttfts []float64, itls [][]float64, errs []string, duration float
 	return m
 }
 
+// loadDocument is a document holding the load fields m, read as a
+// result.json holding them is.
+func loadDocument(m map[string]json.RawMessage) *result.Document {
+	d, err := result.Read(bytes.NewReader(raw(m)))
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
 // fullDocument is a run with every part filled: four phases, the
 // critical path's causes as the attribution, the union of activity
 // disagreeing with it, every collector section, one unavailable.
-func fullDocument() *Document {
+func fullDocument() *result.Document {
 	rng := rand.New(rand.NewSource(1))
 	const n = 240
 	const duration = 60.0
@@ -156,7 +168,7 @@ func fullDocument() *Document {
 			itls[i] = []float64{}
 		}
 	}
-	d := &Document{Load: loadFields(ttfts, itls, errs, duration)}
+	d := loadDocument(loadFields(ttfts, itls, errs, duration))
 	// the attribution is the critical path's: its causes, model
 	// critical_path
 	sh := func(cpu, io, gpu, net, compute, sleep, client, un float64) correlate.Breakdown {
@@ -226,7 +238,7 @@ func fullDocument() *Document {
 		if i == 0 {
 			basis = "slowest 1% of gaps"
 		}
-		d.Phases = append(d.Phases, Phase{
+		d.Phases = append(d.Phases, result.Phase{
 			Name: p.name, StartS: float64(i) * 15, EndS: float64(i+1) * 15, Requests: 60,
 			P50ITLMs: 18.5 + float64(i), P99ITLMs: p.p99, P99TTFTMs: 90 + 20*float64(i), TopCause: p.top,
 			TopShare: p.share, TopCauseBasis: basis,
@@ -246,19 +258,19 @@ func fullDocument() *Document {
 		}
 		c["gpu_sync"] = 10 + rng.Float64()*10
 		c["unexplained"] = 2 + rng.Float64()*2
-		d.Timeline = append(d.Timeline, TimelinePoint{
+		d.Timeline = append(d.Timeline, result.TimelinePoint{
 			T: float64(s), OutputTokensPerSecond: 260 - 40*float64(ph%3) + rng.Float64()*30, CompletedRequests: 4,
 			P50ITLMs: 18 + rng.Float64()*2, P99ITLMs: []float64{24, 180, 140, 120}[ph] * (0.8 + 0.4*rng.Float64()),
 			P50TTFTMs: 50 + 10*float64(ph) + rng.Float64()*10, CausesMs: c,
 		})
 	}
 	start := time.Date(2026, 3, 1, 10, 15, 0, 0, time.UTC)
-	d.Collection = &Collection{
+	d.Collection = &result.Collection{
 		Pid: 4242, Comm: "llmsim", Started: start, Stopped: start.Add(60 * time.Second),
 		StartedOffsetS: 0, StoppedOffsetS: 60.2, StoppedReason: "load finished",
 		LostEvents: 12, Spans: 182345, SpansDropped: 0,
 		Unavailable: map[string]string{"gpu": "NVML not found (libnvidia-ml.so.1: no such file)"},
-		Readiness: []Check{
+		Readiness: []result.Check{
 			{Status: "ok", Name: "kernel BTF", Detail: "/sys/kernel/btf/vmlinux"},
 			{Status: "ok", Name: "bpf() as root", Detail: "CAP_BPF, CAP_PERFMON"},
 			{Status: "warn", Name: "NVML", Detail: "libnvidia-ml.so.1 not found", Fix: "install the NVIDIA driver"},
@@ -272,8 +284,8 @@ func fullDocument() *Document {
 
 // serverMetricsFixture is a vLLM's /metrics over a minute, its queue
 // filling in the second quarter, and the queue estimate.
-func serverMetricsFixture() (*ServerMetrics, *ServerQueue) {
-	m := &ServerMetrics{
+func serverMetricsFixture() (*result.ServerMetrics, *result.ServerQueue) {
+	m := &result.ServerMetrics{
 		URL: "http://127.0.0.1:8000/metrics", Found: true, Engine: "vllm", VocabularyMatched: true, PeriodMs: 500,
 		Scrapes: 121, ScrapeFailures: 1, FirstError: "scraping http://127.0.0.1:8000/metrics: no answer within 400ms",
 		LastError: "scraping http://127.0.0.1:8000/metrics: no answer within 400ms",
@@ -287,24 +299,24 @@ func serverMetricsFixture() (*ServerMetrics, *ServerQueue) {
 		if t >= 15 && t < 30 {
 			wait = float64(i % 8)
 		}
-		m.Samples = append(m.Samples, ServerSample{T: t, Values: map[string]float64{
+		m.Samples = append(m.Samples, result.ServerSample{T: t, Values: map[string]float64{
 			smRunning: 12 + float64(i%5), smWaiting: wait, smKV: 0.5 + 0.4*float64(i%10)/10,
 		}})
 	}
 	engine := 41.5
-	q := &ServerQueue{
+	q := &result.ServerQueue{
 		Rule: "FIFO replay over the engine's slots", Available: true, Slots: 16, RequestsQueued: 31,
 		ShareOfTTFT: 0.34, TotalMs: 1290, TTFTMs: 3794, MeanMs: 41.6, MaxMs: 180, EngineMeanMs: &engine, WaitingError: 0.4,
-		Requests: []QueuedRequest{{Index: 60, QueueMs: 180, TTFTMs: 240}},
+		Requests: []result.QueuedRequest{{Index: 60, QueueMs: 180, TTFTMs: 240}},
 	}
 	return m, q
 }
 
 // emptyDocument is a result with nothing in it.
-func emptyDocument() *Document { return &Document{} }
+func emptyDocument() *result.Document { return &result.Document{} }
 
 // failedDocument is a run whose every request failed.
-func failedDocument() *Document {
+func failedDocument() *result.Document {
 	const n = 20
 	ttfts := make([]float64, n)
 	itls := make([][]float64, n)
@@ -313,8 +325,8 @@ func failedDocument() *Document {
 		itls[i] = []float64{}
 		errs[i] = "connection refused"
 	}
-	d := &Document{Load: loadFields(ttfts, itls, errs, 2)}
-	d.Collection = &Collection{Pid: 99, Comm: "server", StoppedReason: "target pid 99 exited 1.2 s into the run", StoppedOffsetS: 1.2}
+	d := loadDocument(loadFields(ttfts, itls, errs, 2))
+	d.Collection = &result.Collection{Pid: 99, Comm: "server", StoppedReason: "target pid 99 exited 1.2 s into the run", StoppedOffsetS: 1.2}
 	return d
 }
 
@@ -326,7 +338,7 @@ type obj = map[string]any
 // field set, several rows a table, the long names real hosts have (IPv6
 // peers, library paths, build ids). The gpu section is the one of a host
 // without NVML; gpuSection is the one of a host with it.
-func collectorSections() map[string]json.RawMessage {
+func collectorSections() *result.Collectors {
 	var threads []any
 	for i, comm := range []string{"llmsim", "llmsim-io", "tokio-runtime-worker", "python3.12", "cuda-EvtHandlr"} {
 		threads = append(threads, obj{
@@ -409,10 +421,14 @@ func collectorSections() map[string]json.RawMessage {
 			"max_launches_per_second": 312345.6, "cost_seconds": 0.41,
 		},
 	}
-	return map[string]json.RawMessage{
-		"sched": raw(sched), "blockio": raw(blockio), "tcp": raw(tcp), "cuda": raw(cuda),
-		"gpu": raw(obj{"available": false, "error": "NVML not found", "interval_seconds": 0.1, "devices": []any{}, "processes": []any{}}),
+	var c result.Collectors
+	if err := json.Unmarshal(raw(obj{
+		"sched": sched, "blockio": blockio, "tcp": tcp, "cuda": cuda,
+		"gpu": obj{"available": false, "error": "NVML not found", "interval_seconds": 0.1, "devices": []any{}, "processes": []any{}},
+	}), &c); err != nil {
+		panic(err)
 	}
+	return &c
 }
 
 // gpuSection is the gpu section of a host with two GPUs and NVML.
@@ -443,18 +459,21 @@ func gpuSection() json.RawMessage {
 }
 
 // gpuDocument is the full run on a host with NVML: every section filled.
-func gpuDocument() *Document {
+func gpuDocument() *result.Document {
 	d := fullDocument()
-	d.Collectors["gpu"] = gpuSection()
+	d.Collectors.GPU = nil
+	if err := json.Unmarshal(gpuSection(), &d.Collectors.GPU); err != nil {
+		panic(err)
+	}
 	delete(d.Collection.Unavailable, "gpu")
-	d.Collection.Readiness[2] = Check{Status: "ok", Name: "NVML", Detail: "libnvidia-ml.so.1 550.54.15, 2 devices"}
+	d.Collection.Readiness[2] = result.Check{Status: "ok", Name: "NVML", Detail: "libnvidia-ml.so.1 550.54.15, 2 devices"}
 	d.Diagnosis = Diagnose(d)
 	return d
 }
 
 // injectionDocument is the full run as a validation writes it: each later
 // phase says what it injected and the verdict, one too weak to judge.
-func injectionDocument() *Document {
+func injectionDocument() *result.Document {
 	d := fullDocument()
 	d.Phases[1].Injection = "cpu: 2 busy threads per CPU on CPUs 0-3; the run queue added 4.1 ms per gap of the slowest 10%"
 	d.Phases[1].Expected = "cpu_runqueue"
@@ -472,16 +491,16 @@ func injectionDocument() *Document {
 // criticalPathOnlyDocument is a run with a critical path and no
 // attribution (a result.json of an older bpfbench whose gaps file is
 // gone): the headline and the bands come from the critical path.
-func criticalPathOnlyDocument() *Document {
+func criticalPathOnlyDocument() *result.Document {
 	d := fullDocument()
 	d.Attribution = nil
-	d.CriticalPath = &CriticalPath{
+	d.CriticalPath = &result.CriticalPath{
 		Baseline: "run", Gaps: 3000, GapMs: 40000, UnexplainedFraction: 0.01,
 		NormalITLMs:  map[string]float64{"server_compute": 7, "client": 1},
 		NormalTTFTMs: map[string]float64{"server_compute": 60},
-		ITLP99: &CriticalBand{FromMs: 14.2, Gaps: 32, ExcessMs: 200, Top: "server_compute",
+		ITLP99: &result.CriticalBand{FromMs: 14.2, Gaps: 32, ExcessMs: 200, Top: "server_compute",
 			ExcessShares: map[string]float64{"server_compute": 0.47, "client": 0.3, "cpu_runqueue": 0.23}},
-		TTFTP99: &CriticalBand{FromMs: 900, Gaps: 2, ExcessMs: 1500, Top: "cpu_runqueue",
+		TTFTP99: &result.CriticalBand{FromMs: 900, Gaps: 2, ExcessMs: 1500, Top: "cpu_runqueue",
 			ExcessShares: map[string]float64{"cpu_runqueue": 1}},
 	}
 	d.Diagnosis = nil

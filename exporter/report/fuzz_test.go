@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // FuzzReadResult: any result.json is read or refused with an error, never
@@ -20,7 +22,7 @@ func FuzzReadResult(f *testing.F) {
 			f.Add(b)
 		}
 	}
-	for _, d := range []*Document{emptyDocument(), failedDocument()} {
+	for _, d := range []*result.Document{emptyDocument(), failedDocument()} {
 		if b, err := json.Marshal(d); err == nil {
 			f.Add(b)
 		}
@@ -30,7 +32,7 @@ func FuzzReadResult(f *testing.F) {
 	f.Add([]byte(`{"collectors":{"sched":{"x":[{"a":1},{"b":[1,2]}]}},"server_metrics":{"samples":[{}]}}`))
 	f.Add([]byte(`null`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var d Document
+		var d result.Document
 		if err := json.Unmarshal(b, &d); err != nil {
 			return
 		}
@@ -54,7 +56,7 @@ func FuzzReadResult(f *testing.F) {
 			// Only numbers encoding/json cannot write (none come from JSON).
 			t.Fatalf("writing a read document: %v", err)
 		}
-		var back Document
+		var back result.Document
 		if err := json.Unmarshal(out, &back); err != nil {
 			t.Fatalf("reading a written document: %v", err)
 		}

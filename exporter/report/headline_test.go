@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // The page states causes only from the critical path (Document.Attribution,
@@ -562,7 +563,7 @@ func TestHeadlineWithoutAttribution(t *testing.T) {
 	}
 
 	d.CriticalPath = nil
-	for _, doc := range []*Document{d, {Load: d.Load}} {
+	for _, doc := range []*result.Document{d, loadOnly(d)} {
 		page = render(t, doc)
 		checkPage(t, page)
 		if _, _, ok := headlineCard(parsePage(t, page), "Top cause"); ok {
@@ -585,11 +586,11 @@ func TestHeadlineWithoutAttribution(t *testing.T) {
 		old.Phases[i].TopShare = 0.99
 		old.Phases[i].ITLP99 = correlate.Breakdown{"net_backpressure": 1}
 	}
-	p := filepath.Join(t.TempDir(), "result.json")
+	p := filepath.Join(t.TempDir(), "json")
 	if err := old.WriteFile(p); err != nil {
 		t.Fatal(err)
 	}
-	back, err := ReadFile(p)
+	back, err := result.Load(p)
 	if err != nil {
 		t.Fatal(err)
 	}

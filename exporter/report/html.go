@@ -11,6 +11,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // card is one headline figure.
@@ -109,30 +110,30 @@ type htmlView struct {
 // inline SVG charts generated here, no script and no external resource
 // (a Content-Security-Policy forbids fetching any). Every chart carries an
 // id: chart-ttft, chart-itl, chart-attribution, chart-timeline.
-func WriteHTML(w io.Writer, d *Document) error {
+func WriteHTML(w io.Writer, d *result.Document) error {
 	if d == nil {
-		d = &Document{}
+		d = &result.Document{}
 	}
 	if d.Legacy() {
 		// an older run's timeline and phases hold the activity model's
 		// causes: they are not blame, and are left out of a copy
 		c := *d
-		c.Timeline = append([]TimelinePoint(nil), d.Timeline...)
-		c.Phases = append([]Phase(nil), d.Phases...)
+		c.Timeline = append([]result.TimelinePoint(nil), d.Timeline...)
+		c.Phases = append([]result.Phase(nil), d.Phases...)
 		c.ForgetActivityCauses()
 		d = &c
 	}
-	return pageTemplate.Execute(w, buildView(d))
+	return pageTemplate.Execute(w, buildView(doc{d}))
 }
 
-func buildView(d *Document) *htmlView {
+func buildView(d doc) *htmlView {
 	v := &htmlView{Title: "bpfbench run report"}
-	target := d.ownString("target")
+	target := d.detail().Target
 	if target != "" {
 		v.Title = "bpfbench · " + target
 	}
 	var sub []string
-	if m := d.loadString("model_id"); m != "" {
+	if m := d.ModelID; m != "" {
 		sub = append(sub, "model "+m)
 	}
 	if dt := d.runDate(); dt != "" {
@@ -150,11 +151,11 @@ func buildView(d *Document) *htmlView {
 		{"Backend", "backend"}, {"Endpoint", "endpoint_type"}, {"Label", "label"}, {"Prompts", "num_prompts"},
 		{"Request rate (RPS)", "request_rate"}, {"Burstiness", "burstiness"}, {"Max concurrency", "max_concurrency"},
 	} {
-		if val := d.loadString(s.key); val != "" {
+		if val := d.setting(s.key); val != "" {
 			v.Settings = append(v.Settings, fact{s.label, val})
 		}
 	}
-	if ep := d.ownString("endpoint"); ep != "" {
+	if ep := d.detail().Endpoint; ep != "" {
 		v.Settings = append(v.Settings, fact{"Path", ep})
 	}
 
@@ -190,10 +191,10 @@ func buildView(d *Document) *htmlView {
 	}
 	add("Successful requests", "completed")
 	add("Failed requests", "failed")
-	if d.hasLoad("max_concurrency") {
-		v.Throughput = append(v.Throughput, fact{"Maximum request concurrency", d.loadString("max_concurrency")})
+	if d.MaxConcurrency != nil {
+		v.Throughput = append(v.Throughput, fact{"Maximum request concurrency", d.setting("max_concurrency")})
 	}
-	if r := d.loadString("request_rate"); r != "" && r != "inf" {
+	if r := d.setting("request_rate"); r != "" && r != "inf" {
 		v.Throughput = append(v.Throughput, fact{"Request rate configured (RPS)", r})
 	}
 	add("Benchmark duration (s)", "duration")
@@ -296,7 +297,7 @@ func buildView(d *Document) *htmlView {
 		v.Baseline = fmtMs(sumMs(cp.NormalITLMs))
 		type critBand struct {
 			label string
-			b     *CriticalBand
+			b     *result.CriticalBand
 		}
 		var bands []critBand
 		if cp.TTFTP99 != nil {
@@ -397,7 +398,7 @@ func buildView(d *Document) *htmlView {
 
 	v.Diagnosis = d.Diagnosis
 	if len(v.Diagnosis) == 0 {
-		v.Diagnosis = Diagnose(d)
+		v.Diagnosis = Diagnose(d.Document)
 	}
 	return v
 }
@@ -487,7 +488,7 @@ func ttftExcessMs(a *correlate.Summary) float64 {
 // headlineCause is the "Top cause" card: the attribution's top cause
 // (the largest share of all excess, on the critical path), else the
 // critical path's p99 gaps' top cause; none without either.
-func (d *Document) headlineCause() (card, bool) {
+func (d doc) headlineCause() (card, bool) {
 	if a := d.Attribution; a != nil && a.TopCause != "" {
 		c := causeOf(a.TopCause, 0)
 		sub := "largest share of all excess over the normal gap (" + fmtMs(a.BaselineITLMs) + "), on the critical path"
@@ -514,7 +515,7 @@ func (d *Document) headlineCause() (card, bool) {
 // phaseRowOf is a phase's row: its critical path's top cause and share
 // (on the phase's basis), or "injection too weak" where what it injected
 // was too little to judge.
-func phaseRowOf(p Phase, causes []causeInfo) phaseRow {
+func phaseRowOf(p result.Phase, causes []causeInfo) phaseRow {
 	r := phaseRow{
 		Name: p.Name, Span: fmtNum(round1(p.StartS)) + "–" + fmtNum(round1(p.EndS)) + " s", Requests: fmtNum(float64(p.Requests)),
 		P50: fmtMs(p.P50ITLMs), P99: fmtMs(p.P99ITLMs), TTFT99: fmtMs(p.P99TTFTMs), Top: "–",

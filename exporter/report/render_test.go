@@ -10,20 +10,17 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 var chartIDs = []string{"chart-ttft", "chart-itl", "chart-attribution", "chart-timeline"}
 
 // missingSections is a run whose kernel side was partly unavailable: no
-// cuda or gpu section, a tcp summary that is null, a section of unknown
-// shape, and collection that stopped early with losses.
-func missingSections() *Document {
+// cuda, gpu or tcp section, a section of a newer bpfbench (unknown shape), and collection that stopped early with losses.
+func missingSections() *result.Document {
 	d := fullDocument()
-	delete(d.Collectors, "cuda")
-	delete(d.Collectors, "gpu")
-	d.Collectors["tcp"] = json.RawMessage("null")
-	d.Collectors["future"] = raw(map[string]any{"widgets": 3, "nested": map[string]any{"deep": map[string]any{"x_seconds": 0.5}}, "list": []any{1, "two", nil}})
-	d.Collectors["broken"] = json.RawMessage(`{"oops"`)
+	d.Collectors.CUDA, d.Collectors.GPU, d.Collectors.TCP = nil, nil, nil
+	d.Collectors.Other = map[string]json.RawMessage{"future": raw(map[string]any{"widgets": 3, "nested": map[string]any{"deep": map[string]any{"x_seconds": 0.5}}, "list": []any{1, "two", nil}})}
 	d.Collection.Unavailable = map[string]string{"cuda": "no libcudart.so in the target's maps", "gpu": "NVML not found"}
 	d.Collection.StoppedReason = "target pid 4242 exited 31.5 s into the run"
 	d.Collection.StoppedOffsetS = 31.5
@@ -38,7 +35,7 @@ func missingSections() *Document {
 }
 
 // nanDocument carries NaN and infinities everywhere a float can be.
-func nanDocument() *Document {
+func nanDocument() *result.Document {
 	d := fullDocument()
 	nan, inf := math.NaN(), math.Inf(1)
 	d.Attribution.BaselineITLMs = nan
@@ -56,27 +53,24 @@ func nanDocument() *Document {
 	d.Phases[1].StartS = nan
 	d.Phases[2].P99ITLMs = inf
 	d.Phases[2].ITLP99 = correlate.Breakdown{"io_block": nan}
-	d.Load["p99_itl_ms"] = json.RawMessage(`"NaN"`)
-	d.Load["itls"] = json.RawMessage(`[[0.01, 1e308, -5], [], null]`)
+	d.Percentiles["p99_itl_ms"] = nan
+	d.ITLs = result.ITLs{{0.01, 1e308, -5}, {}, nil}
 	d.Diagnosis = nil
 	return d
 }
 
 // hostileDocument puts markup in every string that reaches the page.
-func hostileDocument() *Document {
+func hostileDocument() *result.Document {
 	d := fullDocument()
 	evil := `<script>alert("x")</script><img src=x onerror=alert(1)>`
-	var own map[string]any
-	_ = json.Unmarshal(d.Load["bpfbench"], &own)
-	own["target"] = "http://h/" + evil
-	d.Load["bpfbench"] = raw(own)
-	d.Load["model_id"] = raw(evil)
+	d.BPFBench.Target = "http://h/" + evil
+	d.ModelID = evil
 	d.Phases[0].Name = evil
 	d.Collection.Comm = evil
 	d.Collection.StoppedReason = evil
 	d.Collection.Unavailable = map[string]string{evil: evil}
-	d.Collection.Readiness = append(d.Collection.Readiness, Check{Status: evil, Name: evil, Detail: evil, Fix: evil})
-	d.Collectors[evil] = raw(map[string]any{evil: evil, "rows": []any{map[string]any{evil: evil}}})
+	d.Collection.Readiness = append(d.Collection.Readiness, result.Check{Status: evil, Name: evil, Detail: evil, Fix: evil})
+	d.Collectors.Other = map[string]json.RawMessage{evil: raw(map[string]any{evil: evil, "rows": []any{map[string]any{evil: evil}}})}
 	d.Attribution.TopCause = evil
 	d.Attribution.ITL["p50"][evil] = 0.5
 	d.Timeline[0].CausesMs[evil] = 50
@@ -84,7 +78,12 @@ func hostileDocument() *Document {
 	return d
 }
 
-func render(t *testing.T, d *Document) string {
+// loadOnly is d's load generator's part alone.
+func loadOnly(d *result.Document) *result.Document {
+	return &result.Document{Loadgen: d.Loadgen, Percentiles: d.Percentiles}
+}
+
+func render(t *testing.T, d *result.Document) string {
 	t.Helper()
 	var b bytes.Buffer
 	if err := WriteHTML(&b, d); err != nil {
@@ -159,10 +158,10 @@ func checkPage(t *testing.T, page string) {
 }
 
 func TestWriteHTMLDocuments(t *testing.T) {
-	for name, d := range map[string]*Document{
+	for name, d := range map[string]*result.Document{
 		"full": fullDocument(), "empty": emptyDocument(), "failed": failedDocument(), "nil": nil,
 		"missing sections": missingSections(), "nan": nanDocument(), "hostile": hostileDocument(),
-		"load only": {Load: fullDocument().Load}, "injections": injectionDocument(), "critical path only": criticalPathOnlyDocument(),
+		"load only": loadOnly(fullDocument()), "injections": injectionDocument(), "critical path only": criticalPathOnlyDocument(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			page := render(t, d)
@@ -221,7 +220,7 @@ func TestWriteHTMLMissingSections(t *testing.T) {
 	page := render(t, missingSections())
 	for _, want := range []string{
 		`id="section-cuda"`, "Could not run: no libcudart.so", `id="section-future"`, "widgets", "nested · deep · x", "500 ms",
-		`id="section-broken"`, "summary is not valid JSON", "target pid 4242 exited", "1234", "50 (",
+		"target pid 4242 exited", "1234", "50 (",
 		"so gpu_sync is never blamed", "All gaps",
 	} {
 		if !strings.Contains(page, want) {
@@ -242,11 +241,11 @@ func TestWriteHTMLEscapes(t *testing.T) {
 
 func TestDocumentRoundTripRendersTheSame(t *testing.T) {
 	d := fullDocument()
-	p := filepath.Join(t.TempDir(), "result.json")
+	p := filepath.Join(t.TempDir(), "json")
 	if err := d.WriteFile(p); err != nil {
 		t.Fatal(err)
 	}
-	back, err := ReadFile(p)
+	back, err := result.Load(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +254,7 @@ func TestDocumentRoundTripRendersTheSame(t *testing.T) {
 	}
 }
 
-func terminal(t *testing.T, d *Document) string {
+func terminal(t *testing.T, d *result.Document) string {
 	t.Helper()
 	var b bytes.Buffer
 	if err := WriteTerminal(&b, d); err != nil {
@@ -302,7 +301,7 @@ func TestWriteTerminal(t *testing.T) {
 			}
 		}
 	}
-	for name, d := range map[string]*Document{"empty": emptyDocument(), "nil": nil, "nan": nanDocument(), "missing": missingSections()} {
+	for name, d := range map[string]*result.Document{"empty": emptyDocument(), "nil": nil, "nan": nanDocument(), "missing": missingSections()} {
 		out := terminal(t, d)
 		if strings.Contains(out, "NaN") || strings.Contains(out, "Inf") {
 			t.Errorf("%s: non-finite number printed:\n%s", name, out)
@@ -348,7 +347,7 @@ func TestCollectorTables(t *testing.T) {
 
 	d := gpuDocument()
 	v = sectionView{}
-	renderSection(&v, d.Collectors["gpu"])
+	renderSection(&v, raw(d.Collectors.GPU))
 	var parts []table
 	for _, tb := range v.Tables {
 		if strings.HasPrefix(tb.Title, "devices") {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"sort"
 	"strconv"
 	"strings"
@@ -66,7 +67,7 @@ type sectionView struct {
 
 const maxTableRows = 25
 
-func (d *Document) sectionViews() []sectionView {
+func (d doc) sectionViews() []sectionView {
 	var out []sectionView
 	for _, name := range d.sectionNames() {
 		v := sectionView{Name: name, Title: sectionTitles[name], Cause: sectionCause[name]}
@@ -81,8 +82,13 @@ func (d *Document) sectionViews() []sectionView {
 				}
 			}
 		}
-		if raw, ok := d.Collectors[name]; ok {
-			renderSection(&v, raw)
+		if sec := d.section(name); sec != nil {
+			raw, err := json.Marshal(sec)
+			if err != nil {
+				v.Error = "summary: " + err.Error()
+			} else {
+				renderSection(&v, raw)
+			}
 		}
 		if v.Unavailable != "" && v.Error != "" && strings.Contains(v.Unavailable, v.Error) {
 			v.Error = ""
@@ -546,4 +552,26 @@ func formatUnit(f float64, unit string) string {
 		return strconv.FormatFloat(f, 'g', 3, 64)
 	}
 	return fmtNum(f)
+}
+
+// section is a section's summary by name: the run's, or for a run that
+// followed several agents, "agent/section" of that agent's.
+func (d doc) section(name string) any {
+	if agent, sec, ok := strings.Cut(name, "/"); ok {
+		for _, a := range d.Agents {
+			if a.Agent == agent {
+				return nonNil(a.Summary.Section(sec))
+			}
+		}
+		return nil
+	}
+	return nonNil(d.Collectors.Section(name))
+}
+
+// nonNil turns a typed nil pointer into a nil interface.
+func nonNil(x any) any {
+	if v := reflect.ValueOf(x); !v.IsValid() || (v.Kind() == reflect.Pointer && v.IsNil()) {
+		return nil
+	}
+	return x
 }

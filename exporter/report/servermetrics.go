@@ -6,6 +6,8 @@ import (
 	"math"
 	"sort"
 	"strings"
+
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // The vocabulary names of the server's metrics (as result.json has them).
@@ -21,7 +23,7 @@ const (
 )
 
 // serverMetricsRows are the server metrics' figures for the page.
-func (d *Document) serverMetricsRows() []kvRow {
+func (d doc) serverMetricsRows() []kvRow {
 	m := d.ServerMetrics
 	if m == nil {
 		return nil
@@ -75,7 +77,7 @@ func (d *Document) serverMetricsRows() []kvRow {
 }
 
 // serverQueueRows are the queue estimate's figures for the page.
-func (d *Document) serverQueueRows() []kvRow {
+func (d doc) serverQueueRows() []kvRow {
 	q := d.ServerQueue
 	if q == nil {
 		return nil
@@ -109,13 +111,13 @@ func orDash(s string) string {
 
 // serverMetricsChart draws requests running and waiting over the run
 // (and the KV-cache usage on its own scale when the engine exports it).
-func serverMetricsChart(id string, m *ServerMetrics) template.HTML {
+func serverMetricsChart(id string, m *result.ServerMetrics) template.HTML {
 	const W, H = 1100.0, 190.0
 	const ml, mr, mt, mb = 64.0, 64.0, 34.0, 36.0
 	if m == nil || !m.VocabularyMatched || len(m.Samples) == 0 {
 		return emptyChart(id, "server metrics", "No server metrics in the vocabulary", W, 80)
 	}
-	pts := append([]ServerSample(nil), m.Samples...)
+	pts := append([]result.ServerSample(nil), m.Samples...)
 	sort.SliceStable(pts, func(i, j int) bool { return finite(pts[i].T) < finite(pts[j].T) })
 	t0, t1 := finite(pts[0].T), finite(pts[len(pts)-1].T)
 	if t1 <= t0 {
@@ -194,7 +196,7 @@ func serverMetricsChart(id string, m *ServerMetrics) template.HTML {
 }
 
 // serverMetricsLines are the terminal summary's lines.
-func (d *Document) serverMetricsLines() []string {
+func (d doc) serverMetricsLines() []string {
 	m := d.ServerMetrics
 	if m == nil {
 		return nil
@@ -241,7 +243,7 @@ func (d *Document) serverMetricsLines() []string {
 
 // diagnoseServer reads the server's own metrics: its queue's share of the
 // TTFT, preemptions, a full KV cache, and scrapes that failed.
-func (d *Document) diagnoseServer() []string {
+func (d doc) diagnoseServer() []string {
 	m := d.ServerMetrics
 	if m == nil || !m.Found {
 		return nil

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // svg accumulates one inline SVG element. Text goes through
@@ -405,13 +406,13 @@ func drawMiniBar(b correlate.Breakdown, causes []causeInfo, ms bool) template.HT
 
 // timelineChart draws throughput, ITL and the excess per cause over the
 // run, one panel each on a shared time axis, with the phases shaded.
-func timelineChart(id string, pts []TimelinePoint, phases []Phase, causes []causeInfo) template.HTML {
+func timelineChart(id string, pts []result.TimelinePoint, phases []result.Phase, causes []causeInfo) template.HTML {
 	const W = 1100.0
 	const ml, mr = 64.0, 16.0
 	if len(pts) == 0 {
 		return emptyChart(id, "timeline", "No timeline: the run recorded no per-second data", W, 80)
 	}
-	pts = append([]TimelinePoint(nil), pts...)
+	pts = append([]result.TimelinePoint(nil), pts...)
 	sort.SliceStable(pts, func(i, j int) bool { return finite(pts[i].T) < finite(pts[j].T) })
 	bucket := 1.0
 	if len(pts) > 1 {
@@ -541,7 +542,7 @@ func timelineChart(id string, pts []TimelinePoint, phases []Phase, causes []caus
 	}
 	ticks, _, top = linTicks(0, math.Max(maxL, 1), 4)
 	y = axes(p2, top, ticks)
-	series := func(get func(TimelinePoint) float64, color, class, name string) {
+	series := func(get func(result.TimelinePoint) float64, color, class, name string) {
 		var b strings.Builder
 		pen := false
 		for _, p := range pts {
@@ -567,9 +568,9 @@ func timelineChart(id string, pts []TimelinePoint, phases []Phase, causes []caus
 			}
 		}
 	}
-	series(func(p TimelinePoint) float64 { return p.P50TTFTMs }, "#8c959f", "tl-line dashed", "ttft-p50")
-	series(func(p TimelinePoint) float64 { return p.P50ITLMs }, "#0b3d91", "tl-line", "itl-p50")
-	series(func(p TimelinePoint) float64 { return p.P99ITLMs }, "#d1242f", "tl-line", "itl-p99")
+	series(func(p result.TimelinePoint) float64 { return p.P50TTFTMs }, "#8c959f", "tl-line dashed", "ttft-p50")
+	series(func(p result.TimelinePoint) float64 { return p.P50ITLMs }, "#0b3d91", "tl-line", "itl-p50")
+	series(func(p result.TimelinePoint) float64 { return p.P99ITLMs }, "#d1242f", "tl-line", "itl-p99")
 	// panel 3: causes
 	maxC := 0.0
 	for _, p := range pts {

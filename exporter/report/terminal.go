@@ -5,6 +5,7 @@ import (
 
 	"bufio"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"sort"
 	"strings"
@@ -22,18 +23,19 @@ var shortCause = map[string]string{
 
 // WriteTerminal writes the run's summary for a terminal: the load figures,
 // the attribution per band as percentages, the phases, how complete the
-// collection was, and the diagnosis (d.Diagnosis, or Diagnose(d) when
+// collection was, and the diagnosis (d.Diagnosis, or Diagnose(d.Document) when
 // empty).
-func WriteTerminal(w io.Writer, d *Document) error {
+func WriteTerminal(w io.Writer, rd *result.Document) error {
 	bw := bufio.NewWriter(w)
-	if d == nil {
-		d = &Document{}
+	if rd == nil {
+		rd = &result.Document{}
 	}
+	d := doc{rd}
 	title := "bpfbench run"
-	if t := d.ownString("target"); t != "" {
+	if t := d.detail().Target; t != "" {
 		title += ": " + t
 	}
-	if m := d.loadString("model_id"); m != "" {
+	if m := d.ModelID; m != "" {
 		title += " · model " + m
 	}
 	if dt := d.runDate(); dt != "" {
@@ -119,7 +121,7 @@ func WriteTerminal(w io.Writer, d *Document) error {
 		fmt.Fprintln(bw, "Phases (on the critical path: the cause that added most to the phase's slowest 10% of gaps over the first phase's)")
 		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
 		fmt.Fprint(tw, "phase\tseconds\trequests\tITL p50\tITL p99\tTTFT p99\ttop cause\tshare\tadded per tail gap\n")
-		var cps []CriticalPhase
+		var cps []result.CriticalPhase
 		if d.CriticalPath != nil {
 			cps = d.CriticalPath.Phases
 		}
@@ -212,7 +214,7 @@ func WriteTerminal(w io.Writer, d *Document) error {
 
 	diag := d.Diagnosis
 	if len(diag) == 0 {
-		diag = Diagnose(d)
+		diag = Diagnose(d.Document)
 	}
 	if len(diag) > 0 {
 		fmt.Fprintln(bw)
@@ -253,7 +255,7 @@ func sortedKeys(m map[string]string) []string {
 
 // agentLines say, per agent of the run, its clock offset ± bound and
 // whether its collection was complete or when it stopped.
-func (d *Document) agentLines() []string {
+func (d doc) agentLines() []string {
 	var out []string
 	for _, a := range d.Agents {
 		state := "complete"

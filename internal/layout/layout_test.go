@@ -25,7 +25,8 @@ var rules = []struct {
 	{"internal/...", []string{"internal/..."}},
 	{"collectors", nil},
 	{"collectors/bpfutil", []string{"internal/..."}},
-	{"collectors/*", []string{"collectors", "collectors/bpfutil", "internal/..."}},
+	{"collectors/*", []string{"collectors", "collectors/bpfutil", "result", "internal/..."}}, // summaries: result's section types
+	{"result", []string{"correlate", "correlate/critpath", "internal/..."}},                  // the run's files: result.json's types, reader, migrations
 	{"correlate", nil},
 	{"correlate/*", []string{"correlate"}}, // critpath: the critical-path engine, reusing correlate's causes
 	{"loadgen", []string{"loadgen/transport", "loadgen/dataset", "loadgen/metrics", "loadgen/sweep", "loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the run, composing the packages below
@@ -37,16 +38,16 @@ var rules = []struct {
 	{"loadgen/sweep", []string{"loadgen/metrics", "loadgen/transport", "internal/..."}},           // the SLO search, each step a Runner
 	{"loadgen/*", []string{"internal/..."}},
 	{"perturb", []string{"internal/..."}},
-	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "loadgen/transport", "internal/..."}},
+	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "loadgen/transport", "result", "internal/..."}},
 	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"readiness", []string{"collectors/...", "internal/..."}},
-	{"agent", []string{"session", "collectors", "internal/..."}},                              // the session API of the daemon, server and client
-	{"live", []string{"collectors", "correlate/critpath", "exporter/report", "internal/..."}}, // spans to the critical path; live traffic's streams
-	{"daemon", []string{"agent", "session", "live", "collectors", "collectors/bpfutil", "exporter/prom", "exporter/report", "correlate/critpath", "internal/..."}},
-	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "internal/..."}},
-	{"job/diff", []string{"exporter/report", "correlate", "correlate/critpath", "internal/..."}},
-	{"pipeline", []string{"collectors", "correlate", "correlate/critpath", "live", "loadgen", "loadgen/*", "exporter/report", "exporter/trace", "internal/..."}}, // a run's streaming correlation
-	{"job", []string{"job/load", "pipeline", "live", "agent", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "internal/..."}},
+	{"agent", []string{"session", "collectors", "result", "internal/..."}},                              // the session API of the daemon, server and client
+	{"live", []string{"collectors", "correlate/critpath", "exporter/report", "result", "internal/..."}}, // spans to the critical path; live traffic's streams
+	{"daemon", []string{"agent", "session", "live", "collectors", "collectors/bpfutil", "exporter/prom", "exporter/report", "result", "correlate/critpath", "internal/..."}},
+	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "result", "internal/..."}},
+	{"job/diff", []string{"result", "correlate", "correlate/critpath", "internal/..."}},
+	{"pipeline", []string{"collectors", "correlate", "correlate/critpath", "live", "loadgen", "loadgen/*", "exporter/report", "exporter/trace", "result", "internal/..."}}, // a run's streaming correlation
+	{"job", []string{"job/load", "pipeline", "live", "agent", "session", "readiness", "collectors", "collectors/bpfutil", "correlate", "correlate/critpath", "loadgen", "loadgen/*", "perturb", "exporter/*", "result", "internal/..."}},
 	{"deploy", []string{"internal/..."}}, // tests of the dashboard and rules; run bin/bpfbench as a process
 	{"tools/llmsim/...", []string{"tools/llmsim/...", "loadgen/kserve/inference", "internal/..."}}, // the simulated server's library (cmd/llmsim)
 	{"tools/cudastub", nil},

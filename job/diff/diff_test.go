@@ -11,10 +11,10 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/metrics"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // TestMannWhitneyScipy holds the test to scipy 1.10.1's
@@ -68,7 +68,7 @@ type run struct {
 
 // write writes dir/result.json the way job.Run does: the load
 // generator's result fields, the attribution and the manifest in a
-// report.Document.
+// result.Document.
 func (r run) write(t *testing.T, dir string) string {
 	t.Helper()
 	rng := rand.New(rand.NewPCG(r.seed, 1))
@@ -95,23 +95,13 @@ func (r run) write(t *testing.T, dir string) string {
 	res.Config.Metrics.Percentiles = []float64{50, 90, 99}
 	res.Config.Scenario.Rate = 10
 	res.Metrics = metrics.Compute(recs, res.DurationS(), metrics.Options{Percentiles: res.Config.Metrics.Percentiles})
-	doc := &report.Document{Attribution: r.attribution, Load: map[string]json.RawMessage{}}
-	for k, v := range res.JSON() {
-		b, err := json.Marshal(v)
-		if err != nil {
-			t.Fatal(err)
-		}
-		doc.Load[k] = b
-	}
-	if r.manifest != nil {
-		b, err := json.Marshal(r.manifest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		doc.Load["manifest"] = b
-	}
+	fields := res.JSON()
 	for _, k := range r.dropKeys {
-		delete(doc.Load, k)
+		delete(fields, k)
+	}
+	doc := &result.Document{Attribution: r.attribution, Manifest: r.manifest}
+	if err := doc.SetLoad(fields); err != nil {
+		t.Fatal(err)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -410,6 +400,7 @@ func TestBadInputs(t *testing.T) {
 		{write("blank.json", "  \n"), "is empty"},
 		{write("other.json", `{"name": "not a run"}`), "is not a bpfbench result: it has none of"},
 		{write("typed.json", `{"completed": 3, "attribution": "everything"}`), "is not a bpfbench result: json: cannot unmarshal"},
+		{write("list.json", `{"completed": 3, "ttfts": "lost"}`), "is not a bpfbench result: json: cannot unmarshal string into Go struct field plain.Loadgen.ttfts"},
 	} {
 		r, err := Load(tc.path)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -417,15 +408,15 @@ func TestBadInputs(t *testing.T) {
 		}
 	}
 	// Missing fields: a summary without per-request figures, attribution
-	// or manifest, and a list of the wrong type.
-	sparse := load(t, write("sparse.json", `{"completed": 10, "median_ttft_ms": 50, "mean_ttft_ms": 55, "request_throughput": 2.5, "ttfts": "lost"}`))
+	// or manifest.
+	sparse := load(t, write("sparse.json", `{"completed": 10, "median_ttft_ms": 50, "mean_ttft_ms": 55, "request_throughput": 2.5}`))
 	full := load(t, good)
 	d := Compare(full, sparse)
 	missing := strings.Join(d.Missing, "\n")
 	for _, want := range []string{
 		"B: manifest (written by a bpfbench that recorded none)",
 		"B: attribution",
-		"B: per-request figures (no bpfbench.records, and ttfts unreadable",
+		"B: per-request figures (no bpfbench.records, and no ttfts)",
 		"B: p99_ttft_ms",
 		"B: output_throughput",
 	} {
@@ -457,10 +448,10 @@ func TestBadInputs(t *testing.T) {
 	if err := json.Unmarshal(buf.Bytes(), &back); err != nil || back["a"] == nil || back["tests"] == nil {
 		t.Errorf("JSON: %v\n%s", err, buf.String())
 	}
-	// A manifest of the wrong shape is missing, not fatal.
-	bad := load(t, write("badmanifest.json", `{"completed": 1, "manifest": {"schema": "one"}}`))
-	if bad.Manifest != nil || !strings.Contains(strings.Join(bad.Missing, "\n"), "manifest (unreadable") {
-		t.Errorf("bad manifest: %+v %v", bad.Manifest, bad.Missing)
+	// A manifest of the wrong shape is an error naming it (result.json's
+	// sections are typed).
+	if r, err := Load(write("badmanifest.json", `{"completed": 1, "manifest": {"schema": "one"}}`)); err == nil || !strings.Contains(err.Error(), "manifest") {
+		t.Errorf("bad manifest: %v, %v", r, err)
 	}
 	// A result.json path works as well as its directory.
 	if r, err := Load(filepath.Dir(good)); err != nil || r.Path != good {

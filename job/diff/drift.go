@@ -1,14 +1,13 @@
 package diff
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"strings"
 	"text/tabwriter"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // DriftPoints is the change of a cluster's share of the prompts, in
@@ -62,16 +61,14 @@ type EntropyShift struct {
 
 // entropyOf reads a run's prompt_entropy; nil when it has none (a run
 // without --logprobs, or one of a bpfbench that did not measure it).
-func entropyOf(d *report.Document) (*EntropyRun, error) {
-	raw, ok := d.Load["prompt_entropy"]
-	if !ok || string(raw) == "null" {
+func entropyOf(d *result.Document) (*EntropyRun, error) {
+	pe := d.PromptEntropy
+	if pe == nil {
 		return nil, nil
 	}
-	var e EntropyRun
-	if err := json.Unmarshal(raw, &e); err != nil {
-		return nil, fmt.Errorf("prompt_entropy unreadable: %v", err)
-	}
-	return &e, nil
+	e := &EntropyRun{K: pe.K, N: pe.N, Mean: pe.Mean, P50: pe.P50, Clusters: pe.Clusters}
+	e.Thresholds.LowBelow, e.Thresholds.HighFrom = pe.Thresholds.LowBelow, pe.Thresholds.HighFrom
+	return e, nil
 }
 
 // entropy compares the runs' prompt entropy, and warns of a cluster whose

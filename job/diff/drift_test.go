@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
+	"github.com/bpfbench/bpfbench/result"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
@@ -153,15 +155,18 @@ func TestPromptEntropyNotMeasured(t *testing.T) {
 	}
 	// One run with it, one that asked but got none.
 	a, b := load(t, pa), load(t, pb)
-	a.Doc.Load["prompt_entropy"] = json.RawMessage(`{"k":5,"n":20,"mean":0.5,"p50":0.5,"clusters":{"low":0.5,"mid":0,"high":0.5}}`)
-	b.Doc.Load["prompt_entropy"] = json.RawMessage(`{"k":5,"n":0}`)
+	a.Doc.PromptEntropy = &result.Entropy{K: 5, N: 20, Mean: 0.5, P50: 0.5, Clusters: map[string]float64{"low": 0.5, "mid": 0, "high": 0.5}}
+	b.Doc.PromptEntropy = &result.Entropy{K: 5, N: 0}
 	d = Compare(a, b)
 	if got := d.PromptEntropy.NotMeasured; got != "not measured in B (top-5 logprobs asked for, but no response carried them): no drift report" {
 		t.Errorf("not measured: %q", got)
 	}
-	b.Doc.Load["prompt_entropy"] = json.RawMessage(`[1]`)
-	d = Compare(a, b)
-	if !strings.Contains(strings.Join(d.Missing, "\n"), "B: prompt_entropy unreadable") || !strings.Contains(d.PromptEntropy.NotMeasured, "not measured in B (run without --logprobs)") {
-		t.Errorf("unreadable: %q, %q", d.Missing, d.PromptEntropy.NotMeasured)
+	// A prompt_entropy that is not one is refused by the reader, naming it.
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"completed": 3, "prompt_entropy": [1]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := Load(bad); err == nil || !strings.Contains(err.Error(), "prompt_entropy") {
+		t.Errorf("Load of an unreadable prompt_entropy = %v, %v; want an error naming it", r, err)
 	}
 }

@@ -20,8 +20,8 @@ import (
 	"path/filepath"
 	"sort"
 
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/manifest"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // Metrics are the per-request figures a run is compared on, in ms: TTFT,
@@ -33,7 +33,7 @@ var Metrics = []string{"ttft", "tpot", "itl", "e2el"}
 type Run struct {
 	// Path is the result.json read.
 	Path string
-	Doc  *report.Document
+	Doc  *result.Document
 	// Manifest is the run's manifest, nil when it has none.
 	Manifest *manifest.Manifest
 	// Samples are the per-request figures per metric (Metrics), in ms.
@@ -91,7 +91,7 @@ func parse(file string, b []byte) (*Run, error) {
 	if trimmed[0] != '{' {
 		return nil, fmt.Errorf("%s is not a bpfbench result: it is JSON but not an object", file)
 	}
-	var doc report.Document
+	var doc result.Document
 	if err := json.Unmarshal(b, &doc); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
@@ -101,35 +101,15 @@ func parse(file string, b []byte) (*Run, error) {
 		return nil, fmt.Errorf("%s is not a bpfbench result: %w", file, err)
 	}
 	r := &Run{Path: file, Doc: &doc}
-	known := doc.Attribution != nil || doc.Activity != nil
-	for _, k := range resultKeys {
-		if _, ok := doc.Load[k]; ok {
-			known = true
-		}
-	}
-	rawManifest, hasManifest := doc.Load["manifest"]
-	if !hasManifest {
-		// A Document that holds the manifest as a field of its own.
-		var m struct {
-			Manifest json.RawMessage `json:"manifest"`
-		}
-		if json.Unmarshal(b, &m) == nil && len(m.Manifest) > 0 {
-			rawManifest, hasManifest, known = m.Manifest, true, true
-		}
-	}
+	known := doc.Attribution != nil || doc.Activity != nil || doc.BPFBench != nil || doc.Manifest != nil ||
+		len(doc.TTFTs) > 0 || doc.Completed+doc.Failed > 0 || len(doc.Percentiles) > 0
 	if !known {
 		return nil, fmt.Errorf("%s is not a bpfbench result: it has none of %v", file, resultKeys)
 	}
-	switch {
-	case !hasManifest || string(rawManifest) == "null":
+	if doc.Manifest == nil {
 		r.Missing = append(r.Missing, "manifest (written by a bpfbench that recorded none): no version, environment or file differences")
-	default:
-		var m manifest.Manifest
-		if err := json.Unmarshal(rawManifest, &m); err != nil {
-			r.Missing = append(r.Missing, fmt.Sprintf("manifest (unreadable: %v)", err))
-		} else {
-			r.Manifest = &m
-		}
+	} else {
+		r.Manifest = doc.Manifest
 	}
 	switch {
 	case doc.Attribution == nil && doc.Legacy():
@@ -151,16 +131,6 @@ func position(b []byte, off int64) (int, int) {
 	return line, col
 }
 
-// record holds what the comparison needs of a loadgen record.
-type record struct {
-	Warmup       bool    `json:"warmup"`
-	StartNs      int64   `json:"start_ns"`
-	ChunkNs      []int64 `json:"chunk_ns"`
-	LastNs       int64   `json:"last_ns"`
-	OutputTokens int     `json:"output_tokens"`
-	Success      bool    `json:"success"`
-}
-
 // samples reads the per-request figures: from the raw records when the
 // file has them (the same definitions as the load generator's metrics),
 // or else from vLLM's ttfts and itls lists, where E2EL is TTFT plus the
@@ -168,10 +138,7 @@ type record struct {
 func (r *Run) samples() error {
 	s := map[string][]float64{}
 	d := r.Doc
-	var bb struct {
-		Records []record `json:"records"`
-	}
-	if raw, ok := d.Load["bpfbench"]; ok && json.Unmarshal(raw, &bb) == nil && len(bb.Records) > 0 {
+	if bb := d.BPFBench; bb != nil && len(bb.Records) > 0 {
 		for _, rec := range bb.Records {
 			if !rec.Success || rec.Warmup || len(rec.ChunkNs) == 0 {
 				continue
@@ -192,18 +159,10 @@ func (r *Run) samples() error {
 		r.Samples, r.SamplesFrom = s, "bpfbench.records"
 		return nil
 	}
-	var ttfts []float64
-	var itls [][]float64
-	var outLens []int
-	var errs []string
-	if err := jsonField(d, "ttfts", &ttfts); err != nil {
-		return fmt.Errorf("per-request figures (no bpfbench.records, and %v): metric values only, no significance test", err)
+	ttfts, itls, outLens, errs := d.TTFTs, d.ITLs, d.OutputLens, d.Errors
+	if len(ttfts) == 0 {
+		return errors.New("per-request figures (no bpfbench.records, and no ttfts): metric values only, no significance test")
 	}
-	if err := jsonField(d, "itls", &itls); err != nil {
-		itls = nil
-	}
-	_ = jsonField(d, "output_lens", &outLens)
-	_ = jsonField(d, "errors", &errs)
 	for i, ttft := range ttfts {
 		// vLLM writes 0 and no gaps for a failed request.
 		if i < len(errs) && errs[i] != "" || i < len(outLens) && outLens[i] == 0 {
@@ -230,30 +189,16 @@ func (r *Run) samples() error {
 	return nil
 }
 
-// jsonField decodes one load field; a missing field is an error naming it.
-func jsonField(d *report.Document, key string, v any) error {
-	raw, ok := d.Load[key]
-	if !ok {
-		return fmt.Errorf("no %s", key)
+// loadFloat reads a numeric load field; ok is false when it is missing
+// (vLLM writes null for a metric it did not compute).
+func loadFloat(d *result.Document, key string) (float64, bool) {
+	if v, ok := d.Percentiles[key]; ok {
+		return v, true
 	}
-	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("%s unreadable: %v", key, err)
-	}
-	return nil
-}
-
-// loadFloat reads a numeric load field; ok is false when it is missing or
-// not a number (vLLM writes null for a metric it did not compute).
-func loadFloat(d *report.Document, key string) (float64, bool) {
-	raw, ok := d.Load[key]
-	if !ok {
+	if !d.Has(key) {
 		return 0, false
 	}
-	var f *float64
-	if json.Unmarshal(raw, &f) != nil || f == nil {
-		return 0, false
-	}
-	return *f, true
+	return d.Loadgen.Metric(key)
 }
 
 func sortedCopy(v []float64) []float64 {

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"os"
 	"path/filepath"
@@ -43,7 +44,7 @@ func run(args []string, stderr io.Writer) error {
 		return err
 	}
 	for _, in := range fs.Args() {
-		d, err := report.ReadFile(in)
+		d, err := result.Load(in)
 		if err != nil {
 			return err
 		}
