@@ -2,12 +2,13 @@ package live
 
 import (
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"math"
 	"math/bits"
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/bpfbench/bpfbench/result"
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
@@ -86,6 +87,7 @@ type Tracker struct {
 	// CPU clock when it has one of its own) and the spans' intake.
 	walkNs, recordNs int64
 	records, timed   uint64
+	recordSq         float64 // the sum of the timed intakes' squares (ns²)
 	// schedAt is the latest end of a scheduler span taken: the walk waits
 	// for the scheduler's reader (Advance).
 	schedAt int64
@@ -143,6 +145,7 @@ func (t *Tracker) Record(sp collectors.Span) {
 			// mid-span (two threads' clocks), not an intake's time.
 			if c1, ok := threadCPU(); ok && c1 >= c0 && c1-c0 < 1e6 {
 				t.recordNs += c1 - c0
+				t.recordSq += float64(c1-c0) * float64(c1-c0)
 				t.timed++
 			}
 			return
@@ -319,10 +322,12 @@ type IntervalView struct {
 	// ITLP99 is the interval's slowest 1% of gaps against the baseline.
 	ITLP99 *result.CriticalBand `json:"itl_p99,omitempty"`
 	// Sampled: the interval had more gaps than it keeps for its band
-	// (65,536, a uniform sample).
-	Sampled    bool                    `json:"band_sampled,omitempty"`
-	Neighbours []result.NoisyNeighbour `json:"noisy_neighbours"`
-	Baseline   string                  `json:"baseline"`
+	// (65,536, a uniform sample); ITLP99BoundsMs is then the 95% interval
+	// of the band's start (the p99 of every gap of the interval).
+	Sampled        bool                    `json:"band_sampled,omitempty"`
+	ITLP99BoundsMs *[2]float64             `json:"itl_p99_from_bounds_ms,omitempty"`
+	Neighbours     []result.NoisyNeighbour `json:"noisy_neighbours"`
+	Baseline       string                  `json:"baseline"`
 }
 
 // Interval ends the interval at now and returns its view.
@@ -333,7 +338,7 @@ func (t *Tracker) Interval(now int64, seconds float64) IntervalView {
 	iv := &t.iv
 	v := IntervalView{AtS: float64(now-t.origin) / 1e9, Seconds: seconds, Streams: t.streams.Active(now),
 		Gaps: int(iv.itl.Count()), FirstBytes: iv.firsts, ITL: distOf(&iv.itl), TTFB: distOf(&iv.ttfb),
-		ITLP99: Band(slices.Values(iv.gaps), base, false), Sampled: iv.sampled(), Baseline: name}
+		ITLP99: Band(slices.Values(iv.gaps), base, false), Sampled: iv.sampled(), ITLP99BoundsMs: iv.bandBounds(false), Baseline: name}
 	if t.origin == 0 {
 		v.AtS = 0
 	}
@@ -378,8 +383,8 @@ func (v IntervalView) Line() string {
 	if len(v.Neighbours) > 0 {
 		fmt.Fprintf(&b, "  neighbours: %s %.0f%%", v.Neighbours[0].Label(), 100*v.Neighbours[0].Share)
 	}
-	if v.Sampled {
-		b.WriteString("  (band sampled)")
+	if v.Sampled && v.ITLP99BoundsMs != nil {
+		fmt.Fprintf(&b, "  (band sampled: p99 in %s-%s, 95%%)", msStr(v.ITLP99BoundsMs[0]), msStr(v.ITLP99BoundsMs[1]))
 	}
 	return b.String()
 }
@@ -433,10 +438,14 @@ type Summary struct {
 	TTFB       *result.Distribution `json:"ttfb,omitempty"`
 	// Accuracy: the distributions are log-linear histograms (quantiles
 	// within 1.6%); the p99 bands are of a uniform sample of at most
-	// 16,384 gaps of each kind when BandSampled.
-	Accuracy    string      `json:"accuracy"`
-	BandSampled bool        `json:"band_sampled"`
-	Grouping    StreamStats `json:"grouping"`
+	// 16,384 gaps of each kind when BandSampled, and then ITLP99BoundsMs
+	// and TTFTP99BoundsMs are the 95% intervals of the bands' starts (the
+	// p99 of every gap of the session).
+	Accuracy        string      `json:"accuracy"`
+	BandSampled     bool        `json:"band_sampled"`
+	ITLP99BoundsMs  *[2]float64 `json:"itl_p99_from_bounds_ms,omitempty"`
+	TTFTP99BoundsMs *[2]float64 `json:"ttft_p99_from_bounds_ms,omitempty"`
+	Grouping        StreamStats `json:"grouping"`
 	// Connections are the connections with the most gap time (at most 20),
 	// each cause's time on them.
 	Connections []ConnBlame `json:"connections"`
@@ -478,9 +487,10 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 		OriginNs: t.origin,
 		Streams:  int(gs.Requests + gs.Unrequested), Active: t.streams.Active(now),
 		Gaps: t.itl.Count(), FirstBytes: t.ttfb.Count(), ITL: distOf(&t.itl), TTFB: distOf(&t.ttfb),
-		Accuracy:    "quantiles of log-linear histograms, within 1.6%; p99 bands of a uniform sample of at most 16384 gaps of each kind when band_sampled",
-		BandSampled: t.sample[0].sampled() || t.sample[1].sampled(),
-		Grouping:    gs, Intervals: slices.Clone(t.views), IntervalsDropped: t.dropped,
+		Accuracy:       "quantiles of log-linear histograms, within 1.6%; p99 bands of a uniform sample of at most 16384 gaps of each kind when band_sampled",
+		BandSampled:    t.sample[0].sampled() || t.sample[1].sampled(),
+		ITLP99BoundsMs: t.sample[1].bandBounds(false), TTFTP99BoundsMs: t.sample[0].bandBounds(true),
+		Grouping: gs, Intervals: slices.Clone(t.views), IntervalsDropped: t.dropped,
 		Connections: t.connections(20), Cost: t.cost(now),
 	}}
 }
@@ -513,8 +523,11 @@ type Cost struct {
 	RecordSeconds float64 `json:"record_seconds"`
 	Records       uint64  `json:"records"`
 	// RecordsTimed: the spans whose intake was timed (one in 64), from
-	// which RecordSeconds is estimated (their mean times Records).
-	RecordsTimed uint64 `json:"records_timed"`
+	// which RecordSeconds is estimated (their mean times Records);
+	// RecordSecondsError is its relative 95% bound, 1.96 standard errors
+	// of that mean (0 when fewer than two were timed: no bound).
+	RecordsTimed       uint64  `json:"records_timed"`
+	RecordSecondsError float64 `json:"record_seconds_error"`
 	// CPUFraction is both over the session's time, a fraction of one CPU.
 	CPUFraction float64 `json:"cpu_fraction"`
 }
@@ -573,7 +586,12 @@ func (t *Tracker) connections(n int) []ConnBlame {
 func (t *Tracker) cost(now int64) Cost {
 	c := Cost{WalkSeconds: float64(t.walkNs) / 1e9, Records: t.records, RecordsTimed: t.timed}
 	if t.timed > 0 {
-		c.RecordSeconds = float64(t.recordNs) / float64(t.timed) * float64(t.records) / 1e9
+		mean := float64(t.recordNs) / float64(t.timed)
+		c.RecordSeconds = mean * float64(t.records) / 1e9
+		if n := float64(t.timed); t.timed > 1 && mean > 0 {
+			v := max(t.recordSq/n-mean*mean, 0) * n / (n - 1)
+			c.RecordSecondsError = z95 * math.Sqrt(v/n) / mean
+		}
 	}
 	if d := now - t.origin; t.origin != 0 && d > 0 {
 		c.CPUFraction = (c.WalkSeconds + c.RecordSeconds) * 1e9 / float64(d)
