@@ -21,6 +21,7 @@
  */
 #define PIPELINE_TARGETS
 #include "pipeline.h"
+#include "target_hint.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -116,7 +117,7 @@ volatile const bool host_wide = true;
 
 static __always_inline bool wanted(__u32 tgid)
 {
-	return host_wide || target_of(tgid);
+	return host_wide || target_hinted(tgid);
 }
 
 static __always_inline void record(struct request *rq, __u64 insert_ts,
@@ -252,7 +253,7 @@ int BPF_PROG(block_rq_complete, struct request *rq, blk_status_t error,
 	if (host_wide)
 		stats_add(&k, bytes, queue + service, queue, queued, service);
 
-	struct target *tgt = target_of(tgid);
+	struct target *tgt = target_hinted(tgid);
 	if (!tgt || tgt->idx == 0 || tgt->idx >= MAX_TARGETS) {
 		bpf_map_delete_elem(&inflight, &key);
 		return 0;

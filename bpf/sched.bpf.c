@@ -57,6 +57,7 @@
  */
 #define PIPELINE_TARGETS
 #include "pipeline.h"
+#include "target_hint.h"
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
 
@@ -362,7 +363,7 @@ static __always_inline void irq_in(struct task_info *ti)
 
 static __always_inline struct target *target_or_child(__u32 tgid)
 {
-	if (!nr_targets && !nr_children)
+	if ((!nr_targets && !nr_children) || !maybe_target(tgid))
 		return 0;
 	return bpf_map_lookup_elem(&targets, &tgid);
 }
@@ -464,7 +465,9 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	}
 
 	/* The thread leaving the CPU: only targets keep state. */
-	if (prev->pid != 0 && (tgt = target_or_child(prev->tgid))) {
+	__u32 prev_tgid = prev->tgid;
+	struct target *prev_tgt = 0;
+	if (prev->pid != 0 && (prev_tgt = target_or_child(prev_tgid))) {
 		/* TASK_FROZEN is above the low byte: test it first. */
 		bool stop = !preempt && stopped(prev, prev_state);
 		bool runnable = !stop && (preempt || (prev_state & 0xff) == TASK_RUNNING);
@@ -505,11 +508,12 @@ int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 			pipe_count(PIPE_SELF_PREEMPT, 1);
 	}
 
-	/* The thread getting the CPU. */
+	/* The thread getting the CPU: a thread of the same process as prev
+	 * has its target already. */
 	if (next->pid == 0)
 		return 0;
 	__u32 tgid = next->tgid;
-	tgt = target_or_child(tgid);
+	tgt = prev->pid != 0 && tgid == prev_tgid ? prev_tgt : target_or_child(tgid);
 	if (!tgt && !host_sample)
 		return 0;
 
@@ -838,6 +842,7 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent,
 		return 0;
 	struct target t = { .idx = pt->idx, .flags = pt->flags | TARGET_CHILD };
 	__u32 tgid = child->tgid;
+	set_target_hint(tgid);
 	if (bpf_map_update_elem(&targets, &tgid, &t, BPF_NOEXIST))
 		return 0;
 	__sync_fetch_and_add(&nr_children, 1);

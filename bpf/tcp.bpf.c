@@ -399,22 +399,21 @@ int BPF_PROG(tcp_probe, struct sock *sk, struct sk_buff *skb)
 	/* The load generator's sockets take every chunk the server sends,
 	 * half of a session's segments: they record arrivals only, and their
 	 * windows and srtt are the server socket's to tell. */
-	if (si && (si->flags & TARGET_CLIENT))
+	if (si ? (si->flags & TARGET_CLIENT) : !host_wide)
 		return 0;
 	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
 	if (!tp)
 		return 0;
 	if (!si) {
-		if (host_wide) {
-			struct tstats *ts = tstats_of(0);
-			if (ts) {
-				__u64 srtt = (__u64)(tp->srtt_us >> 3) * 1000;
-				__u32 s = hist_slot(srtt);
-				if (s < HIST_SLOTS)
-					ts->srtt[s]++;
-				ts->srtt_count++;
-				ts->srtt_sum_ns += srtt;
-			}
+		/* host_wide: a socket nobody follows is in slot 0 only. */
+		struct tstats *ts = tstats_of(0);
+		if (ts) {
+			__u64 srtt = (__u64)(tp->srtt_us >> 3) * 1000;
+			__u32 s = hist_slot(srtt);
+			if (s < HIST_SLOTS)
+				ts->srtt[s]++;
+			ts->srtt_count++;
+			ts->srtt_sum_ns += srtt;
 		}
 		return 0;
 	}

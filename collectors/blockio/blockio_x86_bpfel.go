@@ -77,6 +77,7 @@ const (
 	blockioMapInflight         = "inflight"
 	blockioMapPipeStats        = "pipe_stats"
 	blockioMapStats            = "stats"
+	blockioMapTargetHint       = "target_hint"
 	blockioMapTargets          = "targets"
 	blockioMapZeroStats        = "zero_stats"
 	blockioProgBlockRqComplete = "block_rq_complete"
@@ -142,12 +143,13 @@ type blockioProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type blockioMapSpecs struct {
-	Events    *ebpf.MapSpec `ebpf:"events"`
-	Inflight  *ebpf.MapSpec `ebpf:"inflight"`
-	PipeStats *ebpf.MapSpec `ebpf:"pipe_stats"`
-	Stats     *ebpf.MapSpec `ebpf:"stats"`
-	Targets   *ebpf.MapSpec `ebpf:"targets"`
-	ZeroStats *ebpf.MapSpec `ebpf:"zero_stats"`
+	Events     *ebpf.MapSpec `ebpf:"events"`
+	Inflight   *ebpf.MapSpec `ebpf:"inflight"`
+	PipeStats  *ebpf.MapSpec `ebpf:"pipe_stats"`
+	Stats      *ebpf.MapSpec `ebpf:"stats"`
+	TargetHint *ebpf.MapSpec `ebpf:"target_hint"`
+	Targets    *ebpf.MapSpec `ebpf:"targets"`
+	ZeroStats  *ebpf.MapSpec `ebpf:"zero_stats"`
 }
 
 // blockioVariableSpecs contains global variables before they are loaded into the kernel.
@@ -181,12 +183,13 @@ func (o *blockioObjects) Close() error {
 //
 // It can be passed to loadBlockioObjects or ebpf.CollectionSpec.LoadAndAssign.
 type blockioMaps struct {
-	Events    *ebpf.Map `ebpf:"events"`
-	Inflight  *ebpf.Map `ebpf:"inflight"`
-	PipeStats *ebpf.Map `ebpf:"pipe_stats"`
-	Stats     *ebpf.Map `ebpf:"stats"`
-	Targets   *ebpf.Map `ebpf:"targets"`
-	ZeroStats *ebpf.Map `ebpf:"zero_stats"`
+	Events     *ebpf.Map `ebpf:"events"`
+	Inflight   *ebpf.Map `ebpf:"inflight"`
+	PipeStats  *ebpf.Map `ebpf:"pipe_stats"`
+	Stats      *ebpf.Map `ebpf:"stats"`
+	TargetHint *ebpf.Map `ebpf:"target_hint"`
+	Targets    *ebpf.Map `ebpf:"targets"`
+	ZeroStats  *ebpf.Map `ebpf:"zero_stats"`
 }
 
 func (m *blockioMaps) Close() error {
@@ -195,6 +198,7 @@ func (m *blockioMaps) Close() error {
 		m.Inflight,
 		m.PipeStats,
 		m.Stats,
+		m.TargetHint,
 		m.Targets,
 		m.ZeroStats,
 	)

@@ -127,6 +127,7 @@ func (b *Base) Load(o Object) (err error) {
 	}
 	b.events, b.stats = coll.Maps["events"], coll.Maps["pipe_stats"]
 	b.targets, b.nrTargets = coll.Maps["targets"], coll.Variables["nr_targets"]
+	b.targetHint = coll.Maps["target_hint"]
 	b.OnClose(o.Objs.Close)
 	defer func() {
 		if err != nil {

@@ -59,6 +59,9 @@ type pipeStats struct {
 // bpfbench.h); slot 0 is host-wide.
 const MaxTargets = 64
 
+// TargetHintSlots is TARGET_HINT_SLOTS of bpf/include/target_hint.h.
+const TargetHintSlots = 32768
+
 // Target is the value of a targets map entry (struct target of bpfbench.h).
 type Target struct {
 	Idx   uint32
@@ -171,8 +174,11 @@ type Base struct {
 	stats     *ebpf.Map
 	targets   *ebpf.Map
 	nrTargets *ebpf.Variable
-	programs  []*ebpf.Program
-	links     []link.Link
+	// targetHint (bpf/include/target_hint.h), when the object has one:
+	// the filter in front of targets, set before a target is added.
+	targetHint *ebpf.Map
+	programs   []*ebpf.Program
+	links      []link.Link
 	// The tracepoints whose programs were loaded, and those this kernel lacks.
 	attached, missing []string
 	rd                *ringbuf.Reader
@@ -292,6 +298,11 @@ func (b *Base) SetTarget(tgid, idx, flags uint32) error {
 	}
 	b.targetsMu.Lock()
 	defer b.targetsMu.Unlock()
+	if b.targetHint != nil {
+		if err := b.targetHint.Put(tgid%TargetHintSlots, uint32(1)); err != nil {
+			return fmt.Errorf("marking target pid %d in the target filter: %w", tgid, err)
+		}
+	}
 	if err := b.targets.Put(tgid, Target{Idx: idx, Flags: flags}); err != nil {
 		return fmt.Errorf("adding target pid %d: %w", tgid, err)
 	}

@@ -5,15 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
@@ -104,6 +109,12 @@ func barrierPool(secs int) costWorkload {
 type costMode struct {
 	name string
 	cfg  *Config // nil: nothing attached
+	// other: the target is this test process, not the workload: every
+	// switch of the workload takes the path of a thread of no target.
+	other bool
+	// empty: an empty program on sched_switch and one on sched_waking,
+	// the floor of any observer there.
+	empty bool
 }
 
 // BenchmarkWakersCost measures what the critical-path data costs a
@@ -124,10 +135,16 @@ func BenchmarkWakersCost(b *testing.B) {
 	}
 	defer stats.Close()
 	modes := []costMode{
-		{"nothing", nil},
-		{"before", &Config{}},
-		{"after", &Config{Wakers: true, SoftirqVector: true, Tree: true}},
-		{"irqtime", &Config{Wakers: true, SoftirqVector: true, Tree: true, IRQTime: true}},
+		{name: "nothing"},
+		{name: "empty", empty: true},
+		{name: "before", cfg: &Config{}},
+		{name: "after", cfg: &Config{Wakers: true, SoftirqVector: true, Tree: true}},
+		{name: "irqtime", cfg: &Config{Wakers: true, SoftirqVector: true, Tree: true, IRQTime: true}},
+		{name: "other", cfg: &Config{Wakers: true, SoftirqVector: true, Tree: true, IRQTime: true}, other: true},
+	}
+	if only := os.Getenv("BPFBENCH_COST_MODES"); only != "" {
+		// e.g. BPFBENCH_COST_MODES=nothing,irqtime,other
+		modes = slices.DeleteFunc(modes, func(m costMode) bool { return !slices.Contains(strings.Split(only, ","), m.name) })
 	}
 	for _, wl := range []struct {
 		name string
@@ -154,6 +171,9 @@ func BenchmarkWakersCost(b *testing.B) {
 
 func costRound(b *testing.B, w costWorkload, m costMode) (float64, string) {
 	pids, start, figure := w(b)
+	if m.empty {
+		return emptyRound(b, start, figure)
+	}
 	if m.cfg == nil {
 		t0 := time.Now()
 		start()
@@ -165,6 +185,9 @@ func costRound(b *testing.B, w costWorkload, m costMode) (float64, string) {
 		b.Fatalf("%+v", err)
 	}
 	defer c.Close()
+	if m.other {
+		pids = []int{os.Getpid()}
+	}
 	for _, p := range pids {
 		if err := c.SetTarget(uint32(p), 1, true); err != nil {
 			b.Fatal(err)
@@ -185,13 +208,7 @@ func costRound(b *testing.B, w costWorkload, m costMode) (float64, string) {
 	ps, _ := c.PipeStats()
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%.0f/s over %v; %.0f records/s, %d folded, %d lost;", fig, el.Round(time.Millisecond), float64(recs)/el.Seconds(), ps.Folded, ps.Lost)
-	for name, a := range after {
-		d := a.sub(before[name])
-		if d.runs == 0 {
-			continue
-		}
-		fmt.Fprintf(&sb, " %s %.0f runs/s %.0f ns/run %.2f ms/s;", name, float64(d.runs)/el.Seconds(), float64(d.ns)/float64(d.runs), float64(d.ns)/1e6/el.Seconds())
-	}
+	sb.WriteString(statsLine(before, after, el))
 	return fig, sb.String()
 }
 
@@ -199,9 +216,25 @@ type progStat struct{ ns, runs uint64 }
 
 func (a progStat) sub(b progStat) progStat { return progStat{a.ns - b.ns, a.runs - b.runs} }
 
-func progStats(c *Collector) map[string]progStat {
+// statsLine is each program's runs/s, ns/run and ms of CPU a second
+// between two reads of progStats.
+func statsLine(before, after map[string]progStat, el time.Duration) string {
+	var sb strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(after)) {
+		d := after[name].sub(before[name])
+		if d.runs == 0 {
+			continue
+		}
+		fmt.Fprintf(&sb, " %s %.0f runs/s %.0f ns/run %.2f ms/s;", name, float64(d.runs)/el.Seconds(), float64(d.ns)/float64(d.runs), float64(d.ns)/1e6/el.Seconds())
+	}
+	return sb.String()
+}
+
+func progStats(c *Collector) map[string]progStat { return statsOf(c.Programs()) }
+
+func statsOf(progs []*ebpf.Program) map[string]progStat {
 	out := map[string]progStat{}
-	for _, p := range c.Programs() {
+	for _, p := range progs {
 		if p == nil {
 			continue
 		}
@@ -216,4 +249,33 @@ func progStats(c *Collector) map[string]progStat {
 		out[info.Name] = progStat{uint64(st.Runtime), st.RunCount}
 	}
 	return out
+}
+
+// emptyRound runs the workload under empty programs on sched_switch and
+// sched_waking (r0 = 0; exit): the kernel's dispatch alone.
+func emptyRound(b *testing.B, start func(), figure func() float64) (float64, string) {
+	var progs []*ebpf.Program
+	for _, tp := range []string{"sched_switch", "sched_waking"} {
+		p, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name: "empty_" + tp, Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: tp,
+			License: "GPL", Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		})
+		if err != nil {
+			b.Fatalf("loading an empty tp_btf/%s program: %v", tp, err)
+		}
+		defer p.Close()
+		l, err := link.AttachTracing(link.TracingOptions{Program: p})
+		if err != nil {
+			b.Fatalf("attaching to tp_btf/%s: %v", tp, err)
+		}
+		defer l.Close()
+		progs = append(progs, p)
+	}
+	before := statsOf(progs)
+	t0 := time.Now()
+	start()
+	fig := figure()
+	el := time.Since(t0)
+	after := statsOf(progs)
+	return fig, fmt.Sprintf("%.0f/s over %v;%s", fig, el.Round(time.Millisecond), statsLine(before, after, el))
 }

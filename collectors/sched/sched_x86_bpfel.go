@@ -123,6 +123,7 @@ const (
 	schedMapOffcpuHist        = "offcpu_hist"
 	schedMapPipeStats         = "pipe_stats"
 	schedMapRunqHist          = "runq_hist"
+	schedMapTargetHint        = "target_hint"
 	schedMapTargets           = "targets"
 	schedMapTaskInfos         = "task_infos"
 	schedMapUnixWrites        = "unix_writes"
@@ -222,6 +223,7 @@ type schedMapSpecs struct {
 	OffcpuHist *ebpf.MapSpec `ebpf:"offcpu_hist"`
 	PipeStats  *ebpf.MapSpec `ebpf:"pipe_stats"`
 	RunqHist   *ebpf.MapSpec `ebpf:"runq_hist"`
+	TargetHint *ebpf.MapSpec `ebpf:"target_hint"`
 	Targets    *ebpf.MapSpec `ebpf:"targets"`
 	TaskInfos  *ebpf.MapSpec `ebpf:"task_infos"`
 	UnixWrites *ebpf.MapSpec `ebpf:"unix_writes"`
@@ -279,6 +281,7 @@ type schedMaps struct {
 	OffcpuHist *ebpf.Map `ebpf:"offcpu_hist"`
 	PipeStats  *ebpf.Map `ebpf:"pipe_stats"`
 	RunqHist   *ebpf.Map `ebpf:"runq_hist"`
+	TargetHint *ebpf.Map `ebpf:"target_hint"`
 	Targets    *ebpf.Map `ebpf:"targets"`
 	TaskInfos  *ebpf.Map `ebpf:"task_infos"`
 	UnixWrites *ebpf.Map `ebpf:"unix_writes"`
@@ -294,6 +297,7 @@ func (m *schedMaps) Close() error {
 		m.OffcpuHist,
 		m.PipeStats,
 		m.RunqHist,
+		m.TargetHint,
 		m.Targets,
 		m.TaskInfos,
 		m.UnixWrites,
