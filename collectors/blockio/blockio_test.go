@@ -273,6 +273,13 @@ func TestExactODirectReads(t *testing.T) {
 		t.Errorf("kernel aggregates of %s: target %d reads %d bytes, host %d reads; want %d, %d, >= %d", name, tgtReads, tgtBytes, hostReads, nReads, nReads*readSize, nReads)
 	}
 
+	checkMetrics(t, host, name)
+}
+
+// checkMetrics checks the daemon's metrics of the device name and of the
+// target "llm" against the reads of TestExactODirectReads.
+func checkMetrics(t *testing.T, host *Host, name string) {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(host); err != nil {
 		t.Fatal(err)

@@ -222,64 +222,9 @@ func TestInterruptTimeOfTheDisk(t *testing.T) {
 	if err != nil {
 		t.Logf("classifying interrupts: %v", err)
 	}
-	// A file on a disk: the temporary directory unless it is a tmpfs.
-	dir := t.TempDir()
-	var fs unix.Statfs_t
-	if err := unix.Statfs(dir, &fs); err == nil && fs.Type == unix.TMPFS_MAGIC {
-		vt, err := os.MkdirTemp("/var/tmp", "irqtime-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(vt) })
-		dir = vt
-	}
-	path := filepath.Join(dir, "disk.img")
 	const size = 64 << 20
-	chunk := make([]byte, 1<<20)
-	for i := range chunk {
-		chunk[i] = byte(i * 7)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for range size / len(chunk) {
-		if _, err := f.Write(chunk); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-
-	// Where do the disk's interrupts land for reads from CPU 0?
-	ncpu := runtime.NumCPU()
-	before := blockIRQs(t, classes)
-	reads := directReads(t, path, size, 0, monoNs()+300e6)
-	after := blockIRQs(t, classes)
-	irqCPU, most := -1, uint64(0)
-	for c := range min(len(before), len(after)) {
-		if d := after[c] - before[c]; d > most {
-			irqCPU, most = c, d
-		}
-	}
-	if irqCPU < 0 {
-		privtest.SkipOptional(t, "%d O_DIRECT reads of %s raised no interrupt of a block device this host's sysfs names (classified: %v)", reads, path, classes)
-	}
-	readCPU := 0
-	if irqCPU == 0 && ncpu > 1 {
-		// The reads' own CPU takes them: per-CPU queues, or CPU 0's
-		// queue. Read from another CPU unless they follow the reader.
-		readCPU = 1
-		b := blockIRQs(t, classes)
-		directReads(t, path, size, 1, monoNs()+100e6)
-		a := blockIRQs(t, classes)
-		if a[1]-b[1] > a[0]-b[0] {
-			readCPU = 0 // they follow the submitter: spin beside the reader
-		}
-	}
-	t.Logf("%d O_DIRECT reads from CPU 0 raised %d block interrupts on CPU %d; reading from CPU %d", reads, most, irqCPU, readCPU)
+	path := diskFile(t, size)
+	irqCPU, readCPU := diskIRQCPU(t, classes, path, size)
 
 	now := monoNs()
 	t1, t2 := now+1200e6, now+2400e6
@@ -354,4 +299,74 @@ func TestInterruptTimeOfTheDisk(t *testing.T) {
 	if float64(quiet) > 5e6*float64(quietN)+1e6 {
 		t.Errorf("quiet phase: %.2f ms of block interrupt time for %d block events counted on CPU %d", float64(quiet)/1e6, quietN, irqCPU)
 	}
+}
+
+// diskFile writes a file of size bytes on a disk (the temporary directory
+// unless it is a tmpfs, then /var/tmp) and returns its path.
+func diskFile(t *testing.T, size int64) string {
+	t.Helper()
+	// A file on a disk: the temporary directory unless it is a tmpfs.
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err == nil && fs.Type == unix.TMPFS_MAGIC {
+		vt, err := os.MkdirTemp("/var/tmp", "irqtime-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(vt) })
+		dir = vt
+	}
+	path := filepath.Join(dir, "disk.img")
+	chunk := make([]byte, 1<<20)
+	for i := range chunk {
+		chunk[i] = byte(i * 7)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range size / int64(len(chunk)) {
+		if _, err := f.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	return path
+}
+
+// diskIRQCPU finds the CPU that takes the disk's interrupts for O_DIRECT
+// reads of path, and the CPU to read from so that they land there.
+func diskIRQCPU(t *testing.T, classes map[uint32]IRQClass, path string, size int64) (irqCPU, readCPU int) {
+	t.Helper()
+	// Where do the disk's interrupts land for reads from CPU 0?
+	ncpu := runtime.NumCPU()
+	before := blockIRQs(t, classes)
+	reads := directReads(t, path, size, 0, monoNs()+300e6)
+	after := blockIRQs(t, classes)
+	irqCPU, most := -1, uint64(0)
+	for c := range min(len(before), len(after)) {
+		if d := after[c] - before[c]; d > most {
+			irqCPU, most = c, d
+		}
+	}
+	if irqCPU < 0 {
+		privtest.SkipOptional(t, "%d O_DIRECT reads of %s raised no interrupt of a block device this host's sysfs names (classified: %v)", reads, path, classes)
+	}
+	readCPU = 0
+	if irqCPU == 0 && ncpu > 1 {
+		// The reads' own CPU takes them: per-CPU queues, or CPU 0's
+		// queue. Read from another CPU unless they follow the reader.
+		readCPU = 1
+		b := blockIRQs(t, classes)
+		directReads(t, path, size, 1, monoNs()+100e6)
+		a := blockIRQs(t, classes)
+		if a[1]-b[1] > a[0]-b[0] {
+			readCPU = 0 // they follow the submitter: spin beside the reader
+		}
+	}
+	t.Logf("%d O_DIRECT reads from CPU 0 raised %d block interrupts on CPU %d; reading from CPU %d", reads, most, irqCPU, readCPU)
+	return irqCPU, readCPU
 }

@@ -728,6 +728,15 @@ func TestReceiveQueue(t *testing.T) {
 	if st.RcvqueueFull != drops {
 		t.Errorf("daemon: rcvqueue_full of the target %d, want %d", st.RcvqueueFull, drops)
 	}
+	if got := rcvqueueFullMetric(t, host, "server"); got != float64(drops) {
+		t.Errorf("bpfbench_tcp_rcvqueue_full_total{target=\"server\"} = %v, want %d", got, drops)
+	}
+}
+
+// rcvqueueFullMetric is bpfbench_tcp_rcvqueue_full_total of target in the
+// daemon's metrics, -1 when absent.
+func rcvqueueFullMetric(t *testing.T, host *Host, target string) float64 {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(host); err != nil {
 		t.Fatal(err)
@@ -743,13 +752,11 @@ func TestReceiveQueue(t *testing.T) {
 		}
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
-				if lp.GetName() == "target" && lp.GetValue() == "server" {
+				if lp.GetName() == "target" && lp.GetValue() == target {
 					got = m.GetCounter().GetValue()
 				}
 			}
 		}
 	}
-	if got != float64(drops) {
-		t.Errorf("bpfbench_tcp_rcvqueue_full_total{target=\"server\"} = %v, want %d", got, drops)
-	}
+	return got
 }

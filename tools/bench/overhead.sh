@@ -9,7 +9,7 @@
 #   sudo tools/bench/overhead.sh [options] [ROUNDS [PARTS]]
 #
 #   ROUNDS  rounds per part (default 3)
-#   PARTS   comma list of engine,llmsim,storm,cuda,barrier (default all)
+#   PARTS   comma list of engine,llmsim,storm,cuda,barrier,client (default all)
 #   -o FILE          also write every figure and the summary as JSON
 #   -d SECONDS       duration of one storm/cuda/barrier measurement (default 5)
 #   --no-bpf-stats   skip the extra pass per observer that reads BPF run
@@ -26,6 +26,16 @@
 #            observer that runs on every switch
 #   cuda     bin/launchloop (stub libcuda) steps/s: nothing, attach
 #   barrier  bin/barrierpool (ggml-like barrier pool) steps/s: nothing, attach
+#   client   the load generator's client_efficiency.sh: chunks per client
+#            CPU-second of bpfbench load, a Python client and the epoll floor
+#
+# Budgets (CPU accounting, printed after the tables; the exit status is 3
+# when one is missed): engine attach collectors <= 1.0% of one CPU and BPF
+# <= 500 ns per run; storm daemon-host CPU per switch <= 1.5x the empty
+# program's; client >= 0.8x the floor's chunks per CPU-second.
+# BENCH_BUDGET_COLLECTOR_PCT, BENCH_BUDGET_BPF_NS, BENCH_BUDGET_STORM_X and
+# BENCH_BUDGET_CLIENT change them; BENCH_CLIENT_ARGS ("100 256 2": streams,
+# tokens, ms apart) the client part.
 #
 # Environment: BPFBENCH_LLAMA_SERVER, BPFBENCH_LLAMA_MODEL (engine binary and
 # model; default /var/cache/bpfbench/llama/...), BENCH_ENGINE_REQUESTS (32),
@@ -58,12 +68,12 @@ while [ $# -gt 0 ]; do
 done
 [ ${#pos[@]} -le 2 ] || { usage >&2; exit 2; }
 rounds=${pos[0]:-3}
-parts=${pos[1]:-engine,llmsim,storm,cuda,barrier}
+parts=${pos[1]:-engine,llmsim,storm,cuda,barrier,client}
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, not '$rounds'"
 [[ $dur =~ ^[1-9][0-9]*$ ]] || die "-d takes whole seconds, not '$dur'"
 IFS=, read -ra part_list <<<"$parts"
 for p in "${part_list[@]}"; do
-	case $p in engine | llmsim | storm | cuda | barrier) ;; *) die "unknown part '$p' (engine,llmsim,storm,cuda,barrier)" ;; esac
+	case $p in engine | llmsim | storm | cuda | barrier | client) ;; *) die "unknown part '$p' (engine,llmsim,storm,cuda,barrier,client)" ;; esac
 done
 [ "$(id -u)" = 0 ] || die "needs root (it loads BPF programs)"
 command -v python3 >/dev/null || die "needs python3"
@@ -325,7 +335,7 @@ def cmd_summary(results, meta_path, out_json):
         s = {"part": part, "mode": mode, "unit": (rs or st)[0]["unit"], "rounds": len(figs),
              "failed": len(rs) - len(figs), "median": median_of(figs),
              "min": min(figs) if figs else None, "max": max(figs) if figs else None}
-        base = [r for r in recs if r["part"] == part and r["mode"] == "nothing" and r["round"] != "stats"]
+        base = [r for r in recs if r["part"] == part and r["mode"] == BASE_MODE.get(part, "nothing") and r["round"] != "stats"]
         bmed = median_of([r["figure"] for r in base])
         s["ratio"] = s["median"] / bmed if s["median"] is not None and bmed else None
         byround = {r["round"]: r["figure"] for r in base if r["figure"]}
@@ -333,6 +343,7 @@ def cmd_summary(results, meta_path, out_json):
         s["paired_ratio"] = median_of(paired)
         s["paired_ratio_min"] = min(paired) if paired else None
         s["paired_ratio_max"] = max(paired) if paired else None
+        s["paired_ratio_ci95"] = ci95(paired)
         s["observer_cpu_percent"] = median_of([r.get("observer_cpu_percent") for r in rs])
         ov = [r["overhead"] for r in rs if isinstance(r.get("overhead"), dict)]
         if ov:
@@ -366,7 +377,7 @@ def cmd_summary(results, meta_path, out_json):
         print("note: the machine was busy before this run began (load %s on %s CPUs): other jobs' CPU use "
               "varies more than an observer costs, so trust only ratios whose paired range stays on one side of 1"
               % (meta["loadavg"], meta["cpus"]))
-    hdr = ["part", "mode", "figure", "median", "min-max", "ratio", "paired (min-max)", "n", "observer CPU%"]
+    hdr = ["part", "mode", "figure", "median", "min-max", "ratio", "paired (min-max)", "paired 95% CI", "n", "observer CPU%"]
     rows = []
     for s in summary:
         if s["rounds"] == 0 and s["failed"] == 0:
@@ -377,7 +388,8 @@ def cmd_summary(results, meta_path, out_json):
             pr = "%.3f (%.3f-%.3f)" % (s["paired_ratio"], s["paired_ratio_min"], s["paired_ratio_max"])
         n = str(s["rounds"]) + ("" if not s["failed"] else " (%d failed)" % s["failed"])
         rows.append([s["part"], s["mode"], s["unit"], fmt(s["median"]), mm,
-                     "%.3f" % s["ratio"] if s["ratio"] is not None else "-", pr, n,
+                     "%.3f" % s["ratio"] if s["ratio"] is not None else "-", pr,
+                     "%.3f-%.3f" % tuple(s["paired_ratio_ci95"]) if s["paired_ratio_ci95"] else "-", n,
                      fmt(s["observer_cpu_percent"])])
     table(hdr, rows)
 
@@ -424,11 +436,121 @@ def cmd_summary(results, meta_path, out_json):
         if warns:
             print("its warnings:")
             print("\n".join(warns))
+    verdicts = budgets(recs)
+    print_budgets(verdicts)
     if out_json:
         with open(out_json, "w") as f:
-            json.dump({"meta": meta, "summary": summary, "results": recs}, f, indent=1)
+            json.dump({"meta": meta, "summary": summary, "budgets": verdicts, "results": recs}, f, indent=1)
             f.write("\n")
         print("\nwrote %s" % out_json)
+    if any(v["held"] is False for v in verdicts):
+        sys.exit(3)
+
+# The mode a part's ratios divide by.
+BASE_MODE = {"client": "floor"}
+
+# Student's t at 97.5% by degrees of freedom (n - 1), for the paired CI.
+T975 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
+
+def ci95(ratios):
+    """95% confidence interval of the mean paired ratio, on logs (a ratio
+    and its inverse are symmetric); None under two rounds."""
+    import math
+    xs = [math.log(r) for r in ratios if r and r > 0]
+    if len(xs) < 2:
+        return None
+    m, sd = statistics.mean(xs), statistics.stdev(xs)
+    h = T975.get(len(xs) - 1, 2.0) * sd / math.sqrt(len(xs))
+    return [math.exp(m - h), math.exp(m + h)]
+
+# Budgets, judged by CPU accounting (not by throughput, which swings by more
+# than an observer costs on a shared machine). Overridable for a slower or
+# faster machine: BENCH_BUDGET_COLLECTOR_PCT, _BPF_NS, _STORM_X, _CLIENT.
+def budget_limits():
+    e = os.environ.get
+    return {"collector_pct": float(e("BENCH_BUDGET_COLLECTOR_PCT", "1.0")),
+            "bpf_ns": float(e("BENCH_BUDGET_BPF_NS", "500")),
+            "storm_x": float(e("BENCH_BUDGET_STORM_X", "1.5")),
+            "client": float(e("BENCH_BUDGET_CLIENT", "0.8"))}
+
+def verdict(name, value, limit, above_ok, detail, n):
+    held = None if value is None else (value >= limit if above_ok else value <= limit)
+    return {"budget": name, "value": value, "limit": limit, "rule": ">=" if above_ok else "<=",
+            "held": held, "rounds": n, "detail": detail}
+
+def rounds_of(recs, part, mode):
+    return [r for r in recs if r["part"] == part and r["mode"] == mode and r["round"] != "stats"]
+
+def stats_of(recs, part, mode):
+    st = [r for r in recs if r["part"] == part and r["mode"] == mode and r["round"] == "stats" and r.get("bpf")]
+    return st[0] if st else None
+
+def engine_budgets(recs, lim):
+    ov = [r["overhead"] for r in rounds_of(recs, "engine", "attach") if isinstance(r.get("overhead"), dict)]
+    if not ov:
+        return []
+    coll = [100 * o["collector_cpu_ratio"] for o in ov if isinstance(o.get("collector_cpu_ratio"), (int, float))]
+    ns = [o["bpf_ns_per_run"] for o in ov if isinstance(o.get("bpf_ns_per_run"), (int, float)) and o["bpf_ns_per_run"] > 0]
+    rd = [100 * o["reader_cpu_seconds"] / o["seconds"] for o in ov if o.get("seconds")]
+    bp = [100 * o["bpf_run_seconds"] / o["seconds"] for o in ov if o.get("seconds") and "bpf_run_seconds" in o]
+    rng = lambda v: "%.3g-%.3g" % (min(v), max(v)) if v else "-"
+    return [
+        verdict("engine attach: collectors' CPU, % of one CPU", median_of(coll), lim["collector_pct"], False,
+                "median over rounds (min-max %s): readers %.3f%% + BPF %.3f%%, attach's own accounting with "
+                "kernel.bpf_stats_enabled on" % (rng(coll), median_of(rd) or 0, median_of(bp) or 0), len(coll)),
+        verdict("engine attach: BPF ns per run (all programs, weighted by runs)", median_of(ns), lim["bpf_ns"], False,
+                "median over rounds (min-max %s)" % rng(ns), len(ns)),
+    ]
+
+SWITCH_PROGS = ("sched_switch", "empty_tp")
+
+def per_switch(st):
+    """An observer's CPU per context switch, in ns: the run time of its
+    programs on sched_switch plus its own process CPU, over the switches
+    (its programs elsewhere, block IO and TCP of other jobs, are not the
+    storm's). Both sides leave out the kernel's dispatch of a program, which
+    they pay alike: the ratio is an upper bound of the true one."""
+    progs = [p for p in st["bpf"]["per_program"] if p["name"] in SWITCH_PROGS]
+    sw = max([p["run_cnt"] for p in progs] or [0])
+    if not sw:
+        return None, None, None
+    bpf = sum(p["run_time_ns"] for p in progs)
+    own = 1e9 * st.get("observer_cpu_seconds", 0)
+    return (bpf + own) / sw, bpf / sw, sw
+
+def storm_budgets(recs, lim):
+    d, e = stats_of(recs, "storm", "daemon-host"), stats_of(recs, "storm", "empty-tp")
+    if not d or not e:
+        return []
+    dc, dbpf, dsw = per_switch(d)
+    ec, _, _ = per_switch(e)
+    x = dc / ec if dc and ec else None
+    det = ("daemon %.1f ns of CPU per switch (its sched_switch program %.1f ns + its process %.1f ns, %d switches) "
+           "/ the empty tp_btf/sched_switch program %.1f ns, same run, BPF run time without the dispatch both pay" % (
+               dc or 0, dbpf or 0, (dc or 0) - (dbpf or 0), dsw or 0, ec or 0))
+    return [verdict("storm daemon-host: CPU per switch, x the empty program", x, lim["storm_x"], False, det, 1)]
+
+def client_budgets(recs, lim):
+    fl = {r["round"]: r["figure"] for r in rounds_of(recs, "client", "floor") if r["figure"]}
+    pr = [r["figure"] / fl[r["round"]] for r in rounds_of(recs, "client", "bpfbench") if r["figure"] and fl.get(r["round"])]
+    if not pr:
+        return []
+    return [verdict("client: load generator chunks per CPU-s, x the epoll floor", median_of(pr), lim["client"], True,
+                    "median of paired rounds (min-max %.3f-%.3f)" % (min(pr), max(pr)), len(pr))]
+
+def budgets(recs):
+    lim = budget_limits()
+    return engine_budgets(recs, lim) + storm_budgets(recs, lim) + client_budgets(recs, lim)
+
+def print_budgets(verdicts):
+    if not verdicts:
+        return
+    print()
+    print("budgets (CPU accounting; exit status 3 when one is missed)")
+    for v in verdicts:
+        mark = {True: "held", False: "MISSED", None: "not measured"}[v["held"]]
+        val = "-" if v["value"] is None else "%.3f" % v["value"]
+        print("  %-6s %s: %s %s %s (%s)" % (mark, v["budget"], val, v["rule"], fmt(v["limit"]), v["detail"]))
 
 def table(hdr, rows):
     w = [max(len(str(r[i])) for r in [hdr] + rows) for i in range(len(hdr))]
@@ -742,6 +864,38 @@ part_engine() {
 	server_up engine "http://127.0.0.1:$port" 8 "$server" -m "$model" -t 2 -np 4 -c 2048 --host 127.0.0.1 --port "$port"
 	run_part engine server_measure nothing attach run daemon
 	server_down
+}
+
+# ---- client: the load generator's chunks per CPU-second --------------------
+
+# The load generator's client efficiency script (moved under tools/bench by
+# the reorganisation; either place), run with ROUNDS rounds: its figures
+# per round are recorded as modes bpfbench, python and floor (the epoll
+# reader that only counts lines: the ratios divide by it).
+part_client() {
+	local script= f r line name n c fig
+	for f in tools/bench/loadgen/client_efficiency.sh tools/bench/client_efficiency.sh loadgen/bench/client_efficiency.sh; do
+		[ -f "$f" ] && { script=$f; break; }
+	done
+	[ -n "$script" ] || { say "client: no client_efficiency.sh; skipping the client part"; return 0; }
+	say "client: $script ${BENCH_CLIENT_ARGS:-100 256 2} $rounds"
+	# shellcheck disable=SC2086
+	if ! timeout 900 bash "$script" ${BENCH_CLIENT_ARGS:-100 256 2} "$rounds" >"$tmp/client.out" 2>&1; then
+		say "client: $script failed: $(tail -n 3 "$tmp/client.out")"
+		return 0
+	fi
+	declare -A seen=()
+	while read -r line; do
+		# "  NAME  N chunks C CPU-s R chunks/CPU-s", one per client per round
+		[[ $line =~ ^([a-z/]+)\ +([0-9]+)\ chunks\ +([0-9.]+)\ CPU-s ]] || continue
+		name=${BASH_REMATCH[1]} n=${BASH_REMATCH[2]} c=${BASH_REMATCH[3]}
+		case $name in bpfbench | python | floor) ;; *) continue ;; esac
+		r=$((${seen[$name]:-0} + 1))
+		seen[$name]=$r
+		fig=$(python3 -c "print($n / $c if $c > 0 else '')")
+		progress client "$name" "$r" "$fig" "chunks/CPU-s"
+		record client "$name" "$r" "$fig" "chunks/CPU-s" "" "{\"chunks\":$n,\"cpu_seconds\":$c}"
+	done <"$tmp/client.out"
 }
 
 # ---- main ----------------------------------------------------------------
