@@ -375,8 +375,21 @@ func (c *Collector) readHist(m *ebpf.Map, key uint32) (hist.Log2, error) {
 // (0 = every thread of the host when HostWide, else every target). A
 // sampled host-wide histogram is scaled in the kernel: each sampled switch
 // counts as many as the mask in force when it was taken stood for.
+// Without HostWide the kernel keeps only the target slots (a switch-in
+// costs two cache lines less) and slot 0 is their sum, read here.
 func (c *Collector) RunqueueHist(idx uint32) (hist.Log2, error) {
-	return c.readHist(c.objs.RunqHist, idx)
+	if idx != 0 || c.cfg.HostWide {
+		return c.readHist(c.objs.RunqHist, idx)
+	}
+	var all hist.Log2
+	for i := uint32(1); i < bpfutil.MaxTargets; i++ {
+		h, err := c.readHist(c.objs.RunqHist, i)
+		if err != nil {
+			return hist.Log2{}, err
+		}
+		all.Add(h)
+	}
+	return all, nil
 }
 
 // SetHostSample makes the host-wide histogram take one switch in n from
