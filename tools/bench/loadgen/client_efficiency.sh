@@ -17,7 +17,7 @@
 # BASELINE_LOADCLIENT=PATH, another build of tools/bench/loadgen/loadclient (an
 # older commit, for before/after).
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 STREAMS=${1:-100}
 TOKENS=${2:-256}
 ITL_MS=${3:-2}

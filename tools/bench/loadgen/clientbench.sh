@@ -4,7 +4,7 @@
 # process, which runs apart from the server).
 #   tools/bench/loadgen/clientbench.sh [requests] [concurrency] [output-len]
 set -euo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../../.."
 N=${1:-2000}
 C=${2:-256}
 OUT=${3:-256}
