@@ -91,15 +91,13 @@ func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Dura
 	where := "not pinned (one CPU: the injections share it with the server and bpfbench)"
 	if len(simCPUs) > 0 {
 		where = fmt.Sprintf("on CPU %v", simCPUs)
-		if rest := otherCPUs(simCPUs); len(rest) > 0 {
-			if err := bpfutil.RestrictToCPUs(rest); err != nil {
-				logger.Warn("keeping bpfbench off llmsim's CPUs", "err", err)
-			} else {
-				where += fmt.Sprintf(", bpfbench and the disk injection on %v", rest)
-			}
+		if rest, err := job.KeepOff(simCPUs); err != nil {
+			logger.Warn("keeping bpfbench off llmsim's CPUs", "err", err)
+		} else if len(rest) > 0 {
+			where += fmt.Sprintf(", bpfbench and the disk injection on %v", rest)
 		}
 	}
-	if err := reniceSelf(demoSelfNice); err != nil {
+	if err := job.ReniceSelf(demoSelfNice); err != nil {
 		logger.Warn("raising bpfbench's priority", "err", err)
 	}
 	cfg := opts.Config

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -18,38 +21,6 @@ import (
 )
 
 func init() { register(newValidateCmd) }
-
-// affinityOf returns the CPUs pid may run on.
-func affinityOf(pid int) ([]int, error) {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(pid, &set); err != nil {
-		return nil, fmt.Errorf("reading the CPUs of pid %d: %w", pid, err)
-	}
-	var out []int
-	for i := 0; i < 1024; i++ {
-		if set.IsSet(i) {
-			out = append(out, i)
-		}
-	}
-	return out, nil
-}
-
-// reniceSelf sets the nice level of every thread of this process (the
-// threads it creates later inherit it).
-func reniceSelf(nice int) error {
-	ents, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		var tid int
-		fmt.Sscan(e.Name(), &tid)
-		if err := unix.Setpriority(unix.PRIO_PROCESS, tid, nice); err != nil {
-			return fmt.Errorf("setting nice %d on thread %d: %w", nice, tid, err)
-		}
-	}
-	return nil
-}
 
 // validateFlags are validate's own flags.
 type validateFlags struct {
@@ -147,41 +118,9 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 	if v.phase < 2*time.Second {
 		return usageError{"--phase must be at least 2s and --rate positive"}
 	}
-	skipped := map[string]bool{}
-	for _, s := range strings.Split(v.skip, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			if !map[string]bool{"cpu": true, "io": true, "gpu": true, "compute": true, "client": true, "net": true, "client-cpu": true}[s] {
-				return usageError{fmt.Sprintf("--skip %q: use cpu, io, gpu, compute, client, net or client-cpu", s)}
-			}
-			skipped[s] = true
-		}
-	}
-	with := map[string]bool{}
-	for _, s := range strings.Split(v.with, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			if s != "compute" && s != "client-cpu" {
-				return usageError{fmt.Sprintf("--with %q: use compute or client-cpu", s)}
-			}
-			with[s] = true
-		}
-	}
-	// The net injection's settings, checked before the server starts.
-	var shaping perturb.Net
-	var err error
-	if v.netRate != "auto" {
-		if shaping.Rate, err = perturb.ParseRate(v.netRate); err != nil {
-			return usageError{"--net-" + err.Error()}
-		}
-	}
-	if shaping.Burst, err = perturb.ParseSize(v.netBurst); err != nil {
-		return usageError{"--net-burst " + err.Error()}
-	}
-	if shaping.Limit, err = perturb.ParseSize(v.netLimit); err != nil {
-		return usageError{"--net-limit " + err.Error()}
-	}
-	cpuList, err := cpuList(v.busyCPUs)
+	rows, err := v.rows()
 	if err != nil {
-		return usageError{err.Error()}
+		return err
 	}
 	logger, err := logs.logger(cmd)
 	if err != nil {
@@ -201,15 +140,8 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 		if server.given() {
 			return usageError{"--sim starts its own server: give no --pid or --port"}
 		}
-		simCPUs, err := simCPUList(v.simCPUs)
+		sim, err := startValidateSim(ctx, stdout, v, &rows, logger)
 		if err != nil {
-			return usageError{err.Error()}
-		}
-		sim, err := job.StartSim(ctx, job.SimConfig{Dir: v.out, Netns: v.simNetns, CPUs: simCPUs})
-		if err != nil {
-			if v.simNetns {
-				return fmt.Errorf("%w (--sim-netns=false serves on 127.0.0.1, without the net row)", err)
-			}
 			return err
 		}
 		defer func() {
@@ -218,36 +150,6 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 			}
 		}()
 		target, pid = sim.URL, sim.Pid()
-		if v.ioFile == "" {
-			v.ioFile = sim.IOFile
-		}
-		if v.control == "" {
-			v.control = sim.Control
-		}
-		if v.stepControl == "" {
-			v.stepControl = sim.StepControl
-		}
-		if sim.Net != nil && v.netIface == "" {
-			v.netIface, v.netNS = sim.Net.Iface, sim.Net.Name
-		}
-		where := ""
-		if sim.Net != nil {
-			where = fmt.Sprintf(" in network namespace %s (veth %s, host side %s)", sim.Net.Name, sim.Net.Iface, sim.Net.HostIface)
-		}
-		if len(simCPUs) > 0 {
-			where += fmt.Sprintf(" on CPUs %v", simCPUs)
-			// bpfbench (the load generator, the readers) keeps off the
-			// server's CPUs: the cpu row's busy threads then delay the
-			// server, not the client's clock.
-			if rest := otherCPUs(simCPUs); len(rest) > 0 {
-				if err := bpfutil.RestrictToCPUs(rest); err != nil {
-					logger.Warn("keeping bpfbench off llmsim's CPUs", "err", err)
-				} else {
-					where += fmt.Sprintf(" (bpfbench on %v)", rest)
-				}
-			}
-		}
-		fmt.Fprintf(stdout, "bpfbench validate: llmsim (pid %d) at %s%s with the CUDA stub\n", pid, sim.URL, where)
 	} else if pid, err = server.resolve(target, cmd); err != nil {
 		return err
 	}
@@ -255,71 +157,15 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 	// priority than the server and the busy threads (nice 0), so that the
 	// cpu injection delays the server and not the client's clock. After
 	// llmsim's start: a child inherits its parent's nice level.
-	if err := reniceSelf(v.selfNice); err != nil {
+	if err := job.ReniceSelf(v.selfNice); err != nil {
 		logger.Warn("raising bpfbench's priority", "err", err)
 	}
-	if len(cpuList) == 0 {
-		if cpuList, err = affinityOf(pid); err != nil {
-			return err
-		}
+	injs, note, err := rows.Injections(pid)
+	if err != nil {
+		return err
 	}
-	var injs []job.Injection
-	if !skipped["cpu"] {
-		injs = append(injs, job.CPUInjection(cpuList))
-	}
-	if !skipped["io"] {
-		if v.ioFile == "" {
-			if v.ioFile, err = job.ServerIOFile(pid); err != nil {
-				return fmt.Errorf("%w (or --skip io)", err)
-			}
-		}
-		injs = append(injs, job.IOInjection(v.ioFile))
-	}
-	if !skipped["gpu"] && v.control != "" {
-		injs = append(injs, job.GPUInjection(v.control, v.gpuUS))
-	}
-	if with["compute"] && v.stepControl == "" {
-		return usageError{"--with compute needs the server's --step-control file (or --sim)"}
-	}
-	if !skipped["compute"] && v.stepControl != "" {
-		injs = append(injs, job.ComputeInjection(v.stepControl, v.stepUS))
-	}
-	if !skipped["client"] {
-		injs = append(injs, job.ClientInjection(v.slowRead))
-	}
-	if !skipped["net"] && v.netIface != "" {
-		n := shaping
-		n.Iface, n.Netns = v.netIface, v.netNS
-		check := n
-		if check.Rate == 0 {
-			check.Rate = 1 // chosen in the baseline phase
-		}
-		if err := check.Validate(); err != nil {
-			return usageError{err.Error()}
-		}
-		injs = append(injs, job.NetInjection(n))
-	}
-	// Last: a starved load generator falls behind its schedule, and the
-	// requests it sends late spill over into the next phase. Busy threads
-	// on bpfbench's own CPUs, at its nice level: only when the server runs
-	// elsewhere (--sim pins them apart); otherwise the row is left out and
-	// the run says why, unless asked for by name.
-	if !skipped["client-cpu"] {
-		self, err := affinityOf(0)
-		if err != nil {
-			return err
-		}
-		if shared := sharedCPUs(self, cpuList); len(shared) > 0 {
-			if with["client-cpu"] {
-				return usageError{fmt.Sprintf("--with client-cpu: bpfbench shares CPUs %v with the server (run it under taskset apart from the server, or with --sim)", shared)}
-			}
-			fmt.Fprintf(stderr, "bpfbench validate: no client-cpu row: bpfbench shares CPUs %v with the server (run it under taskset apart from the server for one)\n", shared)
-		} else {
-			injs = append(injs, job.ClientCPUInjection(self, v.selfNice))
-		}
-	}
-	if len(injs) == 0 {
-		return usageError{"every injection is skipped"}
+	if note != "" {
+		fmt.Fprintf(stderr, "bpfbench validate: %s\n", note)
 	}
 	lc := opts.Config
 	lc.Target.URL = target
@@ -349,6 +195,97 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 		}
 		return err
 	}
+	printValidation(stdout, val, res)
+	if err != nil {
+		return err
+	}
+	if res != nil && ctx.Err() == nil {
+		if err := load.CheckFailed(res.Load, opts.MaxFailedRatio); err != nil {
+			return err
+		}
+	}
+	return val.Verdict(v.minShare, v.maxUnexplained)
+}
+
+// rows reads the flags of validate's rows; the net row's settings are
+// checked before the server starts.
+func (v validateFlags) rows() (job.ValidateRowsConfig, error) {
+	rows := job.ValidateRowsConfig{
+		IOFile: v.ioFile, CUDAControl: v.control, GPUKernelUS: v.gpuUS, StepControl: v.stepControl, StepUS: v.stepUS,
+		SlowRead: v.slowRead, Net: perturb.Net{Iface: v.netIface, Netns: v.netNS}, SelfNice: v.selfNice,
+	}
+	var err error
+	if rows.Skip, err = job.ParseRowList("skip", v.skip, job.ValidateRows...); err != nil {
+		return rows, err
+	}
+	if rows.With, err = job.ParseRowList("with", v.with, "compute", "client-cpu"); err != nil {
+		return rows, err
+	}
+	if v.netRate != "auto" {
+		if rows.Net.Rate, err = perturb.ParseRate(v.netRate); err != nil {
+			return rows, usageError{"--net-" + err.Error()}
+		}
+	}
+	if rows.Net.Burst, err = perturb.ParseSize(v.netBurst); err != nil {
+		return rows, usageError{"--net-burst " + err.Error()}
+	}
+	if rows.Net.Limit, err = perturb.ParseSize(v.netLimit); err != nil {
+		return rows, usageError{"--net-limit " + err.Error()}
+	}
+	if rows.BusyCPUs, err = cpuList(v.busyCPUs); err != nil {
+		return rows, usageError{err.Error()}
+	}
+	return rows, nil
+}
+
+// startValidateSim starts llmsim for validate --sim, keeps bpfbench off
+// its CPUs, and fills what rows were not given from it.
+func startValidateSim(ctx context.Context, stdout io.Writer, v validateFlags, rows *job.ValidateRowsConfig, logger *slog.Logger) (*job.Sim, error) {
+	simCPUs, err := simCPUList(v.simCPUs)
+	if err != nil {
+		return nil, usageError{err.Error()}
+	}
+	sim, err := job.StartSim(ctx, job.SimConfig{Dir: v.out, Netns: v.simNetns, CPUs: simCPUs})
+	if err != nil {
+		if v.simNetns {
+			return nil, fmt.Errorf("%w (--sim-netns=false serves on 127.0.0.1, without the net row)", err)
+		}
+		return nil, err
+	}
+	if rows.IOFile == "" {
+		rows.IOFile = sim.IOFile
+	}
+	if rows.CUDAControl == "" {
+		rows.CUDAControl = sim.Control
+	}
+	if rows.StepControl == "" {
+		rows.StepControl = sim.StepControl
+	}
+	if sim.Net != nil && rows.Net.Iface == "" {
+		rows.Net.Iface, rows.Net.Netns = sim.Net.Iface, sim.Net.Name
+	}
+	where := ""
+	if sim.Net != nil {
+		where = fmt.Sprintf(" in network namespace %s (veth %s, host side %s)", sim.Net.Name, sim.Net.Iface, sim.Net.HostIface)
+	}
+	if len(simCPUs) > 0 {
+		where += fmt.Sprintf(" on CPUs %v", simCPUs)
+		// bpfbench (the load generator, the readers) keeps off the
+		// server's CPUs: the cpu row's busy threads then delay the
+		// server, not the client's clock.
+		if rest, err := job.KeepOff(simCPUs); err != nil {
+			logger.Warn("keeping bpfbench off llmsim's CPUs", "err", err)
+		} else if len(rest) > 0 {
+			where += fmt.Sprintf(" (bpfbench on %v)", rest)
+		}
+	}
+	fmt.Fprintf(stdout, "bpfbench validate: llmsim (pid %d) at %s%s with the CUDA stub\n", sim.Pid(), sim.URL, where)
+	return sim, nil
+}
+
+// printValidation writes what each injection achieved, the confusion
+// matrix, the observer's overhead and the files written.
+func printValidation(stdout io.Writer, val *job.Validation, res *job.RunResult) {
 	fmt.Fprintln(stdout, "\nWhat each injection achieved:")
 	for _, r := range val.Rows {
 		fmt.Fprintf(stdout, "  - %s: %s\n", r.Injection, r.Achieved)
@@ -371,35 +308,6 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 		fmt.Fprintln(stdout)
 		printWritten(stdout, res.Written)
 	}
-	if err != nil {
-		return err
-	}
-	if res != nil && ctx.Err() == nil {
-		if err := load.CheckFailed(res.Load, opts.MaxFailedRatio); err != nil {
-			return err
-		}
-	}
-	var bad, weak []string
-	for _, r := range val.Rows {
-		if r.Weak {
-			weak = append(weak, fmt.Sprintf("%s (added %.1f ms per tail gap)", r.Injection, r.AddedMs))
-			continue
-		}
-		if !r.Correct || r.JudgedShare() < v.minShare {
-			bad = append(bad, fmt.Sprintf("%s (top %s, %.0f%%)", r.Injection, r.JudgedTop(), r.JudgedShare()*100))
-		}
-	}
-	if len(weak) > 0 {
-		bad = append(bad, "injection too weak for "+strings.Join(weak, ", ")+fmt.Sprintf(" (under %.1f ms: a stronger injection, e.g. a longer --phase or a higher --rate, is needed to judge it)", val.MinAddedMs))
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("attribution not validated for %s: want each injected cause on top with at least %.0f%% of the tail excess", strings.Join(bad, ", "), v.minShare*100)
-	}
-	if val.Unexplained > v.maxUnexplained {
-		return fmt.Errorf("the critical path left %.1f%% of the run's gap time unexplained, more than %.0f%% (lost events or threads with no history: see result.json's critical_path.stats)",
-			val.Unexplained*100, v.maxUnexplained*100)
-	}
-	return nil
 }
 
 // simCPUList reads --sim-cpus: auto is the last CPU bpfbench may run on
@@ -429,35 +337,4 @@ func simCPUList(s string) ([]int, error) {
 		return nil, fmt.Errorf("--sim-cpus %q: use auto, all or a list like 1 or 2-3", s)
 	}
 	return l, nil
-}
-
-// otherCPUs lists the CPUs bpfbench may run on that are not in cpus.
-func otherCPUs(cpus []int) []int {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil
-	}
-	for _, c := range cpus {
-		set.Clear(c)
-	}
-	var out []int
-	for c := 0; c < 1024; c++ {
-		if set.IsSet(c) {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-// sharedCPUs lists the CPUs in both a and b.
-func sharedCPUs(a, b []int) []int {
-	var out []int
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				out = append(out, x)
-			}
-		}
-	}
-	return out
 }
