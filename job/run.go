@@ -160,10 +160,14 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	if cfg.Readiness != nil {
 		r.checks = cfg.Readiness()
 	}
+	// The requests are planned once, before the load: the pipeline holds
+	// spans by their send offsets, and the load sends the same plan.
+	var offsets []int64
+	r.plan, offsets = planLoad(cfg.Load)
 	// Spans are correlated with the token intervals as they come, and the
 	// trace is written as the run goes.
 	r.pipe, err = pipeline.New(pipeline.Config{Dir: cfg.OutDir, Marks: r.marks, ThreadsOf: src.localPid(),
-		MaxSpans: cfg.MaxSpans, SpoolBytes: cfg.SpoolBytes, Offsets: sendOffsets(cfg.Load)})
+		MaxSpans: cfg.MaxSpans, SpoolBytes: cfg.SpoolBytes, Offsets: offsets})
 	if err != nil {
 		return nil, err
 	}
@@ -246,6 +250,8 @@ type run struct {
 	man    *manifest.Manifest
 	checks []readiness.Check
 	via    []int // the gateway's processes
+	// plan is the load's requests (planLoad; nil: the load plans them).
+	plan *loadgen.Plan
 
 	loadStartNs, loadEndNs int64
 	// stoppedNs and stoppedReason are set when the target exited during
@@ -316,7 +322,7 @@ func (r *run) collect(ctx context.Context) (*loadgen.Result, error) {
 		runtime.GC()
 		r.loadStartNs = clock.Now()
 		r.pipe.SetRunStart(r.loadStartNs)
-		res, loadErr = loadgen.Run(loadCtx, r.cfg.Load)
+		res, loadErr = loadgen.RunPlan(loadCtx, r.cfg.Load, r.plan)
 		r.loadEndNs = clock.Now()
 		return nil
 	})
@@ -397,32 +403,18 @@ func (r *run) write(out *RunResult, res *loadgen.Result, base correlate.Baseline
 	return errors.Join(werrs...)
 }
 
-// sendOffsets are the load's fixed send offsets when they may be out of
-// order (the Go API's requests with offsets, a trace), for the pipeline's
-// bound on the spans it holds; nil when send times grow with the index.
-func sendOffsets(cfg loadgen.Config) []int64 {
-	var reqs []loadgen.Request
-	switch {
-	case len(cfg.Scenario.Requests) > 0:
-		if !slices.ContainsFunc(cfg.Scenario.Requests, func(r loadgen.Request) bool { return r.OffsetNs > 0 }) {
-			return nil
-		}
-		reqs = cfg.Scenario.Requests
-	case cfg.Scenario.TracePath != "":
-		var err error
-		reqs, err = dataset.LoadTrace(cfg.Scenario.TracePath, cfg.Scenario.TraceTimeUnit, cfg.Scenario.Dataset.OutputLen, cfg.Scenario.Seed)
-		if err != nil {
-			// The load generator fails on it too; hold spans from the start.
-			return []int64{0}
-		}
-	default:
-		return nil
+// planLoad plans the load's requests (a trace read once, for the load and
+// the pipeline) and returns their fixed send offsets when they may be out
+// of order (the Go API's requests with offsets, a trace), for the
+// pipeline's bound on the spans it holds; nil offsets when send times grow
+// with the index. A plan that fails is left to the load, which reports
+// it; the pipeline then holds spans from the start.
+func planLoad(cfg loadgen.Config) (*loadgen.Plan, []int64) {
+	plan, err := cfg.Plan()
+	if err != nil {
+		return nil, []int64{0}
 	}
-	offs := make([]int64, len(reqs))
-	for i, r := range reqs {
-		offs[i] = max(r.OffsetNs, 0)
-	}
-	return offs
+	return plan, plan.Offsets()
 }
 
 // writeRunDir writes result.json and report.html, each atomically, and

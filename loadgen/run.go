@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -46,24 +47,66 @@ type Result struct {
 // DurationS is the run's duration in seconds (vLLM's benchmark_duration).
 func (r *Result) DurationS() float64 { return float64(r.EndNs-r.StartNs) / 1e9 }
 
-// plan returns the requests and their send offsets (-1: decided online).
-func (c *Config) plan() ([]Request, error) {
+// Plan is the requests a run of a config sends, read or generated once
+// (a trace file is read once for the run and its description): Plan
+// makes it before the run, for what needs the send offsets first (the
+// pipeline of job.Run), and RunPlan sends it.
+type Plan struct {
+	reqs []Request
+	info dataset.Info
+	// fixed: the requests' offsets are their send times (a trace, Go API
+	// requests with offsets), not the arrivals'.
+	fixed bool
+}
+
+// Plan reads or generates the requests a run of c sends. It returns nil
+// for the multiturn dataset, whose requests follow the replies.
+func (c Config) Plan() (*Plan, error) {
+	if c.isMultiturn() {
+		return nil, nil
+	}
+	return c.plan()
+}
+
+// Offsets are the requests' fixed send offsets from the run's start when
+// they may be out of order (a trace, Go API requests with offsets); nil
+// when the arrivals decide the send times, which then grow with the index.
+func (p *Plan) Offsets() []int64 {
+	if p == nil || !p.fixed {
+		return nil
+	}
+	offs := make([]int64, len(p.reqs))
+	for i, r := range p.reqs {
+		offs[i] = max(r.OffsetNs, 0)
+	}
+	return offs
+}
+
+// plan returns the requests, their send offsets (-1: decided online) and
+// their description.
+func (c *Config) plan() (*Plan, error) {
+	sc := &c.Scenario
 	switch {
-	case len(c.Scenario.Requests) > 0:
-		reqs := make([]Request, len(c.Scenario.Requests))
-		copy(reqs, c.Scenario.Requests)
-		return reqs, nil
-	case c.Scenario.TracePath != "":
-		reqs, err := dataset.LoadTrace(c.Scenario.TracePath, c.Scenario.TraceTimeUnit, c.Scenario.Dataset.OutputLen, c.Scenario.Seed)
+	case len(sc.Requests) > 0:
+		reqs := make([]Request, len(sc.Requests))
+		copy(reqs, sc.Requests)
+		fixed := slices.ContainsFunc(reqs, func(r Request) bool { return r.OffsetNs > 0 })
+		return &Plan{reqs: reqs, info: dataset.DescribeRequests(reqs, sc.Seed), fixed: fixed}, nil
+	case sc.TracePath != "":
+		reqs, info, err := dataset.LoadTrace(sc.TracePath, sc.TraceTimeUnit, sc.Dataset.OutputLen, sc.Seed)
 		if err != nil {
 			return nil, err
 		}
-		if c.Scenario.NumRequests > 0 && c.Scenario.NumRequests < len(reqs) {
-			reqs = reqs[:c.Scenario.NumRequests]
+		if sc.NumRequests > 0 && sc.NumRequests < len(reqs) {
+			reqs = reqs[:sc.NumRequests]
 		}
-		return reqs, nil
+		return &Plan{reqs: reqs, info: info, fixed: true}, nil
 	}
-	return dataset.Load(c.Scenario.Dataset, c.planCount(), c.Scenario.Seed)
+	reqs, err := dataset.Load(sc.Dataset, c.planCount(), sc.Seed)
+	if err != nil {
+		return nil, err
+	}
+	return &Plan{reqs: reqs, info: sc.Dataset.Describe(sc.Seed, reqs, nil)}, nil
 }
 
 // planCount is the number of requests to generate: --num-requests, or in
@@ -75,19 +118,6 @@ func (c *Config) planCount() int {
 	return c.Scenario.NumRequests
 }
 
-// describe builds the dataset.Info of a run whose requests are reqs (and,
-// for the multiturn dataset, conversations convs).
-func (c *Config) describe(reqs []Request, convs []dataset.Conversation) dataset.Info {
-	sc := &c.Scenario
-	switch {
-	case len(sc.Requests) > 0:
-		return dataset.DescribeRequests(reqs, sc.Seed)
-	case sc.TracePath != "":
-		return dataset.DescribeTrace(sc.TracePath, sc.TraceTimeUnit, sc.Dataset.OutputLen, sc.Seed)
-	}
-	return sc.Dataset.Describe(sc.Seed, reqs, convs)
-}
-
 // DescribeDataset returns the dataset.Info of the prompts a run of c
 // sends, without running it (Run puts the same in Result.Dataset).
 func (c *Config) DescribeDataset() (dataset.Info, error) {
@@ -96,13 +126,13 @@ func (c *Config) DescribeDataset() (dataset.Info, error) {
 		if err != nil {
 			return dataset.Info{}, err
 		}
-		return c.describe(nil, convs), nil
+		return c.Scenario.Dataset.Describe(c.Scenario.Seed, nil, convs), nil
 	}
-	reqs, err := c.plan()
+	p, err := c.plan()
 	if err != nil {
 		return dataset.Info{}, err
 	}
-	return c.describe(reqs, nil), nil
+	return p.info, nil
 }
 
 func cpuTime() time.Duration {
@@ -115,7 +145,10 @@ func cpuTime() time.Duration {
 
 // Run sends the load and measures it. Failed requests are recorded, not
 // returned as errors; an error means the run itself could not be made.
-func Run(ctx context.Context, cfg Config) (*Result, error) {
+func Run(ctx context.Context, cfg Config) (*Result, error) { return RunPlan(ctx, cfg, nil) }
+
+// RunPlan is Run sending plan, cfg's Plan (nil: Run makes it).
+func RunPlan(ctx context.Context, cfg Config, plan *Plan) (*Result, error) {
 	if err := cfg.prepare(); err != nil {
 		return nil, err
 	}
@@ -124,15 +157,19 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		mt   *multiturnRun // the multiturn dataset's conversations
 		err  error
 	)
-	if cfg.isMultiturn() {
+	switch {
+	case cfg.isMultiturn():
 		if mt, err = newMultiturnRun(&cfg); err == nil {
 			reqs = mt.reqs
 		}
-	} else {
-		reqs, err = cfg.plan()
+	case plan == nil:
+		plan, err = cfg.plan()
 	}
 	if err != nil {
 		return nil, err
+	}
+	if mt == nil {
+		reqs = plan.reqs
 	}
 	opts := cfg.Target
 	opts.NetHTTP = opts.NetHTTP || mt != nil // multiturn needs the replies' text
@@ -145,9 +182,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	res := &Result{Config: cfg, Date: time.Now()}
 	if mt != nil {
 		mt.turns = client.Turns()
-		res.Dataset = cfg.describe(nil, mt.convs)
+		res.Dataset = cfg.Scenario.Dataset.Describe(cfg.Scenario.Seed, nil, mt.convs)
 	} else {
-		res.Dataset = cfg.describe(reqs, nil)
+		res.Dataset = plan.info
 	}
 	if cfg.Scenario.Warmup > 0 {
 		res.Warmup = warmup(ctx, &cfg, client, &reqs[0])
@@ -155,7 +192,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, ctx.Err()
 		}
 	}
-	r := newRunner(&cfg, client, reqs)
+	r := newRunner(&cfg, client, reqs, plan.Offsets())
 	res.Anchor = NewAnchor()
 	cpu0 := cpuTime()
 	r.begin()
@@ -253,7 +290,7 @@ type runner struct {
 	done    atomic.Int64
 }
 
-func newRunner(cfg *Config, client *transport.Client, reqs []Request) *runner {
+func newRunner(cfg *Config, client *transport.Client, reqs []Request, fixed []int64) *runner {
 	sc := &cfg.Scenario
 	r := &runner{cfg: cfg, client: client, records: make([]*Record, 0, len(reqs)),
 		arr:          NewArrivals(sc.Rate, sc.Burstiness, sc.Constant, sc.Seed),
@@ -263,18 +300,11 @@ func newRunner(cfg *Config, client *transport.Client, reqs []Request) *runner {
 	if r.durationMode {
 		r.total = 0
 	} else {
-		r.offsets = r.arr.Offsets(len(reqs))
-		// A trace, or Go API requests with offsets, fix the send times.
-		useOffsets := sc.TracePath != ""
-		for _, q := range sc.Requests {
-			if q.OffsetNs > 0 {
-				useOffsets = true
-			}
-		}
-		if useOffsets {
-			for i := range reqs {
-				r.offsets[i] = max(reqs[i].OffsetNs, 0)
-			}
+		// A trace, or Go API requests with offsets, fix the send times
+		// (Plan.Offsets).
+		r.offsets = fixed
+		if r.offsets == nil {
+			r.offsets = r.arr.Offsets(len(reqs))
 		}
 	}
 	if sc.MaxConcurrency > 0 {

@@ -5,9 +5,13 @@ package dataset
 
 import (
 	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -228,6 +232,12 @@ type jsonlRecord struct {
 // "input_len", "output_len"); with unit set it is a trace and "timestamp"
 // (in unit: s or ms) becomes each request's send offset.
 func readJSONL(path string, defOut int, rng *rand.Rand, unit string) ([]transport.Request, bool, error) {
+	return readJSONLHashed(path, defOut, rng, unit, nil)
+}
+
+// readJSONLHashed is readJSONL writing the file's bytes to h as it reads
+// them (h nil: not).
+func readJSONLHashed(path string, defOut int, rng *rand.Rand, unit string, h hash.Hash) ([]transport.Request, bool, error) {
 	if path == "" {
 		return nil, false, errors.New("jsonl dataset: no file: pass --dataset-path")
 	}
@@ -236,7 +246,11 @@ func readJSONL(path string, defOut int, rng *rand.Rand, unit string) ([]transpor
 		return nil, false, fmt.Errorf("opening dataset: %w", err)
 	}
 	defer f.Close()
-	sc := bufio.NewScanner(f)
+	var in io.Reader = f
+	if h != nil {
+		in = io.TeeReader(f, h)
+	}
+	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1<<20), 64<<20)
 	var reqs []transport.Request
 	var t0 float64
@@ -304,22 +318,27 @@ func readJSONL(path string, defOut int, rng *rand.Rand, unit string) ([]transpor
 
 // LoadTrace reads a trace replay file: JSONL of {timestamp, input_len,
 // output_len} or {timestamp, prompt, output_len}; timestamps are in unit
-// ("s", the default, or "ms") and relative to the first record.
-func LoadTrace(path, unit string, defOut int, seed uint64) ([]transport.Request, error) {
+// ("s", the default, or "ms") and relative to the first record. It returns
+// the trace's Info too, the file hashed as it reads: the file is
+// read once.
+func LoadTrace(path, unit string, defOut int, seed uint64) ([]transport.Request, Info, error) {
 	if unit == "" {
 		unit = "s"
 	}
 	if unit != "s" && unit != "ms" {
-		return nil, fmt.Errorf("trace time unit %q: use s or ms", unit)
+		return nil, Info{}, fmt.Errorf("trace time unit %q: use s or ms", unit)
 	}
-	reqs, _, err := readJSONL(path, defOut, rand.New(rand.NewPCG(seed, 0x7472)), unit)
+	h := sha256.New()
+	reqs, _, err := readJSONLHashed(path, defOut, rand.New(rand.NewPCG(seed, 0x7472)), unit, h)
 	if err != nil {
-		return nil, err
+		return nil, Info{}, err
 	}
 	if len(reqs) == 0 {
-		return nil, fmt.Errorf("trace %s holds no record", path)
+		return nil, Info{}, fmt.Errorf("trace %s holds no record", path)
 	}
-	return reqs, nil
+	info := traceInfo(path, unit, defOut, seed)
+	info.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return reqs, info, nil
 }
 
 type shareGPTEntry struct {

@@ -142,11 +142,12 @@ func DescribeRequests(reqs []transport.Request, seed uint64) Info {
 	return Info{Name: "requests", Seed: seed, SHA256: HashRequests(reqs), Hashed: HashedPrompts}
 }
 
-// DescribeTrace is the Info of a trace replayed (LoadTrace's arguments).
-func DescribeTrace(path, unit string, defOut int, seed uint64) Info {
+// traceInfo is the Info of a trace replayed (LoadTrace's arguments),
+// without its hash.
+func traceInfo(path, unit string, defOut int, seed uint64) Info {
 	return Info{Name: "trace", Path: path, Seed: seed,
 		Params: map[string]string{"trace_time_unit": unit, "output_len": strconv.Itoa(defOut)},
-		SHA256: fileSHA256(path), Hashed: HashedFile}
+		Hashed: HashedFile}
 }
 
 // Describe is the Info of cfg's prompts drawn with seed: reqs are the
