@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
@@ -77,7 +78,7 @@ func TestArrivalStatistics(t *testing.T) {
 }
 
 func TestScheduleIsAbsolute(t *testing.T) {
-	url := startSim(t, nil)
+	url := simtest.Start(t, nil)
 	cfg := DefaultConfig()
 	cfg.Target.URL = url
 	cfg.Scenario.NumRequests = 20
@@ -106,7 +107,7 @@ func TestTraceReplayAndDatasets(t *testing.T) {
 {"timestamp": 1000.05, "input_len": 7, "output_len": 2}
 {"timestamp": 1000.15, "prompt": "one two three", "output_len": 4}
 `), 0o644)
-	url := startSim(t, func(c *sim.Config) { c.DecodeStep = time.Millisecond })
+	url := simtest.Start(t, func(c *sim.Config) { c.DecodeStep = time.Millisecond })
 	cfg := DefaultConfig()
 	cfg.Target.URL = url
 	cfg.Scenario.TracePath = trace

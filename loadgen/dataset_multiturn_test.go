@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
@@ -328,7 +329,7 @@ func TestMultiturnChecks(t *testing.T) {
 // Against llmsim, which counts a chat request's tokens as the words of its
 // messages, every turn's PromptLen is the server's prompt_tokens.
 func TestMultiturnLLMSimPromptLen(t *testing.T) {
-	url := startSim(t, func(c *sim.Config) { c.DecodeStep = time.Millisecond })
+	url := simtest.Start(t, func(c *sim.Config) { c.DecodeStep = time.Millisecond })
 	res := runTest(t, multiturnConfig(url, func(c *Config) { c.Scenario.NumRequests = 8 }))
 	for _, r := range res.Records {
 		if !r.Success || r.UsagePromptTokens != r.PromptLen || r.OutputTokens != 4 {

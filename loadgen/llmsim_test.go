@@ -2,50 +2,17 @@ package loadgen
 
 import (
 	"context"
-	"io"
 	"math"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"sort"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/loadgen/metrics"
+	"github.com/bpfbench/bpfbench/internal/testutil"
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
-
-// startSim runs llmsim in-process and returns its base URL.
-func startSim(t testing.TB, mod func(*sim.Config)) string {
-	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Work = sim.WorkSleep
-	cfg.EOSProb = 0
-	cfg.BatchSlowdown = 0
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() {
-		ts.CloseClientConnections()
-		ts.Close()
-		s.Close()
-	})
-	return ts.URL
-}
-
-func median(xs []float64) float64 {
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return metrics.Percentile(s, 50)
-}
 
 // serverTimes is what llmsim measured itself, from its /metrics: the sums
 // (seconds) and counts of its TTFT, ITL and TPOT histograms and the tokens
@@ -57,32 +24,13 @@ type serverTimes struct {
 
 func scrape(t *testing.T, url string) serverTimes {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/metrics: %s", resp.Status)
-	}
+	body := testutil.Scrape(t, url+"/metrics")
 	val := func(name string) float64 {
-		for _, l := range strings.Split(string(b), "\n") {
-			if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
-				continue
-			}
-			f := strings.Fields(l)
-			v, err := strconv.ParseFloat(f[len(f)-1], 64)
-			if err != nil {
-				t.Fatalf("/metrics: %q: %v", l, err)
-			}
-			return v
+		v, ok := testutil.Sum(body, name, "")
+		if !ok {
+			t.Fatalf("/metrics has no %s", name)
 		}
-		t.Fatalf("/metrics has no %s", name)
-		return 0
+		return v
 	}
 	return serverTimes{
 		ttftSum: val("vllm:time_to_first_token_seconds_sum"), ttftN: val("vllm:time_to_first_token_seconds_count"),
@@ -113,7 +61,7 @@ func mean(xs []float64) float64 {
 // before the server produces the next one.
 func TestFixedTTFTAndITL(t *testing.T) {
 	const ttft, itl = 20.0, 10.0 // ms, the simulator's settings
-	url := startSim(t, func(c *sim.Config) {
+	url := simtest.Start(t, func(c *sim.Config) {
 		c.PrefillBase = time.Duration(ttft * float64(time.Millisecond))
 		c.PrefillPerToken = 0
 		c.DecodeStep = time.Duration(itl * float64(time.Millisecond))
@@ -136,11 +84,11 @@ func TestFixedTTFTAndITL(t *testing.T) {
 			m := res.Metrics
 			// The server observes a request's TPOT after writing its last
 			// chunk: wait until it has counted every request.
-			srv := scrape(t, url).sub(before)
-			for deadline := time.Now().Add(5 * time.Second); srv.tpotN < float64(m.Completed) && time.Now().Before(deadline); {
-				time.Sleep(5 * time.Millisecond)
+			var srv serverTimes
+			testutil.Until(5*time.Second, func() bool {
 				srv = scrape(t, url).sub(before)
-			}
+				return srv.tpotN >= float64(m.Completed)
+			})
 			if m.Completed != 6 || m.Failed != 0 {
 				t.Fatalf("%s: completed %d failed %d: %v", ep, m.Completed, m.Failed, res.Failures())
 			}
@@ -193,9 +141,9 @@ func TestFixedTTFTAndITL(t *testing.T) {
 				t.Errorf("%s: client mean ITL %.3f / TPOT %.3f ms, server %.3f / %.3f ms", ep, cITL, cTPOT, sITL, sTPOT)
 			}
 			// The run's metrics are the records' figures.
-			if math.Abs(m.TTFT.Mean-cTTFT) > 1e-6 || math.Abs(m.ITL.Mean-cITL) > 1e-6 || math.Abs(m.TTFT.Median-median(ttfts)) > 1e-6 || math.Abs(m.ITL.Median-median(itls)) > 1e-6 {
+			if math.Abs(m.TTFT.Mean-cTTFT) > 1e-6 || math.Abs(m.ITL.Mean-cITL) > 1e-6 || math.Abs(m.TTFT.Median-testutil.Median(ttfts)) > 1e-6 || math.Abs(m.ITL.Median-testutil.Median(itls)) > 1e-6 {
 				t.Errorf("%s: metrics TTFT mean %.3f median %.3f, ITL mean %.3f median %.3f; records %.3f %.3f %.3f %.3f",
-					ep, m.TTFT.Mean, m.TTFT.Median, m.ITL.Mean, m.ITL.Median, cTTFT, median(ttfts), cITL, median(itls))
+					ep, m.TTFT.Mean, m.TTFT.Median, m.ITL.Mean, m.ITL.Median, cTTFT, testutil.Median(ttfts), cITL, testutil.Median(itls))
 			}
 		}
 	}
@@ -208,7 +156,7 @@ func TestFailuresCounted(t *testing.T) {
 }
 
 func testFailuresCounted(t *testing.T, netHTTP bool) {
-	url := startSim(t, func(c *sim.Config) {
+	url := simtest.Start(t, func(c *sim.Config) {
 		c.PrefillBase = time.Millisecond
 		c.PrefillPerToken = 0
 		c.DecodeStep = 2 * time.Millisecond
@@ -259,7 +207,7 @@ func testFailuresCounted(t *testing.T, netHTTP bool) {
 	}
 
 	// A total timeout against a stalled stream.
-	url2 := startSim(t, func(c *sim.Config) { c.StallRate = 1; c.DecodeStep = time.Millisecond })
+	url2 := simtest.Start(t, func(c *sim.Config) { c.StallRate = 1; c.DecodeStep = time.Millisecond })
 	cfg.Target.URL = url2
 	cfg.Scenario.NumRequests = 2
 	cfg.Target.StallTimeout = 0
@@ -290,7 +238,7 @@ func testFailuresCounted(t *testing.T, netHTTP bool) {
 }
 
 func TestClosedLoopConcurrency(t *testing.T) {
-	url := startSim(t, func(c *sim.Config) { c.DecodeStep = 2 * time.Millisecond; c.PrefillBase = time.Millisecond })
+	url := simtest.Start(t, func(c *sim.Config) { c.DecodeStep = 2 * time.Millisecond; c.PrefillBase = time.Millisecond })
 	cfg := DefaultConfig()
 	cfg.Target.URL = url
 	cfg.Scenario.NumRequests = 0
@@ -325,7 +273,7 @@ func TestClosedLoopConcurrency(t *testing.T) {
 }
 
 func TestSlowReadingRequest(t *testing.T) {
-	url := startSim(t, func(c *sim.Config) { c.DecodeStep = 2 * time.Millisecond; c.PrefillBase = time.Millisecond })
+	url := simtest.Start(t, func(c *sim.Config) { c.DecodeStep = 2 * time.Millisecond; c.PrefillBase = time.Millisecond })
 	cfg := DefaultConfig()
 	cfg.Target.URL = url
 	cfg.Scenario.Requests = []Request{

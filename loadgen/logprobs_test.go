@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
@@ -78,7 +79,7 @@ func TestLLMSimPromptEntropy(t *testing.T) {
 	reqs := driftRequests(120)
 	for _, endpoint := range []string{transport.EndpointCompletions, transport.EndpointChat} {
 		for pi, prof := range driftProfiles {
-			url := startSim(t, func(c *sim.Config) {
+			url := simtest.Start(t, func(c *sim.Config) {
 				c.DecodeStep = time.Millisecond
 				c.PrefillBase = 0
 				c.PrefillPerToken = 0
@@ -129,7 +130,7 @@ func TestLLMSimPromptEntropy(t *testing.T) {
 // Without --logprobs the result has no prompt_entropy, and the requests
 // ask for none.
 func TestPromptEntropyOff(t *testing.T) {
-	url := startSim(t, func(c *sim.Config) { c.DecodeStep = time.Millisecond })
+	url := simtest.Start(t, func(c *sim.Config) { c.DecodeStep = time.Millisecond })
 	cfg := DefaultConfig()
 	cfg.Target.URL, cfg.Scenario.Requests = url, driftRequests(4)
 	res, err := Run(context.Background(), cfg)

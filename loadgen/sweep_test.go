@@ -15,12 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/loadgen/sweep"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
 func TestSweepFindsKneeStably(t *testing.T) {
-	url := startSim(t, func(c *sim.Config) {
+	url := simtest.Start(t, func(c *sim.Config) {
 		c.MaxNumSeqs = 4
 		c.PrefillBase = 2 * time.Millisecond
 		c.PrefillPerToken = 0
@@ -98,7 +99,7 @@ func (f *fakeQueue) Notes() []string {
 // A signal past its limit ends a step early and fails it, and the answer
 // names it; the latency SLO alone would pass every step.
 func TestSweepStopsOnSignal(t *testing.T) {
-	url := startSim(t, func(c *sim.Config) {
+	url := simtest.Start(t, func(c *sim.Config) {
 		c.MaxNumSeqs = 64
 		c.PrefillBase = time.Millisecond
 		c.PrefillPerToken = 0

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 	"github.com/bpfbench/bpfbench/internal/uprobecost"
 )
 
@@ -62,7 +63,7 @@ func benchAttachDetach(b *testing.B) {
 		detach = append(detach, float64(t3.Sub(t2))/1e6)
 		b.Logf("attach %.1f ms, detach %.1f ms, %d links", attach[len(attach)-1], detach[len(detach)-1], links)
 	}
-	b.ReportMetric(median(attach), "attach-ms")
-	b.ReportMetric(median(detach), "detach-ms")
+	b.ReportMetric(testutil.Median(attach), "attach-ms")
+	b.ReportMetric(testutil.Median(detach), "detach-ms")
 	b.ReportMetric(float64(links), "links")
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // benchDurationMs is how long each measured loop of launches runs.
@@ -146,15 +146,6 @@ type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	return s[len(s)/2]
-}
-
 // BenchmarkLaunchOverhead measures what the collector's entry-only uprobe
 // costs each cuLaunchKernel of the stub: launches per second with nothing
 // attached, with the session section attached, with the daemon's
@@ -197,16 +188,16 @@ func BenchmarkLaunchOverhead(b *testing.B) {
 		}
 		b.Log(line)
 	}
-	b.ReportMetric(median(bare), "bare-launches/s")
-	b.ReportMetric(median(ours), "collector-launches/s")
-	b.ReportMetric(median(ourNs), "collector-ns/call")
-	b.ReportMetric(median(bpfNs), "bpf-ns/call")
-	b.ReportMetric(median(hostNs), "daemon-ns/call")
-	b.ReportMetric(median(ours)/median(bare), "collector/bare")
+	b.ReportMetric(testutil.Median(bare), "bare-launches/s")
+	b.ReportMetric(testutil.Median(ours), "collector-launches/s")
+	b.ReportMetric(testutil.Median(ourNs), "collector-ns/call")
+	b.ReportMetric(testutil.Median(bpfNs), "bpf-ns/call")
+	b.ReportMetric(testutil.Median(hostNs), "daemon-ns/call")
+	b.ReportMetric(testutil.Median(ours)/testutil.Median(bare), "collector/bare")
 	if len(theirs) > 0 {
-		b.ReportMetric(median(theirs), "bpftrace-launches/s")
-		b.ReportMetric(median(theirNs), "bpftrace-ns/call")
-		b.ReportMetric(median(ratios), "overhead-ratio-vs-bpftrace")
+		b.ReportMetric(testutil.Median(theirs), "bpftrace-launches/s")
+		b.ReportMetric(testutil.Median(theirNs), "bpftrace-ns/call")
+		b.ReportMetric(testutil.Median(ratios), "overhead-ratio-vs-bpftrace")
 	}
 }
 
@@ -241,14 +232,14 @@ func BenchmarkGraphLaunchOverhead(b *testing.B) {
 		b.Logf("graph launches/s: bare %.0f, collector %.0f (%.2f µs/call), every launch probed %.0f (%.2f µs/call, %.0f ns of BPF), daemon %.0f (%.2f µs/call)",
 			base, with, (1e9/with-1e9/base)/1e3, probed, (1e9/probed-1e9/base)/1e3, ns, host, (1e9/host-1e9/base)/1e3)
 	}
-	b.ReportMetric(median(bare), "bare-launches/s")
-	b.ReportMetric(median(ours), "collector-launches/s")
-	b.ReportMetric(median(ourNs), "collector-ns/call")
-	b.ReportMetric(median(probedNs), "probed-ns/call")
-	b.ReportMetric(median(bpfNs), "bpf-ns/call")
-	b.ReportMetric(median(hostNs), "daemon-ns/call")
+	b.ReportMetric(testutil.Median(bare), "bare-launches/s")
+	b.ReportMetric(testutil.Median(ours), "collector-launches/s")
+	b.ReportMetric(testutil.Median(ourNs), "collector-ns/call")
+	b.ReportMetric(testutil.Median(probedNs), "probed-ns/call")
+	b.ReportMetric(testutil.Median(bpfNs), "bpf-ns/call")
+	b.ReportMetric(testutil.Median(hostNs), "daemon-ns/call")
 	// The graph launch rate at which every-launch probing reaches the budget.
-	if c := median(probedNs); c > 0 {
+	if c := testutil.Median(probedNs); c > 0 {
 		b.ReportMetric(DefaultBudget.Ratio*1e9/c, "budget-launches/s")
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // TestSectionFollowsTheProcessTree targets a shell that maps no CUDA
@@ -99,12 +100,8 @@ func TestSectionFollowsTheProcessTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	second := waitReady()
-	deadline := time.Now().Add(10 * treeScan)
-	for !attached(second) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the driver started after the section (pid %d) was not attached within %v: %v", second, 10*treeScan, s.pids())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !testutil.Until(10*treeScan, func() bool { return attached(second) }) {
+		t.Fatalf("the driver started after the section (pid %d) was not attached within %v: %v", second, 10*treeScan, s.pids())
 	}
 	if err := syscall.Kill(second, syscall.SIGUSR1); err != nil {
 		t.Fatal(err)

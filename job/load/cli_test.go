@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,24 +14,19 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
-func startSim(t *testing.T, mod func(*sim.Config)) string {
+// simConfig is llmsim's default configuration (its EOS and batch
+// slowdown included, unlike simtest.Config) with sleeping steps: 2 ms
+// each, after a 1 ms prefill.
+func simConfig() sim.Config {
 	cfg := sim.DefaultConfig()
 	cfg.Work = sim.WorkSleep
 	cfg.DecodeStep = 2 * time.Millisecond
 	cfg.PrefillBase = time.Millisecond
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	t.Cleanup(func() { ts.CloseClientConnections(); ts.Close(); s.Close() })
-	return ts.URL
+	return cfg
 }
 
 // runSweep parses args as sweep's flags and runs it.
@@ -91,7 +85,7 @@ func TestFlagsDefaults(t *testing.T) {
 
 // The model, when not given, is the first the server lists.
 func TestResolveModel(t *testing.T) {
-	url := startSim(t, nil)
+	url := simtest.StartConfig(t, simConfig())
 	cfg := NewOptions().Config
 	cfg.Target.URL = url
 	if err := ResolveModel(context.Background(), &cfg); err != nil || cfg.Target.Model == "" {
@@ -105,7 +99,7 @@ func TestResolveModel(t *testing.T) {
 
 // --out, the old spelling of --result, still works, with a warning.
 func TestDeprecatedOut(t *testing.T) {
-	url := startSim(t, nil)
+	url := simtest.StartConfig(t, simConfig())
 	out := filepath.Join(t.TempDir(), "result.json")
 	var stdout, stderr bytes.Buffer
 	if err := RunLoad(context.Background(), []string{"--target", url, "--num-requests", "2", "--output-len", "2", "--input-len", "4", "--out", out}, &stdout, &stderr); err != nil {
@@ -120,7 +114,7 @@ func TestDeprecatedOut(t *testing.T) {
 }
 
 func TestRunLoadWritesVLLMJSON(t *testing.T) {
-	url := startSim(t, nil)
+	url := simtest.StartConfig(t, simConfig())
 	out := filepath.Join(t.TempDir(), "result.json")
 	var stdout, stderr bytes.Buffer
 	err := RunLoad(context.Background(), []string{"--target", url, "--endpoint", "chat", "--num-requests", "8", "--rate", "200",
@@ -157,7 +151,9 @@ func TestRunLoadWritesVLLMJSON(t *testing.T) {
 }
 
 func TestRunSweep(t *testing.T) {
-	url := startSim(t, func(c *sim.Config) { c.MaxNumSeqs = 2 })
+	cfg := simConfig()
+	cfg.MaxNumSeqs = 2
+	url := simtest.StartConfig(t, cfg)
 	out := filepath.Join(t.TempDir(), "sweep.json")
 	var stdout, stderr bytes.Buffer
 	err := runSweep(context.Background(), []string{"--target", url, "--slo", "p90_ttft_ms<=40", "--requests-per-step", "30",
@@ -181,7 +177,7 @@ func TestRunSweep(t *testing.T) {
 // --out is the run directory: the steps go to DIR/sweep.json unless
 // --result names another file; a file name there is refused.
 func TestSweepOut(t *testing.T) {
-	url := startSim(t, nil)
+	url := simtest.StartConfig(t, simConfig())
 	dir := filepath.Join(t.TempDir(), "sweep1")
 	args := []string{"--target", url, "--slo", "p90_ttft_ms<=1000", "--requests-per-step", "10",
 		"--output-len", "2", "--input-len", "4", "--precision", "0.5", "--max-rate", "20"}

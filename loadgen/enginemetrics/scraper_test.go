@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/internal/clock"
+	"github.com/bpfbench/bpfbench/internal/testutil"
 )
 
 // A scrape that fails is counted with its reason, and the scraper keeps
@@ -176,10 +177,7 @@ func TestRunThroughFailures(t *testing.T) {
 			t.Errorf("sample %d at %d ns, outside its scrape as the server saw it: after the request before ended at %d, before the next came at %s", i, smp.Ns, end[k-1], next)
 		}
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testutil.Until(2*time.Second, func() bool { return runtime.NumGoroutine() <= before })
 	if g := runtime.NumGoroutine(); g > before {
 		t.Errorf("%d goroutines after Run, %d before", g, before)
 	}

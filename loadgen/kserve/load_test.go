@@ -6,53 +6,20 @@ package kserve_test
 
 import (
 	"context"
-	"io"
 	"math"
 	"net"
-	"net/http"
-	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/internal/testutil"
+	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/kserve"
 	"github.com/bpfbench/bpfbench/loadgen/metrics"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
-
-// startSim runs llmsim in-process, HTTP and gRPC on one engine, and returns
-// its base URL and its gRPC address.
-func startSim(t *testing.T, mod func(*sim.Config)) (string, string) {
-	t.Helper()
-	cfg := sim.DefaultConfig()
-	cfg.Work = sim.WorkSleep
-	cfg.EOSProb = 0
-	cfg.BatchSlowdown = 0
-	if mod != nil {
-		mod(&cfg)
-	}
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(s.Handler())
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	gs := s.GRPCServer()
-	go gs.Serve(l)
-	t.Cleanup(func() {
-		gs.Stop()
-		ts.CloseClientConnections()
-		ts.Close()
-		s.Close()
-	})
-	return ts.URL, l.Addr().String()
-}
 
 // serverTimes is llmsim's own measure, from its /metrics: the ground truth.
 type serverTimes struct {
@@ -61,28 +28,13 @@ type serverTimes struct {
 
 func scrape(t *testing.T, url string) serverTimes {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	body := testutil.Scrape(t, url+"/metrics")
 	val := func(name string) float64 {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, name+"{") || strings.HasPrefix(l, name+" ") {
-				f := strings.Fields(l)
-				v, err := strconv.ParseFloat(f[len(f)-1], 64)
-				if err != nil {
-					t.Fatalf("/metrics: %q: %v", l, err)
-				}
-				return v
-			}
+		v, ok := testutil.Sum(body, name, "")
+		if !ok {
+			t.Fatalf("/metrics has no %s", name)
 		}
-		t.Fatalf("/metrics has no %s", name)
-		return 0
+		return v
 	}
 	return serverTimes{
 		ttftSum: val("vllm:time_to_first_token_seconds_sum"), ttftN: val("vllm:time_to_first_token_seconds_count"),
@@ -115,7 +67,7 @@ func grpcConfig(addr string, n, in, out int) loadgen.Config {
 // counts exact; a TTFT no shorter than the server's and within a decode
 // step of it; mean gaps within half a step of the server's.
 func TestGRPCTTFTAndITL(t *testing.T) {
-	url, addr := startSim(t, func(c *sim.Config) {
+	url, addr := simtest.StartGRPC(t, func(c *sim.Config) {
 		c.PrefillBase = 20 * time.Millisecond
 		c.PrefillPerToken = 0
 		c.DecodeStep = 10 * time.Millisecond
@@ -135,11 +87,11 @@ func TestGRPCTTFTAndITL(t *testing.T) {
 	}
 	// The server counts a request's last token after sending it: wait
 	// (bounded) until it has counted what the client received.
-	after := scrape(t, url)
-	for deadline := time.Now().Add(5 * time.Second); after.generation-before.generation < float64(m.TotalOutput) && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
+	var after serverTimes
+	testutil.Until(5*time.Second, func() bool {
 		after = scrape(t, url)
-	}
+		return after.generation-before.generation >= float64(m.TotalOutput)
+	})
 	srv := serverTimes{after.ttftSum - before.ttftSum, after.itlSum - before.itlSum, after.ttftN - before.ttftN, after.itlN - before.itlN, after.generation - before.generation}
 	var ttfts, itls []float64
 	for _, r := range res.Records {
@@ -203,7 +155,7 @@ func headerRun(t *testing.T, cfg loadgen.Config) *metrics.Metrics {
 func TestHeaderBlocking(t *testing.T) {
 	const prefill, n = 30 * time.Millisecond, 10
 	for _, delay := range []bool{false, true} {
-		url, addr := startSim(t, func(c *sim.Config) {
+		url, addr := simtest.StartGRPC(t, func(c *sim.Config) {
 			c.PrefillBase = prefill
 			c.PrefillPerToken = 0
 			c.DecodeStep = 2 * time.Millisecond
@@ -260,7 +212,7 @@ func TestGRPCFailures(t *testing.T) {
 		{"status", func(c *sim.Config) { c.FailRate = 1 }, transport.FailGRPCStatus, "gRPC Internal: injected failure"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, addr := startSim(t, func(s *sim.Config) {
+			_, addr := simtest.StartGRPC(t, func(s *sim.Config) {
 				s.PrefillBase, s.PrefillPerToken, s.DecodeStep = time.Millisecond, 0, time.Millisecond
 				c.mod(s)
 			})
@@ -297,7 +249,7 @@ func TestGRPCFailures(t *testing.T) {
 
 // A stall timeout and a total timeout end a gRPC stream that stalls.
 func TestGRPCStallAndTimeout(t *testing.T) {
-	_, addr := startSim(t, func(c *sim.Config) { c.StallRate = 1; c.DecodeStep = time.Millisecond })
+	_, addr := simtest.StartGRPC(t, func(c *sim.Config) { c.StallRate = 1; c.DecodeStep = time.Millisecond })
 	cfg := grpcConfig(addr, 2, 4, 8)
 	cfg.Target.StallTimeout = 100 * time.Millisecond
 	res, err := loadgen.Run(context.Background(), cfg)
