@@ -127,7 +127,46 @@ func WriteHTML(w io.Writer, d *result.Document) error {
 }
 
 func buildView(d doc) *htmlView {
-	v := &htmlView{Title: "bpfbench run report"}
+	v := &htmlView{}
+	v.addHeader(d)
+	v.addCards(d)
+	v.addThroughput(d)
+	v.addLatency(d)
+	v.addDistributions(d)
+	v.addAttribution(d)
+	for _, p := range d.Phases {
+		v.Phases = append(v.Phases, phaseRowOf(p, v.Causes))
+		v.HasInjection = v.HasInjection || p.Injection != "" || p.Verdict != "" || p.Weak
+	}
+
+	v.CriticalPath = d.criticalPathLines()
+	v.Gateway = d.gatewayLines()
+	v.addNeighbours(d)
+
+	if d.ServerMetrics != nil {
+		v.ServerMetrics = d.serverMetricsRows()
+		v.ServerQueue = d.serverQueueRows()
+		v.ServerMetricsChart = serverMetricsChart("chart-server-metrics", d.ServerMetrics)
+	}
+
+	v.Sections = d.sectionViews()
+	v.Activity = activityOf(d.Activity)
+	if c := d.Collection; c != nil {
+		v.addCollection(c)
+	} else {
+		v.NoCollect = true
+	}
+
+	v.Diagnosis = d.Diagnosis
+	if len(v.Diagnosis) == 0 {
+		v.Diagnosis = Diagnose(d.Document)
+	}
+	return v
+}
+
+// addHeader sets the title, the subtitle and the load's settings.
+func (v *htmlView) addHeader(d doc) {
+	v.Title = "bpfbench run report"
 	target := d.detail().Target
 	if target != "" {
 		v.Title = "bpfbench · " + target
@@ -158,7 +197,10 @@ func buildView(d doc) *htmlView {
 	if ep := d.detail().Endpoint; ep != "" {
 		v.Settings = append(v.Settings, fact{"Path", ep})
 	}
+}
 
+// addCards sets the headline figures.
+func (v *htmlView) addCards(d doc) {
 	completed, failed := d.Float("completed"), d.Float("failed")
 	reqClass := "ok"
 	if failed > 0 {
@@ -182,8 +224,10 @@ func buildView(d doc) *htmlView {
 	if c, ok := d.headlineCause(); ok {
 		v.Cards = append(v.Cards, c)
 	}
+}
 
-	// vLLM's summary sections
+// addThroughput sets vLLM's summary section.
+func (v *htmlView) addThroughput(d doc) {
 	add := func(label, key string) {
 		if d.hasLoad(key) {
 			v.Throughput = append(v.Throughput, fact{label, fmtNum(round2(d.Float(key)))})
@@ -206,7 +250,10 @@ func buildView(d doc) *htmlView {
 	add("Peak output token throughput (tok/s)", "max_output_tokens_per_s")
 	add("Peak concurrent requests", "max_concurrent_requests")
 	add("Total token throughput (tok/s)", "total_token_throughput")
+}
 
+// addLatency sets vLLM's latency table: a row per statistic present.
+func (v *htmlView) addLatency(d doc) {
 	metrics := []struct{ name, key string }{{"TTFT", "ttft"}, {"TPOT", "tpot"}, {"ITL", "itl"}, {"E2EL", "e2el"}}
 	for _, m := range metrics {
 		v.LatencyCols = append(v.LatencyCols, m.name)
@@ -234,8 +281,10 @@ func buildView(d doc) *htmlView {
 		stat("P"+p, "p"+p)
 	}
 	v.NoLatency = len(v.LatencyRows) == 0
+}
 
-	// distributions
+// addDistributions sets the TTFT and ITL histograms.
+func (v *htmlView) addDistributions(d doc) {
 	ttftMarks := []marker{{"p50", d.Float("median_ttft_ms"), "m-p50"}, {"p99", d.Float("p99_ttft_ms"), "m-p99"}}
 	itlMarks := []marker{{"p50", d.Float("median_itl_ms"), "m-p50"}, {"p99", d.Float("p99_itl_ms"), "m-p99"}}
 	if a := d.Attribution; a != nil {
@@ -244,8 +293,11 @@ func buildView(d doc) *htmlView {
 	}
 	v.TTFTChart = histogram("chart-ttft", "distribution of the time to first token", d.ttftsMs(), ttftMarks)
 	v.ITLChart = histogram("chart-itl", "distribution of the inter-token gaps", d.itlsMs(), itlMarks)
+}
 
-	// attribution: the critical path's, and nothing else
+// addAttribution sets the attribution, the critical path's and nothing
+// else: the page's causes, the table, the chart and the timeline.
+func (v *htmlView) addAttribution(d doc) {
 	var all []correlate.Breakdown
 	for _, p := range d.Phases {
 		all = append(all, p.ITLP99, p.TTFT, p.ITLAll)
@@ -253,154 +305,159 @@ func buildView(d doc) *htmlView {
 	for _, t := range d.Timeline {
 		all = append(all, correlate.Breakdown(t.CausesMs))
 	}
-	a := d.Attribution
 	var rows []stackRow
 	switch cp := d.CriticalPath; {
-	case a != nil:
-		v.HasAttribution = true
-		v.Baseline = fmtMs(a.BaselineITLMs)
-		keys := bandKeys(a)
-		all = append(all, a.TTFT)
-		for _, k := range keys {
-			all = append(all, bandShares(a, k))
-		}
-		for _, r := range a.Requests {
-			all = append(all, r.TTFTShares, r.ITLShares)
-		}
-		v.Causes = causeList(pageCauseOrder(all...))
-		ttftEx := ttftExcessMs(a)
-		rows = append(rows, stackRow{"Time to first token", "baseline " + fmtMs(a.BaselineTTFTMs), a.TTFT, ttftEx})
-		v.AttrRows = append(v.AttrRows, attrRowOf("Time to first token", a.TTFT, nil, v.Causes))
-		if ttftEx > 0 {
-			v.AttrRows[0].Excess = fmtMs(ttftEx)
-		}
-		for i, k := range keys {
-			label := bandLabel(keys, i)
-			band, ok := a.ITLBands[k]
-			sub := ""
-			ex := 0.0
-			if ok {
-				sub = fmtNum(float64(band.Intervals)) + " gaps · excess " + fmtMs(band.ExcessMs)
-				ex = band.ExcessMs
-			}
-			rows = append(rows, stackRow{label, sub, bandShares(a, k), ex})
-			var bp *correlate.Band
-			if ok {
-				bp = &band
-			}
-			v.AttrRows = append(v.AttrRows, attrRowOf(label, bandShares(a, k), bp, v.Causes))
-		}
-		v.Requests, v.RequestsMore = requestRows(a.Requests, v.Causes)
+	case d.Attribution != nil:
+		rows = v.addAttributionBands(d.Attribution, all)
 	case cp != nil && (cp.TTFTP99 != nil || cp.ITLP99 != nil):
-		// no attribution (an older run): the critical path's own bands
-		v.HasAttribution = true
-		v.Baseline = fmtMs(sumMs(cp.NormalITLMs))
-		type critBand struct {
-			label string
-			b     *result.CriticalBand
-		}
-		var bands []critBand
-		if cp.TTFTP99 != nil {
-			bands = append(bands, critBand{"Slowest 1% of TTFTs", cp.TTFTP99})
-		}
-		if cp.ITLP99 != nil {
-			bands = append(bands, critBand{"p99+ gaps", cp.ITLP99})
-		}
-		for _, b := range bands {
-			all = append(all, correlate.Breakdown(b.b.ExcessShares))
-		}
-		v.Causes = causeList(pageCauseOrder(all...))
-		for _, b := range bands {
-			sh := correlate.Breakdown(b.b.ExcessShares)
-			sub := fmtNum(float64(b.b.Gaps)) + " gaps · excess " + fmtMs(b.b.ExcessMs)
-			rows = append(rows, stackRow{b.label, sub, sh, b.b.ExcessMs})
-			band := correlate.Band{FromMs: b.b.FromMs, Intervals: b.b.Gaps, ExcessMs: b.b.ExcessMs}
-			v.AttrRows = append(v.AttrRows, attrRowOf(b.label, sh, &band, v.Causes))
-		}
+		rows = v.addCriticalBands(cp, all)
 	default:
 		v.Causes = causeList(pageCauseOrder(all...))
 	}
 	v.AttrChart = attributionChart("chart-attribution", rows, v.Causes)
 	v.Timeline = timelineChart("chart-timeline", d.Timeline, d.Phases, v.Causes)
+}
 
-	for _, p := range d.Phases {
-		v.Phases = append(v.Phases, phaseRowOf(p, v.Causes))
-		v.HasInjection = v.HasInjection || p.Injection != "" || p.Verdict != "" || p.Weak
+// addAttributionBands sets the attribution's rows and requests, the
+// page's causes those of all and of a; it returns the chart's rows.
+func (v *htmlView) addAttributionBands(a *correlate.Summary, all []correlate.Breakdown) []stackRow {
+	var rows []stackRow
+	v.HasAttribution = true
+	v.Baseline = fmtMs(a.BaselineITLMs)
+	keys := bandKeys(a)
+	all = append(all, a.TTFT)
+	for _, k := range keys {
+		all = append(all, bandShares(a, k))
 	}
+	for _, r := range a.Requests {
+		all = append(all, r.TTFTShares, r.ITLShares)
+	}
+	v.Causes = causeList(pageCauseOrder(all...))
+	ttftEx := ttftExcessMs(a)
+	rows = append(rows, stackRow{"Time to first token", "baseline " + fmtMs(a.BaselineTTFTMs), a.TTFT, ttftEx})
+	v.AttrRows = append(v.AttrRows, attrRowOf("Time to first token", a.TTFT, nil, v.Causes))
+	if ttftEx > 0 {
+		v.AttrRows[0].Excess = fmtMs(ttftEx)
+	}
+	for i, k := range keys {
+		label := bandLabel(keys, i)
+		band, ok := a.ITLBands[k]
+		sub := ""
+		ex := 0.0
+		if ok {
+			sub = fmtNum(float64(band.Intervals)) + " gaps · excess " + fmtMs(band.ExcessMs)
+			ex = band.ExcessMs
+		}
+		rows = append(rows, stackRow{label, sub, bandShares(a, k), ex})
+		var bp *correlate.Band
+		if ok {
+			bp = &band
+		}
+		v.AttrRows = append(v.AttrRows, attrRowOf(label, bandShares(a, k), bp, v.Causes))
+	}
+	v.Requests, v.RequestsMore = requestRows(a.Requests, v.Causes)
+	return rows
+}
 
-	v.CriticalPath = d.criticalPathLines()
-	v.Gateway = d.gatewayLines()
-	if cp := d.CriticalPath; cp != nil {
-		for _, nb := range cp.NoisyNeighbours {
-			v.Neighbours = append(v.Neighbours, kvRow{Name: nb.Label(), Value: fmt.Sprintf("%s on critical paths, %s of gap time, %d gaps", fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps)})
-		}
-		for _, nb := range cp.SelfContention {
-			v.Neighbours = append(v.Neighbours, kvRow{Name: nb.Label(), Value: fmt.Sprintf("%s on critical paths, %s of gap time, %d gaps (the server's own threads waiting for each other's CPU)", fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps)})
-		}
+// addCriticalBands sets the rows of the critical path's own bands (a run
+// without attribution, an older one), the page's causes those of all and
+// of the bands; it returns the chart's rows.
+func (v *htmlView) addCriticalBands(cp *result.CriticalPath, all []correlate.Breakdown) []stackRow {
+	var rows []stackRow
+	v.HasAttribution = true
+	v.Baseline = fmtMs(sumMs(cp.NormalITLMs))
+	type critBand struct {
+		label string
+		b     *result.CriticalBand
 	}
+	var bands []critBand
+	if cp.TTFTP99 != nil {
+		bands = append(bands, critBand{"Slowest 1% of TTFTs", cp.TTFTP99})
+	}
+	if cp.ITLP99 != nil {
+		bands = append(bands, critBand{"p99+ gaps", cp.ITLP99})
+	}
+	for _, b := range bands {
+		all = append(all, correlate.Breakdown(b.b.ExcessShares))
+	}
+	v.Causes = causeList(pageCauseOrder(all...))
+	for _, b := range bands {
+		sh := correlate.Breakdown(b.b.ExcessShares)
+		sub := fmtNum(float64(b.b.Gaps)) + " gaps · excess " + fmtMs(b.b.ExcessMs)
+		rows = append(rows, stackRow{b.label, sub, sh, b.b.ExcessMs})
+		band := correlate.Band{FromMs: b.b.FromMs, Intervals: b.b.Gaps, ExcessMs: b.b.ExcessMs}
+		v.AttrRows = append(v.AttrRows, attrRowOf(b.label, sh, &band, v.Causes))
+	}
+	return rows
+}
 
-	if d.ServerMetrics != nil {
-		v.ServerMetrics = d.serverMetricsRows()
-		v.ServerQueue = d.serverQueueRows()
-		v.ServerMetricsChart = serverMetricsChart("chart-server-metrics", d.ServerMetrics)
+// addNeighbours sets the critical path's noisy neighbours and the
+// server's own contention.
+func (v *htmlView) addNeighbours(d doc) {
+	cp := d.CriticalPath
+	if cp == nil {
+		return
 	}
+	for _, nb := range cp.NoisyNeighbours {
+		v.Neighbours = append(v.Neighbours, kvRow{Name: nb.Label(), Value: fmt.Sprintf("%s on critical paths, %s of gap time, %d gaps", fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps)})
+	}
+	for _, nb := range cp.SelfContention {
+		v.Neighbours = append(v.Neighbours, kvRow{Name: nb.Label(), Value: fmt.Sprintf("%s on critical paths, %s of gap time, %d gaps (the server's own threads waiting for each other's CPU)", fmtMs(nb.Ms), fmtPct(nb.Share), nb.Gaps)})
+	}
+}
 
-	v.Sections = d.sectionViews()
-	v.Activity = activityOf(d.Activity)
-	if c := d.Collection; c != nil {
-		who := fmtNum(float64(c.Pid))
-		if c.Comm != "" {
-			who += " (" + c.Comm + ")"
-		}
-		v.Collection = append(v.Collection, kvRow{Name: "Target pid", Value: who})
-		if !c.Started.IsZero() {
-			v.Collection = append(v.Collection, kvRow{Name: "Started", Value: c.Started.Format("2006-01-02 15:04:05.000 MST")})
-		}
-		if !c.Stopped.IsZero() {
-			v.Collection = append(v.Collection, kvRow{Name: "Stopped", Value: c.Stopped.Format("2006-01-02 15:04:05.000 MST")})
-		}
-		if c.StoppedOffsetS > 0 || c.StartedOffsetS > 0 {
-			v.Collection = append(v.Collection, kvRow{Name: "Collected (s since load start)", Value: fmtNum(round2(c.StartedOffsetS)) + " – " + fmtNum(round2(c.StoppedOffsetS))})
-		}
-		reason := c.StoppedReason
-		if reason == "" {
-			reason = "–"
-		}
-		dropped := fmtNum(float64(c.SpansDropped))
-		if t := c.Spans + c.SpansDropped; c.SpansDropped > 0 && t > 0 {
-			dropped += " (" + fmtPct(float64(c.SpansDropped)/float64(t)) + ")"
-		}
-		v.Collection = append(v.Collection,
-			kvRow{Name: "Why collection stopped", Value: reason, Warn: c.StoppedReason != "" && !normalStop(c.StoppedReason)},
-			kvRow{Name: "Lost events", Value: fmtNum(float64(c.LostEvents)), Warn: c.LostEvents > 0},
-			kvRow{Name: "Spans recorded", Value: fmtNum(float64(c.Spans))},
-			kvRow{Name: "Spans dropped", Value: dropped, Warn: c.SpansDropped > 0},
-		)
-		for _, n := range sortedKeys(c.Unavailable) {
-			v.Unavailable = append(v.Unavailable, fact{n, c.Unavailable[n]})
-		}
-		for _, ch := range c.Readiness {
-			st := strings.ToLower(ch.Status)
-			class := "st-info"
-			switch st {
-			case "ok", "pass", "passed":
-				class = "st-ok"
-			case "warn", "warning", "skip", "skipped":
-				class = "st-warn"
-			case "fail", "failed", "error":
-				class = "st-bad"
-			}
-			v.Readiness = append(v.Readiness, checkRow{ch.Status, class, ch.Name, ch.Detail, ch.Fix})
-		}
-	} else {
-		v.NoCollect = true
+// addCollection sets what the collection says of itself: its target and
+// span, why it stopped, what it lost, what was unavailable and the
+// readiness checks.
+func (v *htmlView) addCollection(c *result.Collection) {
+	who := fmtNum(float64(c.Pid))
+	if c.Comm != "" {
+		who += " (" + c.Comm + ")"
 	}
+	v.Collection = append(v.Collection, kvRow{Name: "Target pid", Value: who})
+	if !c.Started.IsZero() {
+		v.Collection = append(v.Collection, kvRow{Name: "Started", Value: c.Started.Format("2006-01-02 15:04:05.000 MST")})
+	}
+	if !c.Stopped.IsZero() {
+		v.Collection = append(v.Collection, kvRow{Name: "Stopped", Value: c.Stopped.Format("2006-01-02 15:04:05.000 MST")})
+	}
+	if c.StoppedOffsetS > 0 || c.StartedOffsetS > 0 {
+		v.Collection = append(v.Collection, kvRow{Name: "Collected (s since load start)", Value: fmtNum(round2(c.StartedOffsetS)) + " – " + fmtNum(round2(c.StoppedOffsetS))})
+	}
+	reason := c.StoppedReason
+	if reason == "" {
+		reason = "–"
+	}
+	dropped := fmtNum(float64(c.SpansDropped))
+	if t := c.Spans + c.SpansDropped; c.SpansDropped > 0 && t > 0 {
+		dropped += " (" + fmtPct(float64(c.SpansDropped)/float64(t)) + ")"
+	}
+	v.Collection = append(v.Collection,
+		kvRow{Name: "Why collection stopped", Value: reason, Warn: c.StoppedReason != "" && !normalStop(c.StoppedReason)},
+		kvRow{Name: "Lost events", Value: fmtNum(float64(c.LostEvents)), Warn: c.LostEvents > 0},
+		kvRow{Name: "Spans recorded", Value: fmtNum(float64(c.Spans))},
+		kvRow{Name: "Spans dropped", Value: dropped, Warn: c.SpansDropped > 0},
+	)
+	for _, n := range sortedKeys(c.Unavailable) {
+		v.Unavailable = append(v.Unavailable, fact{n, c.Unavailable[n]})
+	}
+	for _, ch := range c.Readiness {
+		v.Readiness = append(v.Readiness, checkRowOf(ch))
+	}
+}
 
-	v.Diagnosis = d.Diagnosis
-	if len(v.Diagnosis) == 0 {
-		v.Diagnosis = Diagnose(d.Document)
+// checkRowOf is a readiness check's row, classed by its status.
+func checkRowOf(ch result.Check) checkRow {
+	class := "st-info"
+	switch strings.ToLower(ch.Status) {
+	case "ok", "pass", "passed":
+		class = "st-ok"
+	case "warn", "warning", "skip", "skipped":
+		class = "st-warn"
+	case "fail", "failed", "error":
+		class = "st-bad"
 	}
-	return v
+	return checkRow{ch.Status, class, ch.Name, ch.Detail, ch.Fix}
 }
 
 func attrRowOf(label string, b correlate.Breakdown, band *correlate.Band, causes []causeInfo) attrRow {

@@ -177,72 +177,17 @@ func histogram(id, label string, values []float64, markers []marker) template.HT
 		return emptyChart(id, label, "No successful requests: nothing to plot", W, H)
 	}
 	sort.Float64s(vs)
-	lo, hi := vs[0], vs[len(vs)-1]
-	useLog := lo > 0 && hi/lo > 30
-	if hi <= lo {
-		pad := math.Max(lo*0.1, 0.5)
-		lo, hi = math.Max(0, lo-pad), hi+pad
-	}
-	if !useLog {
-		lo = 0
-	}
 	const bins = 40
-	tr := func(v float64) float64 { return v }
-	if useLog {
-		tr = math.Log10
-	}
-	a, b := tr(lo), tr(hi)
-	if useLog {
-		a -= 0.02
-		b += 0.02
-	}
-	counts := make([]int, bins)
-	for _, v := range vs {
-		i := int((tr(math.Max(v, lo)) - a) / (b - a) * bins)
-		if i >= bins {
-			i = bins - 1
-		}
-		if i < 0 {
-			i = 0
-		}
-		counts[i]++
-	}
-	maxC := 0
-	for _, c := range counts {
-		maxC = max(maxC, c)
-	}
+	h := newHistScale(vs[0], vs[len(vs)-1])
+	counts := h.count(vs, bins)
 	pw, ph := W-ml-mr, H-mt-mb
 	x := func(v float64) float64 {
-		if useLog && v <= 0 {
+		if h.useLog && v <= 0 {
 			return ml
 		}
-		return ml + (tr(v)-a)/(b-a)*pw
+		return ml + (h.tr(v)-h.a)/(h.b-h.a)*pw
 	}
-	// a long tail hides behind a tall mode: counts go on a log scale when
-	// they span more than two decades
-	minC := maxC
-	for _, c := range counts {
-		if c > 0 {
-			minC = min(minC, c)
-		}
-	}
-	logY := maxC >= 100*minC && maxC >= 100
-	countLabel := "count"
-	var yTicks []float64
-	var yTop float64
-	var y func(c float64) float64
-	if logY {
-		countLabel = "count (log scale)"
-		yTop = math.Ceil(math.Log10(float64(maxC) + 1))
-		for v := 10.0; v <= math.Pow(10, yTop); v *= 10 {
-			yTicks = append(yTicks, v)
-		}
-		y = func(c float64) float64 { return mt + ph - math.Log10(c+1)/yTop*ph }
-		yTicks = append([]float64{0}, yTicks...)
-	} else {
-		yTicks, _, yTop = linTicks(0, float64(maxC), 4)
-		y = func(c float64) float64 { return mt + ph - c/yTop*ph }
-	}
+	countLabel, yTicks, y := histCounts(counts, mt, ph)
 
 	var s svg
 	s.open(id, "chart chart-hist", W, H, label)
@@ -255,20 +200,14 @@ func histogram(id, label string, values []float64, markers []marker) template.HT
 		if c == 0 {
 			continue
 		}
-		from, to := a+(b-a)*float64(i)/bins, a+(b-a)*float64(i+1)/bins
-		if useLog {
+		from, to := h.a+(h.b-h.a)*float64(i)/bins, h.a+(h.b-h.a)*float64(i+1)/bins
+		if h.useLog {
 			from, to = math.Pow(10, from), math.Pow(10, to)
 		}
 		s.rect(ml+float64(i)*bw+0.5, y(float64(c)), bw-1, y(0)-y(float64(c)), "", "bar",
 			fmt.Sprintf("%s – %s: %d", fmtMs(from), fmtMs(to), c))
 	}
-	var xt []float64
-	if useLog {
-		xt = logTicks(math.Pow(10, a), math.Pow(10, b))
-	} else {
-		xt, _, _ = linTicks(lo, hi, 6)
-	}
-	for _, t := range xt {
+	for _, t := range h.ticks() {
 		if xx := x(t); xx >= ml-0.5 && xx <= W-mr+0.5 {
 			s.line(xx, mt+ph, xx, mt+ph+4, "axis")
 			s.text(xx, mt+ph+17, "middle", "tick", tickLabel(t))
@@ -276,13 +215,107 @@ func histogram(id, label string, values []float64, markers []marker) template.HT
 	}
 	s.line(ml, mt+ph, W-mr, mt+ph, "axis")
 	scale := "ms"
-	if useLog {
+	if h.useLog {
 		scale = "ms (log scale)"
 	}
 	s.text(ml+pw/2, H-6, "middle", "axis-label", scale)
 	fmt.Fprintf(&s.b, `<text x="14" y="%s" text-anchor="middle" class="axis-label" transform="rotate(-90 14 %s)">%s</text>`,
 		num(mt+ph/2), num(mt+ph/2), esc(countLabel))
-	// markers, labels staggered so that close ones do not overlap
+	histMarkers(&s, markers, x, ml, W-mr, mt, ph)
+	return s.close()
+}
+
+// histScale is a histogram's value axis: linear from 0, or log-spaced
+// when the values span more than a decade and a half. a and b are the
+// axis' ends, transformed (tr).
+type histScale struct {
+	useLog       bool
+	lo, hi, a, b float64
+}
+
+// newHistScale is the axis of values from lo to hi.
+func newHistScale(lo, hi float64) histScale {
+	h := histScale{useLog: lo > 0 && hi/lo > 30}
+	if hi <= lo {
+		pad := math.Max(lo*0.1, 0.5)
+		lo, hi = math.Max(0, lo-pad), hi+pad
+	}
+	if !h.useLog {
+		lo = 0
+	}
+	h.lo, h.hi = lo, hi
+	h.a, h.b = h.tr(lo), h.tr(hi)
+	if h.useLog {
+		h.a -= 0.02
+		h.b += 0.02
+	}
+	return h
+}
+
+// tr is v on the axis' scale.
+func (h histScale) tr(v float64) float64 {
+	if h.useLog {
+		return math.Log10(v)
+	}
+	return v
+}
+
+// count is how many of vs fall in each of bins.
+func (h histScale) count(vs []float64, bins int) []int {
+	counts := make([]int, bins)
+	for _, v := range vs {
+		i := int((h.tr(math.Max(v, h.lo)) - h.a) / (h.b - h.a) * float64(bins))
+		if i >= bins {
+			i = bins - 1
+		}
+		if i < 0 {
+			i = 0
+		}
+		counts[i]++
+	}
+	return counts
+}
+
+// ticks are the axis' ticks.
+func (h histScale) ticks() []float64 {
+	if h.useLog {
+		return logTicks(math.Pow(10, h.a), math.Pow(10, h.b))
+	}
+	xt, _, _ := linTicks(h.lo, h.hi, 6)
+	return xt
+}
+
+// histCounts is a histogram's count axis over a plot ph high from mt: its
+// label, ticks and scale. A long tail hides behind a tall mode: counts go
+// on a log scale when they span more than two decades.
+func histCounts(counts []int, mt, ph float64) (string, []float64, func(c float64) float64) {
+	maxC := 0
+	for _, c := range counts {
+		maxC = max(maxC, c)
+	}
+	minC := maxC
+	for _, c := range counts {
+		if c > 0 {
+			minC = min(minC, c)
+		}
+	}
+	if maxC >= 100*minC && maxC >= 100 {
+		yTop := math.Ceil(math.Log10(float64(maxC) + 1))
+		var yTicks []float64
+		for v := 10.0; v <= math.Pow(10, yTop); v *= 10 {
+			yTicks = append(yTicks, v)
+		}
+		y := func(c float64) float64 { return mt + ph - math.Log10(c+1)/yTop*ph }
+		return "count (log scale)", append([]float64{0}, yTicks...), y
+	}
+	yTicks, _, yTop := linTicks(0, float64(maxC), 4)
+	return "count", yTicks, func(c float64) float64 { return mt + ph - c/yTop*ph }
+}
+
+// histMarkers draws markers as vertical lines over a plot from left to
+// right and ph high from mt, labels staggered so that close ones do not
+// overlap.
+func histMarkers(s *svg, markers []marker, x func(float64) float64, left, right, mt, ph float64) {
 	sort.SliceStable(markers, func(i, j int) bool { return markers[i].Value < markers[j].Value })
 	lastX, row := -1e9, 0
 	for _, m := range markers {
@@ -290,7 +323,7 @@ func histogram(id, label string, values []float64, markers []marker) template.HT
 			continue
 		}
 		xx := x(m.Value)
-		if xx < ml || xx > W-mr {
+		if xx < left || xx > right {
 			continue
 		}
 		if xx-lastX < 70 {
@@ -301,14 +334,13 @@ func histogram(id, label string, values []float64, markers []marker) template.HT
 		lastX = xx
 		s.line(xx, mt-2, xx, mt+ph, "marker "+m.Class)
 		anchor := "middle"
-		if xx > W-mr-40 {
+		if xx > right-40 {
 			anchor = "end"
-		} else if xx < ml+40 {
+		} else if xx < left+40 {
 			anchor = "start"
 		}
 		s.text(xx, mt-8-float64(row%2)*12, anchor, "marker-label "+m.Class, m.Label+" "+fmtMs(m.Value))
 	}
-	return s.close()
 }
 
 // stackRow is one horizontal stacked bar of shares.
@@ -407,13 +439,88 @@ func drawMiniBar(b correlate.Breakdown, causes []causeInfo, ms bool) template.HT
 // timelineChart draws throughput, ITL and the excess per cause over the
 // run, one panel each on a shared time axis, with the phases shaded.
 func timelineChart(id string, pts []result.TimelinePoint, phases []result.Phase, causes []causeInfo) template.HTML {
-	const W = 1100.0
-	const ml, mr = 64.0, 16.0
 	if len(pts) == 0 {
-		return emptyChart(id, "timeline", "No timeline: the run recorded no per-second data", W, 80)
+		return emptyChart(id, "timeline", "No timeline: the run recorded no per-second data", timelineW, 80)
 	}
 	pts = append([]result.TimelinePoint(nil), pts...)
 	sort.SliceStable(pts, func(i, j int) bool { return finite(pts[i].T) < finite(pts[j].T) })
+	tl := &timeline{pts: pts, bucket: timelineBucket(pts), pw: timelineW - timelineML - timelineMR}
+	tl.t0, tl.t1 = finite(pts[0].T), finite(pts[len(pts)-1].T)+tl.bucket
+	for _, p := range phases {
+		if isFinite(p.StartS) && isFinite(p.EndS) && p.EndS > p.StartS {
+			tl.t0, tl.t1 = math.Min(tl.t0, p.StartS), math.Max(tl.t1, p.EndS)
+		}
+	}
+	if tl.t1 <= tl.t0 {
+		tl.t1 = tl.t0 + 1
+	}
+
+	phaseH := 0.0
+	if len(phases) > 0 {
+		phaseH = 22
+	}
+	items, legendH := timelineLegend(causes)
+	p1 := panel{"Output throughput (tokens/s)", legendH + phaseH + 30, 110}
+	p2 := panel{"Latency (ms)", p1.y + p1.h + 40, 140}
+	p3 := panel{"Excess latency per cause on the critical path (ms over the normal gap, summed per bucket)", p2.y + p2.h + 40, 140}
+	H := p3.y + p3.h + 36
+
+	s := &tl.s
+	s.open(id, "chart chart-timeline", timelineW, H, "throughput, latency and causes over the run")
+	for _, it := range items {
+		if it.line {
+			fmt.Fprintf(&s.b, `<line x1="%s" y1="%s" x2="%s" y2="%s" class="%s" stroke="%s"/>`,
+				num(it.x), num(it.y+12), num(it.x+18), num(it.y+12), esc(it.class), esc(it.color))
+		} else {
+			s.rect(it.x, it.y+6, 12, 12, it.color, "", "")
+		}
+		s.text(it.x+22, it.y+16, "start", "legend-text", it.label)
+	}
+	tl.phases(phases, legendH+4, p3.y+p3.h)
+	tl.throughput(p1)
+	tl.latency(p2)
+	tl.causes(p3, causes)
+	// time axis
+	tt, _, _ := linTicks(tl.t0, tl.t1, 10)
+	for _, t := range tt {
+		if t < tl.t0-1e-9 || t > tl.t1+1e-9 {
+			continue
+		}
+		s.line(tl.x(t), p3.y+p3.h, tl.x(t), p3.y+p3.h+4, "axis")
+		s.text(tl.x(t), p3.y+p3.h+17, "middle", "tick", tickLabel(t))
+	}
+	s.text(timelineML+tl.pw/2, H-4, "middle", "axis-label", "seconds since the start of the load")
+	return s.close()
+}
+
+// The timeline's width and left and right margins.
+const timelineW, timelineML, timelineMR = 1100.0, 64.0, 16.0
+
+// timeline is the timeline chart being drawn: its points, their bucket
+// (s), the time axis from t0 to t1 over pw.
+type timeline struct {
+	s              svg
+	pts            []result.TimelinePoint
+	bucket, t0, t1 float64
+	pw             float64
+}
+
+// panel is one of the timeline's panels, h high from y.
+type panel struct {
+	title string
+	y, h  float64
+}
+
+// legendItem is one entry of the timeline's legend, a line or a swatch.
+type legendItem struct {
+	color, class, label string
+	line                bool
+	x, y                float64
+}
+
+// timelineBucket is the points' bucket: the median step between them (1
+// for a single point).
+func timelineBucket(pts []result.TimelinePoint) float64 {
 	bucket := 1.0
 	if len(pts) > 1 {
 		var ds []float64
@@ -427,33 +534,12 @@ func timelineChart(id string, pts []result.TimelinePoint, phases []result.Phase,
 			bucket = ds[len(ds)/2]
 		}
 	}
-	t0, t1 := finite(pts[0].T), finite(pts[len(pts)-1].T)+bucket
-	for _, p := range phases {
-		if isFinite(p.StartS) && isFinite(p.EndS) && p.EndS > p.StartS {
-			t0, t1 = math.Min(t0, p.StartS), math.Max(t1, p.EndS)
-		}
-	}
-	if t1 <= t0 {
-		t1 = t0 + 1
-	}
-	pw := W - ml - mr
-	x := func(t float64) float64 { return ml + (finite(t)-t0)/(t1-t0)*pw }
+	return bucket
+}
 
-	type panel struct {
-		title string
-		y, h  float64
-	}
-	phaseH := 0.0
-	if len(phases) > 0 {
-		phaseH = 22
-	}
-	// the legend, in as many rows as it needs (the critical path has
-	// eight causes)
-	type legendItem struct {
-		color, class, label string
-		line                bool
-		x, y                float64
-	}
+// timelineLegend lays out the legend in as many rows as it needs (the
+// critical path has eight causes): its items and its height.
+func timelineLegend(causes []causeInfo) ([]legendItem, float64) {
 	items := []legendItem{
 		{color: "#1f6feb", class: "tl-line", label: "tokens/s", line: true},
 		{color: "#0b3d91", class: "tl-line", label: "ITL p50", line: true},
@@ -463,65 +549,64 @@ func timelineChart(id string, pts []result.TimelinePoint, phases []result.Phase,
 	for _, c := range causes {
 		items = append(items, legendItem{color: c.Color, label: c.Label})
 	}
-	lx, ly := ml, 0.0
+	lx, ly := timelineML, 0.0
 	for i := range items {
 		w := 30 + float64(len([]rune(items[i].label)))*6.6
-		if lx > ml && lx+w-8 > W-mr {
-			lx, ly = ml, ly+20
+		if lx > timelineML && lx+w-8 > timelineW-timelineMR {
+			lx, ly = timelineML, ly+20
 		}
 		items[i].x, items[i].y = lx, ly
 		lx += w
 	}
-	legendH := 24.0 + ly
-	p1 := panel{"Output throughput (tokens/s)", legendH + phaseH + 30, 110}
-	p2 := panel{"Latency (ms)", p1.y + p1.h + 40, 140}
-	p3 := panel{"Excess latency per cause on the critical path (ms over the normal gap, summed per bucket)", p2.y + p2.h + 40, 140}
-	H := p3.y + p3.h + 36
+	return items, 24.0 + ly
+}
 
-	var s svg
-	s.open(id, "chart chart-timeline", W, H, "throughput, latency and causes over the run")
-	for _, it := range items {
-		if it.line {
-			fmt.Fprintf(&s.b, `<line x1="%s" y1="%s" x2="%s" y2="%s" class="%s" stroke="%s"/>`,
-				num(it.x), num(it.y+12), num(it.x+18), num(it.y+12), esc(it.class), esc(it.color))
-		} else {
-			s.rect(it.x, it.y+6, 12, 12, it.color, "", "")
-		}
-		s.text(it.x+22, it.y+16, "start", "legend-text", it.label)
-	}
-	// phases
+// x is time t's abscissa.
+func (tl *timeline) x(t float64) float64 {
+	return timelineML + (finite(t)-tl.t0)/(tl.t1-tl.t0)*tl.pw
+}
+
+// phases shades every other phase from top to bottom, and marks and names
+// each.
+func (tl *timeline) phases(phases []result.Phase, top, bottom float64) {
 	for i, ph := range phases {
 		if !(isFinite(ph.StartS) && isFinite(ph.EndS) && ph.EndS > ph.StartS) {
 			continue
 		}
-		xa, xb := x(ph.StartS), x(ph.EndS)
-		top := legendH + 4
+		xa, xb := tl.x(ph.StartS), tl.x(ph.EndS)
 		if i%2 == 0 {
-			s.rect(xa, top, xb-xa, p3.y+p3.h-top, "", "phase-band", "")
+			tl.s.rect(xa, top, xb-xa, bottom-top, "", "phase-band", "")
 		}
-		s.line(xa, top, xa, p3.y+p3.h, "phase-edge")
-		s.text((xa+xb)/2, top+15, "middle", "phase-label", ph.Name)
+		tl.s.line(xa, top, xa, bottom, "phase-edge")
+		tl.s.text((xa+xb)/2, top+15, "middle", "phase-label", ph.Name)
 	}
-	axes := func(p panel, top float64, ticks []float64) func(float64) float64 {
-		y := func(v float64) float64 { return p.y + p.h - finite(v)/top*p.h }
-		s.text(ml, p.y-8, "start", "panel-title", p.title)
-		for _, t := range ticks {
-			s.line(ml, y(t), W-mr, y(t), "grid")
-			s.text(ml-6, y(t)+4, "end", "tick", tickLabel(t))
-		}
-		s.line(ml, p.y+p.h, W-mr, p.y+p.h, "axis")
-		return y
+}
+
+// axes draws panel p's title, grid and ticks up to top; it returns the
+// panel's ordinate.
+func (tl *timeline) axes(p panel, top float64, ticks []float64) func(float64) float64 {
+	const ml, right = timelineML, timelineW - timelineMR
+	y := func(v float64) float64 { return p.y + p.h - finite(v)/top*p.h }
+	tl.s.text(ml, p.y-8, "start", "panel-title", p.title)
+	for _, t := range ticks {
+		tl.s.line(ml, y(t), right, y(t), "grid")
+		tl.s.text(ml-6, y(t)+4, "end", "tick", tickLabel(t))
 	}
-	// panel 1: throughput
+	tl.s.line(ml, p.y+p.h, right, p.y+p.h, "axis")
+	return y
+}
+
+// throughput draws panel p1: output tokens per second, a line over an area.
+func (tl *timeline) throughput(p1 panel) {
 	maxTP := 0.0
-	for _, p := range pts {
+	for _, p := range tl.pts {
 		maxTP = math.Max(maxTP, finite(p.OutputTokensPerSecond))
 	}
 	ticks, _, top := linTicks(0, math.Max(maxTP, 1), 3)
-	y := axes(p1, top, ticks)
+	y := tl.axes(p1, top, ticks)
 	var area, ln strings.Builder
-	for i, p := range pts {
-		xm := x(finite(p.T) + bucket/2)
+	for i, p := range tl.pts {
+		xm := tl.x(finite(p.T) + tl.bucket/2)
 		if i == 0 {
 			fmt.Fprintf(&area, "M%s %s", num(xm), num(y(0)))
 			fmt.Fprintf(&ln, "M%s %s", num(xm), num(y(p.OutputTokensPerSecond)))
@@ -529,51 +614,60 @@ func timelineChart(id string, pts []result.TimelinePoint, phases []result.Phase,
 			fmt.Fprintf(&ln, "L%s %s", num(xm), num(y(p.OutputTokensPerSecond)))
 		}
 		fmt.Fprintf(&area, "L%s %s", num(xm), num(y(p.OutputTokensPerSecond)))
-		if i == len(pts)-1 {
+		if i == len(tl.pts)-1 {
 			fmt.Fprintf(&area, "L%s %sZ", num(xm), num(y(0)))
 		}
 	}
-	s.path(area.String(), "tl-area", "", "#1f6feb")
-	s.path(ln.String(), "tl-line", "#1f6feb", "none")
-	// panel 2: latency
+	tl.s.path(area.String(), "tl-area", "", "#1f6feb")
+	tl.s.path(ln.String(), "tl-line", "#1f6feb", "none")
+}
+
+// latency draws panel p2: TTFT p50, ITL p50 and ITL p99.
+func (tl *timeline) latency(p2 panel) {
 	maxL := 0.0
-	for _, p := range pts {
+	for _, p := range tl.pts {
 		maxL = math.Max(maxL, math.Max(finite(p.P99ITLMs), math.Max(finite(p.P50ITLMs), finite(p.P50TTFTMs))))
 	}
-	ticks, _, top = linTicks(0, math.Max(maxL, 1), 4)
-	y = axes(p2, top, ticks)
-	series := func(get func(result.TimelinePoint) float64, color, class, name string) {
-		var b strings.Builder
-		pen := false
-		for _, p := range pts {
-			v := get(p)
-			if !isFinite(v) || v <= 0 {
-				pen = false
-				continue
-			}
-			cmd := "L"
-			if !pen {
-				cmd = "M"
-			}
-			pen = true
-			fmt.Fprintf(&b, "%s%s %s", cmd, num(x(finite(p.T)+bucket/2)), num(y(v)))
+	ticks, _, top := linTicks(0, math.Max(maxL, 1), 4)
+	y := tl.axes(p2, top, ticks)
+	tl.series(y, func(p result.TimelinePoint) float64 { return p.P50TTFTMs }, "#8c959f", "tl-line dashed", "ttft-p50")
+	tl.series(y, func(p result.TimelinePoint) float64 { return p.P50ITLMs }, "#0b3d91", "tl-line", "itl-p50")
+	tl.series(y, func(p result.TimelinePoint) float64 { return p.P99ITLMs }, "#d1242f", "tl-line", "itl-p99")
+}
+
+// series draws get of the points as a line broken where it has no value,
+// with a dot (and its value as a tooltip) at each point when they are few.
+func (tl *timeline) series(y func(float64) float64, get func(result.TimelinePoint) float64, color, class, name string) {
+	var b strings.Builder
+	pen := false
+	for _, p := range tl.pts {
+		v := get(p)
+		if !isFinite(v) || v <= 0 {
+			pen = false
+			continue
 		}
-		if b.Len() > 0 {
-			s.path(b.String(), class+" series-"+name, color, "none")
+		cmd := "L"
+		if !pen {
+			cmd = "M"
 		}
-		for _, p := range pts {
-			if v := get(p); isFinite(v) && v > 0 && len(pts) <= 120 {
-				fmt.Fprintf(&s.b, `<circle cx="%s" cy="%s" r="2" fill="%s"><title>%s at %ss: %s</title></circle>`,
-					num(x(finite(p.T)+bucket/2)), num(y(v)), esc(color), esc(name), num(p.T), esc(fmtMs(v)))
-			}
+		pen = true
+		fmt.Fprintf(&b, "%s%s %s", cmd, num(tl.x(finite(p.T)+tl.bucket/2)), num(y(v)))
+	}
+	if b.Len() > 0 {
+		tl.s.path(b.String(), class+" series-"+name, color, "none")
+	}
+	for _, p := range tl.pts {
+		if v := get(p); isFinite(v) && v > 0 && len(tl.pts) <= 120 {
+			fmt.Fprintf(&tl.s.b, `<circle cx="%s" cy="%s" r="2" fill="%s"><title>%s at %ss: %s</title></circle>`,
+				num(tl.x(finite(p.T)+tl.bucket/2)), num(y(v)), esc(color), esc(name), num(p.T), esc(fmtMs(v)))
 		}
 	}
-	series(func(p result.TimelinePoint) float64 { return p.P50TTFTMs }, "#8c959f", "tl-line dashed", "ttft-p50")
-	series(func(p result.TimelinePoint) float64 { return p.P50ITLMs }, "#0b3d91", "tl-line", "itl-p50")
-	series(func(p result.TimelinePoint) float64 { return p.P99ITLMs }, "#d1242f", "tl-line", "itl-p99")
-	// panel 3: causes
+}
+
+// causes draws panel p3: each bucket's excess per cause, stacked.
+func (tl *timeline) causes(p3 panel, causes []causeInfo) {
 	maxC := 0.0
-	for _, p := range pts {
+	for _, p := range tl.pts {
 		t := 0.0
 		for _, c := range causes {
 			if v := finite(p.CausesMs[c.Name]); v > 0 {
@@ -582,10 +676,10 @@ func timelineChart(id string, pts []result.TimelinePoint, phases []result.Phase,
 		}
 		maxC = math.Max(maxC, t)
 	}
-	ticks, _, top = linTicks(0, math.Max(maxC, 1), 4)
-	y = axes(p3, top, ticks)
-	bw := math.Max(pw*bucket/(t1-t0)-1.5, 1)
-	for _, p := range pts {
+	ticks, _, top := linTicks(0, math.Max(maxC, 1), 4)
+	y := tl.axes(p3, top, ticks)
+	bw := math.Max(tl.pw*tl.bucket/(tl.t1-tl.t0)-1.5, 1)
+	for _, p := range tl.pts {
 		acc := 0.0
 		for _, c := range causes {
 			v := finite(p.CausesMs[c.Name])
@@ -596,22 +690,11 @@ func timelineChart(id string, pts []result.TimelinePoint, phases []result.Phase,
 			if t := sharesSum(correlate.Breakdown(p.CausesMs)); t > 0 {
 				tip += " (" + fmtPct(v/t) + " of the excess)"
 			}
-			s.rect(x(p.T)+0.75, y(acc+v), bw, y(acc)-y(acc+v), c.Color, "tl-cause", tip)
+			tl.s.rect(tl.x(p.T)+0.75, y(acc+v), bw, y(acc)-y(acc+v), c.Color, "tl-cause", tip)
 			acc += v
 		}
 	}
 	if maxC == 0 {
-		s.text(ml+pw/2, p3.y+p3.h/2, "middle", "empty-text", "no excess latency attributed")
+		tl.s.text(timelineML+tl.pw/2, p3.y+p3.h/2, "middle", "empty-text", "no excess latency attributed")
 	}
-	// time axis
-	tt, _, _ := linTicks(t0, t1, 10)
-	for _, t := range tt {
-		if t < t0-1e-9 || t > t1+1e-9 {
-			continue
-		}
-		s.line(x(t), p3.y+p3.h, x(t), p3.y+p3.h+4, "axis")
-		s.text(x(t), p3.y+p3.h+17, "middle", "tick", tickLabel(t))
-	}
-	s.text(ml+pw/2, H-4, "middle", "axis-label", "seconds since the start of the load")
-	return s.close()
 }

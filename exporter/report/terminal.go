@@ -1,17 +1,16 @@
 package report
 
 import (
-	"time"
-
 	"bufio"
 	"fmt"
-	"github.com/bpfbench/bpfbench/result"
 	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // shortCause names the causes in the terminal table's header.
@@ -31,6 +30,37 @@ func WriteTerminal(w io.Writer, rd *result.Document) error {
 		rd = &result.Document{}
 	}
 	d := doc{rd}
+	writeTerminalLoad(bw, d)
+	if a := d.Attribution; a != nil {
+		writeTerminalAttribution(bw, a)
+	}
+	if len(d.Phases) > 0 {
+		writeTerminalPhases(bw, d)
+	}
+	writeTerminalList(bw, "Gateway", d.gatewayLines())
+	writeTerminalList(bw, "Critical path", d.criticalPathLines())
+	if lines := d.serverMetricsLines(); len(lines) > 0 {
+		fmt.Fprintln(bw)
+		for _, l := range lines {
+			fmt.Fprintln(bw, l)
+		}
+	}
+	for _, l := range d.agentLines() {
+		fmt.Fprintln(bw, l)
+	}
+	fmt.Fprintln(bw)
+	writeTerminalCollection(bw, d)
+
+	diag := d.Diagnosis
+	if len(diag) == 0 {
+		diag = Diagnose(d.Document)
+	}
+	writeTerminalList(bw, "Diagnosis", diag)
+	return bw.Flush()
+}
+
+// writeTerminalLoad writes the title and the load's figures.
+func writeTerminalLoad(bw *bufio.Writer, d doc) {
 	title := "bpfbench run"
 	if t := d.detail().Target; t != "" {
 		title += ": " + t
@@ -62,168 +92,150 @@ func WriteTerminal(w io.Writer, rd *result.Document) error {
 		fmt.Fprintf(tw, "ITL\tp50 %s   p99 %s\t%s\n", fmtMs(d.Float("median_itl_ms")), fmtMs(d.Float("p99_itl_ms")), base)
 	}
 	tw.Flush()
+}
 
-	if a := d.Attribution; a != nil {
-		keys := bandKeys(a)
-		var all []correlate.Breakdown
-		all = append(all, a.TTFT)
-		for _, k := range keys {
-			all = append(all, bandShares(a, k))
-		}
-		causes := presentCauses(causeOrder(all...), all...)
-		fmt.Fprintln(bw)
-		if a.Model == correlate.ModelCriticalPath {
-			fmt.Fprintf(bw, "Attribution on the critical path (each band's excess over the normal gap, %s, split over what delayed its gaps)\n", fmtMs(a.BaselineITLMs))
-		} else {
-			fmt.Fprintln(bw, "Attribution (share of the excess over the baseline)")
-		}
-		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprint(tw, "band\t")
-		for _, c := range causes {
-			n := shortCause[c]
-			if n == "" {
-				n = c
-			}
-			fmt.Fprint(tw, n+"\t")
-		}
-		fmt.Fprint(tw, "gaps\texcess\t\n")
-		row := func(label string, b correlate.Breakdown, n string, excess string) {
-			fmt.Fprint(tw, label+"\t")
-			tot := sharesSum(b)
-			for _, c := range causes {
-				if tot <= 0 {
-					fmt.Fprint(tw, "–\t")
-					continue
-				}
-				fmt.Fprint(tw, fmtPct(finite(b[c])/tot)+"\t")
-			}
-			fmt.Fprint(tw, n+"\t"+excess+"\t\n")
-		}
-		row("TTFT", a.TTFT, "", "")
-		for i, k := range keys {
-			band, ok := a.ITLBands[k]
-			n, ex := "", ""
-			if ok {
-				n, ex = fmtNum(float64(band.Intervals)), fmtMs(band.ExcessMs)
-			}
-			label := k
-			if k != "all" {
-				label = bandLabel(keys, i)
-				label = strings.TrimSuffix(label, " gaps")
-			}
-			row(label, bandShares(a, k), n, ex)
-		}
-		tw.Flush()
+// writeTerminalAttribution writes the attribution's table: a row per band,
+// a column per cause present.
+func writeTerminalAttribution(bw *bufio.Writer, a *correlate.Summary) {
+	keys := bandKeys(a)
+	var all []correlate.Breakdown
+	all = append(all, a.TTFT)
+	for _, k := range keys {
+		all = append(all, bandShares(a, k))
 	}
-
-	if len(d.Phases) > 0 {
-		fmt.Fprintln(bw)
-		fmt.Fprintln(bw, "Phases (on the critical path: the cause that added most to the phase's slowest 10% of gaps over the first phase's)")
-		tw = tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
-		fmt.Fprint(tw, "phase\tseconds\trequests\tITL p50\tITL p99\tTTFT p99\ttop cause\tshare\tadded per tail gap\n")
-		var cps []result.CriticalPhase
-		if d.CriticalPath != nil {
-			cps = d.CriticalPath.Phases
+	causes := presentCauses(causeOrder(all...), all...)
+	fmt.Fprintln(bw)
+	if a.Model == correlate.ModelCriticalPath {
+		fmt.Fprintf(bw, "Attribution on the critical path (each band's excess over the normal gap, %s, split over what delayed its gaps)\n", fmtMs(a.BaselineITLMs))
+	} else {
+		fmt.Fprintln(bw, "Attribution (share of the excess over the baseline)")
+	}
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "band\t")
+	for _, c := range causes {
+		n := shortCause[c]
+		if n == "" {
+			n = c
 		}
-		for i, p := range d.Phases {
-			top, share, added := "–", "–", "–"
-			if p.TopCause != "" {
-				top, share = p.TopCause, fmtPct(finite(p.TopShare))
-			}
-			if i > 0 && i < len(cps) && cps[i].Name == p.Name {
-				added = "+" + fmtMs(cps[i].TailAddedMs)
-			}
-			if p.Weak {
-				top, share = "injection too weak", "–"
-			}
-			fmt.Fprintf(tw, "%s\t%s–%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, fmtNum(p.StartS), fmtNum(p.EndS), p.Requests,
-				fmtMs(p.P50ITLMs), fmtMs(p.P99ITLMs), fmtMs(p.P99TTFTMs), top, share, added)
-		}
-		tw.Flush()
-		for _, p := range d.Phases {
-			if p.Injection == "" {
+		fmt.Fprint(tw, n+"\t")
+	}
+	fmt.Fprint(tw, "gaps\texcess\t\n")
+	row := func(label string, b correlate.Breakdown, n string, excess string) {
+		fmt.Fprint(tw, label+"\t")
+		tot := sharesSum(b)
+		for _, c := range causes {
+			if tot <= 0 {
+				fmt.Fprint(tw, "–\t")
 				continue
 			}
-			l := "  - " + p.Name + ": " + p.Injection
-			if p.Verdict != "" {
-				l += "; " + p.Verdict
-			}
-			fmt.Fprintln(bw, l)
+			fmt.Fprint(tw, fmtPct(finite(b[c])/tot)+"\t")
 		}
+		fmt.Fprint(tw, n+"\t"+excess+"\t\n")
 	}
-
-	if lines := d.gatewayLines(); len(lines) > 0 {
-		fmt.Fprintln(bw)
-		fmt.Fprintln(bw, "Gateway")
-		for _, l := range lines {
-			fmt.Fprintln(bw, "  - "+l)
+	row("TTFT", a.TTFT, "", "")
+	for i, k := range keys {
+		band, ok := a.ITLBands[k]
+		n, ex := "", ""
+		if ok {
+			n, ex = fmtNum(float64(band.Intervals)), fmtMs(band.ExcessMs)
 		}
-	}
-
-	if lines := d.criticalPathLines(); len(lines) > 0 {
-		fmt.Fprintln(bw)
-		fmt.Fprintln(bw, "Critical path")
-		for _, l := range lines {
-			fmt.Fprintln(bw, "  - "+l)
+		label := k
+		if k != "all" {
+			label = bandLabel(keys, i)
+			label = strings.TrimSuffix(label, " gaps")
 		}
+		row(label, bandShares(a, k), n, ex)
 	}
+	tw.Flush()
+}
 
-	if lines := d.serverMetricsLines(); len(lines) > 0 {
-		fmt.Fprintln(bw)
-		for _, l := range lines {
-			fmt.Fprintln(bw, l)
+// writeTerminalPhases writes the phases' table and what each injected.
+func writeTerminalPhases(bw *bufio.Writer, d doc) {
+	fmt.Fprintln(bw)
+	fmt.Fprintln(bw, "Phases (on the critical path: the cause that added most to the phase's slowest 10% of gaps over the first phase's)")
+	tw := tabwriter.NewWriter(bw, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "phase\tseconds\trequests\tITL p50\tITL p99\tTTFT p99\ttop cause\tshare\tadded per tail gap\n")
+	var cps []result.CriticalPhase
+	if d.CriticalPath != nil {
+		cps = d.CriticalPath.Phases
+	}
+	for i, p := range d.Phases {
+		top, share, added := "–", "–", "–"
+		if p.TopCause != "" {
+			top, share = p.TopCause, fmtPct(finite(p.TopShare))
 		}
+		if i > 0 && i < len(cps) && cps[i].Name == p.Name {
+			added = "+" + fmtMs(cps[i].TailAddedMs)
+		}
+		if p.Weak {
+			top, share = "injection too weak", "–"
+		}
+		fmt.Fprintf(tw, "%s\t%s–%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Name, fmtNum(p.StartS), fmtNum(p.EndS), p.Requests,
+			fmtMs(p.P50ITLMs), fmtMs(p.P99ITLMs), fmtMs(p.P99TTFTMs), top, share, added)
 	}
-
-	for _, l := range d.agentLines() {
+	tw.Flush()
+	for _, p := range d.Phases {
+		if p.Injection == "" {
+			continue
+		}
+		l := "  - " + p.Name + ": " + p.Injection
+		if p.Verdict != "" {
+			l += "; " + p.Verdict
+		}
 		fmt.Fprintln(bw, l)
 	}
-	fmt.Fprintln(bw)
-	if c := d.Collection; c != nil {
-		who := fmt.Sprintf("pid %d", c.Pid)
-		if c.Comm != "" {
-			who += " (" + c.Comm + ")"
-		}
-		span := ""
-		if c.StoppedOffsetS > c.StartedOffsetS {
-			// collection starts a moment before the load: a start
-			// offset of a few negative milliseconds reads as 0
-			span = fmt.Sprintf(", %s–%s s", fmtNum(round2(c.StartedOffsetS)), fmtNum(round2(c.StoppedOffsetS)))
-		}
-		stop := c.StoppedReason
-		if stop == "" {
-			stop = "–"
-		}
-		fmt.Fprintf(bw, "Collection: %s%s; stopped: %s; %s lost events, %s of %s spans dropped\n", who, span, stop,
-			fmtNum(float64(c.LostEvents)), fmtNum(float64(c.SpansDropped)), fmtNum(float64(c.Spans+c.SpansDropped)))
-		for _, n := range sortedKeys(c.Unavailable) {
-			fmt.Fprintf(bw, "  unavailable: %s: %s\n", n, c.Unavailable[n])
-		}
-		if o := d.Overhead; o != nil {
-			fmt.Fprintln(bw, o.Line())
-			for _, w := range o.Warnings {
-				fmt.Fprintf(bw, "  warning: %s\n", w)
-			}
-		}
-		if l := c.Correlation.Line(); l != "" {
-			fmt.Fprintln(bw, l)
-		}
-	} else {
-		fmt.Fprintln(bw, "Collection: none (load only)")
-	}
+}
 
-	diag := d.Diagnosis
-	if len(diag) == 0 {
-		diag = Diagnose(d.Document)
+// writeTerminalList writes a titled list of lines, nothing when there are
+// none.
+func writeTerminalList(bw *bufio.Writer, title string, lines []string) {
+	if len(lines) == 0 {
+		return
 	}
-	if len(diag) > 0 {
-		fmt.Fprintln(bw)
-		fmt.Fprintln(bw, "Diagnosis")
-		for _, l := range diag {
-			fmt.Fprintln(bw, "  - "+l)
+	fmt.Fprintln(bw)
+	fmt.Fprintln(bw, title)
+	for _, l := range lines {
+		fmt.Fprintln(bw, "  - "+l)
+	}
+}
+
+// writeTerminalCollection writes how complete the collection was: its
+// target and span, what it lost, what was unavailable, its overhead and
+// correlation.
+func writeTerminalCollection(bw *bufio.Writer, d doc) {
+	c := d.Collection
+	if c == nil {
+		fmt.Fprintln(bw, "Collection: none (load only)")
+		return
+	}
+	who := fmt.Sprintf("pid %d", c.Pid)
+	if c.Comm != "" {
+		who += " (" + c.Comm + ")"
+	}
+	span := ""
+	if c.StoppedOffsetS > c.StartedOffsetS {
+		// collection starts a moment before the load: a start
+		// offset of a few negative milliseconds reads as 0
+		span = fmt.Sprintf(", %s–%s s", fmtNum(round2(c.StartedOffsetS)), fmtNum(round2(c.StoppedOffsetS)))
+	}
+	stop := c.StoppedReason
+	if stop == "" {
+		stop = "–"
+	}
+	fmt.Fprintf(bw, "Collection: %s%s; stopped: %s; %s lost events, %s of %s spans dropped\n", who, span, stop,
+		fmtNum(float64(c.LostEvents)), fmtNum(float64(c.SpansDropped)), fmtNum(float64(c.Spans+c.SpansDropped)))
+	for _, n := range sortedKeys(c.Unavailable) {
+		fmt.Fprintf(bw, "  unavailable: %s: %s\n", n, c.Unavailable[n])
+	}
+	if o := d.Overhead; o != nil {
+		fmt.Fprintln(bw, o.Line())
+		for _, w := range o.Warnings {
+			fmt.Fprintf(bw, "  warning: %s\n", w)
 		}
 	}
-	return bw.Flush()
+	if l := c.Correlation.Line(); l != "" {
+		fmt.Fprintln(bw, l)
+	}
 }
 
 // presentCauses keeps the causes that have a share in one of the
