@@ -488,19 +488,49 @@ func TestReportInChromium(t *testing.T) {
 	}{{"full", fullDocument()}, {"empty", emptyDocument()}, {"failed", failedDocument()}, {"missing", missingSections()}, {"gpu", gpuDocument()},
 		{"injections", injectionDocument()}, {"critical path only", criticalPathOnlyDocument()}}
 	for _, p := range pages {
-		f, err := os.Create(filepath.Join(dir, p.name+".html"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := WriteHTML(f, p.doc); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
+		writePage(t, filepath.Join(dir, p.name+".html"), p.doc)
 	}
 
 	b := startBrowser(ctx, t)
+	session := openPageSession(ctx, t, b)
+	for _, p := range pages {
+		t.Run(p.name, func(t *testing.T) {
+			checkReportPage(ctx, t, b, session, dir, p.name)
+		})
+	}
+	// the harness itself: a page that errs and fetches must be caught
+	t.Run("harness", func(t *testing.T) {
+		checkHarnessCatches(ctx, t, b, session, dir)
+	})
+	// and so must a page wider than the window, or a table wider than
+	// the box that scrolls it
+	t.Run("harness-width", func(t *testing.T) {
+		checkHarnessWidth(ctx, t, b, session, dir)
+	})
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		t.Fatalf("the browser test ran out of time; chromium stderr:\n%s", tail(b.stderr.String()))
+	}
+}
+
+// writePage writes d's HTML to path.
+func writePage(t *testing.T, path string, d *result.Document) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteHTML(f, d); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// openPageSession opens a blank page in b, 1280 px wide, with the page,
+// runtime, log and network events on: its session.
+func openPageSession(ctx context.Context, t *testing.T, b *browser) string {
+	t.Helper()
 	res, err := b.call(ctx, "", "Target.createTarget", map[string]any{"url": "about:blank"})
 	if err != nil {
 		t.Fatalf("%v\nchromium stderr:\n%s", err, tail(b.stderr.String()))
@@ -527,92 +557,97 @@ func TestReportInChromium(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	return att.SessionID
+}
 
-	for _, p := range pages {
-		t.Run(p.name, func(t *testing.T) {
-			probs, charts, shot := loadPage(ctx, t, b, att.SessionID, filepath.Join(dir, p.name+".html"))
-			for _, pr := range probs {
-				t.Errorf("page problem: %s", pr)
-			}
-			w := widths(ctx, t, b, att.SessionID)
-			if w.Viewport != 1280 || len(w.Tables) == 0 && p.name != "empty" {
-				t.Errorf("width probe: %+v", w)
-			}
-			for _, o := range w.overflows() {
-				t.Errorf("%s", o)
-			}
-			if len(charts) != len(chartIDs) {
-				t.Fatalf("charts: %+v", charts)
-			}
-			for _, c := range charts {
-				if !c.Found || c.Tag != "svg" || c.Elements < 2 || c.Width < 200 || c.Height < 40 {
-					t.Errorf("chart %s not drawn: %+v", c.ID, c)
-				}
-				if p.name == "full" && c.Elements < 20 {
-					t.Errorf("chart %s has only %d elements", c.ID, c.Elements)
-				}
-			}
-			shotPath := filepath.Join(dir, p.name+".png")
-			if err := os.WriteFile(shotPath, shot, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if out := os.Getenv("BPFBENCH_REPORT_SCREENSHOTS"); out != "" {
-				_ = os.WriteFile(filepath.Join(out, p.name+".png"), shot, 0o644)
-			}
-			var want []string
-			if p.name == "full" {
-				for _, n := range []string{"cpu_runqueue", "io_block", "gpu_sync", "net_backpressure", "server_compute", "unexplained"} {
-					want = append(want, causeOf(n, 0).Color)
-				}
-			}
-			checkScreenshot(t, shot, want)
-		})
+// checkReportPage loads dir's page name and checks it: no problem, no
+// table wider than its room, the charts drawn, the screenshot with the
+// causes' colours (the full page).
+func checkReportPage(ctx context.Context, t *testing.T, b *browser, session, dir, name string) {
+	t.Helper()
+	probs, charts, shot := loadPage(ctx, t, b, session, filepath.Join(dir, name+".html"))
+	for _, pr := range probs {
+		t.Errorf("page problem: %s", pr)
 	}
-	// the harness itself: a page that errs and fetches must be caught
-	t.Run("harness", func(t *testing.T) {
-		bad := filepath.Join(dir, "bad.html")
-		page := `<!DOCTYPE html><html><body><p>x</p><script>console.error("boom"); undefinedFunction();</script>` +
-			`<img src="http://192.0.2.1/x.png"></body></html>`
-		if err := os.WriteFile(bad, []byte(page), 0o644); err != nil {
-			t.Fatal(err)
+	w := widths(ctx, t, b, session)
+	if w.Viewport != 1280 || len(w.Tables) == 0 && name != "empty" {
+		t.Errorf("width probe: %+v", w)
+	}
+	for _, o := range w.overflows() {
+		t.Errorf("%s", o)
+	}
+	if len(charts) != len(chartIDs) {
+		t.Fatalf("charts: %+v", charts)
+	}
+	for _, c := range charts {
+		if !c.Found || c.Tag != "svg" || c.Elements < 2 || c.Width < 200 || c.Height < 40 {
+			t.Errorf("chart %s not drawn: %+v", c.ID, c)
 		}
-		probs, charts, _ := loadPage(ctx, t, b, att.SessionID, bad)
-		joined := strings.Join(probs, "\n")
-		for _, want := range []string{"console.error", "uncaught exception", "network request: http://192.0.2.1/x.png"} {
-			if !strings.Contains(joined, want) {
-				t.Errorf("the harness missed %q; it saw:\n%s", want, joined)
-			}
+		if name == "full" && c.Elements < 20 {
+			t.Errorf("chart %s has only %d elements", c.ID, c.Elements)
 		}
-		for _, c := range charts {
-			if c.Found {
-				t.Errorf("chart %s found in a page without charts", c.ID)
-			}
+	}
+	shotPath := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(shotPath, shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := os.Getenv("BPFBENCH_REPORT_SCREENSHOTS"); out != "" {
+		_ = os.WriteFile(filepath.Join(out, name+".png"), shot, 0o644)
+	}
+	var want []string
+	if name == "full" {
+		for _, n := range []string{"cpu_runqueue", "io_block", "gpu_sync", "net_backpressure", "server_compute", "unexplained"} {
+			want = append(want, causeOf(n, 0).Color)
 		}
-	})
-	// and so must a page wider than the window, or a table wider than
-	// the box that scrolls it
-	t.Run("harness-width", func(t *testing.T) {
-		wide := filepath.Join(dir, "wide.html")
-		page := `<!DOCTYPE html><html><body><div style="width:300px;overflow-x:auto"><table id="t-wide"><tr><td style="white-space:nowrap">` +
-			strings.Repeat("wide cell ", 8) + `</td></tr></table></div><table id="t-ok"><tr><td>fits</td></tr></table>` +
-			`<div style="width:1500px">x</div></body></html>`
-		if err := os.WriteFile(wide, []byte(page), 0o644); err != nil {
-			t.Fatal(err)
+	}
+	checkScreenshot(t, shot, want)
+}
+
+// checkHarnessCatches checks that the harness catches a page that errs and
+// fetches.
+func checkHarnessCatches(ctx context.Context, t *testing.T, b *browser, session, dir string) {
+	t.Helper()
+	bad := filepath.Join(dir, "bad.html")
+	page := `<!DOCTYPE html><html><body><p>x</p><script>console.error("boom"); undefinedFunction();</script>` +
+		`<img src="http://192.0.2.1/x.png"></body></html>`
+	if err := os.WriteFile(bad, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	probs, charts, _ := loadPage(ctx, t, b, session, bad)
+	joined := strings.Join(probs, "\n")
+	for _, want := range []string{"console.error", "uncaught exception", "network request: http://192.0.2.1/x.png"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("the harness missed %q; it saw:\n%s", want, joined)
 		}
-		loadPage(ctx, t, b, att.SessionID, wide)
-		w := widths(ctx, t, b, att.SessionID)
-		got := strings.Join(w.overflows(), "\n")
-		for _, want := range []string{"the document is 15", "px wide in a 1280 px window", `table "t-wide" is `, " px wide in 300 px of room"} {
-			if !strings.Contains(got, want) {
-				t.Errorf("the width check missed %q; it saw:\n%s", want, got)
-			}
+	}
+	for _, c := range charts {
+		if c.Found {
+			t.Errorf("chart %s found in a page without charts", c.ID)
 		}
-		if strings.Contains(got, "t-ok") || len(w.Tables) != 2 {
-			t.Errorf("the width check: %+v\n%s", w, got)
+	}
+}
+
+// checkHarnessWidth checks that the harness catches a page wider than the
+// window, and a table wider than the box that scrolls it.
+func checkHarnessWidth(ctx context.Context, t *testing.T, b *browser, session, dir string) {
+	t.Helper()
+	wide := filepath.Join(dir, "wide.html")
+	page := `<!DOCTYPE html><html><body><div style="width:300px;overflow-x:auto"><table id="t-wide"><tr><td style="white-space:nowrap">` +
+		strings.Repeat("wide cell ", 8) + `</td></tr></table></div><table id="t-ok"><tr><td>fits</td></tr></table>` +
+		`<div style="width:1500px">x</div></body></html>`
+	if err := os.WriteFile(wide, []byte(page), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	loadPage(ctx, t, b, session, wide)
+	w := widths(ctx, t, b, session)
+	got := strings.Join(w.overflows(), "\n")
+	for _, want := range []string{"the document is 15", "px wide in a 1280 px window", `table "t-wide" is `, " px wide in 300 px of room"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the width check missed %q; it saw:\n%s", want, got)
 		}
-	})
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		t.Fatalf("the browser test ran out of time; chromium stderr:\n%s", tail(b.stderr.String()))
+	}
+	if strings.Contains(got, "t-ok") || len(w.Tables) != 2 {
+		t.Errorf("the width check: %+v\n%s", w, got)
 	}
 }
 

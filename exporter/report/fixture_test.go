@@ -146,6 +146,21 @@ func loadDocument(m map[string]json.RawMessage) *result.Document {
 // disagreeing with it, every collector section, one unavailable.
 func fullDocument() *result.Document {
 	rng := rand.New(rand.NewSource(1))
+	d := fullLoad(rng)
+	d.Attribution = fullAttribution()
+	d.Activity = fullActivity()
+	d.Phases = fullPhases()
+	d.Timeline = fullTimeline(rng)
+	d.Collection = fullCollection()
+	d.Collectors = collectorSections()
+	d.ServerMetrics, d.ServerQueue = serverMetricsFixture()
+	d.Diagnosis = Diagnose(d)
+	return d
+}
+
+// fullLoad is a minute's load of 240 requests in four phases, each slower
+// than the last, a few failed.
+func fullLoad(rng *rand.Rand) *result.Document {
 	const n = 240
 	const duration = 60.0
 	ttfts := make([]float64, n)
@@ -168,44 +183,53 @@ func fullDocument() *result.Document {
 			itls[i] = []float64{}
 		}
 	}
-	d := loadDocument(loadFields(ttfts, itls, errs, duration))
-	// the attribution is the critical path's: its causes, model
-	// critical_path
-	sh := func(cpu, io, gpu, net, compute, sleep, client, un float64) correlate.Breakdown {
-		return correlate.Breakdown{"cpu_runqueue": cpu, "io_block": io, "gpu_sync": gpu, "net_backpressure": net,
-			"server_compute": compute, "server_sleep": sleep, "client": client, "unexplained": un}
-	}
-	d.Attribution = &correlate.Summary{
+	return loadDocument(loadFields(ttfts, itls, errs, duration))
+}
+
+// crit is a breakdown over the critical path's causes.
+func crit(cpu, io, gpu, net, compute, sleep, client, un float64) correlate.Breakdown {
+	return correlate.Breakdown{"cpu_runqueue": cpu, "io_block": io, "gpu_sync": gpu, "net_backpressure": net,
+		"server_compute": compute, "server_sleep": sleep, "client": client, "unexplained": un}
+}
+
+// fullAttribution is the critical path's attribution: its causes, model
+// critical_path.
+func fullAttribution() *correlate.Summary {
+	a := &correlate.Summary{
 		Model:         correlate.ModelCriticalPath,
 		BaselineITLMs: 18.2, BaselineTTFTMs: 52.1,
-		TTFT: sh(0.35, 0.25, 0.1, 0.05, 0.1, 0, 0.05, 0.1),
+		TTFT: crit(0.35, 0.25, 0.1, 0.05, 0.1, 0, 0.05, 0.1),
 		ITL: map[string]correlate.Breakdown{
-			"p50": sh(0.2, 0.1, 0.2, 0, 0.3, 0.1, 0.05, 0.05), "p90": sh(0.45, 0.2, 0.1, 0.05, 0.1, 0, 0.05, 0.05),
-			"p99": sh(0.7, 0.2, 0, 0, 0, 0, 0, 0.1), "all": sh(0.5, 0.2, 0.05, 0.05, 0.1, 0.02, 0.03, 0.05),
+			"p50": crit(0.2, 0.1, 0.2, 0, 0.3, 0.1, 0.05, 0.05), "p90": crit(0.45, 0.2, 0.1, 0.05, 0.1, 0, 0.05, 0.05),
+			"p99": crit(0.7, 0.2, 0, 0, 0, 0, 0, 0.1), "all": crit(0.5, 0.2, 0.05, 0.05, 0.1, 0.02, 0.03, 0.05),
 		},
 		ITLBands: map[string]correlate.Band{
-			"p50": {FromMs: 18.1, ToMs: 21.4, Intervals: 6800, ExcessMs: 410, Shares: sh(0.2, 0.1, 0.2, 0, 0.3, 0.1, 0.05, 0.05)},
-			"p90": {FromMs: 21.4, ToMs: 95.2, Intervals: 1290, ExcessMs: 5200, Shares: sh(0.45, 0.2, 0.1, 0.05, 0.1, 0, 0.05, 0.05)},
-			"p99": {FromMs: 95.2, Intervals: 140, ExcessMs: 21000, Shares: sh(0.7, 0.2, 0, 0, 0, 0, 0, 0.1)},
+			"p50": {FromMs: 18.1, ToMs: 21.4, Intervals: 6800, ExcessMs: 410, Shares: crit(0.2, 0.1, 0.2, 0, 0.3, 0.1, 0.05, 0.05)},
+			"p90": {FromMs: 21.4, ToMs: 95.2, Intervals: 1290, ExcessMs: 5200, Shares: crit(0.45, 0.2, 0.1, 0.05, 0.1, 0, 0.05, 0.05)},
+			"p99": {FromMs: 95.2, Intervals: 140, ExcessMs: 21000, Shares: crit(0.7, 0.2, 0, 0, 0, 0, 0, 0.1)},
 		},
 		TopCause: "cpu_runqueue",
 	}
 	for i := 0; i < 30; i++ {
 		// ITL shares that do not sum to 1, and excess in the hundreds of
 		// ms: the blame bars must give shares, not the ms
-		d.Attribution.Requests = append(d.Attribution.Requests, correlate.RequestBlame{
-			Request: i, TTFTMs: 40 + float64(i), TTFTShares: sh(0.5, 0.5, 0, 0, 0, 0, 0, 0),
-			ITLExcessMs: float64(i * 37 % 500), ITLShares: sh(float64(i%3), float64(i%2), 0, float64(i%5)/4, 0.25, 0, float64(i%2)/2, 0.5),
+		a.Requests = append(a.Requests, correlate.RequestBlame{
+			Request: i, TTFTMs: 40 + float64(i), TTFTShares: crit(0.5, 0.5, 0, 0, 0, 0, 0, 0),
+			ITLExcessMs: float64(i * 37 % 500), ITLShares: crit(float64(i%3), float64(i%2), 0, float64(i%5)/4, 0.25, 0, float64(i%2)/2, 0.5),
 			TopCause: []string{"cpu_runqueue", "io_block", "net_backpressure", "server_compute"}[i%4], TotalExcessMs: float64(i*37%500) + 20,
 		})
 	}
-	// the union of overlapping activity disagrees: it calls most of the
-	// excess unexplained (what the page said before the critical path
-	// became the attribution)
+	return a
+}
+
+// fullActivity is the union of overlapping activity, which disagrees: it
+// calls most of the excess unexplained (what the page said before the
+// critical path became the attribution).
+func fullActivity() *correlate.Summary {
 	ush := func(cpu, io, gpu, net, un float64) correlate.Breakdown {
 		return correlate.Breakdown{"cpu_runqueue": cpu, "io_block": io, "gpu_sync": gpu, "net_backpressure": net, "unexplained": un}
 	}
-	d.Activity = &correlate.Summary{
+	return &correlate.Summary{
 		Model:         correlate.ModelActivity,
 		BaselineITLMs: 18.2, BaselineTTFTMs: 52.1,
 		BaselineRates: ush(0.01, 0, 0.3, 0, 0),
@@ -221,6 +245,11 @@ func fullDocument() *result.Document {
 		},
 		TopCause: "unexplained",
 	}
+}
+
+// fullPhases are four phases of 15 s: a baseline, then CPU, disk and
+// client contention, each with its cause on top.
+func fullPhases() []result.Phase {
 	phases := []struct {
 		name  string
 		p99   float64
@@ -228,23 +257,31 @@ func fullDocument() *result.Document {
 		share float64
 		sh    correlate.Breakdown
 	}{
-		{"baseline", 24, "server_compute", 0.6, sh(0.1, 0, 0.2, 0, 0.6, 0, 0, 0.1)},
-		{"cpu contention", 180, "cpu_runqueue", 0.9, sh(0.8, 0.05, 0.05, 0, 0, 0, 0, 0.1)},
-		{"disk contention", 140, "io_block", 0.85, sh(0.1, 0.75, 0.05, 0, 0, 0, 0, 0.1)},
-		{"slow client", 120, "net_backpressure", 0.92, sh(0.05, 0, 0, 0.85, 0, 0, 0, 0.1)},
+		{"baseline", 24, "server_compute", 0.6, crit(0.1, 0, 0.2, 0, 0.6, 0, 0, 0.1)},
+		{"cpu contention", 180, "cpu_runqueue", 0.9, crit(0.8, 0.05, 0.05, 0, 0, 0, 0, 0.1)},
+		{"disk contention", 140, "io_block", 0.85, crit(0.1, 0.75, 0.05, 0, 0, 0, 0, 0.1)},
+		{"slow client", 120, "net_backpressure", 0.92, crit(0.05, 0, 0, 0.85, 0, 0, 0, 0.1)},
 	}
+	var out []result.Phase
 	for i, p := range phases {
 		basis := "largest addition to the slowest 10% of gaps over baseline"
 		if i == 0 {
 			basis = "slowest 1% of gaps"
 		}
-		d.Phases = append(d.Phases, result.Phase{
+		out = append(out, result.Phase{
 			Name: p.name, StartS: float64(i) * 15, EndS: float64(i+1) * 15, Requests: 60,
 			P50ITLMs: 18.5 + float64(i), P99ITLMs: p.p99, P99TTFTMs: 90 + 20*float64(i), TopCause: p.top,
 			TopShare: p.share, TopCauseBasis: basis,
 			ITLP99: p.sh, ITLAll: p.sh, TTFT: p.sh,
 		})
 	}
+	return out
+}
+
+// fullTimeline is a point a second over the phases, each phase's cause
+// adding its excess.
+func fullTimeline(rng *rand.Rand) []result.TimelinePoint {
+	var out []result.TimelinePoint
 	for s := 0; s < 60; s++ {
 		ph := s / 15
 		c := map[string]float64{"server_compute": 20 + rng.Float64()*20}
@@ -258,14 +295,19 @@ func fullDocument() *result.Document {
 		}
 		c["gpu_sync"] = 10 + rng.Float64()*10
 		c["unexplained"] = 2 + rng.Float64()*2
-		d.Timeline = append(d.Timeline, result.TimelinePoint{
+		out = append(out, result.TimelinePoint{
 			T: float64(s), OutputTokensPerSecond: 260 - 40*float64(ph%3) + rng.Float64()*30, CompletedRequests: 4,
 			P50ITLMs: 18 + rng.Float64()*2, P99ITLMs: []float64{24, 180, 140, 120}[ph] * (0.8 + 0.4*rng.Float64()),
 			P50TTFTMs: 50 + 10*float64(ph) + rng.Float64()*10, CausesMs: c,
 		})
 	}
+	return out
+}
+
+// fullCollection is a minute's collection from llmsim, the GPU unavailable.
+func fullCollection() *result.Collection {
 	start := time.Date(2026, 3, 1, 10, 15, 0, 0, time.UTC)
-	d.Collection = &result.Collection{
+	return &result.Collection{
 		Pid: 4242, Comm: "llmsim", Started: start, Stopped: start.Add(60 * time.Second),
 		StartedOffsetS: 0, StoppedOffsetS: 60.2, StoppedReason: "load finished",
 		LostEvents: 12, Spans: 182345, SpansDropped: 0,
@@ -276,10 +318,6 @@ func fullDocument() *result.Document {
 			{Status: "warn", Name: "NVML", Detail: "libnvidia-ml.so.1 not found", Fix: "install the NVIDIA driver"},
 		},
 	}
-	d.Collectors = collectorSections()
-	d.ServerMetrics, d.ServerQueue = serverMetricsFixture()
-	d.Diagnosis = Diagnose(d)
-	return d
 }
 
 // serverMetricsFixture is a vLLM's /metrics over a minute, its queue

@@ -241,9 +241,20 @@ func TestHeadlineIsTheCriticalPath(t *testing.T) {
 		t.Fatalf("the fixture's attribution and activity must disagree: %+v / %+v", a, act)
 	}
 	root := parsePage(t, render(t, d))
+	checkHeadline(t, root, a, act)
+	checkAttributionBands(t, root, a)
+	checkRequestRows(t, root, a)
+	checkPhaseRows(t, root, d.Phases)
+	if n := checkTooltips(t, root); n < 50 {
+		t.Errorf("only %d tooltip percentages checked", n)
+	}
+	checkActivityBlock(t, root, act)
+}
 
-	// the headline: the attribution's top cause, with its share of all
-	// excess
+// checkHeadline checks the headline: the attribution's top cause, with
+// its share of all excess.
+func checkHeadline(t *testing.T, root *elem, a, act *correlate.Summary) {
+	t.Helper()
 	value, sub, ok := headlineCard(root, "Top cause")
 	if !ok {
 		t.Fatal("no top cause card")
@@ -266,8 +277,12 @@ func TestHeadlineIsTheCriticalPath(t *testing.T) {
 	if want := fmtPct(top/total) + " of all excess"; !strings.Contains(sub, want) || !strings.Contains(sub, "critical path") {
 		t.Errorf("headline basis %q, want %q on the critical path", sub, want)
 	}
+}
 
-	// the bands: each bar's parts are the attribution's shares
+// checkAttributionBands checks the bands: each bar's parts are the
+// attribution's shares, and the table beside them.
+func checkAttributionBands(t *testing.T, root *elem, a *correlate.Summary) {
+	t.Helper()
 	want := map[string]correlate.Breakdown{"Time to first token": a.TTFT}
 	keys := bandKeys(a)
 	for i, k := range keys {
@@ -326,8 +341,12 @@ func TestHeadlineIsTheCriticalPath(t *testing.T) {
 			}
 		}
 	}
+}
 
-	// the slowest requests: their top cause and their blame bars
+// checkRequestRows checks the slowest requests: their top cause and their
+// blame bars.
+func checkRequestRows(t *testing.T, root *elem, a *correlate.Summary) {
+	t.Helper()
 	byReq := map[string]correlate.RequestBlame{}
 	for _, r := range a.Requests {
 		byReq[strconv.Itoa(r.Request)] = r
@@ -372,10 +391,14 @@ func TestHeadlineIsTheCriticalPath(t *testing.T) {
 			}
 		}
 	}
+}
 
-	// the phases: each one's top cause and share, as the attribution has them
+// checkPhaseRows checks the phases: each one's top cause and share, as
+// the attribution has them.
+func checkPhaseRows(t *testing.T, root *elem, phases []result.Phase) {
+	t.Helper()
 	for i, tr := range root.byID("table-phases").tags("tbody")[0].tags("tr") {
-		p := d.Phases[i]
+		p := phases[i]
 		top := tr.withClass("top")[0]
 		if got := top.withClass("top-cause")[0].text(); got != causeOf(p.TopCause, 0).Label {
 			t.Errorf("phase %s: top cause %q, want %q", p.Name, got, causeOf(p.TopCause, 0).Label)
@@ -387,14 +410,13 @@ func TestHeadlineIsTheCriticalPath(t *testing.T) {
 			t.Errorf("phase %s: basis %q, want %q", p.Name, got, p.TopCauseBasis)
 		}
 	}
+}
 
-	if n := checkTooltips(t, root); n < 50 {
-		t.Errorf("only %d tooltip percentages checked", n)
-	}
-
-	// the activity model: with the collectors, labelled as activity, and
-	// its top cause (unexplained, where the critical path explains the
-	// excess) blames nothing
+// checkActivityBlock checks the activity model: with the collectors,
+// labelled as activity, and its top cause (unexplained, where the
+// critical path explains the excess) blames nothing.
+func checkActivityBlock(t *testing.T, root *elem, act *correlate.Summary) {
+	t.Helper()
 	actDiv := root.byID("activity")
 	if actDiv == nil || !strings.Contains(actDiv.text(), "What else was active (overlapping activity, not blame)") {
 		t.Fatalf("no activity block: %v", actDiv)
