@@ -15,7 +15,7 @@ type Prior = pipeline.Prior
 const DefaultSpoolBytes = pipeline.DefaultSpoolBytes
 
 // GapsFile is the run directory's file of every walked gap.
-const GapsFile = pipeline.GapsFile
+const GapsFile = result.GapsFile
 
 // LoadPrior reads the baseline of a run directory (or its result.json).
 func LoadPrior(path string) (*Prior, error) { return pipeline.LoadPrior(path) }

@@ -2,8 +2,6 @@ package pipeline
 
 import (
 	"bufio"
-	"compress/gzip"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,32 +17,19 @@ import (
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 )
 
-// GapsFile is the run directory's file of every walked gap, compactly
-// (one JSON array a line, gzip): what `report DIR --baseline DIR2`
-// recomputes the critical path's excess from, and what a later run's
-// `--baseline DIR` takes its tail from.
-const GapsFile = "gaps.jsonl.gz"
+// GapsFile is the run directory's file of every walked gap
+// (result.GapsFile).
+const GapsFile = result.GapsFile
 
 // gapsHeader is the gaps file's first line.
-type gapsHeader struct {
-	Format     string      `json:"format"`
-	Causes     []string    `json:"causes"`
-	RunStartNs int64       `json:"run_start_ns"`
-	Phases     []gapsPhase `json:"phases,omitempty"`
-}
+type gapsHeader = result.GapsHeader
 
-type gapsPhase struct {
-	Name   string `json:"name"`
-	FromNs int64  `json:"from_ns"`
-	ToNs   int64  `json:"to_ns"`
-}
-
-// gapsFormat names the line layout: request, index, start and end (ns),
-// no_arrival (0 or 1), then each cause's ns in Causes order.
-const gapsFormat = "bpfbench-gaps/2: [request, index, start_ns, end_ns, no_arrival, ns per cause..., hypervisor_steal_ns]"
-
-// gapsFormat1 is the layout before the steal column (read as steal 0).
-const gapsFormat1 = "bpfbench-gaps/1: [request, index, start_ns, end_ns, no_arrival, ns per cause...]"
+// gapsFormat and gapsFormat1 are the gaps file's line layouts, this
+// version's and the one before the steal column.
+const (
+	gapsFormat  = result.GapsFormat
+	gapsFormat1 = result.GapsFormat1
+)
 
 // writeGaps writes dir/GapsFile, atomically.
 func writeGaps(dir string, runStart int64, phases []critPhase, gaps iter.Seq[critGap]) error {
@@ -54,89 +39,51 @@ func writeGaps(dir string, runStart int64, phases []critPhase, gaps iter.Seq[cri
 }
 
 func encodeGaps(bw *bufio.Writer, runStart int64, phases []critPhase, gaps iter.Seq[critGap]) error {
-	// BestSpeed: a tenth of a run's own CPU went to compressing this at
-	// the default level.
-	zw, _ := gzip.NewWriterLevel(bw, gzip.BestSpeed)
-	enc := json.NewEncoder(zw)
-	h := gapsHeader{Format: gapsFormat, Causes: critpath.CauseNames(), RunStartNs: runStart}
+	var ps []result.GapsPhase
 	for _, p := range phases {
-		h.Phases = append(h.Phases, gapsPhase{p.name, p.from, p.to})
+		ps = append(ps, result.GapsPhase{Name: p.name, FromNs: p.from, ToNs: p.to})
 	}
-	if err := enc.Encode(h); err != nil {
+	gw, err := result.NewGapsWriter(bw, runStart, ps)
+	if err != nil {
 		return err
 	}
-	row := make([]int64, 6+critpath.NumCauses)
 	for g := range gaps {
-		row[0], row[1], row[2], row[3], row[4] = int64(g.request), int64(g.index), g.start, g.end, 0
-		if g.noArrival {
-			row[4] = 1
-		}
-		copy(row[5:], g.ns[:])
-		row[len(row)-1] = g.steal
-		if err := enc.Encode(row); err != nil {
+		if err := gw.Write(g.record()); err != nil {
 			return err
 		}
 	}
-	return zw.Close()
+	return gw.Close()
 }
 
-// readGaps reads a run directory's GapsFile.
+// readGaps reads a run directory's GapsFile. On a bad line it returns the
+// gaps before it with the error.
 func readGaps(dir string) (gapsHeader, []critGap, error) {
-	var h gapsHeader
-	p := filepath.Join(dir, GapsFile)
-	f, err := os.Open(p)
+	r, err := result.OpenGaps(filepath.Join(dir, GapsFile))
 	if err != nil {
-		return h, nil, err
+		return gapsHeader{}, nil, err
 	}
-	defer f.Close()
-	zr, err := gzip.NewReader(bufio.NewReader(f))
-	if err != nil {
-		return h, nil, fmt.Errorf("%s: %w", p, err)
-	}
-	dec := json.NewDecoder(zr)
-	if err := dec.Decode(&h); err != nil {
-		return h, nil, fmt.Errorf("%s: its header: %w", p, err)
-	}
-	extra := 1 // the steal column
-	switch h.Format {
-	case gapsFormat:
-	case gapsFormat1:
-		extra = 0
-	default:
-		return h, nil, fmt.Errorf("%s is in format %q; this bpfbench reads %q", p, h.Format, gapsFormat)
-	}
-	// The causes by name: a file from a version with other causes maps
-	// what it can and refuses what it cannot.
-	idx := make([]critpath.Cause, len(h.Causes))
-	for i, name := range h.Causes {
-		c, ok := critpath.CauseByName(name)
-		if !ok {
-			return h, nil, fmt.Errorf("%s names a cause this bpfbench does not know: %q", p, name)
-		}
-		idx[i] = c
-	}
+	defer r.Close()
 	var out []critGap
-	for line := 2; ; line++ {
-		var row []int64
-		if err := dec.Decode(&row); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return h, out, fmt.Errorf("%s line %d: %w (the %d gaps before it are kept)", p, line, err, len(out))
+	for {
+		g, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return r.Header, out, nil
 		}
-		if len(row) != 5+len(idx)+extra {
-			return h, out, fmt.Errorf("%s line %d: %d fields, want %d", p, line, len(row), 5+len(idx)+extra)
+		if err != nil {
+			return r.Header, out, err
 		}
-		g := critGap{request: int32(row[0]), index: int32(row[1]), start: row[2], end: row[3], noArrival: row[4] != 0}
-		for i, c := range idx {
-			g.ns[c] = row[5+i]
-		}
-		if extra > 0 {
-			g.steal = row[5+len(idx)]
-		}
-		out = append(out, g)
+		out = append(out, critGapOf(g))
 	}
-	return h, out, nil
+}
+
+// record is g as the gaps file holds it.
+func (g critGap) record() result.Gap {
+	return result.Gap{Request: g.request, Index: g.index, StartNs: g.start, EndNs: g.end, NoArrival: g.noArrival, Ns: g.ns, StealNs: g.steal}
+}
+
+// critGapOf is the gap a gaps file's record holds.
+func critGapOf(r result.Gap) critGap {
+	return critGap{request: r.Request, index: r.Index, start: r.StartNs, end: r.EndNs, noArrival: r.NoArrival, ns: r.Ns, steal: r.StealNs}
 }
 
 // Prior is another run taken as the baseline (`run --baseline DIR`,

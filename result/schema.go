@@ -1,6 +1,6 @@
 package result
 
-//go:generate go run ../tools/resultschema -o ../docs/result.schema.json
+//go:generate go run ../tools/resultschema -dir ../docs
 
 import (
 	"bytes"
@@ -28,6 +28,25 @@ func Schema() ([]byte, error) {
 	root["description"] = "A run's result: the load generator's vLLM-compatible fields and records, and bpfbench's attribution, critical path and collector sections."
 	root["patternProperties"] = map[string]any{percentileKey.String(): map[string]any{"type": []string{"number", "null"}}}
 	root["$defs"] = r.defs
+	return encodeSchema(root)
+}
+
+// Published is a JSON Schema of one of the run's files, published in
+// docs/ as File: `go generate ./result` writes each, and a test fails
+// when one is stale.
+type Published struct {
+	File   string
+	Schema func() ([]byte, error)
+}
+
+// Schemas are the run's files' JSON Schemas.
+var Schemas = []Published{
+	{"result.schema.json", Schema},
+	{"gaps.schema.json", GapsSchema},
+}
+
+// encodeSchema is root, indented.
+func encodeSchema(root map[string]any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")

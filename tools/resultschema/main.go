@@ -1,26 +1,31 @@
-// Command resultschema writes result.json's JSON Schema (result.Schema) to a
-// file: `go generate ./result` publishes it at docs/result.schema.json.
+// Command resultschema writes the JSON Schemas of the run's files
+// (result.Schemas: result.json's, gaps.jsonl.gz's lines') into a folder:
+// `go generate ./result` publishes them in docs/.
 package main
 
 import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/result"
 )
 
 func main() {
-	out := flag.String("o", "result.schema.json", "file to write")
+	dir := flag.String("dir", ".", "folder to write the schemas in")
 	flag.Parse()
-	b, err := result.Schema()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "resultschema: reflecting result.Document: %v\n", err)
-		os.Exit(1)
-	}
-	if err := atomicfile.WriteFile(*out, b, 0o644); err != nil {
-		fmt.Fprintf(os.Stderr, "resultschema: writing %s: %v\n", *out, err)
-		os.Exit(1)
+	for _, s := range result.Schemas {
+		b, err := s.Schema()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "resultschema: reflecting %s: %v\n", s.File, err)
+			os.Exit(1)
+		}
+		p := filepath.Join(*dir, s.File)
+		if err := atomicfile.WriteFile(p, b, 0o644); err != nil {
+			fmt.Fprintf(os.Stderr, "resultschema: writing %s: %v\n", p, err)
+			os.Exit(1)
+		}
 	}
 }
