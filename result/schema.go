@@ -43,6 +43,7 @@ type Published struct {
 var Schemas = []Published{
 	{"result.schema.json", Schema},
 	{"gaps.schema.json", GapsSchema},
+	{"validation.schema.json", ValidationSchema},
 }
 
 // encodeSchema is root, indented.
