@@ -677,7 +677,7 @@ func (v *Validation) write(res *RunResult) error {
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(v.Dir, "validation.json")
+	p := filepath.Join(v.Dir, result.ValidationFile)
 	if err := atomicfile.WriteFile(p, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
