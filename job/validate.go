@@ -682,7 +682,7 @@ func (v *Validation) write(res *RunResult) error {
 		return err
 	}
 	res.Written = append(res.Written, p)
-	res.Doc.Validation = b
+	res.Doc.Validation = (*result.Validation)(v)
 	return res.Doc.WriteFile(filepath.Join(v.Dir, "result.json"))
 }
 

@@ -45,7 +45,7 @@ type Document struct {
 	// Manifest is what ran where: versions, environment, files.
 	Manifest *manifest.Manifest `json:"manifest,omitempty"`
 	// Validation is validation.json's content, for a `validate` run.
-	Validation json.RawMessage `json:"validation,omitempty"`
+	Validation *Validation `json:"validation,omitempty"`
 	// Attribution is the run's answer: each interval's excess over the
 	// baseline split over the critical path's causes (Model
 	// "critical_path"), per band, request and (Timeline, Phases) second
