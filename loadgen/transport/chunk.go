@@ -39,12 +39,59 @@ var ErrMalformedChunk = errors.New("malformed JSON chunk")
 type jscan struct {
 	b []byte
 	i int
+	// The output strings textLen read: how many, and the bounds of the
+	// last one's token, quotes included (at is -1 when it was no string).
+	texts, at, atEnd int
 }
 
 // ParseChunk inspects one "data:" payload.
 func ParseChunk(data []byte, ci *ChunkInfo) error {
-	*ci = ChunkInfo{}
 	s := jscan{b: data}
+	return s.chunk(ci)
+}
+
+// chunkShape reads the chunks of one stream. They usually differ from the
+// one before only inside the output string (the first choice's "text" or
+// "delta.content"): id, object, created, model and the rest repeat. parse
+// keeps the last chunk ParseChunk read that had exactly one output string,
+// and reads a chunk made of the same bytes before that string, another
+// string token, and the same bytes after it, by comparing those bytes: its
+// ChunkInfo is the kept one's with the new string's length. ParseChunk
+// would read the same: it scans left to right without looking past the
+// token at hand, so the same bytes before the string bring it to the same
+// state, a string token leaves it there (only TextBytes counts the
+// string), and the same bytes after it lead to the same end.
+type chunkShape struct {
+	b       []byte // the kept chunk (a copy)
+	at, end int    // its output string's token, quotes included
+	ci      ChunkInfo
+	ok      bool
+}
+
+func (p *chunkShape) reset() { p.ok = false }
+
+// parse is ParseChunk(data, ci), through the kept shape when data has it.
+func (p *chunkShape) parse(data []byte, ci *ChunkInfo) error {
+	if p.ok && len(data) > p.at+len(p.b)-p.end && string(data[:p.at]) == string(p.b[:p.at]) {
+		s := jscan{b: data, i: p.at}
+		if v, ok := s.str(); ok && len(data)-s.i == len(p.b)-p.end && string(data[s.i:]) == string(p.b[p.end:]) {
+			*ci = p.ci
+			ci.TextBytes = len(v)
+			return nil
+		}
+	}
+	s := jscan{b: data}
+	err := s.chunk(ci)
+	// (An error chunk's message points into data: not kept.)
+	if p.ok = err == nil && s.texts == 1 && s.at >= 0 && !ci.Error; p.ok {
+		p.b = append(p.b[:0], data...)
+		p.at, p.end, p.ci = s.at, s.atEnd, *ci
+	}
+	return err
+}
+
+func (s *jscan) chunk(ci *ChunkInfo) error {
+	*ci = ChunkInfo{}
 	s.ws()
 	if !s.eat('{') {
 		return ErrMalformedChunk
@@ -190,11 +237,15 @@ func (s *jscan) choice(ci *ChunkInfo) bool {
 }
 
 func (s *jscan) textLen(ci *ChunkInfo) bool {
+	s.texts++
 	if s.peek() == '"' {
+		s.at = s.i
 		v, ok := s.str()
+		s.atEnd = s.i
 		ci.TextBytes += len(v)
 		return ok
 	}
+	s.at = -1
 	return s.value()
 }
 

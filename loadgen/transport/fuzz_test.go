@@ -521,3 +521,41 @@ func FuzzRawHead(f *testing.F) {
 		}
 	})
 }
+
+// FuzzChunkShape: a stream's chunk reader (chunkShape), which reads a chunk
+// of the kept chunk's shape by comparing bytes, reads what ParseChunk
+// reads: for any chunk after any other, and for the first chunk with
+// another string spliced in as its output string (the fast path's case).
+func FuzzChunkShape(f *testing.F) {
+	for i, s := range chunkSeeds {
+		f.Add([]byte(s), []byte(chunkSeeds[(i+1)%len(chunkSeeds)]), []byte(" x"))
+	}
+	f.Add([]byte(benchChunk), []byte(benchChunk), []byte(`\" a\u00e9`))
+	f.Add([]byte(benchChunk), []byte(benchLlamaChunk), []byte(`"`))
+	f.Add([]byte(`{"choices":[{"delta":{"content":"a"}}]}`), []byte(`{"choices":[{"delta":{"content":"bc"}}]}`), []byte(`",x":"`))
+	f.Add([]byte(`{"choices":[{"text":"a"}]} `), []byte(`{"choices":[{"text":"a\"}]} `), []byte("\x01"))
+	f.Add([]byte(`{"choices":[{"text":"a","text":"b"}]}`), []byte(`{"choices":[{"text":"a","text":"c"}]}`), []byte(`\`))
+	f.Fuzz(func(t *testing.T, a, b, text []byte) {
+		check := func(p *chunkShape, data []byte) {
+			t.Helper()
+			var got, want ChunkInfo
+			gerr := p.parse(data, &got)
+			werr := ParseChunk(data, &want)
+			if gerr != werr || !reflect.DeepEqual(normChunk(got), normChunk(want)) {
+				t.Fatalf("chunk %q after %q:\n got %+v, %v\nwant %+v, %v", data, a, got, gerr, want, werr)
+			}
+		}
+		var p chunkShape
+		check(&p, a)
+		if !p.ok {
+			return
+		}
+		at, end := p.at, p.end
+		check(&p, b)
+		p.reset()
+		check(&p, a)
+		spliced := append(append(append([]byte{}, a[:at+1]...), text...), a[end-1:]...)
+		check(&p, spliced)
+		check(&p, spliced)
+	})
+}

@@ -31,10 +31,11 @@ type ServerTimings struct {
 // timestamped with the arrival time of the read that delivered it. Both
 // transports (the raw HTTP/1.1 one and net/http) feed it.
 type streamState struct {
-	rec  *Record
-	chat bool
-	p    SSEParser
-	ci   ChunkInfo
+	rec   *Record
+	chat  bool
+	p     SSEParser
+	ci    ChunkInfo
+	shape chunkShape // reads the chunks (ParseChunk, faster on the common shape)
 
 	done, finished bool // [DONE] seen; a finish_reason seen
 	meta           bool // the response's id and model were looked for
@@ -48,6 +49,7 @@ type streamState struct {
 
 func (s *streamState) reset(rec *Record, chat bool) {
 	s.p.Reset()
+	s.shape.reset()
 	s.rec, s.chat = rec, chat
 	s.done, s.finished, s.failed, s.meta = false, false, false, false
 	s.lastCum, s.deltaOK, s.sawDeltaUsage = 0, true, false
@@ -149,7 +151,7 @@ func (s *streamState) handle(data []byte, now int64) {
 		return
 	}
 	rec := s.rec
-	if err := ParseChunk(data, &s.ci); err != nil {
+	if err := s.shape.parse(data, &s.ci); err != nil {
 		rec.fail(FailMalformed, fmt.Sprintf("%v: %.200q", err, data))
 		s.failed = true
 		return

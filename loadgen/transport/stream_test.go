@@ -130,3 +130,17 @@ func TestFinalUsageWithContinuousUsage(t *testing.T) {
 		}
 	}
 }
+
+// The chunks of one stream through its chunk reader: after the first, the
+// bytes around the output string are compared instead of scanned.
+func BenchmarkChunkShape(b *testing.B) {
+	texts := [][]byte{[]byte(strings.Replace(benchChunk, " lorem", " a", 1)), []byte(benchChunk)}
+	var p chunkShape
+	var ci ChunkInfo
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if err := p.parse(texts[i&1], &ci); err != nil || ci.Choices != 1 {
+			b.Fatal(err)
+		}
+	}
+}
