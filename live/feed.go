@@ -39,7 +39,12 @@ type Feed struct {
 
 	ports map[uint16]feedPort
 	sw    critpath.Switches
-	runq  map[uint32]collectors.Span // a run-queue span waiting for its off-CPU span
+	// runq holds a run-queue span waiting for its off-CPU span, by tid.
+	// A Span is stored out of line in a map (it is over 128 bytes): one
+	// allocation an insert, so the entries are pointers, reused from
+	// spare as the off-CPU spans take them.
+	runq  map[uint32]*collectors.Span
+	spare []*collectors.Span
 	segs  []critpath.Segment
 }
 
@@ -56,7 +61,7 @@ const inlineRx = int64(2e6)
 // NewFeed feeds eng, holding at most maxHeld spans of history.
 func NewFeed(eng *critpath.Engine, maxHeld int) *Feed {
 	return &Feed{Eng: eng, MaxHeld: maxHeld, Tgids: map[uint32]bool{}, ports: map[uint16]feedPort{},
-		runq: map[uint32]collectors.Span{}}
+		runq: map[uint32]*collectors.Span{}}
 }
 
 // Retained re-reads the engine's history size (it walks every thread and
@@ -99,24 +104,29 @@ func (f *Feed) Record(sp collectors.Span) {
 	}
 	switch sp.Kind {
 	case collectors.SpanRunqueue:
-		if p, ok := f.runq[sp.Tid]; ok {
-			f.switchIn(p, nil) // a switch-in with no off-CPU interval known
+		p := f.runq[sp.Tid]
+		if p != nil {
+			f.switchIn(*p, nil) // a switch-in with no off-CPU interval known
+		} else if n := len(f.spare); n > 0 {
+			p = f.spare[n-1]
+			f.spare = f.spare[:n-1]
+			f.runq[sp.Tid] = p
+		} else {
+			p = new(collectors.Span)
+			f.runq[sp.Tid] = p
 		}
-		f.runq[sp.Tid] = sp
+		*p = sp
 	case collectors.SpanOffCPU:
-		p, ok := f.runq[sp.Tid]
-		if ok {
+		p := f.runq[sp.Tid]
+		if p != nil {
 			delete(f.runq, sp.Tid)
+			f.spare = append(f.spare, p)
 			if p.End != sp.End {
-				f.switchIn(p, nil)
-				ok = false
+				f.switchIn(*p, nil)
+				p = nil
 			}
 		}
-		if ok {
-			f.switchIn(sp, &p)
-		} else {
-			f.switchIn(sp, nil)
-		}
+		f.switchIn(sp, p)
 	case collectors.SpanCUDA:
 		f.Stats.CUDACalls++
 		f.Eng.AddCUDA(critpath.CUDACall{Tid: sp.Tid, Start: sp.Start, End: sp.End, Name: sp.Detail})

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/bpfbench/bpfbench/collectors"
 )
 
 // A sample keeps at most n gaps, each of those added with the same chance:
@@ -96,5 +98,24 @@ func TestRecordSecondsError(t *testing.T) {
 	}
 	if (&Tracker{records: 64, timed: 1, recordNs: 900, recordSq: 810000}).cost(0).RecordSecondsError != 0 {
 		t.Error("one timed intake has a bound")
+	}
+}
+
+// The clock's own cost, taken out of each timed intake, is read where
+// the thread's CPU clock is there, and is less than the bound on one
+// intake (1 ms).
+func TestClockCost(t *testing.T) {
+	if _, ok := threadCPU(); !ok {
+		t.Skip("no thread CPU clock")
+	}
+	if c := clockCost(); c <= 0 || c >= 1e6 {
+		t.Errorf("clock cost %d ns", c)
+	}
+	tr := NewTracker(Options{})
+	for range 64 * 4 {
+		tr.Record(collectors.Span{Kind: collectors.SpanFork, End: 1})
+	}
+	if c := tr.cost(2); c.RecordsTimed == 0 || c.RecordClockNs <= 0 {
+		t.Errorf("cost %+v: no intake timed less the clock", c)
 	}
 }

@@ -108,8 +108,10 @@ type history struct {
 	th Thread
 	// proc is the tgid it is indexed under in Engine.procs (0: none).
 	proc uint32
-	segs []Segment  // sorted by Start
-	cuda []CUDACall // sorted by Start
+	segs []Segment // sorted by Start
+	// segBase is the array segs was last allocated as (roomFor).
+	segBase []Segment
+	cuda    []CUDACall // sorted by Start
 	// maxCuda is the longest CUDA call held.
 	maxCuda int64
 }
@@ -134,10 +136,12 @@ type Engine struct {
 	// target thread on a connection that is no client's (a gateway woken
 	// by the engine's chunk).
 	allSends []Send
-	arrivals map[uint16][]Arrival // by Time
-	holds    map[uint16][]Hold    // by Start
-	maxHold  int64                // the longest hold held
-	data     map[uint32][]Data    // by the reader's process, by Read
+	// allSendsBase is the array allSends was last allocated as (roomFor).
+	allSendsBase []Send
+	arrivals     map[uint16][]Arrival // by Time
+	holds        map[uint16][]Hold    // by Start
+	maxHold      int64                // the longest hold held
+	data         map[uint32][]Data    // by the reader's process, by Read
 	// clientWaits are the load generator's run-queue waits, by Start.
 	clientWaits   []ClientWait
 	maxClientWait int64
@@ -220,13 +224,9 @@ func (e *Engine) Stats() Stats { return e.stats }
 // within Options.Keep.
 func (e *Engine) SetFloor(ns int64) { e.floor = ns }
 
-// insert puts x into s sorted by key, cheaply when it comes in order.
-// x's key is read from the copy appended: taking x's own address for the
-// key function would move every x to the heap (an allocation an event).
-func insert[T any](s []T, x T, key func(*T) int64) []T {
-	s = append(s, x)
-	k := key(&s[len(s)-1])
-	s = s[:len(s)-1]
+// insert puts x, whose key is k, into s sorted by key, cheaply when it
+// comes in order.
+func insert[T any](s []T, x T, k int64, key func(*T) int64) []T {
 	i := len(s)
 	if i > 0 && key(&s[i-1]) > k {
 		i = sort.Search(len(s), func(j int) bool { return key(&s[j]) > k })
@@ -237,6 +237,33 @@ func insert[T any](s []T, x T, key func(*T) int64) []T {
 		s[i] = x
 	}
 	return s
+}
+
+// roomFor makes room for one more at the end of s, a history whose front
+// prune cuts off as time passes (s = s[cut:]): base is the array s was
+// last allocated as (base[:0]). Once the slots forgotten at base's front
+// are half as many as s holds, s moves back to the front instead of into
+// a larger array: a history pruned as fast as it grows then allocates
+// nothing (a new array, its zeroing and the collector's scan of the old
+// one were a third of the live view's intake). The slots left behind are
+// cleared. A history that shrank to a quarter of its array (a burst
+// passed) moves to one of twice its size instead.
+func roomFor[T any](s, base []T) ([]T, []T) {
+	if len(s) < cap(s) {
+		return s, base
+	}
+	if front := cap(base) - cap(s); front > 0 && 2*front >= len(s) {
+		if 4*len(s) < cap(base) {
+			s = append(make([]T, 0, 2*len(s)+1), s...)
+			return s, s[:0]
+		}
+		n := copy(base[:len(s)], s)
+		clear(base[n : front+n])
+		return base[:n], base
+	}
+	// Twice what it holds: the next move is then to the front.
+	s = slices.Grow(s, len(s)+1)
+	return s, s[:0]
 }
 
 func segStart(s *Segment) int64     { return s.Start }
@@ -293,7 +320,8 @@ func (e *Engine) AddSegment(s Segment) {
 			h.proc = h.th.Tgid
 		}
 	}
-	h.segs = insert(h.segs, s, segStart)
+	h.segs, h.segBase = roomFor(h.segs, h.segBase)
+	h.segs = insert(h.segs, s, s.Start, segStart)
 	if s.State == Runnable && len(s.Holders) > 0 && h.th.Tgid != 0 {
 		rq := e.procRunq[h.th.Tgid]
 		if rq == nil {
@@ -301,7 +329,8 @@ func (e *Engine) AddSegment(s Segment) {
 			e.procRunq[h.th.Tgid] = rq
 		}
 		s.Thread = h.th
-		rq.segs = insert(rq.segs, s, segStart)
+		rq.segs, rq.base = roomFor(rq.segs, rq.base)
+		rq.segs = insert(rq.segs, s, s.Start, segStart)
 		rq.maxLen = max(rq.maxLen, s.End-s.Start)
 	}
 }
@@ -309,7 +338,8 @@ func (e *Engine) AddSegment(s Segment) {
 // runqIndex is a process's Runnable segments with holders, by Start.
 type runqIndex struct {
 	segs   []Segment
-	maxLen int64 // the longest held
+	base   []Segment // the array segs was last allocated as (roomFor)
+	maxLen int64     // the longest held
 }
 
 // unindex takes h out of its process's entry in procs.
@@ -343,22 +373,23 @@ func (e *Engine) AddCUDA(c CUDACall) {
 		return
 	}
 	h := e.thread(c.Tid)
-	h.cuda = insert(h.cuda, c, cudaStart)
+	h.cuda = insert(h.cuda, c, c.Start, cudaStart)
 	h.maxCuda = max(h.maxCuda, c.End-c.Start)
 }
 
 // AddSend adds a server send.
 func (e *Engine) AddSend(s Send) {
 	if e.admit(s.Time) {
-		e.sends[s.Port] = insert(e.sends[s.Port], s, sendTime)
-		e.allSends = insert(e.allSends, s, sendTime)
+		e.sends[s.Port] = insert(e.sends[s.Port], s, s.Time, sendTime)
+		e.allSends, e.allSendsBase = roomFor(e.allSends, e.allSendsBase)
+		e.allSends = insert(e.allSends, s, s.Time, sendTime)
 	}
 }
 
 // AddArrival adds an arrival at the client's socket.
 func (e *Engine) AddArrival(a Arrival) {
 	if e.admit(a.Time) {
-		e.arrivals[a.Port] = insert(e.arrivals[a.Port], a, arrivalTime)
+		e.arrivals[a.Port] = insert(e.arrivals[a.Port], a, a.Time, arrivalTime)
 	}
 }
 
@@ -370,7 +401,7 @@ func (e *Engine) AddHold(h Hold) {
 		return
 	}
 	if e.admit(h.End) {
-		e.holds[h.Port] = insert(e.holds[h.Port], h, holdStart)
+		e.holds[h.Port] = insert(e.holds[h.Port], h, h.Start, holdStart)
 		e.maxHold = max(e.maxHold, h.End-h.Start)
 	}
 }
@@ -383,7 +414,7 @@ func (e *Engine) AddClientWait(w ClientWait) {
 		return
 	}
 	if e.admit(w.End) {
-		e.clientWaits = insert(e.clientWaits, w, waitStart)
+		e.clientWaits = insert(e.clientWaits, w, w.Start, waitStart)
 		e.maxClientWait = max(e.maxClientWait, w.End-w.Start)
 	}
 }
@@ -400,7 +431,7 @@ func (e *Engine) AddData(d Data) {
 		if k == 0 {
 			k = d.Reader.Tid
 		}
-		e.data[k] = insert(e.data[k], d, dataRead)
+		e.data[k] = insert(e.data[k], d, d.Read, dataRead)
 	}
 }
 

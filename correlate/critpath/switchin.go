@@ -30,6 +30,24 @@ type SwitchIn struct {
 // known). The zero value is ready to use.
 type Switches struct {
 	lastIn map[uint32]int64
+	// holders is a slab the segments' one-holder lists are cut from (a
+	// list of its own was an allocation a switch-in); a slab is let go
+	// when the last segment cut from it is.
+	holders []Holder
+}
+
+// holderSlab is how many holders a slab holds.
+const holderSlab = 256
+
+// oneHolder is a list of h alone, cut from the slab with no room to grow
+// into its neighbour.
+func (w *Switches) oneHolder(h Holder) []Holder {
+	if len(w.holders) == cap(w.holders) {
+		w.holders = make([]Holder, 0, holderSlab)
+	}
+	i := len(w.holders)
+	w.holders = append(w.holders, h)
+	return w.holders[i : i+1 : i+1]
 }
 
 // Segments appends r's segments to out.
@@ -49,7 +67,7 @@ func (w *Switches) Segments(r SwitchIn, out []Segment) []Segment {
 		if r.Holder == (Thread{}) {
 			return nil
 		}
-		return []Holder{{r.Holder, ns}}
+		return w.oneHolder(Holder{r.Holder, ns})
 	}
 	switch r.Left {
 	case Sleep, IOWait, Stopped:
