@@ -2,7 +2,6 @@ package loadgen
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -49,7 +48,10 @@ func (r *Result) Failures() []Failure {
 // itls, ...) with bpfbench's own data under "bpfbench": the clock anchor,
 // failure reasons, token sources and every per-request record with raw
 // monotonic timestamps.
-func (r *Result) JSON() map[string]any {
+func (r *Result) JSON() map[string]any { return r.fields(false) }
+
+// fields is JSON(), with its "itls" an itlLists when lazy (for jsonWriter).
+func (r *Result) fields(lazy bool) map[string]any {
 	c := &r.Config
 	out := r.Metrics.Fields()
 	out["date"] = r.Date.Format("20060102-150405")
@@ -78,7 +80,10 @@ func (r *Result) JSON() map[string]any {
 	inputLens := make([]int, n)
 	outputLens := make([]int, n)
 	ttfts := make([]float64, n)
-	itls := make([][]float64, n)
+	var itls [][]float64
+	if !lazy {
+		itls = make([][]float64, n)
+	}
 	texts := make([]string, n)
 	errs := make([]string, n)
 	timings := make([]*transport.ServerTimings, n)
@@ -88,21 +93,27 @@ func (r *Result) JSON() map[string]any {
 		inputLens[i] = rec.PromptLen
 		timings[i] = rec.ServerTimings
 		hasTimings = hasTimings || rec.ServerTimings != nil
-		itls[i] = []float64{}
+		if !lazy {
+			itls[i] = []float64{}
+		}
 		errs[i] = rec.Error
 		if !rec.Success {
 			continue
 		}
 		outputLens[i] = rec.OutputTokens
 		ttfts[i] = float64(rec.TTFTNs()) / 1e9
-		for j := 1; j < len(rec.ChunkNs); j++ {
+		for j := 1; !lazy && j < len(rec.ChunkNs); j++ {
 			itls[i] = append(itls[i], float64(rec.ChunkNs[j]-rec.ChunkNs[j-1])/1e9)
 		}
 	}
 	out["input_lens"] = inputLens
 	out["output_lens"] = outputLens
 	out["ttfts"] = ttfts
-	out["itls"] = itls
+	if lazy {
+		out["itls"] = itlLists(r.Records)
+	} else {
+		out["itls"] = itls
+	}
 	out["generated_texts"] = texts
 	out["errors"] = errs
 	if hasTimings {
@@ -171,10 +182,16 @@ func nilIfEmpty(s string) any {
 	return s
 }
 
-// WriteJSON writes the result JSON.
+// WriteJSON writes the result JSON: JSON() as encoding/json's Encoder
+// writes it, byte for byte (see jsonWriter). On an error (a NaN or
+// infinite number, which encoding/json refuses too) part of it may have
+// been written.
 func (r *Result) WriteJSON(w io.Writer) error {
-	enc := json.NewEncoder(w)
-	return enc.Encode(r.JSON())
+	e := &jsonWriter{w: w, b: make([]byte, 0, jsonFlushAt+jsonFlushAt/2)}
+	e.value(r.fields(true))
+	e.b = append(e.b, '\n')
+	e.flush()
+	return e.err
 }
 
 // WriteFile writes the result JSON to path, atomically: a temporary file
