@@ -80,6 +80,54 @@ func NewDist(xs []float64, percentiles []float64) Dist {
 	return d
 }
 
+// msOfNs returns ns in milliseconds, sorted: ns is sorted as integers,
+// which float64(n)/1e6 keeps in order, so NewDist's sort finds the list
+// sorted. A long list of non-negative ns (the ITLs) is radix-sorted: the
+// ITLs of 100 requests of 256 tokens in a quarter of sort.Float64s's time
+// (BenchmarkMsOfNs). ns is reordered.
+func msOfNs(ns []int64) []float64 {
+	if len(ns) >= radixMin && slices.Min(ns) >= 0 {
+		radixSort(ns, slices.Max(ns))
+	} else {
+		slices.Sort(ns)
+	}
+	ms := make([]float64, len(ns))
+	for i, n := range ns {
+		ms[i] = float64(n) / 1e6
+	}
+	return ms
+}
+
+// radixMin is the length from which msOfNs radix-sorts.
+const radixMin = 512
+
+// radixSort sorts xs, all in [0, hi], least significant 11-bit digit
+// first, as many digits as hi has (ITLs under 4 s: two).
+func radixSort(xs []int64, hi int64) {
+	const bits, mask = 11, 1<<11 - 1
+	src, dst := xs, make([]int64, len(xs))
+	var c [1 << bits]int32
+	for shift := 0; shift < 64 && hi>>shift > 0; shift += bits {
+		clear(c[:])
+		for _, x := range src {
+			c[(x>>shift)&mask]++
+		}
+		at := int32(0)
+		for d := range c {
+			at, c[d] = at+c[d], at
+		}
+		for _, x := range src {
+			d := (x >> shift) & mask
+			dst[c[d]] = x
+			c[d]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &xs[0] {
+		copy(xs, src)
+	}
+}
+
 // Goodput holds service level objectives in milliseconds keyed by "ttft",
 // "tpot" or "e2el" (vLLM's --goodput).
 type Goodput map[string]float64
@@ -199,7 +247,12 @@ type Options struct {
 func Compute(recs []transport.Record, durS float64, opts Options) *Metrics {
 	percentiles, goodput := opts.Percentiles, opts.Goodput
 	m := &Metrics{DurationS: durS, Failures: map[string]int{}, TokenSources: map[string]int{}}
-	var ttfts, tpots, itls, e2els, queue, headers []float64
+	var ttfts, tpots, e2els, queue, headers []float64
+	chunks := 0
+	for i := range recs {
+		chunks += len(recs[i].ChunkNs)
+	}
+	itls := make([]int64, 0, chunks)
 	good := 0
 	for i := range recs {
 		r := &recs[i]
@@ -225,7 +278,7 @@ func Compute(recs []transport.Record, durS float64, opts Options) *Metrics {
 			tpots = append(tpots, tpot*1e3)
 		}
 		for j := 1; j < len(r.ChunkNs); j++ {
-			itls = append(itls, float64(r.ChunkNs[j]-r.ChunkNs[j-1])/1e6)
+			itls = append(itls, r.ChunkNs[j]-r.ChunkNs[j-1])
 		}
 		ttfts = append(ttfts, ttft*1e3)
 		if r.HeadersNs != 0 {
@@ -266,7 +319,7 @@ func Compute(recs []transport.Record, durS float64, opts Options) *Metrics {
 	m.HasGoodput = len(goodput) > 0
 	m.TTFT = NewDist(ttfts, percentiles)
 	m.TPOT = NewDist(tpots, percentiles)
-	m.ITL = NewDist(itls, percentiles)
+	m.ITL = NewDist(msOfNs(itls), percentiles)
 	m.E2EL = NewDist(e2els, percentiles)
 	m.Queue = NewDist(queue, percentiles)
 	m.Headers = NewDist(headers, percentiles)
