@@ -48,7 +48,9 @@ func fillRandom(rng *rand.Rand, v reflect.Value) {
 	case reflect.Bool:
 		v.SetBool(rng.IntN(2) == 0)
 	case reflect.Int, reflect.Int32, reflect.Int64:
-		v.SetInt(rng.Int64N(1<<34) - 1<<20)
+		if rng.IntN(3) > 0 { // else zero, for omitempty
+			v.SetInt(rng.Int64N(1<<34) - 1<<20)
+		}
 	case reflect.Float32, reflect.Float64:
 		v.SetFloat(randomFloat(rng))
 	case reflect.String:
