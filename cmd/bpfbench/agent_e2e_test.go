@@ -274,12 +274,15 @@ func TestAgentTwoNamespaces(t *testing.T) {
 		cmd := n.run(t, out, true, 24)
 		var b bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &b, &b
+		// The simulator serves every subtest: its count goes on from
+		// the earlier runs'.
+		simMetrics := fmt.Sprintf("http://%s:%d/metrics", n.ip, agentSimPort)
+		served := testutil.Value(simMetrics, "vllm:request_success_total", "")
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
 		// Mid-run: a quarter of the requests served, the spans streaming.
-		simMetrics := fmt.Sprintf("http://%s:%d/metrics", n.ip, agentSimPort)
-		if !testutil.Until(30*time.Second, func() bool { return testutil.Value(simMetrics, "vllm:request_success_total", "") >= 6 }) {
+		if !testutil.Until(30*time.Second, func() bool { return testutil.Value(simMetrics, "vllm:request_success_total", "") >= served+6 }) {
 			t.Fatalf("the run served no 6 requests in 30 s:\n%s", b.String())
 		}
 		killed := time.Now()
