@@ -6,9 +6,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -69,47 +66,14 @@ func typeName(e ast.Expr) string {
 // over maxFuncLines lines. Generated files are left out.
 func TestNoLongFunctions(t *testing.T) {
 	root := moduleRoot(t)
-	fset := token.NewFileSet()
-	files := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			name := d.Name()
-			if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor" || name == "node_modules" ||
-				fileExists(filepath.Join(p, "go.mod"))) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(p, ".go") {
-			return nil
-		}
-		src, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
+	files := parseModule(t, root, ".go", "", func(fset *token.FileSet, f *ast.File, src []byte) {
 		if generated(src) {
-			return nil
+			return
 		}
-		rel, err := filepath.Rel(root, p)
-		if err != nil {
-			return err
-		}
-		f, err := parser.ParseFile(fset, rel, src, parser.SkipObjectResolution)
-		if err != nil {
-			return fmt.Errorf("parsing %s: %w", rel, err)
-		}
-		files++
 		for _, s := range longFuncs(fset, f, maxFuncLines) {
 			t.Errorf("%s: over %d lines; split it into named parts", s, maxFuncLines)
 		}
-		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	if files < 200 {
 		t.Fatalf("only %d Go files found under %s: the walk missed the module", files, root)
 	}

@@ -89,6 +89,23 @@ func moduleRoot(t *testing.T) string {
 func TestNoBareSkips(t *testing.T) {
 	root := moduleRoot(t)
 	exempt := filepath.Join(root, "internal", "privtest")
+	files := parseModule(t, root, "_test.go", exempt, func(fset *token.FileSet, f *ast.File, _ []byte) {
+		for _, s := range bareSkips(fset, f) {
+			t.Errorf("%s: a bare skip, which BPFBENCH_REQUIRE_PRIVILEGED cannot forbid; use privtest.Skip, SkipPrivileged, SkipOptional or RequireTool", s)
+		}
+	})
+	if files < 50 {
+		t.Fatalf("only %d test files found under %s: the walk missed the module", files, root)
+	}
+	t.Logf("%d test files parsed", files)
+}
+
+// parseModule parses each file of the module under root whose name ends
+// in suffix (the go command's view: no testdata, vendor, hidden or nested
+// modules, nor the directory skip) and hands it to fn with its source
+// (positions relative to root); it returns the number of files parsed.
+func parseModule(t *testing.T, root, suffix, skip string, fn func(*token.FileSet, *ast.File, []byte)) int {
+	t.Helper()
 	fset := token.NewFileSet()
 	files := 0
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
@@ -98,12 +115,12 @@ func TestNoBareSkips(t *testing.T) {
 		if d.IsDir() {
 			name := d.Name()
 			if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor" || name == "node_modules" ||
-				p == exempt || fileExists(filepath.Join(p, "go.mod"))) {
-				return filepath.SkipDir // not this module's packages (as the go command sees them), or privtest itself
+				p == skip || fileExists(filepath.Join(p, "go.mod"))) {
+				return filepath.SkipDir
 			}
 			return nil
 		}
-		if !strings.HasSuffix(p, "_test.go") {
+		if !strings.HasSuffix(p, suffix) {
 			return nil
 		}
 		src, err := os.ReadFile(p)
@@ -119,22 +136,15 @@ func TestNoBareSkips(t *testing.T) {
 			return fmt.Errorf("parsing %s: %w", rel, err)
 		}
 		files++
-		for _, s := range bareSkips(fset, f) {
-			t.Errorf("%s: a bare skip, which BPFBENCH_REQUIRE_PRIVILEGED cannot forbid; use privtest.Skip, SkipPrivileged, SkipOptional or RequireTool", s)
-		}
+		fn(fset, f, src)
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if files < 50 {
-		t.Fatalf("only %d test files found under %s: the walk missed the module", files, root)
-	}
-	t.Logf("%d test files parsed", files)
+	return files
 }
 
-// The detector itself: it flags what a bare skip looks like and passes
-// privtest's functions under any import name.
 func TestBareSkipsDetector(t *testing.T) {
 	src := `package x
 
