@@ -449,9 +449,40 @@ static __always_inline __u8 rec_flags(struct target *tgt)
 	return f;
 }
 
+static __always_inline int on_switch(bool preempt, struct task_struct *prev,
+				     struct task_struct *next, unsigned int prev_state);
+
+/* sched_switch passes prev_state since 5.18; before it, a program that
+ * reads a fourth argument is rejected by the verifier. Userspace loads one
+ * of the two, by the argument count of the kernel's tracepoint (its BTF). */
 SEC("tp_btf/sched_switch")
 int BPF_PROG(sched_switch, bool preempt, struct task_struct *prev,
 	     struct task_struct *next, unsigned int prev_state)
+{
+	return on_switch(preempt, prev, next, prev_state);
+}
+
+/* task_struct's state field is __state since 5.14, state before. */
+struct task_struct___pre514 {
+	long state;
+} __attribute__((preserve_access_index));
+
+/* Kernels before 5.18: the state read from the task, as the tracepoint
+ * itself read it there (__trace_sched_switch_state). */
+SEC("tp_btf/sched_switch")
+int BPF_PROG(sched_switch_nostate, bool preempt, struct task_struct *prev,
+	     struct task_struct *next)
+{
+	unsigned int st;
+	if (bpf_core_field_exists(prev->__state))
+		st = BPF_CORE_READ(prev, __state);
+	else
+		st = (unsigned int)BPF_CORE_READ((struct task_struct___pre514 *)prev, state);
+	return on_switch(preempt, prev, next, st);
+}
+
+static __always_inline int on_switch(bool preempt, struct task_struct *prev,
+				     struct task_struct *next, unsigned int prev_state)
 {
 	struct task_info *ti;
 	struct target *tgt;
@@ -851,11 +882,18 @@ int BPF_PROG(sched_process_fork, struct task_struct *parent,
 }
 
 /* The last thread of a followed process exits: a child the kernel added
- * leaves targets; userspace hears of every streamed one. */
+ * leaves targets; userspace hears of every streamed one.
+ *
+ * Whether the group is dead is read from the task, not from the
+ * tracepoint's group_dead argument, which kernels before 6.16 do not pass
+ * (their verifier rejects a program that reads it): do_exit decrements
+ * signal->live, and computes group_dead from it, before the tracepoint on
+ * every kernel since 2.6. Two threads exiting at once can both read 0: the
+ * delete below is done once, and userspace takes an exit once. */
 SEC("tp_btf/sched_process_exit")
-int BPF_PROG(sched_process_exit, struct task_struct *p, bool group_dead)
+int BPF_PROG(sched_process_exit, struct task_struct *p)
 {
-	if (!with_tree || !group_dead)
+	if (!with_tree || BPF_CORE_READ(p, signal, live.counter) != 0)
 		return 0;
 	__u32 tgid = p->tgid;
 	struct target *pt = target_or_child(tgid);
@@ -949,8 +987,23 @@ static __always_inline void emit_data(struct target *t, __u64 rd_ts, __u32 rd_ti
  * The stamp ts is the token of a record: whoever swaps it back to 0 sends
  * it, the reader that finds it (data_recv) or, when the read came first
  * and is pending, this writer. */
+static __always_inline int on_data_send(const struct sock *sk);
+
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(data_send, const struct sock *sk)
+{
+	return on_data_send(sk);
+}
+
+/* Kernels without sk_data_ready (6.1 has none; 6.12 has it): the entry of
+ * sock_def_readable, which unix sockets call for the receiving socket. */
+SEC("fentry/sock_def_readable")
+int BPF_PROG(data_send_fentry, struct sock *sk)
+{
+	return on_data_send(sk);
+}
+
+static __always_inline int on_data_send(const struct sock *sk)
 {
 	if (!with_data_edges || sk->__sk_common.skc_family != AF_UNIX)
 		return 0;
@@ -987,8 +1040,26 @@ int BPF_PROG(data_send, const struct sock *sk)
 
 /* Every recvmsg of the host runs this: a target's read of a socket a
  * target wrote into sends the data edge, once a write. */
+static __always_inline int on_data_recv(struct sock *sk, int ret, int flags);
+
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(data_recv, struct sock *sk, int ret, int flags)
+{
+	return on_data_recv(sk, ret, flags);
+}
+
+/* Kernels without sock_recv_length (6.1 has none; 6.12 has it): the return of
+ * sock_recvmsg, which read, recv, recvfrom and recvmsg go through. */
+SEC("fexit/sock_recvmsg")
+int BPF_PROG(data_recv_fexit, struct socket *sock, struct msghdr *msg, int flags, int ret)
+{
+	struct sock *sk = sock->sk;
+	if (!sk)
+		return 0;
+	return on_data_recv(sk, ret, flags);
+}
+
+static __always_inline int on_data_recv(struct sock *sk, int ret, int flags)
 {
 	if (!with_data_edges || ret <= 0 || (flags & MSG_PEEK) || sk->__sk_common.skc_family != AF_UNIX)
 		return 0;

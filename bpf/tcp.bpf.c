@@ -696,8 +696,27 @@ int BPF_PROG(tcp_cong_state_set, struct sock *sk, __u8 ca_state)
 /* Every sendmsg of the host (sock_sendmsg) runs this, in the sender's
  * context: after two plain loads and a lookup it returns unless the
  * socket is a streamed server socket. */
+static __always_inline int on_send(struct sock *sk, int ret);
+
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
+{
+	return on_send(sk, ret);
+}
+
+/* Kernels without sock_send_length (6.1 has none; 6.12 has it): the return of
+ * sock_sendmsg, which write, send, sendto and sendmsg on a socket go
+ * through, as sock_send_length's sock_sendmsg_nosec. Loaded only there. */
+SEC("fexit/sock_sendmsg")
+int BPF_PROG(sock_sendmsg_exit, struct socket *sock, struct msghdr *msg, int ret)
+{
+	struct sock *sk = sock->sk;
+	if (!sk)
+		return 0;
+	return on_send(sk, ret);
+}
+
+static __always_inline int on_send(struct sock *sk, int ret)
 {
 	if ((ret <= 0 && ret != -11 /* EAGAIN */) || !is_tcp(sk))
 		return 0;
@@ -808,8 +827,24 @@ static __always_inline int server_arrival(struct sock_info *si, struct tcp_sock 
 /* Data queued on a socket (tcp_data_ready, usually in softirq): arrivals
  * at the load generator's own sockets, and with live_requests the
  * requests at the followed server's. */
+static __always_inline int on_data_ready(const struct sock *sk);
+
 SEC("tp_btf/sk_data_ready")
 int BPF_PROG(sk_data_ready, const struct sock *sk)
+{
+	return on_data_ready(sk);
+}
+
+/* Kernels without sk_data_ready (6.1 has none; 6.12 has it): the entry of
+ * sock_def_readable, the data-ready callback of TCP and unix sockets
+ * (tcp_data_ready calls it). Loaded only there. */
+SEC("fentry/sock_def_readable")
+int BPF_PROG(sock_def_readable_entry, struct sock *sk)
+{
+	return on_data_ready(sk);
+}
+
+static __always_inline int on_data_ready(const struct sock *sk)
 {
 	if ((!client_tgid && !live_requests) || !is_tcp(sk))
 		return 0;

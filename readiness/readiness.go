@@ -54,6 +54,10 @@ type TracepointSet struct {
 	Collector string
 	Required  []string
 	Optional  []string
+	// Probe loads and attaches the collector's own programs as the
+	// commands do (hostWide: as the daemon), and releases them: check
+	// runs it so that it cannot say ok where a command's load fails.
+	Probe func(hostWide bool) (bpfutil.LoadReport, error)
 }
 
 // MinKernel is the oldest kernel with everything the collectors use
@@ -83,6 +87,15 @@ func Readiness(sets []TracepointSet) []Check {
 		}
 		for _, tp := range s.Optional {
 			add(checkTracepoint(s.Collector, tp, false))
+		}
+	}
+	if privileged {
+		for _, s := range sets {
+			if s.Probe == nil {
+				continue
+			}
+			add(checkLoad(s, false))
+			add(checkLoad(s, true))
 		}
 	}
 	add(checkPMU("uprobe", true, "a kernel with CONFIG_UPROBE_EVENTS=y (CUDA probes need it)"))
@@ -224,6 +237,61 @@ func checkTracepoint(collector, tp string, required bool) Check {
 	return Check{OK, name, collector + ": loads and attaches", ""}
 }
 
+// checkLoad loads the collector's programs as a session (run, attach) or
+// as the daemon does, with the verifier's verdict on this kernel, and says
+// which tracepoints are missing and which stand-ins were used.
+func checkLoad(s TracepointSet, hostWide bool) Check {
+	mode, who := "session", "run and attach"
+	if hostWide {
+		mode, who = "host", "the daemon"
+	}
+	name := "load " + s.Collector + " (" + mode + ")"
+	rep, err := s.Probe(hostWide)
+	if err != nil {
+		bad, fix := Warn, who+" carry on without the "+s.Collector+" collector"
+		if len(s.Required) > 0 {
+			bad, fix = Fail, who+" cannot start: the "+s.Collector+" collector is required"
+		}
+		if f, ok := refusalFix(err); ok {
+			fix = f
+		}
+		return Check{bad, name, "kernel " + bpfutil.KernelRelease() + ": " + shortErr(err), fix}
+	}
+	detail := fmt.Sprintf("%d programs load and attach", rep.Programs)
+	if len(rep.Variants) > 0 {
+		detail += "; in place of what this kernel lacks: " + strings.Join(rep.Variants, "; ")
+	}
+	if len(rep.Missing) == 0 {
+		return Check{OK, name, detail, ""}
+	}
+	detail += "; kernel " + bpfutil.KernelRelease() + " lacks the tracepoints " + strings.Join(rep.Missing, ", ")
+	return Check{Warn, name, detail, missingFix(s.Collector, rep.Missing)}
+}
+
+// missingFix says what a collector loses without the tracepoints.
+func missingFix(collector string, missing []string) string {
+	var lost []string
+	for _, tp := range missing {
+		if w, ok := tracepointGives[tp]; ok {
+			lost = append(lost, tp+": "+w)
+		}
+	}
+	fix := "the " + collector + " collector works without them, with less detail"
+	if len(lost) > 0 {
+		fix += " (" + strings.Join(lost, "; ") + ")"
+	}
+	return fix + "; a newer kernel, or one with fentry/fexit, has them"
+}
+
+// tracepointGives is what a tracepoint the kernel may lack gives.
+var tracepointGives = map[string]string{
+	"sk_data_ready":      "arrivals at the load generator's sockets, the live view's requests, and data edges between the server's processes over unix sockets",
+	"sock_send_length":   "the server's sends: the live view's streams and run's matching of chunks to sends",
+	"sock_recv_length":   "data edges between the server's processes over unix sockets",
+	"tcp_cong_state_set": "loss episodes",
+	"irq_handler_entry":  "device interrupt time inside the server's running time",
+}
+
 func checkPMU(name string, required bool, fix string) Check {
 	p := "/sys/bus/event_source/devices/" + name + "/type"
 	if _, err := os.Stat(p); err != nil {
@@ -363,7 +431,7 @@ func checkFentry() Check {
 		if errors.Is(err, unix.EPERM) {
 			why = "the kernel refuses to load fentry programs (EPERM)"
 		}
-		return Check{Warn, "fentry", "not available: " + why, "not used by bpfbench; nothing to do"}
+		return Check{Warn, "fentry", "not available: " + why, "used only in place of tracepoints a kernel lacks (the load lines above say which); nothing to do where none is missing"}
 	}
 	p.Close()
 	return Check{OK, "fentry", "supported", ""}

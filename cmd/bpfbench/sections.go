@@ -45,9 +45,10 @@ func sessionSections() []session.SectionFactory {
 // tracepointSets are the tracepoints `bpfbench check` tries, per collector.
 func tracepointSets() []readiness.TracepointSet {
 	return []readiness.TracepointSet{
-		{Collector: "sched", Required: sched.Tracepoints},
-		{Collector: "blockio", Optional: blockio.Tracepoints},
-		{Collector: "tcp", Optional: tcp.Tracepoints},
+		{Collector: "sched", Required: sched.Tracepoints, Probe: sched.Probe},
+		{Collector: "blockio", Optional: blockio.Tracepoints, Probe: blockio.Probe},
+		{Collector: "tcp", Optional: tcp.Tracepoints, Probe: tcp.Probe},
+		{Collector: "cuda", Probe: cuda.Probe},
 	}
 }
 

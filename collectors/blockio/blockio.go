@@ -212,3 +212,14 @@ func DevName(dev uint32) string {
 	}
 	return name
 }
+
+// Probe loads and attaches the collector's programs as the commands do,
+// then releases them; `bpfbench check` runs it.
+func Probe(hostWide bool) (bpfutil.LoadReport, error) {
+	c := New(Config{HostWide: hostWide, RingBufferBytes: 1 << 16})
+	if err := c.Start(context.Background()); err != nil {
+		return bpfutil.LoadReport{}, err
+	}
+	defer c.Close()
+	return c.Report(), nil
+}

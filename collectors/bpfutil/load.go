@@ -7,11 +7,15 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -59,6 +63,92 @@ func HasTracepoint(name string) (bool, error) {
 	return true, nil
 }
 
+// TracepointArgs is the number of arguments the kernel's raw tracepoint
+// name passes to a tp_btf program (its btf_trace_<name> typedef, a pointer
+// to a function whose first parameter is the tracepoint's data, not
+// passed). Arguments are added to tracepoints across kernels
+// (sched_switch's prev_state in 5.18, sched_process_exit's group_dead in
+// 6.16), and the verifier rejects a program that reads one the kernel
+// does not pass.
+func TracepointArgs(name string) (int, error) {
+	spec, err := KernelBTF()
+	if err != nil {
+		return 0, fmt.Errorf("reading kernel BTF: %w", err)
+	}
+	var td *btf.Typedef
+	if err := spec.TypeByName("btf_trace_"+name, &td); err != nil {
+		return 0, fmt.Errorf("looking up tracepoint %s in kernel BTF: %w", name, err)
+	}
+	ptr, ok := btf.UnderlyingType(td.Type).(*btf.Pointer)
+	if !ok {
+		return 0, fmt.Errorf("tracepoint %s: btf_trace_%s is not a function pointer", name, name)
+	}
+	fp, ok := btf.UnderlyingType(ptr.Target).(*btf.FuncProto)
+	if !ok || len(fp.Params) == 0 {
+		return 0, fmt.Errorf("tracepoint %s: btf_trace_%s is not a function pointer", name, name)
+	}
+	return len(fp.Params) - 1, nil
+}
+
+// Variant is a program loaded in place of a tp_btf program on kernels
+// that lack its tracepoint, or whose tracepoint passes fewer arguments
+// than it reads.
+type Variant struct {
+	// Of is the program it stands in for.
+	Of string
+	// Args, when set, is the number of arguments Of reads: on a kernel
+	// whose tracepoint passes fewer, this program (on the same
+	// tracepoint) is loaded instead. When 0, this program (an fentry or
+	// fexit on the function the tracepoint is in) is loaded where the
+	// kernel lacks Of's tracepoint.
+	Args int
+}
+
+var (
+	preflightOnce sync.Once
+	preflightErr  error
+)
+
+// Preflight refuses, before any load, a kernel without what every
+// collector needs (ring buffers, 5.8; task storage in tracing programs,
+// 5.11), saying so rather than failing at a map's creation with a
+// misleading error (on 5.10, "operation not permitted (MEMLOCK may be too
+// low)"), and lifts RLIMIT_MEMLOCK where the kernel still charges BPF
+// memory to it (before 5.11).
+func Preflight() error {
+	preflightOnce.Do(func() {
+		if err := rlimit.RemoveMemlock(); err != nil {
+			preflightErr = fmt.Errorf("raising RLIMIT_MEMLOCK, which this kernel charges eBPF maps to: %w (run as root, or with CAP_SYS_RESOURCE)", err)
+			return
+		}
+		for _, need := range []struct {
+			t    ebpf.MapType
+			what string
+		}{{ebpf.RingBuf, "BPF ring buffers (Linux 5.8)"}, {ebpf.TaskStorage, "BPF task storage (Linux 5.11)"}} {
+			err := features.HaveMapType(need.t)
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				preflightErr = fmt.Errorf("this kernel (%s) has no %s, which bpfbench needs: use Linux 5.11 or later with BTF (the README lists the kernels tested); `bpfbench check` says what else is missing", KernelRelease(), need.what)
+				return
+			}
+			if err != nil && !errors.Is(err, unix.EPERM) {
+				// EPERM: the load below says which privileges.
+				preflightErr = fmt.Errorf("probing %s: %w", need.what, err)
+				return
+			}
+		}
+	})
+	return preflightErr
+}
+
+// KernelRelease is the running kernel's release (uname -r).
+func KernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
 // Object is what Load needs to load a collector's bpf2go object.
 type Object struct {
 	// Spec reads the object: the generated loadXxx.
@@ -79,6 +169,10 @@ type Object struct {
 	// collector's configuration turned off. Their fields stay nil and they
 	// are not listed by Missing.
 	Skip []string
+	// Variants are programs loaded instead of another by the kernel's
+	// tracepoint arguments (program name -> what it stands in for); the
+	// one left out keeps a nil field.
+	Variants map[string]Variant
 }
 
 // Load is the first half of every collector's Start. It sizes the ring,
@@ -89,6 +183,9 @@ type Object struct {
 // (uprobes) are the collector's to attach. On error it has released
 // everything (Close).
 func (b *Base) Load(o Object) (err error) {
+	if err := Preflight(); err != nil {
+		return err
+	}
 	spec, err := o.Spec()
 	if err != nil {
 		return fmt.Errorf("reading the %s eBPF object: %w", b.name, err)
@@ -107,12 +204,40 @@ func (b *Base) Load(o Object) (err error) {
 	}
 	for _, name := range o.Skip {
 		delete(spec.Programs, name)
+		for v, of := range o.Variants {
+			if of.Of == name {
+				delete(spec.Programs, v)
+			}
+		}
 	}
-	tpProgs, err := b.dropMissing(spec, o.Rename)
+	for name, to := range o.Rename {
+		if p, ok := spec.Programs[name]; ok {
+			p.AttachTo = to
+		}
+	}
+	fallbacks, err := b.chooseVariants(spec, o.Variants)
+	if err != nil {
+		return err
+	}
+	tpProgs, err := b.dropMissing(spec)
 	if err != nil {
 		return err
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: BTFCache()})
+	if err != nil && len(fallbacks) > 0 {
+		// A kernel that refuses fentry/fexit (lockdown, no
+		// trampolines): without the stand-ins, as without the
+		// tracepoints they replace.
+		b.log.Warn("fentry/fexit stand-ins refused; carrying on without them", "programs", slices.Sorted(maps.Keys(fallbacks)), "err", err)
+		for name, tp := range fallbacks {
+			delete(spec.Programs, name)
+			b.missing = append(b.missing, tp)
+			b.variants = slices.DeleteFunc(b.variants, func(v string) bool { return strings.HasPrefix(v, tp+": ") })
+		}
+		sort.Strings(b.missing)
+		fallbacks = nil
+		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: BTFCache()})
+	}
 	if err != nil {
 		return LoadError("the "+b.name+" programs", err)
 	}
@@ -124,6 +249,10 @@ func (b *Base) Load(o Object) (err error) {
 	attach := make(map[string]*ebpf.Program, len(tpProgs))
 	for tp, n := range tpProgs {
 		attach[tp] = coll.Programs[n]
+	}
+	standIns := make(map[string]*ebpf.Program, len(fallbacks))
+	for n := range fallbacks {
+		standIns[n] = coll.Programs[n]
 	}
 	b.events, b.stats = coll.Maps["events"], coll.Maps["pipe_stats"]
 	b.targets, b.nrTargets = coll.Maps["targets"], coll.Variables["nr_targets"]
@@ -148,20 +277,91 @@ func (b *Base) Load(o Object) (err error) {
 		}
 		b.links = append(b.links, l)
 	}
+	for _, name := range slices.Sorted(maps.Keys(fallbacks)) {
+		l, err := link.AttachTracing(link.TracingOptions{Program: standIns[name]})
+		if err != nil {
+			return fmt.Errorf("attaching %s (for the missing tracepoint %s): %w", name, fallbacks[name], err)
+		}
+		b.links = append(b.links, l)
+	}
 	b.log.Debug("loaded", "programs", b.ProgramIDs(), "tracepoints", b.Attached(), "missing", b.missing)
 	return nil
 }
 
+// chooseVariants leaves out, of each program and its variant, the one
+// this kernel does not fit, and records the variant used. It returns the
+// fentry/fexit stand-ins kept (program name -> the missing tracepoint).
+func (b *Base) chooseVariants(spec *ebpf.CollectionSpec, variants map[string]Variant) (map[string]string, error) {
+	fallbacks := map[string]string{}
+	for _, name := range slices.Sorted(maps.Keys(variants)) {
+		v := variants[name]
+		p, ok := spec.Programs[v.Of]
+		vp := spec.Programs[name]
+		if !ok || vp == nil {
+			delete(spec.Programs, name)
+			continue
+		}
+		has, err := HasTracepoint(p.AttachTo)
+		if err != nil {
+			return nil, err
+		}
+		if v.Args == 0 {
+			// A stand-in where the tracepoint is missing, if the
+			// kernel has the function it traces.
+			if has || !hasFunc(vp.AttachTo) {
+				delete(spec.Programs, name)
+				continue
+			}
+			delete(spec.Programs, v.Of)
+			fallbacks[name] = p.AttachTo
+			kind := "fentry"
+			if vp.AttachType == ebpf.AttachTraceFExit {
+				kind = "fexit"
+			}
+			b.variants = append(b.variants, fmt.Sprintf("%s: %s/%s (the kernel has no such tracepoint)", p.AttachTo, kind, vp.AttachTo))
+			b.log.Info("tracepoint missing; traced at its function instead", "tracepoint", p.AttachTo, kind, vp.AttachTo)
+			continue
+		}
+		if !has {
+			delete(spec.Programs, name) // dropMissing says it is missing
+			continue
+		}
+		n, err := TracepointArgs(p.AttachTo)
+		if err != nil {
+			return nil, fmt.Errorf("configuring %s: %w", b.name, err)
+		}
+		if n >= v.Args {
+			delete(spec.Programs, name)
+			continue
+		}
+		delete(spec.Programs, v.Of)
+		b.variants = append(b.variants, fmt.Sprintf("%s: %s (the kernel's tracepoint passes %d arguments, not %d)", p.AttachTo, name, n, v.Args))
+		b.log.Info("tracepoint variant", "tracepoint", p.AttachTo, "program", name, "args", n)
+	}
+	return fallbacks, nil
+}
+
+// hasFunc reports whether the kernel's BTF has function fn (what fentry
+// and fexit attach to).
+func hasFunc(fn string) bool {
+	spec, err := KernelBTF()
+	if err != nil {
+		return false
+	}
+	var f *btf.Func
+	return spec.TypeByName(fn, &f) == nil
+}
+
+// Variants lists the programs loaded in place of others, each with why.
+func (b *Base) Variants() []string { return b.variants }
+
 // dropMissing takes out of spec every tp_btf program whose tracepoint the
 // kernel lacks (after rename) and returns the name of each remaining
 // tracepoint's program.
-func (b *Base) dropMissing(spec *ebpf.CollectionSpec, rename map[string]string) (map[string]string, error) {
+func (b *Base) dropMissing(spec *ebpf.CollectionSpec) (map[string]string, error) {
 	progs := map[string]string{} // tracepoint -> program name
 	var tps []string
 	for name, p := range spec.Programs {
-		if to, ok := rename[name]; ok {
-			p.AttachTo = to
-		}
 		if p.Type != ebpf.Tracing || p.AttachType != ebpf.AttachTraceRawTp {
 			continue
 		}

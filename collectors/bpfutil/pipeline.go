@@ -181,8 +181,10 @@ type Base struct {
 	links      []link.Link
 	// The tracepoints whose programs were loaded, and those this kernel lacks.
 	attached, missing []string
-	rd                *ringbuf.Reader
-	closers           []func() error
+	// variants: the programs loaded in place of others (Variants).
+	variants []string
+	rd       *ringbuf.Reader
+	closers  []func() error
 	// final are the pipeline counters as Close found them.
 	final atomic.Pointer[PipeStats]
 
@@ -626,4 +628,19 @@ func NiceProcess(nice int) error {
 		}
 		return nil
 	})
+}
+
+// LoadReport is what a collector's load found on this kernel.
+type LoadReport struct {
+	// Programs is the number of programs loaded.
+	Programs int
+	// Attached are the tracepoints attached; Missing those the kernel
+	// lacks (left out); Variants the programs loaded in place of others,
+	// each with why.
+	Attached, Missing, Variants []string
+}
+
+// Report is what Load found.
+func (b *Base) Report() LoadReport {
+	return LoadReport{Programs: len(b.programs), Attached: b.Attached(), Missing: b.Missing(), Variants: slices.Clone(b.variants)}
 }

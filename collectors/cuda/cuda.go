@@ -582,3 +582,15 @@ func (c *Collector) LinkIDs() []link.ID {
 	}
 	return ids
 }
+
+// Probe loads the collector's programs as the commands do (its uprobes
+// attach to a target's libraries later), then releases them; `bpfbench
+// check` runs it.
+func Probe(bool) (bpfutil.LoadReport, error) {
+	c := New(Config{RingBufferBytes: 1 << 16})
+	if err := c.Start(context.Background()); err != nil {
+		return bpfutil.LoadReport{}, err
+	}
+	defer c.Close()
+	return c.Report(), nil
+}

@@ -270,13 +270,14 @@ func (c *Collector) Start(context.Context) error {
 			c.Log().Warn("wakeup contexts unknown on this kernel", "err", err)
 		}
 	}
-	err := c.Load(bpfutil.Object{Spec: loadSched, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip, Consts: map[string]any{
-		schedVarHostWide: c.cfg.HostWide, schedVarFoldRunqNs: uint64(f.Runqueue), schedVarFoldOffcpuNs: uint64(f.OffCPU),
-		schedVarFoldSleepNs: uint64(f.Sleep), schedVarFlushNs: uint64(f.Flush), schedVarHostSampleMask: c.sampleMask(),
-		schedVarEdgeGapNs: uint64(f.Edge), schedVarWithWakers: c.cfg.Wakers, schedVarWithSoftirqVec: vec,
-		schedVarWithTree: c.cfg.Tree, schedVarWithDataEdges: c.cfg.DataEdges, schedVarPreemptDelta: delta,
-		schedVarWithIrqTime: c.cfg.IRQTime,
-	}})
+	err := c.Load(bpfutil.Object{Spec: loadSched, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip,
+		Variants: Variants, Consts: map[string]any{
+			schedVarHostWide: c.cfg.HostWide, schedVarFoldRunqNs: uint64(f.Runqueue), schedVarFoldOffcpuNs: uint64(f.OffCPU),
+			schedVarFoldSleepNs: uint64(f.Sleep), schedVarFlushNs: uint64(f.Flush), schedVarHostSampleMask: c.sampleMask(),
+			schedVarEdgeGapNs: uint64(f.Edge), schedVarWithWakers: c.cfg.Wakers, schedVarWithSoftirqVec: vec,
+			schedVarWithTree: c.cfg.Tree, schedVarWithDataEdges: c.cfg.DataEdges, schedVarPreemptDelta: delta,
+			schedVarWithIrqTime: c.cfg.IRQTime,
+		}})
 	if err != nil || !c.cfg.IRQTime {
 		return err
 	}
@@ -299,6 +300,16 @@ func (c *Collector) Start(context.Context) error {
 
 // IRQClassesOf is what Start classified: device interrupt number -> class.
 func (c *Collector) IRQClassesOf() map[uint32]IRQClass { return c.irqClasses }
+
+// Variants are the sched programs loaded in place of others on older
+// kernels: sched_switch without prev_state before 5.18; the unix data
+// edges' sk_data_ready and sock_recv_length (6.1 has neither) traced at
+// sock_def_readable's entry and sock_recvmsg's return.
+var Variants = map[string]bpfutil.Variant{
+	"sched_switch_nostate": {Of: "sched_switch", Args: 4},
+	"data_send_fentry":     {Of: "data_send"},
+	"data_recv_fexit":      {Of: "data_recv"},
+}
 
 var (
 	preemptOnce  sync.Once
@@ -324,21 +335,51 @@ func PreemptDelta() (int64, error) {
 			preemptErr = fmt.Errorf("finding the per-CPU section in kernel BTF: %w", err)
 			return
 		}
-		off := map[string]int64{}
-		for _, v := range ds.Vars {
-			if vr, ok := v.Type.(*btf.Var); ok && (vr.Name == "__preempt_count" || vr.Name == "runqueues") {
-				off[vr.Name] = int64(v.Offset)
-			}
-		}
-		pc, ok1 := off["__preempt_count"]
-		rq, ok2 := off["runqueues"]
-		if !ok1 || !ok2 {
-			preemptErr = fmt.Errorf("the kernel's per-CPU section has no __preempt_count or runqueues (not x86-64?)")
+		pc, rq, err := preemptOffsets(ds)
+		if err != nil {
+			preemptErr = err
 			return
 		}
 		preemptDelta = pc - rq
 	})
 	return preemptDelta, preemptErr
+}
+
+// preemptOffsets finds the per-CPU offsets of the preempt count and the
+// run queue. x86-64 keeps the preempt count in its own per-CPU variable,
+// __preempt_count, except from 6.2 to 6.14, where it is a field of the
+// per-CPU struct pcpu_hot.
+func preemptOffsets(ds *btf.Datasec) (pc, rq int64, err error) {
+	var hasPC, hasRQ bool
+	for _, v := range ds.Vars {
+		vr, ok := v.Type.(*btf.Var)
+		if !ok {
+			continue
+		}
+		switch vr.Name {
+		case "runqueues":
+			rq, hasRQ = int64(v.Offset), true
+		case "__preempt_count":
+			pc, hasPC = int64(v.Offset), true
+		case "pcpu_hot":
+			if hasPC {
+				continue
+			}
+			st, ok := btf.UnderlyingType(vr.Type).(*btf.Struct)
+			if !ok {
+				continue
+			}
+			for _, m := range st.Members {
+				if m.Name == "preempt_count" {
+					pc, hasPC = int64(v.Offset)+int64(m.Offset.Bytes()), true
+				}
+			}
+		}
+	}
+	if !hasPC || !hasRQ {
+		return 0, 0, fmt.Errorf("the kernel's per-CPU section has no runqueues, or no preempt count (__preempt_count, pcpu_hot.preempt_count: x86-64 only)")
+	}
+	return pc, rq, nil
 }
 
 // SetClient follows the threads of tgid, the load generator, under slot
@@ -430,4 +471,18 @@ func (c *Collector) OffCPUHist(idx uint32, s State) (hist.Log2, error) {
 		return hist.Log2{}, fmt.Errorf("no off-CPU histogram for state %v", s)
 	}
 	return c.readHist(c.objs.OffcpuHist, idx*NumStates+uint32(s))
+}
+
+// Probe loads and attaches the collector's programs as the commands do
+// (host-wide as the daemon, else as a session: every optional part on),
+// then releases them: `bpfbench check` runs it, so that it cannot say ok
+// where a command's load fails.
+func Probe(hostWide bool) (bpfutil.LoadReport, error) {
+	c := New(Config{HostWide: hostWide, HostSample: 1, Wakers: true, SoftirqVector: true, Tree: !hostWide,
+		DataEdges: !hostWide, IRQTime: !hostWide, RingBufferBytes: 1 << 16})
+	if err := c.Start(context.Background()); err != nil {
+		return bpfutil.LoadReport{}, err
+	}
+	defer c.Close()
+	return c.Report(), nil
 }

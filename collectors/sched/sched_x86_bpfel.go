@@ -115,46 +115,49 @@ type schedUnixWrite struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	schedMapCurSoftirq        = "cur_softirq"
-	schedMapEvents            = "events"
-	schedMapHostLeft          = "host_left"
-	schedMapIrqAccs           = "irq_accs"
-	schedMapIrqClasses        = "irq_classes"
-	schedMapOffcpuHist        = "offcpu_hist"
-	schedMapPipeStats         = "pipe_stats"
-	schedMapRunqHist          = "runq_hist"
-	schedMapTargetHint        = "target_hint"
-	schedMapTargets           = "targets"
-	schedMapTaskInfos         = "task_infos"
-	schedMapUnixWrites        = "unix_writes"
-	schedProgDataRecv         = "data_recv"
-	schedProgDataSend         = "data_send"
-	schedProgIrqHandlerEntry  = "irq_handler_entry"
-	schedProgIrqHandlerExit   = "irq_handler_exit"
-	schedProgSchedProcessExit = "sched_process_exit"
-	schedProgSchedProcessFork = "sched_process_fork"
-	schedProgSchedSwitch      = "sched_switch"
-	schedProgSchedWaking      = "sched_waking"
-	schedProgSoftirqEntry     = "softirq_entry"
-	schedProgSoftirqExit      = "softirq_exit"
-	schedVarEdgeGapNs         = "edge_gap_ns"
-	schedVarFlushNs           = "flush_ns"
-	schedVarFoldOffcpuNs      = "fold_offcpu_ns"
-	schedVarFoldRunqNs        = "fold_runq_ns"
-	schedVarFoldSleepNs       = "fold_sleep_ns"
-	schedVarHostSampleMask    = "host_sample_mask"
-	schedVarHostWide          = "host_wide"
-	schedVarNrChildren        = "nr_children"
-	schedVarNrTargets         = "nr_targets"
-	schedVarPreemptDelta      = "preempt_delta"
-	schedVarSelfTgid          = "self_tgid"
-	schedVarUnusedEvent       = "unused_event"
-	schedVarWakeupBytes       = "wakeup_bytes"
-	schedVarWithDataEdges     = "with_data_edges"
-	schedVarWithIrqTime       = "with_irq_time"
-	schedVarWithSoftirqVec    = "with_softirq_vec"
-	schedVarWithTree          = "with_tree"
-	schedVarWithWakers        = "with_wakers"
+	schedMapCurSoftirq          = "cur_softirq"
+	schedMapEvents              = "events"
+	schedMapHostLeft            = "host_left"
+	schedMapIrqAccs             = "irq_accs"
+	schedMapIrqClasses          = "irq_classes"
+	schedMapOffcpuHist          = "offcpu_hist"
+	schedMapPipeStats           = "pipe_stats"
+	schedMapRunqHist            = "runq_hist"
+	schedMapTargetHint          = "target_hint"
+	schedMapTargets             = "targets"
+	schedMapTaskInfos           = "task_infos"
+	schedMapUnixWrites          = "unix_writes"
+	schedProgDataRecv           = "data_recv"
+	schedProgDataRecvFexit      = "data_recv_fexit"
+	schedProgDataSend           = "data_send"
+	schedProgDataSendFentry     = "data_send_fentry"
+	schedProgIrqHandlerEntry    = "irq_handler_entry"
+	schedProgIrqHandlerExit     = "irq_handler_exit"
+	schedProgSchedProcessExit   = "sched_process_exit"
+	schedProgSchedProcessFork   = "sched_process_fork"
+	schedProgSchedSwitch        = "sched_switch"
+	schedProgSchedSwitchNostate = "sched_switch_nostate"
+	schedProgSchedWaking        = "sched_waking"
+	schedProgSoftirqEntry       = "softirq_entry"
+	schedProgSoftirqExit        = "softirq_exit"
+	schedVarEdgeGapNs           = "edge_gap_ns"
+	schedVarFlushNs             = "flush_ns"
+	schedVarFoldOffcpuNs        = "fold_offcpu_ns"
+	schedVarFoldRunqNs          = "fold_runq_ns"
+	schedVarFoldSleepNs         = "fold_sleep_ns"
+	schedVarHostSampleMask      = "host_sample_mask"
+	schedVarHostWide            = "host_wide"
+	schedVarNrChildren          = "nr_children"
+	schedVarNrTargets           = "nr_targets"
+	schedVarPreemptDelta        = "preempt_delta"
+	schedVarSelfTgid            = "self_tgid"
+	schedVarUnusedEvent         = "unused_event"
+	schedVarWakeupBytes         = "wakeup_bytes"
+	schedVarWithDataEdges       = "with_data_edges"
+	schedVarWithIrqTime         = "with_irq_time"
+	schedVarWithSoftirqVec      = "with_softirq_vec"
+	schedVarWithTree            = "with_tree"
+	schedVarWithWakers          = "with_wakers"
 )
 
 // loadSched returns the embedded CollectionSpec for sched.
@@ -199,16 +202,19 @@ type schedSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedProgramSpecs struct {
-	DataRecv         *ebpf.ProgramSpec `ebpf:"data_recv"`
-	DataSend         *ebpf.ProgramSpec `ebpf:"data_send"`
-	IrqHandlerEntry  *ebpf.ProgramSpec `ebpf:"irq_handler_entry"`
-	IrqHandlerExit   *ebpf.ProgramSpec `ebpf:"irq_handler_exit"`
-	SchedProcessExit *ebpf.ProgramSpec `ebpf:"sched_process_exit"`
-	SchedProcessFork *ebpf.ProgramSpec `ebpf:"sched_process_fork"`
-	SchedSwitch      *ebpf.ProgramSpec `ebpf:"sched_switch"`
-	SchedWaking      *ebpf.ProgramSpec `ebpf:"sched_waking"`
-	SoftirqEntry     *ebpf.ProgramSpec `ebpf:"softirq_entry"`
-	SoftirqExit      *ebpf.ProgramSpec `ebpf:"softirq_exit"`
+	DataRecv           *ebpf.ProgramSpec `ebpf:"data_recv"`
+	DataRecvFexit      *ebpf.ProgramSpec `ebpf:"data_recv_fexit"`
+	DataSend           *ebpf.ProgramSpec `ebpf:"data_send"`
+	DataSendFentry     *ebpf.ProgramSpec `ebpf:"data_send_fentry"`
+	IrqHandlerEntry    *ebpf.ProgramSpec `ebpf:"irq_handler_entry"`
+	IrqHandlerExit     *ebpf.ProgramSpec `ebpf:"irq_handler_exit"`
+	SchedProcessExit   *ebpf.ProgramSpec `ebpf:"sched_process_exit"`
+	SchedProcessFork   *ebpf.ProgramSpec `ebpf:"sched_process_fork"`
+	SchedSwitch        *ebpf.ProgramSpec `ebpf:"sched_switch"`
+	SchedSwitchNostate *ebpf.ProgramSpec `ebpf:"sched_switch_nostate"`
+	SchedWaking        *ebpf.ProgramSpec `ebpf:"sched_waking"`
+	SoftirqEntry       *ebpf.ProgramSpec `ebpf:"softirq_entry"`
+	SoftirqExit        *ebpf.ProgramSpec `ebpf:"softirq_exit"`
 }
 
 // schedMapSpecs contains maps before they are loaded into the kernel.
@@ -332,27 +338,33 @@ type schedVariables struct {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedPrograms struct {
-	DataRecv         *ebpf.Program `ebpf:"data_recv"`
-	DataSend         *ebpf.Program `ebpf:"data_send"`
-	IrqHandlerEntry  *ebpf.Program `ebpf:"irq_handler_entry"`
-	IrqHandlerExit   *ebpf.Program `ebpf:"irq_handler_exit"`
-	SchedProcessExit *ebpf.Program `ebpf:"sched_process_exit"`
-	SchedProcessFork *ebpf.Program `ebpf:"sched_process_fork"`
-	SchedSwitch      *ebpf.Program `ebpf:"sched_switch"`
-	SchedWaking      *ebpf.Program `ebpf:"sched_waking"`
-	SoftirqEntry     *ebpf.Program `ebpf:"softirq_entry"`
-	SoftirqExit      *ebpf.Program `ebpf:"softirq_exit"`
+	DataRecv           *ebpf.Program `ebpf:"data_recv"`
+	DataRecvFexit      *ebpf.Program `ebpf:"data_recv_fexit"`
+	DataSend           *ebpf.Program `ebpf:"data_send"`
+	DataSendFentry     *ebpf.Program `ebpf:"data_send_fentry"`
+	IrqHandlerEntry    *ebpf.Program `ebpf:"irq_handler_entry"`
+	IrqHandlerExit     *ebpf.Program `ebpf:"irq_handler_exit"`
+	SchedProcessExit   *ebpf.Program `ebpf:"sched_process_exit"`
+	SchedProcessFork   *ebpf.Program `ebpf:"sched_process_fork"`
+	SchedSwitch        *ebpf.Program `ebpf:"sched_switch"`
+	SchedSwitchNostate *ebpf.Program `ebpf:"sched_switch_nostate"`
+	SchedWaking        *ebpf.Program `ebpf:"sched_waking"`
+	SoftirqEntry       *ebpf.Program `ebpf:"softirq_entry"`
+	SoftirqExit        *ebpf.Program `ebpf:"softirq_exit"`
 }
 
 func (p *schedPrograms) Close() error {
 	return _SchedClose(
 		p.DataRecv,
+		p.DataRecvFexit,
 		p.DataSend,
+		p.DataSendFentry,
 		p.IrqHandlerEntry,
 		p.IrqHandlerExit,
 		p.SchedProcessExit,
 		p.SchedProcessFork,
 		p.SchedSwitch,
+		p.SchedSwitchNostate,
 		p.SchedWaking,
 		p.SoftirqEntry,
 		p.SoftirqExit,

@@ -291,6 +291,14 @@ func New(cfg Config) *Collector {
 	}
 }
 
+// Variants are the tcp programs that stand in for tracepoints older
+// kernels lack (6.1 has neither): sock_send_length by the return of sock_sendmsg,
+// sk_data_ready by the entry of sock_def_readable.
+var Variants = map[string]bpfutil.Variant{
+	"sock_sendmsg_exit":       {Of: "sock_send_length"},
+	"sock_def_readable_entry": {Of: "sk_data_ready"},
+}
+
 // Start loads the programs whose tracepoints the kernel has and attaches
 // them; missing tracepoints are logged and listed by Missing. On error it
 // releases everything it took.
@@ -315,7 +323,7 @@ func (c *Collector) Start(context.Context) error {
 	}
 	if err := c.Load(bpfutil.Object{Spec: loadTcp, Objs: &c.objs, RingBytes: c.cfg.RingBufferBytes, Skip: skip,
 		Consts: map[string]any{tcpVarHostWide: c.cfg.HostWide, tcpVarSendFoldNs: uint64(max(fold, 0)),
-			tcpVarLiveRequests: c.cfg.Requests}, Rename: rename}); err != nil {
+			tcpVarLiveRequests: c.cfg.Requests}, Rename: rename, Variants: Variants}); err != nil {
 		return err
 	}
 	// Runs before the objects close: a summary's refresh after Close still
@@ -691,4 +699,16 @@ func (c *Collector) Dumps() DumpCounts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.dumps
+}
+
+// Probe loads and attaches the collector's programs as the commands do
+// (host-wide as the daemon, else as a session: sends, arrivals and
+// requests), then releases them; `bpfbench check` runs it.
+func Probe(hostWide bool) (bpfutil.LoadReport, error) {
+	c := New(Config{HostWide: hostWide, Sends: !hostWide, Arrivals: !hostWide, Requests: !hostWide, RingBufferBytes: 1 << 16})
+	if err := c.Start(context.Background()); err != nil {
+		return bpfutil.LoadReport{}, err
+	}
+	defer c.Close()
+	return c.Report(), nil
 }

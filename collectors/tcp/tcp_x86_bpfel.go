@@ -130,28 +130,30 @@ type tcpTstats struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tcpMapEvents             = "events"
-	tcpMapListenPorts        = "listen_ports"
-	tcpMapPipeStats          = "pipe_stats"
-	tcpMapSocks              = "socks"
-	tcpMapStats              = "stats"
-	tcpProgInetSockSetState  = "inet_sock_set_state"
-	tcpProgKfreeSkb          = "kfree_skb"
-	tcpProgSkDataReady       = "sk_data_ready"
-	tcpProgSockRcvqueueFull  = "sock_rcvqueue_full"
-	tcpProgSockSendLength    = "sock_send_length"
-	tcpProgTcpCongStateSet   = "tcp_cong_state_set"
-	tcpProgTcpProbe          = "tcp_probe"
-	tcpProgTcpRcvSpaceAdjust = "tcp_rcv_space_adjust"
-	tcpProgTcpRetransmitSkb  = "tcp_retransmit_skb"
-	tcpVarClientIdx          = "client_idx"
-	tcpVarClientTgid         = "client_tgid"
-	tcpVarHostWide           = "host_wide"
-	tcpVarLiveRequests       = "live_requests"
-	tcpVarSelfTgid           = "self_tgid"
-	tcpVarSendFoldNs         = "send_fold_ns"
-	tcpVarUnusedEvent        = "unused_event"
-	tcpVarWakeupBytes        = "wakeup_bytes"
+	tcpMapEvents                = "events"
+	tcpMapListenPorts           = "listen_ports"
+	tcpMapPipeStats             = "pipe_stats"
+	tcpMapSocks                 = "socks"
+	tcpMapStats                 = "stats"
+	tcpProgInetSockSetState     = "inet_sock_set_state"
+	tcpProgKfreeSkb             = "kfree_skb"
+	tcpProgSkDataReady          = "sk_data_ready"
+	tcpProgSockDefReadableEntry = "sock_def_readable_entry"
+	tcpProgSockRcvqueueFull     = "sock_rcvqueue_full"
+	tcpProgSockSendLength       = "sock_send_length"
+	tcpProgSockSendmsgExit      = "sock_sendmsg_exit"
+	tcpProgTcpCongStateSet      = "tcp_cong_state_set"
+	tcpProgTcpProbe             = "tcp_probe"
+	tcpProgTcpRcvSpaceAdjust    = "tcp_rcv_space_adjust"
+	tcpProgTcpRetransmitSkb     = "tcp_retransmit_skb"
+	tcpVarClientIdx             = "client_idx"
+	tcpVarClientTgid            = "client_tgid"
+	tcpVarHostWide              = "host_wide"
+	tcpVarLiveRequests          = "live_requests"
+	tcpVarSelfTgid              = "self_tgid"
+	tcpVarSendFoldNs            = "send_fold_ns"
+	tcpVarUnusedEvent           = "unused_event"
+	tcpVarWakeupBytes           = "wakeup_bytes"
 )
 
 // loadTcp returns the embedded CollectionSpec for tcp.
@@ -196,15 +198,17 @@ type tcpSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcpProgramSpecs struct {
-	InetSockSetState  *ebpf.ProgramSpec `ebpf:"inet_sock_set_state"`
-	KfreeSkb          *ebpf.ProgramSpec `ebpf:"kfree_skb"`
-	SkDataReady       *ebpf.ProgramSpec `ebpf:"sk_data_ready"`
-	SockRcvqueueFull  *ebpf.ProgramSpec `ebpf:"sock_rcvqueue_full"`
-	SockSendLength    *ebpf.ProgramSpec `ebpf:"sock_send_length"`
-	TcpCongStateSet   *ebpf.ProgramSpec `ebpf:"tcp_cong_state_set"`
-	TcpProbe          *ebpf.ProgramSpec `ebpf:"tcp_probe"`
-	TcpRcvSpaceAdjust *ebpf.ProgramSpec `ebpf:"tcp_rcv_space_adjust"`
-	TcpRetransmitSkb  *ebpf.ProgramSpec `ebpf:"tcp_retransmit_skb"`
+	InetSockSetState     *ebpf.ProgramSpec `ebpf:"inet_sock_set_state"`
+	KfreeSkb             *ebpf.ProgramSpec `ebpf:"kfree_skb"`
+	SkDataReady          *ebpf.ProgramSpec `ebpf:"sk_data_ready"`
+	SockDefReadableEntry *ebpf.ProgramSpec `ebpf:"sock_def_readable_entry"`
+	SockRcvqueueFull     *ebpf.ProgramSpec `ebpf:"sock_rcvqueue_full"`
+	SockSendLength       *ebpf.ProgramSpec `ebpf:"sock_send_length"`
+	SockSendmsgExit      *ebpf.ProgramSpec `ebpf:"sock_sendmsg_exit"`
+	TcpCongStateSet      *ebpf.ProgramSpec `ebpf:"tcp_cong_state_set"`
+	TcpProbe             *ebpf.ProgramSpec `ebpf:"tcp_probe"`
+	TcpRcvSpaceAdjust    *ebpf.ProgramSpec `ebpf:"tcp_rcv_space_adjust"`
+	TcpRetransmitSkb     *ebpf.ProgramSpec `ebpf:"tcp_retransmit_skb"`
 }
 
 // tcpMapSpecs contains maps before they are loaded into the kernel.
@@ -287,15 +291,17 @@ type tcpVariables struct {
 //
 // It can be passed to loadTcpObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcpPrograms struct {
-	InetSockSetState  *ebpf.Program `ebpf:"inet_sock_set_state"`
-	KfreeSkb          *ebpf.Program `ebpf:"kfree_skb"`
-	SkDataReady       *ebpf.Program `ebpf:"sk_data_ready"`
-	SockRcvqueueFull  *ebpf.Program `ebpf:"sock_rcvqueue_full"`
-	SockSendLength    *ebpf.Program `ebpf:"sock_send_length"`
-	TcpCongStateSet   *ebpf.Program `ebpf:"tcp_cong_state_set"`
-	TcpProbe          *ebpf.Program `ebpf:"tcp_probe"`
-	TcpRcvSpaceAdjust *ebpf.Program `ebpf:"tcp_rcv_space_adjust"`
-	TcpRetransmitSkb  *ebpf.Program `ebpf:"tcp_retransmit_skb"`
+	InetSockSetState     *ebpf.Program `ebpf:"inet_sock_set_state"`
+	KfreeSkb             *ebpf.Program `ebpf:"kfree_skb"`
+	SkDataReady          *ebpf.Program `ebpf:"sk_data_ready"`
+	SockDefReadableEntry *ebpf.Program `ebpf:"sock_def_readable_entry"`
+	SockRcvqueueFull     *ebpf.Program `ebpf:"sock_rcvqueue_full"`
+	SockSendLength       *ebpf.Program `ebpf:"sock_send_length"`
+	SockSendmsgExit      *ebpf.Program `ebpf:"sock_sendmsg_exit"`
+	TcpCongStateSet      *ebpf.Program `ebpf:"tcp_cong_state_set"`
+	TcpProbe             *ebpf.Program `ebpf:"tcp_probe"`
+	TcpRcvSpaceAdjust    *ebpf.Program `ebpf:"tcp_rcv_space_adjust"`
+	TcpRetransmitSkb     *ebpf.Program `ebpf:"tcp_retransmit_skb"`
 }
 
 func (p *tcpPrograms) Close() error {
@@ -303,8 +309,10 @@ func (p *tcpPrograms) Close() error {
 		p.InetSockSetState,
 		p.KfreeSkb,
 		p.SkDataReady,
+		p.SockDefReadableEntry,
 		p.SockRcvqueueFull,
 		p.SockSendLength,
+		p.SockSendmsgExit,
 		p.TcpCongStateSet,
 		p.TcpProbe,
 		p.TcpRcvSpaceAdjust,
