@@ -11,7 +11,7 @@ export CGO_ENABLED := 1
 # go-nvml's headers mark many NVML calls deprecated; the warnings are not ours.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build deps generate test fuzz lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image dist
+.PHONY: all build deps generate test fuzz lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image dist kernels
 
 all: build
 
@@ -171,6 +171,13 @@ demo: build
 # prints the confusion matrix of injected cause against attributed cause.
 validate: build
 	$(BIN)/bpfbench validate --sim
+
+# The kernel matrix: Debian's cloud kernels (5.10, 6.1, 6.12) booted under
+# qemu TCG, each running bpfbench check and the privileged tests of
+# tools/kernels/tests.txt (as root; see tools/kernels/README.md). KERNELS
+# picks kernels ("5.10 6.1 6.12"), TESTS a regexp of test names.
+kernels:
+	KERNELS='$(or $(KERNELS),5.10 6.1 6.12)' TESTS='$(TESTS)' bash tools/kernels/kernels.sh
 
 install: build
 	install -D -m 0755 $(BIN)/bpfbench $(DESTDIR)$(PREFIX)/bin/bpfbench

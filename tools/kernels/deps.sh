@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# deps.sh: installs the Debian packages the kernel matrix needs, the
+# missing ones only (apt-get, as root).
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+export DEBIAN_FRONTEND=noninteractive
+
+# qemu-system-x86: the VM; busybox-static: the VM's shell and tools; cpio:
+# the initramfs; kmod: modinfo (module dependencies); xz-utils: 6.12's
+# compressed modules; iproute2, util-linux, mount: ip, tc, taskset,
+# setpriv, losetup for the tests; python3: the live tests' stream client;
+# gcc, make: `make build`.
+pkgs=(qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 util-linux mount python3 gcc make)
+missing=()
+for p in "${pkgs[@]}"; do
+	if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) != "install ok installed" ]]; then
+		missing+=("$p")
+	fi
+done
+((${#missing[@]} == 0)) && exit 0
+[[ $(id -u) == 0 ]] || die "missing packages: ${missing[*]} (run as root, or apt-get install them)"
+log "installing: ${missing[*]}"
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# kernels.sh: the kernel matrix (`make kernels`). Installs what it needs,
+# builds the payload once, boots each kernel of KERNELS in turn under qemu
+# TCG running its tests of tests.txt, then prints the table (report.sh).
+#   KERNELS  the kernels, default "5.10 6.1 6.12"
+#   TESTS    a regexp on tests.txt's names (default: all)
+#   KERNELS_OUT, KERNELS_CACHE: see common.sh
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+read -ra kernels <<<"${KERNELS:-5.10 6.1 6.12}"
+[[ $(id -u) == 0 ]] || die "run as root (apt-get, the kernel cache in $KERNELS_CACHE)"
+start=$SECONDS
+bash "$KERNELS_DIR/deps.sh"
+for k in "${kernels[@]}"; do
+	bash "$KERNELS_DIR/fetch.sh" "$k" >/dev/null
+done
+bash "$KERNELS_DIR/payload.sh"
+mkdir -p "$KERNELS_OUT"
+for k in "${kernels[@]}"; do
+	rm -f "$KERNELS_OUT/$k.log"
+	bash "$KERNELS_DIR/run.sh" "$k" || log "$k: the VM failed (see $KERNELS_OUT/$k.log)"
+done
+echo
+rc=0
+bash "$KERNELS_DIR/report.sh" "${kernels[@]}" || rc=$?
+log "matrix: $((SECONDS - start))s; logs and table in $KERNELS_OUT"
+exit $rc

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# report.sh VERSION...: the matrix's table from $KERNELS_OUT/VERSION.log
+# (init.sh's markers) and tests.txt's expectations, printed and written to
+# $KERNELS_OUT/table.txt. Exit status 1 when a test expected to pass did
+# not, or one expected to be refused was not.
+#
+# A cell: PASS/FAIL/SKIP and seconds; "refused" (expected and refused),
+# "NOT REFUSED"; "xfail"/"XPASS" for known failures; "-" not run on that
+# kernel; "NO RESULT" when the VM ended first (crash, timeout).
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+(($#)) || die "usage: report.sh VERSION..."
+kernels=("$@")
+bad=0
+{
+	printf '%-18s' test
+	for k in "${kernels[@]}"; do printf ' %-20s' "$k"; done
+	echo
+	while read -r name pkg timeout expect rest; do
+		[[ -z $name || $name == \#* ]] && continue
+		[[ -n ${TESTS:-} && ! $name =~ $TESTS ]] && continue
+		printf '%-18s' "$name"
+		for k in "${kernels[@]}"; do
+			exp=pass
+			for e in ${expect//,/ }; do
+				case $e in "$k="*) exp=${e#*=}; break ;; "*="*) exp=${e#*=} ;; esac
+			done
+			r=$(awk -v n="$name" '$1 == "@@RESULT" && $2 == n {print $3, $4; exit}' "$KERNELS_OUT/$k.log" 2>/dev/null || true)
+			res=${r%% *} secs=${r#* }
+			case $exp:$res in
+			skip:*) cell=- ;;
+			*:) cell="NO RESULT" bad=1 ;;
+			pass:PASS) cell="PASS ${secs}s" ;;
+			refuse:FAIL) cell="refused ${secs}s" ;;
+			refuse:*) cell="NOT REFUSED" bad=1 ;;
+			xfail:PASS) cell="XPASS ${secs}s" ;;
+			xfail:*) cell="xfail ${secs}s" ;;
+			*) cell="$res ${secs}s" bad=1 ;;
+			esac
+			printf ' %-20s' "$cell"
+		done
+		echo
+	done <"$KERNELS_DIR/tests.txt"
+	echo
+	# The VM's own line per kernel: its kernel, BTF, boot-to-poweroff time.
+	for k in "${kernels[@]}"; do
+		printf '%-6s %s; %s\n' "$k" \
+			"$(grep -m1 '^@@KERNEL' "$KERNELS_OUT/$k.log" 2>/dev/null | cut -d' ' -f2- || echo 'no boot')" \
+			"$(grep -m1 '^@@VM' "$KERNELS_OUT/$k.log" 2>/dev/null | cut -d' ' -f3- || true)"
+	done
+	# `bpfbench check`'s lines per kernel (status, feature, detail).
+	for k in "${kernels[@]}"; do
+		echo
+		echo "== bpfbench check on $k"
+		awk '$1 == "@@BEGIN" && $2 == "check" {on = 1; next}
+			$1 == "@@RESULT" {on = 0}
+			on && /^(ok|warn|fail) / {print "  " substr($0, 1, 150)}
+			on && /refuse|not supported|needs/ && !/^(ok|warn|fail) / {print "  ! " substr($0, 1, 150)}' \
+			"$KERNELS_OUT/$k.log" 2>/dev/null || true
+	done
+} | tee "$KERNELS_OUT/table.txt"
+exit $bad

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# run.sh VERSION [shell | -- COMMAND...]: boots one Debian cloud kernel
+# (5.10, 6.1, 6.12) under qemu TCG with the payload and
+#   (nothing)      runs that kernel's tests of tests.txt (TESTS=regexp
+#                  picks by name), the serial console in
+#                  $KERNELS_OUT/VERSION.log
+#   shell          gives a shell in the VM (exit, or Ctrl-A X, ends it)
+#   -- COMMAND...  runs COMMAND in /src in the VM, its output on the console
+# It expects payload.sh to have run (kernels.sh runs it); it fetches the
+# kernel and packs its modules itself.
+set -euo pipefail
+. "$(dirname "$0")/common.sh"
+
+ver=${1:?usage: run.sh 5.10|6.1|6.12 [shell | -- COMMAND...]}
+shift
+mode=matrix
+if [[ ${1:-} == shell ]]; then
+	mode=shell
+elif [[ ${1:-} == -- ]]; then
+	shift
+	mode=cmd
+	(($#)) || die "run.sh $ver -- needs a command"
+fi
+[[ -f $KERNELS_CACHE/payload.cpio ]] || die "no payload: run tools/kernels/payload.sh (or make kernels) first"
+
+kroot=$(bash "$KERNELS_DIR/fetch.sh" "$ver")
+bash "$KERNELS_DIR/modules.sh" "$ver"
+vmlinuz=$(ls "$kroot"/boot/vmlinuz-*)
+
+# expect_of EXPECT: this kernel's expectation (pass, refuse, skip, xfail).
+expect_of() {
+	local e def=pass
+	for e in ${1//,/ }; do
+		case $e in
+		"$ver="*) echo "${e#*=}"; return ;;
+		"*="*) def=${e#*=} ;;
+		esac
+	done
+	echo "$def"
+}
+
+# The plan: name, directory, timeout, command (see init.sh).
+plan=$KERNELS_CACHE/$ver/plan
+rm -rf "$plan"
+mkdir -p "$plan"
+: >"$plan/plan.txt"
+vm_timeout=180 # boot, module loading and power-off
+case $mode in
+shell) echo shell >"$plan/plan.mode" ;;
+cmd)
+	printf 'cmd\t.\t%s\t%s\n' "${KERNELS_CMD_TIMEOUT:-600}" "$*" >"$plan/plan.txt"
+	vm_timeout=$((vm_timeout + ${KERNELS_CMD_TIMEOUT:-600} + 30))
+	;;
+matrix)
+	while read -r name pkg timeout expect rest; do
+		[[ -z $name || $name == \#* ]] && continue
+		[[ -n ${TESTS:-} && ! $name =~ $TESTS ]] && continue
+		[[ $(expect_of "$expect") == skip ]] && continue
+		if [[ $pkg == cmd ]]; then
+			printf '%s\t.\t%s\t%s\n' "$name" "$timeout" "$rest"
+		else
+			printf '%s\t%s\t%s\t%s\n' "$name" "$pkg" "$timeout" \
+				"./$(basename "$pkg").test -test.v -test.count=1 -test.run '$rest' -test.timeout ${timeout}s"
+		fi >>"$plan/plan.txt"
+		vm_timeout=$((vm_timeout + timeout + 30))
+	done <"$KERNELS_DIR/tests.txt"
+	;;
+esac
+vm_timeout=${KERNELS_VM_TIMEOUT:-$vm_timeout}
+(cd "$plan" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$KERNELS_CACHE/$ver/plan.cpio"
+
+# One initrd: concatenated newc archives are unpacked in turn.
+initrd=$KERNELS_CACHE/$ver/initrd.cpio
+cat "$KERNELS_CACHE/payload.cpio" "$KERNELS_CACHE/$ver/modules.cpio" "$KERNELS_CACHE/$ver/plan.cpio" >"$initrd"
+
+qemu=(qemu-system-x86_64 -accel tcg -cpu max -m 3G -smp 2 -nographic -no-reboot
+	-kernel "$vmlinuz" -initrd "$initrd"
+	-append "console=ttyS0 quiet panic=-1 rdinit=/init ${KERNELS_APPEND:-}")
+mkdir -p "$KERNELS_OUT"
+if [[ $mode == shell ]]; then
+	exec "${qemu[@]}"
+fi
+log="$KERNELS_OUT/$ver.log"
+log "$ver: booting $(basename "$vmlinuz") (limit ${vm_timeout}s), console in $log"
+start=$SECONDS
+rc=0
+# The console to the log (without the serial line's CRs); the markers and,
+# for a command, everything to the terminal too.
+timeout -s KILL "$vm_timeout" "${qemu[@]}" </dev/null 2>&1 | tr -d '\r' | tee "$log" |
+	if [[ $mode == cmd ]]; then cat; else grep --line-buffered '^@@'; fi || rc=$?
+echo "@@VM $ver seconds=$((SECONDS - start)) rc=$rc" | tee -a "$log"
