@@ -146,6 +146,12 @@ type Config struct {
 	// its requests failed on a connection reset or refused (default 0:
 	// the first; negative: off).
 	MaxResets int
+	// Repeats is how many runs with one verdict settle a level at the
+	// knee (default DefaultRepeats; 1: every level is run once, as the
+	// bisection left it). RepeatBudget bounds the steps run to settle
+	// them (default DefaultRepeatBudget; negative: none).
+	Repeats      int
+	RepeatBudget int
 	// OnStep is called after every step.
 	OnStep func(*Step)
 }
@@ -295,7 +301,7 @@ func IsReset(r *transport.Record) bool {
 // Step is one measured point of the search.
 type Step struct {
 	N           int      `json:"step"`
-	Phase       string   `json:"phase"` // probe or search
+	Phase       string   `json:"phase"` // probe, search or confirm
 	Rate        float64  `json:"rate,omitempty"`
 	Concurrency int      `json:"concurrency,omitempty"`
 	Pass        bool     `json:"pass"`
@@ -318,10 +324,14 @@ type Result struct {
 	Capacity float64 `json:"capacity_req_s"`
 	// StepSize is the search resolution (req/s or requests in flight).
 	StepSize float64 `json:"step_size"`
-	// Answer is the highest rate (or concurrency) that met every SLO; 0
-	// when none did. Best is the step measured there.
+	// Answer is the highest rate (or concurrency) that met every SLO in
+	// every run there (Interval.Low); 0 when none did. Best is a passing
+	// step measured there.
 	Answer float64 `json:"answer"`
 	Best   *Step   `json:"best,omitempty"`
+	// Interval is the knee with its confidence: the levels at the
+	// boundary run again until their verdicts settle (Config.Repeats).
+	Interval *Interval `json:"interval,omitempty"`
 	// Limit is the lowest failing step above the answer, and LimitedBy
 	// what failed it: the names of the signals that stopped it, or "slo".
 	Limit     *Step    `json:"limit,omitempty"`
@@ -451,17 +461,32 @@ func Search(ctx context.Context, sc Config, run Runner) (*Result, error) {
 	if sc.SignalPeriod <= 0 {
 		sc.SignalPeriod = 250 * time.Millisecond
 	}
+	if sc.Repeats <= 0 {
+		sc.Repeats = DefaultRepeats
+	}
+	switch {
+	case sc.RepeatBudget == 0:
+		sc.RepeatBudget = DefaultRepeatBudget
+	case sc.RepeatBudget < 0:
+		sc.RepeatBudget = 0
+	}
 	res := &Result{Mode: sc.Mode}
 	for _, s := range sc.SLOs {
 		res.SLOs = append(res.SLOs, s.String())
 	}
 	own := &loadSignals{maxRate: sc.MaxErrorRate, maxResets: sc.MaxResets, min: min(MinSignalRequests, sc.RequestsPerStep)}
 	se := &searcher{sc: sc, run: run, res: res, own: own, signals: MultiSignals(own, sc.Signals)}
-	var err error
+	var (
+		lo, hi float64
+		err    error
+	)
 	if sc.Mode == ModeConcurrency {
-		err = se.concurrency(ctx)
+		lo, hi, err = se.concurrency(ctx)
 	} else {
-		err = se.rate(ctx)
+		lo, hi, err = se.rate(ctx)
+	}
+	if err == nil && se.ended == nil && len(res.Steps) > 0 {
+		err = se.confirm(ctx, lo, hi, res.StepSize)
 	}
 	if err != nil {
 		return nil, err
@@ -496,7 +521,7 @@ func (se *searcher) step(ctx context.Context, phase string, rate float64, conc i
 	}
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	if phase == "search" {
+	if phase == "search" || phase == "confirm" {
 		l.OnRecord = earlyStop(sc.SLOs, l.Requests, cancel, &step.StoppedEarly)
 	}
 	// The rate search's saturation probe sends everything at once:
@@ -560,8 +585,10 @@ func (se *searcher) better(s *Step, v float64) {
 }
 
 // concurrency is the closed-loop search: the concurrency doubles from 1
-// until a step fails (or MaxConcurrency passes), then a bisection.
-func (se *searcher) concurrency(ctx context.Context) error {
+// until a step fails (or MaxConcurrency passes), then a bisection. It
+// returns the highest passing and the lowest failing concurrency (0:
+// none).
+func (se *searcher) concurrency(ctx context.Context) (float64, float64, error) {
 	res := se.res
 	res.StepSize = 1
 	hiCap := se.sc.MaxConcurrency
@@ -573,7 +600,7 @@ func (se *searcher) concurrency(ctx context.Context) error {
 		c = min(c, hiCap)
 		s, err := se.step(ctx, "probe", math.Inf(1), c)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		res.Capacity = math.Max(res.Capacity, s.Metrics.RequestThroughput)
 		if !s.Pass {
@@ -583,14 +610,14 @@ func (se *searcher) concurrency(ctx context.Context) error {
 		lo = c
 		se.better(s, float64(c))
 		if c == hiCap {
-			return nil
+			return float64(lo), 0, nil
 		}
 	}
 	for hi-lo > 1 {
 		mid := (lo + hi) / 2
 		s, err := se.step(ctx, "search", math.Inf(1), mid)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		if s.Pass {
 			lo = mid
@@ -599,21 +626,22 @@ func (se *searcher) concurrency(ctx context.Context) error {
 			hi = mid
 		}
 	}
-	return nil
+	return float64(lo), float64(hi), nil
 }
 
 // rate is the open-loop search: the saturation probe, the top of the
-// range (doubled while it passes), then a bisection to the step size.
-func (se *searcher) rate(ctx context.Context) error {
+// range (doubled while it passes), then a bisection to the step size. It
+// returns the highest passing and the lowest failing rate (0: none).
+func (se *searcher) rate(ctx context.Context) (float64, float64, error) {
 	sc, res := se.sc, se.res
 	probe, err := se.step(ctx, "probe", math.Inf(1), sc.Concurrency)
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	res.Capacity = probe.Metrics.RequestThroughput
 	if res.Capacity <= 0 {
 		se.ended = fmt.Errorf("saturation probe completed no request: %s", strings.Join(probe.Violations, "; "))
-		return nil
+		return 0, 0, nil
 	}
 	hi := sc.MaxRate
 	if hi <= 0 {
@@ -629,14 +657,14 @@ func (se *searcher) rate(ctx context.Context) error {
 	for {
 		top, err := se.step(ctx, "search", hi, sc.Concurrency)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		if !top.Pass {
 			break
 		}
 		se.better(top, hi)
 		if sc.MaxRate > 0 || hi > 16*res.Capacity {
-			return nil
+			return hi, 0, nil
 		}
 		lo, hi = hi, 2*hi
 	}
@@ -644,7 +672,7 @@ func (se *searcher) rate(ctx context.Context) error {
 		mid := (lo + hi) / 2
 		s, err := se.step(ctx, "search", mid, sc.Concurrency)
 		if err != nil {
-			return err
+			return 0, 0, err
 		}
 		if s.Pass {
 			lo = mid
@@ -653,7 +681,7 @@ func (se *searcher) rate(ctx context.Context) error {
 			hi = mid
 		}
 	}
-	return nil
+	return lo, hi, nil
 }
 
 // chain calls a, then b, for every record.
@@ -729,14 +757,22 @@ func StepLevel(mode string, s *Step) string {
 	return strconv.FormatFloat(s.Rate, 'g', 3, 64) + " req/s"
 }
 
-// conclude finds the limit, the lowest failing step above the answer (the
-// rate search's probe aside), and says the answer in a sentence naming
-// what failed there: "the SLO holds up to 14 req/s; at 16 req/s the KV
-// cache is 98% full (limit 95%)".
+// conclude finds the limit, a failing step at the interval's High (else
+// the lowest failing step above the answer, the rate search's probe
+// aside), and says the answer in a sentence naming what failed there,
+// then the knee with its interval: "the SLO holds up to 14 req/s; at 16
+// req/s the KV cache is 98% full (limit 95%); the knee is at 15 req/s,
+// between 14 req/s (3 of 3 runs passed) and 16 req/s (3 of 3 failed)".
 func (r *Result) conclude() {
 	var limit *Step
 	for _, s := range r.Steps {
 		if s.Pass || s.Phase == "probe" && r.Mode == ModeRate {
+			continue
+		}
+		if r.Interval != nil && r.Interval.High > 0 {
+			if levelKey(level(r.Mode, s)) == levelKey(r.Interval.High) && limit == nil {
+				limit = s
+			}
 			continue
 		}
 		if r.Best != nil && level(r.Mode, s) <= level(r.Mode, r.Best) {
@@ -770,18 +806,26 @@ func (r *Result) conclude() {
 		b.WriteString(strings.Join(parts, " and "))
 	} else {
 		r.LimitedBy = []string{"slo"}
-		var parts []string
-		for _, v := range limit.Violations {
-			// A step stopped early counts the requests it canceled as
-			// failed; the error-rate signal names the server's failures.
-			if !strings.HasPrefix(v, "stopped early") && !(limit.StoppedEarly && strings.HasSuffix(v, " requests failed")) {
-				parts = append(parts, v)
-			}
-		}
-		if len(parts) == 0 {
-			parts = limit.Violations
-		}
-		b.WriteString(strings.Join(parts, " and "))
+		b.WriteString(strings.Join(Broken(limit), " and "))
+	}
+	if t := r.Interval.Text(r.Mode); t != "" {
+		b.WriteString("; " + t)
 	}
 	r.Conclusion = b.String()
+}
+
+// Broken are the violations of a failed step that name what broke: a
+// step stopped early counts the requests it canceled as failed, and the
+// error-rate signal names the server's failures.
+func Broken(s *Step) []string {
+	var parts []string
+	for _, v := range s.Violations {
+		if !strings.HasPrefix(v, "stopped early") && !(s.StoppedEarly && strings.HasSuffix(v, " requests failed")) {
+			parts = append(parts, v)
+		}
+	}
+	if len(parts) == 0 {
+		parts = s.Violations
+	}
+	return parts
 }

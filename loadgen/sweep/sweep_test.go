@@ -1,7 +1,13 @@
 package sweep
 
 import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
 	"testing"
+
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
 )
 
 func TestParseSLOs(t *testing.T) {
@@ -15,6 +21,226 @@ func TestParseSLOs(t *testing.T) {
 	for _, bad := range []string{"", "p99_ttft_ms=3", "p99_ttft_ms<=x"} {
 		if _, err := ParseSLOs(bad); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// scripted is a server whose verdict at a level is a script: verdict(level,
+// visit) says whether its visit-th run there (from 0) meets the SLO. The
+// saturation probe measures capacity req/s.
+type scripted struct {
+	mode     string
+	capacity float64
+	verdict  func(level float64, visit int) bool
+	visits   map[string]int
+	runs     int
+}
+
+func (s *scripted) run(_ context.Context, l Load) (*Outcome, error) {
+	s.runs++
+	if s.visits == nil {
+		s.visits = map[string]int{}
+	}
+	m := &metrics.Metrics{Completed: l.Requests, RequestThroughput: s.capacity}
+	if math.IsInf(l.Rate, 1) && s.mode != ModeConcurrency {
+		m.TTFT.Percentiles = []metrics.PV{{P: 99, Value: 5000}}
+		return &Outcome{Metrics: m, Requests: l.Requests}, nil
+	}
+	v := l.Rate
+	if s.mode == ModeConcurrency {
+		v = float64(l.Concurrency)
+	}
+	k := levelKey(v)
+	ttft := 900.0
+	if s.verdict(v, s.visits[k]) {
+		ttft = 100
+	}
+	s.visits[k]++
+	m.TTFT.Percentiles = []metrics.PV{{P: 99, Value: ttft}}
+	return &Outcome{Metrics: m, Requests: l.Requests}, nil
+}
+
+func search(t *testing.T, s *scripted, sc Config) *Result {
+	t.Helper()
+	sc.SLOs, _ = ParseSLOs("p99_ttft_ms<=500")
+	sc.Mode = s.mode
+	sc.RequestsPerStep = 10
+	sc.MaxErrorRate = -1
+	res, err := Search(context.Background(), sc, s.run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range res.Steps {
+		t.Logf("step %2d %-7s %s pass %v", st.N, st.Phase, StepLevel(res.Mode, st), st.Pass)
+	}
+	t.Log(res.Conclusion)
+	return res
+}
+
+// A clean boundary: every level at or below 10 req/s passes, every level
+// above fails. The two levels around it are run three times each and the
+// interval is one search step wide.
+func TestKneeStableBoundary(t *testing.T) {
+	s := &scripted{capacity: 16, verdict: func(v float64, _ int) bool { return v <= 10 }}
+	res := search(t, s, Config{Step: 1})
+	in := res.Interval
+	if in == nil || !in.Stable {
+		t.Fatalf("interval %+v: want a stable one", in)
+	}
+	if !(in.Low <= 10 && in.Low > 9 && in.High > 10 && in.High <= 11) {
+		t.Errorf("interval [%.3f, %.3f], want the pass within a step under 10 and the fail within a step over it", in.Low, in.High)
+	}
+	if in.Knee <= in.Low || in.Knee >= in.High || math.Abs(in.Knee-(in.Low+in.High)/2) > 1e-9 {
+		t.Errorf("knee %.3f, want the middle of [%.3f, %.3f] (no mixed level)", in.Knee, in.Low, in.High)
+	}
+	if in.ConfirmSteps != 4 {
+		t.Errorf("%d confirming steps, want 4 (two more runs on each side)", in.ConfirmSteps)
+	}
+	for _, l := range in.Levels {
+		if l.Runs != 3 || l.Mixed() {
+			t.Errorf("level %+v: want 3 runs with one verdict", l)
+		}
+	}
+	if res.Answer != in.Low || res.Best == nil || !res.Best.Pass || res.Limit == nil || res.Limit.Rate != in.High {
+		t.Errorf("answer %.3f best %+v limit %+v: want the interval's bounds", res.Answer, res.Best, res.Limit)
+	}
+	want := fmt.Sprintf("the knee is at %s, between %s (3 of 3 runs passed) and %s (3 of 3 failed)",
+		levelText(ModeRate, in.Knee), levelText(ModeRate, in.Low), levelText(ModeRate, in.High))
+	if !strings.HasSuffix(res.Conclusion, "; "+want) {
+		t.Errorf("conclusion %q\nwant it to end with %q", res.Conclusion, want)
+	}
+}
+
+// Noise at the boundary: from 9.5 to 11.5 req/s a run passes or fails in
+// turn. The pass side moves down and the fail side up past the levels
+// whose runs disagree, which stay in the interval as mixed levels.
+func TestKneeNoisyBoundary(t *testing.T) {
+	s := &scripted{capacity: 16, verdict: func(v float64, visit int) bool {
+		switch {
+		case v < 9.5:
+			return true
+		case v > 11.5:
+			return false
+		}
+		return visit%2 == 0
+	}}
+	res := search(t, s, Config{Step: 1, RepeatBudget: 30})
+	in := res.Interval
+	if !in.Stable {
+		t.Fatalf("not stable: %s", in.Why)
+	}
+	if in.Low >= 9.5 || in.High <= 11.5 {
+		t.Errorf("interval [%.3f, %.3f] does not cover the noisy band [9.5, 11.5]", in.Low, in.High)
+	}
+	if in.High-in.Low > 2+2*res.StepSize+1e-9 {
+		t.Errorf("interval [%.3f, %.3f] wider than the band and a step on each side", in.Low, in.High)
+	}
+	mixed := 0
+	for _, l := range in.Levels {
+		if l.Mixed() {
+			mixed++
+			if l.Level < 9.5 || l.Level > 11.5 {
+				t.Errorf("mixed level %+v outside the noisy band", l)
+			}
+		}
+	}
+	if mixed == 0 {
+		t.Errorf("no mixed level in %+v", in.Levels)
+	}
+	if in.Knee <= in.Low || in.Knee >= in.High {
+		t.Errorf("knee %.3f outside [%.3f, %.3f]", in.Knee, in.Low, in.High)
+	}
+	if !strings.Contains(res.Conclusion, " passed 1 of 2") && !strings.Contains(res.Conclusion, " passed 2 of 3") && !strings.Contains(res.Conclusion, " passed 1 of 3") {
+		t.Errorf("conclusion %q names no mixed level", res.Conclusion)
+	}
+}
+
+// The budget runs out before the verdicts settle: the interval is what
+// was measured, and the conclusion says it is not stable and why.
+func TestKneeBudgetRunsOut(t *testing.T) {
+	s := &scripted{capacity: 16, verdict: func(v float64, visit int) bool {
+		if v < 4 {
+			return true
+		}
+		if v > 14 {
+			return false
+		}
+		return visit%2 == 0
+	}}
+	res := search(t, s, Config{Step: 1, RepeatBudget: 3})
+	in := res.Interval
+	if in.Stable || in.ConfirmSteps != 3 {
+		t.Fatalf("stable %v after %d confirming steps, want not stable after the budget of 3", in.Stable, in.ConfirmSteps)
+	}
+	if !strings.Contains(in.Why, "the budget of 3 confirming steps ran out") || !strings.Contains(res.Conclusion, "; not stable: "+in.Why) {
+		t.Errorf("why %q, conclusion %q", in.Why, res.Conclusion)
+	}
+	for _, l := range in.Levels {
+		if (l.Level == in.Low && l.Passed != l.Runs) || (l.Level == in.High && l.Passed != 0) {
+			t.Errorf("bound %+v: a bound's runs must agree", l)
+		}
+	}
+}
+
+// One run a level: no confirmation, the bisection's own boundary.
+func TestKneeOneRun(t *testing.T) {
+	s := &scripted{capacity: 16, verdict: func(v float64, _ int) bool { return v <= 10 }}
+	res := search(t, s, Config{Step: 1, Repeats: 1})
+	if in := res.Interval; !in.Stable || in.ConfirmSteps != 0 || in.High-in.Low > 1+1e-9 {
+		t.Errorf("interval %+v: want the bisection's boundary, unconfirmed", in)
+	}
+	for _, st := range res.Steps {
+		if st.Phase == "confirm" {
+			t.Errorf("step %d confirms with --repeats 1", st.N)
+		}
+	}
+}
+
+// The concurrency search settles its boundary the same way, a request in
+// flight a step: 6 in flight passes in one run of two.
+func TestKneeConcurrency(t *testing.T) {
+	s := &scripted{mode: ModeConcurrency, capacity: 16, verdict: func(v float64, visit int) bool {
+		return v <= 5 || v == 6 && visit%2 == 1
+	}}
+	res := search(t, s, Config{MaxConcurrency: 64})
+	in := res.Interval
+	if !in.Stable || in.Low != 5 || in.High != 7 || res.Answer != 5 {
+		t.Errorf("interval %+v answer %v: want [5, 7], 6 mixed", in, res.Answer)
+	}
+	if !strings.Contains(res.Conclusion, "between 5 requests in flight (3 of 3 runs passed) and 7 requests in flight (3 of 3 failed); 6 requests in flight passed ") {
+		t.Errorf("conclusion %q", res.Conclusion)
+	}
+}
+
+// Every level passes: no knee in the range, no confirmation.
+func TestKneeNoneInRange(t *testing.T) {
+	s := &scripted{capacity: 16, verdict: func(float64, int) bool { return true }}
+	res := search(t, s, Config{Step: 1, MaxRate: 20})
+	if in := res.Interval; in.High != 0 || in.ConfirmSteps != 0 || res.Answer != 20 {
+		t.Errorf("interval %+v answer %v", in, res.Answer)
+	}
+	if !strings.HasSuffix(res.Conclusion, "the top of the search: no step reached a limit") {
+		t.Errorf("conclusion %q", res.Conclusion)
+	}
+}
+
+// The knee is where the share of passing runs crosses one half; a level
+// that passed more often than the one under it is pooled with it.
+func TestKneeOf(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		levels []LevelRuns
+		want   float64
+	}{
+		{"no mixed level", []LevelRuns{{Level: 10, Runs: 3, Passed: 3}, {Level: 12, Runs: 3}}, 11},
+		{"one at two thirds", []LevelRuns{{Level: 10, Runs: 3, Passed: 3}, {Level: 11, Runs: 3, Passed: 2}, {Level: 12, Runs: 3}}, 11 + (2.0/3-0.5)/(2.0/3)},
+		{"one at a third", []LevelRuns{{Level: 10, Runs: 3, Passed: 3}, {Level: 11, Runs: 3, Passed: 1}, {Level: 12, Runs: 3}}, 10 + 0.5/(1-1.0/3)},
+		// 11 passes 1 of 3, 12 passes 2 of 3: pooled, both 1/2 (weights 3, 3): the middle of the two.
+		{"pooled", []LevelRuns{{Level: 10, Runs: 3, Passed: 3}, {Level: 11, Runs: 3, Passed: 1}, {Level: 12, Runs: 3, Passed: 2}, {Level: 13, Runs: 3}}, 11.5},
+	} {
+		in := &Interval{Low: tc.levels[0].Level, High: tc.levels[len(tc.levels)-1].Level, Levels: tc.levels}
+		if got := kneeOf(in); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: knee %.4f, want %.4f", tc.name, got, tc.want)
 		}
 	}
 }
