@@ -6,10 +6,12 @@
 #   @@BEGIN <name>
 #   @@RESULT <name> PASS|FAIL|SKIP <seconds> rc=<exit status>
 #   @@DONE
+#   @@MODPROBE <args>   a module the kernel wanted and the VM lacks
 # /plan.txt: one test a line, tab-separated: name, directory (under /src),
 # timeout in seconds, command (sh). /plan.mode: "shell" for a shell
 # instead (run.sh VERSION shell).
 export PATH=/src/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+set -o pipefail # a test's status through its tee to the console
 export HOME=/root TMPDIR=/tmp GOTRACEBACK=all BPFBENCH_REQUIRE_PRIVILEGED=1
 
 mount -t proc proc /proc
@@ -31,6 +33,11 @@ mount -t cgroup2 cgroup2 /sys/fs/cgroup
 for m in $(cat /modules.list 2>/dev/null); do
 	insmod "$m" || echo "@@MODULE $m failed"
 done
+# A module the kernel asks for (request_module: a qdisc, a socket diag
+# family...) is not there to load: say which, so that modules.sh can add it.
+printf '#!/bin/sh\necho "@@MODPROBE $*" >/dev/console\nexit 1\n' >/sbin/modprobe-log
+chmod +x /sbin/modprobe-log
+echo /sbin/modprobe-log >/proc/sys/kernel/modprobe
 ip link set lo up
 hostname bpfbench-vm
 
@@ -54,10 +61,9 @@ else
 		t0=$(uptime_cs)
 		# KILL a little after the test's own -test.timeout, which dumps
 		# the goroutines first.
-		timeout -s KILL $((timeout + 30)) sh -c "$cmd" </dev/null >"$log" 2>&1
+		timeout -s KILL $((timeout + 30)) sh -c "$cmd" </dev/null 2>&1 | tee "$log"
 		rc=$?
 		t1=$(uptime_cs)
-		cat "$log"
 		secs=$(((t1 - t0) / 100)).$(printf '%02d' $(((t1 - t0) % 100)))
 		res=FAIL
 		if [ $rc = 0 ]; then

@@ -46,18 +46,24 @@ bad=0
 	# The VM's own line per kernel: its kernel, BTF, boot-to-poweroff time.
 	for k in "${kernels[@]}"; do
 		printf '%-6s %s; %s\n' "$k" \
-			"$(grep -m1 '^@@KERNEL' "$KERNELS_OUT/$k.log" 2>/dev/null | cut -d' ' -f2- || echo 'no boot')" \
+			"$(grep -o -m1 '@@KERNEL.*' "$KERNELS_OUT/$k.log" 2>/dev/null | cut -d' ' -f2- || echo 'no boot')" \
 			"$(grep -m1 '^@@VM' "$KERNELS_OUT/$k.log" 2>/dev/null | cut -d' ' -f3- || true)"
 	done
-	# `bpfbench check`'s lines per kernel (status, feature, detail).
+	# Per kernel: the modules the kernel asked for and the VM lacked, the
+	# refusals' messages (bpfbench's error line), and `bpfbench check`'s
+	# lines (status, feature, detail; the fix left out).
 	for k in "${kernels[@]}"; do
 		echo
-		echo "== bpfbench check on $k"
+		echo "== $k"
+		grep '^@@MODPROBE' "$KERNELS_OUT/$k.log" 2>/dev/null | sort | uniq -c | sed 's/^/  missing module: /' || true
+		awk '$1 == "@@BEGIN" {name = $2; next}
+			$1 == "@@RESULT" {if (msg[name] != "") print "  " name ": " substr(msg[name], 1, 200); name = ""; next}
+			name != "" && /^bpfbench [a-z]+: / {msg[name] = $0}' "$KERNELS_OUT/$k.log" 2>/dev/null || true
 		awk '$1 == "@@BEGIN" && $2 == "check" {on = 1; next}
 			$1 == "@@RESULT" {on = 0}
-			on && /^(ok|warn|fail) / {print "  " substr($0, 1, 150)}
-			on && /refuse|not supported|needs/ && !/^(ok|warn|fail) / {print "  ! " substr($0, 1, 150)}' \
+			on && /^(ok|warn|fail) / {sub(/  fix: .*/, ""); sub(/ +$/, ""); print "  " substr($0, 1, 160)}' \
 			"$KERNELS_OUT/$k.log" 2>/dev/null || true
 	done
-} | tee "$KERNELS_OUT/table.txt"
+} >"$KERNELS_OUT/table.txt" # not a pipe: bad is set in this shell
+cat "$KERNELS_OUT/table.txt"
 exit $bad
