@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -14,28 +15,39 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/enginemetrics"
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
 	"github.com/bpfbench/bpfbench/loadgen/sweep"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/readiness"
 	"github.com/bpfbench/bpfbench/session"
 )
 
-// KneeConfig configures `sweep --pid`: the highest passing and the first
-// failing step of a finished sweep are run again while the collectors
-// follow the server, and the attribution of the failing one says what
-// breaks the SLO.
+// KneeConfig configures `sweep --pid`: the runs at the bounds of the
+// knee's interval of a finished sweep (its highest level that passed in
+// every run and its lowest that failed in every run) are run again while
+// the collectors follow the server, until a run at the pass passes and a
+// run at the fail fails, and the two say what breaks the SLO.
 type KneeConfig struct {
 	// Load is the sweep's load; each step's rate or concurrency replaces
 	// its own, and RequestsPerStep its count.
 	Load            loadgen.Config
 	Sweep           *sweep.Result
 	RequestsPerStep int
-	Pid             int
-	// OutDir receives the two runs, OutDir/pass and OutDir/fail.
+	// SLOs are the sweep's (parsed from Sweep.SLOs when nil);
+	// MaxFailedFraction its failed share that fails a step (0: 0.01).
+	SLOs              []sweep.SLO
+	MaxFailedFraction float64
+	// Tries bounds the runs at each side (default 3): a run whose verdict
+	// differs from the sweep's is taken again.
+	Tries int
+	Pid   int
+	// OutDir receives the runs: OutDir/pass and OutDir/fail, then
+	// OutDir/pass-2, OutDir/fail-2 ... for the runs taken again.
 	OutDir    string
 	Sections  []session.SectionFactory
 	Readiness func() []readiness.Check
@@ -45,41 +57,60 @@ type KneeConfig struct {
 	// ServerMetrics and ServerMetricsPeriod are RunConfig's.
 	ServerMetrics       string
 	ServerMetricsPeriod time.Duration
-	// Before, when set, is called before each step is run again ("pass"
-	// or "fail"); After with its run.
-	Before func(side string, step *sweep.Step)
-	After  func(side string, run *RunResult)
+	// Before, when set, is called before each run ("pass" or "fail", and
+	// the try from 1); After with its run and its verdict.
+	Before func(side string, try int, step *sweep.Step)
+	After  func(side string, run *RunResult, f sweep.FollowedRun)
 }
+
+// DefaultKneeTries is how many runs each side of the knee may take.
+const DefaultKneeTries = 3
 
 // Knee is the explained knee of a sweep.
 type Knee struct {
 	Mode       string
 	Pass, Fail *sweep.Step
-	// PassRun and FailRun are the two runs; PassRun is nil when no step
-	// passed, and both are nil when every step passed.
+	// Interval is the sweep's.
+	Interval *sweep.Interval
+	// PassRun and FailRun are the runs that reproduced the sweep's
+	// verdicts (a pass and a fail); nil when none did (or, for PassRun,
+	// when no level passed), and both nil when every step passed.
 	PassRun, FailRun *RunResult
-	// Cause is the top cause of the broken objective's excess in the
-	// failing run, Share its share, TTFT whether the objective is TTFT
-	// (else the p99 ITL).
-	Cause string
-	Share float64
-	TTFT  bool
+	// Result is what sweep.json records: every run taken, whether they
+	// reproduced the verdicts, the cause and the sentence.
+	Result sweep.Explanation
+	// Why says why there is no cause when the runs reproduced the
+	// verdicts but the cause could not be read from them.
+	Why string
 }
 
-// ExplainKnee runs the two steps around the knee of cfg.Sweep under the
-// collectors. With no failing step it returns a Knee with no runs.
+// ExplainKnee runs the two sides of the knee of cfg.Sweep under the
+// collectors until they reproduce the sweep's verdicts, and reads the
+// cause of the breach from them. With no failing step it returns a Knee
+// with no runs.
 func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
-	k := &Knee{Mode: cfg.Sweep.Mode}
+	k := &Knee{Mode: cfg.Sweep.Mode, Interval: cfg.Sweep.Interval}
 	k.Pass, k.Fail = kneeSteps(cfg.Sweep)
 	if k.Fail == nil {
+		k.Result.Sentence = k.Explanation()
 		return k, nil
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	runStep := func(s *sweep.Step, side string, prior *Prior) (*RunResult, error) {
+	if cfg.Tries <= 0 {
+		cfg.Tries = DefaultKneeTries
+	}
+	slos := cfg.SLOs
+	if slos == nil {
+		var err error
+		if slos, err = sweep.ParseSLOs(strings.Join(cfg.Sweep.SLOs, ",")); err != nil {
+			return k, err
+		}
+	}
+	runStep := func(s *sweep.Step, side string, try int, prior *Prior) (*RunResult, error) {
 		if cfg.Before != nil {
-			cfg.Before(side, s)
+			cfg.Before(side, try, s)
 		}
 		c := cfg.Load
 		if cfg.RequestsPerStep > 0 {
@@ -92,43 +123,120 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 		if s.Concurrency > 0 {
 			c.Scenario.MaxConcurrency = s.Concurrency
 		}
-		r, err := Run(ctx, RunConfig{Load: c, Pid: cfg.Pid, OutDir: filepath.Join(cfg.OutDir, side), Logger: cfg.Logger,
+		dir := side
+		if try > 1 {
+			dir = fmt.Sprintf("%s-%d", side, try)
+		}
+		return Run(ctx, RunConfig{Load: c, Pid: cfg.Pid, OutDir: filepath.Join(cfg.OutDir, dir), Logger: cfg.Logger,
 			Sections: cfg.Sections, Readiness: cfg.Readiness,
 			ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod, Manifest: cfg.Manifest,
 			Prior: prior})
-		if r != nil && cfg.After != nil {
-			cfg.After(side, r)
-		}
-		return r, err
 	}
-	// The failing step's critical path against the passing step's normal
-	// gaps: what the step past the knee added.
+	// follow runs one side until a run's verdict is want, Tries at most.
+	follow := func(s *sweep.Step, side string, want bool, prior *Prior) (*RunResult, error) {
+		for try := 1; try <= cfg.Tries; try++ {
+			r, err := runStep(s, side, try, prior)
+			if r == nil {
+				return nil, err
+			}
+			f := judgeRun(slos, cfg.MaxFailedFraction, k.Mode, s, r)
+			if side == "pass" {
+				k.Result.PassRuns = append(k.Result.PassRuns, f)
+			} else {
+				k.Result.FailRuns = append(k.Result.FailRuns, f)
+			}
+			if cfg.After != nil {
+				cfg.After(side, r, f)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if f.Pass == want {
+				return r, nil
+			}
+		}
+		return nil, nil
+	}
+	// The failing side's critical path against the passing side's normal
+	// gaps: what the level past the knee added.
 	var prior *Prior
 	if k.Pass != nil {
-		pr, err := runStep(k.Pass, "pass", nil)
-		if pr == nil {
+		pr, err := follow(k.Pass, "pass", true, nil)
+		if err != nil || pr == nil {
+			k.Result.Sentence = k.Explanation()
 			return k, err
 		}
 		k.PassRun = pr
 		if p, perr := LoadPrior(pr.Dir); perr == nil {
 			prior = p
 		} else {
-			cfg.Logger.Warn("the passing step's run cannot be the failing step's baseline", "err", perr)
+			cfg.Logger.Warn("the passing run cannot be the failing run's baseline", "err", perr)
 		}
 	}
-	fr, err := runStep(k.Fail, "fail", prior)
-	if fr == nil {
+	fr, err := follow(k.Fail, "fail", false, prior)
+	if err != nil || fr == nil {
+		k.Result.Sentence = k.Explanation()
 		return k, err
 	}
 	k.FailRun = fr
-	k.Cause, k.Share, k.TTFT = kneeCause(fr, k.Fail)
-	return k, err
+	k.Result.Reproduced = true
+	bc, cerr := breachCause(slos, k.PassRun, k.FailRun)
+	if cerr != nil {
+		k.Why = cerr.Error()
+	}
+	k.Result.Cause = bc
+	k.Result.Sentence = k.Explanation()
+	return k, nil
 }
 
-// kneeSteps returns the highest passing step and the lowest failing step
-// above it.
+// Annotate puts the knee into the reports of the runs that reproduced
+// it: the interval and the explanation lead each one's diagnosis, and
+// its result.json and report.html are written again.
+func (k *Knee) Annotate() error {
+	var lines []string
+	if t := k.Interval.Text(k.Mode); t != "" {
+		lines = append(lines, "sweep: "+t)
+	}
+	lines = append(lines, "sweep: "+k.Explanation())
+	for _, r := range []*RunResult{k.PassRun, k.FailRun} {
+		if r == nil || r.Doc == nil || r.Dir == "" {
+			continue
+		}
+		d := r.Doc.Diagnosis
+		if len(d) == 0 {
+			d = report.Diagnose(r.Doc)
+		}
+		r.Doc.Diagnosis = append(append([]string(nil), lines...), d...)
+		if _, err := writeRunDir(r.Dir, r.Doc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// judgeRun judges a followed run by the sweep's SLOs, as its steps are.
+func judgeRun(slos []sweep.SLO, maxFailed float64, mode string, s *sweep.Step, r *RunResult) sweep.FollowedRun {
+	f := sweep.FollowedRun{Level: s.Rate, Dir: r.Dir}
+	if mode == sweep.ModeConcurrency {
+		f.Level = float64(s.Concurrency)
+	}
+	if r.Load == nil || r.Load.Metrics == nil {
+		f.Violations = []string{"no measurement"}
+		return f
+	}
+	f.Pass, f.Violations, f.Values = sweep.Judge(slos, r.Load.Metrics, maxFailed, len(r.Load.Records))
+	return f
+}
+
+// kneeSteps returns the steps at the bounds of the knee's interval: a
+// passing step at its Low (the sweep's Best) and a failing one at its
+// High (the sweep's Limit); for a result without them, the highest
+// passing step and the lowest failing step above it.
 func kneeSteps(r *sweep.Result) (pass, fail *sweep.Step) {
 	pass = r.Best
+	if r.Limit != nil && !r.Limit.Pass {
+		return pass, r.Limit
+	}
 	level := func(s *sweep.Step) float64 {
 		if r.Mode == sweep.ModeConcurrency {
 			return float64(s.Concurrency)
@@ -148,30 +256,6 @@ func kneeSteps(r *sweep.Result) (pass, fail *sweep.Step) {
 	return pass, nil
 }
 
-// kneeCause picks the broken objective's attribution: TTFT when a TTFT
-// SLO failed, the p99 ITL band otherwise.
-func kneeCause(r *RunResult, s *sweep.Step) (string, float64, bool) {
-	a := r.Doc.Attribution
-	if a == nil {
-		return "unexplained", 0, false
-	}
-	b := a.ITL["p99"]
-	ttft := false
-	for _, v := range s.Violations {
-		if strings.Contains(v, "ttft") {
-			b, ttft = a.TTFT, true
-			break
-		}
-	}
-	best, bestV := "unexplained", -1.0
-	for _, c := range critpath.CauseNames() {
-		if b[c] > bestV {
-			best, bestV = c, b[c]
-		}
-	}
-	return best, bestV, ttft
-}
-
 // StepAt says where a step of a sweep in mode is: its rate, or its
 // concurrency in a concurrency sweep.
 func StepAt(mode string, s *sweep.Step) string {
@@ -184,31 +268,127 @@ func StepAt(mode string, s *sweep.Step) string {
 // At says where a step of this knee's sweep is.
 func (k *Knee) At(s *sweep.Step) string { return StepAt(k.Mode, s) }
 
-// Explanation is the knee in one sentence: "the SLO breaks at 14 req/s,
-// and what breaks it is run-queue wait on the tokenizer threads (..)".
+// Explanation is the knee in one sentence: the breach on the metric that
+// broke, at the interval's High against its Low, and the cause that added
+// most to it with its share: "the SLO breaks at 15 req/s on p99 TTFT (612
+// ms, want p99_ttft_ms<=500; 310 ms at 13.2 req/s), and what breaks it is
+// waiting for one of the engine's 4 slots behind other requests (380 ms
+// a request), 78% of the 420 ms the slowest 10% of TTFTs added". When the
+// runs did not reproduce the sweep's verdicts, it says so instead.
 func (k *Knee) Explanation() string {
 	if k.Fail == nil {
 		return "every step met the SLOs: no knee to explain"
 	}
-	if k.FailRun == nil {
-		return fmt.Sprintf("the SLO breaks at %s; the run to explain it did not finish", k.At(k.Fail))
+	if !k.Result.Reproduced {
+		return k.notReproduced()
 	}
-	what := "ITL"
-	if k.TTFT {
-		what = "TTFT"
+	bc := k.Result.Cause
+	if bc == nil {
+		why := k.Why
+		if why == "" {
+			why = "no cause was read"
+		}
+		return fmt.Sprintf("the SLO breaks at %s; the runs reproduced the verdicts, but %s", k.At(k.Fail), why)
 	}
+	unit := "TTFTs"
+	if bc.Metric == "itl" {
+		unit = "token gaps"
+	}
+	metric := metricText(bc.SLO)
+	against := ""
+	if k.Pass != nil {
+		against = fmt.Sprintf("; %s at %s", fmtMs(bc.PassValue, metric), k.At(k.Pass))
+	}
+	head := fmt.Sprintf("the SLO breaks at %s on %s (%s, want %s%s)", k.At(k.Fail), metric, fmtMs(bc.FailValue, metric), bc.SLO, against)
 	if len(k.Fail.StoppedBy) > 0 {
-		// A limit signal ended the step, not the latency: say so first,
-		// and the latency's cause only as what the step measured.
 		var parts []string
 		for _, v := range k.Fail.StoppedBy {
 			parts = append(parts, v.Detail)
 		}
-		return fmt.Sprintf("the sweep stops at %s because %s; of that step's p99 %s excess, %.0f%% is %s",
-			k.At(k.Fail), strings.Join(parts, " and "), what, k.Share*100, DescribeCause(k.Cause, k.FailRun))
+		head = fmt.Sprintf("the sweep stops at %s because %s, and the followed run broke %s (%s, want %s%s)",
+			k.At(k.Fail), strings.Join(parts, " and "), metric, fmtMs(bc.FailValue, metric), bc.SLO, against)
 	}
-	return fmt.Sprintf("the SLO breaks at %s, and what breaks it is %s (%.0f%% of the p99 %s excess)",
-		k.At(k.Fail), DescribeCause(k.Cause, k.FailRun), k.Share*100, what)
+	over := "over the passing run's"
+	if k.Pass == nil {
+		over = "over the normal"
+	}
+	if bc.Cause == "" || bc.Share <= 0 || bc.AddedMs <= 0 {
+		return fmt.Sprintf("%s; its slowest 10%% of %s added nothing %s: no cause to name", head, unit, over)
+	}
+	return fmt.Sprintf("%s, and what breaks it is %s, %.0f%% of the %s the slowest 10%% of %s added %s",
+		head, k.describe(bc), bc.Share*100, fmtDur(bc.AddedMs), unit, over)
+}
+
+// describe says the breach's cause in words.
+func (k *Knee) describe(bc *sweep.BreachCause) string {
+	if bc.Cause == CauseServerQueue {
+		slots := "a slot of the engine"
+		if bc.Slots > 0 {
+			slots = fmt.Sprintf("one of the engine's %d %s", bc.Slots, pluralWord(bc.Slots, "slot", "slots"))
+		}
+		return fmt.Sprintf("waiting for %s behind other requests (%s a request in the queue)", slots, fmtDur(bc.QueueMs))
+	}
+	return DescribeCause(bc.Cause, k.FailRun)
+}
+
+// notReproduced says which side's runs did not reproduce the sweep's
+// verdict.
+func (k *Knee) notReproduced() string {
+	side := func(runs []sweep.FollowedRun, verdict string) string {
+		var vs []string
+		for _, f := range runs {
+			if len(f.Violations) > 0 && verdict == "failed" {
+				vs = append(vs, strings.Join(f.Violations, " and "))
+			}
+		}
+		s := fmt.Sprintf("%d %s %s", len(runs), pluralWord(len(runs), "run", "runs"), verdict)
+		if len(vs) > 0 {
+			s += " (" + strings.Join(vs, "; ") + ")"
+		}
+		return s
+	}
+	switch {
+	case k.Pass != nil && k.PassRun == nil && len(k.Result.PassRuns) > 0:
+		return fmt.Sprintf("no explanation: the runs following the server did not reproduce the sweep's pass at %s: %s",
+			k.At(k.Pass), side(k.Result.PassRuns, "failed"))
+	case k.FailRun == nil && len(k.Result.FailRuns) > 0:
+		return fmt.Sprintf("no explanation: the runs following the server did not reproduce the sweep's fail at %s: %s",
+			k.At(k.Fail), side(k.Result.FailRuns, "met every SLO"))
+	}
+	return fmt.Sprintf("the SLO breaks at %s; the runs to explain it did not finish", k.At(k.Fail))
+}
+
+// metricText is an SLO's metric as the sentence says it: "p99 TTFT".
+func metricText(slo string) string {
+	s, err := sweep.ParseSLOs(slo)
+	if err != nil || len(s) != 1 {
+		return slo
+	}
+	if p, m, ok := metrics.MetricPercentile(s[0].Metric); ok {
+		return fmt.Sprintf("p%s %s", strconv.FormatFloat(p, 'g', -1, 64), strings.ToUpper(m))
+	}
+	return s[0].Metric
+}
+
+// fmtMs says a value of metric: "612 ms" for a latency, else the number.
+func fmtMs(v float64, metric string) string {
+	if strings.HasPrefix(metric, "p") && strings.Contains(metric, " ") {
+		return fmtDur(v)
+	}
+	return strconv.FormatFloat(v, 'g', 3, 64)
+}
+
+// fmtDur says ms: "612 ms", "4.2 ms", "1.3 s".
+func fmtDur(ms float64) string {
+	switch {
+	case ms >= 10000:
+		return fmt.Sprintf("%.0f s", ms/1000)
+	case ms >= 1000:
+		return fmt.Sprintf("%.1f s", ms/1000)
+	case ms >= 10:
+		return fmt.Sprintf("%.0f ms", ms)
+	}
+	return fmt.Sprintf("%.1f ms", ms)
 }
 
 // DescribeCause says the cause in words, naming the server's threads that
@@ -226,12 +406,22 @@ func DescribeCause(cause string, r *RunResult) string {
 		return "waiting on the GPU (blocking CUDA calls)"
 	case "net_backpressure":
 		return "network backpressure (clients' windows closed or retransmits)"
+	case "server_compute":
+		return "the server's own compute (its threads running)"
+	case "server_sleep":
+		return "the server's threads sleeping (timed waits, polling)"
+	case "server_stopped":
+		return "the server stopped (a signal, a tracer or a freezer)"
+	case "client":
+		return "the load generator (the client's own time)"
+	case CauseServerQueue:
+		return "waiting for a slot of the engine behind other requests"
 	}
 	return "nothing bpfbench sees (unexplained)"
 }
 
 func topRunqueueThreads(r *RunResult) string {
-	if r.Doc.Collectors == nil || r.Doc.Collectors.Sched == nil {
+	if r == nil || r.Doc == nil || r.Doc.Collectors == nil || r.Doc.Collectors.Sched == nil {
 		return ""
 	}
 	by := map[string]float64{}

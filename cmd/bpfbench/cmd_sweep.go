@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/spf13/cobra"
@@ -138,19 +139,29 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 		Load: cfg, Sweep: res, RequestsPerStep: j.RequestsPerStep, Pid: pid, OutDir: j.Out,
 		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger,
 		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
-		Before: func(side string, s *sweep.Step) {
-			if side == "pass" {
-				fmt.Fprintf(stdout, "\nfollowing pid %d at the highest passing step (%s) ...\n", pid, job.StepAt(res.Mode, s))
-			} else {
-				fmt.Fprintf(stdout, "following pid %d at the first failing step (%s) ...\n", pid, job.StepAt(res.Mode, s))
+		Before: func(side string, try int, s *sweep.Step) {
+			what := map[string]string{"pass": "highest level that passed every run", "fail": "lowest level that failed every run"}[side]
+			again := ""
+			if try > 1 {
+				again = fmt.Sprintf(" again (try %d)", try)
 			}
+			if side == "pass" && try == 1 {
+				fmt.Fprintln(stdout)
+			}
+			fmt.Fprintf(stdout, "following pid %d at the %s (%s)%s ...\n", pid, what, job.StepAt(res.Mode, s), again)
 		},
-		After: func(side string, r *job.RunResult) {
+		After: func(side string, r *job.RunResult, f sweep.FollowedRun) {
 			if eerr := exportSpans(ctx, j.OTLP, r); eerr != nil {
 				logger.Warn("exporting spans", "err", eerr)
 			}
-			what := map[string]string{"pass": "passing", "fail": "failing"}[side]
-			fmt.Fprintf(stdout, "  %s step: %s\n", what, job.StepExplanation(r))
+			verdict := "passed"
+			if !f.Pass {
+				verdict = "FAILED: " + strings.Join(f.Violations, "; ")
+			}
+			if (side == "pass") != f.Pass {
+				verdict += " (the sweep's verdict there was the other: not taken)"
+			}
+			fmt.Fprintf(stdout, "  %s: %s; %s\n", r.Dir, verdict, job.StepExplanation(r))
 		},
 	})
 	if knee == nil {
@@ -160,13 +171,25 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 		fmt.Fprintln(stdout, knee.Explanation())
 		return err
 	}
-	if knee.FailRun == nil {
-		return err
+	res.Explanation = &knee.Result
+	if werr := j.WriteResult(res); werr != nil && err == nil {
+		err = werr
+	}
+	if aerr := knee.Annotate(); aerr != nil && err == nil {
+		err = aerr
 	}
 	fmt.Fprintf(stdout, "\n%s\n", knee.Explanation())
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "runs written to %s/{pass,fail}\n", j.Out)
+	var dirs []string
+	for _, r := range []*job.RunResult{knee.PassRun, knee.FailRun} {
+		if r != nil {
+			dirs = append(dirs, r.Dir)
+		}
+	}
+	if len(dirs) > 0 {
+		fmt.Fprintf(stdout, "the runs explained: %s\n", strings.Join(dirs, ", "))
+	}
 	return j.CheckAnswer(res)
 }

@@ -29,6 +29,10 @@ type SweepJob struct {
 	Precision, Step      float64
 	MaxRate              float64
 	MaxSearchConcurrency int
+	// Repeats and RepeatBudget settle the knee (sweep.Config's): the runs
+	// with one verdict a level at the boundary needs, and the most steps
+	// run to get them.
+	Repeats, RepeatBudget int
 	// The limit signals that end a step early (sweep.Config's and
 	// job.SweepSignalsConfig's): the load generator's own error rate and
 	// connection resets, and the engine's KV cache, preemptions and queue.
@@ -62,6 +66,7 @@ func (j *SweepJob) ResultFile() string {
 // NewSweepJob returns the job with the defaults of its flags.
 func NewSweepJob() *SweepJob {
 	return &SweepJob{Options: *NewOptions(), Mode: sweep.ModeRate, RequestsPerStep: 200, Precision: 0.05, MaxSearchConcurrency: 1024,
+		Repeats: sweep.DefaultRepeats, RepeatBudget: sweep.DefaultRepeatBudget,
 		MaxErrorRate: 0.05, MaxKVUsage: 0.95, MaxWaitingFor: 2 * time.Second, Out: "bpfbench-sweep"}
 }
 
@@ -77,6 +82,8 @@ func (j *SweepJob) AddFlags(fs *pflag.FlagSet) {
 	fs.Float64Var(&j.Step, "step", j.Step, "rate search resolution in req/s (overrides --precision)")
 	fs.Float64Var(&j.MaxRate, "max-rate", j.MaxRate, "top of the rate search (0: 1.25 × the probed capacity)")
 	fs.IntVar(&j.MaxSearchConcurrency, "max-search-concurrency", j.MaxSearchConcurrency, "top of the concurrency search")
+	fs.IntVar(&j.Repeats, "repeats", j.Repeats, "runs with one verdict that settle a level at the knee: the highest passing and the lowest failing level are run again until they have as many (a level whose runs disagree moves the boundary a step past it); 1: every level once")
+	fs.IntVar(&j.RepeatBudget, "repeat-budget", j.RepeatBudget, "most steps run to settle the knee; when they run out first, the interval is what was measured and the answer says it is not stable (0: none)")
 	fs.Float64Var(&j.MaxErrorRate, "max-error-rate", j.MaxErrorRate, "end a step once more than this fraction of its finished requests failed (counted from 10 on; 0 or less: off)")
 	fs.IntVar(&j.MaxResets, "max-resets", j.MaxResets, "end a step once more than this many of its connections were reset or refused (negative: off)")
 	fs.Float64Var(&j.MaxKVUsage, "max-kv-usage", j.MaxKVUsage, "end a step once the engine's KV cache is fuller than this fraction, from its /metrics (0: off)")
@@ -125,6 +132,10 @@ func (j *SweepJob) checkRanges() error {
 		return fmt.Errorf("--max-rate %v: give 0 (1.25 × the probed capacity) or more req/s", j.MaxRate)
 	case j.MaxSearchConcurrency < 1:
 		return fmt.Errorf("--max-search-concurrency %d: give 1 or more", j.MaxSearchConcurrency)
+	case j.Repeats < 1:
+		return fmt.Errorf("--repeats %d: give 1 or more", j.Repeats)
+	case j.RepeatBudget < 0:
+		return fmt.Errorf("--repeat-budget %d: give 0 or more", j.RepeatBudget)
 	case j.MaxWaitingFor < 0:
 		return fmt.Errorf("--max-waiting-for %v: give 0 or more", j.MaxWaitingFor)
 	}
@@ -176,6 +187,8 @@ func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *swee
 		Signals:         j.Signals,
 		MaxErrorRate:    j.MaxErrorRate,
 		MaxResets:       j.MaxResets,
+		Repeats:         j.Repeats,
+		RepeatBudget:    repeatBudget(j.RepeatBudget),
 		OnStep:          func(s *sweep.Step) { printStep(stdout, s, slos) },
 	}
 	if sc.MaxErrorRate <= 0 {
@@ -195,6 +208,14 @@ func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *swee
 	return res, cfg, err
 }
 
+// repeatBudget is sweep.Config's for the flag's: 0 is none.
+func repeatBudget(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
 func printStep(w io.Writer, s *sweep.Step, slos []sweep.SLO) {
 	at := fmt.Sprintf("rate %8.2f req/s", s.Rate)
 	if s.Rate == 0 {
@@ -211,7 +232,7 @@ func printStep(w io.Writer, s *sweep.Step, slos []sweep.SLO) {
 	for _, slo := range slos {
 		parts = append(parts, fmt.Sprintf("%s=%.2f", slo.Metric, s.Values[slo.Metric]))
 	}
-	fmt.Fprintf(w, "step %2d %-6s %s: %-4s throughput %.2f req/s, %s", s.N, s.Phase, at, verdict, s.Values["request_throughput"], strings.Join(parts, " "))
+	fmt.Fprintf(w, "step %2d %-7s %s: %-4s throughput %.2f req/s, %s", s.N, s.Phase, at, verdict, s.Values["request_throughput"], strings.Join(parts, " "))
 	if s.StoppedEarly {
 		fmt.Fprint(w, " (stopped early)")
 	}
@@ -230,6 +251,7 @@ func printAnswer(w io.Writer, r *sweep.Result, slos []sweep.SLO) {
 	defer fmt.Fprintln(w, r.Conclusion)
 	if r.Best == nil {
 		fmt.Fprintf(w, "answer: no %s met every SLO\n", r.Mode)
+		printKnee(w, r)
 		return
 	}
 	var parts []string
@@ -238,6 +260,54 @@ func printAnswer(w io.Writer, r *sweep.Result, slos []sweep.SLO) {
 	}
 	fmt.Fprintf(w, "answer: %.2f %s meets every SLO (%s; throughput %.2f req/s, %.1f tok/s)\n",
 		r.Answer, unit, strings.Join(parts, ", "), r.Best.Values["request_throughput"], r.Best.Values["output_throughput"])
+	printKnee(w, r)
+}
+
+// printKnee prints the knee with its interval and the runs behind it:
+// "knee: 14.1 req/s, interval 13.2-15.0 req/s (stable: 3 runs with one
+// verdict at each bound; 9 confirming steps)" and the levels' runs.
+func printKnee(w io.Writer, r *sweep.Result) {
+	in := r.Interval
+	if in == nil || in.High == 0 {
+		return
+	}
+	unit := "req/s"
+	if r.Mode == sweep.ModeConcurrency {
+		unit = "requests in flight"
+	}
+	state := fmt.Sprintf("stable: %d %s with one verdict at each bound", in.Repeats, plural(in.Repeats, "run", "runs"))
+	if !in.Stable {
+		state = "NOT stable"
+	}
+	fmt.Fprintf(w, "knee: %.2f %s, interval %.2f-%.2f %s (%s; %d of at most %d confirming steps)\n",
+		in.Knee, unit, in.Low, in.High, unit, state, in.ConfirmSteps, in.Budget)
+	for _, l := range in.Levels {
+		fmt.Fprintf(w, "  %8.2f %s: passed %d of %d (steps %s)\n", l.Level, unit, l.Passed, l.Runs, joinInts(l.Steps))
+	}
+}
+
+func joinInts(xs []int) string {
+	var parts []string
+	for _, x := range xs {
+		parts = append(parts, fmt.Sprint(x))
+	}
+	return strings.Join(parts, ",")
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
+// WriteResult writes res to the job's result file again (after the
+// knee's explanation was added); nothing when there is none.
+func (j *SweepJob) WriteResult(res *sweep.Result) error {
+	if file := j.ResultFile(); file != "" {
+		return writeSweep(file, res)
+	}
+	return nil
 }
 
 func writeSweep(path string, r *sweep.Result) error {

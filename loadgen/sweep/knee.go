@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/bpfbench/bpfbench/loadgen/metrics"
 )
 
 // The knee's confirmation. One short step near the boundary is noise: the
@@ -383,4 +385,67 @@ func (in *Interval) Text(mode string) string {
 		b.WriteString("; not stable: " + in.Why)
 	}
 	return b.String()
+}
+
+// Judge checks the SLOs against a run's metrics, as a step of the search
+// is judged: whether every SLO held (and no more than maxFailed of its n
+// requests failed), the violations, and the values.
+func Judge(slos []SLO, m *metrics.Metrics, maxFailed float64, n int) (bool, []string, map[string]float64) {
+	if maxFailed <= 0 {
+		maxFailed = 0.01
+	}
+	return evaluate(slos, m, maxFailed, n)
+}
+
+// Explanation is what following the server at the knee found (`sweep
+// --pid`): the runs taken at the interval's bounds, whether they
+// reproduced the search's verdicts, and the cause of the breach on the
+// metric that broke.
+type Explanation struct {
+	// Reproduced: a run at Low passed and a run at High failed.
+	Reproduced bool `json:"reproduced"`
+	// Sentence is the explanation, or why there is none.
+	Sentence string `json:"sentence"`
+	// PassRuns and FailRuns are the runs taken at each side, in order;
+	// the last is the one explained when Reproduced.
+	PassRuns []FollowedRun `json:"pass_runs,omitempty"`
+	FailRuns []FollowedRun `json:"fail_runs,omitempty"`
+	// Cause is the breach's cause on the metric that broke ("ttft" or
+	// "itl"): the cause that added most to that metric's slowest 10% of
+	// intervals at High over Low, its share of what they added, and
+	// every cause's share (Basis says the rule).
+	Cause *BreachCause `json:"cause,omitempty"`
+}
+
+// FollowedRun is one run at the knee with the collectors attached.
+type FollowedRun struct {
+	Level      float64            `json:"level"`
+	Dir        string             `json:"dir"`
+	Pass       bool               `json:"pass"`
+	Violations []string           `json:"violations,omitempty"`
+	Values     map[string]float64 `json:"values,omitempty"`
+}
+
+// BreachCause is the cause of the breach on the metric that broke.
+type BreachCause struct {
+	// Metric is "ttft" or "itl"; SLO the objective that broke.
+	Metric string `json:"metric"`
+	SLO    string `json:"slo"`
+	// PassValue and FailValue are the SLO's metric in the two runs.
+	PassValue float64 `json:"pass_value"`
+	FailValue float64 `json:"fail_value"`
+	// Cause holds Share of AddedMs, the excess per interval the slowest
+	// 10% of the failing run's intervals added over the passing run's
+	// (every cause's addition, floored at 0, summed); Shares per cause.
+	Cause   string             `json:"cause"`
+	Share   float64            `json:"share"`
+	AddedMs float64            `json:"added_ms"`
+	Shares  map[string]float64 `json:"added_shares"`
+	// Tail is how many intervals the failing run's slowest 10% are.
+	Tail int `json:"tail"`
+	// Slots and QueueMs: the engine's slots and the mean time the tail's
+	// requests waited for one (TTFT, when the engine's metrics say so).
+	Slots   int     `json:"slots,omitempty"`
+	QueueMs float64 `json:"tail_queue_ms,omitempty"`
+	Basis   string  `json:"basis"`
 }

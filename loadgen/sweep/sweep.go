@@ -341,6 +341,9 @@ type Result struct {
 	Conclusion string `json:"conclusion"`
 	// SignalNotes say which limit signals could not be watched, and why.
 	SignalNotes []string `json:"signal_notes,omitempty"`
+	// Explanation is what following the server at the knee found (sweep
+	// --pid), set after the search.
+	Explanation *Explanation `json:"explanation,omitempty"`
 	Steps       []*Step  `json:"steps"`
 }
 
