@@ -280,7 +280,7 @@ func missingFix(collector string, missing []string) string {
 	if len(lost) > 0 {
 		fix += " (" + strings.Join(lost, "; ") + ")"
 	}
-	return fix + "; a newer kernel, or one with fentry/fexit, has them"
+	return fix + "; a newer kernel has them"
 }
 
 // tracepointGives is what a tracepoint the kernel may lack gives.
@@ -290,6 +290,7 @@ var tracepointGives = map[string]string{
 	"sock_recv_length":   "data edges between the server's processes over unix sockets",
 	"tcp_cong_state_set": "loss episodes",
 	"irq_handler_entry":  "device interrupt time inside the server's running time",
+	"kfree_skb(rx_sk)":   "TCP receive-queue drops by connection (kfree_skb passes the receiving socket since Linux 6.11)",
 }
 
 func checkPMU(name string, required bool, fix string) Check {

@@ -216,7 +216,7 @@ func DevName(dev uint32) string {
 // Probe loads and attaches the collector's programs as the commands do,
 // then releases them; `bpfbench check` runs it.
 func Probe(hostWide bool) (bpfutil.LoadReport, error) {
-	c := New(Config{HostWide: hostWide, RingBufferBytes: 1 << 16})
+	c := New(Config{HostWide: hostWide, RingBufferBytes: 1 << 16, Logger: slog.New(slog.DiscardHandler)})
 	if err := c.Start(context.Background()); err != nil {
 		return bpfutil.LoadReport{}, err
 	}

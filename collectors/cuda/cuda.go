@@ -587,7 +587,7 @@ func (c *Collector) LinkIDs() []link.ID {
 // attach to a target's libraries later), then releases them; `bpfbench
 // check` runs it.
 func Probe(bool) (bpfutil.LoadReport, error) {
-	c := New(Config{RingBufferBytes: 1 << 16})
+	c := New(Config{RingBufferBytes: 1 << 16, Logger: slog.New(slog.DiscardHandler)})
 	if err := c.Start(context.Background()); err != nil {
 		return bpfutil.LoadReport{}, err
 	}

@@ -479,7 +479,7 @@ func (c *Collector) OffCPUHist(idx uint32, s State) (hist.Log2, error) {
 // where a command's load fails.
 func Probe(hostWide bool) (bpfutil.LoadReport, error) {
 	c := New(Config{HostWide: hostWide, HostSample: 1, Wakers: true, SoftirqVector: true, Tree: !hostWide,
-		DataEdges: !hostWide, IRQTime: !hostWide, RingBufferBytes: 1 << 16})
+		DataEdges: !hostWide, IRQTime: !hostWide, RingBufferBytes: 1 << 16, Logger: slog.New(slog.DiscardHandler)})
 	if err := c.Start(context.Background()); err != nil {
 		return bpfutil.LoadReport{}, err
 	}

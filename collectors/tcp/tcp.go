@@ -705,7 +705,7 @@ func (c *Collector) Dumps() DumpCounts {
 // (host-wide as the daemon, else as a session: sends, arrivals and
 // requests), then releases them; `bpfbench check` runs it.
 func Probe(hostWide bool) (bpfutil.LoadReport, error) {
-	c := New(Config{HostWide: hostWide, Sends: !hostWide, Arrivals: !hostWide, Requests: !hostWide, RingBufferBytes: 1 << 16})
+	c := New(Config{HostWide: hostWide, Sends: !hostWide, Arrivals: !hostWide, Requests: !hostWide, RingBufferBytes: 1 << 16, Logger: slog.New(slog.DiscardHandler)})
 	if err := c.Start(context.Background()); err != nil {
 		return bpfutil.LoadReport{}, err
 	}
