@@ -310,7 +310,7 @@ func (k *Knee) Explanation() string {
 	}
 	over := "over the passing run's"
 	if k.Pass == nil {
-		over = "over the normal"
+		over = "over the failing run's normal gap"
 	}
 	if bc.Cause == "" || bc.Share <= 0 || bc.AddedMs <= 0 {
 		return fmt.Sprintf("%s; its slowest 10%% of %s added nothing %s: no cause to name", head, unit, over)

@@ -25,15 +25,31 @@ func newSweepCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "sweep --target URL --slo \"p99_ttft_ms<=X,p99_itl_ms<=Y\" [--pid PID | --port PORT] [--out DIR] [load options]",
-		Short: "Find the highest request rate (or concurrency) a server sustains within latency SLOs; with --pid, explain what breaks them",
-		Long: `Finds the highest request rate (or concurrency) that meets every SLO. With --pid
-(or --port), the highest passing and the first failing steps are run again
-with the collectors attached and the knee is explained: "the SLO breaks at 14
-req/s, and what breaks it is run-queue wait on the tokenizer threads". The two
-runs are written to DIR/pass and DIR/fail of the run directory (--out DIR),
-every step to DIR/sweep.json (or --result FILE). It takes every load option
-of bpfbench load; --num-requests is the count of every step, like
---requests-per-step.
+		Short: "Find the highest request rate (or concurrency) a server sustains within latency SLOs, with the knee's interval; with --pid, explain what breaks them",
+		Long: `Finds the highest request rate (or concurrency) that meets every SLO. One short
+step near the boundary is noise, so the highest passing and the lowest
+failing level are run again until each has --repeats runs with one verdict
+(a level whose runs disagree moves its side a step out), within
+--repeat-budget more steps; the answer is the highest level whose every run
+passed, and the knee is given with its interval and the runs behind it:
+"the knee is at 14.1 req/s, between 13.2 req/s (3 of 3 runs passed) and 15
+req/s (3 of 3 failed)", or "not stable" and why when the budget ran out.
+
+With --pid (or --port), the two bounds are run again with the collectors
+attached (DIR/pass and DIR/fail of the run directory --out DIR, then
+DIR/pass-2 ... for a run taken again) until a run at the pass passes and a
+run at the fail fails; if they do not, the answer says so instead of
+explaining. The breach is explained on the metric that broke: a TTFT
+breach on the TTFTs (the wait for one of the engine's slots behind other
+requests, from its /metrics, and the critical path), an ITL breach on the
+token gaps, with the named cause's share of what the slowest 10% added
+over the passing run: "the SLO breaks at 15 req/s on p99 TTFT (612 ms,
+want p99_ttft_ms<=500; 310 ms at 13.2 req/s), and what breaks it is
+waiting for one of the engine's 4 slots behind other requests (380 ms a
+request in the queue), 78% of the 420 ms the slowest 10% of TTFTs added".
+Every step, the interval and the explanation go to DIR/sweep.json (or
+--result FILE). It takes every load option of bpfbench load;
+--num-requests is the count of every step, like --requests-per-step.
 
 A step also ends early, and fails, when a signal says the server is past
 its limit: more than --max-error-rate of its requests failed, more than

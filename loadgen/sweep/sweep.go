@@ -344,7 +344,7 @@ type Result struct {
 	// Explanation is what following the server at the knee found (sweep
 	// --pid), set after the search.
 	Explanation *Explanation `json:"explanation,omitempty"`
-	Steps       []*Step  `json:"steps"`
+	Steps       []*Step      `json:"steps"`
 }
 
 // evaluate checks the SLOs against m.

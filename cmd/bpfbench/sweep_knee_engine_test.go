@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bpfbench/bpfbench/internal/engine"
+	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/loadgen/sweep"
+)
+
+// The knee, reproduced and explained, on a real engine: three sweeps of
+// one llama-server (-np 2, the queue signal off so that the TTFT SLO is
+// the limit) each give the knee with its interval, and the three knees lie
+// within each other's intervals; each sweep follows the server at the
+// interval's bounds until the pass passes and the fail fails, and explains
+// the breach on TTFT, the metric that broke, with a cause that holds at
+// least half of what its slowest TTFTs added. Past the engine's capacity
+// the requests wait for a slot behind other requests: the engine's queue.
+func TestRealEngineSweepKneeReproduced(t *testing.T) {
+	privtest.Require(t)
+	paths, err := engine.Find()
+	if err != nil {
+		privtest.SkipOptional(t, "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	defer cancel()
+	srv, err := engine.Start(ctx, engine.Options{Paths: paths, Threads: 2, Slots: kneeSlots, CtxSize: 512 * kneeSlots, Metrics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		srv.Stop()
+		if t.Failed() {
+			out := srv.Output()
+			if len(out) > 6000 {
+				out = out[len(out)-6000:]
+			}
+			t.Logf("llama-server output (tail):\n%s", out)
+		}
+	})
+	type answer struct {
+		res  sweep.Result
+		took time.Duration
+	}
+	var got []answer
+	for i := range 3 {
+		dir := filepath.Join(t.TempDir(), "sweep")
+		start := time.Now()
+		code, stdout, stderr := runCLI(append([]string{"sweep", "--target", srv.URL, "--pid", strconv.Itoa(srv.Pid), "--out", dir}, kneeSweepArgs...)...)
+		took := time.Since(start)
+		t.Logf("sweep %d (%.0f s):\n%s", i+1, took.Seconds(), stdout)
+		if code != 0 {
+			t.Fatalf("sweep %d exit %d: %s", i+1, code, stderr)
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "sweep.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res sweep.Result
+		if err := json.Unmarshal(b, &res); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, answer{res, took})
+		in, ex := res.Interval, res.Explanation
+		if in == nil || in.High == 0 || in.Low == 0 {
+			t.Fatalf("sweep %d: interval %+v: want a knee between a passing and a failing level", i+1, in)
+		}
+		// The answer, printed and stored: the knee with its interval and
+		// the runs behind it.
+		if !strings.Contains(stdout, "knee: ") || !strings.Contains(res.Conclusion, "the knee is at ") || !strings.Contains(stdout, res.Conclusion) {
+			t.Errorf("sweep %d: the knee is not printed with its interval: %q", i+1, res.Conclusion)
+		}
+		if ex == nil {
+			t.Fatalf("sweep %d: no explanation in sweep.json", i+1)
+		}
+		if !ex.Reproduced {
+			t.Errorf("sweep %d: the followed runs did not reproduce the verdicts: %s", i+1, ex.Sentence)
+			continue
+		}
+		// The runs explained are a pass and a fail.
+		if p, f := ex.PassRuns[len(ex.PassRuns)-1], ex.FailRuns[len(ex.FailRuns)-1]; !p.Pass || f.Pass {
+			t.Errorf("sweep %d: explained runs pass %v fail %v", i+1, p.Pass, !f.Pass)
+		}
+		c := ex.Cause
+		if c == nil {
+			t.Errorf("sweep %d: no cause: %s", i+1, ex.Sentence)
+			continue
+		}
+		t.Logf("sweep %d: knee %.2f req/s in [%.2f, %.2f] (stable %v, %d confirming steps); %s %s %.0f%% of %.0f ms added (queue %.0f ms, %d slots)",
+			i+1, in.Knee, in.Low, in.High, in.Stable, in.ConfirmSteps, c.Metric, c.Cause, 100*c.Share, c.AddedMs, c.QueueMs, c.Slots)
+		if c.Metric != "ttft" || !strings.Contains(ex.Sentence, "on p99 TTFT") {
+			t.Errorf("sweep %d: explained on %q: %s; the TTFT SLO broke", i+1, c.Metric, ex.Sentence)
+		}
+		if c.Share < 0.5 {
+			t.Errorf("sweep %d: the named cause %s holds %.0f%% of the added excess, want at least half: %s", i+1, c.Cause, 100*c.Share, ex.Sentence)
+		}
+		if !strings.Contains(stdout, ex.Sentence) {
+			t.Errorf("sweep %d: the explanation is not printed", i+1)
+		}
+		// The report of the failing run leads with the knee.
+		if b, err := os.ReadFile(filepath.Join(ex.FailRuns[len(ex.FailRuns)-1].Dir, "result.json")); err != nil || !strings.Contains(string(b), "sweep: the knee is at ") {
+			t.Errorf("sweep %d: the failing run's result.json does not carry the knee (%v)", i+1, err)
+		}
+	}
+	// Three sweeps agree within their stated intervals.
+	for i, a := range got {
+		for j, b := range got {
+			if i == j || a.res.Interval == nil || b.res.Interval == nil {
+				continue
+			}
+			if k, in := a.res.Interval.Knee, b.res.Interval; k < in.Low || k > in.High {
+				t.Errorf("sweep %d's knee %.2f req/s is outside sweep %d's interval [%.2f, %.2f]", i+1, k, j+1, in.Low, in.High)
+			}
+		}
+	}
+}
+
+// The engine and the sweep of TestRealEngineSweepKneeReproduced.
+const kneeSlots = 2
+
+var kneeSweepArgs = []string{"--model", "tiny-llama", "--input-len", "32", "--output-len", "16",
+	"--slo", "p99_ttft_ms<=300", "--requests-per-step", "40", "--precision", "0.1", "--max-waiting", "-1", "--no-progress"}
