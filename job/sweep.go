@@ -154,6 +154,11 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 			if f.Pass == want {
 				return r, nil
 			}
+			if !want && len(s.StoppedBy) > 0 {
+				// A limit signal failed the step, and the followed runs
+				// watch none: another run would meet the SLOs again.
+				return nil, nil
+			}
 		}
 		return nil, nil
 	}
@@ -351,6 +356,13 @@ func (k *Knee) notReproduced() string {
 	case k.Pass != nil && k.PassRun == nil && len(k.Result.PassRuns) > 0:
 		return fmt.Sprintf("no explanation: the runs following the server did not reproduce the sweep's pass at %s: %s",
 			k.At(k.Pass), side(k.Result.PassRuns, "failed"))
+	case k.FailRun == nil && len(k.Result.FailRuns) > 0 && len(k.Fail.StoppedBy) > 0:
+		var parts []string
+		for _, v := range k.Fail.StoppedBy {
+			parts = append(parts, v.Name+": "+v.Detail)
+		}
+		return fmt.Sprintf("no explanation: the sweep's step at %s was stopped by a limit signal (%s), which the runs following the server do not watch, and the run met every SLO",
+			k.At(k.Fail), strings.Join(parts, "; "))
 	case k.FailRun == nil && len(k.Result.FailRuns) > 0:
 		return fmt.Sprintf("no explanation: the runs following the server did not reproduce the sweep's fail at %s: %s",
 			k.At(k.Fail), side(k.Result.FailRuns, "met every SLO"))

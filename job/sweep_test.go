@@ -205,6 +205,11 @@ func TestKneeExplanation(t *testing.T) {
 	if got := k.Explanation(); got != "no explanation: the runs following the server did not reproduce the sweep's fail at 15 req/s: 1 run met every SLO" {
 		t.Errorf("fail not reproduced: %q", got)
 	}
+	// ... nor a signal's fail: the followed runs watch no signal.
+	k.Fail = &sweep.Step{Rate: 15, StoppedBy: []sweep.Verdict{{Name: "requests_waiting", Detail: "up to 9 requests were waiting", Limit: true}}}
+	if got := k.Explanation(); got != "no explanation: the sweep's step at 15 req/s was stopped by a limit signal (requests_waiting: up to 9 requests were waiting), which the runs following the server do not watch, and the run met every SLO" {
+		t.Errorf("a signal's fail not reproduced: %q", got)
+	}
 	if s := (&Knee{}).Explanation(); !strings.Contains(s, "no knee") {
 		t.Errorf("no failing step: %q", s)
 	}
