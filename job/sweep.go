@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -186,7 +187,11 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 	k.FailRun = fr
 	k.Result.Reproduced = true
 	bc, cerr := breachCause(slos, k.PassRun, k.FailRun)
-	if cerr != nil {
+	switch {
+	case errors.Is(cerr, errNoBreach):
+		f := k.Result.FailRuns[len(k.Result.FailRuns)-1]
+		k.Why = fmt.Sprintf("the failing run broke no latency SLO (%s): no cause on a latency to name", strings.Join(f.Violations, "; "))
+	case cerr != nil:
 		k.Why = cerr.Error()
 	}
 	k.Result.Cause = bc

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -191,7 +192,7 @@ func breachCause(slos []sweep.SLO, pass, fail *RunResult) (*sweep.BreachCause, e
 	}
 	slo, metric, ok := breachedSLO(slos, pm, fail.Load.Metrics)
 	if !ok {
-		return nil, fmt.Errorf("the failing run broke no SLO")
+		return nil, errNoBreach
 	}
 	baseDoc := fail.Doc
 	if pass != nil && pass.Doc != nil && pass.Doc.CriticalPath != nil && pass.Doc.CriticalPath.Gaps > 0 {
@@ -240,6 +241,10 @@ func breachCause(slos []sweep.SLO, pass, fail *RunResult) (*sweep.BreachCause, e
 	}
 	return bc, nil
 }
+
+// errNoBreach: the failing run failed, but on no SLO (its failed
+// requests).
+var errNoBreach = errors.New("the failing run broke no SLO")
 
 // normalOf is a normal gap from its per-cause ms (result.json's).
 func normalOf(m map[string]float64) critpath.Normal {

@@ -126,4 +126,4 @@ func TestRealEngineSweepKneeReproduced(t *testing.T) {
 const kneeSlots = 2
 
 var kneeSweepArgs = []string{"--model", "tiny-llama", "--input-len", "32", "--output-len", "16",
-	"--slo", "p99_ttft_ms<=300", "--requests-per-step", "40", "--precision", "0.1", "--max-waiting", "-1", "--no-progress"}
+	"--burstiness", "4", "--slo", "p99_ttft_ms<=300", "--requests-per-step", "80", "--precision", "0.1", "--max-waiting", "-1", "--no-progress"}

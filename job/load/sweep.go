@@ -268,7 +268,7 @@ func printAnswer(w io.Writer, r *sweep.Result, slos []sweep.SLO) {
 // verdict at each bound; 9 confirming steps)" and the levels' runs.
 func printKnee(w io.Writer, r *sweep.Result) {
 	in := r.Interval
-	if in == nil || in.High == 0 {
+	if in == nil || in.High == 0 && in.Stable {
 		return
 	}
 	unit := "req/s"
@@ -279,8 +279,13 @@ func printKnee(w io.Writer, r *sweep.Result) {
 	if !in.Stable {
 		state = "NOT stable"
 	}
-	fmt.Fprintf(w, "knee: %.2f %s, interval %.2f-%.2f %s (%s; %d of at most %d confirming steps)\n",
-		in.Knee, unit, in.Low, in.High, unit, state, in.ConfirmSteps, in.Budget)
+	if in.High == 0 {
+		fmt.Fprintf(w, "knee: above %.2f %s, no level above it failed every run (%s; %d of at most %d confirming steps)\n",
+			in.Low, unit, state, in.ConfirmSteps, in.Budget)
+	} else {
+		fmt.Fprintf(w, "knee: %.2f %s, interval %.2f-%.2f %s (%s; %d of at most %d confirming steps)\n",
+			in.Knee, unit, in.Low, in.High, unit, state, in.ConfirmSteps, in.Budget)
+	}
 	for _, l := range in.Levels {
 		fmt.Fprintf(w, "  %8.2f %s: passed %d of %d (steps %s)\n", l.Level, unit, l.Passed, l.Runs, joinInts(l.Steps))
 	}

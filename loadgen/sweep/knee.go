@@ -235,7 +235,7 @@ func (se *searcher) settle(in *Interval, b *boundary) {
 	}
 	for _, l := range ls {
 		if l.Level >= in.Low && (in.High == 0 || l.Level <= in.High) && (l.Level > 0) {
-			if in.High == 0 && l.Level != in.Low {
+			if in.High == 0 && l.Level != in.Low && b.hi == 0 {
 				continue
 			}
 			in.Levels = append(in.Levels, *l)
@@ -361,8 +361,10 @@ func (in *Interval) Text(mode string) string {
 	}
 	var b strings.Builder
 	switch {
-	case in.High == 0:
+	case in.High == 0 && in.Stable:
 		return ""
+	case in.High == 0:
+		fmt.Fprintf(&b, "the knee is above %s, but no level above it failed in every run", at(in.Low))
 	case in.Low == 0:
 		h, _ := runs(in.High)
 		fmt.Fprintf(&b, "no %s passed in every run; the lowest that failed every run is %s (%d of %d)", mode, at(in.High), h.Runs-h.Passed, h.Runs)

@@ -244,3 +244,18 @@ func TestKneeOf(t *testing.T) {
 		}
 	}
 }
+
+// Every level above the pass disagrees with itself and the budget runs
+// out as the fail side moves to a level not run yet (after 31 steps,
+// deterministic): no level failed every run, no upper bound, said so.
+func TestKneeNoUpperBound(t *testing.T) {
+	s := &scripted{capacity: 16, verdict: func(v float64, visit int) bool { return v <= 10 || visit%2 == 1 }}
+	res := search(t, s, Config{Step: 1, RepeatBudget: 40})
+	in := res.Interval
+	if in.Stable || in.High != 0 || in.Low == 0 {
+		t.Fatalf("interval %+v: want not stable, no upper bound", in)
+	}
+	if !strings.Contains(res.Conclusion, "the knee is above "+levelText(ModeRate, in.Low)+", but no level above it failed in every run") || !strings.Contains(res.Conclusion, "; not stable: ") {
+		t.Errorf("conclusion %q", res.Conclusion)
+	}
+}
