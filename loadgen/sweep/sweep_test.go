@@ -250,7 +250,7 @@ func TestKneeOf(t *testing.T) {
 // deterministic): no level failed every run, no upper bound, said so.
 func TestKneeNoUpperBound(t *testing.T) {
 	s := &scripted{capacity: 16, verdict: func(v float64, visit int) bool { return v <= 10 || visit%2 == 1 }}
-	res := search(t, s, Config{Step: 1, RepeatBudget: 40})
+	res := search(t, s, Config{Step: 1, RepeatBudget: 31})
 	in := res.Interval
 	if in.Stable || in.High != 0 || in.Low == 0 {
 		t.Fatalf("interval %+v: want not stable, no upper bound", in)
