@@ -78,7 +78,8 @@ fi
 initrd=$KERNELS_CACHE/$ver/initrd.cpio
 cat "$KERNELS_CACHE/payload.cpio" "$KERNELS_CACHE/$ver/modules.cpio" "$KERNELS_CACHE/$ver/plan.cpio" >"$initrd"
 
-qemu=(qemu-system-x86_64 -accel tcg -cpu max -m 3G -smp 2 -nographic -no-reboot
+# KERNELS_ACCEL: e.g. tcg,thread=single (one host thread for both vCPUs).
+qemu=(qemu-system-x86_64 -accel "${KERNELS_ACCEL:-tcg}" -cpu max -m 3G -smp 2 -nographic -no-reboot
 	-kernel "$vmlinuz" -initrd "$initrd"
 	-append "console=ttyS0 quiet panic=-1 rdinit=/init ${KERNELS_APPEND:-}")
 mkdir -p "$KERNELS_OUT"
