@@ -19,10 +19,10 @@ done
 # veth, tbf and netem: the tcp tests' links; tcp_diag, mptcp_diag: socket diag, how
 # the tcp collector lists a server's sockets (a host loads it on demand
 # through modprobe, which the VM has not); xfrm_user: the netlink handle
-# of a namespace opens every netlink family, XFRM too; loop: the block tests' devices;
+# of a namespace opens every netlink family, XFRM and netfilter too; loop: the block tests' devices;
 # virtio: the VM's devices (none used now, loaded when modular).
-want=(veth sch_tbf sch_netem tcp_diag mptcp_diag xfrm_user loop virtio_pci virtio_blk virtio_net)
-declare -A cfg=([veth]=VETH [sch_tbf]=NET_SCH_TBF [sch_netem]=NET_SCH_NETEM [tcp_diag]=INET_TCP_DIAG [mptcp_diag]=INET_MPTCP_DIAG [xfrm_user]=XFRM_USER
+want=(veth sch_tbf sch_netem tcp_diag mptcp_diag xfrm_user nfnetlink loop virtio_pci virtio_blk virtio_net)
+declare -A cfg=([veth]=VETH [sch_tbf]=NET_SCH_TBF [sch_netem]=NET_SCH_NETEM [tcp_diag]=INET_TCP_DIAG [mptcp_diag]=INET_MPTCP_DIAG [xfrm_user]=XFRM_USER [nfnetlink]=NETFILTER_NETLINK
 	[loop]=BLK_DEV_LOOP [virtio_pci]=VIRTIO_PCI [virtio_blk]=VIRTIO_BLK [virtio_net]=VIRTIO_NET)
 
 # name -> file, names with "-" as "_" (as the kernel spells them).
