@@ -1049,9 +1049,20 @@ int BPF_PROG(data_recv, struct sock *sk, int ret, int flags)
 }
 
 /* Kernels without sock_recv_length (6.1 has none; 6.12 has it): the return of
- * sock_recvmsg, which read, recv, recvfrom and recvmsg go through. */
-SEC("fexit/sock_recvmsg")
-int BPF_PROG(data_recv_fexit, struct socket *sock, struct msghdr *msg, int flags, int ret)
+ * the unix sockets' recvmsg, which every read of one reaches through the
+ * socket's ops (so never inlined, as sock_recvmsg is into sock_read_iter
+ * and __sys_recvfrom). Loaded only there. */
+SEC("fexit/unix_stream_recvmsg")
+int BPF_PROG(data_recv_stream, struct socket *sock, struct msghdr *msg, size_t size, int flags, int ret)
+{
+	struct sock *sk = sock->sk;
+	if (!sk)
+		return 0;
+	return on_data_recv(sk, ret, flags);
+}
+
+SEC("fexit/unix_dgram_recvmsg")
+int BPF_PROG(data_recv_dgram, struct socket *sock, struct msghdr *msg, size_t size, int flags, int ret)
 {
 	struct sock *sk = sock->sk;
 	if (!sk)

@@ -705,14 +705,13 @@ int BPF_PROG(sock_send_length, struct sock *sk, int ret, int flags)
 }
 
 /* Kernels without sock_send_length (6.1 has none; 6.12 has it): the return of
- * sock_sendmsg, which write, send, sendto and sendmsg on a socket go
- * through, as sock_send_length's sock_sendmsg_nosec. Loaded only there. */
-SEC("fexit/sock_sendmsg")
-int BPF_PROG(sock_sendmsg_exit, struct socket *sock, struct msghdr *msg, int ret)
+ * tcp_sendmsg, which every send on a TCP socket reaches through the
+ * protocol's sendmsg pointer (so never inlined into its callers, as
+ * sock_sendmsg is into sock_write_iter and __sys_sendto). Loaded only
+ * there. */
+SEC("fexit/tcp_sendmsg")
+int BPF_PROG(tcp_sendmsg_exit, struct sock *sk, struct msghdr *msg, size_t size, int ret)
 {
-	struct sock *sk = sock->sk;
-	if (!sk)
-		return 0;
 	return on_send(sk, ret);
 }
 

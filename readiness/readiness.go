@@ -90,12 +90,28 @@ func Readiness(sets []TracepointSet) []Check {
 		}
 	}
 	if privileged {
+		standIns := map[string]string{} // tracepoint -> its stand-ins
 		for _, s := range sets {
 			if s.Probe == nil {
 				continue
 			}
-			add(checkLoad(s, false))
-			add(checkLoad(s, true))
+			c, rep := checkLoad(s, false)
+			add(c)
+			c, _ = checkLoad(s, true)
+			add(c)
+			for _, v := range rep.Variants {
+				if tp, fns, ok := strings.Cut(v, ": "); ok && strings.Contains(v, "no such tracepoint") {
+					fns, _, _ = strings.Cut(fns, " (")
+					standIns[tp] = fns + " instead"
+				}
+			}
+		}
+		// A missing tracepoint a stand-in replaces is not missing.
+		for i, c := range out {
+			tp, ok := strings.CutPrefix(c.Name, "tracepoint ")
+			if fns, has := standIns[tp]; ok && has && c.Status == Warn {
+				out[i] = Check{OK, c.Name, "not in this kernel; traced at " + fns, ""}
+			}
 		}
 	}
 	add(checkPMU("uprobe", true, "a kernel with CONFIG_UPROBE_EVENTS=y (CUDA probes need it)"))
@@ -240,7 +256,7 @@ func checkTracepoint(collector, tp string, required bool) Check {
 // checkLoad loads the collector's programs as a session (run, attach) or
 // as the daemon does, with the verifier's verdict on this kernel, and says
 // which tracepoints are missing and which stand-ins were used.
-func checkLoad(s TracepointSet, hostWide bool) Check {
+func checkLoad(s TracepointSet, hostWide bool) (Check, bpfutil.LoadReport) {
 	mode, who := "session", "run and attach"
 	if hostWide {
 		mode, who = "host", "the daemon"
@@ -255,17 +271,17 @@ func checkLoad(s TracepointSet, hostWide bool) Check {
 		if f, ok := refusalFix(err); ok {
 			fix = f
 		}
-		return Check{bad, name, "kernel " + bpfutil.KernelRelease() + ": " + shortErr(err), fix}
+		return Check{bad, name, "kernel " + bpfutil.KernelRelease() + ": " + shortErr(err), fix}, rep
 	}
 	detail := fmt.Sprintf("%d programs load and attach", rep.Programs)
 	if len(rep.Variants) > 0 {
 		detail += "; in place of what this kernel lacks: " + strings.Join(rep.Variants, "; ")
 	}
 	if len(rep.Missing) == 0 {
-		return Check{OK, name, detail, ""}
+		return Check{OK, name, detail, ""}, rep
 	}
 	detail += "; kernel " + bpfutil.KernelRelease() + " lacks the tracepoints " + strings.Join(rep.Missing, ", ")
-	return Check{Warn, name, detail, missingFix(s.Collector, rep.Missing)}
+	return Check{Warn, name, detail, missingFix(s.Collector, rep.Missing)}, rep
 }
 
 // missingFix says what a collector loses without the tracepoints.

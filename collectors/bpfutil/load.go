@@ -293,9 +293,17 @@ func (b *Base) Load(o Object) (err error) {
 // fentry/fexit stand-ins kept (program name -> the missing tracepoint).
 func (b *Base) chooseVariants(spec *ebpf.CollectionSpec, variants map[string]Variant) (map[string]string, error) {
 	fallbacks := map[string]string{}
+	// The programs stood in for, as the object has them: several
+	// stand-ins may replace one, each deleting it.
+	of := map[string]*ebpf.ProgramSpec{}
+	for _, v := range variants {
+		if p, ok := spec.Programs[v.Of]; ok {
+			of[v.Of] = p
+		}
+	}
 	for _, name := range slices.Sorted(maps.Keys(variants)) {
 		v := variants[name]
-		p, ok := spec.Programs[v.Of]
+		p, ok := of[v.Of]
 		vp := spec.Programs[name]
 		if !ok || vp == nil {
 			delete(spec.Programs, name)
@@ -318,7 +326,7 @@ func (b *Base) chooseVariants(spec *ebpf.CollectionSpec, variants map[string]Var
 			if vp.AttachType == ebpf.AttachTraceFExit {
 				kind = "fexit"
 			}
-			b.variants = append(b.variants, fmt.Sprintf("%s: %s/%s (the kernel has no such tracepoint)", p.AttachTo, kind, vp.AttachTo))
+			b.standIn(p.AttachTo, kind+"/"+vp.AttachTo)
 			b.log.Info("tracepoint missing; traced at its function instead", "tracepoint", p.AttachTo, kind, vp.AttachTo)
 			continue
 		}
@@ -339,6 +347,20 @@ func (b *Base) chooseVariants(spec *ebpf.CollectionSpec, variants map[string]Var
 		b.log.Info("tracepoint variant", "tracepoint", p.AttachTo, "program", name, "args", n)
 	}
 	return fallbacks, nil
+}
+
+// standIn records that fn traces what the missing tracepoint tp gave:
+// one Variants line per tracepoint, its functions listed.
+func (b *Base) standIn(tp, fn string) {
+	prefix := tp + ": "
+	const suffix = " (the kernel has no such tracepoint)"
+	for i, v := range b.variants {
+		if strings.HasPrefix(v, prefix) && strings.HasSuffix(v, suffix) {
+			b.variants[i] = strings.TrimSuffix(v, suffix) + ", " + fn + suffix
+			return
+		}
+	}
+	b.variants = append(b.variants, prefix+fn+suffix)
 }
 
 // hasFunc reports whether the kernel's BTF has function fn (what fentry

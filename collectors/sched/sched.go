@@ -304,11 +304,12 @@ func (c *Collector) IRQClassesOf() map[uint32]IRQClass { return c.irqClasses }
 // Variants are the sched programs loaded in place of others on older
 // kernels: sched_switch without prev_state before 5.18; the unix data
 // edges' sk_data_ready and sock_recv_length (6.1 has neither) traced at
-// sock_def_readable's entry and sock_recvmsg's return.
+// sock_def_readable's entry and the unix sockets' recvmsg's return.
 var Variants = map[string]bpfutil.Variant{
 	"sched_switch_nostate": {Of: "sched_switch", Args: 4},
 	"data_send_fentry":     {Of: "data_send"},
-	"data_recv_fexit":      {Of: "data_recv"},
+	"data_recv_stream":     {Of: "data_recv"},
+	"data_recv_dgram":      {Of: "data_recv"},
 }
 
 var (

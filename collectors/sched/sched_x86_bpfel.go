@@ -128,7 +128,8 @@ const (
 	schedMapTaskInfos           = "task_infos"
 	schedMapUnixWrites          = "unix_writes"
 	schedProgDataRecv           = "data_recv"
-	schedProgDataRecvFexit      = "data_recv_fexit"
+	schedProgDataRecvDgram      = "data_recv_dgram"
+	schedProgDataRecvStream     = "data_recv_stream"
 	schedProgDataSend           = "data_send"
 	schedProgDataSendFentry     = "data_send_fentry"
 	schedProgIrqHandlerEntry    = "irq_handler_entry"
@@ -203,7 +204,8 @@ type schedSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedProgramSpecs struct {
 	DataRecv           *ebpf.ProgramSpec `ebpf:"data_recv"`
-	DataRecvFexit      *ebpf.ProgramSpec `ebpf:"data_recv_fexit"`
+	DataRecvDgram      *ebpf.ProgramSpec `ebpf:"data_recv_dgram"`
+	DataRecvStream     *ebpf.ProgramSpec `ebpf:"data_recv_stream"`
 	DataSend           *ebpf.ProgramSpec `ebpf:"data_send"`
 	DataSendFentry     *ebpf.ProgramSpec `ebpf:"data_send_fentry"`
 	IrqHandlerEntry    *ebpf.ProgramSpec `ebpf:"irq_handler_entry"`
@@ -339,7 +341,8 @@ type schedVariables struct {
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedPrograms struct {
 	DataRecv           *ebpf.Program `ebpf:"data_recv"`
-	DataRecvFexit      *ebpf.Program `ebpf:"data_recv_fexit"`
+	DataRecvDgram      *ebpf.Program `ebpf:"data_recv_dgram"`
+	DataRecvStream     *ebpf.Program `ebpf:"data_recv_stream"`
 	DataSend           *ebpf.Program `ebpf:"data_send"`
 	DataSendFentry     *ebpf.Program `ebpf:"data_send_fentry"`
 	IrqHandlerEntry    *ebpf.Program `ebpf:"irq_handler_entry"`
@@ -356,7 +359,8 @@ type schedPrograms struct {
 func (p *schedPrograms) Close() error {
 	return _SchedClose(
 		p.DataRecv,
-		p.DataRecvFexit,
+		p.DataRecvDgram,
+		p.DataRecvStream,
 		p.DataSend,
 		p.DataSendFentry,
 		p.IrqHandlerEntry,

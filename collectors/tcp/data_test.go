@@ -104,6 +104,9 @@ func sendsAndArrivals(t *testing.T, rename map[string]string) {
 	}
 	defer c.Close()
 	rep := c.Report()
+	// kfree_skb without its rx_sk argument (before 6.11) is named
+	// missing whatever the test renames.
+	rep.Missing = slices.DeleteFunc(rep.Missing, func(tp string) bool { return tp == kfreeSkbNoRxSk })
 	standIns := len(rename) > 0 && len(rep.Missing) == 0
 	t.Logf("loaded: %+v", rep)
 	if len(rename) > 0 {

@@ -292,10 +292,10 @@ func New(cfg Config) *Collector {
 }
 
 // Variants are the tcp programs that stand in for tracepoints older
-// kernels lack (6.1 has neither): sock_send_length by the return of sock_sendmsg,
+// kernels lack (6.1 has neither): sock_send_length by the return of tcp_sendmsg,
 // sk_data_ready by the entry of sock_def_readable.
 var Variants = map[string]bpfutil.Variant{
-	"sock_sendmsg_exit":       {Of: "sock_send_length"},
+	"tcp_sendmsg_exit":        {Of: "sock_send_length"},
 	"sock_def_readable_entry": {Of: "sk_data_ready"},
 }
 

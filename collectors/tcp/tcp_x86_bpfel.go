@@ -141,11 +141,11 @@ const (
 	tcpProgSockDefReadableEntry = "sock_def_readable_entry"
 	tcpProgSockRcvqueueFull     = "sock_rcvqueue_full"
 	tcpProgSockSendLength       = "sock_send_length"
-	tcpProgSockSendmsgExit      = "sock_sendmsg_exit"
 	tcpProgTcpCongStateSet      = "tcp_cong_state_set"
 	tcpProgTcpProbe             = "tcp_probe"
 	tcpProgTcpRcvSpaceAdjust    = "tcp_rcv_space_adjust"
 	tcpProgTcpRetransmitSkb     = "tcp_retransmit_skb"
+	tcpProgTcpSendmsgExit       = "tcp_sendmsg_exit"
 	tcpVarClientIdx             = "client_idx"
 	tcpVarClientTgid            = "client_tgid"
 	tcpVarHostWide              = "host_wide"
@@ -204,11 +204,11 @@ type tcpProgramSpecs struct {
 	SockDefReadableEntry *ebpf.ProgramSpec `ebpf:"sock_def_readable_entry"`
 	SockRcvqueueFull     *ebpf.ProgramSpec `ebpf:"sock_rcvqueue_full"`
 	SockSendLength       *ebpf.ProgramSpec `ebpf:"sock_send_length"`
-	SockSendmsgExit      *ebpf.ProgramSpec `ebpf:"sock_sendmsg_exit"`
 	TcpCongStateSet      *ebpf.ProgramSpec `ebpf:"tcp_cong_state_set"`
 	TcpProbe             *ebpf.ProgramSpec `ebpf:"tcp_probe"`
 	TcpRcvSpaceAdjust    *ebpf.ProgramSpec `ebpf:"tcp_rcv_space_adjust"`
 	TcpRetransmitSkb     *ebpf.ProgramSpec `ebpf:"tcp_retransmit_skb"`
+	TcpSendmsgExit       *ebpf.ProgramSpec `ebpf:"tcp_sendmsg_exit"`
 }
 
 // tcpMapSpecs contains maps before they are loaded into the kernel.
@@ -297,11 +297,11 @@ type tcpPrograms struct {
 	SockDefReadableEntry *ebpf.Program `ebpf:"sock_def_readable_entry"`
 	SockRcvqueueFull     *ebpf.Program `ebpf:"sock_rcvqueue_full"`
 	SockSendLength       *ebpf.Program `ebpf:"sock_send_length"`
-	SockSendmsgExit      *ebpf.Program `ebpf:"sock_sendmsg_exit"`
 	TcpCongStateSet      *ebpf.Program `ebpf:"tcp_cong_state_set"`
 	TcpProbe             *ebpf.Program `ebpf:"tcp_probe"`
 	TcpRcvSpaceAdjust    *ebpf.Program `ebpf:"tcp_rcv_space_adjust"`
 	TcpRetransmitSkb     *ebpf.Program `ebpf:"tcp_retransmit_skb"`
+	TcpSendmsgExit       *ebpf.Program `ebpf:"tcp_sendmsg_exit"`
 }
 
 func (p *tcpPrograms) Close() error {
@@ -312,11 +312,11 @@ func (p *tcpPrograms) Close() error {
 		p.SockDefReadableEntry,
 		p.SockRcvqueueFull,
 		p.SockSendLength,
-		p.SockSendmsgExit,
 		p.TcpCongStateSet,
 		p.TcpProbe,
 		p.TcpRcvSpaceAdjust,
 		p.TcpRetransmitSkb,
+		p.TcpSendmsgExit,
 	)
 }
 
