@@ -534,7 +534,9 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 		s.Close()
 		return nil, err
 	}
-	deadline := time.Now().Add(10 * time.Second)
+	// Up in well under a second here; a slow host (an emulated CPU, a
+	// loaded node) takes longer, and only a hung one the whole minute.
+	deadline := time.Now().Add(simHealthWait)
 	for time.Now().Before(deadline) {
 		if resp, err := http.Get(s.URL + "/health"); err == nil {
 			resp.Body.Close()
@@ -545,8 +547,11 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	s.Close()
-	return nil, errors.New("llmsim did not become healthy within 10s (see llmsim.log in the run directory)")
+	return nil, fmt.Errorf("llmsim did not become healthy within %v (see llmsim.log in the run directory)", simHealthWait)
 }
+
+// simHealthWait is how long StartSim waits for the simulator's /health.
+const simHealthWait = time.Minute
 
 // startIn starts cmd in network namespace ns, restricted to cpus, from a
 // thread kept for the server's life: the child's parent-death signal

@@ -366,14 +366,8 @@ func preemptOffsets(ds *btf.Datasec) (pc, rq int64, err error) {
 			if hasPC {
 				continue
 			}
-			st, ok := btf.UnderlyingType(vr.Type).(*btf.Struct)
-			if !ok {
-				continue
-			}
-			for _, m := range st.Members {
-				if m.Name == "preempt_count" {
-					pc, hasPC = int64(v.Offset)+int64(m.Offset.Bytes()), true
-				}
+			if off, ok := memberOffset(vr.Type, "preempt_count"); ok {
+				pc, hasPC = int64(v.Offset)+off, true
 			}
 		}
 	}
@@ -381,6 +375,32 @@ func preemptOffsets(ds *btf.Datasec) (pc, rq int64, err error) {
 		return 0, 0, fmt.Errorf("the kernel's per-CPU section has no runqueues, or no preempt count (__preempt_count, pcpu_hot.preempt_count: x86-64 only)")
 	}
 	return pc, rq, nil
+}
+
+// memberOffset is the byte offset of the member name in the struct or
+// union t, looked for in its anonymous members too (pcpu_hot nests its
+// fields in an anonymous struct inside an anonymous union).
+func memberOffset(t btf.Type, name string) (int64, bool) {
+	var members []btf.Member
+	switch c := btf.UnderlyingType(t).(type) {
+	case *btf.Struct:
+		members = c.Members
+	case *btf.Union:
+		members = c.Members
+	default:
+		return 0, false
+	}
+	for _, m := range members {
+		if m.Name == name {
+			return int64(m.Offset.Bytes()), true
+		}
+		if m.Name == "" {
+			if off, ok := memberOffset(m.Type, name); ok {
+				return int64(m.Offset.Bytes()) + off, true
+			}
+		}
+	}
+	return 0, false
 }
 
 // SetClient follows the threads of tgid, the load generator, under slot
