@@ -263,6 +263,9 @@ func (c *Collector) Start(context.Context) error {
 	if !c.cfg.DataEdges {
 		skip = append(skip, "data_send", "data_recv")
 	}
+	if err := bpfutil.Preflight(); err != nil {
+		return err // before any warning about what this kernel lacks
+	}
 	var delta int64
 	if c.cfg.Wakers {
 		var err error

@@ -41,6 +41,19 @@ echo /sbin/modprobe-log >/proc/sys/kernel/modprobe
 ip link set lo up
 hostname bpfbench-vm
 
+# The tests' temporary files on a disk file system (ext2 on a loop device
+# over a sparse file): tmpfs takes O_DIRECT only since 6.6, and llmsim's
+# --io-file, which the run tests put in their temporary directory, is read
+# with it.
+mkdir -p /scratch
+truncate -s 1G /tmp/scratch.img
+scratch=$(losetup -f)
+if losetup "$scratch" /tmp/scratch.img && mke2fs -q "$scratch" && mount -t ext2 "$scratch" /scratch; then
+	export TMPDIR=/scratch
+else
+	echo "@@SCRATCH no disk file system for TMPDIR: tests that need O_DIRECT there fail before 6.6"
+fi
+
 uptime_cs() { read -r u _ </proc/uptime; echo "${u%.*}${u#*.}"; } # centiseconds
 btf=no
 [ -e /sys/kernel/btf/vmlinux ] && btf=yes
