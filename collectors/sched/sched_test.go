@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testproc"
 )
@@ -183,8 +184,30 @@ func within(got, want, tol float64) bool { return math.Abs(got-want) <= tol*want
 
 func TestSleepIsInterruptibleOffCPU(t *testing.T) {
 	privtest.Require(t)
+	sleepIsInterruptibleOffCPU(t, "")
+}
+
+// Kernels before 5.18 pass sched_switch no prev_state: the variant that
+// reads the state from the task is loaded there. Forced on this kernel
+// (by asking the tracepoint for a fifth argument), it measures the same
+// known sleep, asleep and not preempted.
+func TestSleepWithoutPrevState(t *testing.T) {
+	privtest.Require(t)
+	saved := Variants["sched_switch_nostate"]
+	Variants["sched_switch_nostate"] = bpfutil.Variant{Of: "sched_switch", Args: 5}
+	t.Cleanup(func() { Variants["sched_switch_nostate"] = saved })
+	sleepIsInterruptibleOffCPU(t, "sched_switch: sched_switch_nostate")
+}
+
+// sleepIsInterruptibleOffCPU: 50 sleeps of 20 ms are off-CPU asleep; the
+// collector loaded the variant named by variant ("": none).
+func sleepIsInterruptibleOffCPU(t *testing.T, variant string) {
 	child := testproc.Start(t, "sleep")
-	_, agg, stop := session(t, child.Pid())
+	c, agg, stop := session(t, child.Pid())
+	vs := c.Report().Variants
+	if variant == "" && len(vs) != 0 || variant != "" && (len(vs) != 1 || !strings.HasPrefix(vs[0], variant)) {
+		t.Fatalf("variants loaded %q, want %q", vs, variant)
+	}
 	child.Go(t)
 	out := child.Wait(t, 10*time.Second)
 	stop()
