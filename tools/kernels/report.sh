@@ -15,7 +15,7 @@ kernels=("$@")
 bad=0
 {
 	printf '%-18s' test
-	for k in "${kernels[@]}"; do printf ' %-20s' "$k"; done
+	for k in "${kernels[@]}"; do printf ' %-24s' "$k"; done
 	echo
 	while read -r name pkg timeout expect rest; do
 		[[ -z $name || $name == \#* ]] && continue
@@ -26,19 +26,23 @@ bad=0
 			for e in ${expect//,/ }; do
 				case $e in "$k="*) exp=${e#*=}; break ;; "*="*) exp=${e#*=} ;; esac
 			done
-			r=$(awk -v n="$name" '$1 == "@@RESULT" && $2 == n {print $3, $4; exit}' "$KERNELS_OUT/$k.log" 2>/dev/null || true)
+			r=$(awk -v n="$name" '$1 == "@@RESULT" && $2 == n {print $3, $4, $6; exit}' "$KERNELS_OUT/$k.log" 2>/dev/null || true)
 			res=${r%% *} secs=${r#* }
+			tries=${secs#* } secs=${secs%% *}
+			# A test that passed on its second try says so: "2.88s, 2nd try".
+			note=""
+			[[ $tries == tries=2 ]] && note=", 2nd try"
 			case $exp:$res in
 			skip:*) cell=- ;;
 			*:) cell="NO RESULT" bad=1 ;;
-			pass:PASS) cell="PASS ${secs}s" ;;
+			pass:PASS) cell="PASS ${secs}s$note" ;;
 			refuse:FAIL) cell="refused ${secs}s" ;;
 			refuse:*) cell="NOT REFUSED" bad=1 ;;
-			xfail:PASS) cell="XPASS ${secs}s" ;;
+			xfail:PASS) cell="XPASS ${secs}s$note" ;;
 			xfail:*) cell="xfail ${secs}s" ;;
 			*) cell="$res ${secs}s" bad=1 ;;
 			esac
-			printf ' %-20s' "$cell"
+			printf ' %-24s' "$cell"
 		done
 		echo
 	done <"$KERNELS_DIR/tests.txt"
