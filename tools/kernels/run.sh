@@ -39,7 +39,8 @@ expect_of() {
 	echo "$def"
 }
 
-# The plan: name, directory, timeout, command (see init.sh).
+# The plan: name, directory, timeout, tries, command (see init.sh). A
+# failure is tried once more, but a known one (xfail) or a refusal.
 plan=$KERNELS_CACHE/$ver/plan
 rm -rf "$plan"
 mkdir -p "$plan"
@@ -48,29 +49,32 @@ vm_timeout=180 # boot, module loading and power-off
 case $mode in
 shell) echo shell >"$plan/plan.mode" ;;
 cmd)
-	printf 'cmd\t.\t%s\t%s\n' "${KERNELS_CMD_TIMEOUT:-600}" "$*" >"$plan/plan.txt"
+	printf 'cmd\t.\t%s\t1\t%s\n' "${KERNELS_CMD_TIMEOUT:-600}" "$*" >"$plan/plan.txt"
 	vm_timeout=$((vm_timeout + ${KERNELS_CMD_TIMEOUT:-600} + 30))
 	;;
 matrix)
 	while read -r name pkg timeout expect rest; do
 		[[ -z $name || $name == \#* ]] && continue
 		[[ -n ${TESTS:-} && ! $name =~ $TESTS ]] && continue
-		[[ $(expect_of "$expect") == skip ]] && continue
+		exp=$(expect_of "$expect")
+		[[ $exp == skip ]] && continue
+		tries=2
+		[[ $exp == pass ]] || tries=1
 		if [[ $pkg == cmd ]]; then
-			printf '%s\t.\t%s\t%s\n' "$name" "$timeout" "$rest"
+			printf '%s\t.\t%s\t%s\t%s\n' "$name" "$timeout" "$tries" "$rest"
 		else
-			printf '%s\t%s\t%s\t%s\n' "$name" "$pkg" "$timeout" \
+			printf '%s\t%s\t%s\t%s\t%s\n' "$name" "$pkg" "$timeout" "$tries" \
 				"./$(basename "$pkg").test -test.v -test.count=1 -test.run '$rest' -test.timeout ${timeout}s"
 		fi >>"$plan/plan.txt"
-		vm_timeout=$((vm_timeout + timeout + 30))
+		vm_timeout=$((vm_timeout + tries * (timeout + 30)))
 	done <"$KERNELS_DIR/tests.txt"
 	;;
 esac
 # The VM's limit: the sum of its tests' timeouts, at most KERNELS_VM_TIMEOUT
-# (480 s) so that the matrix ends in time; a test still running then has
+# (600 s) so that the matrix ends in time; a test still running then has
 # no result (the table says NO RESULT).
 if [[ $mode == matrix ]]; then
-	vm_timeout=$((vm_timeout < ${KERNELS_VM_TIMEOUT:-480} ? vm_timeout : ${KERNELS_VM_TIMEOUT:-480}))
+	vm_timeout=$((vm_timeout < ${KERNELS_VM_TIMEOUT:-600} ? vm_timeout : ${KERNELS_VM_TIMEOUT:-600}))
 fi
 (cd "$plan" && find . | LC_ALL=C sort | cpio -o -H newc --quiet) >"$KERNELS_CACHE/$ver/plan.cpio"
 
