@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -11,6 +14,7 @@ import (
 	"github.com/bpfbench/bpfbench/internal/caps"
 	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/job/load"
+	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/sweep"
 )
 
@@ -150,36 +154,7 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 	if pid == 0 || ctx.Err() != nil {
 		return j.CheckAnswer(res)
 	}
-	var knee *job.Knee
-	knee, err = job.ExplainKnee(ctx, job.KneeConfig{
-		Load: cfg, Sweep: res, RequestsPerStep: j.RequestsPerStep, Pid: pid, OutDir: j.Out,
-		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger,
-		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
-		Before: func(side string, try int, s *sweep.Step) {
-			what := map[string]string{"pass": "highest level that passed every run", "fail": "lowest level that failed every run"}[side]
-			again := ""
-			if try > 1 {
-				again = fmt.Sprintf(" again (try %d)", try)
-			}
-			if side == "pass" && try == 1 {
-				fmt.Fprintln(stdout)
-			}
-			fmt.Fprintf(stdout, "following pid %d at the %s (%s)%s ...\n", pid, what, job.StepAt(res.Mode, s), again)
-		},
-		After: func(side string, r *job.RunResult, f sweep.FollowedRun) {
-			if eerr := exportSpans(ctx, j.OTLP, r); eerr != nil {
-				logger.Warn("exporting spans", "err", eerr)
-			}
-			verdict := "passed"
-			if !f.Pass {
-				verdict = "FAILED: " + strings.Join(f.Violations, "; ")
-			}
-			if (side == "pass") != f.Pass {
-				verdict += " (the sweep's verdict there was the other: not taken)"
-			}
-			fmt.Fprintf(stdout, "  %s: %s; %s\n", r.Dir, verdict, job.StepExplanation(r))
-		},
-	})
+	knee, err := explainKnee(ctx, j, cfg, res, pid, sm, logger, stdout)
 	if knee == nil {
 		return err
 	}
@@ -208,4 +183,39 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 		fmt.Fprintf(stdout, "the runs explained: %s\n", strings.Join(dirs, ", "))
 	}
 	return j.CheckAnswer(res)
+}
+
+// explainKnee follows the server at both ends of the knee's interval,
+// printing each run as it ends (job.ExplainKnee).
+func explainKnee(ctx context.Context, j *load.SweepJob, cfg loadgen.Config, res *sweep.Result, pid int,
+	sm *serverMetricsFlags, logger *slog.Logger, stdout io.Writer) (*job.Knee, error) {
+	return job.ExplainKnee(ctx, job.KneeConfig{
+		Load: cfg, Sweep: res, RequestsPerStep: j.RequestsPerStep, Pid: pid, OutDir: j.Out,
+		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger,
+		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
+		Before: func(side string, try int, s *sweep.Step) {
+			what := map[string]string{"pass": "highest level that passed every run", "fail": "lowest level that failed every run"}[side]
+			again := ""
+			if try > 1 {
+				again = fmt.Sprintf(" again (try %d)", try)
+			}
+			if side == "pass" && try == 1 {
+				fmt.Fprintln(stdout)
+			}
+			fmt.Fprintf(stdout, "following pid %d at the %s (%s)%s ...\n", pid, what, job.StepAt(res.Mode, s), again)
+		},
+		After: func(side string, r *job.RunResult, f sweep.FollowedRun) {
+			if eerr := exportSpans(ctx, j.OTLP, r); eerr != nil {
+				logger.Warn("exporting spans", "err", eerr)
+			}
+			verdict := "passed"
+			if !f.Pass {
+				verdict = "FAILED: " + strings.Join(f.Violations, "; ")
+			}
+			if (side == "pass") != f.Pass {
+				verdict += " (the sweep's verdict there was the other: not taken)"
+			}
+			fmt.Fprintf(stdout, "  %s: %s; %s\n", r.Dir, verdict, job.StepExplanation(r))
+		},
+	})
 }

@@ -89,6 +89,31 @@ func TestSendsAndArrivalsStandIns(t *testing.T) {
 	sendsAndArrivals(t, map[string]string{"sock_send_length": "sock_send_length_gone", "sk_data_ready": "sk_data_ready_gone"})
 }
 
+// loadedStandIns checks what the collector loaded for the renamed
+// tracepoints and reports whether the stand-ins were (false: none renamed,
+// or the kernel refuses fentry/fexit).
+func loadedStandIns(t *testing.T, c *Collector, rename map[string]string) bool {
+	t.Helper()
+	rep := c.Report()
+	// kfree_skb without its rx_sk argument (before 6.11) is named
+	// missing whatever the test renames.
+	rep.Missing = slices.DeleteFunc(rep.Missing, func(tp string) bool { return tp == kfreeSkbNoRxSk })
+	t.Logf("loaded: %+v", rep)
+	if len(rename) == 0 {
+		return false
+	}
+	switch {
+	case len(rep.Variants) == 2 && len(rep.Missing) == 0:
+		t.Logf("stand-ins: %v", rep.Variants)
+		return true
+	case len(rep.Variants) == 0 && slices.Equal(rep.Missing, []string{"sk_data_ready_gone", "sock_send_length_gone"}):
+		t.Logf("this kernel refuses fentry/fexit: both missing, as on a kernel without them")
+		return false
+	}
+	t.Fatalf("with both tracepoints gone: variants %v, missing %v; want both stand-ins, or both missing", rep.Variants, rep.Missing)
+	return false
+}
+
 func sendsAndArrivals(t *testing.T, rename map[string]string) {
 	server := testproc.Start(t, "tcpchunks")
 	port := server.Tids[0]
@@ -103,22 +128,7 @@ func sendsAndArrivals(t *testing.T, rename map[string]string) {
 		t.Fatalf("start: %+v", err)
 	}
 	defer c.Close()
-	rep := c.Report()
-	// kfree_skb without its rx_sk argument (before 6.11) is named
-	// missing whatever the test renames.
-	rep.Missing = slices.DeleteFunc(rep.Missing, func(tp string) bool { return tp == kfreeSkbNoRxSk })
-	standIns := len(rename) > 0 && len(rep.Missing) == 0
-	t.Logf("loaded: %+v", rep)
-	if len(rename) > 0 {
-		switch {
-		case len(rep.Variants) == 2 && len(rep.Missing) == 0:
-			t.Logf("stand-ins: %v", rep.Variants)
-		case len(rep.Variants) == 0 && slices.Equal(rep.Missing, []string{"sk_data_ready_gone", "sock_send_length_gone"}):
-			t.Logf("this kernel refuses fentry/fexit: both missing, as on a kernel without them")
-		default:
-			t.Fatalf("with both tracepoints gone: variants %v, missing %v; want both stand-ins, or both missing", rep.Variants, rep.Missing)
-		}
-	}
+	standIns := loadedStandIns(t, c, rename)
 	if err := c.SetTarget(uint32(server.Pid()), 1, true); err != nil {
 		t.Fatal(err)
 	}
