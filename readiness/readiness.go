@@ -58,6 +58,9 @@ type TracepointSet struct {
 	// commands do (hostWide: as the daemon), and releases them: check
 	// runs it so that it cannot say ok where a command's load fails.
 	Probe func(hostWide bool) (bpfutil.LoadReport, error)
+	// OneLoad: the collector loads the same programs for the daemon as
+	// for a session (its probes attach per target later): one load line.
+	OneLoad bool
 }
 
 // MinKernel is the oldest kernel with everything the collectors use
@@ -96,9 +99,14 @@ func Readiness(sets []TracepointSet) []Check {
 				continue
 			}
 			c, rep := checkLoad(s, false)
+			if s.OneLoad {
+				c.Name = "load " + s.Collector
+			}
 			add(c)
-			c, _ = checkLoad(s, true)
-			add(c)
+			if !s.OneLoad {
+				c, _ = checkLoad(s, true)
+				add(c)
+			}
 			for _, v := range rep.Variants {
 				if tp, fns, ok := strings.Cut(v, ": "); ok && strings.Contains(v, "no such tracepoint") {
 					fns, _, _ = strings.Cut(fns, " (")

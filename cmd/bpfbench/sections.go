@@ -48,7 +48,7 @@ func tracepointSets() []readiness.TracepointSet {
 		{Collector: "sched", Required: sched.Tracepoints, Probe: sched.Probe},
 		{Collector: "blockio", Optional: blockio.Tracepoints, Probe: blockio.Probe},
 		{Collector: "tcp", Optional: tcp.Tracepoints, Probe: tcp.Probe},
-		{Collector: "cuda", Probe: cuda.Probe},
+		{Collector: "cuda", Probe: cuda.Probe, OneLoad: true},
 	}
 }
 
