@@ -107,11 +107,8 @@ func Readiness(sets []TracepointSet) []Check {
 				c, _ = checkLoad(s, true)
 				add(c)
 			}
-			for _, v := range rep.Variants {
-				if tp, fns, ok := strings.Cut(v, ": "); ok && strings.Contains(v, "no such tracepoint") {
-					fns, _, _ = strings.Cut(fns, " (")
-					standIns[tp] = fns + " instead"
-				}
+			for tp, fns := range rep.StandIns {
+				standIns[tp] = strings.Join(fns, ", ") + " instead"
 			}
 		}
 		// A missing tracepoint a stand-in replaces is not missing.
@@ -147,11 +144,7 @@ func Ready(cs []Check) bool {
 }
 
 func kernelRelease() (string, [2]int) {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return "unknown", [2]int{}
-	}
-	rel := unix.ByteSliceToString(u.Release[:])
+	rel := bpfutil.KernelRelease()
 	var v [2]int
 	parts := strings.SplitN(rel, ".", 3)
 	if len(parts) >= 2 {

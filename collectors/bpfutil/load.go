@@ -231,8 +231,10 @@ func (b *Base) Load(o Object) (err error) {
 		b.log.Warn("fentry/fexit stand-ins refused; carrying on without them", "programs", slices.Sorted(maps.Keys(fallbacks)), "err", err)
 		for name, tp := range fallbacks {
 			delete(spec.Programs, name)
-			b.missing = append(b.missing, tp)
-			b.variants = slices.DeleteFunc(b.variants, func(v string) bool { return strings.HasPrefix(v, tp+": ") })
+			if _, ok := b.standIns[tp]; ok {
+				b.missing = append(b.missing, tp) // once, however many stand-ins
+				delete(b.standIns, tp)
+			}
 		}
 		sort.Strings(b.missing)
 		fallbacks = nil
@@ -326,7 +328,10 @@ func (b *Base) chooseVariants(spec *ebpf.CollectionSpec, variants map[string]Var
 			if vp.AttachType == ebpf.AttachTraceFExit {
 				kind = "fexit"
 			}
-			b.standIn(p.AttachTo, kind+"/"+vp.AttachTo)
+			if b.standIns == nil {
+				b.standIns = map[string][]string{}
+			}
+			b.standIns[p.AttachTo] = append(b.standIns[p.AttachTo], kind+"/"+vp.AttachTo)
 			b.log.Info("tracepoint missing; traced at its function instead", "tracepoint", p.AttachTo, kind, vp.AttachTo)
 			continue
 		}
@@ -349,20 +354,6 @@ func (b *Base) chooseVariants(spec *ebpf.CollectionSpec, variants map[string]Var
 	return fallbacks, nil
 }
 
-// standIn records that fn traces what the missing tracepoint tp gave:
-// one Variants line per tracepoint, its functions listed.
-func (b *Base) standIn(tp, fn string) {
-	prefix := tp + ": "
-	const suffix = " (the kernel has no such tracepoint)"
-	for i, v := range b.variants {
-		if strings.HasPrefix(v, prefix) && strings.HasSuffix(v, suffix) {
-			b.variants[i] = strings.TrimSuffix(v, suffix) + ", " + fn + suffix
-			return
-		}
-	}
-	b.variants = append(b.variants, prefix+fn+suffix)
-}
-
 // hasFunc reports whether the kernel's BTF has function fn (what fentry
 // and fexit attach to).
 func hasFunc(fn string) bool {
@@ -374,8 +365,16 @@ func hasFunc(fn string) bool {
 	return spec.TypeByName(fn, &f) == nil
 }
 
-// Variants lists the programs loaded in place of others, each with why.
-func (b *Base) Variants() []string { return b.variants }
+// Variants lists the programs loaded in place of others, each with why:
+// the variants chosen by a tracepoint's arguments, then one line per
+// missing tracepoint traced at its functions instead.
+func (b *Base) Variants() []string {
+	out := slices.Clone(b.variants)
+	for _, tp := range slices.Sorted(maps.Keys(b.standIns)) {
+		out = append(out, tp+": "+strings.Join(b.standIns[tp], ", ")+" (the kernel has no such tracepoint)")
+	}
+	return out
+}
 
 // dropMissing takes out of spec every tp_btf program whose tracepoint the
 // kernel lacks (after rename) and returns the name of each remaining

@@ -181,8 +181,11 @@ type Base struct {
 	links      []link.Link
 	// The tracepoints whose programs were loaded, and those this kernel lacks.
 	attached, missing []string
-	// variants: the programs loaded in place of others (Variants).
+	// variants: the programs loaded in place of others by a tracepoint's
+	// arguments; standIns: the fentry/fexit programs traced in place of a
+	// missing tracepoint (tracepoint -> "fexit/fn"...). Variants lists both.
 	variants []string
+	standIns map[string][]string
 	rd       *ringbuf.Reader
 	closers  []func() error
 	// final are the pipeline counters as Close found them.
@@ -638,9 +641,16 @@ type LoadReport struct {
 	// lacks (left out); Variants the programs loaded in place of others,
 	// each with why.
 	Attached, Missing, Variants []string
+	// StandIns are the functions traced in place of each missing
+	// tracepoint ("fexit/tcp_sendmsg"), also in Variants.
+	StandIns map[string][]string
 }
 
 // Report is what Load found.
 func (b *Base) Report() LoadReport {
-	return LoadReport{Programs: len(b.programs), Attached: b.Attached(), Missing: b.Missing(), Variants: slices.Clone(b.variants)}
+	standIns := make(map[string][]string, len(b.standIns))
+	for tp, fns := range b.standIns {
+		standIns[tp] = slices.Clone(fns)
+	}
+	return LoadReport{Programs: len(b.programs), Attached: b.Attached(), Missing: b.Missing(), Variants: b.Variants(), StandIns: standIns}
 }
