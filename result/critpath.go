@@ -188,6 +188,9 @@ type CriticalStats struct {
 	// thread of its process that waited for a CPU held outside the
 	// targets (a pool at a barrier spins while one of it is preempted).
 	SiblingWaits uint64 `json:"sibling_waits"`
+	// BehindTarget: run-queue waits behind a thread of the targets (the
+	// server's own work), followed through that thread's states.
+	BehindTarget uint64 `json:"behind_target,omitempty"`
 	// Interrupts: running steps that gave a part of their time to the block
 	// or network interrupts that ran on the thread's CPU meanwhile.
 	Interrupts uint64 `json:"interrupts"`

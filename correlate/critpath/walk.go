@@ -85,6 +85,7 @@ const (
 	NoteReaderPaused = "the reader paused: receive backpressure"
 	NoteClientWaited = "the load generator waited for a CPU"
 	NoteSiblingWait  = "a thread of the same process waited for a CPU"
+	NoteBehindTarget = "waited for a CPU held by the server's own thread"
 	NoteIRQBlock     = "block interrupts on its CPU"
 	NoteIRQNet       = "network interrupts on its CPU"
 	NoteSteal        = "its vCPU stolen by the hypervisor"
@@ -598,9 +599,7 @@ func (e *Engine) runnable(h *history, sg *Segment, x, y int64, depth int) {
 		}
 		end := min(t+ho.Ns, sg.End)
 		if lo, hi := max(t, x), min(end, y); hi > lo {
-			st := Step{Start: lo, End: hi, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth, Other: ho.Thread}
-			e.held(&st)
-			e.emit(st)
+			e.heldBy(h, ho.Thread, lo, hi, depth)
 		}
 		t = end
 		if t >= y {
@@ -610,6 +609,77 @@ func (e *Engine) runnable(h *history, sg *Segment, x, y int64, depth int) {
 	if lo := max(t, x); y > lo {
 		e.emit(Step{Start: lo, End: y, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth})
 	}
+}
+
+// heldBy covers [x, y], h runnable while holder ran on its CPU. A holder
+// outside the targets is cpu_runqueue (or what Options.Held says). A
+// holder of the targets is the server's own work: a server with more busy
+// threads than CPUs contends with itself, as the sibling rule and the
+// meanwhile ranks already say. heldByTarget follows that holder.
+func (e *Engine) heldBy(h *history, holder Thread, x, y int64, depth int) {
+	if !e.isTarget(holder) {
+		st := Step{Start: x, End: y, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth, Other: holder}
+		e.held(&st)
+		e.emit(st)
+		return
+	}
+	e.stats.BehindTarget++
+	oh := e.threads[holder.Tid]
+	if oh == nil || len(oh.segs) == 0 || depth >= e.opt.MaxDepth {
+		e.emit(Step{Start: x, End: y, Thread: h.th, State: Runnable, Cause: ServerCompute, Depth: depth, Other: holder, Note: NoteBehindTarget})
+		return
+	}
+	e.heldByTarget(h, oh, x, y, depth)
+}
+
+// heldByTarget covers [x, y] of h's run-queue wait behind oh, a target
+// thread, by oh's own states: where oh ran, its running (server_compute,
+// gpu_sync in a blocking CUDA call that spins, its siblings' waits);
+// where oh itself waited for a CPU, its holders. A holder is the task
+// that preempted the thread or ran last before it got its CPU back, so
+// over a long wait it is an approximation: where oh neither ran nor
+// waited to run, it did not hold the CPU and the holder is unknown
+// (cpu_runqueue, no holder named).
+func (e *Engine) heldByTarget(h *history, oh *history, x, y int64, depth int) {
+	unknown := func(a, b int64) {
+		e.emit(Step{Start: a, End: b, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth})
+	}
+	s := oh.segs
+	i := sort.Search(len(s), func(j int) bool { return s[j].Start > x })
+	if i > 0 {
+		i--
+	}
+	t := x
+	for ; i < len(s) && t < y; i++ {
+		sg := &s[i]
+		if sg.End <= t {
+			continue
+		}
+		if sg.Start >= y {
+			break
+		}
+		lo, hi := max(t, sg.Start), min(sg.End, y)
+		if lo > t {
+			unknown(t, lo)
+		}
+		switch sg.State {
+		case Running:
+			e.running(oh, sg, lo, hi, depth+1)
+		case Runnable:
+			e.runnable(oh, sg, lo, hi, depth+1)
+		default:
+			unknown(lo, hi)
+		}
+		t = hi
+	}
+	if t >= y {
+		return
+	}
+	if last := &s[len(s)-1]; last.State == Runnable && last.End <= t {
+		e.running(oh, nil, t, y, depth+1) // the tail rule, as walk applies it
+		return
+	}
+	unknown(t, y)
 }
 
 // sleep classifies [x, y] of a sleep (outside CUDA calls) by its waker.
