@@ -26,6 +26,8 @@ import (
 
 	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/internal/manifest"
+	"github.com/bpfbench/bpfbench/internal/owner"
+	"github.com/bpfbench/bpfbench/internal/spawn"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/perturb"
@@ -393,8 +395,6 @@ type Sim struct {
 	Net *SimNet
 	cmd *exec.Cmd
 	log *os.File
-	// release ends the thread that forked the server (startIn).
-	release func()
 }
 
 // SimConfig configures StartSim.
@@ -505,6 +505,7 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 		IOFile:      filepath.Join(cfg.Dir, "kv-offload.img"),
 		log:         logf,
 	}
+	_ = owner.Note(perturb.DefaultStateDir, owner.KindFile, s.IOFile) // removed with a dead owner's leftovers
 	if err := writeDataFile(s.IOFile, 128<<20); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("writing the KV offload file: %w", err)
@@ -522,17 +523,15 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 		"--io-file", s.IOFile, "--io-bytes", "262144", "--cuda-lib", libcuda, "--processes", strconv.Itoa(cmp.Or(cfg.Processes, 2)))
 	s.cmd.Env = append(os.Environ(), "CUDASTUB_KERNEL_US="+strconv.Itoa(DemoKernelUS), "CUDASTUB_CONTROL_FILE="+s.Control)
 	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	// The server dies with bpfbench even when bpfbench is killed, so that
+	// nothing holds the namespace once its name is gone.
+	opt := spawn.Options{Signal: syscall.SIGKILL, CPUs: cfg.CPUs}
 	if sn != nil {
-		// The server dies with bpfbench even when bpfbench is killed, so
-		// that nothing holds the namespace once its name is gone.
-		s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if s.release, err = startIn(s.cmd, cfg.CPUs, sn.ns); err != nil {
-			s.Close()
-			return nil, err
-		}
-	} else if err := startOn(s.cmd, cfg.CPUs); err != nil {
+		opt.Netns = int(sn.ns)
+	}
+	if err := spawn.Start(s.cmd, opt); err != nil {
 		s.Close()
-		return nil, err
+		return nil, fmt.Errorf("starting llmsim: %w", err)
 	}
 	// Up in well under a second here; a slow host (an emulated CPU, a
 	// loaded node) takes longer, and only a hung one the whole minute.
@@ -552,60 +551,6 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 
 // simHealthWait is how long StartSim waits for the simulator's /health.
 const simHealthWait = time.Minute
-
-// startIn starts cmd in network namespace ns, restricted to cpus, from a
-// thread kept for the server's life: the child's parent-death signal
-// follows the thread that forked it, and a thread back in Go's pool can
-// end at any time (a goroutine that locks it and exits without unlocking
-// takes it down). release lets the thread go; call it once the child has
-// exited.
-func startIn(cmd *exec.Cmd, cpus []int, ns netns.NsHandle) (release func(), err error) {
-	errc := make(chan error, 1)
-	done := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: the thread, in the server's namespace, ends with
-		// this goroutine.
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("entering the server's network namespace: %w", err)
-			return
-		}
-		if err := startOn(cmd, cpus); err != nil {
-			errc <- err
-			return
-		}
-		errc <- nil
-		<-done
-	}()
-	if err := <-errc; err != nil {
-		return nil, err
-	}
-	return sync.OnceFunc(func() { close(done) }), nil
-}
-
-// startOn starts cmd restricted to cpus: the child inherits the affinity
-// of the thread that forks it.
-func startOn(cmd *exec.Cmd, cpus []int) error {
-	if len(cpus) > 0 {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		var old, set unix.CPUSet
-		if err := unix.SchedGetaffinity(0, &old); err != nil {
-			return err
-		}
-		for _, c := range cpus {
-			set.Set(c)
-		}
-		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			return fmt.Errorf("pinning llmsim to CPUs %v: %w", cpus, err)
-		}
-		defer unix.SchedSetaffinity(0, &old)
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting llmsim: %w", err)
-	}
-	return nil
-}
 
 // Pid is the server's process id.
 func (s *Sim) Pid() int {
@@ -635,10 +580,9 @@ func (s *Sim) Close() error {
 		_ = s.cmd.Process.Kill()
 		_ = s.cmd.Wait()
 	}
-	if s.release != nil {
-		s.release()
+	if os.Remove(s.IOFile) == nil {
+		owner.Forget(perturb.DefaultStateDir, owner.KindFile, s.IOFile)
 	}
-	os.Remove(s.IOFile)
 	err := s.log.Close()
 	if s.Net != nil {
 		err = errors.Join(s.Net.Close(), err)
@@ -666,11 +610,11 @@ type SimNet struct {
 
 // simNetState is a SimNet's state file.
 type simNetState struct {
-	Netns     string    `json:"netns"`
-	Iface     string    `json:"iface"`
-	HostIface string    `json:"host_iface"`
-	Pid       int       `json:"pid"`
-	Started   time.Time `json:"started"`
+	Netns     string `json:"netns"`
+	Iface     string `json:"iface"`
+	HostIface string `json:"host_iface"`
+	owner.Owner
+	Started time.Time `json:"started"`
 }
 
 const simNetPrefix = "simnet-"
@@ -681,7 +625,9 @@ func newSimNet(stateDir string) (*SimNet, error) {
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the state directory %s: %w", stateDir, err)
 	}
-	sweepSimNets(stateDir)
+	if _, err := SweepLeftovers(stateDir); err != nil {
+		slog.Warn("removing what a dead run left", "component", "job", "err", err)
+	}
 	used := map[byte]bool{}
 	if addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4); err == nil {
 		for _, a := range addrs {
@@ -728,7 +674,7 @@ func createSimNet(stateDir string, x byte) (*SimNet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("saving the state of the server's network namespace: %w", err)
 	}
-	b, _ := json.MarshalIndent(simNetState{Netns: sn.Name, Iface: sn.Iface, HostIface: sn.HostIface, Pid: os.Getpid(), Started: time.Now()}, "", "  ")
+	b, _ := json.MarshalIndent(simNetState{Netns: sn.Name, Iface: sn.Iface, HostIface: sn.HostIface, Owner: owner.Self(), Started: time.Now()}, "", "  ")
 	_, err = f.Write(append(b, '\n'))
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -736,6 +682,9 @@ func createSimNet(stateDir string, x byte) (*SimNet, error) {
 	if err != nil {
 		os.Remove(sn.state)
 		return nil, fmt.Errorf("saving the state of the server's network namespace: %w", err)
+	}
+	if err := owner.Recorded(stateDir); err != nil {
+		slog.Warn("no reaper for the server's network namespace: if this process is killed, the next bpfbench removes it", "component", "job", "err", err)
 	}
 	if err := sn.create(); err != nil {
 		sn.Close()
@@ -852,24 +801,3 @@ func removeSimNet(state, name, iface, hostIface string) error {
 	return errors.Join(errs...)
 }
 
-// sweepSimNets removes the namespaces and veth pairs of runs whose
-// process is gone.
-func sweepSimNets(stateDir string) {
-	paths, _ := filepath.Glob(filepath.Join(stateDir, simNetPrefix+"*.json"))
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			continue
-		}
-		var st simNetState
-		if json.Unmarshal(b, &st) != nil || st.Netns == "" {
-			continue
-		}
-		if st.Pid > 0 && unix.Kill(st.Pid, 0) == nil {
-			continue // still running
-		}
-		if err := removeSimNet(p, st.Netns, st.Iface, st.HostIface); err != nil {
-			slog.Warn("removing what a dead run left", "component", "job", "netns", st.Netns, "err", err)
-		}
-	}
-}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
+	"github.com/bpfbench/bpfbench/internal/owner"
 )
 
 // DefaultStateDir holds the state of every shaped interface, so that
@@ -70,9 +72,9 @@ type prevQdisc struct {
 
 // netState is the state file of a shaped interface.
 type netState struct {
-	Iface   string    `json:"iface"`
-	Netns   string    `json:"netns,omitempty"`
-	Pid     int       `json:"pid"`
+	Iface string `json:"iface"`
+	Netns string `json:"netns,omitempty"`
+	owner.Owner
 	Started time.Time `json:"started"`
 	Handle  uint32    `json:"handle"`
 	Prev    prevQdisc `json:"previous_root"`
@@ -156,6 +158,33 @@ func stateFile(dir, nsName, iface string) string {
 		nsName = "host"
 	}
 	return filepath.Join(dir, fmt.Sprintf("tbf-%s-%s.json", nsName, iface))
+}
+
+// Shaped is an interface bpfbench shaped, from its state file.
+type Shaped struct {
+	Iface, Netns string
+	Owner        owner.Owner
+	Started      time.Time
+	State        string // the state file
+}
+
+// ShapedIn lists the shapings recorded in stateDir, live or left by a
+// dead process (Owner.Alive says which).
+func ShapedIn(stateDir string) []Shaped {
+	paths, _ := filepath.Glob(filepath.Join(stateDir, "tbf-*.json"))
+	var out []Shaped
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		var st netState
+		if json.Unmarshal(b, &st) != nil || st.Iface == "" {
+			continue
+		}
+		out = append(out, Shaped{Iface: st.Iface, Netns: st.Netns, Owner: st.Owner, Started: st.Started, State: p})
+	}
+	return out
 }
 
 func where(nsName string) string {
@@ -246,7 +275,7 @@ func (n Net) Apply() (*Shaping, error) {
 	if _, err := os.Stat(path); err == nil {
 		return nil, fmt.Errorf("%s%s is already shaped by bpfbench (%s): run bpfbench perturb net --restore %s first", n.Iface, where(n.Netns), path, n.Iface)
 	}
-	st := netState{Iface: n.Iface, Netns: n.Netns, Pid: os.Getpid(), Started: time.Now(), Handle: ourHandle}
+	st := netState{Iface: n.Iface, Netns: n.Netns, Owner: owner.Self(), Started: time.Now(), Handle: ourHandle}
 	root, err := rootQdisc(h, l)
 	if err != nil {
 		return nil, err
@@ -264,6 +293,9 @@ func (n Net) Apply() (*Shaping, error) {
 	b, _ := json.MarshalIndent(st, "", "  ")
 	if err := atomicfile.WriteFile(path, append(b, '\n'), 0o644); err != nil {
 		return nil, fmt.Errorf("saving the state of %s: %w", n.Iface, err)
+	}
+	if err := owner.Recorded(n.StateDir); err != nil {
+		slog.Warn("no reaper for the shaping: if this process is killed, the next bpfbench restores the interface", "component", "perturb", "err", err)
 	}
 	q := tbfOf(l.Attrs().Index, ourHandle, n.Rate, netlink.Xmittime(n.Rate/8, n.Burst), n.Limit)
 	if err := h.QdiscReplace(q); err != nil {

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/bpfbench/bpfbench/internal/spawn"
 )
 
 // SelfCommand builds the command that runs `bpfbench ARGS...` in a child
@@ -67,16 +69,31 @@ func (p IO) RunProcess(ctx context.Context) (IOReport, error) {
 	return rep, err
 }
 
+// ChildDeadline bounds a perturbation child whose context has no
+// deadline: it stops by itself after this long (and the parent reports it
+// ended early) if nothing stopped it before.
+const ChildDeadline = time.Hour
+
+// childDeadlineSlack is what a child's own deadline adds to its context's.
+const childDeadlineSlack = 30 * time.Second
+
 // runChild runs `bpfbench ARGS...` until ctx is done, stops it with SIGTERM
-// and reads the "report" of its JSON output into rep.
+// and reads the "report" of its JSON output into rep. The child ends with
+// this process however it ends (SIGTERM as its parent-death signal: it
+// undoes what it did, a qdisc restored) and carries a deadline of its own
+// (--duration: the context's and 30 s, or ChildDeadline).
 func runChild(ctx context.Context, what string, rep any, args ...string) error {
-	cmd, err := SelfCommand(args...)
+	limit := ChildDeadline
+	if d, ok := ctx.Deadline(); ok {
+		limit = max(time.Until(d), 0) + childDeadlineSlack
+	}
+	cmd, err := SelfCommand(append(args, "--duration", limit.Round(time.Second).String())...)
 	if err != nil {
 		return err
 	}
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd, spawn.Options{Signal: syscall.SIGTERM}); err != nil {
 		return fmt.Errorf("starting the %s perturbation: %w", what, err)
 	}
 	done := make(chan error, 1)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/perturb"
 	"github.com/bpfbench/bpfbench/readiness"
 )
 
@@ -39,7 +41,7 @@ the daemon can run.`,
 }
 
 func runCheck(stdout, stderr io.Writer, output string) error {
-	checks := readiness.Readiness(tracepointSets())
+	checks := append(readiness.Readiness(tracepointSets()), leftoverChecks(perturb.DefaultStateDir)...)
 	if output == "json" {
 		if err := json.NewEncoder(stdout).Encode(checks); err != nil {
 			return err
@@ -66,3 +68,25 @@ func runCheck(stdout, stderr io.Writer, output string) error {
 
 // readiness runs the checks of `bpfbench check` for a run's result.
 func readinessChecks() []readiness.Check { return readiness.Readiness(tracepointSets()) }
+
+// leftoverChecks are check's lines on what bpfbench processes created on
+// the machine (a network namespace, a shaped interface): in use by a
+// running one (ok), or left by a dead one (warn: the next bpfbench command
+// run as root removes it, as its reaper would have).
+func leftoverChecks(stateDir string) []readiness.Check {
+	var out []readiness.Check
+	for _, l := range job.Leftovers(stateDir) {
+		c := readiness.Check{Status: readiness.OK, Name: "leftovers",
+			Detail: fmt.Sprintf("%s: in use by bpfbench (%s)", l.What, l.Owner)}
+		if !l.Alive {
+			c.Status = readiness.Warn
+			c.Detail = fmt.Sprintf("%s: left by a dead bpfbench (%s, started %s)", l.What, l.Owner, l.Started.Format("2006-01-02 15:04:05"))
+			c.Fix = "run any bpfbench command that changes the machine as root (bpfbench perturb net --restore IFACE for a qdisc), which removes it; state in " + l.State
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		out = append(out, readiness.Check{Status: readiness.OK, Name: "leftovers", Detail: "nothing a bpfbench process created is left on the machine (" + stateDir + ")"})
+	}
+	return out
+}

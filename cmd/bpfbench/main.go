@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
@@ -28,9 +29,11 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
+	"github.com/bpfbench/bpfbench/internal/owner"
 	"github.com/bpfbench/bpfbench/internal/version"
 	"github.com/bpfbench/bpfbench/job/load"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/perturb"
 )
 
 // commands build the subcommands; the cmd_*.go files register theirs in
@@ -48,6 +51,21 @@ const (
 	statusThreshold   = 3   // the run completed, its results written, but below a threshold (--max-failed-ratio)
 	statusInterrupted = 130 // interrupted (SIGINT, SIGTERM): what was measured is written
 )
+
+// sweepsLeftovers says whether cmd, before it starts, removes what dead
+// bpfbench processes left: the commands that change the machine or load
+// programs, run as root.
+func sweepsLeftovers(cmd *cobra.Command) bool {
+	top := cmd
+	for top.HasParent() && top.Parent().HasParent() {
+		top = top.Parent()
+	}
+	switch top.Name() {
+	case "run", "demo", "validate", "sweep", "perturb", "attach", "daemon":
+		return os.Geteuid() == 0
+	}
+	return false
+}
 
 // exitError carries a specific exit status to main.
 type exitError struct{ code int }
@@ -95,6 +113,13 @@ server_stopped, client or unexplained.
 	// packages it calls, with the default one: --log.level and
 	// --log.format, when given, set it (run restores it).
 	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if sweepsLeftovers(cmd) {
+			// What a killed bpfbench left and its reaper did not remove
+			// (killed too, or none started): said, and removed.
+			if err := sweepLeftovers(stderr, perturb.DefaultStateDir); err != nil {
+				fmt.Fprintf(stderr, "bpfbench: %v\n", err)
+			}
+		}
 		level, format, levelSet, formatSet := givenLogFlags(cmd)
 		if !levelSet && !formatSet {
 			return nil
@@ -170,6 +195,16 @@ func main() {
 	args := os.Args[1:]
 	if c, _, err := newRoot(io.Discard, io.Discard).Find(args); err == nil && c.Annotations[memoryBound] != "" && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(runMemoryLimit)
+	}
+	owner.SetReaper(startReaper)
+	if os.Geteuid() == 0 {
+		// Where this process writes files through temporary names: a
+		// reaper removes what it leaves there if it is killed.
+		atomicfile.SetOnTempDir(func(dir string) {
+			if abs, err := filepath.Abs(dir); err == nil {
+				_ = owner.Note(perturb.DefaultStateDir, owner.KindTempDir, abs)
+			}
+		})
 	}
 	os.Exit(profiled(func() int { return run(args, os.Stdout, os.Stderr) }))
 }

@@ -20,6 +20,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -36,6 +37,15 @@ var open sync.Map
 // legacyPattern matches the partial traces of earlier bpfbench releases,
 // which took no lock: they are removed once LegacyAge old.
 var legacyPattern = regexp.MustCompile(`^\.trace\.json\.partial-[0-9]+$|^\.bpfbench-write-test-[0-9]+$`)
+
+// onTempDir is called with the directory of every Create (SetOnTempDir).
+var onTempDir atomic.Pointer[func(dir string)]
+
+// SetOnTempDir sets a function called with the directory of every Create,
+// before its temporary file exists: the CLI notes the directory, so that
+// what a killed writer leaves there is removed without waiting for the
+// next write into it.
+func SetOnTempDir(fn func(dir string)) { onTempDir.Store(&fn) }
 
 // LegacyAge is how long a partial file of an earlier release (which took no
 // lock) must have gone unmodified before Clean removes it.
@@ -61,6 +71,9 @@ func Create(path string, perm os.FileMode) (*File, error) {
 		dir = "."
 	}
 	_, _ = Clean(dir)
+	if h := onTempDir.Load(); h != nil {
+		(*h)(dir)
+	}
 	prefix := filepath.Join(dir, "."+base+".tmp-"+strconv.Itoa(os.Getpid())+"-")
 	for try := 0; ; try++ {
 		tmp := prefix + strconv.FormatUint(uint64(rand.Uint32()), 10)

@@ -12,13 +12,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/bpfbench/bpfbench/internal/spawn"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -171,7 +171,6 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		w = io.MultiWriter(out, opts.Stderr)
 	}
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	s := &Server{
 		URL:  "http://127.0.0.1:" + strconv.Itoa(port),
 		Port: port,
@@ -179,16 +178,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		out:  out,
 		done: make(chan struct{}),
 	}
-	// The parent-death signal follows the thread that forked the server,
-	// not the process: a thread of Go's pool can end at any time (a
-	// goroutine that locked it and exits without unlocking takes it down,
-	// as the collectors' readers do), and the server with it. So it is
-	// forked from a thread kept locked for the server's life.
+	// The server dies with this process, however it ends (spawn).
 	started := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
+		if err := spawn.Start(cmd, spawn.Options{Signal: syscall.SIGKILL}); err != nil {
 			started <- err
 			return
 		}

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/bpfbench/bpfbench/internal/spawn"
 	"golang.org/x/sys/unix"
 )
 
@@ -224,8 +225,7 @@ func (r *remoteEngine) spawn() error {
 	}
 	cmd.ExtraFiles = []*os.File{child}
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	if err := spawn.Start(cmd, spawn.Options{Signal: syscall.SIGKILL}); err != nil {
 		conn.Close()
 		return fmt.Errorf("starting the engine process %s: %w", cmd.Path, err)
 	}
