@@ -800,4 +800,3 @@ func removeSimNet(state, name, iface, hostIface string) error {
 	}
 	return errors.Join(errs...)
 }
-
