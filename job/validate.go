@@ -22,6 +22,7 @@ import (
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/perturb"
 	"github.com/bpfbench/bpfbench/pipeline"
 	"github.com/bpfbench/bpfbench/readiness"
@@ -458,7 +459,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		return nil, res, sc.injErr
 	}
 	v := &Validation{
-		Target: load.Target.URL, Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
+		Target: transport.Redacted(load.Target.URL), Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
 		Causes: critpath.CauseNames(), Matrix: map[string]map[string]int{}, Dir: cfg.OutDir, MinShare: cfg.MinShare,
 	}
 	byName := map[string]result.Phase{}

@@ -210,7 +210,7 @@ func StatsOf(dst *result.CriticalStats, f FeedStats, st critpath.Stats) {
 	dst.DepthLimited, dst.Cycles, dst.Hops = st.DepthLimited, st.Cycles, st.Hops
 	dst.DataEdgesFollowed = st.DataEdges
 	dst.SiblingWaits, dst.Interrupts, dst.NoEdgeSleeps = st.SiblingWaits, st.Interrupts, st.NoEdgeSleeps
-	dst.Steals, dst.Stopped, dst.BehindTarget = st.Steals, st.Stopped, st.BehindTarget
+	dst.Steals, dst.Stopped, dst.BehindTarget, dst.Owed = st.Steals, st.Stopped, st.BehindTarget, st.Owed
 }
 
 // NeighboursOf are the processes that held a critical-path thread's CPU,

@@ -131,7 +131,7 @@ func (r *Result) fields(lazy bool) map[string]any {
 		"anchor":                    r.Anchor,
 		"start_ns":                  r.StartNs,
 		"end_ns":                    r.EndNs,
-		"target":                    c.Target.URL,
+		"target":                    transport.Redacted(c.Target.URL),
 		"endpoint":                  c.Target.Endpoint,
 		"percentiles":               c.Metrics.Percentiles,
 		"goodput":                   c.Metrics.Goodput,

@@ -191,6 +191,10 @@ type CriticalStats struct {
 	// BehindTarget: run-queue waits behind a thread of the targets (the
 	// server's own work), followed through that thread's states.
 	BehindTarget uint64 `json:"behind_target,omitempty"`
+	// Owed: parts of such waits that repaid the CPU time an outside
+	// holder took during the same wait, counted as that outsider's
+	// cpu_runqueue.
+	Owed uint64 `json:"owed_to_outsiders,omitempty"`
 	// Interrupts: running steps that gave a part of their time to the block
 	// or network interrupts that ran on the thread's CPU meanwhile.
 	Interrupts uint64 `json:"interrupts"`

@@ -196,17 +196,23 @@ func main() {
 	if c, _, err := newRoot(io.Discard, io.Discard).Find(args); err == nil && c.Annotations[memoryBound] != "" && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(runMemoryLimit)
 	}
+	processSetup()
+	os.Exit(profiled(func() int { return run(args, os.Stdout, os.Stderr) }))
+}
+
+// processSetup readies this process as the CLI: what it creates on the
+// machine is reaped if it is killed (owner.SetReaper: a `bpfbench reap`
+// process started with the first record), including the temporary files
+// of its atomic writes.
+func processSetup() {
 	owner.SetReaper(startReaper)
 	if os.Geteuid() == 0 {
-		// Where this process writes files through temporary names: a
-		// reaper removes what it leaves there if it is killed.
 		atomicfile.SetOnTempDir(func(dir string) {
 			if abs, err := filepath.Abs(dir); err == nil {
 				_ = owner.Note(perturb.DefaultStateDir, owner.KindTempDir, abs)
 			}
 		})
 	}
-	os.Exit(profiled(func() int { return run(args, os.Stdout, os.Stderr) }))
 }
 
 // profiled runs fn, writing a CPU profile of it to $BPFBENCH_CPUPROFILE

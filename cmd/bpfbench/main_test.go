@@ -43,6 +43,7 @@ const envCLI = "BPFBENCH_TEST_AS_CLI"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envCLI) == "1" {
+		processSetup()
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	testproc.Register("sleep", func(args []string, ready func(...int), wait func()) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -394,27 +395,81 @@ func TestPerturbNet(t *testing.T) {
 			clean(t)
 		})
 	}
-	t.Run("restore after a crash", func(t *testing.T) {
+	// SIGKILL: the process's reaper undoes the shaping.
+	t.Run("reaped after a crash", func(t *testing.T) {
 		p := startPerturb(t, "net", "--netns", v.nsA, "--iface", v.vethA, "--rate", "8mbit")
 		p.stop(t, syscall.SIGKILL)
-		if k, _ := rootQdiscKind(t, v.nsA, v.vethA); k != "tbf" {
-			t.Fatalf("root qdisc %q after SIGKILL, want bpfbench's tbf still there", k)
+		if k := waitQdiscNot(t, v.nsA, v.vethA, "tbf"); k == "tbf" {
+			t.Fatalf("root qdisc still bpfbench's tbf 10 s after SIGKILL: the reaper did not restore it")
 		}
-		// A second shaping refuses while the first is not undone.
-		code, _, stderr := runCLI("perturb", "net", "--netns", v.nsA, "--iface", v.vethA, "--rate", "1mbit", "--duration", "1s")
-		if code == 0 || !strings.Contains(stderr, "already shaped") {
-			t.Errorf("shaping twice: exit %d %q", code, stderr)
+		code, _, stderr := runCLI("perturb", "net", "--restore", v.vethA, "--netns", v.nsA)
+		if code == 0 || !strings.Contains(stderr, "not shaped by bpfbench") {
+			t.Errorf("restore after the reaper: exit %d %q, want nothing to restore", code, stderr)
 		}
-		code, stdout, stderr := runCLI("perturb", "net", "--restore", v.vethA, "--netns", v.nsA)
-		if code != 0 {
-			t.Fatalf("restore: exit %d %s", code, stderr)
-		}
-		t.Log(strings.TrimSpace(stdout))
-		clean(t)
 		if fast := v.transfer(t, 300*time.Millisecond); fast < 4*rate {
-			t.Errorf("after restore: %.1f Mbit/s, still shaped?", fast/1e6)
+			t.Errorf("after the reaper: %.1f Mbit/s, still shaped?", fast/1e6)
 		}
 	})
+	// SIGKILL of the process and its reaper: the next command run as root
+	// finds the dead owner's state and restores it before it starts.
+	t.Run("swept after a crash", func(t *testing.T) {
+		p := startPerturb(t, "net", "--netns", v.nsA, "--iface", v.vethA, "--rate", "8mbit")
+		killReaperOf(t, p.cmd.Process.Pid)
+		p.stop(t, syscall.SIGKILL)
+		if k, _ := rootQdiscKind(t, v.nsA, v.vethA); k != "tbf" {
+			t.Fatalf("root qdisc %q after SIGKILL of both, want bpfbench's tbf still there", k)
+		}
+		code, _, stderr := runCLI("perturb", "net", "--netns", v.nsA, "--iface", v.vethA, "--rate", "1mbit", "--duration", "1s")
+		if code != 0 || !strings.Contains(stderr, "removed what a dead bpfbench") {
+			t.Errorf("shaping after the crash: exit %d %q, want the dead owner's shaping removed first", code, stderr)
+		}
+		clean(t)
+		if fast := v.transfer(t, 300*time.Millisecond); fast < 4*rate {
+			t.Errorf("after the sweep: %.1f Mbit/s, still shaped?", fast/1e6)
+		}
+	})
+}
+
+// waitQdiscNot polls the root qdisc of iface in ns until its kind is not
+// kind, for at most 10 s (a deadline to fail by, not a measured time), and
+// returns the last kind seen.
+func waitQdiscNot(t *testing.T, ns, iface, kind string) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		k, _ := rootQdiscKind(t, ns, iface)
+		if k != kind || time.Now().After(deadline) {
+			return k
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// killReaperOf SIGKILLs the reaper watching pid (bpfbench reap --pid PID)
+// and waits for it to be gone.
+func killReaperOf(t *testing.T, pid int) {
+	t.Helper()
+	want := []byte("reap\x00--pid\x00" + strconv.Itoa(pid) + "\x00")
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		rp, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cl, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && bytes.Contains(cl, want) {
+			if err := syscall.Kill(rp, syscall.SIGKILL); err != nil {
+				t.Fatalf("kill the reaper %d: %v", rp, err)
+			}
+			for i := 0; i < 200; i++ {
+				if syscall.Kill(rp, 0) != nil {
+					return
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			return
+		}
+	}
+	t.Fatalf("no reaper of %d found", pid)
 }
 
 // The slow client holds the server's side of its connection against a

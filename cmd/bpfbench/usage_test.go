@@ -220,3 +220,28 @@ func TestManifestRedactsHeaders(t *testing.T) {
 		t.Errorf("manifest args: %s", got)
 	}
 }
+
+// A password in --target is in neither the result (its target reads
+// xxxxx, as in the manifest) nor the output.
+func TestTargetPasswordRedacted(t *testing.T) {
+	url, _ := authSim(t)
+	target := strings.Replace(url, "http://", "http://bench:s3cr3t-pw@", 1)
+	out := filepath.Join(t.TempDir(), "result.json")
+	code, stdout, stderr := runCLI("load", "--target", target, "--num-requests", "2", "--input-len", "4", "--output-len", "2", "--result", out)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bb, _ := readJSON(t, out)["bpfbench"].(map[string]any)
+	if got := bb["target"]; got != strings.Replace(target, "s3cr3t-pw", "xxxxx", 1) {
+		t.Errorf("result's bpfbench.target %v", got)
+	}
+	for what, s := range map[string]string{"result.json": string(b), "stdout": stdout, "stderr": stderr} {
+		if strings.Contains(s, "s3cr3t-pw") {
+			t.Errorf("%s holds the password", what)
+		}
+	}
+}

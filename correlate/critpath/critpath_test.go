@@ -868,22 +868,39 @@ func TestRunqueueBehindTheServersOwnThread(t *testing.T) {
 	}, []CUDACall{{Tid: thB.Tid, Start: 45 * ms, End: 70 * ms, Name: "cudaStreamSynchronize"}},
 		[]Send{{Time: 90 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 92 * ms, Port: port}},
 		Read{Request: 1, Index: 4, Port: port, Start: 0, End: 95 * ms})
+	// stress-ng took 5 ms of the 30 ms wait, thB 25: a fifth of thB's
+	// time repaid stress-ng's (owedOf) and is stress-ng's cpu_runqueue.
 	checkSteps(t, g, []Step{
 		step(0, 30, thA, Running, ServerCompute, 0),
-		step(30, 40, thB, Running, ServerCompute, 1),
+		step(30, 32, thA, Runnable, CPURunqueue, 0).with(stress, 0, NoteOwed),
+		step(32, 40, thB, Running, ServerCompute, 1),
 		step(40, 45, thA, Runnable, CPURunqueue, 0).with(stress, 0, ""),
-		step(45, 60, thB, Running, GPUSync, 1).with(Thread{}, 0, "cudaStreamSynchronize"),
+		step(45, 48, thA, Runnable, CPURunqueue, 0).with(stress, 0, NoteOwed),
+		step(48, 60, thB, Running, GPUSync, 1).with(Thread{}, 0, "cudaStreamSynchronize"),
 		step(60, 90, thA, Running, ServerCompute, 0),
 		step(90, 92, Thread{}, None, NetBackpressure, 0),
 		step(92, 95, Thread{}, None, Client, 0),
 	})
-	if g.Ns[CPURunqueue] != 5*ms {
-		t.Errorf("cpu_runqueue %d ms, want 5 (the outside holder's)", g.Ns[CPURunqueue]/ms)
+	if g.Ns[CPURunqueue] != 10*ms {
+		t.Errorf("cpu_runqueue %d ms, want 10 (the outside holder's 5 and the 5 its siblings repaid)", g.Ns[CPURunqueue]/ms)
 	}
 	var a Aggregate
 	a.Add(g)
-	if nb := a.Neighbours(); len(nb) != 1 || nb[0].Process != stress {
-		t.Errorf("neighbours %+v, want stress-ng alone", nb)
+	if nb := a.Neighbours(); len(nb) != 1 || nb[0].Process != stress || nb[0].Ns != 10*ms {
+		t.Errorf("neighbours %+v, want stress-ng alone, 10 ms", nb)
+	}
+	// An outsider that took more than the server's own threads: the whole
+	// wait is its (the waiter would have preempted its sibling on a quiet
+	// CPU).
+	g = only(t, []Segment{
+		seg(thA, Running, 0, 30),
+		runq(thA, 30, 60, Holder{stress, 20 * ms}, Holder{thB, 10 * ms}),
+		seg(thA, Running, 60, 90),
+		seg(thB, Running, 0, 100),
+	}, nil, []Send{{Time: 90 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 92 * ms, Port: port}},
+		Read{Request: 1, Index: 4, Port: port, Start: 0, End: 95 * ms})
+	if g.Ns[CPURunqueue] != 30*ms || g.Ns[ServerCompute] != 60*ms {
+		t.Errorf("outsider first: cpu_runqueue %d ms, server_compute %d ms; want 30 and 60\n%s", g.Ns[CPURunqueue]/ms, g.Ns[ServerCompute]/ms, dump(g.Steps))
 	}
 	// The holder on the path already: thB woke thA and then held its CPU.
 	g = only(t, []Segment{

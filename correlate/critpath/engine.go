@@ -96,6 +96,7 @@ type Stats struct {
 	DataEdges                            uint64 // walks that followed data to its writer (Data)
 	SiblingWaits                         uint64 // running steps given to a sibling thread's wait for a CPU
 	BehindTarget                         uint64 // run-queue waits behind a target thread: the server's own work
+	Owed                                 uint64 // of those, the parts repaying an outside holder's time: cpu_runqueue
 	Interrupts                           uint64 // running steps that gave a part to block or network interrupts
 	Steals                               uint64 // running steps that gave a part to the hypervisor's steal
 	Stopped                              uint64 // steps of a thread stopped (a stop signal, a tracer, a freezer)

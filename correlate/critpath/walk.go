@@ -86,6 +86,7 @@ const (
 	NoteClientWaited = "the load generator waited for a CPU"
 	NoteSiblingWait  = "a thread of the same process waited for a CPU"
 	NoteBehindTarget = "waited for a CPU held by the server's own thread"
+	NoteOwed         = "the server's own thread held the CPU, repaid the time this outsider took"
 	NoteIRQBlock     = "block interrupts on its CPU"
 	NoteIRQNet       = "network interrupts on its CPU"
 	NoteSteal        = "its vCPU stolen by the hypervisor"
@@ -592,6 +593,7 @@ func (e *Engine) held(st *Step) {
 // they ran (their Ns, cut at the segment's end; the rest has no holder)
 // and emits the part of that layout inside [x, y].
 func (e *Engine) runnable(h *history, sg *Segment, x, y int64, depth int) {
+	ow := e.owedOf(sg)
 	t := sg.Start
 	for _, ho := range sg.Holders {
 		if ho.Ns <= 0 {
@@ -599,7 +601,7 @@ func (e *Engine) runnable(h *history, sg *Segment, x, y int64, depth int) {
 		}
 		end := min(t+ho.Ns, sg.End)
 		if lo, hi := max(t, x), min(end, y); hi > lo {
-			e.heldBy(h, ho.Thread, lo, hi, depth)
+			e.heldBy(h, ho.Thread, lo, hi, depth, ow)
 		}
 		t = end
 		if t >= y {
@@ -611,17 +613,70 @@ func (e *Engine) runnable(h *history, sg *Segment, x, y int64, depth int) {
 	}
 }
 
+// owed is what a run-queue wait owes to outside holders: the fraction of
+// its time behind the server's own threads that is the CPU time outside
+// holders took during the same wait (at most 1), and the outside holder
+// that took the most.
+type owed struct {
+	frac float64
+	to   Thread
+}
+
+// owedOf is sg's owed. A fair scheduler gives every runnable task its
+// share: where an outside task took CPU time during the wait, the
+// server's own thread that holds the CPU next is being repaid that time,
+// and the waiter waits behind the repayment because of the outsider
+// (without it the woken waiter would have preempted its sibling, as it
+// does on a quiet CPU). Up to the outsiders' time, the wait behind the
+// server's own threads is theirs; the rest is the server contending with
+// itself. The repayment is counted within the one wait: time an outsider
+// took before it is not seen.
+func (e *Engine) owedOf(sg *Segment) owed {
+	var out, own, most int64
+	var o owed
+	for _, ho := range sg.Holders {
+		switch {
+		case ho.Ns <= 0:
+		case e.isTarget(ho.Thread):
+			own += ho.Ns
+		default:
+			out += ho.Ns
+			if ho.Ns > most {
+				most, o.to = ho.Ns, ho.Thread
+			}
+		}
+	}
+	if own > 0 && out > 0 {
+		o.frac = min(1, float64(out)/float64(own))
+	}
+	return o
+}
+
 // heldBy covers [x, y], h runnable while holder ran on its CPU. A holder
 // outside the targets is cpu_runqueue (or what Options.Held says). A
 // holder of the targets is the server's own work: a server with more busy
 // threads than CPUs contends with itself, as the sibling rule and the
-// meanwhile ranks already say. heldByTarget follows that holder.
-func (e *Engine) heldBy(h *history, holder Thread, x, y int64, depth int) {
+// meanwhile ranks already say; heldByTarget follows that holder. The part
+// the wait owes to outside holders (ow, owedOf) is theirs: cpu_runqueue,
+// the outsider named, noted NoteOwed.
+func (e *Engine) heldBy(h *history, holder Thread, x, y int64, depth int, ow owed) {
 	if !e.isTarget(holder) {
 		st := Step{Start: x, End: y, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth, Other: holder}
 		e.held(&st)
 		e.emit(st)
 		return
+	}
+	if ow.frac > 0 {
+		m := x + int64(ow.frac*float64(y-x))
+		if m > x {
+			st := Step{Start: x, End: m, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth, Other: ow.to, Note: NoteOwed}
+			e.held(&st)
+			e.emit(st)
+			e.stats.Owed++
+		}
+		if x = m; x >= y {
+			return
+		}
 	}
 	e.stats.BehindTarget++
 	oh := e.threads[holder.Tid]

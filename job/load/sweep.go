@@ -17,6 +17,7 @@ import (
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/sweep"
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // SweepJob is `bpfbench sweep`: the load options, the search and where
@@ -175,7 +176,7 @@ func (j *SweepJob) Run(ctx context.Context, stdout, stderr io.Writer) (res *swee
 		defer exp.Shutdown(context.Background())
 		cfg.Output.OnRecord = exp.Hook(&cfg)
 	}
-	fmt.Fprintf(stdout, "Sweeping %s against %s for %s, %d requests per step\n", j.Mode, cfg.Target.URL, j.SLO, j.RequestsPerStep)
+	fmt.Fprintf(stdout, "Sweeping %s against %s for %s, %d requests per step\n", j.Mode, transport.Redacted(cfg.Target.URL), j.SLO, j.RequestsPerStep)
 	sc := sweep.Config{
 		SLOs:            slos,
 		Mode:            j.Mode,

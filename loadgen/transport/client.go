@@ -814,3 +814,20 @@ func isConnectErr(err error) bool {
 	var dns *net.DNSError
 	return errors.As(err, &dns) || errors.Is(err, syscall.ECONNREFUSED)
 }
+
+// Redacted is target as a result or a line may show it: a URL's password
+// (https://user:secret@host) replaced by "xxxxx", as in the run's
+// manifest; anything else as it is.
+func Redacted(target string) string {
+	if !strings.Contains(target, "@") {
+		return target
+	}
+	u, err := url.Parse(target)
+	if err != nil || u.User == nil {
+		return target
+	}
+	if _, ok := u.User.Password(); !ok {
+		return target
+	}
+	return u.Redacted()
+}
