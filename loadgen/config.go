@@ -209,7 +209,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Scenario.Seed, "seed", c.Scenario.Seed, "random seed of arrivals and prompts")
 	fs.DurationVar(&c.Target.Timeout, "timeout", c.Target.Timeout, "total timeout of one request (0: none)")
 	fs.DurationVar(&c.Target.StallTimeout, "stall-timeout", c.Target.StallTimeout, "fail a request when no byte arrives for this long, the response headers included (0: never)")
-	fs.DurationVar(&c.Target.HeaderTimeout, "header-timeout", c.Target.HeaderTimeout, "fail a request whose response headers are not complete this long after it was sent (HTTP; 0: never)")
+	fs.DurationVar(&c.Target.HeaderTimeout, "header-timeout", c.Target.HeaderTimeout, "fail a request whose response headers are not complete this long after it was sent (HTTP; gRPC: the stream's headers or its first response; 0: never)")
 	fs.StringVar(&c.Output.RequestIDPrefix, "request-id-prefix", c.Output.RequestIDPrefix, "prefix of the x-request-id header (default: bench-<random>-)")
 	fs.Var(headerFlag{&c.Target.Headers}, "header", "extra request header `KEY=VALUE` (repeatable); $OPENAI_API_KEY, when set and no Authorization header is given, is sent as Authorization: Bearer … (openai protocol; Authorization= sends none); a credential's value is not written into a run's manifest")
 	fs.BoolVar(&c.Target.NoKeepAlive, "no-keepalive", c.Target.NoKeepAlive, "open a new connection for every request")

@@ -16,6 +16,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/bpfbench/bpfbench/loadgen/transport"
 )
 
 // Client is a streaming client that reads its response slowly (ReadRate
@@ -33,6 +35,10 @@ type Client struct {
 	// max_tokens of each request (default 2048).
 	Model     string
 	OutputLen int
+	// Headers are sent with every request (--header), with
+	// $OPENAI_API_KEY as the load generator sends it
+	// (transport.WithAPIKey).
+	Headers http.Header
 }
 
 // ClientReport is what a slow client achieved.
@@ -80,10 +86,13 @@ func (c *Client) Validate() error {
 }
 
 // firstModel asks the server which model it serves.
-func firstModel(ctx context.Context, base string) (string, error) {
+func firstModel(ctx context.Context, base string, h http.Header) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/v1/models", nil)
 	if err != nil {
 		return "", err
+	}
+	for k, vs := range h {
+		req.Header[http.CanonicalHeaderKey(k)] = vs
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -107,8 +116,9 @@ func (c Client) Run(ctx context.Context) (rep ClientReport, err error) {
 	if err := c.Validate(); err != nil {
 		return ClientReport{}, err
 	}
+	hdr := transport.WithAPIKey(c.Headers)
 	if c.Model == "" {
-		m, err := firstModel(ctx, c.Target)
+		m, err := firstModel(ctx, c.Target, hdr)
 		if err != nil {
 			return ClientReport{}, err
 		}
@@ -140,6 +150,12 @@ func (c Client) Run(ctx context.Context) (rep ClientReport, err error) {
 		"model": c.Model, "prompt": "bpfbench slow client", "max_tokens": c.OutputLen,
 		"stream": true, "ignore_eos": true,
 	})
+	var extra strings.Builder
+	for k, vs := range hdr {
+		for _, v := range vs {
+			fmt.Fprintf(&extra, "%s: %s\r\n", http.CanonicalHeaderKey(k), v)
+		}
+	}
 	buf := make([]byte, 1024)
 	for ctx.Err() == nil {
 		conn, err := d.DialContext(ctx, "tcp", host)
@@ -152,8 +168,8 @@ func (c Client) Run(ctx context.Context) (rep ClientReport, err error) {
 		rep.Requests++
 		rep.Local, rep.Remote = conn.LocalAddr().String(), conn.RemoteAddr().String()
 		stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
-		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-			strings.TrimRight(u.Path, "/")+"/v1/completions", u.Host, len(body), body)
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n%s\r\n%s",
+			strings.TrimRight(u.Path, "/")+"/v1/completions", u.Host, len(body), extra.String(), body)
 		r := bufio.NewReaderSize(conn, 1024)
 		resp, err := http.ReadResponse(r, nil)
 		if err != nil {

@@ -487,7 +487,12 @@ func Load(path string) (*Document, error) {
 			return nil, fmt.Errorf("reading %s: %w", path, err)
 		}
 		defer zr.Close()
-		r = zr
+		var size int64
+		if st, err := f.Stat(); err == nil {
+			size = st.Size()
+		}
+		lim := resultCap(size)
+		r = &capped{r: zr, left: lim, limit: lim}
 	}
 	d, err := Read(r)
 	if err != nil {

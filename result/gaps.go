@@ -131,7 +131,7 @@ func (r *GapsReader) readHeader() error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", r.path, err)
 	}
-	r.dec = json.NewDecoder(zr)
+	r.dec = json.NewDecoder(&lineCap{r: zr, max: maxGapLine})
 	h := &r.Header
 	if err := r.dec.Decode(h); err != nil {
 		return fmt.Errorf("%s: its header: %w", r.path, err)

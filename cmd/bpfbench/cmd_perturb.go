@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -315,13 +316,21 @@ window.`,
 	stopAfter := fs.Duration("stop-after", 0, "read normally this long, then stop reading (until the end)")
 	rcvbuf := fs.Int("rcvbuf", 4096, "SO_RCVBUF of the client's socket")
 	model := fs.String("model", "", "model to ask for (default: the first the server lists)")
+	headers := fs.StringArray("header", nil, "extra request header `KEY=VALUE` (repeatable), as load sends it; $OPENAI_API_KEY, when set and no Authorization header is given, is sent as Authorization: Bearer …")
 	outLen := fs.Int("output-len", 2048, "max_tokens of each request: longer than the load options' 64, so that the stream outlasts the slow reading and the server's side of the connection fills up against the client's window")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 		if err := pf.check(); err != nil {
 			return err
 		}
-		c := perturb.Client{Target: *target, ReadRate: *readRate, StopAfter: *stopAfter, RcvBuf: *rcvbuf, Model: *model, OutputLen: *outLen}
+		c := perturb.Client{Target: *target, ReadRate: *readRate, StopAfter: *stopAfter, RcvBuf: *rcvbuf, Model: *model, OutputLen: *outLen, Headers: http.Header{}}
+		for _, kv := range *headers {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok || strings.TrimSpace(k) == "" {
+				return usageError{fmt.Sprintf("header %q: want KEY=VALUE", kv)}
+			}
+			c.Headers.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+		}
 		if err := c.Validate(); err != nil {
 			return usageError{err.Error()}
 		}

@@ -245,3 +245,31 @@ func TestTargetPasswordRedacted(t *testing.T) {
 		}
 	}
 }
+
+// perturb client sends --header and $OPENAI_API_KEY as load does, on the
+// model lookup and on its streams.
+func TestPerturbClientSendsTheKey(t *testing.T) {
+	const key = "sk-test-perturb"
+	t.Setenv(transport.APIKeyEnv, key)
+	url, seen := authSim(t)
+	code, _, stderr := runCLI("perturb", "client", "--target", url, "--stop-after", "100ms", "--duration", "600ms", "--header", "X-Tenant=bench")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	got := seen()
+	if len(got) < 2 {
+		t.Fatalf("requests seen %q, want the model lookup and a stream", got)
+	}
+	for _, s := range got {
+		if !strings.HasSuffix(s, " Bearer "+key) {
+			t.Errorf("request %q without the key", s)
+		}
+	}
+	if strings.Contains(stderr, key) {
+		t.Error("the key is in the output")
+	}
+	code, _, stderr = runCLI("perturb", "client", "--target", url, "--stop-after", "100ms", "--header", "nokey")
+	if code != 2 || !strings.Contains(stderr, "KEY=VALUE") {
+		t.Errorf("a malformed header: exit %d %q, want a usage error", code, stderr)
+	}
+}

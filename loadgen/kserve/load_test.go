@@ -268,3 +268,29 @@ func TestGRPCStallAndTimeout(t *testing.T) {
 		t.Errorf("timeouts: %v %v", res.Metrics.Failures, res.Failures())
 	}
 }
+
+// The header timeout holds over gRPC as over HTTP: a server that sends
+// its headers with the first response, after a prefill longer than the
+// timeout, fails the request as header_timeout; one that sends them
+// before its prefill does not.
+func TestGRPCHeaderTimeout(t *testing.T) {
+	for _, delay := range []bool{true, false} {
+		_, addr := simtest.StartGRPC(t, func(c *sim.Config) {
+			c.PrefillBase, c.PrefillPerToken, c.DecodeStep = 400*time.Millisecond, 0, time.Millisecond
+			c.GRPCDelayHeaders = delay
+		})
+		cfg := grpcConfig(addr, 2, 4, 4)
+		cfg.Target.HeaderTimeout = 100 * time.Millisecond
+		res, err := loadgen.Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if delay {
+			want = 2
+		}
+		if got := res.Metrics.Failures[transport.FailHeaderTimeout]; got != want || res.Metrics.Failed != want {
+			t.Errorf("headers with the first response %v: %d header timeouts, %d failed (%v), want %d", delay, got, res.Metrics.Failed, res.Failures(), want)
+		}
+	}
+}

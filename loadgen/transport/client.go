@@ -660,6 +660,7 @@ func (r *Record) failErr(ctx context.Context, stalled *atomic.Bool, err error) {
 type grpcCall struct {
 	rec    *Record
 	stall  *time.Timer
+	header *time.Timer // the header timeout, stopped by the stream's headers or first response
 	wait   time.Duration
 	final  bool // triton_final_response seen
 	failed bool // a response failed the request (rec.Failure set)
@@ -674,6 +675,9 @@ func (g *grpcCall) Headers(now int64) {
 }
 
 func (g *grpcCall) touch() {
+	if g.header != nil {
+		g.header.Stop()
+	}
 	if g.stall != nil {
 		g.stall.Reset(g.wait)
 	}
@@ -722,6 +726,13 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 			cancelCause(errStall)
 		})
 		defer g.stall.Stop()
+	}
+	if c.headerTO > 0 {
+		// As over HTTP: the stream's response headers (or its first
+		// response, where a server sends them together) within the
+		// header timeout.
+		g.header = time.AfterFunc(c.headerTO, func() { cancelCause(errHeaderTimeout) })
+		defer g.header.Stop()
 	}
 	md := metadata.MD{}
 	for k, vs := range c.headers {
