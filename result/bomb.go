@@ -77,4 +77,3 @@ func (c *capped) Read(p []byte) (int, error) {
 func resultCap(compressed int64) int64 {
 	return max(minResultCap, resultRatio*compressed)
 }
-
