@@ -37,7 +37,7 @@ var rules = []struct {
 	{"loadgen/metrics", []string{"loadgen/transport", "internal/..."}},                            // vLLM's metrics of the records
 	{"loadgen/sweep", []string{"loadgen/metrics", "loadgen/transport", "internal/..."}},           // the SLO search, each step a Runner
 	{"loadgen/*", []string{"internal/..."}},
-	{"perturb", []string{"internal/..."}},
+	{"perturb", []string{"loadgen/transport", "internal/..."}},
 	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "loadgen/transport", "result", "internal/..."}},
 	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"readiness", []string{"collectors/...", "internal/..."}},
