@@ -34,8 +34,8 @@ type faultCmd struct {
 	planned bool
 }
 
-// The fault matrix: each command is ended by SIGTERM while it loads, and
-// by SIGINT and SIGKILL in the middle of its work. After each, nothing of
+// The fault matrix: each command is ended by SIGTERM and SIGKILL while it
+// loads, and by SIGINT and SIGKILL in the middle of its work. After each, nothing of
 // it is left: no process (the mark of its environment), no BPF program or
 // link it held, no probe event, no network namespace, veth or qdisc it
 // made, no record of a dead owner in the state directory, no temporary
@@ -91,7 +91,7 @@ func TestFaultMatrix(t *testing.T) {
 		for _, k := range []struct {
 			sig syscall.Signal
 			at  time.Duration
-		}{{syscall.SIGTERM, 700 * time.Millisecond}, {syscall.SIGINT, c.mid}, {syscall.SIGKILL, c.mid}} {
+		}{{syscall.SIGTERM, 700 * time.Millisecond}, {syscall.SIGKILL, 700 * time.Millisecond}, {syscall.SIGINT, c.mid}, {syscall.SIGKILL, c.mid}} {
 			n++
 			t.Run(fmt.Sprintf("%s/%s at %v", c.name, k.sig, k.at), func(t *testing.T) {
 				faultCase(t, n, c, k.sig, k.at, ns, iface)
