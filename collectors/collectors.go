@@ -139,6 +139,10 @@ type Span struct {
 	// Client marks spans of the load generator's own threads and sockets;
 	// they are not the target's.
 	Client bool
+	// Conn is the socket's cookie for the spans of a connection (SpanSend,
+	// SpanRequest, SpanClose, SpanTCP holds; 0: unknown): two clients on
+	// different hosts may share a port, never a cookie.
+	Conn uint64
 	// Seq (Options.Live): a SpanSend's send sequence after it (the end of
 	// its bytes in the connection's stream), a PeerWindowFull SpanTCP's
 	// sequence the peer acknowledged (what the reader took up to).

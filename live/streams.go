@@ -62,7 +62,15 @@ type StreamStats struct {
 	Evicted uint64 `json:"evicted"`
 }
 
-type connKey struct{ local, peer uint16 }
+// connKey names a connection: its socket's cookie where the span has
+// one (two clients on different hosts, or network namespaces, may use the
+// same ephemeral port), its two ports otherwise.
+type connKey struct {
+	local, peer uint16
+	cookie      uint64
+}
+
+func keyOf(sp collectors.Span) connKey { return connKey{sp.LocalPort, sp.Port, sp.Conn} }
 
 // conn is a connection's current stream.
 type conn struct {
@@ -117,7 +125,7 @@ func NewStreams() *Streams {
 func (s *Streams) Len() int { return len(s.conns) }
 
 func (s *Streams) conn(sp collectors.Span) *conn {
-	k := connKey{sp.LocalPort, sp.Port}
+	k := keyOf(sp)
 	c := s.conns[k]
 	if c == nil {
 		if len(s.conns) >= s.MaxConns {
@@ -147,7 +155,7 @@ func (s *Streams) Request(sp collectors.Span) {
 
 // Close takes a SpanClose: the connection ended, mid-stream or not.
 func (s *Streams) Close(sp collectors.Span) {
-	k := connKey{sp.LocalPort, sp.Port}
+	k := keyOf(sp)
 	if _, ok := s.conns[k]; ok {
 		delete(s.conns, k)
 		s.Stats.Closed++
@@ -161,7 +169,7 @@ func (s *Streams) Send(sp collectors.Span, out []critpath.Read) []critpath.Read 
 	if sp.Detail == "folded" {
 		// Sends folded into the burst of the record before: pieces of
 		// its chunk.
-		if c := s.conns[connKey{sp.LocalPort, sp.Port}]; c != nil {
+		if c := s.conns[keyOf(sp)]; c != nil {
 			c.piece, c.seen = max(c.piece, sp.End), max(c.seen, sp.End)
 		}
 		return out
@@ -217,7 +225,7 @@ func (s *Streams) Send(sp collectors.Span, out []critpath.Read) []critpath.Read 
 // collectors.PeerWindowFull): the held writes reach the reader now, and
 // the gap from the chunk before them ends here. It appends that gap to out.
 func (s *Streams) Release(sp collectors.Span, out []critpath.Read) []critpath.Read {
-	c := s.conns[connKey{sp.LocalPort, sp.Port}]
+	c := s.conns[keyOf(sp)]
 	if c == nil || len(c.held) == 0 || c.request == 0 || sp.End <= c.chunk {
 		return out
 	}

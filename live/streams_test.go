@@ -94,6 +94,30 @@ func TestStreamsInterleavedAndPieces(t *testing.T) {
 	}
 }
 
+// Two clients on different hosts (or network namespaces) with the same
+// ephemeral port are two connections of the server: their sockets'
+// cookies tell them apart where their ports cannot.
+func TestStreamsSamePortTwoConnections(t *testing.T) {
+	s := NewStreams()
+	on := func(sp collectors.Span, cookie uint64) collectors.Span { sp.Conn = cookie; return sp }
+	got := feed(s,
+		on(req(8000, 40000, 0, 100), 11), on(req(8000, 40000, 5*ms, 100), 22),
+		on(send(8000, 40000, 10*ms), 11), on(send(8000, 40000, 12*ms), 22),
+		on(send(8000, 40000, 110*ms), 11), on(send(8000, 40000, 115*ms), 22),
+	)
+	check(t, got, []gapWant{
+		{1, 0, 0, 10 * ms}, {2, 0, 5 * ms, 12 * ms},
+		{1, 1, 10 * ms, 110 * ms}, {2, 1, 12 * ms, 115 * ms},
+	})
+	if s.Len() != 2 {
+		t.Errorf("%d connections, want 2", s.Len())
+	}
+	s.Close(on(collectors.Span{Kind: collectors.SpanClose, LocalPort: 8000, Port: 40000}, 11))
+	if s.Len() != 1 {
+		t.Errorf("after one closed: %d connections, want 1", s.Len())
+	}
+}
+
 // A pipelined burst: two requests in one arrival are one request to the
 // grouping (their boundary is in the bytes, which it does not read); a
 // request arriving while a response streams ends that stream, and the

@@ -227,13 +227,13 @@ func (d *dataSpans) record(e *Event) {
 		// reader has taken those up to Seq.
 		ts := int64(e.Ts)
 		d.r.Record(collectors.Span{Kind: collectors.SpanTCP, Start: ts - int64(e.DurationNs), End: ts,
-			Port: e.Dport, LocalPort: e.Sport, Detail: collectors.PeerWindowFull, Blocking: true, Seq: e.Seq})
+			Port: e.Dport, LocalPort: e.Sport, Conn: e.Cookie, Detail: collectors.PeerWindowFull, Blocking: true, Seq: e.Seq})
 		return
 	}
 	if Kind(e.Kind) == Request {
 		ts := int64(e.Ts)
 		d.r.Record(collectors.Span{Kind: collectors.SpanRequest, Start: ts - int64(e.DurationNs), End: ts,
-			Port: e.Dport, LocalPort: e.Sport, Bytes: e.Bytes})
+			Port: e.Dport, LocalPort: e.Sport, Conn: e.Cookie, Bytes: e.Bytes})
 		return
 	}
 	kind := collectors.SpanSend
@@ -244,7 +244,7 @@ func (d *dataSpans) record(e *Event) {
 	prev, ok := d.last[e.Cookie]
 	if e.FoldN > 0 && ok {
 		d.r.Record(collectors.Span{Kind: kind, Start: prev.ts, End: max(int64(e.FoldLastTs), prev.ts), Tid: prev.tid,
-			Port: prev.peer, LocalPort: prev.local, Bytes: e.FoldBytes, Detail: "folded", Client: client})
+			Port: prev.peer, LocalPort: prev.local, Conn: e.Cookie, Bytes: e.FoldBytes, Detail: "folded", Client: client})
 	}
 	ts := int64(e.Ts)
 	if Kind(e.Kind) == SendFull {
@@ -260,19 +260,19 @@ func (d *dataSpans) record(e *Event) {
 		delete(d.full, e.Cookie)
 		if e.Bytes > 0 && ts > from {
 			d.r.Record(collectors.Span{Kind: collectors.SpanTCP, Start: from, End: ts, Port: e.Dport, LocalPort: e.Sport,
-				Detail: SendBufferFull, Blocking: true})
+				Conn: e.Cookie, Detail: SendBufferFull, Blocking: true})
 		}
 	}
 	if e.Bytes == 0 {
 		// The flush at close: nothing more follows on the connection.
 		if ok && !client {
-			d.r.Record(collectors.Span{Kind: collectors.SpanClose, Start: ts, End: ts, Port: prev.peer, LocalPort: prev.local})
+			d.r.Record(collectors.Span{Kind: collectors.SpanClose, Start: ts, End: ts, Port: prev.peer, LocalPort: prev.local, Conn: e.Cookie})
 		}
 		delete(d.last, e.Cookie)
 		delete(d.full, e.Cookie)
 		return
 	}
-	sp := collectors.Span{Kind: kind, Start: ts, End: ts, Tid: e.Tid, Port: e.Dport, LocalPort: e.Sport,
+	sp := collectors.Span{Kind: kind, Start: ts, End: ts, Tid: e.Tid, Port: e.Dport, LocalPort: e.Sport, Conn: e.Cookie,
 		Bytes: e.Bytes, Client: client, Seq: e.Seq}
 	if !client && e.Queued > 0 && e.Queued >= e.SndWnd {
 		// What was sent before it fills the peer's window: the chunk
