@@ -304,7 +304,7 @@ func readJSONLHashed(path string, defOut int, rng *rand.Rand, unit string, h has
 				mult = 1e6
 			}
 			q.OffsetNs = int64((ts - t0) * mult)
-			if q.OffsetNs < 0 {
+			if q.OffsetNs < 0 || len(reqs) > 0 && q.OffsetNs < reqs[len(reqs)-1].OffsetNs {
 				return nil, false, fmt.Errorf("%s:%d: timestamps must not decrease", path, line)
 			}
 		}
