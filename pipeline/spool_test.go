@@ -9,13 +9,22 @@ import (
 	"github.com/bpfbench/bpfbench/loadgen"
 )
 
+// notSpooled are the fields of a span the spool drops on purpose: Conn,
+// the socket's cookie, tells the live view's connections apart (two
+// clients' same port); a run joins its spans to its own load generator's
+// connections by port, and the entry stays 104 bytes.
+var notSpooled = map[string]bool{"Conn": true}
+
 // Every field of a span survives the spool: a field added to
-// collectors.Span and not to packedSpan fails here.
+// collectors.Span and not to packedSpan (nor to notSpooled) fails here.
 func TestSpoolRoundTrip(t *testing.T) {
 	var sp collectors.Span
 	v := reflect.ValueOf(&sp).Elem()
 	for i := range v.NumField() {
 		f := v.Field(i)
+		if notSpooled[v.Type().Field(i).Name] {
+			continue
+		}
 		switch f.Kind() {
 		case reflect.Bool:
 			f.SetBool(true)

@@ -304,8 +304,10 @@ func readJSONLHashed(path string, defOut int, rng *rand.Rand, unit string, h has
 				mult = 1e6
 			}
 			q.OffsetNs = int64((ts - t0) * mult)
-			if q.OffsetNs < 0 || len(reqs) > 0 && q.OffsetNs < reqs[len(reqs)-1].OffsetNs {
-				return nil, false, fmt.Errorf("%s:%d: timestamps must not decrease", path, line)
+			if q.OffsetNs < 0 {
+				// Offsets are from the first record's timestamp; later
+				// records may come out of order (Plan.Offsets).
+				return nil, false, fmt.Errorf("%s:%d: a timestamp before the first record's (%g): the first record starts the trace", path, line, t0)
 			}
 		}
 		reqs = append(reqs, q)
