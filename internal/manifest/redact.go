@@ -30,7 +30,7 @@ func RedactArgs(args []string) []string {
 			out[i], pending = pending(a), nil
 			continue
 		}
-		out[i] = redactURL(a)
+		out[i] = RedactURL(a)
 		if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
 			if k, _, ok := strings.Cut(a, "="); ok && isEnvName(k) && EnvKeySecret(k) {
 				out[i] = k + "=" + SecretValue
@@ -38,7 +38,7 @@ func RedactArgs(args []string) []string {
 			continue
 		}
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		redact := redactURL
+		redact := RedactURL
 		switch {
 		case strings.EqualFold(name, "header"):
 			redact = redactHeader
@@ -106,8 +106,9 @@ func isEnvName(k string) bool {
 	return true
 }
 
-// redactURL hides the password of a URL with one.
-func redactURL(s string) string {
+// RedactURL hides the password of a URL with one (https://user:secret@host
+// becomes https://user:xxxxx@host); anything else is returned as it is.
+func RedactURL(s string) string {
 	if !strings.Contains(s, "://") || !strings.Contains(s, "@") {
 		return s
 	}

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/bpfbench/bpfbench/internal/clock"
+	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/loadgen/kserve"
 	"github.com/bpfbench/bpfbench/loadgen/kserve/inference"
 )
@@ -828,17 +829,5 @@ func isConnectErr(err error) bool {
 
 // Redacted is target as a result or a line may show it: a URL's password
 // (https://user:secret@host) replaced by "xxxxx", as in the run's
-// manifest; anything else as it is.
-func Redacted(target string) string {
-	if !strings.Contains(target, "@") {
-		return target
-	}
-	u, err := url.Parse(target)
-	if err != nil || u.User == nil {
-		return target
-	}
-	if _, ok := u.User.Password(); !ok {
-		return target
-	}
-	return u.Redacted()
-}
+// manifest (manifest.RedactURL); anything else as it is.
+func Redacted(target string) string { return manifest.RedactURL(target) }
