@@ -146,11 +146,20 @@ func childODirect(args []string, ready func(...int), wait func()) {
 	}
 	ready(unix.Gettid())
 	wait()
+	// A loop device detached under the reader (or never bound) answers
+	// every read with 0 bytes and no error: say so rather than measure
+	// nothing.
 	for i := range n {
-		if _, err := unix.Pread(int(f.Fd()), buf, int64(i%2048)*4096); err != nil {
+		got, err := unix.Pread(int(f.Fd()), buf, int64(i%2048)*4096)
+		if err != nil {
 			panic(err)
 		}
+		if got != len(buf) {
+			fmt.Printf("short %d %d\n", i, got)
+			return
+		}
 	}
+	fmt.Printf("read %d\n", n)
 }
 
 // session starts a collector streaming events of pid into an Aggregator.
@@ -333,21 +342,56 @@ func loopDevice(t *testing.T, size int64) string {
 	return dev
 }
 
+// deviceReads is the number of reads a block device completed
+// (/sys/block/NAME/stat, first field).
+func deviceReads(t *testing.T, dev string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "stat"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		t.Fatalf("empty stat for %s", dev)
+	}
+	n, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil {
+		t.Fatalf("stat of %s: %v", dev, err)
+	}
+	return n
+}
+
 func TestODirectReadsAreIOWait(t *testing.T) {
 	privtest.Require(t)
-	dev := loopDevice(t, 8<<20)
-	child := testproc.Start(t, "odirect", dev, "500")
-	_, agg, stop := session(t, child.Pid())
-	child.Go(t)
-	child.Wait(t, 30*time.Second)
-	stop()
-	th, ok := agg.Thread(uint32(child.Tids[0]))
-	if !ok {
-		t.Fatalf("no events for thread %d", child.Tids[0])
-	}
-	t.Logf("reading thread: %+v", th)
-	if th.OffCPU.IOWait <= 0 {
-		t.Errorf("io_wait = %v, want > 0 for O_DIRECT reads of %s", th.OffCPU.IOWait, dev)
+	// The ground truth: the device itself completed the reads (its own
+	// counter), each of them a full block. A loop device is a host-wide
+	// name: one detached under the reader by another process serves
+	// nothing, which is said, and tried once more on a new device.
+	for try := 1; ; try++ {
+		dev := loopDevice(t, 8<<20)
+		before := deviceReads(t, dev)
+		child := testproc.Start(t, "odirect", dev, "500")
+		_, agg, stop := session(t, child.Pid())
+		child.Go(t)
+		out := strings.TrimSpace(child.Wait(t, 30*time.Second))
+		stop()
+		if served := deviceReads(t, dev) - before; out != "read 500" || served < 500 {
+			msg := fmt.Sprintf("the reader said %q and %s completed %d reads: the loop device was not bound to its file throughout", out, dev, served)
+			if try == 1 {
+				t.Log(msg + "; again on a new device")
+				continue
+			}
+			t.Fatal(msg)
+		}
+		th, ok := agg.Thread(uint32(child.Tids[0]))
+		if !ok {
+			t.Fatalf("no events for thread %d", child.Tids[0])
+		}
+		t.Logf("reading thread: %+v", th)
+		if th.OffCPU.IOWait <= 0 {
+			t.Errorf("io_wait = %v, want > 0 for 500 O_DIRECT reads %s completed", th.OffCPU.IOWait, dev)
+		}
+		return
 	}
 }
 
