@@ -265,7 +265,7 @@ func (m *matrixRunner) cellRun(t *testing.T, c matrixCell, srv *engine.Server, t
 
 	// Two busy threads of another process on the server's CPU from
 	// start to end of the contended run.
-	busyPid, stopBusy := m.startBusy(t, c)
+	busyPid, stopBusy := m.startBusy(t, c.name, "0")
 	defer stopBusy()
 	var env []string
 	if m.keep != "" {
@@ -316,11 +316,11 @@ func (m *matrixRunner) quietRun(t *testing.T, c matrixCell, srv *engine.Server, 
 	r.quietP99 = quiet.Float("p99_itl_ms")
 }
 
-// startBusy starts `bpfbench perturb cpu` (two busy threads on CPU 0) and
+// startBusy starts `bpfbench perturb cpu` (two busy threads on cpus) and
 // waits for its first line, which says the threads are busy; stop ends it
 // (again: nothing) and returns what it burnt.
-func (m *matrixRunner) startBusy(t *testing.T, c matrixCell) (pid int, stop func() string) {
-	busy := m.cli(nil, "perturb", "cpu", "--threads", "2", "--cpus", "0", "--duration", "300s")
+func (m *matrixRunner) startBusy(t *testing.T, name, cpus string) (pid int, stop func() string) {
+	busy := m.cli(nil, "perturb", "cpu", "--threads", "2", "--cpus", cpus, "--duration", "300s")
 	var burnt bytes.Buffer
 	busy.Stdout = &burnt
 	busyOut, err := busy.StderrPipe()
@@ -350,7 +350,7 @@ func (m *matrixRunner) startBusy(t *testing.T, c matrixCell) (pid int, stop func
 	case <-started:
 	case <-time.After(10 * time.Second):
 		stop()
-		t.Fatalf("%s: bpfbench perturb cpu did not start in 10 s", c.name)
+		t.Fatalf("%s: bpfbench perturb cpu did not start in 10 s", name)
 	}
 	time.Sleep(200 * time.Millisecond) // the busy threads' contention settles: a margin, no event
 	return pid, stop

@@ -160,7 +160,7 @@ func TestLiveAttachContention(t *testing.T) {
 			t.Fatalf("taskset: %v\n%s", err, out)
 		}
 		port, _ := strconv.Atoi(addr[strings.LastIndexByte(addr, ':')+1:])
-		retryLive(t, func() []string { return liveContention(t, pid, port, "m") })
+		retryLive(t, func() []string { return liveContention(t, pid, port, "m", 0) })
 	})
 	t.Run("llama-server", func(t *testing.T) {
 		paths, err := engine.Find()
@@ -174,7 +174,24 @@ func TestLiveAttachContention(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(srv.Stop)
-		retryLive(t, func() []string { return liveContention(t, srv.Pid, srv.Port, "tiny-llama") })
+		retryLive(t, func() []string { return liveContention(t, srv.Pid, srv.Port, "tiny-llama", 0) })
+	})
+	// A real framework whose threads busy-wait: the PyTorch engine's API
+	// process and its engine core (two intra-op threads), attached by the
+	// API process's pid.
+	t.Run("pytorch", func(t *testing.T) {
+		paths, err := engine.FindTorch()
+		if err != nil {
+			privtest.SkipOptional(t, "%v", err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		srv, err := engine.StartTorch(ctx, engine.TorchOptions{Paths: paths, Threads: 2, Slots: 4, CPUs: "0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Stop)
+		retryLive(t, func() []string { return liveContention(t, srv.Pid, srv.Port, "torch-tiny", 0.2) })
 	})
 }
 
@@ -193,7 +210,12 @@ func retryLive(t *testing.T, check func() []string) {
 	t.Error(strings.Join(problems, "\n"))
 }
 
-func liveContention(t *testing.T, pid, port int, model string) (problems []string) {
+// liveContention attaches to the server pid for 30 s while a client
+// streams from it, two busy threads of another process on its CPU in the
+// second half: the contended half's p99 gap excess must be cpu_runqueue's
+// (60% or more; server_compute at most maxCompute when that is above 0),
+// the quiet half's not, and the busy process the first neighbour.
+func liveContention(t *testing.T, pid, port int, model string, maxCompute float64) (problems []string) {
 	const quiet, contended = 15.0, 15.0
 	client := streamClient(t, port, 4, quiet+contended+3, "--model", model, "--max-tokens", "48")
 	client.connected(t, 4, 10*time.Second) // the client's first requests under way
@@ -228,6 +250,9 @@ func liveContention(t *testing.T, pid, port int, model string) (problems []strin
 	t.Logf("quiet half: %s; contended half: %s; neighbours %v (busy pid %d)", topShares(qs), topShares(cs), nbs, busy.Process.Pid)
 	if cs["cpu_runqueue"] < 0.6 {
 		problems = append(problems, fmt.Sprintf("contended half: cpu_runqueue is %.0f%% of the p99 gap's excess, want 60%% or more", 100*cs["cpu_runqueue"]))
+	}
+	if maxCompute > 0 && cs["server_compute"] > maxCompute {
+		problems = append(problems, fmt.Sprintf("contended half: server_compute is %.0f%% of the p99 gap's excess, want %.0f%% or less", 100*cs["server_compute"], 100*maxCompute))
 	}
 	if live.TopOf(qs) == "cpu_runqueue" && qs["cpu_runqueue"] > 0.5 {
 		problems = append(problems, fmt.Sprintf("quiet half: cpu_runqueue leads the p99 gap's excess (%.0f%%) with nothing contending", 100*qs["cpu_runqueue"]))

@@ -148,32 +148,50 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		args = append(args, "--metrics")
 	}
 	args = append(args, opts.Args...)
-	exe, argv := opts.Paths.Server, args
-	if opts.CPUs != "" {
+	env := os.Environ()
+	if !opts.SpinWait {
+		env = append(env, "OMP_WAIT_POLICY=passive")
+	}
+	return launch(ctx, launchOptions{exe: opts.Paths.Server, args: args, env: append(env, opts.Env...), cpus: opts.CPUs,
+		port: port, stderr: opts.Stderr, timeout: opts.StartTimeout})
+}
+
+// launchOptions: a server's command line, environment, CPUs and port.
+type launchOptions struct {
+	exe     string
+	args    []string
+	env     []string
+	cpus    string
+	port    int
+	stderr  io.Writer
+	timeout time.Duration
+}
+
+// launch starts a server process (pinned to o.cpus when set) that dies
+// with this process, and returns once its /health answers ok.
+func launch(ctx context.Context, o launchOptions) (*Server, error) {
+	exe, argv := o.exe, o.args
+	if o.cpus != "" {
 		// taskset execs the server in its own process: the pid is the
 		// server's, its affinity set before its first thread.
 		ts, err := exec.LookPath("taskset")
 		if err != nil {
-			return nil, fmt.Errorf("engine: pinning the server to CPUs %s: %w (install util-linux)", opts.CPUs, err)
+			return nil, fmt.Errorf("engine: pinning the server to CPUs %s: %w (install util-linux)", o.cpus, err)
 		}
-		exe, argv = ts, append([]string{"--cpu-list", opts.CPUs, opts.Paths.Server}, args...)
+		exe, argv = ts, append([]string{"--cpu-list", o.cpus, o.exe}, o.args...)
 	}
 	cmd := exec.CommandContext(ctx, exe, argv...)
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
-	cmd.Env = os.Environ()
-	if !opts.SpinWait {
-		cmd.Env = append(cmd.Env, "OMP_WAIT_POLICY=passive")
-	}
-	cmd.Env = append(cmd.Env, opts.Env...)
+	cmd.Env = o.env
 	out := &tailBuffer{max: 64 << 10}
 	var w io.Writer = out
-	if opts.Stderr != nil {
-		w = io.MultiWriter(out, opts.Stderr)
+	if o.stderr != nil {
+		w = io.MultiWriter(out, o.stderr)
 	}
 	cmd.Stdout, cmd.Stderr = w, w
 	s := &Server{
-		URL:  "http://127.0.0.1:" + strconv.Itoa(port),
-		Port: port,
+		URL:  "http://127.0.0.1:" + strconv.Itoa(o.port),
+		Port: o.port,
 		Cmd:  cmd,
 		out:  out,
 		done: make(chan struct{}),
@@ -190,12 +208,12 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		close(s.done)
 	}()
 	if err := <-started; err != nil {
-		return nil, fmt.Errorf("engine: starting %s: %w", opts.Paths.Server, err)
+		return nil, fmt.Errorf("engine: starting %s: %w", o.exe, err)
 	}
 	s.Pid = cmd.Process.Pid
-	if err := s.waitHealthy(ctx, opts.StartTimeout); err != nil {
+	if err := s.waitHealthy(ctx, o.timeout); err != nil {
 		s.Stop()
-		return nil, fmt.Errorf("engine: %s %s: %w\n%s", opts.Paths.Server, strings.Join(args, " "), err, s.Output())
+		return nil, fmt.Errorf("engine: %s %s: %w\n%s", o.exe, strings.Join(o.args, " "), err, s.Output())
 	}
 	return s, nil
 }

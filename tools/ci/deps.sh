@@ -9,6 +9,7 @@ export DEBIAN_FRONTEND=noninteractive
 pkgs=(clang llvm libbpf-dev bpftool gcc make iproute2 util-linux mount kmod procps
 	chromium fonts-liberation cmake g++ git python3-numpy python3-yaml prometheus nginx-light
 	libcuda1 libnvidia-ml1
+	python3-torch libopenblas0-openmp
 	${DEPS_EXTRA:-})
 
 missing=()
