@@ -92,11 +92,15 @@ type Options struct {
 	// server and every thread it starts to those CPUs (taskset -c), so
 	// that a test can load the same CPUs on purpose.
 	CPUs string
+	// Netns runs the server in this named network namespace, listening
+	// on Host (an address of that namespace); Port 0 picks a free one.
+	Netns, Host string
+	Port        int
 	// Stderr, when set, also receives the server's output.
 	Stderr io.Writer
 }
 
-// Server is a running llama-server.
+// Server is a running engine (llama-server, or the PyTorch engine).
 type Server struct {
 	URL  string // http://127.0.0.1:PORT
 	Port int
@@ -131,13 +135,21 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 60 * time.Second
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, fmt.Errorf("engine: no free port: %w", err)
+	port := opts.Port
+	if port == 0 {
+		p, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("engine: no free port: %w", err)
+		}
+		port = p
+	}
+	host := opts.Host
+	if host == "" {
+		host = "127.0.0.1"
 	}
 	args := []string{
 		"--model", opts.Paths.Model,
-		"--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		"--host", host, "--port", strconv.Itoa(port),
 		"--threads", strconv.Itoa(opts.Threads), "--threads-batch", strconv.Itoa(opts.Threads),
 		"--parallel", strconv.Itoa(opts.Slots),
 		"--ctx-size", strconv.Itoa(opts.CtxSize),
@@ -153,7 +165,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		env = append(env, "OMP_WAIT_POLICY=passive")
 	}
 	return launch(ctx, launchOptions{exe: opts.Paths.Server, args: args, env: append(env, opts.Env...), cpus: opts.CPUs,
-		port: port, stderr: opts.Stderr, timeout: opts.StartTimeout})
+		netns: opts.Netns, host: host, port: port, stderr: opts.Stderr, timeout: opts.StartTimeout})
 }
 
 // launchOptions: a server's command line, environment, CPUs and port.
@@ -162,6 +174,8 @@ type launchOptions struct {
 	args    []string
 	env     []string
 	cpus    string
+	netns   string // a named network namespace to run in (ip netns exec)
+	host    string // the address it listens on (default 127.0.0.1)
 	port    int
 	stderr  io.Writer
 	timeout time.Duration
@@ -171,6 +185,14 @@ type launchOptions struct {
 // with this process, and returns once its /health answers ok.
 func launch(ctx context.Context, o launchOptions) (*Server, error) {
 	exe, argv := o.exe, o.args
+	if o.netns != "" {
+		// ip execs the server in place: the pid stays the server's.
+		ip, err := exec.LookPath("ip")
+		if err != nil {
+			return nil, fmt.Errorf("engine: running the server in network namespace %s: %w (install iproute2)", o.netns, err)
+		}
+		exe, argv = ip, append([]string{"netns", "exec", o.netns, exe}, argv...)
+	}
 	if o.cpus != "" {
 		// taskset execs the server in its own process: the pid is the
 		// server's, its affinity set before its first thread.
@@ -178,7 +200,10 @@ func launch(ctx context.Context, o launchOptions) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("engine: pinning the server to CPUs %s: %w (install util-linux)", o.cpus, err)
 		}
-		exe, argv = ts, append([]string{"--cpu-list", o.cpus, o.exe}, o.args...)
+		exe, argv = ts, append([]string{"--cpu-list", o.cpus, exe}, argv...)
+	}
+	if o.host == "" {
+		o.host = "127.0.0.1"
 	}
 	cmd := exec.CommandContext(ctx, exe, argv...)
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
@@ -190,7 +215,7 @@ func launch(ctx context.Context, o launchOptions) (*Server, error) {
 	}
 	cmd.Stdout, cmd.Stderr = w, w
 	s := &Server{
-		URL:  "http://127.0.0.1:" + strconv.Itoa(o.port),
+		URL:  "http://" + net.JoinHostPort(o.host, strconv.Itoa(o.port)),
 		Port: o.port,
 		Cmd:  cmd,
 		out:  out,

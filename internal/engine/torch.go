@@ -83,8 +83,12 @@ type TorchOptions struct {
 	Slots   int        // requests decoded together at most (default 2)
 	// OneProcess runs the engine core in a thread of the API server's
 	// process instead of a process of its own.
-	OneProcess   bool
-	CPUs         string        // as in Options
+	OneProcess bool
+	CPUs       string // as in Options
+	// Netns runs the engine in this named network namespace, listening on
+	// Host (an address of that namespace); Port 0 picks a free one.
+	Netns, Host  string
+	Port         int
 	StartTimeout time.Duration // until /health answers ok (default 60 s)
 	Stderr       io.Writer
 }
@@ -110,15 +114,23 @@ func StartTorch(ctx context.Context, opts TorchOptions) (*Server, error) {
 	if opts.StartTimeout <= 0 {
 		opts.StartTimeout = 60 * time.Second
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, fmt.Errorf("engine: no free port: %w", err)
+	port := opts.Port
+	if port == 0 {
+		p, err := freePort()
+		if err != nil {
+			return nil, fmt.Errorf("engine: no free port: %w", err)
+		}
+		port = p
 	}
-	args := []string{opts.Paths.Script, "--port", strconv.Itoa(port), "--threads", strconv.Itoa(opts.Threads),
+	host := opts.Host
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	args := []string{opts.Paths.Script, "--host", host, "--port", strconv.Itoa(port), "--threads", strconv.Itoa(opts.Threads),
 		"--slots", strconv.Itoa(opts.Slots), "--model", "torch-tiny"}
 	if opts.OneProcess {
 		args = append(args, "--one-process")
 	}
 	return launch(ctx, launchOptions{exe: opts.Paths.Python, args: args, env: append(os.Environ(), "PYTHONUNBUFFERED=1"),
-		cpus: opts.CPUs, port: port, stderr: opts.Stderr, timeout: opts.StartTimeout})
+		cpus: opts.CPUs, netns: opts.Netns, host: host, port: port, stderr: opts.Stderr, timeout: opts.StartTimeout})
 }
