@@ -100,6 +100,9 @@ type Prior struct {
 	// (validate's rule), when its gaps file was there.
 	tail     tailMeans
 	haveTail bool
+	// inFlight is the normal number of its requests in flight (the batch
+	// rule's n0), from its gaps file (0: none, the rule is off).
+	inFlight float64
 }
 
 // Name is how result.json names the baseline: "run DIR".
@@ -135,6 +138,7 @@ func LoadPrior(path string) (*Prior, error) {
 	p.Crit = critpath.Baseline{TTFT: nsOf(cp.NormalTTFTMs), ITL: nsOf(cp.NormalITLMs)}
 	if _, gaps, err := readGaps(dir); err == nil && len(gaps) > 0 {
 		p.tail, p.haveTail = tailMean(slices.Values(gaps), p.Crit), true
+		p.inFlight = normalInFlight(gaps)
 	}
 	return p, nil
 }

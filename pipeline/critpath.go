@@ -204,18 +204,36 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 		NoisyNeighbours: []result.NoisyNeighbour{}, Slowest: []result.CriticalGap{}}
 	var base critpath.Baseline
 	var baseTail *tailMeans
+	gaps := slices.Collect(c.gaps.all())
+	var n0 float64 // the normal number of requests in flight
 	switch {
 	case prior != nil:
-		out.Baseline, base = prior.Name(), prior.Crit
+		out.Baseline, base, n0 = prior.Name(), prior.Crit, prior.inFlight
 		if prior.haveTail {
 			baseTail = &prior.tail
 		}
 	case len(phases) > 0:
 		out.Baseline = phases[0].name
-		base = baselineOf(slices.Values(inPhase(c.gaps.all(), phases[0])))
+		first := inPhase(slices.Values(gaps), phases[0])
+		base, n0 = baselineOf(slices.Values(first)), normalInFlight(first)
 	default:
-		base = baselineOf(c.gaps.all())
+		base, n0 = baselineOf(slices.Values(gaps)), normalInFlight(gaps)
 	}
+	// The batch rule (batch.go), once: the log then holds the gaps after it.
+	if moved := batchRule(gaps, base, n0); moved.gaps > 0 {
+		var l gapLog
+		var totals [critpath.NumCauses]int64
+		for _, g := range gaps {
+			l.add(g)
+			for k, v := range g.ns {
+				totals[k] += v
+			}
+		}
+		c.gaps = l
+		out.TotalsMs = causesMs(totals)
+		out.Stats.BatchMovedMs, out.Stats.BatchGaps = ms(moved.ns), moved.gaps
+	}
+	out.Stats.NormalInFlight = n0
 
 	// The server's own processes holding each other's CPUs are its
 	// self-contention (more threads than CPUs), not a neighbour.

@@ -195,6 +195,12 @@ type CriticalStats struct {
 	// holder took during the same wait, counted as that outsider's
 	// cpu_runqueue.
 	Owed uint64 `json:"owed_to_outsiders,omitempty"`
+	// BatchMovedMs: server_compute the batch rule gave to what kept the
+	// other requests in flight, in BatchGaps gaps; NormalInFlight is the
+	// rule's normal number of requests in flight (0: the rule was off).
+	BatchMovedMs   float64 `json:"batch_moved_ms,omitempty"`
+	BatchGaps      uint64  `json:"batch_gaps,omitempty"`
+	NormalInFlight float64 `json:"normal_in_flight,omitempty"`
 	// Interrupts: running steps that gave a part of their time to the block
 	// or network interrupts that ran on the thread's CPU meanwhile.
 	Interrupts uint64 `json:"interrupts"`

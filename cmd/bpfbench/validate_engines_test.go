@@ -22,9 +22,8 @@ import (
 // shapes the engine's egress towards the client, --net-iface and
 // --net-netns), pinned to CPU 0, bpfbench on CPU 1: the rows that apply
 // to a CPU engine, cpu, client, net and client-cpu, each named on top,
-// with at least 80% of the excess it added (the PyTorch engine's every
-// row, llama-server's net row: llama-server's batch grows under the
-// other injections, see below). No io row: neither engine reads a file while it serves
+// with at least 80% of the excess it added (llama-server's client-cpu
+// row on top only, see below). No io row: neither engine reads a file while it serves
 // (llama-server maps its model; the PyTorch engine's weights are in
 // memory). A validation that misses runs once more (a shared host's steal
 // can spoil a phase); the confusion matrix is logged.
@@ -65,19 +64,13 @@ func TestValidateRealEngines(t *testing.T) {
 		}
 		t.Cleanup(srv.Stop)
 		// Every injection that slows a request grows this engine's
-		// batch at a steady 4 req/s: the slowed requests pile up in the
-		// slots (1 in flight in the baseline, 4-8 under the busy
-		// threads), a stalled reader's request keeps its slot until its
-		// tokens are made, and this model's step costs ~2 ms per token
-		// it carries (9 ms for 4-8 streams). The other streams' gaps
-		// then hold more compute, which the walk rightly calls
-		// server_compute; that the batch grew because of the injection
-		// is a step beyond one gap's critical path (DESIGN.md,
-		// "validate on real engines"). Measured: cpu 0.54-0.61
-		// cpu_runqueue, client 0.67-0.85 net_backpressure, client-cpu
-		// 0.68-1.00 client, the rest server_compute; net 0.99.
-		grown := "the engine's batch grew under the injection (server_compute in the other streams' gaps)"
-		validateEngine(t, taskset, srv, "tiny-llama", ns, peer, map[string]string{"cpu": grown, "client": grown, "client-cpu": grown})
+		// batch at a steady 4 req/s, and its step costs time per token
+		// it carries: the batch rule gives that compute to what kept
+		// the requests in flight (pipeline/batch.go). The client-cpu
+		// row keeps 0.06-0.19 server_compute (0.75-0.92 client over four
+		// validations): judged on top.
+		validateEngine(t, taskset, srv, "tiny-llama", ns, peer, map[string]string{
+			"client-cpu": "the engine's batch grows under the slow client; 0.75-0.92 measured (DESIGN.md, \"validate on real engines\")"})
 	})
 }
 

@@ -1,0 +1,102 @@
+package pipeline
+
+import (
+	"testing"
+
+	"github.com/bpfbench/bpfbench/correlate/critpath"
+)
+
+// batchGaps is requests requests of gaps gaps each, all in flight
+// together from at, every gap of gap ns: rq in cpu_runqueue, the rest
+// server_compute.
+func batchGaps(first int32, requests, gaps int, at, gap, rq int64) []critGap {
+	var out []critGap
+	for r := range requests {
+		t := at
+		for i := range gaps {
+			g := critGap{request: first + int32(r), index: int32(i), start: t, end: t + gap}
+			g.ns[critpath.CPURunqueue] = rq
+			g.ns[critpath.ServerCompute] = gap - rq
+			out = append(out, g)
+			t += gap
+		}
+	}
+	return out
+}
+
+func TestBatchRule(t *testing.T) {
+	ms := int64(1e6)
+	base := critpath.Baseline{}
+	base.ITL[critpath.ServerCompute] = 2 * ms
+	base.TTFT[critpath.ServerCompute] = 2 * ms
+	// The baseline: one request at a time, 2 ms steps.
+	quiet := batchGaps(0, 1, 10, 0, 2*ms, 0)
+	if n0 := normalInFlight(quiet); n0 != 1 {
+		t.Fatalf("normal in flight %v, want 1", n0)
+	}
+	t.Run("contention grew the batch", func(t *testing.T) {
+		// Four requests in flight, each gap 12 ms: 4 ms waiting for the
+		// CPU, 8 ms computing (4 streams' tokens at 2 ms each).
+		gs := batchGaps(10, 4, 10, 100*ms, 12*ms, 4*ms)
+		moved := batchRule(gs, base, 1)
+		if moved.gaps == 0 {
+			t.Fatal("nothing moved")
+		}
+		// The batch part: min(8-2, 8×(1-1/4)) = 6 ms, all of it to
+		// cpu_runqueue (the other requests' only excess), once any
+		// other request's gap had ended.
+		for _, g := range gs {
+			if g.ns[critpath.CPURunqueue]+g.ns[critpath.ServerCompute] != 12*ms {
+				t.Fatalf("gap %d/%d: its total changed: %v", g.request, g.index, g.ns)
+			}
+			if g.start == 100*ms {
+				continue // no other request's gap had ended
+			}
+			if g.ns[critpath.ServerCompute] != 2*ms {
+				t.Errorf("gap %d/%d: server_compute %d ns, want the normal 2 ms", g.request, g.index, g.ns[critpath.ServerCompute])
+			}
+		}
+	})
+	t.Run("a slower model keeps its compute", func(t *testing.T) {
+		// Four requests in flight, each gap 10 ms, all computing: the
+		// model's step grew (the batch part is 7.5 ms of the 8 above
+		// normal, the other 0.5 ms the only reason they linger).
+		gs := batchGaps(20, 4, 10, 100*ms, 10*ms, 0)
+		before := gs[len(gs)-1].ns
+		batchRule(gs, base, 1)
+		if got := gs[len(gs)-1].ns; got != before {
+			t.Errorf("a compute-bound slowdown changed: %v, want %v", got, before)
+		}
+	})
+	t.Run("no more in flight than normal", func(t *testing.T) {
+		gs := batchGaps(30, 1, 10, 100*ms, 12*ms, 4*ms)
+		if moved := batchRule(gs, base, 1); moved.gaps != 0 {
+			t.Errorf("moved %+v with one request in flight", moved)
+		}
+	})
+	t.Run("no baseline number", func(t *testing.T) {
+		gs := batchGaps(40, 4, 10, 100*ms, 12*ms, 4*ms)
+		if moved := batchRule(gs, base, 0); moved.gaps != 0 {
+			t.Errorf("moved %+v without a normal number in flight", moved)
+		}
+	})
+	t.Run("a stalled reader's gap in progress", func(t *testing.T) {
+		// Request 50 stalls for 100 ms after its first token (its
+		// second gap: net_backpressure) while request 51's steps, one
+		// more stream than normal, compute 4 ms instead of 2.
+		gs := batchGaps(51, 1, 12, 100*ms, 4*ms, 0)
+		stall := []critGap{{request: 50, index: 0, start: 98 * ms, end: 100 * ms}, {request: 50, index: 1, start: 100 * ms, end: 200 * ms}}
+		stall[0].ns[critpath.ServerCompute] = 2 * ms
+		stall[1].ns[critpath.NetBackpressure] = 100 * ms
+		gs = append(stall, gs...)
+		batchRule(gs, base, 1)
+		for _, g := range gs[2:] {
+			if g.index == 0 {
+				continue
+			}
+			if g.ns[critpath.NetBackpressure] == 0 || g.ns[critpath.ServerCompute] != 2*ms {
+				t.Errorf("gap %d/%d during the stall: %v, want its 2 ms beyond normal on net_backpressure", g.request, g.index, g.ns)
+			}
+		}
+	})
+}
