@@ -103,6 +103,8 @@ type Prior struct {
 	// inFlight is the normal number of its requests in flight (the batch
 	// rule's n0), from its gaps file (0: none, the rule is off).
 	inFlight float64
+	// itlP99 is its p99 gap band (matchBand compares a run's with it).
+	itlP99 *result.CriticalBand
 }
 
 // Name is how result.json names the baseline: "run DIR".
@@ -136,6 +138,7 @@ func LoadPrior(path string) (*Prior, error) {
 		return nil, fmt.Errorf("the baseline run %s has no critical path (a run of a bpfbench without it, or a run that walked no gap): record the quiet run again with bpfbench run", path)
 	}
 	p.Crit = critpath.Baseline{TTFT: nsOf(cp.NormalTTFTMs), ITL: nsOf(cp.NormalITLMs)}
+	p.itlP99 = cp.ITLP99
 	if _, gaps, err := readGaps(dir); err == nil && len(gaps) > 0 {
 		p.tail, p.haveTail = tailMean(slices.Values(gaps), p.Crit), true
 		p.inFlight = normalInFlight(gaps)
@@ -226,6 +229,7 @@ func Rebase(doc *result.Document, dir string, prior *Prior) error {
 	cp := doc.CriticalPath
 	cp.Baseline = prior.Name()
 	rebase(cp, slices.Values(gaps), phases, prior.Crit, bt)
+	matchBand(cp.ITLP99, prior.itlP99, prior.Name())
 	var ps []float64
 	if a := doc.Activity; a != nil {
 		ps = bandPercentiles(a)
@@ -239,3 +243,39 @@ func Rebase(doc *result.Document, dir string, prior *Prior) error {
 	}
 	return nil
 }
+
+// matchBand compares a run's p99 gap band with the baseline run's own p99
+// band (validate's rule for a phase's tail, tailMean): each cause's time
+// per gap in b above its time per gap in the baseline's band is what the
+// run added to the tail, and b's excess and shares become those (the
+// excess over the baseline's normal gap would count what is slow in the
+// baseline's tail too: decode steps that carry another request's
+// prefill, long with or without contention). Nothing changes when the
+// baseline has no band, or the run's band added nothing.
+func matchBand(b, base *result.CriticalBand, name string) {
+	if b == nil || base == nil || b.Gaps == 0 || base.Gaps == 0 {
+		return
+	}
+	added := map[string]float64{}
+	var sum float64
+	for _, c := range critpath.CauseNames() {
+		if c == critpath.Unexplained.String() {
+			continue
+		}
+		if v := b.TotalsMs[c]/float64(b.Gaps) - base.TotalsMs[c]/float64(base.Gaps); v > 0 {
+			added[c] = v
+			sum += v
+		}
+	}
+	if sum <= 0 {
+		return
+	}
+	b.ExcessShares = map[string]float64{}
+	for _, c := range critpath.CauseNames() {
+		b.ExcessShares[c] = added[c] / sum
+	}
+	b.ExcessMs = sum * float64(b.Gaps)
+	b.Top = topOf(b.ExcessShares)
+	b.ExcessOver = fmt.Sprintf("the p99 band of %s (%d gaps from %.3g ms)", name, base.Gaps, base.FromMs)
+}
+

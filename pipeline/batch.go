@@ -31,11 +31,15 @@ import (
 //     1 - n0/k of its server_compute (what a step costs beyond n0
 //     streams' tokens if its cost grows with every token it carries);
 //   - the weights are, over the other requests in flight, the excess
-//     each cause added to their gaps that ended before this one: every
-//     cause but unexplained, server_compute counted without its own batch
-//     part (a batch grown by a batch is not a reason). A compute-bound
-//     slowdown (a slower model) keeps its server_compute; contention that
-//     slowed the requests gets the steps it filled.
+//     each cause added to their gaps so far (a gap in progress pro-rated
+//     to this one's end): the server's causes only, server_compute counted
+//     without its own batch part (a batch grown by a batch is not a
+//     reason). net_backpressure and client are left out: they name what
+//     held a gap's own connection back, and another request's slow reader
+//     is not this request's; a batch grown by slow readers stays
+//     server_compute. A compute-bound slowdown (a slower model) keeps its
+//     server_compute; contention that slowed the requests gets the steps
+//     it filled.
 //
 // The rule uses only the load generator's requests: it does not see
 // other clients' requests in flight (attach's live view does not apply
@@ -196,7 +200,7 @@ func newBatchSweep(gs []critGap, base critpath.Baseline, n0 float64) *batchSweep
 	for i, g := range gs {
 		n := base.For(critpath.Read{Index: int(g.index)})
 		for c := range critpath.NumCauses {
-			if c != critpath.Unexplained {
+			if batchReason(c) {
 				w.over[i][c] = max(g.ns[c]-n[c], 0)
 			}
 		}
@@ -221,6 +225,19 @@ func newBatchSweep(gs []critGap, base critpath.Baseline, n0 float64) *batchSweep
 	}
 	slices.SortFunc(w.leaves, func(a, b batchLeave) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.req, b.req)) })
 	return w
+}
+
+// batchReason says whether excess of cause c is a reason the batch rule
+// gives a bigger batch's compute to: the server's side (a CPU, the disk,
+// the GPU, its sleeps and stops), not a connection's (net_backpressure
+// and client say what held this gap's own connection back: another
+// request's slow reader is not this one's), nor unexplained.
+func batchReason(c critpath.Cause) bool {
+	switch c {
+	case critpath.NetBackpressure, critpath.Client, critpath.Unexplained:
+		return false
+	}
+	return true
 }
 
 // depart takes out of the sum the requests whose last gap ended before t.

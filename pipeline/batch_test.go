@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // batchGaps is requests requests of gaps gaps each, all in flight
@@ -80,23 +81,60 @@ func TestBatchRule(t *testing.T) {
 			t.Errorf("moved %+v without a normal number in flight", moved)
 		}
 	})
-	t.Run("a stalled reader's gap in progress", func(t *testing.T) {
-		// Request 50 stalls for 100 ms after its first token (its
-		// second gap: net_backpressure) while request 51's steps, one
-		// more stream than normal, compute 4 ms instead of 2.
+	t.Run("a gap in progress", func(t *testing.T) {
+		// Request 50 waits 100 ms for a CPU after its first token (its
+		// second gap) while request 51's steps, one more stream than
+		// normal, compute 4 ms instead of 2.
 		gs := batchGaps(51, 1, 12, 100*ms, 4*ms, 0)
-		stall := []critGap{{request: 50, index: 0, start: 98 * ms, end: 100 * ms}, {request: 50, index: 1, start: 100 * ms, end: 200 * ms}}
-		stall[0].ns[critpath.ServerCompute] = 2 * ms
-		stall[1].ns[critpath.NetBackpressure] = 100 * ms
-		gs = append(stall, gs...)
+		long := []critGap{{request: 50, index: 0, start: 98 * ms, end: 100 * ms}, {request: 50, index: 1, start: 100 * ms, end: 200 * ms}}
+		long[0].ns[critpath.ServerCompute] = 2 * ms
+		long[1].ns[critpath.CPURunqueue] = 100 * ms
+		gs = append(long, gs...)
 		batchRule(gs, base, 1)
 		for _, g := range gs[2:] {
 			if g.index == 0 {
 				continue
 			}
-			if g.ns[critpath.NetBackpressure] == 0 || g.ns[critpath.ServerCompute] != 2*ms {
-				t.Errorf("gap %d/%d during the stall: %v, want its 2 ms beyond normal on net_backpressure", g.request, g.index, g.ns)
+			if g.ns[critpath.CPURunqueue] == 0 || g.ns[critpath.ServerCompute] != 2*ms {
+				t.Errorf("gap %d/%d during the wait: %v, want its 2 ms beyond normal on cpu_runqueue", g.request, g.index, g.ns)
 			}
 		}
 	})
+	t.Run("a slow reader is its own connection's", func(t *testing.T) {
+		// The same with request 50 stalled by its reader
+		// (net_backpressure): the other request's bigger steps stay
+		// server_compute.
+		gs := batchGaps(51, 1, 12, 100*ms, 4*ms, 0)
+		stall := []critGap{{request: 50, index: 0, start: 98 * ms, end: 100 * ms}, {request: 50, index: 1, start: 100 * ms, end: 200 * ms}}
+		stall[0].ns[critpath.ServerCompute] = 2 * ms
+		stall[1].ns[critpath.NetBackpressure] = 100 * ms
+		gs = append(stall, gs...)
+		if moved := batchRule(gs, base, 1); moved.gaps != 0 {
+			t.Errorf("moved %+v to another connection's slow reader", moved)
+		}
+	})
+}
+
+// A run's p99 band against the baseline run's own: what it added per gap
+// over that band, per cause; nothing when it added nothing.
+func TestMatchBand(t *testing.T) {
+	base := &result.CriticalBand{Gaps: 10, FromMs: 9, TotalsMs: map[string]float64{"server_compute": 100, "cpu_runqueue": 2}}
+	b := &result.CriticalBand{Gaps: 5, FromMs: 21, TotalsMs: map[string]float64{"server_compute": 50, "cpu_runqueue": 55},
+		ExcessMs: 60, ExcessShares: map[string]float64{"server_compute": 0.4, "cpu_runqueue": 0.6}, Top: "cpu_runqueue"}
+	matchBand(b, base, "run quiet")
+	// server_compute 10 ms a gap in both; cpu_runqueue 11 against 0.2.
+	if b.Top != "cpu_runqueue" || b.ExcessShares["cpu_runqueue"] != 1 || b.ExcessShares["server_compute"] != 0 {
+		t.Errorf("shares %v top %s, want all of it cpu_runqueue", b.ExcessShares, b.Top)
+	}
+	if want := (11 - 0.2) * 5; b.ExcessMs < want-1e-9 || b.ExcessMs > want+1e-9 {
+		t.Errorf("excess %v ms, want %v", b.ExcessMs, want)
+	}
+	if b.ExcessOver == "" {
+		t.Error("the band does not say what it was compared with")
+	}
+	better := &result.CriticalBand{Gaps: 5, TotalsMs: map[string]float64{"server_compute": 40}, ExcessMs: 3, Top: "server_compute"}
+	matchBand(better, base, "run quiet")
+	if better.ExcessMs != 3 || better.ExcessOver != "" {
+		t.Errorf("a band that added nothing changed: %+v", better)
+	}
 }

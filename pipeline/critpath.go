@@ -256,6 +256,9 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 		out.Slowest = append(out.Slowest, criticalGap(g, base, runStart, name))
 	}
 	rebase(out, c.gaps.all(), phases, base, baseTail)
+	if prior != nil {
+		matchBand(out.ITLP99, prior.itlP99, prior.Name())
+	}
 	return out
 }
 

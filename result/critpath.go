@@ -56,6 +56,10 @@ type CriticalBand struct {
 	ExcessMs     float64            `json:"excess_ms"`
 	ExcessShares map[string]float64 `json:"excess_shares"`
 	Top          string             `json:"top_cause"`
+	// ExcessOver, when set, says the excess is over the baseline run's
+	// own p99 band, not its normal gap: each cause's time per gap above
+	// that band's (the p99 band of `run --baseline DIR`).
+	ExcessOver string `json:"excess_over,omitempty"`
 }
 
 // NoisyNeighbour is a process that held the CPU of a critical-path thread.

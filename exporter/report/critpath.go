@@ -25,7 +25,11 @@ func CriticalPathLines(cp *result.CriticalPath) []string {
 		parts := causeParts(b.TotalsMs, float64(b.Gaps), 4)
 		l := fmt.Sprintf("the p99 gap is %s (%d gaps at least that long): per gap %s", fmtMs(b.FromMs), b.Gaps, strings.Join(parts, ", "))
 		if b.ExcessMs > 0 {
-			l += fmt.Sprintf("; of its excess over the baseline (%s), %s %s", cp.Baseline, fmtPct(b.ExcessShares[b.Top]), b.Top)
+			if b.ExcessOver != "" {
+				l += fmt.Sprintf("; of what it added over %s, %s %s", b.ExcessOver, fmtPct(b.ExcessShares[b.Top]), b.Top)
+			} else {
+				l += fmt.Sprintf("; of its excess over the baseline (%s), %s %s", cp.Baseline, fmtPct(b.ExcessShares[b.Top]), b.Top)
+			}
 		}
 		out = append(out, l)
 	}
