@@ -278,4 +278,3 @@ func matchBand(b, base *result.CriticalBand, name string) {
 	b.Top = topOf(b.ExcessShares)
 	b.ExcessOver = fmt.Sprintf("the p99 band of %s (%d gaps from %.3g ms)", name, base.Gaps, base.FromMs)
 }
-
