@@ -318,6 +318,9 @@ func twoThreadsOnOneCPU(t *testing.T) (problems []string) {
 }
 
 // loopDevice attaches a loop device over a new file and returns its path.
+// The device reads its file with direct I/O: every read waits for the
+// disk below. Buffered, a read of a file in the page cache can complete
+// without its reader ever waiting (CI saw 500 reads and no wait).
 func loopDevice(t *testing.T, size int64) string {
 	t.Helper()
 	privtest.RequireTool(t, "losetup", "apt-get install mount")
@@ -333,7 +336,7 @@ func loopDevice(t *testing.T, size int64) string {
 		}
 	}
 	f.Close()
-	out, err := exec.Command("losetup", "--find", "--show", img).CombinedOutput()
+	out, err := exec.Command("losetup", "--find", "--show", "--direct-io=on", img).CombinedOutput()
 	if err != nil {
 		privtest.Skip(t, "no loop device: "+strings.TrimSpace(string(out)))
 	}
