@@ -387,14 +387,9 @@ func judgeContended(t *testing.T, c matrixCell, r *matrixResult, doc *result.Doc
 	if r.unexplained > 0.1 {
 		r.problems = append(r.problems, fmt.Sprintf("unexplained %.3f of the gap time, want at most 0.1", r.unexplained))
 	}
-	r.busy = "absent"
-	for i, n := range cp.NoisyNeighbours {
-		if n.Pid == uint32(busyPid) && !n.Target {
-			r.busy = fmt.Sprintf("#%d, %.0f ms", i+1, n.Ms)
-			break
-		}
-	}
-	if nb := cp.NoisyNeighbours; len(nb) == 0 || nb[0].Pid != uint32(busyPid) || nb[0].Target {
+	var first bool
+	r.busy, first = busyRank(cp.NoisyNeighbours, busyPid)
+	if nb := cp.NoisyNeighbours; !first {
 		var names []string
 		for i, n := range nb {
 			if i < 4 {
@@ -602,4 +597,15 @@ func matrixChildPids(pid int) []int {
 		}
 	}
 	return out
+}
+
+// busyRank is where the busy process busyPid stands among the noisy
+// neighbours ("#2, 310 ms", or "absent"), and whether it is the first.
+func busyRank(nb []result.NoisyNeighbour, busyPid int) (string, bool) {
+	for i, n := range nb {
+		if n.Pid == uint32(busyPid) && !n.Target {
+			return fmt.Sprintf("#%d, %.0f ms", i+1, n.Ms), i == 0
+		}
+	}
+	return "absent", false
 }

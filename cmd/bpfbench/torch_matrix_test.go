@@ -167,14 +167,8 @@ func (m *matrixRunner) torchRun(t *testing.T, c torchCell, srv *engine.Server, a
 	if r.unexplained > 0.1 {
 		r.problems = append(r.problems, fmt.Sprintf("unexplained %.3f of the gap time, want at most 0.1", r.unexplained))
 	}
-	r.busy = "absent"
-	for i, n := range cp.NoisyNeighbours {
-		if n.Pid == uint32(busyPid) && !n.Target {
-			r.busy = fmt.Sprintf("#%d, %.0f ms", i+1, n.Ms)
-			break
-		}
-	}
-	if nb := cp.NoisyNeighbours; len(nb) == 0 || nb[0].Pid != uint32(busyPid) || nb[0].Target {
+	var first bool
+	if r.busy, first = busyRank(cp.NoisyNeighbours, busyPid); !first {
 		r.problems = append(r.problems, fmt.Sprintf("the first noisy neighbour is not the busy process [%d] (it is %s)", busyPid, r.busy))
 	}
 	if len(cp.Slowest) > 0 {

@@ -132,20 +132,9 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.CtxSize <= 0 {
 		opts.CtxSize = 1024 * opts.Slots
 	}
-	if opts.StartTimeout <= 0 {
-		opts.StartTimeout = 60 * time.Second
-	}
-	port := opts.Port
-	if port == 0 {
-		p, err := freePort()
-		if err != nil {
-			return nil, fmt.Errorf("engine: no free port: %w", err)
-		}
-		port = p
-	}
-	host := opts.Host
-	if host == "" {
-		host = "127.0.0.1"
+	host, port, err := listenAddr(opts.Host, opts.Port)
+	if err != nil {
+		return nil, err
 	}
 	args := []string{
 		"--model", opts.Paths.Model,
@@ -202,8 +191,8 @@ func launch(ctx context.Context, o launchOptions) (*Server, error) {
 		}
 		exe, argv = ts, append([]string{"--cpu-list", o.cpus, exe}, argv...)
 	}
-	if o.host == "" {
-		o.host = "127.0.0.1"
+	if o.timeout <= 0 {
+		o.timeout = 60 * time.Second
 	}
 	cmd := exec.CommandContext(ctx, exe, argv...)
 	cmd.Cancel = func() error { return cmd.Process.Kill() }
@@ -336,6 +325,22 @@ func (s *Server) Stop() {
 			<-s.done
 		}
 	})
+}
+
+// listenAddr is where a server listens: host (default 127.0.0.1) and
+// port (0: a free one).
+func listenAddr(host string, port int) (string, int, error) {
+	if host == "" {
+		host = "127.0.0.1"
+	}
+	if port == 0 {
+		p, err := freePort()
+		if err != nil {
+			return "", 0, fmt.Errorf("engine: no free port: %w", err)
+		}
+		port = p
+	}
+	return host, port, nil
 }
 
 func freePort() (int, error) {

@@ -111,20 +111,9 @@ func StartTorch(ctx context.Context, opts TorchOptions) (*Server, error) {
 	if opts.Slots <= 0 {
 		opts.Slots = 2
 	}
-	if opts.StartTimeout <= 0 {
-		opts.StartTimeout = 60 * time.Second
-	}
-	port := opts.Port
-	if port == 0 {
-		p, err := freePort()
-		if err != nil {
-			return nil, fmt.Errorf("engine: no free port: %w", err)
-		}
-		port = p
-	}
-	host := opts.Host
-	if host == "" {
-		host = "127.0.0.1"
+	host, port, err := listenAddr(opts.Host, opts.Port)
+	if err != nil {
+		return nil, err
 	}
 	args := []string{opts.Paths.Script, "--host", host, "--port", strconv.Itoa(port), "--threads", strconv.Itoa(opts.Threads),
 		"--slots", strconv.Itoa(opts.Slots), "--model", "torch-tiny"}
