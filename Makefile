@@ -1,6 +1,18 @@
 # bpfbench build. `make build` needs only Go and gcc (the generated eBPF
 # objects are committed); `make generate` needs clang, llvm and libbpf-dev.
 GO        ?= go
+# ARCH: the architecture to build for (amd64, arm64). Another than the
+# host's is cross-compiled (cgo and the C tools through CROSS_CC's gcc:
+# gcc-aarch64-linux-gnu or gcc-x86-64-linux-gnu) into bin/linux-ARCH.
+HOST_ARCH := $(shell $(GO) env GOHOSTARCH)
+ARCH      ?= $(HOST_ARCH)
+CROSS_CC_amd64 := x86_64-linux-gnu-gcc
+CROSS_CC_arm64 := aarch64-linux-gnu-gcc
+ifneq ($(ARCH),$(HOST_ARCH))
+export GOARCH := $(ARCH)
+export CC := $(CROSS_CC_$(ARCH))
+BIN       ?= bin/linux-$(ARCH)
+endif
 BIN       ?= bin
 PREFIX    ?= /usr/local
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -11,7 +23,7 @@ export CGO_ENABLED := 1
 # go-nvml's headers mark many NVML calls deprecated; the warnings are not ours.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
-.PHONY: all build deps generate test fuzz lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image dist kernels
+.PHONY: all build dist-arch deps generate test fuzz lint staticcheck clean-tree report-sample bench engine demo validate install clean check-generated rules docs image dist kernels
 
 all: build
 
@@ -86,18 +98,20 @@ staticcheck:
 	$(GO) tool staticcheck $(STATICCHECK_PKGS)
 
 # Release artifacts in $(DIST) (ignored by git; the test builds into a
-# temporary one): bpfbench and llmsim stripped (-s -w, -trimpath) for
-# linux/$(PKG_ARCH), the .deb and .rpm (nfpm, deploy/package/nfpm.yaml), a
-# CycloneDX SBOM of bpfbench's modules, and SHA256SUMS over all of them.
-# Neither binary can be static: bpfbench needs cgo (go-nvml dlopens
-# libnvidia-ml; internal/uprobecost's calibration functions are C), and
-# llmsim opens the CUDA stub through purego, which needs the dynamic loader
-# even without cgo; both link only glibc. The host architecture only: the
-# eBPF objects are generated for amd64 (bpf2go -target amd64) and
-# uprobecost is x86-64 assembly. SOURCE_DATE_EPOCH (the commit's time) fixes
-# the packages' file times.
+# temporary one), for each architecture of DIST_ARCHES (amd64 and arm64; the
+# one not the host's cross-compiled, see ARCH): bpfbench and llmsim
+# stripped (-s -w, -trimpath) for linux/ARCH, the .deb and .rpm (nfpm,
+# deploy/package/nfpm.yaml); then a CycloneDX SBOM of bpfbench's modules
+# (the same for both: no module is per architecture) and SHA256SUMS over
+# all of them. Neither binary can be static: bpfbench needs cgo (go-nvml
+# dlopens libnvidia-ml; internal/uprobecost's calibration functions are C),
+# and llmsim opens the CUDA stub through purego, which needs the dynamic
+# loader even without cgo; both link only glibc. The eBPF objects are
+# generated for both (bpf2go -target amd64,arm64). SOURCE_DATE_EPOCH (the
+# commit's time) fixes the packages' file times.
 DIST           ?= dist
-PKG_ARCH       ?= $(shell $(GO) env GOARCH)
+DIST_ARCHES    ?= amd64 arm64
+PKG_ARCH       ?= $(ARCH)
 # The tag without its "v"; commits past it "+N.gHASH", a prerelease
 # ("-rc1") "~rc1"; untagged 0.0.0~git<revision>: dpkg and rpm put a
 # prerelease before its release and an untagged build before any, and
@@ -111,29 +125,36 @@ NFPM_ENV        = DIST='$(DIST)' PKG_ARCH='$(PKG_ARCH)' PKG_VERSION='$(PKG_VERSI
                   PKG_MAINTAINER='$(PKG_MAINTAINER)' SOURCE_DATE_EPOCH='$(SOURCE_DATE_EPOCH)'
 dist:
 	rm -rf $(DIST)/pkg
-	rm -f $(DIST)/SHA256SUMS $(DIST)/*.deb $(DIST)/*.rpm $(DIST)/*.cdx.json
+	rm -f $(DIST)/SHA256SUMS $(DIST)/*.deb $(DIST)/*.rpm $(DIST)/*.cdx.json $(DIST)/bpfbench-linux-* $(DIST)/llmsim-linux-*
 	mkdir -p $(DIST)/pkg
-	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(DIST)/bpfbench-linux-$(PKG_ARCH) ./cmd/bpfbench
-	$(GO) build -trimpath -ldflags '-s -w' -o $(DIST)/llmsim-linux-$(PKG_ARCH) ./cmd/llmsim
 	sed 's|^ExecStart=/usr/local/bin/bpfbench |ExecStart=/usr/bin/bpfbench |' systemd/bpfbench.service >$(DIST)/pkg/bpfbench.service
 	grep -q '^ExecStart=/usr/bin/bpfbench ' $(DIST)/pkg/bpfbench.service
 	cp README.md DESIGN.md $(DIST)/pkg/
-	$(NFPM_ENV) $(GO) tool nfpm package -f deploy/package/nfpm.yaml -p deb -t $(DIST)/
-	$(NFPM_ENV) $(GO) tool nfpm package -f deploy/package/nfpm.yaml -p rpm -t $(DIST)/
+	for a in $(DIST_ARCHES); do $(MAKE) --no-print-directory dist-arch ARCH=$$a PKG_ARCH=$$a || exit 1; done
 	$(GO) tool cyclonedx-gomod app -json -noserial -std -main cmd/bpfbench -output $(DIST)/bpfbench.cdx.json
-	cd $(DIST) && sha256sum bpfbench-linux-$(PKG_ARCH) llmsim-linux-$(PKG_ARCH) *.deb *.rpm bpfbench.cdx.json >SHA256SUMS
+	cd $(DIST) && sha256sum bpfbench-linux-* llmsim-linux-* *.deb *.rpm bpfbench.cdx.json >SHA256SUMS
 	@cat $(DIST)/SHA256SUMS
+
+# One architecture's binaries and packages (make dist runs it per ARCH;
+# nfpm itself runs on the host).
+dist-arch:
+	$(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' -o $(DIST)/bpfbench-linux-$(PKG_ARCH) ./cmd/bpfbench
+	$(GO) build -trimpath -ldflags '-s -w' -o $(DIST)/llmsim-linux-$(PKG_ARCH) ./cmd/llmsim
+	$(NFPM_ENV) GOARCH= CC=cc $(GO) tool nfpm package -f deploy/package/nfpm.yaml -p deb -t $(DIST)/
+	$(NFPM_ENV) GOARCH= CC=cc $(GO) tool nfpm package -f deploy/package/nfpm.yaml -p rpm -t $(DIST)/
 
 # The container image (deploy/Containerfile, built with buildah): the
 # stripped binary of `make dist` on a root file system of four Debian
 # packages unpacked by mmdebstrap (deploy/rootfs.sh): glibc, ldconfig, CA
 # certificates, base-files. Needs mmdebstrap, buildah and a Debian mirror;
-# no container registry.
+# no container registry. ARCH=arm64 builds the arm64 image (buildah
+# --platform; running it here would need qemu-user-static, building not).
 image: dist
 	mkdir -p build
-	deploy/rootfs.sh build/rootfs.tar
-	buildah build -f deploy/Containerfile --build-arg VERSION=$(VERSION) \
-		--build-arg BINARY=$(DIST)/bpfbench-linux-$(PKG_ARCH) -t bpfbench:$(VERSION) .
+	deploy/rootfs.sh build/rootfs-$(ARCH).tar "" $(ARCH)
+	buildah build -f deploy/Containerfile --platform linux/$(ARCH) --build-arg VERSION=$(VERSION) \
+		--build-arg ROOTFS=build/rootfs-$(ARCH).tar \
+		--build-arg BINARY=$(DIST)/bpfbench-linux-$(ARCH) -t bpfbench:$(VERSION)-$(ARCH) .
 
 # The CLI reference in docs/cli, generated from the commands (TestCLIDocs
 # fails when it is stale).
@@ -172,12 +193,14 @@ demo: build
 validate: build
 	$(BIN)/bpfbench validate --sim
 
-# The kernel matrix: Debian's cloud kernels (5.10, 6.1, 6.12) booted under
-# qemu TCG, each running bpfbench check and the privileged tests of
-# tools/kernels/tests.txt (as root; see tools/kernels/README.md). KERNELS
-# picks kernels ("5.10 6.1 6.12"), TESTS a regexp of test names.
+# The kernel matrix: Debian's cloud kernels (5.10, 6.1, 6.12 amd64; 6.12
+# arm64) booted under qemu TCG, each running bpfbench check and the
+# privileged tests of tools/kernels/tests.txt (as root; see
+# tools/kernels/README.md). KERNELS picks kernels ("5.10 6.1 6.12
+# 6.12-arm64"; 6.12-arm64 runs under qemu-system-aarch64 with `make build
+# ARCH=arm64`'s binaries), TESTS a regexp of test names.
 kernels:
-	KERNELS='$(or $(KERNELS),5.10 6.1 6.12)' TESTS='$(TESTS)' bash tools/kernels/kernels.sh
+	KERNELS='$(or $(KERNELS),5.10 6.1 6.12 6.12-arm64)' TESTS='$(TESTS)' bash tools/kernels/kernels.sh
 
 install: build
 	install -D -m 0755 $(BIN)/bpfbench $(DESTDIR)$(PREFIX)/bin/bpfbench

@@ -7,9 +7,11 @@
  * built for uprobe_multi links, which carry every symbol of a library in
  * one link, with a cookie per address); the attach
  * cookie, set by userspace per symbol, says which call it is and where its
- * arguments are (x86-64 System V: integer slots 1..6 are rdi, rsi, rdx,
- * rcx, r8, r9; slot k >= 7 is on the stack at [rsp + 8*(k-6)] at entry,
- * above the return address).
+ * arguments are, as integer argument slots (x86-64 System V: slots 1..6
+ * are rdi, rsi, rdx, rcx, r8, r9, slot k >= 7 is on the stack at
+ * [rsp + 8*(k-6)] at entry, above the return address; arm64 AAPCS64: slots
+ * 1..8 are x0..x7, slot k >= 9 at [sp + 8*(k-9)]; a struct of up to 16
+ * bytes by value, such as dim3, takes two slots in both).
  *
  * Calls whose duration or return code matters (synchronizes, blocking
  * copies, allocations, frees) also get a return probe: the entry stores the
@@ -190,9 +192,6 @@ struct {
 	__type(value, __u64);
 } launch_dims SEC(".maps");
 
-/* libbpf before 1.2 has no PT_REGS_PARM6. */
-#define ARG6(ctx) ((ctx)->r9)
-
 struct args {
 	__u64 bytes;
 	__u64 handle;
@@ -212,11 +211,11 @@ struct launch_config {
 };
 
 
-/* The integer argument registers at entry, by slot (1..6), and rsp (7):
- * read once at constant offsets (the verifier rejects a ctx access at a
- * computed offset). */
+/* The integer argument registers at entry, by slot (1..ARG_REGS), and the
+ * stack pointer (SP_SLOT): read once at constant offsets (the verifier
+ * rejects a ctx access at a computed offset). */
 struct regs {
-	__u64 r[8];
+	__u64 r[16];
 };
 
 static __always_inline void load_regs(struct pt_regs *ctx, struct regs *g)
@@ -227,21 +226,28 @@ static __always_inline void load_regs(struct pt_regs *ctx, struct regs *g)
 	g->r[3] = PT_REGS_PARM3(ctx);
 	g->r[4] = PT_REGS_PARM4(ctx);
 	g->r[5] = PT_REGS_PARM5(ctx);
-	g->r[6] = ARG6(ctx);
-	g->r[7] = PT_REGS_SP(ctx);
+	g->r[6] = ARG_REG6(ctx);
+#if ARG_REGS > 6
+	g->r[7] = ARG_REG7(ctx);
+	g->r[8] = ARG_REG8(ctx);
+#endif
+	g->r[SP_SLOT] = PT_REGS_SP(ctx);
 }
 
-/* slot reads integer argument slot k (1-based; 0: none) at function entry. */
+/* slot reads integer argument slot k (1-based; 0: none) at function entry:
+ * slots past the registers are the stack's 8-byte slots, from
+ * STACK_ARGS_OFF above the stack pointer (see bpfbench.h). */
 static __always_inline __u64 slot(struct regs *g, __u32 k)
 {
 	__u64 v = 0;
 	if (k == 0)
 		return 0;
-	if (k <= 6)
-		return g->r[k & 7];
+	if (k <= ARG_REGS)
+		return g->r[k & 15];
 	if (k > 15)
 		return 0;
-	bpf_probe_read_user(&v, sizeof(v), (void *)(g->r[7] + 8 * (k - 6)));
+	bpf_probe_read_user(&v, sizeof(v),
+			    (void *)(g->r[SP_SLOT] + STACK_ARGS_OFF + 8 * (k - ARG_REGS - 1)));
 	return v;
 }
 

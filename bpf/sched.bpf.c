@@ -279,7 +279,8 @@ volatile const bool with_irq_time = false;    /* irq_handler_entry/exit, softirq
 /* Set by userspace before load: this CPU's __preempt_count is at its
  * run queue's address plus preempt_delta (both per-CPU variables; the
  * difference of their offsets in the per-CPU section, from the kernel's
- * BTF). 0: not known, wakeups are WAKE_UNKNOWN. */
+ * BTF; x86-64). 0: not known, and wakeups are WAKE_UNKNOWN unless the
+ * kernel keeps the count in thread_info (preempt_count_now). */
 volatile const __s64 preempt_delta = 0;
 
 /* Processes the kernel added to targets (with_tree), so that target_of
@@ -682,20 +683,48 @@ static __always_inline int on_switch(bool preempt, struct task_struct *prev,
 	return 0;
 }
 
-/* wake_ctx_now reads where this wakeup runs from this CPU's preempt count,
- * reached from the running task's run queue (see preempt_delta). */
-static __always_inline __u32 wake_ctx_now(struct task_struct *cur, __u32 *vec)
+/* The preempt count where an architecture keeps it in the running task's
+ * thread_info (arm64, riscv, ...: a u64 whose low word is the count, in a
+ * union with its two halves on arm64). x86-64's thread_info has no such
+ * field: its count is a per-CPU variable (preempt_delta). */
+struct thread_info___pc {
+	__u64 preempt_count;
+} __attribute__((preserve_access_index));
+
+struct task_struct___pc {
+	struct thread_info___pc thread_info;
+} __attribute__((preserve_access_index));
+
+/* preempt_count_now reads the running CPU's preempt count: from the running
+ * task's thread_info where the kernel keeps it there, else at the running
+ * task's run queue plus preempt_delta. Non-zero: not known. */
+static __always_inline int preempt_count_now(struct task_struct *cur, __u32 *pc)
 {
+	struct task_struct___pc *t = (void *)cur;
+	if (bpf_core_field_exists(t->thread_info.preempt_count)) {
+		__u64 v = 0;
+		if (bpf_core_read(&v, sizeof(v), &t->thread_info.preempt_count))
+			return -1;
+		*pc = (__u32)v;
+		return 0;
+	}
 	if (!preempt_delta || !bpf_core_field_exists(cur->se.cfs_rq))
-		return WAKE_UNKNOWN;
+		return -1;
 	struct cfs_rq *cfs = cur->se.cfs_rq;
 	if (!cfs)
-		return WAKE_UNKNOWN;
+		return -1;
 	struct rq *rq = cfs->rq;
 	if (!rq)
-		return WAKE_UNKNOWN;
+		return -1;
+	return bpf_probe_read_kernel(pc, sizeof(*pc), (void *)((__s64)rq + preempt_delta));
+}
+
+/* wake_ctx_now reads where this wakeup runs from this CPU's preempt count
+ * (cur is the running task). */
+static __always_inline __u32 wake_ctx_now(struct task_struct *cur, __u32 *vec)
+{
 	__u32 pc = 0;
-	if (bpf_probe_read_kernel(&pc, sizeof(pc), (void *)((__s64)rq + preempt_delta)))
+	if (preempt_count_now(cur, &pc))
 		return WAKE_UNKNOWN;
 	if (pc & NMI_MASK)
 		return WAKE_NMI;

@@ -36,6 +36,12 @@ func TestDist(t *testing.T) {
 	dpkgDeb := privtest.RequireTool(t, "dpkg-deb", "apt-get install dpkg")
 	sha256sum := privtest.RequireTool(t, "sha256sum", "apt-get install coreutils")
 
+	for _, arch := range distArches {
+		if arch != runtime.GOARCH {
+			privtest.RequireTool(t, crossCC[arch], "apt-get install "+crossPkgs[arch])
+		}
+	}
+
 	dist := t.TempDir()
 	cmd := exec.Command(makeBin, "--no-print-directory", "dist", "DIST="+dist, "GO="+goCommand(), "VERSION="+distVersion)
 	cmd.Dir = ".."
@@ -47,22 +53,34 @@ func TestDist(t *testing.T) {
 		t.Fatalf("make dist DIST=%s: %v\n%s", dist, err, out)
 	}
 
-	arch := runtime.GOARCH
-	bin := filepath.Join(dist, "bpfbench-linux-"+arch)
-	debs, _ := filepath.Glob(filepath.Join(dist, "bpfbench_"+distDebVersion+"_"+arch+".deb"))
-	rpms, _ := filepath.Glob(filepath.Join(dist, "bpfbench-"+distDebVersion+".*.rpm"))
-	if len(debs) != 1 || len(rpms) != 1 {
-		t.Fatalf("want one .deb and one .rpm in %s, found %q and %q", dist, debs, rpms)
+	for _, arch := range distArches {
+		bin := filepath.Join(dist, "bpfbench-linux-"+arch)
+		debs, _ := filepath.Glob(filepath.Join(dist, "bpfbench_"+distDebVersion+"_"+arch+".deb"))
+		rpms, _ := filepath.Glob(filepath.Join(dist, "bpfbench-"+distDebVersion+"."+rpmArch[arch]+".rpm"))
+		if len(debs) != 1 || len(rpms) != 1 {
+			t.Fatalf("want one %s .deb and one .rpm in %s, found %q and %q", arch, dist, debs, rpms)
+		}
+		d := distFiles{dir: dist, arch: arch, bin: bin, deb: debs[0], rpm: rpms[0], dpkgDeb: dpkgDeb, sha256sum: sha256sum}
+		t.Run(arch+"/binaries", func(t *testing.T) { checkDistBinaries(t, d) })
+		t.Run(arch+"/deb contents", func(t *testing.T) { checkDebContents(t, d) })
+		t.Run(arch+"/deb metadata", func(t *testing.T) { checkDebMetadata(t, d) })
+		t.Run(arch+"/rpm", func(t *testing.T) { checkRPM(t, d) })
 	}
-	d := distFiles{dir: dist, arch: arch, bin: bin, deb: debs[0], rpm: rpms[0], dpkgDeb: dpkgDeb, sha256sum: sha256sum}
-
-	t.Run("binaries", func(t *testing.T) { checkDistBinaries(t, d) })
-	t.Run("deb contents", func(t *testing.T) { checkDebContents(t, d) })
-	t.Run("deb metadata", func(t *testing.T) { checkDebMetadata(t, d) })
-	t.Run("rpm", func(t *testing.T) { checkRPM(t, d) })
+	d := distFiles{dir: dist, sha256sum: sha256sum}
 	t.Run("SHA256SUMS", func(t *testing.T) { checkSHA256SUMS(t, d) })
 	t.Run("SBOM", func(t *testing.T) { checkSBOM(t, d) })
 }
+
+// distArches are the architectures `make dist` builds (the one not the
+// host's cross-compiled), with each one's ELF machine and RPM name, and the
+// cross compiler that builds it from the other.
+var (
+	distArches = []string{"amd64", "arm64"}
+	rpmArch    = map[string]string{"amd64": "x86_64", "arm64": "aarch64"}
+	elfMachine = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
+	crossCC    = map[string]string{"amd64": "x86_64-linux-gnu-gcc", "arm64": "aarch64-linux-gnu-gcc"}
+	crossPkgs  = map[string]string{"amd64": "gcc-x86-64-linux-gnu libc6-dev-amd64-cross", "arm64": "gcc-aarch64-linux-gnu libc6-dev-arm64-cross"}
+)
 
 // distFiles is what make dist wrote, and the tools that read it.
 type distFiles struct {
@@ -76,6 +94,16 @@ func checkDistBinaries(t *testing.T, d distFiles) {
 	for _, name := range []string{"bpfbench-linux-" + arch, "llmsim-linux-" + arch} {
 		checkStripped(t, filepath.Join(dist, name))
 	}
+	for _, name := range []string{"bpfbench-linux-" + arch, "llmsim-linux-" + arch} {
+		f, err := elf.Open(filepath.Join(dist, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Machine != elfMachine[arch] {
+			t.Errorf("%s is for %v, want %v", name, f.Machine, elfMachine[arch])
+		}
+		f.Close()
+	}
 	bi, err := buildinfo.ReadFile(bin)
 	if err != nil {
 		t.Fatalf("build info of %s: %v", bin, err)
@@ -84,6 +112,21 @@ func checkDistBinaries(t *testing.T, d distFiles) {
 		if s.Key == "-trimpath" && s.Value != "true" {
 			t.Errorf("%s built without -trimpath", bin)
 		}
+		if s.Key == "GOARCH" && s.Value != arch {
+			t.Errorf("%s built for GOARCH %s, want %s", bin, s.Value, arch)
+		}
+	}
+	if arch != runtime.GOARCH {
+		// Not runnable here: the version is in its build (the
+		// ldflags' string, in the binary's data).
+		b, err := os.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Contains(b, []byte(distVersion)) {
+			t.Errorf("%s does not carry the version %s", bin, distVersion)
+		}
+		return
 	}
 	// make build's version ldflags (-trimpath leaves -ldflags out of
 	// the build info, so ask the binary).
@@ -231,9 +274,8 @@ func checkRPM(t *testing.T, d distFiles) {
 	if !bytes.HasPrefix(b, []byte{0xed, 0xab, 0xee, 0xdb}) {
 		t.Errorf("%s is no RPM package", rpm)
 	}
-	rpmArch := map[string]string{"amd64": "x86_64", "arm64": "aarch64"}[arch]
-	if rpmArch != "" && !strings.HasSuffix(rpm, "."+rpmArch+".rpm") {
-		t.Errorf("%s is not for %s", rpm, rpmArch)
+	if !strings.HasSuffix(rpm, "."+rpmArch[arch]+".rpm") {
+		t.Errorf("%s is not for %s", rpm, rpmArch[arch])
 	}
 }
 

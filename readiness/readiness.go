@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -470,15 +471,24 @@ func shortErr(err error) string {
 	return s
 }
 
-// libraryDirs are searched after ldconfig's cache.
-var libraryDirs = []string{"/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu", "/usr/local/cuda/lib64", "/usr/local/nvidia/lib64"}
+// libraryDirs are searched after ldconfig's cache: Debian's multiarch
+// directory of this binary's architecture, then the others.
+var libraryDirs = []string{"/usr/lib/" + multiarch[runtime.GOARCH], "/usr/lib64", "/usr/lib", "/lib/" + multiarch[runtime.GOARCH], "/usr/local/cuda/lib64", "/usr/local/nvidia/lib64"}
 
-// FindLibrary returns the path of a shared library, or "".
+// multiarch is Debian's multiarch triplet, and ldconfigABI the tag of
+// `ldconfig -p`'s entries, of each architecture bpfbench is built for.
+var (
+	multiarch   = map[string]string{"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}
+	ldconfigABI = map[string]string{"amd64": "x86-64", "arm64": "AArch64"}
+)
+
+// FindLibrary returns the path of a shared library of this binary's
+// architecture, or "".
 func FindLibrary(soname string) string {
 	if out, err := exec.Command("ldconfig", "-p").Output(); err == nil {
 		for _, line := range strings.Split(string(out), "\n") {
 			f := strings.Fields(line)
-			if len(f) >= 4 && f[0] == soname && strings.Contains(line, "x86-64") {
+			if len(f) >= 4 && f[0] == soname && strings.Contains(line, ldconfigABI[runtime.GOARCH]) {
 				return f[len(f)-1]
 			}
 		}

@@ -13,6 +13,35 @@
 #include <bpf/bpf_core_read.h>
 #pragma clang diagnostic pop
 
+/* Integer argument slots at a function's entry, per target architecture
+ * (bpf2go -target defines __TARGET_ARCH_*): ARG_REGS slots in registers,
+ * the rest in 8-byte stack slots from STACK_ARGS_OFF above the stack
+ * pointer; SP_SLOT is where cuda.bpf.c's register copy keeps the stack
+ * pointer. The vmlinux.h here is x86-64's: arm64's register file as uprobe
+ * programs see it (struct user_pt_regs, arch/arm64/include/uapi/asm/
+ * ptrace.h, a stable ABI) is declared below, without CO-RE. */
+#if defined(__TARGET_ARCH_arm64)
+struct user_pt_regs {
+	__u64 regs[31];
+	__u64 sp;
+	__u64 pc;
+	__u64 pstate;
+};
+#define ARG_REGS 8
+#define STACK_ARGS_OFF 0 /* the return address is in x30, not on the stack */
+#define ARG_REG6(ctx) (((const struct user_pt_regs *)(ctx))->regs[5])
+#define ARG_REG7(ctx) (((const struct user_pt_regs *)(ctx))->regs[6])
+#define ARG_REG8(ctx) (((const struct user_pt_regs *)(ctx))->regs[7])
+#elif defined(__TARGET_ARCH_x86)
+#define ARG_REGS 6
+#define STACK_ARGS_OFF 8 /* above the return address */
+/* libbpf before 1.2 has no PT_REGS_PARM6. */
+#define ARG_REG6(ctx) ((ctx)->r9)
+#else
+#error "bpfbench's eBPF programs are built for x86 and arm64 (bpf2go -target amd64,arm64)"
+#endif
+#define SP_SLOT 9
+
 /* Log2 histograms: slot i counts values v (ns) with 2^(i-1) <= v < 2^i,
  * slot 0 counts v == 0. 40 slots reach 2^39 ns, about 550 s. */
 #define HIST_SLOTS 40

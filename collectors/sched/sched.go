@@ -269,7 +269,7 @@ func (c *Collector) Start(context.Context) error {
 	var delta int64
 	if c.cfg.Wakers {
 		var err error
-		if delta, err = PreemptDelta(); err != nil {
+		if delta, err = PreemptDelta(); err != nil && !PreemptInThreadInfo() {
 			c.Log().Warn("wakeup contexts unknown on this kernel", "err", err)
 		}
 	}
@@ -347,6 +347,23 @@ func PreemptDelta() (int64, error) {
 		preemptDelta = pc - rq
 	})
 	return preemptDelta, preemptErr
+}
+
+// PreemptInThreadInfo reports whether the kernel keeps a task's preempt
+// count in its thread_info (arm64, riscv and most architectures but
+// x86-64), where the sched programs read it from the running task (CO-RE)
+// and need no PreemptDelta.
+func PreemptInThreadInfo() bool {
+	spec, err := bpfutil.KernelBTF()
+	if err != nil {
+		return false
+	}
+	var ti *btf.Struct
+	if err := spec.TypeByName("thread_info", &ti); err != nil {
+		return false
+	}
+	_, ok := memberOffset(ti, "preempt_count")
+	return ok
 }
 
 // preemptOffsets finds the per-CPU offsets of the preempt count and the

@@ -1,15 +1,17 @@
 // Package uprobecost measures what a uprobe hit costs on this host, so
 // that collectors can keep probes on hot functions within a budget. The
 // cost depends on the host (0.8 µs on one machine, 20 µs on another of the
-// same kind) and on the probed instruction: x86-64 emulates some first
-// instructions (push, call, jmp) and single-steps the others out of line,
-// which costs much more. Both are measured on functions of this binary.
+// same kind) and on the probed instruction: the kernel emulates some first
+// instructions in its trap handler (x86-64: push, call, jmp; arm64:
+// branches and adr/adrp) and single-steps the others out of line, which
+// costs a second trap. Both are measured on functions of this binary.
 package uprobecost
 
 /*
 // Two calibration functions with known first instructions: one the kernel
-// emulates (push %rbp) and one it must single-step (mov %rdi,%rax). Each
-// probe hit lands on the first instruction.
+// emulates and one it must single-step. Each probe hit lands on the first
+// instruction.
+#if defined(__x86_64__)
 __asm__(
 	".text\n"
 	".globl bpfbench_calib_push\n"
@@ -27,6 +29,27 @@ __asm__(
 	"	ret\n"
 	".size bpfbench_calib_step, .-bpfbench_calib_step\n"
 );
+#elif defined(__aarch64__)
+// arm64: a branch (simulated, arch/arm64/kernel/probes/simulate-insn.c)
+// and an add (stepped out of line).
+__asm__(
+	".text\n"
+	".globl bpfbench_calib_push\n"
+	".type bpfbench_calib_push,%function\n"
+	"bpfbench_calib_push:\n"
+	"	b 1f\n"
+	"1:	ret\n"
+	".size bpfbench_calib_push, .-bpfbench_calib_push\n"
+	".globl bpfbench_calib_step\n"
+	".type bpfbench_calib_step,%function\n"
+	"bpfbench_calib_step:\n"
+	"	add x0, x0, #1\n"
+	"	ret\n"
+	".size bpfbench_calib_step, .-bpfbench_calib_step\n"
+);
+#else
+#error "uprobecost has calibration functions for x86-64 and arm64 only"
+#endif
 void bpfbench_calib_push(void);
 long bpfbench_calib_step(long);
 
@@ -67,7 +90,7 @@ type Kind int
 
 // The two kinds.
 const (
-	Emulated   Kind = iota // push, call, jmp: emulated in the trap handler
+	Emulated   Kind = iota // emulated in the trap handler (x86-64 push, call, jmp; arm64 branches)
 	SingleStep             // anything else: executed out of line, a second trap
 )
 
@@ -257,8 +280,25 @@ func Classify(path string, off uint64) (Kind, error) {
 	return ClassifyBytes(b[:]), nil
 }
 
-// ClassifyBytes classifies the instruction starting at b (x86-64).
-func ClassifyBytes(b []byte) Kind {
+// ClassifyBytes classifies the instruction starting at b for this
+// binary's architecture.
+func ClassifyBytes(b []byte) Kind { return ClassifyArch(runtime.GOARCH, b) }
+
+// ClassifyArch classifies the instruction starting at b for arch (GOARCH
+// names); an architecture it does not know is single-stepped (the higher
+// cost).
+func ClassifyArch(arch string, b []byte) Kind {
+	switch arch {
+	case "amd64":
+		return classifyX86(b)
+	case "arm64":
+		return classifyArm64(b)
+	}
+	return SingleStep
+}
+
+// classifyX86: what arch/x86/kernel/uprobes.c emulates.
+func classifyX86(b []byte) Kind {
 	if len(b) == 0 {
 		return SingleStep
 	}
@@ -272,6 +312,34 @@ func ClassifyBytes(b []byte) Kind {
 	case b[0] >= 0x70 && b[0] <= 0x7f: // jcc rel8
 		return Emulated
 	case b[0] == 0x90: // nop
+		return Emulated
+	}
+	return SingleStep
+}
+
+// classifyArm64: what arch/arm64/kernel/probes/decode-insn.c simulates on
+// every kernel (branches, adr/adrp). Newer kernels simulate more (nop and
+// hints, a frame-record stp); those count as single-stepped, the higher
+// cost, as on the kernels that step them.
+func classifyArm64(b []byte) Kind {
+	if len(b) < 4 {
+		return SingleStep
+	}
+	insn := uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+	switch {
+	case insn&0x7c000000 == 0x14000000: // b, bl
+		return Emulated
+	case insn&0xff000010 == 0x54000000: // b.cond
+		return Emulated
+	case insn&0x7e000000 == 0x34000000: // cbz, cbnz
+		return Emulated
+	case insn&0x7e000000 == 0x36000000: // tbz, tbnz
+		return Emulated
+	case insn&0xff9ffc1f == 0xd61f0000: // br, blr (bits 21-22: 00 br, 01 blr, 10 ret)
+		return Emulated
+	case insn&0xfffffc1f == 0xd65f0000: // ret
+		return Emulated
+	case insn&0x1f000000 == 0x10000000: // adr, adrp
 		return Emulated
 	}
 	return SingleStep

@@ -6,20 +6,38 @@ import (
 	"github.com/bpfbench/bpfbench/internal/privtest"
 )
 
-func TestClassifyBytes(t *testing.T) {
+func TestClassifyArch(t *testing.T) {
+	le := func(insn uint32) []byte {
+		return []byte{byte(insn), byte(insn >> 8), byte(insn >> 16), byte(insn >> 24)}
+	}
 	for _, c := range []struct {
+		arch string
 		b    []byte
 		want Kind
 	}{
-		{[]byte{0x55, 0x48, 0x89, 0xe5}, Emulated},   // push %rbp
-		{[]byte{0x41, 0x57, 0x41, 0x56}, Emulated},   // push %r15
-		{[]byte{0xe9, 0, 0, 0}, Emulated},            // jmp rel32
-		{[]byte{0xf3, 0x0f, 0x1e, 0xfa}, SingleStep}, // endbr64
-		{[]byte{0x48, 0x89, 0xf8}, SingleStep},       // mov %rdi,%rax
-		{nil, SingleStep},
+		{"amd64", []byte{0x55, 0x48, 0x89, 0xe5}, Emulated},   // push %rbp
+		{"amd64", []byte{0x41, 0x57, 0x41, 0x56}, Emulated},   // push %r15
+		{"amd64", []byte{0xe9, 0, 0, 0}, Emulated},            // jmp rel32
+		{"amd64", []byte{0xf3, 0x0f, 0x1e, 0xfa}, SingleStep}, // endbr64
+		{"amd64", []byte{0x48, 0x89, 0xf8}, SingleStep},       // mov %rdi,%rax
+		{"amd64", nil, SingleStep},
+		{"arm64", le(0x14000002), Emulated},   // b .+8
+		{"arm64", le(0x97ffffff), Emulated},   // bl .-4
+		{"arm64", le(0x54000040), Emulated},   // b.eq .+8
+		{"arm64", le(0xb4000040), Emulated},   // cbz x0, .+8
+		{"arm64", le(0x37000040), Emulated},   // tbnz w0, #0, .+8
+		{"arm64", le(0xd65f03c0), Emulated},   // ret
+		{"arm64", le(0xd63f0020), Emulated},   // blr x1
+		{"arm64", le(0x90000000), Emulated},   // adrp x0, .
+		{"arm64", le(0xa9bf7bfd), SingleStep}, // stp x29, x30, [sp, #-16]!
+		{"arm64", le(0xd503233f), SingleStep}, // paciasp
+		{"arm64", le(0xd503245f), SingleStep}, // bti c
+		{"arm64", le(0x91000400), SingleStep}, // add x0, x0, #1
+		{"arm64", []byte{0x14}, SingleStep},
+		{"riscv64", le(0x14000002), SingleStep},
 	} {
-		if got := ClassifyBytes(c.b); got != c.want {
-			t.Errorf("% x: %v, want %v", c.b, got, c.want)
+		if got := ClassifyArch(c.arch, c.b); got != c.want {
+			t.Errorf("%s % x: %v, want %v", c.arch, c.b, got, c.want)
 		}
 	}
 }

@@ -11,6 +11,11 @@ pkgs=(clang llvm libbpf-dev bpftool gcc make iproute2 util-linux mount kmod proc
 	libcuda1 libnvidia-ml1
 	python3-torch libopenblas0-openmp
 	${DEPS_EXTRA:-})
+# make dist builds both architectures: the other one's cross compiler.
+case $(dpkg --print-architecture) in
+amd64) pkgs+=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross) ;;
+arm64) pkgs+=(gcc-x86-64-linux-gnu libc6-dev-amd64-cross) ;;
+esac
 
 missing=()
 for p in "${pkgs[@]}"; do

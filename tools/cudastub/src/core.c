@@ -158,13 +158,22 @@ uint64_t stub_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* What a spinning wait does between clock reads: the CPU's spin hint. */
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define cpu_relax() __asm__ __volatile__("" ::: "memory")
+#endif
+
 void stub_wait_until(uint64_t t)
 {
 	struct timespec ts;
 
 	if (stub_config()->mode == STUB_MODE_SPIN) {
 		while (stub_now() < t)
-			__builtin_ia32_pause();
+			cpu_relax();
 		return;
 	}
 	ts.tv_sec = (time_t)(t / 1000000000ull);
