@@ -41,6 +41,58 @@ type Config struct {
 	Agent Agent `yaml:"agent"`
 	// Live runs the live view of every target (live.go).
 	Live Live `yaml:"live"`
+	// Incidents keeps a flight recorder on every live target and writes
+	// an incident bundle when its rule fires (incidents.go).
+	Incidents Incidents `yaml:"incidents"`
+}
+
+// Incidents configures the flight recorder of every live target and the
+// bundles it leaves: on by default, with the default rule (a target's
+// token-gap p99 at least 3× its normal p99 for 30 s). Zero values take
+// the defaults below.
+type Incidents struct {
+	Enabled bool `yaml:"enabled"`
+	// Dir is the spool (default /var/lib/bpfbench/incidents, the unit's
+	// StateDirectory); Keep and MaxBytes its retention (50 bundles, 256
+	// MiB), the oldest bundle removed whole first.
+	Dir      string `yaml:"dir"`
+	Keep     int    `yaml:"keep"`
+	MaxBytes int64  `yaml:"max_bytes"`
+	// RecorderWindow is how far back a target's recorder keeps gaps (2m),
+	// RecorderBytes its memory bound (32 MiB, the oldest evicted first).
+	RecorderWindow time.Duration `yaml:"recorder_window"`
+	RecorderBytes  int           `yaml:"recorder_bytes"`
+	// After is how long after the trigger the window goes on (30s).
+	After time.Duration `yaml:"after"`
+	// Cooldown is the least time between two incidents of a target by its
+	// rule (10m); MaxPerHour bounds every target's incidents in an hour,
+	// requests included (6).
+	Cooldown   time.Duration `yaml:"cooldown"`
+	MaxPerHour int           `yaml:"max_per_hour"`
+	// Rule is every target's rule, Targets a target's own by name.
+	Rule    *IncidentRule           `yaml:"rule"`
+	Targets map[string]IncidentRule `yaml:"targets"`
+}
+
+// IncidentRule is when a target's recent token gaps are an incident:
+// every criterion set holds over the gaps of the last `over`, at every
+// check for `for` (live.Trigger).
+type IncidentRule struct {
+	// P99Ms: the recent gaps' p99 above this many ms.
+	P99Ms float64 `yaml:"p99_ms"`
+	// P99TimesNormal: the recent p99 at least this many times the normal
+	// gap's p99 (the live view's rolling baseline).
+	P99TimesNormal float64 `yaml:"p99_times_normal"`
+	// Cause and Share: the cause's share of the recent slowest gaps'
+	// excess over the normal gap at least share (0-1), e.g. cpu_runqueue
+	// and 0.5, the condition of the alert BpfbenchTokenGapRunqueueShare.
+	Cause string  `yaml:"cause"`
+	Share float64 `yaml:"share"`
+	// For (30s), Over (10s) and MinGaps (20): how long it holds, the
+	// recent window judged, the fewest gaps judged.
+	For     time.Duration `yaml:"for"`
+	Over    time.Duration `yaml:"over"`
+	MinGaps int           `yaml:"min_gaps"`
 }
 
 // Live is the live view's switch: a session on each target's processes
@@ -179,7 +231,7 @@ var (
 // DefaultConfig is used when no file is given.
 func DefaultConfig() Config {
 	return Config{ListenAddress: ":9464", LogLevel: "info", LogFormat: "text", RefreshInterval: 5 * time.Second,
-		Live: Live{Enabled: true}}
+		Live: Live{Enabled: true}, Incidents: Incidents{Enabled: true}}
 }
 
 // LoadConfig reads and validates a configuration file. Unknown keys are errors.
@@ -266,6 +318,26 @@ func (c *Config) Validate() error {
 	}
 	if c.Kubernetes.RefreshInterval < 0 {
 		return fmt.Errorf("kubernetes.refresh_interval must not be negative (0: the daemon's refresh_interval)")
+	}
+	return c.Incidents.validate(seen)
+}
+
+func (in Incidents) validate(targets map[string]bool) error {
+	if in.Keep < 0 || in.MaxBytes < 0 || in.RecorderWindow < 0 || in.RecorderBytes < 0 || in.After < 0 || in.Cooldown < 0 || in.MaxPerHour < 0 {
+		return fmt.Errorf("incidents: keep, max_bytes, recorder_window, recorder_bytes, after, cooldown and max_per_hour must not be negative (0: the default)")
+	}
+	if in.Rule != nil {
+		if err := in.Rule.check(); err != nil {
+			return fmt.Errorf("incidents.rule: %w", err)
+		}
+	}
+	for name, r := range in.Targets {
+		if !targets[name] || name == "host" {
+			return fmt.Errorf("incidents.targets: %q is not the name of a configured target", name)
+		}
+		if err := r.check(); err != nil {
+			return fmt.Errorf("incidents.targets.%s: %w", name, err)
+		}
 	}
 	return nil
 }

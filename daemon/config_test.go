@@ -36,8 +36,18 @@ targets:
 		t.Errorf("config %+v", cfg)
 	}
 	empty, err := LoadConfig(writeConfig(t, ""))
-	if err != nil || empty.ListenAddress != ":9464" {
-		t.Errorf("empty file: %+v %v", empty, err)
+	if err != nil || empty.ListenAddress != ":9464" || !empty.Incidents.Enabled {
+		t.Errorf("empty file: %+v %v (incidents on by default)", empty, err)
+	}
+	inc, err := LoadConfig(writeConfig(t, `
+targets: [{name: vllm, comm: python3}]
+incidents:
+  dir: /tmp/x
+  rule: {p99_times_normal: 3, cause: cpu_runqueue, share: 0.5, for: 20s}
+  targets: {vllm: {p99_ms: 80}}
+`))
+	if err != nil || inc.Incidents.Rule.trigger().String() != "gap p99 at least 3× the normal p99 and cpu_runqueue at least 50% of the p99 gaps' excess, over 10s of gaps, for 20s" {
+		t.Errorf("incidents: %v: %+v", err, inc.Incidents)
 	}
 }
 
@@ -52,6 +62,10 @@ func TestLoadConfigErrors(t *testing.T) {
 		"refresh_interval: -1s\n":                                  "refresh_interval must be positive",
 		"listen_adress: :1\n":                                      "field listen_adress not found",
 		"targets: [\n":                                             "yaml",
+		"incidents:\n  rule: {cause: gpu, share: 0.5}\n":           "cause \"gpu\" is not one of",
+		"incidents:\n  rule: {for: 10s}\n":                         "no criterion",
+		"incidents:\n  targets: {nope: {p99_ms: 10}}\n":            "not the name of a configured target",
+		"incidents:\n  keep: -1\n":                                 "must not be negative",
 	} {
 		_, err := LoadConfig(writeConfig(t, body))
 		if err == nil || !strings.Contains(err.Error(), want) {

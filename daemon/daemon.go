@@ -22,6 +22,7 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/exporter/prom"
+	"github.com/bpfbench/bpfbench/incident"
 	"github.com/bpfbench/bpfbench/internal/version"
 	"github.com/bpfbench/bpfbench/session"
 )
@@ -64,6 +65,9 @@ type Daemon struct {
 
 	listening chan net.Addr
 	refreshed atomic.Bool // targets resolved at least once
+
+	// inc writes the incidents of the live targets (nil: off).
+	inc *incident.Manager
 
 	// sections build the sessions of the agent API (agent.enabled).
 	sections []session.SectionFactory
@@ -118,6 +122,10 @@ func New(cfg Config, logger *slog.Logger, factories []HostFactory) *Daemon {
 	}
 	d.view.Store(d.slots.view(cfg.Targets, nil))
 	d.views = newLiveViews(d.log)
+	d.inc = newIncidents(cfg, d)
+	if d.inc != nil {
+		d.views.inc, d.views.recorder = d.inc, d.newRecorder
+	}
 	if kubernetesTargets(cfg.Targets) {
 		d.pods = newPodSource(cfg, logger)
 	}
@@ -158,6 +166,9 @@ func (d *Daemon) Start(ctx context.Context) error {
 		d,
 		d.views,
 	)
+	if d.inc != nil {
+		d.reg.MustRegister(d.inc)
+	}
 	for _, h := range d.hosts {
 		c, err := newSlotCollector(h, h.Name(), d.view.Load, d.log)
 		if err == nil {
@@ -222,11 +233,13 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 		for p, h := range api.Routes() {
 			routes[p] = h
 		}
+		routes["POST "+PathCapture] = http.HandlerFunc(d.serveCapture)
 		if webConfig == "" {
 			d.log.Warn("the session API is served without authentication (--agent.insecure or a loopback address): give --web.config.file with TLS and basic auth")
 		}
 	}
 	d.checkTargets(d.cfg.Targets)
+	d.sweepSpool()
 	d.listening <- l.Addr()
 	g, gctx := errgroup.WithContext(ctx)
 	if len(d.sections) > 0 {
@@ -367,6 +380,9 @@ func (d *Daemon) refreshLocked() {
 // order. It is idempotent.
 func (d *Daemon) Close() error {
 	d.views.stop()
+	if d.inc != nil {
+		d.inc.Close()
+	}
 	var errs []error
 	for i := len(d.hosts) - 1; i >= 0; i-- {
 		if err := d.hosts[i].Close(); err != nil {

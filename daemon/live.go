@@ -36,6 +36,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/incident"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/internal/hist"
 	"github.com/bpfbench/bpfbench/live"
@@ -66,6 +67,12 @@ var (
 		[]string{"target"}, nil)
 	streamsActiveDesc = prometheus.NewDesc("bpfbench_streams_active",
 		"Response streams of a target that wrote within the last 10 s.", []string{"target"}, nil)
+	recorderBytesDesc = prometheus.NewDesc("bpfbench_incident_recorder_bytes",
+		"The memory a target's flight recorder holds (its own estimate; bounded by incidents.recorder_bytes).",
+		[]string{"target"}, nil)
+	recorderGapsDesc = prometheus.NewDesc("bpfbench_incident_recorder_gaps",
+		"The token gaps a target's flight recorder holds (the last incidents.recorder_window).",
+		[]string{"target"}, nil)
 	liveDroppedDesc = prometheus.NewDesc("bpfbench_live_spans_dropped_total",
 		"Spans the live view of a target left out: held beyond its bound of history (reason held), or come after their gaps were walked (reason late).",
 		[]string{"target", "reason"}, nil)
@@ -92,6 +99,10 @@ type liveViews struct {
 	// failed is the failure last logged per target, so each is logged once.
 	failed map[string]string
 	wg     sync.WaitGroup
+	// inc watches each session's flight recorder (nil: incidents off);
+	// recorder makes a session's.
+	inc      *incident.Manager
+	recorder func() *live.Recorder
 }
 
 // liveTarget is one target's live view: the figures of its ended
@@ -106,6 +117,7 @@ type liveTarget struct {
 type liveRun struct {
 	key    string // the pid and roots it follows
 	tr     *live.Tracker
+	rec    *live.Recorder // nil: incidents off
 	ctx    context.Context
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -265,7 +277,11 @@ func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int,
 	v.mu.Lock()
 	sections := v.sections
 	v.mu.Unlock()
-	tr := live.NewTracker(live.Options{})
+	var rec *live.Recorder
+	if v.recorder != nil {
+		rec = v.recorder()
+	}
+	tr := live.NewTracker(live.Options{Recorder: rec})
 	logger := v.log.With("target", name)
 	opts := collectors.Options{Pid: pid, Roots: roots, Interval: time.Second, Logger: logger, Recorder: tr, Live: true}
 	sess, err := session.NewSession(opts, sections)
@@ -279,7 +295,7 @@ func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int,
 		return
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &liveRun{key: key, tr: tr, ctx: rctx, cancel: cancel, done: make(chan struct{})}
+	r := &liveRun{key: key, tr: tr, rec: rec, ctx: rctx, cancel: cancel, done: make(chan struct{})}
 	v.mu.Lock()
 	if v.ctx == nil {
 		// stop came while the session started.
@@ -298,12 +314,12 @@ func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int,
 	v.wg.Add(1)
 	v.mu.Unlock()
 	logger.Info("live view started", "pid", pid, "roots", roots, "comm", sess.Comm(), "unavailable", sess.Unavailable())
-	go v.run(lt, r, sess, logger)
+	go v.run(name, lt, r, sess, logger)
 }
 
 // run runs a session until it is ended or its process exits, then closes
 // it and folds its figures into its target's.
-func (v *liveViews) run(lt *liveTarget, r *liveRun, sess *session.Session, logger *slog.Logger) {
+func (v *liveViews) run(name string, lt *liveTarget, r *liveRun, sess *session.Session, logger *slog.Logger) {
 	defer v.wg.Done()
 	defer close(r.done)
 	defer r.cancel()
@@ -315,7 +331,14 @@ func (v *liveViews) run(lt *liveTarget, r *liveRun, sess *session.Session, logge
 		case <-r.ctx.Done():
 		}
 	}()
-	err := sess.Run(r.ctx, liveAdvance, func() { r.tr.Advance(clock.Now()) })
+	src := incident.Source{Tracker: r.tr, Recorder: r.rec, Pid: sess.Pid()}
+	err := sess.Run(r.ctx, liveAdvance, func() {
+		now := clock.Now()
+		r.tr.Advance(now)
+		if v.inc != nil && r.rec != nil {
+			v.inc.Check(name, src, now)
+		}
+	})
 	if err != nil && !errors.Is(err, context.Canceled) {
 		logger.Warn("live view: collection failed; the session is started again at the next refresh", "err", err)
 	}
@@ -323,6 +346,10 @@ func (v *liveViews) run(lt *liveTarget, r *liveRun, sess *session.Session, logge
 		logger.Warn("live view: closing the session", "err", cerr)
 	}
 	r.tr.Finish()
+	if v.inc != nil && r.rec != nil {
+		// A capture under way keeps what was recorded.
+		v.inc.Flush(name, src, clock.Now())
+	}
 	t := r.tr.Totals(clock.Now())
 	v.mu.Lock()
 	lt.base = addTotals(lt.base, t)
@@ -345,6 +372,20 @@ func (v *liveViews) end(name string) {
 		r.cancel()
 		<-r.done
 	}
+}
+
+// names are the targets with a live session now, sorted.
+func (v *liveViews) names() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for name, lt := range v.targets {
+		if lt.run != nil {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func newLog2() hist.Log2 { return hist.Log2{Slots: make([]uint64, 64)} }
@@ -370,6 +411,8 @@ func (v *liveViews) Describe(ch chan<- *prometheus.Desc) {
 	ch <- firstByteDesc
 	ch <- streamsActiveDesc
 	ch <- liveDroppedDesc
+	ch <- recorderBytesDesc
+	ch <- recorderGapsDesc
 }
 
 // Collect implements prometheus.Collector: every target that had a live
@@ -391,6 +434,11 @@ func (v *liveViews) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(streamsActiveDesc, prometheus.GaugeValue, float64(t.Active), name)
 		ch <- prometheus.MustNewConstMetric(liveDroppedDesc, prometheus.CounterValue, float64(t.Dropped), name, "held")
 		ch <- prometheus.MustNewConstMetric(liveDroppedDesc, prometheus.CounterValue, float64(t.Late), name, "late")
+		if lt.run != nil && lt.run.rec != nil {
+			st := lt.run.rec.Stats()
+			ch <- prometheus.MustNewConstMetric(recorderBytesDesc, prometheus.GaugeValue, float64(st.Bytes), name)
+			ch <- prometheus.MustNewConstMetric(recorderGapsDesc, prometheus.GaugeValue, float64(st.Gaps), name)
+		}
 	}
 }
 

@@ -257,6 +257,7 @@ func restartKeys(old, cur Config) []string {
 		{"agent.max_buffer_spans", old.Agent.MaxBufferSpans, cur.Agent.MaxBufferSpans},
 		{"agent.idle_timeout", old.Agent.IdleTimeout, cur.Agent.IdleTimeout},
 		{"agent.read_timeout", old.Agent.ReadTimeout, cur.Agent.ReadTimeout},
+		{"incidents", old.Incidents, cur.Incidents},
 	} {
 		if !reflect.DeepEqual(k.old, k.cur) {
 			out = append(out, k.name)

@@ -538,7 +538,7 @@ func checkCommandAndProbes(t *testing.T, name string, spec corev1.PodSpec, c cor
 }
 
 // checkEnvAndMounts checks NODE_NAME and that every host path is one the
-// daemon reads, mounted read-only.
+// daemon reads, mounted read-only, but the incident spool it writes.
 func checkEnvAndMounts(t *testing.T, spec corev1.PodSpec, c corev1.Container) {
 	t.Helper()
 	var nodeName bool
@@ -557,12 +557,12 @@ func checkEnvAndMounts(t *testing.T, spec corev1.PodSpec, c corev1.Container) {
 			hostPaths[v.Name] = v.HostPath.Path
 		}
 	}
-	wantPaths := map[string]string{"btf": "/sys/kernel/btf", "tracefs": "/sys/kernel/tracing", "bpffs": "/sys/fs/bpf"}
+	wantPaths := map[string]string{"btf": "/sys/kernel/btf", "tracefs": "/sys/kernel/tracing", "bpffs": "/sys/fs/bpf", "incidents": "/var/lib/bpfbench/incidents"}
 	if fmt.Sprint(hostPaths) != fmt.Sprint(wantPaths) {
 		t.Errorf("host paths %v, want %v", hostPaths, wantPaths)
 	}
 	for _, m := range c.VolumeMounts {
-		if !m.ReadOnly {
+		if !m.ReadOnly && m.Name != "incidents" {
 			t.Errorf("volume %s mounted writable at %s", m.Name, m.MountPath)
 		}
 		if p, ok := hostPaths[m.Name]; ok && p != m.MountPath {

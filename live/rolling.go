@@ -41,10 +41,10 @@ type rollWindow struct {
 }
 
 type rollStat struct {
-	start  int64
-	itlN   int
-	median int64
-	base   critpath.Baseline
+	start       int64
+	itlN        int
+	median, p99 int64
+	base        critpath.Baseline
 }
 
 // NewRolling returns a rolling baseline with the defaults.
@@ -89,13 +89,21 @@ func statOf(w rollWindow) (rollStat, bool) {
 	if len(durs) < minWindowGaps {
 		return rollStat{}, false
 	}
-	return rollStat{start: w.start, itlN: len(durs), median: critpath.Median(durs), base: BaselineOf(slices.Values(w.gaps))}, true
+	slices.Sort(durs)
+	return rollStat{start: w.start, itlN: len(durs), median: critpath.Median(durs), p99: Quantile(durs, 0.99),
+		base: BaselineOf(slices.Values(w.gaps))}, true
 }
 
 // Baseline is the quiet window's normal gap and when that window started;
 // with no full window yet, the current window's (ok false when it has too
 // few gaps for a median either).
 func (r *Rolling) Baseline() (base critpath.Baseline, from int64, ok bool) {
+	st, ok := r.quiet()
+	return st.base, st.start, ok
+}
+
+// quiet is the quiet window's figures (see Baseline).
+func (r *Rolling) quiet() (rollStat, bool) {
 	best := -1
 	for i, st := range r.past {
 		if best < 0 || st.median < r.past[best].median {
@@ -103,10 +111,7 @@ func (r *Rolling) Baseline() (base critpath.Baseline, from int64, ok bool) {
 		}
 	}
 	if best >= 0 {
-		return r.past[best].base, r.past[best].start, true
+		return r.past[best], true
 	}
-	if st, ok := statOf(r.cur); ok {
-		return st.base, st.start, true
-	}
-	return critpath.Baseline{}, 0, false
+	return statOf(r.cur)
 }

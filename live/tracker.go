@@ -2,6 +2,7 @@ package live
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/bits"
 	"slices"
@@ -48,6 +49,10 @@ type Options struct {
 	// thread (runtime.LockOSThread), so that the walk's cost is read on
 	// the thread's CPU clock instead of the wall clock.
 	ThreadClock bool
+	// Recorder, when set, keeps every walked gap of its window, and the
+	// paths of those slower than the session's p90 (the daemon's flight
+	// recorder of incidents).
+	Recorder *Recorder
 }
 
 // bandSample bounds the gaps of each kind (first byte, later) kept for the
@@ -271,6 +276,11 @@ func (t *Tracker) advance(wm, now int64) {
 	}
 	t.eng.FlushFunc(wm, t.gap)
 	t.feed.Retained()
+	if r := t.opt.Recorder; r != nil && now != math.MaxInt64 {
+		// The slow gaps keep their path: those above the session's p90.
+		r.SetPathAbove(int64(t.ttfb.Quantile(0.9)), int64(t.itl.Quantile(0.9)))
+		r.Expire(wm)
+	}
 }
 
 // gap takes a walked gap (under t.mu).
@@ -320,6 +330,9 @@ func (t *Tracker) gap(g critpath.Gap) {
 	}
 	t.sample[kind].add(c)
 	t.iv.add(c)
+	if t.opt.Recorder != nil {
+		t.opt.Recorder.Add(g)
+	}
 }
 
 // addLog2 counts ns in a kernel-style log2 histogram (hist.Log2).
@@ -340,6 +353,45 @@ func (t *Tracker) baseline() (critpath.Baseline, string) {
 		return b, "none yet"
 	}
 	return b, fmt.Sprintf("quiet window at +%.0fs", float64(from-t.origin)/1e9)
+}
+
+// Normal is the live view's normal gap now: the rolling baseline's quiet
+// window (or the baseline given), with its gaps' median and p99 after the
+// first token.
+type Normal struct {
+	Base            critpath.Baseline
+	Name            string
+	MedianNs, P99Ns int64
+	OK              bool
+}
+
+// Normal is the normal gap now.
+func (t *Tracker) Normal() Normal {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := Normal{}
+	n.Base, n.Name = t.baseline()
+	if t.opt.Baseline != nil {
+		n.OK = true
+		return n
+	}
+	st, ok := t.roll.quiet()
+	n.MedianNs, n.P99Ns, n.OK = st.median, st.p99, ok
+	return n
+}
+
+// Origin is the session's first span's time (0: none yet).
+func (t *Tracker) Origin() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.origin
+}
+
+// Targets are the server's processes the session follows (tgids).
+func (t *Tracker) Targets() map[uint32]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.feed.Tgids)
 }
 
 // IntervalView is the live view of one interval.

@@ -76,6 +76,9 @@ type Document struct {
 	ServerQueue   *ServerQueue   `json:"server_queue,omitempty"`
 	// CriticalPath is each gap's critical path, beside Attribution.
 	CriticalPath *CriticalPath `json:"critical_path,omitempty"`
+	// Incident is what the daemon's flight recorder captured: the
+	// trigger, the window and its verdict (an incident bundle).
+	Incident *Incident `json:"incident,omitempty"`
 	// Gateway is the time per hop through a proxy in front of the engine
 	// (run --via-pid/--via-port).
 	Gateway *Gateway `json:"gateway,omitempty"`

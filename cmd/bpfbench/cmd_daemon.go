@@ -14,6 +14,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/daemon"
+	"github.com/bpfbench/bpfbench/incident"
 	"github.com/bpfbench/bpfbench/internal/caps"
 	"github.com/bpfbench/bpfbench/internal/version"
 )
@@ -37,6 +38,12 @@ configuration file again and applies its targets, log_level,
 refresh_interval and agent.allow without stopping a collector; a file that
 does not load leaves the configuration in effect (and /-/reload answers 500
 with the reason).
+
+Every live target has a flight recorder (incidents, on by default): when its
+rule fires (by default its token-gap p99 at least 3x its normal p99 for 30 s),
+on bpfbench capture, or on SIGUSR1 (every live target), the gaps around the
+moment are written as an incident bundle into incidents.dir
+(/var/lib/bpfbench/incidents): bpfbench incidents lists them.
 
 With agent.enabled the session API (bpfbench run --agent) is served on the
 same listener; it follows only the processes agent.allow lists. It is not
@@ -72,6 +79,10 @@ func runDaemon(cmd *cobra.Command, configFile, listen, webConfig string, cpus st
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	// SIGUSR1 asks for an incident of every live target.
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
 	load := daemonConfigLoader(cmd, configFile)
 	cfg, err := load()
 	if err != nil {
@@ -121,6 +132,10 @@ func runDaemon(cmd *cobra.Command, configFile, listen, webConfig string, cpus st
 			case <-hup:
 				logger.Info("SIGHUP: reloading the configuration", "file", configFile)
 				_ = d.ReloadConfig() // it logs what it did, or why not
+			case <-usr1:
+				if _, err := d.Capture("", incident.TriggerSignal); err != nil {
+					logger.Warn("SIGUSR1: no incident captured", "err", err)
+				}
 			}
 		}
 	}()

@@ -333,27 +333,10 @@ func (a *agentFlags) clients(logger *slog.Logger) ([]*agent.Client, error) {
 		}
 		return nil, nil
 	}
-	tr := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}
-	if a.caFile != "" {
-		pem, err := os.ReadFile(a.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading --agent.ca-file: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, usageError{"--agent.ca-file " + a.caFile + " holds no PEM certificate"}
-		}
-		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	httpc, pass, err := a.http()
+	if err != nil {
+		return nil, err
 	}
-	pass := ""
-	if a.passwordFile != "" {
-		b, err := os.ReadFile(a.passwordFile)
-		if err != nil {
-			return nil, fmt.Errorf("reading --agent.password-file: %w", err)
-		}
-		pass = strings.TrimSpace(string(b))
-	}
-	httpc := &http.Client{Transport: tr}
 	var out []*agent.Client
 	for _, addr := range a.addrs {
 		if addr = strings.TrimSpace(addr); addr == "" {
@@ -362,6 +345,32 @@ func (a *agentFlags) clients(logger *slog.Logger) ([]*agent.Client, error) {
 		out = append(out, agent.NewClient(addr, agent.ClientOptions{HTTP: httpc, Username: a.user, Password: pass, Logger: logger}))
 	}
 	return out, nil
+}
+
+// http is the client of the daemons' API (--agent.ca-file) and the basic
+// auth password (--agent.password-file).
+func (a *agentFlags) http() (*http.Client, string, error) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: time.Minute}
+	if a.caFile != "" {
+		pem, err := os.ReadFile(a.caFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("reading --agent.ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, "", usageError{"--agent.ca-file " + a.caFile + " holds no PEM certificate"}
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool}
+	}
+	pass := ""
+	if a.passwordFile != "" {
+		b, err := os.ReadFile(a.passwordFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("reading --agent.password-file: %w", err)
+		}
+		pass = strings.TrimSpace(string(b))
+	}
+	return &http.Client{Transport: tr}, pass, nil
 }
 
 // urlPort is the port of a target URL, local or not.

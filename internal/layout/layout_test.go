@@ -43,7 +43,8 @@ var rules = []struct {
 	{"readiness", []string{"collectors/...", "internal/..."}},
 	{"agent", []string{"session", "collectors", "result", "internal/..."}},                              // the session API of the daemon, server and client
 	{"live", []string{"collectors", "correlate/critpath", "exporter/report", "result", "internal/..."}}, // spans to the critical path; live traffic's streams
-	{"daemon", []string{"agent", "session", "live", "collectors", "collectors/bpfutil", "exporter/prom", "exporter/report", "result", "correlate/critpath", "internal/..."}},
+	{"incident", []string{"live", "correlate/critpath", "exporter/report", "exporter/trace", "result", "internal/..."}}, // the flight recorder's bundles and their spool
+	{"daemon", []string{"agent", "session", "live", "incident", "collectors", "collectors/bpfutil", "exporter/prom", "exporter/report", "result", "correlate/critpath", "internal/..."}},
 	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "result", "internal/..."}},
 	{"job/diff", []string{"result", "correlate", "correlate/critpath", "internal/..."}},
 	{"pipeline", []string{"collectors", "correlate", "correlate/critpath", "live", "loadgen", "loadgen/*", "exporter/report", "exporter/trace", "result", "internal/..."}}, // a run's streaming correlation
