@@ -206,3 +206,36 @@ func BenchmarkTrackerWalk(b *testing.B) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(gaps), "ns/gap")
 	b.ReportMetric(float64(processCPU()-c0)/float64(gaps), "cpu-ns/gap")
 }
+
+// BenchmarkTrackerWalkRecording is BenchmarkTrackerWalk with the daemon's
+// flight recorder (Options.Recorder) and its default trigger checked
+// every 500 ms of the stream, as the daemon runs them: its ns/gap against
+// BenchmarkTrackerWalk's, in the same run, is what recording incidents
+// adds to the live view.
+func BenchmarkTrackerWalkRecording(b *testing.B) {
+	spans := engineSpans(10)
+	b.ReportAllocs()
+	var gaps uint64
+	c0 := processCPU()
+	for b.Loop() {
+		rec := NewRecorder(0, 0)
+		tr := NewTracker(Options{Recorder: rec})
+		w := &Watch{Trigger: DefaultTrigger()}
+		tick, check := spans[0].End+100e6, spans[0].End+500e6
+		for i := range spans {
+			if spans[i].End > tick {
+				tr.Advance(tick)
+				tick += 100e6
+			}
+			if spans[i].End > check {
+				w.Check(rec, tr.Normal(), check)
+				check += 500e6
+			}
+			tr.Record(spans[i])
+		}
+		tr.Finish()
+		gaps += tr.itl.Count() + tr.ttfb.Count()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(gaps), "ns/gap")
+	b.ReportMetric(float64(processCPU()-c0)/float64(gaps), "cpu-ns/gap")
+}

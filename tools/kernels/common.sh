@@ -13,13 +13,34 @@ REPO_ROOT=$(cd "$KERNELS_DIR/../.." && pwd)
 log() { printf '[kernels] %s\n' "$*" >&2; }
 die() { printf '[kernels] error: %s\n' "$*" >&2; exit 1; }
 
-# suite_of VERSION: the Debian suite whose cloud kernel is that version.
-suite_of() {
+# A kernel's name is its version, amd64 ("6.12"), or its version and
+# "-arm64" for Debian's arm64 cloud kernel of that version ("6.12-arm64",
+# booted by qemu-system-aarch64, with an arm64 payload).
+
+# arch_of KERNEL: its Debian architecture, amd64 or arm64.
+arch_of() {
 	case $1 in
+	*-arm64) echo arm64 ;;
+	*) echo amd64 ;;
+	esac
+}
+
+# suite_of KERNEL: the Debian suite whose cloud kernel is that version.
+suite_of() {
+	case ${1%-arm64} in
 	5.10) echo bullseye ;;
 	6.1) echo bookworm ;;
 	6.12) echo trixie ;;
-	*) die "unknown kernel $1 (known: 5.10 6.1 6.12)" ;;
+	*) die "unknown kernel $1 (known: 5.10 6.1 6.12, each also as VERSION-arm64)" ;;
+	esac
+}
+
+# payload_of ARCH: the payload archive (payload.sh ARCH) of that
+# architecture's kernels.
+payload_of() {
+	case $1 in
+	amd64) echo "$KERNELS_CACHE/payload.cpio" ;;
+	*) echo "$KERNELS_CACHE/payload-$1.cpio" ;;
 	esac
 }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# deps.sh: installs the Debian packages the kernel matrix needs, the
-# missing ones only (apt-get, as root).
+# deps.sh [KERNEL...]: installs the Debian packages the kernel matrix needs
+# for those kernels, the missing ones only (apt-get, as root).
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 export DEBIAN_FRONTEND=noninteractive
@@ -11,6 +11,17 @@ export DEBIAN_FRONTEND=noninteractive
 # setpriv, losetup for the tests; python3: the live tests' stream client;
 # gcc, make: `make build`.
 pkgs=(qemu-system-x86 busybox-static cpio kmod xz-utils iproute2 util-linux mount python3 gcc make)
+# An arm64 kernel (VERSION-arm64): qemu-system-aarch64 (qemu-system-arm);
+# the cross compiler and its libc for `make build ARCH=arm64` and the cgo
+# test binaries (gcc-aarch64-linux-gnu brings aarch64-linux-gnu-readelf,
+# which payload.sh resolves libraries with); mmdebstrap for the arm64
+# userland (sysroot.sh).
+for k; do
+	if [[ $(arch_of "$k") == arm64 ]]; then
+		pkgs+=(qemu-system-arm gcc-aarch64-linux-gnu libc6-dev-arm64-cross mmdebstrap)
+		break
+	fi
+done
 missing=()
 for p in "${pkgs[@]}"; do
 	if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) != "install ok installed" ]]; then

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # kernels.sh: the kernel matrix (`make kernels`). Installs what it needs,
-# builds the payload once, boots each kernel of KERNELS in turn under qemu
-# TCG running its tests of tests.txt, then prints the table (report.sh).
-#   KERNELS  the kernels, default "5.10 6.1 6.12"
+# builds the payload once per architecture, boots each kernel of KERNELS in
+# turn under qemu TCG running its tests of tests.txt, then prints the table
+# (report.sh).
+#   KERNELS  the kernels, default "5.10 6.1 6.12 6.12-arm64" (VERSION-arm64:
+#            Debian's arm64 cloud kernel under qemu-system-aarch64)
 #   TESTS    a regexp on tests.txt's names (default: all)
 #   KERNELS_OUT, KERNELS_CACHE: see common.sh
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
-read -ra kernels <<<"${KERNELS:-5.10 6.1 6.12}"
+read -ra kernels <<<"${KERNELS:-5.10 6.1 6.12 6.12-arm64}"
 [[ $(id -u) == 0 ]] || die "run as root (apt-get, the kernel cache in $KERNELS_CACHE)"
 start=$SECONDS
-bash "$KERNELS_DIR/deps.sh"
+bash "$KERNELS_DIR/deps.sh" "${kernels[@]}"
 for k in "${kernels[@]}"; do
 	bash "$KERNELS_DIR/fetch.sh" "$k" >/dev/null
 done
-bash "$KERNELS_DIR/payload.sh"
+# One payload per architecture (amd64 first, as KERNELS names them).
+for a in $(for k in "${kernels[@]}"; do arch_of "$k"; done | awk '!seen[$0]++'); do
+	bash "$KERNELS_DIR/payload.sh" "$a"
+done
 mkdir -p "$KERNELS_OUT"
 for k in "${kernels[@]}"; do
 	rm -f "$KERNELS_OUT/$k.log"

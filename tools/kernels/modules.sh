@@ -7,7 +7,7 @@
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
-ver=${1:?usage: modules.sh 5.10|6.1|6.12}
+ver=${1:?usage: modules.sh 5.10|6.1|6.12|6.12-arm64}
 kroot=$KERNELS_CACHE/$ver/root
 config=$(ls "$kroot"/boot/config-*)
 moddir=

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # run.sh VERSION [shell | -- COMMAND...]: boots one Debian cloud kernel
-# (5.10, 6.1, 6.12) under qemu TCG with the payload and
+# (5.10, 6.1, 6.12 amd64 under qemu-system-x86_64; 6.12-arm64 under
+# qemu-system-aarch64) under qemu TCG with its architecture's payload and
 #   (nothing)      runs that kernel's tests of tests.txt (TESTS=regexp
 #                  picks by name), the serial console in
 #                  $KERNELS_OUT/VERSION.log
 #   shell          gives a shell in the VM (exit, or Ctrl-A X, ends it)
 #   -- COMMAND...  runs COMMAND in /src in the VM, its output on the console
-# It expects payload.sh to have run (kernels.sh runs it); it fetches the
+# It expects payload.sh ARCH to have run (kernels.sh runs it); it fetches the
 # kernel and packs its modules itself.
 set -euo pipefail
 . "$(dirname "$0")/common.sh"
 
-ver=${1:?usage: run.sh 5.10|6.1|6.12 [shell | -- COMMAND...]}
+ver=${1:?usage: run.sh 5.10|6.1|6.12|6.12-arm64 [shell | -- COMMAND...]}
 shift
 mode=matrix
 if [[ ${1:-} == shell ]]; then
@@ -21,7 +22,9 @@ elif [[ ${1:-} == -- ]]; then
 	mode=cmd
 	(($#)) || die "run.sh $ver -- needs a command"
 fi
-[[ -f $KERNELS_CACHE/payload.cpio ]] || die "no payload: run tools/kernels/payload.sh (or make kernels) first"
+arch=$(arch_of "$ver")
+payload=$(payload_of "$arch")
+[[ -f $payload ]] || die "no $arch payload: run tools/kernels/payload.sh $arch (or make kernels) first"
 
 kroot=$(bash "$KERNELS_DIR/fetch.sh" "$ver")
 bash "$KERNELS_DIR/modules.sh" "$ver"
@@ -80,7 +83,7 @@ fi
 
 # One initrd: concatenated newc archives are unpacked in turn.
 initrd=$KERNELS_CACHE/$ver/initrd.cpio
-cat "$KERNELS_CACHE/payload.cpio" "$KERNELS_CACHE/$ver/modules.cpio" "$KERNELS_CACHE/$ver/plan.cpio" >"$initrd"
+cat "$payload" "$KERNELS_CACHE/$ver/modules.cpio" "$KERNELS_CACHE/$ver/plan.cpio" >"$initrd"
 
 # KERNELS_ACCEL: the accelerator, tcg,thread=single by default: one host
 # thread runs both vCPUs in turn. With a thread per vCPU (tcg,
@@ -89,9 +92,26 @@ cat "$KERNELS_CACHE/payload.cpio" "$KERNELS_CACHE/$ver/modules.cpio" "$KERNELS_C
 # key) went wrong under emulation: "Oops: int3" in try_to_wake_up on
 # 6.12, soft lockups on 6.1 and a hung `check` on 5.10, each in a run or
 # two of several.
-qemu=(qemu-system-x86_64 -accel "${KERNELS_ACCEL:-tcg,thread=single}" -cpu max -m 3G -smp 2 -nographic -no-reboot
+#
+# arm64: the virt machine, its console the PL011 (ttyAMA0). Debian's arm64
+# vmlinuz is an uncompressed Image (an EFI stub), which -kernel takes as
+# is. -cpu max emulates pointer authentication with the architected QARMA
+# cipher, which the kernel (ARM64_PTR_AUTH_KERNEL) runs on every
+# non-leaf call and return; pauth-impdef=on has qemu use its own cheaper
+# hash instead, the same instructions to the guest.
+case $arch in
+amd64)
+	qemu=(qemu-system-x86_64 -cpu max)
+	console=ttyS0
+	;;
+arm64)
+	qemu=(qemu-system-aarch64 -machine virt -cpu max,pauth-impdef=on)
+	console=ttyAMA0
+	;;
+esac
+qemu+=(-accel "${KERNELS_ACCEL:-tcg,thread=single}" -m 3G -smp 2 -nographic -no-reboot
 	-kernel "$vmlinuz" -initrd "$initrd"
-	-append "console=ttyS0 quiet panic=-1 rdinit=/init ${KERNELS_APPEND:-}")
+	-append "console=$console quiet panic=-1 rdinit=/init ${KERNELS_APPEND:-}")
 mkdir -p "$KERNELS_OUT"
 if [[ $mode == shell ]]; then
 	exec "${qemu[@]}"
