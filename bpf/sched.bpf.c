@@ -314,7 +314,9 @@ struct {
 } irq_accs SEC(".maps");
 
 /* Device interrupt number -> enum irq_class + 1, written by userspace
- * (from sysfs: the PCI class of the device that owns the vector). */
+ * (from sysfs: the PCI class of the device that owns the vector), or
+ * IRQ_CLS_TIMER for a timer's vector (sched.IRQTimer + 1). */
+#define IRQ_CLS_TIMER 0xff
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 4096);
@@ -841,6 +843,12 @@ int BPF_PROG(irq_handler_entry, int irq, struct irqaction *action)
 		return 0;
 	__u32 key = irq;
 	__u32 *cls = bpf_map_lookup_elem(&irq_classes, &key);
+	if (cls && *cls == IRQ_CLS_TIMER) {
+		/* A timer's handler (arm64's arch_timer) is no device's: as
+		 * x86-64's local APIC timer, which runs outside any handler. */
+		a->hard_start = 0;
+		return 0;
+	}
 	a->hard_cls = cls ? *cls : 0;
 	a->hard_start = bpf_ktime_get_ns();
 	return 0;

@@ -20,12 +20,21 @@ const (
 	NumIRQClasses
 )
 
+// IRQTimer marks a timer's vector (arm64's arch_timer, riscv-timer, the
+// legacy "timer" and HPET): its handler is not a device's. The sched
+// programs treat it as x86-64's local APIC timer, which runs outside any
+// handler: a wakeup from it is "hardirq:timer", and its time is the
+// interrupted thread's. It is no class of Event.IrqNs.
+const IRQTimer IRQClass = 0xfe
+
 func (c IRQClass) String() string {
 	switch c {
 	case IRQBlock:
 		return "block"
 	case IRQNet:
 		return "net"
+	case IRQTimer:
+		return "timer"
 	}
 	return "irq_class(" + strconv.Itoa(int(c)) + ")"
 }
@@ -39,9 +48,10 @@ var sysRoot = "/sys"
 // net); a vector no PCI device owns is named by its handlers
 // (kernel/irq/N/actions): a virtio device's by its driver (virtio_blk,
 // virtio_scsi: block; virtio_net: net), nvme, ahci, ata and mmc block.
-// Vectors of anything else (timers, consoles, GPUs, vsock) stay out: their
-// time is the interrupted thread's. It returns what it found even with an
-// error.
+// Timers' vectors, named by their handlers (arch_timer, riscv-timer,
+// timer, hpet), are IRQTimer. Vectors of anything else (consoles, GPUs,
+// vsock) stay out: their time is the interrupted thread's. It returns
+// what it found even with an error.
 func IRQClasses(root string) (map[uint32]IRQClass, error) {
 	out := map[uint32]IRQClass{}
 	var errs []error
@@ -123,6 +133,10 @@ func pciIRQs(dev string) []uint32 {
 
 // classByName classifies a handler by its name.
 func classByName(root, name string) (IRQClass, bool) {
+	if name == "timer" || strings.HasPrefix(name, "arch_timer") || strings.HasPrefix(name, "arch_mem_timer") ||
+		strings.HasSuffix(name, "-timer") || strings.HasPrefix(name, "hpet") {
+		return IRQTimer, true
+	}
 	if rest, ok := strings.CutPrefix(name, "virtio"); ok {
 		dev := "virtio" + rest
 		if i := strings.IndexByte(rest, '-'); i > 0 {

@@ -58,12 +58,13 @@ func TestIRQClassesOfSysfs(t *testing.T) {
 	write("bus/pci/devices/0000:00:1f.2/class", "0x010601\n")
 	write("bus/pci/devices/0000:00:1f.2/irq", "19\n")
 	// Vectors no PCI device lists: virtio over MMIO, an NVMe handler name,
-	// a timer.
+	// timers (x86's legacy one, arm64's per-CPU arch_timer).
 	write("kernel/irq/60/actions", "virtio7-req.0\n")
 	write("kernel/irq/61/actions", "virtio8-input.0\n")
 	write("kernel/irq/62/actions", "virtio9-rx\n")
 	write("kernel/irq/63/actions", "nvme0q1\n")
 	write("kernel/irq/0/actions", "timer\n")
+	write("kernel/irq/11/actions", "arch_timer\n")
 	write("kernel/irq/37/actions", "virtio2-input.0\n")
 	link("bus/virtio/devices/virtio7/driver", "../../../../bus/virtio/drivers/virtio_blk")
 	link("bus/virtio/devices/virtio8/driver", "../../../../bus/virtio/drivers/virtio_net")
@@ -72,7 +73,7 @@ func TestIRQClassesOfSysfs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[uint32]IRQClass{35: IRQBlock, 36: IRQBlock, 37: IRQNet, 38: IRQNet, 19: IRQBlock, 60: IRQBlock, 61: IRQNet, 63: IRQBlock}
+	want := map[uint32]IRQClass{35: IRQBlock, 36: IRQBlock, 37: IRQNet, 38: IRQNet, 19: IRQBlock, 60: IRQBlock, 61: IRQNet, 63: IRQBlock, 0: IRQTimer, 11: IRQTimer}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("got %v\nwant %v", got, want)
 	}
