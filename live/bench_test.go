@@ -228,7 +228,7 @@ func BenchmarkTrackerWalkRecording(b *testing.B) {
 				tick += 100e6
 			}
 			if spans[i].End > check {
-				w.Check(rec, tr.Normal(), check)
+				w.Check(rec, tr.Normal, check)
 				check += 500e6
 			}
 			tr.Record(spans[i])

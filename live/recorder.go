@@ -29,6 +29,7 @@ type Recorder struct {
 	head     int
 	bytes    int
 	evicted  uint64
+	added    uint64 // every gap ever added (a sequence for since)
 	paths    int
 	// pathAbove[kind]: a gap of the kind (0 the first token's, 1 later)
 	// longer than it keeps its path; 0 keeps every path.
@@ -98,6 +99,7 @@ func (r *Recorder) Add(g critpath.Gap) {
 	}
 	r.bytes += sizeOf(rec)
 	r.q = append(r.q, rec)
+	r.added++
 	r.evict(g.End)
 }
 
@@ -172,6 +174,19 @@ func (r *Recorder) Window(from, to int64) []Recorded {
 		}
 	}
 	return out
+}
+
+// since calls f with the compact gaps added after the seq'th (those
+// still held), and returns the sequence now.
+func (r *Recorder) since(seq uint64, f func(Gap)) uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q := r.q[r.head:]
+	n := min(r.added-min(seq, r.added), uint64(len(q)))
+	for _, rec := range q[len(q)-int(n):] {
+		f(rec.Gap)
+	}
+	return r.added
 }
 
 // gapsSince calls f with the compact gaps that ended at or after from

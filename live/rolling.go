@@ -104,14 +104,23 @@ func (r *Rolling) Baseline() (base critpath.Baseline, from int64, ok bool) {
 
 // quiet is the quiet window's figures (see Baseline).
 func (r *Rolling) quiet() (rollStat, bool) {
+	if st, ok := r.quietPast(); ok {
+		return st, true
+	}
+	return statOf(r.cur)
+}
+
+// quietPast is the quietest full window's figures; none before the first
+// window closes.
+func (r *Rolling) quietPast() (rollStat, bool) {
 	best := -1
 	for i, st := range r.past {
 		if best < 0 || st.median < r.past[best].median {
 			best = i
 		}
 	}
-	if best >= 0 {
-		return r.past[best], true
+	if best < 0 {
+		return rollStat{}, false
 	}
-	return statOf(r.cur)
+	return r.past[best], true
 }

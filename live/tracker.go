@@ -355,9 +355,10 @@ func (t *Tracker) baseline() (critpath.Baseline, string) {
 	return b, fmt.Sprintf("quiet window at +%.0fs", float64(from-t.origin)/1e9)
 }
 
-// Normal is the live view's normal gap now: the rolling baseline's quiet
-// window (or the baseline given), with its gaps' median and p99 after the
-// first token.
+// Normal is the live view's normal gap now: the rolling baseline's
+// quietest full window (or the baseline given), with its gaps' median and
+// p99 after the first token; not OK before a window closes (the incident
+// rule judges against a full window only, never the one it is in).
 type Normal struct {
 	Base            critpath.Baseline
 	Name            string
@@ -369,13 +370,12 @@ type Normal struct {
 func (t *Tracker) Normal() Normal {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := Normal{}
-	n.Base, n.Name = t.baseline()
 	if t.opt.Baseline != nil {
-		n.OK = true
-		return n
+		return Normal{Base: *t.opt.Baseline, Name: t.opt.BaselineName, OK: true}
 	}
-	st, ok := t.roll.quiet()
+	var n Normal
+	st, ok := t.roll.quietPast()
+	n.Base, n.Name = st.base, fmt.Sprintf("quiet window at +%.0fs", float64(st.start-t.origin)/1e9)
 	n.MedianNs, n.P99Ns, n.OK = st.median, st.p99, ok
 	return n
 }

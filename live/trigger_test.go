@@ -29,7 +29,7 @@ func stream(t *testing.T, rec *Recorder, roll *Rolling, w *Watch, from, to, d, r
 		roll.Add(CompactOf(g))
 		if (now-from)%500e6 == 0 {
 			st, ok := roll.quiet()
-			rd, f := w.Check(rec, Normal{Base: st.base, MedianNs: st.median, P99Ns: st.p99, OK: ok}, now)
+			rd, f := w.Check(rec, func() Normal { return Normal{Base: st.base, MedianNs: st.median, P99Ns: st.p99, OK: ok} }, now)
 			last = rd
 			if f && fired == 0 {
 				fired = now

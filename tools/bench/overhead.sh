@@ -18,7 +18,8 @@
 #
 # Parts and their figure (higher is better everywhere):
 #   engine   llama-server (tools/bench/engine/build.sh), 4 streams x 96 output
-#            tokens, `bpfbench load` output tok/s: nothing, attach, run, daemon
+#            tokens, `bpfbench load` output tok/s: nothing, attach, run, daemon,
+#            daemon-noinc (the daemon without its incidents' flight recorder)
 #   llmsim   bin/llmsim at its limit, output tok/s: nothing, attach, run, daemon
 #   storm    stress-ng --switch 1 --taskset 0 ops/s: nothing, bpfbench daemon
 #            (host-wide), bpftrace runqlat, and empty-tp: an empty program on
@@ -586,7 +587,7 @@ obs_start() {
 		bg 960 attach "$bin/bpfbench" attach "$target" --duration 900s --output json
 		OBS_PID=$BG
 		;;
-	daemon | daemon-host)
+	daemon | daemon-host | daemon-noinc)
 		port=$(free_port)
 		cfg=$tmp/daemon.yaml
 		{
@@ -599,6 +600,9 @@ obs_start() {
 			else
 				echo "targets: []"
 			fi
+			# daemon-noinc: the live view without the incidents' flight
+			# recorder, beside daemon (both on by default).
+			[ "$mode" = daemon-noinc ] && echo "incidents: {enabled: false}"
 		} >"$cfg"
 		bg 960 daemon "$bin/bpfbench" daemon --config "$cfg"
 		OBS_PID=$BG
@@ -862,7 +866,7 @@ part_engine() {
 	LOAD_ARGS=(--num-requests "${BENCH_ENGINE_REQUESTS:-32}" --max-concurrency 4 --input-len 64 --output-len 96
 		--model tiny-llama)
 	server_up engine "http://127.0.0.1:$port" 8 "$server" -m "$model" -t 2 -np 4 -c 2048 --host 127.0.0.1 --port "$port"
-	run_part engine server_measure nothing attach run daemon
+	run_part engine server_measure nothing attach run daemon daemon-noinc
 	server_down
 }
 
