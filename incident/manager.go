@@ -135,7 +135,7 @@ func (m *Manager) Check(target string, src Source, now int64) {
 		}
 		return
 	}
-	rd, fired := st.watch.Check(src.Recorder, src.Tracker.Normal(), now)
+	rd, fired := st.watch.Check(src.Recorder, src.Tracker.Normal, now)
 	trigger := ""
 	switch {
 	case st.requested != "":

@@ -41,8 +41,8 @@ var rules = []struct {
 	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "loadgen/transport", "result", "internal/..."}},
 	{"session", []string{"collectors", "collectors/bpfutil", "internal/..."}},
 	{"readiness", []string{"collectors/...", "internal/..."}},
-	{"agent", []string{"session", "collectors", "result", "internal/..."}},                              // the session API of the daemon, server and client
-	{"live", []string{"collectors", "correlate/critpath", "exporter/report", "result", "internal/..."}}, // spans to the critical path; live traffic's streams
+	{"agent", []string{"session", "collectors", "result", "internal/..."}},                                              // the session API of the daemon, server and client
+	{"live", []string{"collectors", "correlate/critpath", "exporter/report", "result", "internal/..."}},                 // spans to the critical path; live traffic's streams
 	{"incident", []string{"live", "correlate/critpath", "exporter/report", "exporter/trace", "result", "internal/..."}}, // the flight recorder's bundles and their spool
 	{"daemon", []string{"agent", "session", "live", "incident", "collectors", "collectors/bpfutil", "exporter/prom", "exporter/report", "result", "correlate/critpath", "internal/..."}},
 	{"job/load", []string{"loadgen", "loadgen/*", "exporter/*", "result", "internal/..."}},
