@@ -13,7 +13,8 @@
 #
 #   /init                 init.sh
 #   /src/go.mod           the repository's layout, for tests that look for it
-#   /src/bin/...          `make build`'s binaries (bpfbench, llmsim, CUDA stub)
+#   /src/bin/...          `make build`'s binaries (llmsim, CUDA stub), and
+#                         bpfbench from `make dist`'s .deb of ARCH
 #   /src/<pkg>/pkg.test   `go test -c` of each package named in tests.txt,
 #                         with the package's testdata/
 #   /usr/local/bin/go, make  stand-ins that copy the prebuilt llmsim and
@@ -52,6 +53,14 @@ else
 	gotest=(env GOARCH="$arch" CC="$triplet-gcc" CGO_ENABLED=1
 		CGO_CFLAGS="${CGO_CFLAGS:--O2 -g -Wno-deprecated-declarations}" go test)
 fi
+# The packaged bpfbench: the .deb `make dist` makes for this architecture,
+# its /usr/bin/bpfbench in place of make build's, so that the commands of
+# tests.txt (check, the refusals) run what a user installs.
+log "make dist DIST_ARCHES=$arch"
+make -s -C "$REPO_ROOT" dist DIST="$stage/dist" DIST_ARCHES="$arch" >&2
+deb=$(ls "$stage/dist"/bpfbench_*_"$arch".deb)
+dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/bin/bpfbench >"$root/src/bin/bpfbench"
+chmod 755 "$root/src/bin/bpfbench"
 cp "$REPO_ROOT/go.mod" "$root/src/"
 pkgs=$(grep -vE '^[[:space:]]*(#|$)' "$KERNELS_DIR/tests.txt" | awk '$2 != "cmd" {print $2}' | sort -u)
 for p in $pkgs; do
