@@ -220,8 +220,14 @@ func TestWakerOfAPingPong(t *testing.T) {
 		truth += s
 	}
 	var named int
+	var other []string // the waiter's other switch-ins: what a missing wait became
 	for _, e := range rec.all() {
-		if e.Tid != uint32(waiter.Tids[0]) || State(e.State) != Sleep || e.OffcpuNs < 10e6 {
+		if e.Tid != uint32(waiter.Tids[0]) {
+			continue
+		}
+		if State(e.State) != Sleep || e.OffcpuNs < 10e6 {
+			other = append(other, fmt.Sprintf("%v %.2f ms (waker %s, %v)", State(e.State), float64(e.OffcpuNs)/1e6,
+				bpfutil.CString(e.WakerComm[:]), WakeContext(e.WakeCtx)))
 			continue
 		}
 		comm := bpfutil.CString(e.WakerComm[:])
@@ -244,7 +250,8 @@ func TestWakerOfAPingPong(t *testing.T) {
 	t.Logf("%d of %d waits name the waker; off-CPU %.1f ms, of which asleep (to the wakeup) %.1f ms; the waker's measured sleeps %.1f ms",
 		named, pingRounds, float64(offcpu)/1e6, float64(asleep)/1e6, float64(truth)/1e6)
 	if named != pingRounds {
-		t.Errorf("%d switch-ins after a long wait name the waker, want %d", named, pingRounds)
+		t.Errorf("%d switch-ins after a long wait name the waker, want %d; the waiter's other switch-ins: %v",
+			named, pingRounds, other)
 	}
 	// Asleep is the waker's sleep plus its own wakeup by the ping and
 	// pipe hops; off-CPU adds the waiter's run-queue wait after the wakeup.
