@@ -162,6 +162,11 @@ func (m *Manager) Check(target string, src Source, now int64) {
 	m.capped = false
 	m.fired = append(m.fired, wall)
 	st.last = now
+	if !rd.Normal.OK {
+		// The check asks for the normal gap only where a criterion
+		// needs it; the bundle is always judged against it.
+		rd.Normal = src.Tracker.Normal()
+	}
 	c := &Capture{Target: target, Pid: src.Pid, Trigger: trigger, At: wall, AtNs: now, Reading: rd, Recent: st.watch.Trigger.Recent(), Name: src.Name}
 	if trigger == TriggerRule {
 		c.Rule = st.watch.Trigger.String()
