@@ -158,7 +158,8 @@ struct event {
 	__u8 wake_ctx; /* enum wake_ctx */
 	__u8 wake_vec; /* WAKE_SOFTIRQ: the softirq vector + 1, 0 if unknown;
 			* WAKE_HARDIRQ (with_irq_time): enum hardirq_kind */
-	__u8 pad[6];
+	__u8 slot;  /* the target slot the thread's process is followed under */
+	__u8 pad[5];
 	/* Interrupt time on its CPU while it ran since its previous record
 	 * (with_irq_time), by enum irq_class. */
 	__u64 irq_ns[NR_IRQC];
@@ -631,6 +632,7 @@ static __always_inline int on_switch(bool preempt, struct task_struct *prev,
 	e->has_runq = has_runq;
 	e->kind = REC_SWITCH;
 	e->flags = rec_flags(tgt);
+	e->slot = tgt->idx;
 	__builtin_memcpy(e->comm, next->comm, sizeof(e->comm));
 	if (ti->wake_ctx != WAKE_NONE && st != STATE_PREEMPTED) {
 		e->wake_ts = ti->wake_ts;
@@ -888,6 +890,7 @@ static __always_inline void emit_proc(struct target *t, __u8 kind, __u32 tgid,
 	e->state = STATE_NONE;
 	e->kind = kind;
 	e->flags = rec_flags(t);
+	e->slot = t->idx;
 	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), comm);
 	if (other) {
 		e->waker_tid = other->pid;
@@ -1007,6 +1010,7 @@ static __always_inline void emit_data(struct target *t, __u64 rd_ts, __u32 rd_ti
 	e->state = STATE_NONE;
 	e->kind = REC_DATA;
 	e->flags = rec_flags(t);
+	e->slot = t->idx;
 	__builtin_memcpy(e->comm, rd_comm, sizeof(e->comm));
 	e->wake_ts = wr_ts;
 	e->waker_tid = wr_tid;

@@ -139,6 +139,11 @@ type Span struct {
 	// Client marks spans of the load generator's own threads and sockets;
 	// they are not the target's.
 	Client bool
+	// Slot is the target slot the span's process (sched) or socket (tcp)
+	// is followed under (0: not known, spans of the other sections): 1
+	// for a session's target, another for each target of a session that
+	// follows several (Session.AddTarget: the daemon's live views).
+	Slot uint8
 	// Conn is the socket's cookie for the spans of a connection (SpanSend,
 	// SpanRequest, SpanClose, SpanTCP holds; 0: unknown): two clients on
 	// different hosts may share a port, never a cookie.

@@ -1,23 +1,27 @@
 package daemon
 
-// The live view of every target (live.enabled): one session per target on
-// the processes the last refresh gave it, its spans fed to a live.Tracker
-// that groups the server's writes into streams and walks each gap's
-// critical path, exported per target. No load generator: the server's own
-// traffic.
+// The live view of every target (live.enabled): one session for all of
+// them (one set of programs, maps and links however many targets), its
+// spans routed by their slot to each target's live.Tracker, which groups
+// the server's writes into streams and walks each gap's critical path,
+// exported per target. No load generator: the server's own traffic.
 //
-// A target's session follows the roots of its processes' trees (a process
-// whose parent is not one of the target's): the lowest as the session's
-// pid, the others as its Roots, and the children they fork. It is started
-// at the refresh that finds them, restarted when the roots change (the
-// server restarted, a second tree joined the cgroup) and stopped when the
-// target has no process left, is removed or changes its selector, or
-// live.enabled is turned off; a session whose process exits ends at once.
-// A target whose session cannot start (no such process, only kernel
-// threads, a section that fails) is logged once and tried again at every
-// refresh; it never stops the daemon. The figures carry over a restart:
-// each target's counters and histograms go on from where its last session
-// left them, so rate() sees no reset.
+// A target's processes are followed from the roots of their trees (a
+// process whose parent is not one of the target's) and the children they
+// fork, under a slot of the shared session of its own (the first target's
+// is the session's own, slot 1; the others' session.AddTarget's). The
+// scheduler's and the TCP collector's spans carry the slot (Span.Slot);
+// the other sections' spans (CUDA, block IO) are routed by their thread,
+// whose slot the scheduler's spans gave. A target is added at the refresh
+// that finds its processes, taken out and added again with a new tracker
+// when its roots change (the server restarted, a second tree joined the
+// cgroup), and taken out when it has no process left, is removed or
+// changes its selector; the session ends with its last target, or when
+// live.enabled is turned off. A target that cannot be followed (no such
+// process, only kernel threads, a session that cannot start) is logged
+// once and tried again at every refresh; it never stops the daemon. The
+// figures carry over: each target's counters and histograms go on from
+// where its last tracker left them, so rate() sees no reset.
 
 import (
 	"context"
@@ -35,6 +39,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/bpfbench/bpfbench/collectors"
+	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/incident"
 	"github.com/bpfbench/bpfbench/internal/clock"
@@ -85,7 +90,7 @@ type liveWant struct {
 	procs  []int
 }
 
-// liveViews runs the live sessions of the targets and exports their
+// liveViews runs the live session of the targets and exports their
 // figures (a prometheus.Collector).
 type liveViews struct {
 	log *slog.Logger
@@ -96,31 +101,59 @@ type liveViews struct {
 	sections []session.SectionFactory
 	proc     string
 	targets  map[string]*liveTarget
+	// shared is the session every target's view takes its spans from;
+	// nil while no target is followed.
+	shared *sharedRun
 	// failed is the failure last logged per target, so each is logged once.
 	failed map[string]string
 	wg     sync.WaitGroup
-	// inc watches each session's flight recorder (nil: incidents off);
-	// recorder makes a session's.
+	// inc watches each target's flight recorder (nil: incidents off);
+	// recorder makes a target's.
 	inc      *incident.Manager
 	recorder func() *live.Recorder
 }
 
 // liveTarget is one target's live view: the figures of its ended
-// sessions and the session running now.
+// trackers and the one running now.
 type liveTarget struct {
 	sel  Target
 	base live.Totals
 	run  *liveRun
 }
 
-// liveRun is one session of a target.
+// liveRun is one target's part of the shared session: its slot, the
+// processes it follows and its tracker.
 type liveRun struct {
-	key    string // the pid and roots it follows
-	tr     *live.Tracker
-	rec    *live.Recorder // nil: incidents off
-	ctx    context.Context
+	key   string // the pid and roots it follows
+	sr    *sharedRun
+	slot  uint32
+	pid   int
+	procs []int // every process followed under slot (to forget them)
+	tr    *live.Tracker
+	rec   *live.Recorder // nil: incidents off
+	// mu orders the tick's walks with the end's.
+	mu    sync.Mutex
+	ended bool
+}
+
+// sharedRun is the shared session and what routes its spans.
+type sharedRun struct {
+	sess   *session.Session
+	router *spanRouter
 	cancel context.CancelFunc
 	done   chan struct{}
+	used   [bpfutil.MaxTargets]bool // slots taken (0 never)
+}
+
+// slot takes a free slot of the shared session (0: none left).
+func (sr *sharedRun) slot() uint32 {
+	for i := session.FirstSharedSlot; i < bpfutil.MaxTargets; i++ {
+		if !sr.used[i] {
+			sr.used[i] = true
+			return uint32(i)
+		}
+	}
+	return 0
 }
 
 func newLiveViews(logger *slog.Logger) *liveViews {
@@ -142,17 +175,17 @@ func (v *liveViews) running() bool {
 	return v.ctx != nil
 }
 
-// stop ends every session and waits until each is closed; no session
-// starts after it. It is idempotent.
+// stop ends the session and waits until it is closed and every target's
+// figures are folded; no session starts after it. It is idempotent.
 func (v *liveViews) stop() {
 	v.mu.Lock()
 	v.ctx = nil
-	for _, lt := range v.targets {
-		if lt.run != nil {
-			lt.run.cancel()
-		}
-	}
+	sr := v.shared
 	v.mu.Unlock()
+	if sr != nil {
+		sr.cancel()
+		<-sr.done
+	}
 	v.wg.Wait()
 }
 
@@ -163,8 +196,9 @@ func (v *liveViews) resetWarnings() {
 	clear(v.failed)
 }
 
-// sync starts, restarts and stops the sessions so that each target of
-// want follows its processes now (refreshMu serialises the calls).
+// sync adds, renews and takes out the targets of the shared session so
+// that each target of want follows its processes now (refreshMu
+// serialises the calls).
 func (v *liveViews) sync(want map[string]liveWant) {
 	v.mu.Lock()
 	ctx, proc := v.ctx, v.proc
@@ -203,6 +237,9 @@ func (v *liveViews) sync(want map[string]liveWant) {
 		var cur string
 		if lt := v.targets[name]; lt != nil && lt.run != nil {
 			cur = lt.run.key
+			if cur == key {
+				lt.run.procs = mergePids(lt.run.procs, w.procs)
+			}
 		}
 		v.mu.Unlock()
 		if cur == key && key != "" {
@@ -217,8 +254,15 @@ func (v *liveViews) sync(want map[string]liveWant) {
 			}
 			continue
 		}
-		v.start(ctx, name, w.target, pid, roots, key)
+		v.start(ctx, name, w.target, pid, roots, key, w.procs)
 	}
+}
+
+// mergePids is a with b's pids it lacks, sorted.
+func mergePids(a, b []int) []int {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // treeRoots returns the roots of procs' trees (a process whose parent is
@@ -272,36 +316,59 @@ func (v *liveViews) fail(name, pids, msg string) {
 	v.log.Warn("live view not started: trying again at the next refresh", "target", name, "pids", pids, "err", msg)
 }
 
-// start starts a session on pid and roots for target name.
-func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int, roots []int, key string) {
-	v.mu.Lock()
-	sections := v.sections
-	v.mu.Unlock()
+// start follows pid and roots for target name: as the shared session's
+// own target when none runs, else under a slot of its own.
+func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int, roots []int, key string, procs []int) {
 	var rec *live.Recorder
 	if v.recorder != nil {
 		rec = v.recorder()
 	}
-	tr := live.NewTracker(live.Options{Recorder: rec})
+	r := &liveRun{key: key, pid: pid, tr: live.NewTracker(live.Options{Recorder: rec}), rec: rec}
 	logger := v.log.With("target", name)
-	opts := collectors.Options{Pid: pid, Roots: roots, Interval: time.Second, Logger: logger, Recorder: tr, Live: true}
-	sess, err := session.NewSession(opts, sections)
-	if err == nil {
-		if err = sess.Start(ctx); err != nil {
-			sess.Close()
-		}
-	}
-	if err != nil {
-		v.fail(name, key, err.Error())
-		return
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	r := &liveRun{key: key, tr: tr, rec: rec, ctx: rctx, cancel: cancel, done: make(chan struct{})}
 	v.mu.Lock()
-	if v.ctx == nil {
-		// stop came while the session started.
+	sr := v.shared
+	if sr != nil {
+		r.slot = sr.slot()
+	}
+	v.mu.Unlock()
+	r.sr = sr
+	var followed []int
+	if sr == nil {
+		var err error
+		if sr, err = v.startShared(ctx, name, pid, roots, r); err != nil {
+			v.fail(name, key, err.Error())
+			return
+		}
+		r.slot, r.sr = 1, sr
+		followed = collectors.Tree(pid, roots)
+		logger.Info("live view started: the live session follows it", "pid", pid, "roots", roots, "comm", sr.sess.Comm(), "unavailable", sr.sess.Unavailable())
+	} else {
+		if r.slot == 0 {
+			v.fail(name, key, fmt.Sprintf("the live session follows %d targets already, all it has slots for", bpfutil.MaxTargets-session.FirstSharedSlot+1))
+			return
+		}
+		sr.router.set(r.slot, r.tr)
+		var err error
+		followed, err = sr.sess.AddTarget(pid, roots, r.slot)
+		if len(followed) == 0 {
+			sr.router.set(r.slot, nil)
+			v.mu.Lock()
+			sr.used[r.slot] = false
+			v.mu.Unlock()
+			v.fail(name, key, fmt.Sprintf("following pid %d: %v", pid, err))
+			return
+		}
+		if err != nil {
+			logger.Warn("live view: some processes are not followed", "err", err)
+		}
+		logger.Info("live view started: the live session follows it", "pid", pid, "roots", roots, "slot", r.slot)
+	}
+	r.procs = mergePids(followed, procs)
+	v.mu.Lock()
+	if v.ctx == nil || v.shared != sr {
+		// stop (or the session's end) came while it started.
 		v.mu.Unlock()
-		cancel()
-		sess.Close()
+		r.tr.Finish()
 		return
 	}
 	lt := v.targets[name]
@@ -311,66 +378,163 @@ func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int,
 	}
 	lt.run = r
 	delete(v.failed, name)
-	v.wg.Add(1)
 	v.mu.Unlock()
-	logger.Info("live view started", "pid", pid, "roots", roots, "comm", sess.Comm(), "unavailable", sess.Unavailable())
-	go v.run(name, lt, r, sess, logger)
 }
 
-// run runs a session until it is ended or its process exits, then closes
-// it and folds its figures into its target's.
-func (v *liveViews) run(name string, lt *liveTarget, r *liveRun, sess *session.Session, logger *slog.Logger) {
-	defer v.wg.Done()
-	defer close(r.done)
-	defer r.cancel()
-	go func() {
-		select {
-		case <-sess.Exited():
-			logger.Info("live view: the target's process exited", "pid", sess.Pid(), "comm", sess.Comm())
-			r.cancel()
-		case <-r.ctx.Done():
+// startShared starts the shared session on pid and roots, r's tracker its
+// slot 1's, and runs it until stop or an error.
+func (v *liveViews) startShared(ctx context.Context, name string, pid int, roots []int, r *liveRun) (*sharedRun, error) {
+	v.mu.Lock()
+	sections := v.sections
+	v.mu.Unlock()
+	router := newSpanRouter()
+	router.set(1, r.tr)
+	opts := collectors.Options{Pid: pid, Roots: roots, Interval: time.Second, Logger: v.log.With("live_session", name),
+		Recorder: router, Live: true}
+	sess, err := session.NewSession(opts, sections)
+	if err == nil {
+		if err = sess.Start(ctx); err != nil {
+			sess.Close()
 		}
-	}()
-	src := incident.Source{Tracker: r.tr, Recorder: r.rec, Pid: sess.Pid()}
-	err := sess.Run(r.ctx, liveAdvance, func() {
+	}
+	if err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	sr := &sharedRun{sess: sess, router: router, cancel: cancel, done: make(chan struct{})}
+	sr.used[1] = true
+	v.mu.Lock()
+	if v.ctx == nil {
+		v.mu.Unlock()
+		cancel()
+		sess.Close()
+		return nil, context.Canceled
+	}
+	v.shared = sr
+	v.wg.Add(1)
+	v.mu.Unlock()
+	go v.runShared(rctx, sr)
+	return sr, nil
+}
+
+// runShared runs the shared session, walking every target's gaps at each
+// tick, until it is cancelled or fails; then it ends every target's run
+// and closes the session.
+func (v *liveViews) runShared(ctx context.Context, sr *sharedRun) {
+	defer v.wg.Done()
+	defer close(sr.done)
+	defer sr.cancel()
+	err := sr.sess.Run(ctx, liveAdvance, func() {
 		now := clock.Now()
-		r.tr.Advance(now)
-		if v.inc != nil && r.rec != nil {
-			v.inc.Check(name, src, now)
+		for _, t := range v.runs(sr) {
+			t.run.mu.Lock()
+			if !t.run.ended {
+				t.run.tr.Advance(now)
+				if v.inc != nil && t.run.rec != nil {
+					v.inc.Check(t.name, v.source(t.run), now)
+				}
+			}
+			t.run.mu.Unlock()
 		}
 	})
 	if err != nil && !errors.Is(err, context.Canceled) {
-		logger.Warn("live view: collection failed; the session is started again at the next refresh", "err", err)
+		v.log.Warn("live view: collection failed; the session is started again at the next refresh", "err", err)
 	}
-	if cerr := sess.Close(); cerr != nil {
-		logger.Warn("live view: closing the session", "err", cerr)
+	v.mu.Lock()
+	if v.shared == sr {
+		v.shared = nil
 	}
+	v.mu.Unlock()
+	for _, t := range v.runs(sr) {
+		v.finish(t.name, t.run)
+	}
+	if cerr := sr.sess.Close(); cerr != nil {
+		v.log.Warn("live view: closing the session", "err", cerr)
+	}
+	v.log.Info("live session stopped", "unrouted_spans", sr.router.unrouted.Load())
+}
+
+type namedRun struct {
+	name string
+	run  *liveRun
+}
+
+// runs is the targets' runs in sr, by name.
+func (v *liveViews) runs(sr *sharedRun) []namedRun {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []namedRun
+	for name, lt := range v.targets {
+		if lt.run != nil && lt.run.sr == sr {
+			out = append(out, namedRun{name, lt.run})
+		}
+	}
+	slices.SortFunc(out, func(a, b namedRun) int { return strings.Compare(a.name, b.name) })
+	return out
+}
+
+// source is what the incident manager reads of r.
+func (v *liveViews) source(r *liveRun) incident.Source {
+	return incident.Source{Tracker: r.tr, Recorder: r.rec, Pid: r.pid}
+}
+
+// finish walks r's last gaps, flushes a capture under way and folds its
+// figures into its target's; it is done once.
+func (v *liveViews) finish(name string, r *liveRun) {
+	r.mu.Lock()
+	if r.ended {
+		r.mu.Unlock()
+		return
+	}
+	r.ended = true
 	r.tr.Finish()
 	if v.inc != nil && r.rec != nil {
 		// A capture under way keeps what was recorded.
-		v.inc.Flush(name, src, clock.Now())
+		v.inc.Flush(name, v.source(r), clock.Now())
 	}
+	r.mu.Unlock()
 	t := r.tr.Totals(clock.Now())
 	v.mu.Lock()
-	lt.base = addTotals(lt.base, t)
-	if lt.run == r {
+	if lt := v.targets[name]; lt != nil && lt.run == r {
+		lt.base = addTotals(lt.base, t)
 		lt.run = nil
 	}
 	v.mu.Unlock()
-	logger.Info("live view stopped", "pid", sess.Pid(), "gaps", t.Gap.Count, "first_bytes", t.FirstByte.Count)
+	v.log.Info("live view stopped", "target", name, "pid", r.pid, "gaps", t.Gap.Count, "first_bytes", t.FirstByte.Count)
 }
 
-// end ends target name's session, if any, and waits until it is closed.
+// end takes target name out of the shared session, if it is in, and
+// folds its figures; the session ends with its last target.
 func (v *liveViews) end(name string) {
 	v.mu.Lock()
 	var r *liveRun
 	if lt := v.targets[name]; lt != nil {
 		r = lt.run
 	}
+	sr := v.shared
 	v.mu.Unlock()
-	if r != nil {
-		r.cancel()
-		<-r.done
+	if r == nil {
+		return
+	}
+	if sr != nil {
+		sr.router.set(r.slot, nil)
+		if err := sr.sess.RemoveTarget(r.procs); err != nil {
+			v.log.Debug("live view: forgetting the target's processes", "target", name, "err", err)
+		}
+	}
+	v.finish(name, r)
+	v.mu.Lock()
+	last := true
+	for _, lt := range v.targets {
+		last = last && lt.run == nil
+	}
+	if sr != nil && v.shared == sr && r.slot != 1 {
+		sr.used[r.slot] = false // slot 1 is the session's own pid's until it ends
+	}
+	v.mu.Unlock()
+	if last && sr != nil {
+		sr.cancel()
+		<-sr.done
 	}
 }
 

@@ -12,8 +12,9 @@ import (
 // notSpooled are the fields of a span the spool drops on purpose: Conn,
 // the socket's cookie, tells the live view's connections apart (two
 // clients' same port); a run joins its spans to its own load generator's
-// connections by port, and the entry stays 104 bytes.
-var notSpooled = map[string]bool{"Conn": true}
+// connections by port, and the entry stays 104 bytes. Slot, the target
+// slot, tells the daemon's live targets apart; a run follows one target.
+var notSpooled = map[string]bool{"Conn": true, "Slot": true}
 
 // Every field of a span survives the spool: a field added to
 // collectors.Span and not to packedSpan (nor to notSpooled) fails here.

@@ -78,6 +78,9 @@ type Session struct {
 	tree        *tree    // nil: no Recorder, forks are not seen
 	children    []uint32 // the target's processes started before the session
 	via         []int    // the processes Follow added
+	// shared is the roots of the targets AddTarget added (shared.go).
+	sharedMu sync.Mutex
+	shared   map[int]bool
 
 	// MeasureBefore measures the target's involuntary context switches for
 	// this long before the collectors start (attach); 0 does not (run: the

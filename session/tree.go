@@ -134,8 +134,13 @@ func (t *tree) hand(sp collectors.Span) {
 	t.mu.Lock()
 	t.handed++
 	t.mu.Unlock()
+	// The child's slot is its parent's (the scheduler copied it).
+	slot := uint32(sp.Slot)
+	if slot == 0 {
+		slot = treeSlot
+	}
 	for i, f := range t.sections {
-		if err := f.SetTarget(pid, treeSlot, true); err != nil {
+		if err := f.SetTarget(pid, slot, true); err != nil {
 			t.log.Info("following a forked child", "section", t.names[i], "pid", pid, "parent", sp.WakerTgid, "err", err)
 		}
 	}

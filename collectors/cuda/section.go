@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"sync"
 	"text/tabwriter"
@@ -37,7 +38,7 @@ type SectionConfig struct {
 type Section struct {
 	*Collector
 	pid      int
-	roots    []int             // the target's other process trees (Options.Roots)
+	roots    []int             // the target's other process trees (Options.Roots, SetRoots; under mu)
 	libs     map[int][]Library // at NewSection: the tree's processes that map CUDA
 	override []string
 	flags    Flags
@@ -178,6 +179,15 @@ func (s *Section) attachProc(pid int, libs []Library) (int, error) {
 	return len(attached), err
 }
 
+// SetRoots replaces the trees scanned beside the target's own (a session
+// that follows several targets: session.AddTarget); the next scan attaches
+// their processes that map a CUDA library and detaches those that left.
+func (s *Section) SetRoots(roots []int) {
+	s.mu.Lock()
+	s.roots = slices.Clone(roots)
+	s.mu.Unlock()
+}
+
 // pids is the attached processes of the tree.
 func (s *Section) pids() []uint32 {
 	s.mu.Lock()
@@ -228,7 +238,10 @@ func (s *Section) followTree(ctx context.Context) {
 		case <-t.C:
 		}
 		now := time.Now()
-		tree := collectors.Tree(s.pid, s.roots)
+		s.mu.Lock()
+		roots := s.roots
+		s.mu.Unlock()
+		tree := collectors.Tree(s.pid, roots)
 		in := map[uint32]bool{}
 		for _, p := range tree {
 			in[uint32(p)] = true

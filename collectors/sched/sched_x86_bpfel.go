@@ -39,7 +39,8 @@ type schedEvent struct {
 	HolderComm    [16]int8
 	WakeCtx       uint8
 	WakeVec       uint8
-	Pad           [6]uint8
+	Slot          uint8
+	Pad           [5]uint8
 	IrqNs         [2]uint64
 	UnaccountedNs uint64
 }

@@ -158,7 +158,7 @@ func record(r collectors.Recorder, e *Event) {
 	switch RecKind(e.Kind) {
 	case RecFork, RecExit:
 		sp := collectors.Span{Kind: collectors.SpanFork, Start: int64(e.Ts), End: int64(e.Ts), Tid: e.Tgid, Tgid: e.Tgid,
-			Detail: "fork", Client: client}
+			Detail: "fork", Client: client, Slot: e.Slot}
 		if RecKind(e.Kind) == RecExit {
 			sp.Detail = "exit"
 		} else {
@@ -168,7 +168,7 @@ func record(r collectors.Recorder, e *Event) {
 		return
 	case RecData:
 		r.Record(collectors.Span{Kind: collectors.SpanData, Start: int64(e.WakeTs), End: int64(e.Ts), Tid: e.Tid, Tgid: e.Tgid,
-			Detail: "unix", Client: client, WakerTid: e.WakerTid, WakerTgid: e.WakerTgid, WakerComm: bpfutil.CString(e.WakerComm[:])})
+			Detail: "unix", Client: client, Slot: e.Slot, WakerTid: e.WakerTid, WakerTgid: e.WakerTgid, WakerComm: bpfutil.CString(e.WakerComm[:])})
 		return
 	case RecSwitch:
 	default:
@@ -183,7 +183,7 @@ func record(r collectors.Recorder, e *Event) {
 	off := st < NumStates && e.OffcpuNs > 0
 	if e.HasRunq != 0 && e.RunqNs > 0 {
 		sp := collectors.Span{Kind: collectors.SpanRunqueue, Start: end - int64(e.RunqNs), End: end, Tid: e.Tid, Blocking: true,
-			Tgid: e.Tgid, HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder, Client: client}
+			Tgid: e.Tgid, HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder, Client: client, Slot: e.Slot}
 		if !off {
 			sp.IRQBlockNs, sp.IRQNetNs, sp.StealNs = int64(e.IrqNs[IRQBlock]), int64(e.IrqNs[IRQNet]), stealOf(e)
 		}
@@ -191,7 +191,7 @@ func record(r collectors.Recorder, e *Event) {
 	}
 	if off {
 		sp := collectors.Span{Kind: collectors.SpanOffCPU, Start: end - int64(e.OffcpuNs), End: end, Tid: e.Tid,
-			Detail: st.String(), Blocking: st == IOWait, Tgid: e.Tgid, Client: client,
+			Detail: st.String(), Blocking: st == IOWait, Tgid: e.Tgid, Client: client, Slot: e.Slot,
 			HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder,
 			IRQBlockNs: int64(e.IrqNs[IRQBlock]), IRQNetNs: int64(e.IrqNs[IRQNet]), StealNs: stealOf(e)}
 		if ctx := WakeContext(e.WakeCtx); ctx != WakeNone && st != Preempted {

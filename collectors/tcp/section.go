@@ -186,7 +186,8 @@ const SendBufferFull = "send_buffer_full"
 // peer port: zero windows, retransmissions and loss recovery hold the
 // sender back (blocking); cwnd changes are marks.
 func recordEpisode(r collectors.Recorder, ep Episode) {
-	sp := collectors.Span{Kind: collectors.SpanTCP, Start: ep.Start, End: ep.End, Port: ep.Remote.Port(), Detail: ep.Kind.String()}
+	sp := collectors.Span{Kind: collectors.SpanTCP, Start: ep.Start, End: ep.End, Port: ep.Remote.Port(), Detail: ep.Kind.String(),
+		Slot: uint8(ep.Target)}
 	switch ep.Kind {
 	case ZeroWindow, CongestionLoss:
 		if ep.End == 0 {
@@ -227,13 +228,13 @@ func (d *dataSpans) record(e *Event) {
 		// reader has taken those up to Seq.
 		ts := int64(e.Ts)
 		d.r.Record(collectors.Span{Kind: collectors.SpanTCP, Start: ts - int64(e.DurationNs), End: ts,
-			Port: e.Dport, LocalPort: e.Sport, Conn: e.Cookie, Detail: collectors.PeerWindowFull, Blocking: true, Seq: e.Seq})
+			Port: e.Dport, LocalPort: e.Sport, Conn: e.Cookie, Detail: collectors.PeerWindowFull, Blocking: true, Seq: e.Seq, Slot: uint8(e.Target)})
 		return
 	}
 	if Kind(e.Kind) == Request {
 		ts := int64(e.Ts)
 		d.r.Record(collectors.Span{Kind: collectors.SpanRequest, Start: ts - int64(e.DurationNs), End: ts,
-			Port: e.Dport, LocalPort: e.Sport, Conn: e.Cookie, Bytes: e.Bytes})
+			Port: e.Dport, LocalPort: e.Sport, Conn: e.Cookie, Bytes: e.Bytes, Slot: uint8(e.Target)})
 		return
 	}
 	kind := collectors.SpanSend
@@ -244,7 +245,7 @@ func (d *dataSpans) record(e *Event) {
 	prev, ok := d.last[e.Cookie]
 	if e.FoldN > 0 && ok {
 		d.r.Record(collectors.Span{Kind: kind, Start: prev.ts, End: max(int64(e.FoldLastTs), prev.ts), Tid: prev.tid,
-			Port: prev.peer, LocalPort: prev.local, Conn: e.Cookie, Bytes: e.FoldBytes, Detail: "folded", Client: client})
+			Port: prev.peer, LocalPort: prev.local, Conn: e.Cookie, Bytes: e.FoldBytes, Detail: "folded", Client: client, Slot: uint8(e.Target)})
 	}
 	ts := int64(e.Ts)
 	if Kind(e.Kind) == SendFull {
@@ -260,20 +261,20 @@ func (d *dataSpans) record(e *Event) {
 		delete(d.full, e.Cookie)
 		if e.Bytes > 0 && ts > from {
 			d.r.Record(collectors.Span{Kind: collectors.SpanTCP, Start: from, End: ts, Port: e.Dport, LocalPort: e.Sport,
-				Conn: e.Cookie, Detail: SendBufferFull, Blocking: true})
+				Conn: e.Cookie, Detail: SendBufferFull, Blocking: true, Slot: uint8(e.Target)})
 		}
 	}
 	if e.Bytes == 0 {
 		// The flush at close: nothing more follows on the connection.
 		if ok && !client {
-			d.r.Record(collectors.Span{Kind: collectors.SpanClose, Start: ts, End: ts, Port: prev.peer, LocalPort: prev.local, Conn: e.Cookie})
+			d.r.Record(collectors.Span{Kind: collectors.SpanClose, Start: ts, End: ts, Port: prev.peer, LocalPort: prev.local, Conn: e.Cookie, Slot: uint8(e.Target)})
 		}
 		delete(d.last, e.Cookie)
 		delete(d.full, e.Cookie)
 		return
 	}
 	sp := collectors.Span{Kind: kind, Start: ts, End: ts, Tid: e.Tid, Port: e.Dport, LocalPort: e.Sport, Conn: e.Cookie,
-		Bytes: e.Bytes, Client: client, Seq: e.Seq}
+		Bytes: e.Bytes, Client: client, Seq: e.Seq, Slot: uint8(e.Target)}
 	if !client && e.Queued > 0 && e.Queued >= e.SndWnd {
 		// What was sent before it fills the peer's window: the chunk
 		// waits in the send queue for the reader (Config.Requests).
