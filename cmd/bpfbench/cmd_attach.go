@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/bpfbench/bpfbench/exporter/report"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
+	"github.com/bpfbench/bpfbench/exporter/report"
 	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/live"
 	"github.com/bpfbench/bpfbench/session"
@@ -153,6 +155,10 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 		logger.Warn("lowering bpfbench's priority", "err", err)
 	}
 	logger.Info("attached", "pid", pid, "comm", sess.Comm())
+	if ds := runningDaemons("/proc"); len(ds) > 0 {
+		fmt.Fprintf(stderr, "bpfbench attach: a bpfbench daemon runs on this host (pid %s): attach runs beside it, two readers (each loads its own programs and reads its own ring buffers; the daemon's figures are unchanged)\n",
+			strings.Trim(fmt.Sprint(ds), "[]"))
+	}
 
 	runErr := runAttached(ctx, sess, tracker, pid, o, stdout, stderr)
 	if err := sess.Close(); err != nil {
@@ -365,4 +371,30 @@ func threadComm(pid int) func(uint32) string {
 		}
 		return ""
 	}
+}
+
+// runningDaemons is the pids of the `bpfbench daemon` processes under proc
+// (a program named bpfbench* with a "daemon" argument), this one aside.
+func runningDaemons(proc string) []int {
+	ents, err := os.ReadDir(proc)
+	if err != nil {
+		return nil
+	}
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(proc, e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if !strings.HasPrefix(filepath.Base(args[0]), "bpfbench") || !slices.Contains(args[1:], "daemon") {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
 }

@@ -2,16 +2,19 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
+	"github.com/bpfbench/bpfbench/live"
 )
 
 // The daemon's live views share one session: with eight targets (two
@@ -121,4 +124,48 @@ func bpfFDs(t *testing.T, pid int) (progs, links int) {
 		f.Close()
 	}
 	return len(p), len(l)
+}
+
+// attach beside a running daemon: both follow one llmsim server that a
+// client streams from; attach says it runs beside the daemon (two
+// readers), walks the streams' gaps, and the daemon's view of the same
+// target goes on counting meanwhile.
+func TestAttachBesideTheDaemon(t *testing.T) {
+	privtest.Require(t)
+	taskset := privtest.RequireTool(t, "taskset", "apt-get install util-linux")
+	simBinaries(t)
+	dir := t.TempDir()
+	addr, pid := startCPUSim(t, taskset, dir)
+	cfg := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("refresh_interval: 500ms\ntargets:\n  - {name: sim, pid: %d}\n", pid)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, "--config", cfg, "--cpus", "1")
+	metrics := "http://" + d.addr + "/metrics"
+	testutil.WaitMetric(t, metrics, `bpfbench_streams_active{target="sim"}`, 30*time.Second)
+	client := startLiveStreams(addr, 2)
+	defer client.stop()
+	gaps := func() float64 {
+		return testutil.Value(metrics, "bpfbench_token_gap_seconds_count", `target="sim"`)
+	}
+	before := gaps()
+	code, stdout, stderr := runCLIChild("attach", strconv.Itoa(pid), "--duration", "6s", "-o", "json", "--cpus", "1")
+	if code != 0 {
+		t.Fatalf("attach beside the daemon: exit %d\n%s", code, stderr)
+	}
+	var r live.Result
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+		t.Fatalf("attach's JSON: %v\n%s", err, stdout)
+	}
+	after := gaps()
+	t.Logf("attach: %d gaps walked; the daemon's gaps meanwhile %.0f -> %.0f", r.Live.Gaps, before, after)
+	if !strings.Contains(stderr, "two readers") || !strings.Contains(stderr, strconv.Itoa(d.cmd.Process.Pid)) {
+		t.Errorf("attach did not say it runs beside the daemon (pid %d):\n%s", d.cmd.Process.Pid, stderr)
+	}
+	if r.Live.Gaps < 50 {
+		t.Errorf("attach walked %d gaps of 6 s of two streams, want 50 or more", r.Live.Gaps)
+	}
+	if after-before < 50 {
+		t.Errorf("the daemon's gaps grew by %.0f while attach ran, want 50 or more", after-before)
+	}
 }
