@@ -78,6 +78,9 @@ var (
 	recorderGapsDesc = prometheus.NewDesc("bpfbench_incident_recorder_gaps",
 		"The token gaps a target's flight recorder holds (the last incidents.recorder_window).",
 		[]string{"target"}, nil)
+	liveUnwalkedDesc = prometheus.NewDesc("bpfbench_live_gaps_unwalked_total",
+		"Gaps and first bytes of a target the live view did not walk, its walk over its budget (5% of a CPU): in the histograms, not in the cause seconds, which then cover the walked gaps (an estimate of the mix).",
+		[]string{"target"}, nil)
 	liveDroppedDesc = prometheus.NewDesc("bpfbench_live_spans_dropped_total",
 		"Spans the live view of a target left out: held beyond its bound of history (reason held), or come after their gaps were walked (reason late).",
 		[]string{"target", "reason"}, nil)
@@ -323,7 +326,7 @@ func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int,
 	if v.recorder != nil {
 		rec = v.recorder()
 	}
-	r := &liveRun{key: key, pid: pid, tr: live.NewTracker(live.Options{Recorder: rec}), rec: rec}
+	r := &liveRun{key: key, pid: pid, tr: live.NewTracker(live.Options{Recorder: rec, WalkBudget: live.DefaultWalkBudget}), rec: rec}
 	logger := v.log.With("target", name)
 	v.mu.Lock()
 	sr := v.shared
@@ -557,7 +560,7 @@ func newLog2() hist.Log2 { return hist.Log2{Slots: make([]uint64, 64)} }
 // addTotals is a + b in new histograms; Active is b's.
 func addTotals(a, b live.Totals) live.Totals {
 	out := live.Totals{Gap: newLog2(), FirstByte: newLog2(), Active: b.Active,
-		Dropped: a.Dropped + b.Dropped, Late: a.Late + b.Late}
+		Dropped: a.Dropped + b.Dropped, Late: a.Late + b.Late, Unwalked: a.Unwalked + b.Unwalked}
 	out.Gap.Add(a.Gap)
 	out.Gap.Add(b.Gap)
 	out.FirstByte.Add(a.FirstByte)
@@ -575,6 +578,7 @@ func (v *liveViews) Describe(ch chan<- *prometheus.Desc) {
 	ch <- firstByteDesc
 	ch <- streamsActiveDesc
 	ch <- liveDroppedDesc
+	ch <- liveUnwalkedDesc
 	ch <- recorderBytesDesc
 	ch <- recorderGapsDesc
 }
@@ -598,6 +602,7 @@ func (v *liveViews) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(streamsActiveDesc, prometheus.GaugeValue, float64(t.Active), name)
 		ch <- prometheus.MustNewConstMetric(liveDroppedDesc, prometheus.CounterValue, float64(t.Dropped), name, "held")
 		ch <- prometheus.MustNewConstMetric(liveDroppedDesc, prometheus.CounterValue, float64(t.Late), name, "late")
+		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.Unwalked), name)
 		if lt.run != nil && lt.run.rec != nil {
 			st := lt.run.rec.Stats()
 			ch <- prometheus.MustNewConstMetric(recorderBytesDesc, prometheus.GaugeValue, float64(st.Bytes), name)

@@ -81,8 +81,8 @@ func (r *Recorder) SetPathAbove(first, later int64) {
 	r.mu.Unlock()
 }
 
-// Add records a walked gap (its steps are copied when kept: the engine's
-// buffer is reused).
+// Add records a gap (its steps are copied when kept: the engine's buffer
+// is reused; a gap the walk left out has none, and keeps no path).
 func (r *Recorder) Add(g critpath.Gap) {
 	rec := Recorded{Gap: CompactOf(g)}
 	kind := 1
@@ -91,7 +91,7 @@ func (r *Recorder) Add(g critpath.Gap) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if g.Duration() > r.pathAbove[kind] {
+	if g.Duration() > r.pathAbove[kind] && len(g.Steps) > 0 {
 		p := g
 		p.Steps = slices.Clone(g.Steps)
 		rec.Path = &p

@@ -53,7 +53,23 @@ type Options struct {
 	// paths of those slower than the session's p90 (the daemon's flight
 	// recorder of incidents).
 	Recorder *Recorder
+	// WalkBudget bounds the walk's time, a fraction of one CPU (0: no
+	// bound; attach and the daemon give DefaultWalkBudget): past it within
+	// an Advance, the gaps below the running p99 of their kind are not
+	// walked (counted as unwalked; their durations are kept). A server
+	// whose gaps cost more to walk than the live view can spend (thousands
+	// of connections, thousands of threads) keeps its p99 band whole, and
+	// its cause totals cover the walked gaps. Advance must then be called
+	// in real time (its budget is the walk's share of the time between two).
+	WalkBudget float64
 }
+
+// DefaultWalkBudget is attach's and the daemon's walk budget: 5% of a CPU.
+const DefaultWalkBudget = 0.05
+
+// finishBudget bounds the walk of Finish's gaps below the p99 (the
+// session's end: a stopped command must not walk for minutes).
+const finishBudget = int64(1e9)
 
 // bandSample bounds the gaps of each kind (first byte, later) kept for the
 // session's p99 bands: a uniform sample past it.
@@ -100,6 +116,17 @@ type Tracker struct {
 	// schedAt is the latest end of a scheduler span taken: the walk waits
 	// for the scheduler's reader (Advance).
 	schedAt int64
+	// The walk's budget in the advance under way (skip): the walk's time
+	// started at walkFrom (nanotime) may reach walkAllow; thr are the
+	// p99s of the first tokens' gaps and the later ones' at its start.
+	// lastAdvance is when the previous advance started.
+	walkFrom, walkAllow, lastAdvance int64
+	thr                              [2]int64
+	// unwalked gaps (skip) and their time.
+	unwalked   uint64
+	unwalkedNs int64
+	// clock is the budget's clock (nanotime; a test's own).
+	clock func() int64
 
 	iv interval
 }
@@ -133,10 +160,15 @@ func NewTracker(opt Options) *Tracker {
 		opt.Intervals = 720
 	}
 	eng := critpath.New(critpath.Options{Keep: opt.Keep})
-	return &Tracker{opt: opt, eng: eng, feed: NewFeed(eng, opt.MaxHeld), streams: NewStreams(), roll: NewRolling(),
+	t := &Tracker{opt: opt, eng: eng, feed: NewFeed(eng, opt.MaxHeld), streams: NewStreams(), roll: NewRolling(),
 		slow: Slowest{N: opt.Slowest}, conns: map[uint16]*connBlame{},
 		sample: [2]sample{{n: bandSample}, {n: bandSample}}, iv: interval{sample: sample{n: bandSample * 4}},
 		gapH: hist.Log2{Slots: make([]uint64, 64)}, ttfbH: hist.Log2{Slots: make([]uint64, 64)}}
+	t.clock = nanotime
+	if opt.WalkBudget > 0 {
+		eng.SetSkip(t.skip)
+	}
+	return t
 }
 
 // Record takes a span of the session (collectors.Recorder).
@@ -274,6 +306,17 @@ func (t *Tracker) advance(wm, now int64) {
 		t.eng.SetFloor(max(t.streams.Floor(wm, t.opt.Keep), wm-t.opt.Keep))
 		t.streams.Expire(now)
 	}
+	t.walkFrom = t.clock()
+	switch {
+	case now == math.MaxInt64:
+		t.walkAllow = finishBudget
+	case t.lastAdvance > 0:
+		t.walkAllow = int64(t.opt.WalkBudget * float64(t.walkFrom-t.lastAdvance))
+	default:
+		t.walkAllow = int64(t.opt.WalkBudget * 1e9)
+	}
+	t.lastAdvance = t.walkFrom
+	t.thr = [2]int64{int64(t.ttfb.Quantile(0.99)), int64(t.itl.Quantile(0.99))}
 	t.eng.FlushFunc(wm, t.gap)
 	t.feed.Retained()
 	if r := t.opt.Recorder; r != nil && now != math.MaxInt64 {
@@ -281,6 +324,46 @@ func (t *Tracker) advance(wm, now int64) {
 		r.SetPathAbove(int64(t.ttfb.Quantile(0.9)), int64(t.itl.Quantile(0.9)))
 		r.Expire(wm)
 	}
+}
+
+// skip says whether r is left unwalked (critpath's SetSkip, under t.mu):
+// the walk has spent its budget in this advance and r is below the p99
+// of its kind so far. An unwalked gap counts in the distributions, the
+// band samples (so that the bands' p99 is every gap's) and the flight
+// recorder's window, not in the causes.
+func (t *Tracker) skip(r critpath.Read) bool {
+	d := r.End - r.Start
+	kind := 1
+	if r.Index <= 1 {
+		kind = 0
+	}
+	if t.thr[kind] <= 0 || d >= t.thr[kind] || t.clock()-t.walkFrom < t.walkAllow {
+		return false
+	}
+	g := critpath.Gap{Read: r}
+	c := CompactOf(g)
+	du := uint64(max(d, 0))
+	switch {
+	case r.Index == 0:
+		t.ttfb.Add(du)
+		t.iv.ttfb.Add(du)
+		t.iv.firsts++
+		addLog2(&t.ttfbH, du)
+	case r.Index == 1:
+		c.Index = 0
+	default:
+		t.itl.Add(du)
+		t.iv.itl.Add(du)
+		addLog2(&t.gapH, du)
+	}
+	t.sample[kind].add(c)
+	t.iv.add(c)
+	if t.opt.Recorder != nil {
+		t.opt.Recorder.Add(g)
+	}
+	t.unwalked++
+	t.unwalkedNs += d
+	return true
 }
 
 // gap takes a walked gap (under t.mu).
@@ -522,10 +605,17 @@ type Summary struct {
 	Active  int `json:"active"`
 	// Gaps walked after the first write of a stream, FirstBytes first
 	// writes after a request.
-	Gaps       uint64               `json:"gaps"`
-	FirstBytes uint64               `json:"first_bytes"`
-	ITL        *result.Distribution `json:"itl,omitempty"`
-	TTFB       *result.Distribution `json:"ttfb,omitempty"`
+	Gaps       uint64 `json:"gaps"`
+	FirstBytes uint64 `json:"first_bytes"`
+	// UnwalkedGaps were left unwalked, the walk over its budget
+	// (Options.WalkBudget): each below the p99 of its kind so far, in the
+	// distributions, the bands' samples and the counts, not in the causes
+	// (critical_path's totals cover the walked gaps); UnwalkedMs their
+	// time.
+	UnwalkedGaps uint64               `json:"unwalked_gaps,omitempty"`
+	UnwalkedMs   float64              `json:"unwalked_ms,omitempty"`
+	ITL          *result.Distribution `json:"itl,omitempty"`
+	TTFB         *result.Distribution `json:"ttfb,omitempty"`
 	// Accuracy: the distributions are log-linear histograms (quantiles
 	// within 1.6%); the p99 bands are of a uniform sample of at most
 	// 16,384 gaps of each kind when BandSampled, and then ITLP99BoundsMs
@@ -577,6 +667,7 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 		OriginNs: t.origin,
 		Streams:  int(gs.Requests + gs.Unrequested), Active: t.streams.Active(now),
 		Gaps: t.itl.Count(), FirstBytes: t.ttfb.Count(), ITL: distOf(&t.itl), TTFB: distOf(&t.ttfb),
+		UnwalkedGaps: t.unwalked, UnwalkedMs: Ms(t.unwalkedNs),
 		Accuracy:       "quantiles of log-linear histograms, within 1.6%; p99 bands of a uniform sample of at most 16384 gaps of each kind when band_sampled",
 		BandSampled:    t.sample[0].sampled() || t.sample[1].sampled(),
 		ITLP99BoundsMs: t.sample[1].bandBounds(false), TTFTP99BoundsMs: t.sample[0].bandBounds(true),
@@ -638,6 +729,9 @@ type Totals struct {
 	// Dropped: spans over the bound of history; Late: spans that came
 	// after their gaps were walked.
 	Dropped, Late uint64
+	// Unwalked: gaps the walk left out, over its budget (in Gap and
+	// FirstByte, not in CauseNs).
+	Unwalked uint64
 }
 
 // Totals are the figures so far.
@@ -645,7 +739,7 @@ func (t *Tracker) Totals(now int64) Totals {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := Totals{Gap: cloneLog2(t.gapH), FirstByte: cloneLog2(t.ttfbH), CauseNs: t.agg.Ns,
-		Active: t.streams.Active(now), Dropped: t.feed.Stats.Dropped, Late: t.eng.Stats().Late}
+		Active: t.streams.Active(now), Dropped: t.feed.Stats.Dropped, Late: t.eng.Stats().Late, Unwalked: t.unwalked}
 	return out
 }
 

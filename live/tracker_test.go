@@ -143,3 +143,49 @@ func TestRollingQuietWindow(t *testing.T) {
 		t.Errorf("baseline from %d, want the only window kept (50 s)", from)
 	}
 }
+
+// The walk over its budget: with a clock on which every reading takes a
+// millisecond, the gaps below the running p99 are left unwalked once an
+// advance has spent its share (5% of the time since the last); the
+// contended seconds' p99 band is still walked whole and blamed on the
+// run queue, every gap is in the distribution, and the unwalked ones are
+// counted and said.
+func TestTrackerWalkBudget(t *testing.T) {
+	tr := NewTracker(Options{WalkBudget: 0.05})
+	var fake int64
+	tr.clock = func() int64 { fake += 1e6; return fake }
+	s := &server{t: tr, now: 1e9, lastOut: 1e9 - 8*ms, conns: 4, period: 10 * ms, runq: 15 * ms}
+	for c := range s.conns {
+		tr.Record(collectors.Span{Kind: collectors.SpanRequest, Start: s.now - ms, End: s.now - ms, LocalPort: 8000,
+			Port: uint16(40000 + c), Bytes: 400})
+	}
+	var contended IntervalView
+	for sec := range 60 {
+		for range 100 {
+			s.step(sec >= 30 && s.now%(100*ms) < 50*ms)
+			if s.now > int64(sec+1)*1e9+1e9 {
+				break
+			}
+		}
+		tr.Advance(s.now)
+		if v := tr.Interval(s.now, 1); sec == 50 {
+			contended = v
+		}
+	}
+	tr.Finish()
+	r := tr.Result(s.now, nil)
+	all := r.Live.Gaps + r.Live.FirstBytes
+	t.Logf("%d gaps and first bytes, %d walked, %d unwalked (%.0f ms)", all, r.CriticalPath.Gaps, r.Live.UnwalkedGaps, r.Live.UnwalkedMs)
+	if r.Live.UnwalkedGaps == 0 || r.Live.UnwalkedGaps != tr.Totals(s.now).Unwalked {
+		t.Fatalf("unwalked: result %d, totals %d; want the same, above 0", r.Live.UnwalkedGaps, tr.Totals(s.now).Unwalked)
+	}
+	if r.Live.UnwalkedGaps >= all {
+		t.Errorf("every gap unwalked (%d of %d): the p99 band's are always walked", r.Live.UnwalkedGaps, all)
+	}
+	if tot := tr.Totals(s.now); tot.Gap.Count != r.Live.Gaps {
+		t.Errorf("the gap histogram holds %d gaps, the distribution %d: unwalked gaps count in both", tot.Gap.Count, r.Live.Gaps)
+	}
+	if contended.ITLP99 == nil || contended.ITLP99.ExcessShares["cpu_runqueue"] < 0.9 {
+		t.Errorf("contended p99 band %+v: want it walked, cpu_runqueue nearly all", contended.ITLP99)
+	}
+}

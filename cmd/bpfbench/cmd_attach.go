@@ -210,7 +210,7 @@ func attachTracker(o attachOptions) (*live.Tracker, error) {
 	if !o.live {
 		return nil, nil
 	}
-	lo := live.Options{ThreadClock: true}
+	lo := live.Options{ThreadClock: true, WalkBudget: live.DefaultWalkBudget}
 	if o.baseline != "" {
 		prior, err := job.LoadPrior(o.baseline)
 		if err != nil {
@@ -352,6 +352,10 @@ func writeLive(w io.Writer, r *live.Result) {
 	}
 	fmt.Fprintf(w, "  the live view's own cost: %.3f CPU-s walking, %.3f s taking %d spans (estimated from %d timed, ±%.0f%%, less the clock's own %d ns each; %.2f%% of a CPU)\n",
 		l.Cost.WalkSeconds, l.Cost.RecordSeconds, l.Cost.Records, l.Cost.RecordsTimed, 100*l.Cost.RecordSecondsError, l.Cost.RecordClockNs, 100*l.Cost.CPUFraction)
+	if l.UnwalkedGaps > 0 {
+		fmt.Fprintf(w, "  (%d gaps, %.0f ms, were not walked: the walk was over its budget of a CPU; they are below the p99, in the distributions and not in the causes, whose totals cover the %d walked)\n",
+			l.UnwalkedGaps, l.UnwalkedMs, r.CriticalPath.Gaps)
+	}
 	if l.BandSampled {
 		fmt.Fprintln(w, "  (the p99 bands are of a uniform sample: "+l.Accuracy+")")
 		if b := l.ITLP99BoundsMs; b != nil {

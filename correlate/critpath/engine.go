@@ -125,7 +125,10 @@ type history struct {
 // is bounded by the history of the open gaps (see Options.Keep, SetFloor),
 // and each event costs O(log n) to add, each gap O(log n) per step.
 type Engine struct {
-	opt     Options
+	opt Options
+	// skip, when set, is asked before each read is walked: true takes
+	// the read as handled (its caller's own account) and walks nothing.
+	skip    func(Read) bool
 	threads map[uint32]*history
 	// procs are the target threads of each process (tgid), for the
 	// sibling rule of running steps; procRunq their Runnable segments
@@ -225,6 +228,11 @@ func (e *Engine) Stats() Stats { return e.stats }
 // ns, so that history before it (less the margin) can be forgotten even
 // within Options.Keep.
 func (e *Engine) SetFloor(ns int64) { e.floor = ns }
+
+// SetSkip sets what FlushFunc asks before it walks a read: a read for
+// which skip returns true is not walked and not handed to FlushFunc's fn
+// (skip took it). nil walks every read.
+func (e *Engine) SetSkip(skip func(Read) bool) { e.skip = skip }
 
 // insert puts x, whose key is k, into s sorted by key, cheaply when it
 // comes in order.
@@ -515,6 +523,9 @@ func (e *Engine) FlushFunc(watermark int64, fn func(Gap)) {
 		return cmp.Or(cmp.Compare(a.End, b.End), cmp.Compare(a.Request, b.Request), cmp.Compare(a.Index, b.Index), cmp.Compare(a.Start, b.Start))
 	})
 	for _, r := range ready {
+		if e.skip != nil && e.skip(r) {
+			continue
+		}
 		fn(e.gap(r))
 	}
 	e.stats.Gaps += uint64(len(ready))
