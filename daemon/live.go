@@ -79,7 +79,7 @@ var (
 		"The token gaps a target's flight recorder holds (the last incidents.recorder_window).",
 		[]string{"target"}, nil)
 	liveUnwalkedDesc = prometheus.NewDesc("bpfbench_live_gaps_unwalked_total",
-		"Gaps and first bytes of a target the live view did not walk, its walk over its budget (5% of a CPU): in the histograms, not in the cause seconds, which then cover the walked gaps (an estimate of the mix).",
+		"Gaps and first bytes of a target the live view did not walk, its walk over its budget (5% of a CPU over all live targets): in the histograms, not in the cause seconds, which then cover the walked gaps (an estimate of the mix).",
 		[]string{"target"}, nil)
 	liveDroppedDesc = prometheus.NewDesc("bpfbench_live_spans_dropped_total",
 		"Spans the live view of a target left out: held beyond its bound of history (reason held), or come after their gaps were walked (reason late).",
@@ -382,6 +382,23 @@ func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int,
 	lt.run = r
 	delete(v.failed, name)
 	v.mu.Unlock()
+	v.shareBudget()
+}
+
+// shareBudget gives every target's tracker an equal share of the live
+// views' walk budget (live.DefaultWalkBudget of a CPU over all targets).
+func (v *liveViews) shareBudget() {
+	v.mu.Lock()
+	var runs []*liveRun
+	for _, lt := range v.targets {
+		if lt.run != nil {
+			runs = append(runs, lt.run)
+		}
+	}
+	v.mu.Unlock()
+	for _, r := range runs {
+		r.tr.SetWalkBudget(live.DefaultWalkBudget / float64(len(runs)))
+	}
 }
 
 // startShared starts the shared session on pid and roots, r's tracker its
@@ -538,7 +555,9 @@ func (v *liveViews) end(name string) {
 	if last && sr != nil {
 		sr.cancel()
 		<-sr.done
+		return
 	}
+	v.shareBudget()
 }
 
 // names are the targets with a live session now, sorted.

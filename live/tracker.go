@@ -326,6 +326,20 @@ func (t *Tracker) advance(wm, now int64) {
 	}
 }
 
+// SetWalkBudget changes the walk's budget (Options.WalkBudget) from the
+// next advance on; 0 or less: no bound. A tracker built without a budget
+// takes one here too.
+func (t *Tracker) SetWalkBudget(f float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.opt.WalkBudget = f
+	if f > 0 {
+		t.eng.SetSkip(t.skip)
+	} else {
+		t.eng.SetSkip(nil)
+	}
+}
+
 // skip says whether r is left unwalked (critpath's SetSkip, under t.mu):
 // the walk has spent its budget in this advance and r is below the p99
 // of its kind so far. An unwalked gap counts in the distributions, the
