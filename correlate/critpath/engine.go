@@ -26,6 +26,10 @@ type Options struct {
 	// Held gives the cause of a run-queue wait behind a task outside the
 	// targets (default DefaultHeld).
 	Held func(holder Thread) Cause
+
+	// scanThreads: the timed-wait rule searches every thread's history,
+	// as before the active index (the index's reference, in tests).
+	scanThreads bool
 }
 
 // DefaultHeld: a wait for a CPU held by the block layer's kernel worker
@@ -135,6 +139,12 @@ type Engine struct {
 	// with holders, by Start, so that the rule looks at one list.
 	procs    map[uint32][]uint32
 	procRunq map[uint32]*runqIndex
+	// active is every target thread's segments but its sleeps, by Start,
+	// and withCUDA the threads with CUDA calls held (whose sleeps may be
+	// inside one): the timed-wait rule takes its claims from these rather
+	// than from every thread's history (timedwait.go).
+	active   runqIndex
+	withCUDA map[uint32]bool
 	sends    map[uint16][]Send // by Time
 	// allSends are every port's sends by Time, for the hops: a sleep
 	// woken by a network receive follows the latest send of another
@@ -210,6 +220,7 @@ func New(opt Options) *Engine {
 		threads:  map[uint32]*history{},
 		procs:    map[uint32][]uint32{},
 		procRunq: map[uint32]*runqIndex{},
+		withCUDA: map[uint32]bool{},
 		sends:    map[uint16][]Send{},
 		arrivals: map[uint16][]Arrival{},
 		holds:    map[uint16][]Hold{},
@@ -332,6 +343,11 @@ func (e *Engine) AddSegment(s Segment) {
 	}
 	h.segs, h.segBase = roomFor(h.segs, h.segBase)
 	h.segs = insert(h.segs, s, s.Start, segStart)
+	if s.State != Sleep {
+		a := s
+		a.Thread = h.th
+		e.active.add(a)
+	}
 	if s.State == Runnable && len(s.Holders) > 0 && h.th.Tgid != 0 {
 		rq := e.procRunq[h.th.Tgid]
 		if rq == nil {
@@ -339,10 +355,35 @@ func (e *Engine) AddSegment(s Segment) {
 			e.procRunq[h.th.Tgid] = rq
 		}
 		s.Thread = h.th
-		rq.segs, rq.base = roomFor(rq.segs, rq.base)
-		rq.segs = insert(rq.segs, s, s.Start, segStart)
-		rq.maxLen = max(rq.maxLen, s.End-s.Start)
+		rq.add(s)
 	}
+}
+
+// add inserts s by its Start.
+func (rq *runqIndex) add(s Segment) {
+	rq.segs, rq.base = roomFor(rq.segs, rq.base)
+	rq.segs = insert(rq.segs, s, s.Start, segStart)
+	rq.maxLen = max(rq.maxLen, s.End-s.Start)
+}
+
+// prune forgets the segments ending at or before hz, and says how many.
+func (rq *runqIndex) prune(hz int64) int {
+	// Those ending before the horizon, found among the ones that start
+	// before it less the longest's length.
+	cut := sort.Search(len(rq.segs), func(j int) bool { return rq.segs[j].Start >= hz-rq.maxLen })
+	keep := rq.segs[:0]
+	for _, sg := range rq.segs[:cut] {
+		if sg.End > hz {
+			keep = append(keep, sg)
+		}
+	}
+	n := len(keep)
+	if n < cut {
+		rest := append(keep, rq.segs[cut:]...)
+		clear(rq.segs[len(rest):])
+		rq.segs = rest
+	}
+	return cut - n
 }
 
 // runqIndex is a process's Runnable segments with holders, by Start.
@@ -384,6 +425,7 @@ func (e *Engine) AddCUDA(c CUDACall) {
 	}
 	h := e.thread(c.Tid)
 	h.cuda = insert(h.cuda, c, c.Start, cudaStart)
+	e.withCUDA[c.Tid] = true
 	h.maxCuda = max(h.maxCuda, c.End-c.Start)
 }
 
@@ -576,34 +618,25 @@ func (e *Engine) prune() {
 				h.cuda = h.cuda[cut:]
 				e.stats.Pruned += uint64(cut)
 			}
+			if len(h.cuda) == 0 {
+				delete(e.withCUDA, tid)
+			}
 		}
 		if (len(h.segs) == 0 || h.segs[len(h.segs)-1].End < stale) && (len(h.cuda) == 0 || h.cuda[len(h.cuda)-1].End < stale) {
 			e.stats.Pruned += uint64(len(h.segs) + len(h.cuda))
 			e.unindex(h)
 			delete(e.threads, tid)
+			delete(e.withCUDA, tid)
 			e.histList = nil
 		}
 	}
 	for tgid, rq := range e.procRunq {
-		// Those ending before the horizon, found among the ones that
-		// start before it less the longest's length.
-		cut := sort.Search(len(rq.segs), func(j int) bool { return rq.segs[j].Start >= hz-rq.maxLen })
-		keep := rq.segs[:0]
-		for _, sg := range rq.segs[:cut] {
-			if sg.End > hz {
-				keep = append(keep, sg)
-			}
-		}
-		if n := len(keep); n < cut {
-			rest := append(keep, rq.segs[cut:]...)
-			clear(rq.segs[len(rest):])
-			rq.segs = rest
-			e.stats.Pruned += uint64(cut - n)
-		}
+		e.stats.Pruned += uint64(rq.prune(hz))
 		if len(rq.segs) == 0 {
 			delete(e.procRunq, tgid)
 		}
 	}
+	e.active.prune(hz)
 	if cut := sort.Search(len(e.allSends), func(j int) bool { return e.allSends[j].Time >= hz }); cut > 0 {
 		clear(e.allSends[:cut])
 		e.allSends = e.allSends[cut:]

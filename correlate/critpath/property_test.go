@@ -121,3 +121,34 @@ func TestStreamMemoryBounded(t *testing.T) {
 func sortEvents(ev []event) {
 	slicesSortStable(ev)
 }
+
+// The timed-wait rule's claims from the active index are those of the
+// search of every thread's history: the same gaps, step for step, in one
+// batch and in a stream pruned as it goes.
+func TestPropertyActiveIndex(t *testing.T) {
+	var sleeps uint64
+	for seed := uint64(1); seed <= 40; seed++ {
+		tl := genTimeline(seed, 2+int(seed%7), 1000*ms, 3+int(seed%9))
+		want, st := tl.batchStats(Options{scanThreads: true})
+		sleeps += st.NoEdgeSleeps
+		got := tl.batch(Options{})
+		for _, keep := range []int64{0, 300 * ms} {
+			if keep > 0 {
+				want = tl.stream(Options{scanThreads: true, Keep: keep}, seed, 30*ms)
+				got = tl.stream(Options{Keep: keep}, seed, 30*ms)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("seed %d keep %d: %d gaps, want %d", seed, keep, len(got), len(want))
+			}
+			for i := range want {
+				if !reflect.DeepEqual(got[i], want[i]) {
+					t.Fatalf("seed %d keep %d: gap %d/%d differs:\n got %s\nwant %s", seed, keep, want[i].Request, want[i].Index, dump(got[i].Steps), dump(want[i].Steps))
+				}
+			}
+		}
+	}
+	if sleeps == 0 {
+		t.Fatal("no sleep without a wakeup edge in the random timelines: the rule was not exercised")
+	}
+	t.Logf("%d sleeps without a wakeup edge covered alike", sleeps)
+}

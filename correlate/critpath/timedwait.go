@@ -90,9 +90,9 @@ type painted struct {
 // meanwhile emits st, a sleep of h with no wakeup edge to follow (its
 // Cause the sleep's own: server_sleep, unexplained for an unknown waker),
 // with the stretches the server's other threads explain replaced by their
-// states (see the ranks above). The cost is a binary search in each
-// target thread's segments that overlap the sleep, a pass over the claims
-// found, and a sort of the stretches painted.
+// states (see the ranks above). The cost is a binary search in the active
+// index and a pass over what overlaps the sleep there (activeClaims), a
+// sort of the claims found (small), and one of the stretches painted.
 func (e *Engine) meanwhile(h *history, st Step) {
 	if e.histList == nil {
 		for _, o := range e.threads {
@@ -104,12 +104,16 @@ func (e *Engine) meanwhile(h *history, st Step) {
 	for r := range e.claims {
 		e.claims[r] = e.claims[r][:0]
 	}
-	for _, o := range e.histList {
-		n := len(o.segs)
-		if n == 0 || o.th.Tid == h.th.Tid || o.segs[0].Start >= st.End || o.segs[n-1].End <= st.Start || e.onPath(o.th.Tid) {
-			continue
+	if e.opt.scanThreads {
+		for _, o := range e.histList {
+			n := len(o.segs)
+			if n == 0 || o.th.Tid == h.th.Tid || o.segs[0].Start >= st.End || o.segs[n-1].End <= st.Start || e.onPath(o.th.Tid) {
+				continue
+			}
+			e.claimsOf(o, st.Start, st.End, st.Depth+1)
 		}
-		e.claimsOf(o, st.Start, st.End, st.Depth+1)
+	} else {
+		e.activeClaims(h, st)
 	}
 	steps := e.claimSteps
 	if len(steps) == 0 {
@@ -118,7 +122,10 @@ func (e *Engine) meanwhile(h *history, st Step) {
 	}
 	e.stats.NoEdgeSleeps++
 	// Rank by rank, each thread's claims (disjoint, by start; the threads
-	// by tid) are laid over what is still free: no sort.
+	// by tid) are laid over what is still free.
+	for r := range e.claims {
+		slices.SortFunc(e.claims[r], func(a, b claim) int { return cmp.Or(cmp.Compare(a.tid, b.tid), cmp.Compare(a.start, b.start)) })
+	}
 	free := append(e.free[:0], span{st.Start, st.End})
 	next := e.free2[:0]
 	out := e.painted[:0]
@@ -168,6 +175,37 @@ func (e *Engine) meanwhile(h *history, st Step) {
 		}
 		s.Start, s.End = p.start, p.end
 		e.emit(s)
+	}
+}
+
+// activeClaims appends the claims over st of the target threads but the
+// sleeper h and the threads on the walk's path: from the active index
+// (every thread's segments but its sleeps, by Start), what overlaps st,
+// and from the histories of the threads with CUDA calls, whose sleeps
+// may be inside one. Its cost is what overlaps the sleep, not a search
+// per thread: a server of a thousand threads (one per connection) spent
+// 81% of its walk searching the histories of threads that slept.
+func (e *Engine) activeClaims(h *history, st Step) {
+	depth := st.Depth + 1
+	for tid := range e.withCUDA {
+		o := e.threads[tid]
+		if o == nil || tid == h.th.Tid || len(o.segs) == 0 || e.onPath(tid) {
+			continue
+		}
+		e.claimsOf(o, st.Start, st.End, depth)
+	}
+	a := e.active.segs
+	i := sort.Search(len(a), func(j int) bool { return a[j].Start >= st.End })
+	j := sort.Search(i, func(j int) bool { return a[j].Start >= st.Start-e.active.maxLen })
+	for ; j < i; j++ {
+		sg := &a[j]
+		tid := sg.Thread.Tid
+		if sg.End <= st.Start || tid == h.th.Tid || e.withCUDA[tid] || e.onPath(tid) {
+			continue
+		}
+		if o := e.threads[tid]; o != nil {
+			e.claimSeg(o, sg, max(sg.Start, st.Start), min(sg.End, st.End), depth)
+		}
 	}
 }
 
