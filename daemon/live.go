@@ -386,7 +386,9 @@ func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int,
 }
 
 // shareBudget gives every target's tracker an equal share of the live
-// views' walk budget (live.DefaultWalkBudget of a CPU over all targets).
+// views' walk budget (live.DefaultWalkBudget of a CPU over all targets)
+// and of their bound of history (live.DefaultMaxHeld spans, at least
+// minHeldShare each).
 func (v *liveViews) shareBudget() {
 	v.mu.Lock()
 	var runs []*liveRun
@@ -398,8 +400,14 @@ func (v *liveViews) shareBudget() {
 	v.mu.Unlock()
 	for _, r := range runs {
 		r.tr.SetWalkBudget(live.DefaultWalkBudget / float64(len(runs)))
+		r.tr.SetMaxHeld(max(live.DefaultMaxHeld/len(runs), minHeldShare))
 	}
 }
+
+// minHeldShare is the least bound of history a target's live view gets
+// when the daemon shares one over many targets (64Ki spans: 10 s of a
+// server making 6,500 spans a second).
+const minHeldShare = 1 << 16
 
 // startShared starts the shared session on pid and roots, r's tracker its
 // slot 1's, and runs it until stop or an error.

@@ -64,6 +64,11 @@ type Options struct {
 	WalkBudget float64
 }
 
+// DefaultMaxHeld is the default bound of the spans of history held: about
+// 150 MB (a held span is a segment, a send or a CUDA call of the engine,
+// up to ~140 bytes, and the active index's copy of a segment).
+const DefaultMaxHeld = 1 << 20
+
 // DefaultWalkBudget is attach's and the daemon's walk budget: 5% of a CPU.
 const DefaultWalkBudget = 0.05
 
@@ -142,7 +147,7 @@ type interval struct {
 // NewTracker returns a tracker.
 func NewTracker(opt Options) *Tracker {
 	if opt.MaxHeld <= 0 {
-		opt.MaxHeld = 1 << 20
+		opt.MaxHeld = DefaultMaxHeld
 	}
 	if opt.Lag <= 0 {
 		opt.Lag = 2e9
@@ -338,6 +343,19 @@ func (t *Tracker) SetWalkBudget(f float64) {
 	} else {
 		t.eng.SetSkip(nil)
 	}
+}
+
+// SetMaxHeld changes the bound of the spans of history held
+// (Options.MaxHeld; 0 or less: the default): the daemon shares one bound
+// over its live targets.
+func (t *Tracker) SetMaxHeld(n int) {
+	if n <= 0 {
+		n = DefaultMaxHeld
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.opt.MaxHeld = n
+	t.feed.MaxHeld = n
 }
 
 // skip says whether r is left unwalked (critpath's SetSkip, under t.mu):
