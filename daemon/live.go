@@ -79,7 +79,7 @@ var (
 		"The token gaps a target's flight recorder holds (the last incidents.recorder_window).",
 		[]string{"target"}, nil)
 	liveUnwalkedDesc = prometheus.NewDesc("bpfbench_live_gaps_unwalked_total",
-		"Gaps and first bytes of a target the live view did not walk, its walk over its budget (5% of a CPU over all live targets): in the histograms, not in the cause seconds, which then cover the walked gaps (an estimate of the mix).",
+		"Gaps and first bytes of a target the live view did not walk, its walk over its budget (5% of a CPU over all live targets): below the running p90, in the histograms, not in the cause seconds, which then cover the walked gaps (an estimate of the mix).",
 		[]string{"target"}, nil)
 	liveDroppedDesc = prometheus.NewDesc("bpfbench_live_spans_dropped_total",
 		"Spans the live view of a target left out: held beyond its bound of history (reason held), or come after their gaps were walked (reason late).",

@@ -54,13 +54,14 @@ type Options struct {
 	// recorder of incidents).
 	Recorder *Recorder
 	// WalkBudget bounds the walk's time, a fraction of one CPU (0: no
-	// bound; attach and the daemon give DefaultWalkBudget): past it within
-	// an Advance, the gaps below the running p99 of their kind are not
-	// walked (counted as unwalked; their durations are kept). A server
-	// whose gaps cost more to walk than the live view can spend (thousands
-	// of connections, thousands of threads) keeps its p99 band whole, and
-	// its cause totals cover the walked gaps. Advance must then be called
-	// in real time (its budget is the walk's share of the time between two).
+	// bound; attach and the daemon give DefaultWalkBudget), as a bucket
+	// that fills at that rate up to 10 s's worth: once the walk has emptied
+	// it, the gaps below the running p90 of their kind are not walked
+	// (counted as unwalked; their durations are kept) until it fills
+	// again. A server whose gaps cost more to walk than the live view can
+	// spend (thousands of connections, thousands of threads) keeps its
+	// slowest tenth walked, and its cause totals cover the walked gaps.
+	// Advance must then be called in real time.
 	WalkBudget float64
 }
 
@@ -72,7 +73,11 @@ const DefaultMaxHeld = 1 << 20
 // DefaultWalkBudget is attach's and the daemon's walk budget: 5% of a CPU.
 const DefaultWalkBudget = 0.05
 
-// finishBudget bounds the walk of Finish's gaps below the p99 (the
+// walkBurst is how much time's worth of the walk's budget it keeps (10 s:
+// at 5%, 500 ms of walking), so that a burst is not shed.
+const walkBurst = 10e9
+
+// finishBudget bounds the walk of Finish's gaps below the p90 (the
 // session's end: a stopped command must not walk for minutes).
 const finishBudget = int64(1e9)
 
@@ -121,10 +126,10 @@ type Tracker struct {
 	// schedAt is the latest end of a scheduler span taken: the walk waits
 	// for the scheduler's reader (Advance).
 	schedAt int64
-	// The walk's budget in the advance under way (skip): the walk's time
-	// started at walkFrom (nanotime) may reach walkAllow; thr are the
-	// p99s of the first tokens' gaps and the later ones' at its start.
-	// lastAdvance is when the previous advance started.
+	// The walk's budget (skip): walkAllow is what is left of it (ns of
+	// walking; the advance under way started at walkFrom, nanotime); thr
+	// are the p90s of the first tokens' gaps and the later ones' at its
+	// start; lastAdvance is when the previous advance started.
 	walkFrom, walkAllow, lastAdvance int64
 	thr                              [2]int64
 	// unwalked gaps (skip) and their time.
@@ -311,18 +316,25 @@ func (t *Tracker) advance(wm, now int64) {
 		t.eng.SetFloor(max(t.streams.Floor(wm, t.opt.Keep), wm-t.opt.Keep))
 		t.streams.Expire(now)
 	}
+	// The budget is a bucket: it fills at WalkBudget of the time that
+	// passes, up to walkBurst of it, and the walk empties it; a burst of
+	// gaps is walked whole, a sustained excess is shed.
 	t.walkFrom = t.clock()
+	burst := int64(t.opt.WalkBudget * walkBurst)
 	switch {
 	case now == math.MaxInt64:
-		t.walkAllow = finishBudget
+		t.walkAllow = max(t.walkAllow, finishBudget)
 	case t.lastAdvance > 0:
-		t.walkAllow = int64(t.opt.WalkBudget * float64(t.walkFrom-t.lastAdvance))
+		t.walkAllow = min(t.walkAllow+int64(t.opt.WalkBudget*float64(t.walkFrom-t.lastAdvance)), burst)
 	default:
-		t.walkAllow = int64(t.opt.WalkBudget * 1e9)
+		t.walkAllow = burst
 	}
 	t.lastAdvance = t.walkFrom
-	t.thr = [2]int64{int64(t.ttfb.Quantile(0.99)), int64(t.itl.Quantile(0.99))}
+	t.thr = [2]int64{int64(t.ttfb.Quantile(0.9)), int64(t.itl.Quantile(0.9))}
 	t.eng.FlushFunc(wm, t.gap)
+	if t.opt.WalkBudget > 0 {
+		t.walkAllow -= t.clock() - t.walkFrom
+	}
 	t.feed.Retained()
 	if r := t.opt.Recorder; r != nil && now != math.MaxInt64 {
 		// The slow gaps keep their path: those above the session's p90.
@@ -359,8 +371,8 @@ func (t *Tracker) SetMaxHeld(n int) {
 }
 
 // skip says whether r is left unwalked (critpath's SetSkip, under t.mu):
-// the walk has spent its budget in this advance and r is below the p99
-// of its kind so far. An unwalked gap counts in the distributions, the
+// the walk has spent its budget and r is below the p90 of its kind so
+// far. An unwalked gap counts in the distributions, the
 // band samples (so that the bands' p99 is every gap's) and the flight
 // recorder's window, not in the causes.
 func (t *Tracker) skip(r critpath.Read) bool {
@@ -640,7 +652,7 @@ type Summary struct {
 	Gaps       uint64 `json:"gaps"`
 	FirstBytes uint64 `json:"first_bytes"`
 	// UnwalkedGaps were left unwalked, the walk over its budget
-	// (Options.WalkBudget): each below the p99 of its kind so far, in the
+	// (Options.WalkBudget): each below the p90 of its kind so far, in the
 	// distributions, the bands' samples and the counts, not in the causes
 	// (critical_path's totals cover the walked gaps); UnwalkedMs their
 	// time.

@@ -145,8 +145,8 @@ func TestRollingQuietWindow(t *testing.T) {
 }
 
 // The walk over its budget: with a clock on which every reading takes a
-// millisecond, the gaps below the running p99 are left unwalked once an
-// advance has spent its share (5% of the time since the last); the
+// millisecond, the gaps below the running p90 are left unwalked once the
+// walk has emptied its bucket (5% of the time that passed); the
 // contended seconds' p99 band is still walked whole and blamed on the
 // run queue, every gap is in the distribution, and the unwalked ones are
 // counted and said.

@@ -353,7 +353,7 @@ func writeLive(w io.Writer, r *live.Result) {
 	fmt.Fprintf(w, "  the live view's own cost: %.3f CPU-s walking, %.3f s taking %d spans (estimated from %d timed, ±%.0f%%, less the clock's own %d ns each; %.2f%% of a CPU)\n",
 		l.Cost.WalkSeconds, l.Cost.RecordSeconds, l.Cost.Records, l.Cost.RecordsTimed, 100*l.Cost.RecordSecondsError, l.Cost.RecordClockNs, 100*l.Cost.CPUFraction)
 	if l.UnwalkedGaps > 0 {
-		fmt.Fprintf(w, "  (%d gaps, %.0f ms, were not walked: the walk was over its budget of a CPU; they are below the p99, in the distributions and not in the causes, whose totals cover the %d walked)\n",
+		fmt.Fprintf(w, "  (%d gaps, %.0f ms, were not walked: the walk was over its budget of a CPU; they are below the p90, in the distributions and not in the causes, whose totals cover the %d walked)\n",
 			l.UnwalkedGaps, l.UnwalkedMs, r.CriticalPath.Gaps)
 	}
 	if l.BandSampled {

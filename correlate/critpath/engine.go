@@ -143,7 +143,7 @@ type Engine struct {
 	// and withCUDA the threads with CUDA calls held (whose sleeps may be
 	// inside one): the timed-wait rule takes its claims from these rather
 	// than from every thread's history (timedwait.go).
-	active   runqIndex
+	active   activeIndex
 	withCUDA map[uint32]bool
 	sends    map[uint16][]Send // by Time
 	// allSends are every port's sends by Time, for the hops: a sleep

@@ -180,7 +180,7 @@ func (e *Engine) meanwhile(h *history, st Step) {
 
 // activeClaims appends the claims over st of the target threads but the
 // sleeper h and the threads on the walk's path: from the active index
-// (every thread's segments but its sleeps, by Start), what overlaps st,
+// (every thread's segments but its sleeps, active.go), what overlaps st,
 // and from the histories of the threads with CUDA calls, whose sleeps
 // may be inside one. Its cost is what overlaps the sleep, not a search
 // per thread: a server of a thousand threads (one per connection) spent
@@ -194,19 +194,15 @@ func (e *Engine) activeClaims(h *history, st Step) {
 		}
 		e.claimsOf(o, st.Start, st.End, depth)
 	}
-	a := e.active.segs
-	i := sort.Search(len(a), func(j int) bool { return a[j].Start >= st.End })
-	j := sort.Search(i, func(j int) bool { return a[j].Start >= st.Start-e.active.maxLen })
-	for ; j < i; j++ {
-		sg := &a[j]
-		tid := sg.Thread.Tid
-		if sg.End <= st.Start || tid == h.th.Tid || e.withCUDA[tid] || e.onPath(tid) {
-			continue
+	e.active.each(st.Start, st.End, func(a *activeSeg) {
+		if a.Tid == h.th.Tid || e.withCUDA[a.Tid] || e.onPath(a.Tid) {
+			return
 		}
-		if o := e.threads[tid]; o != nil {
-			e.claimSeg(o, sg, max(sg.Start, st.Start), min(sg.End, st.End), depth)
+		if o := e.threads[a.Tid]; o != nil {
+			sg := Segment{Thread: o.th, State: a.State, Start: a.Start, End: a.End, Holders: a.Holders}
+			e.claimSeg(o, &sg, max(a.Start, st.Start), min(a.End, st.End), depth)
 		}
-	}
+	})
 }
 
 // claimsOf appends the claims of o's states over [x, y]. The tail rule

@@ -1,0 +1,98 @@
+package critpath
+
+// activeIndex holds every target thread's segments but its sleeps, for the
+// timed-wait rule (activeClaims): what overlaps a sleep is found without a
+// search per thread. Entries go into buckets by their start (bucketNs
+// wide), appended in any order; a segment longer than longNs goes into a
+// list of its own, scanned whole. A query over [x, y] reads the buckets
+// from x - longNs to y and the long list: its cost is what started in
+// that window, however many threads there are, and an insert is O(1)
+// (a sorted slice moved its tail on every segment that came out of order,
+// most of them with thousands of threads).
+type activeIndex struct {
+	buckets map[int64][]activeSeg
+	long    []activeSeg
+	// lo is at most the lowest bucket key with entries (prune), once
+	// loSet.
+	lo    int64
+	loSet bool
+}
+
+// activeSeg is what the timed-wait rule reads of a segment.
+type activeSeg struct {
+	Start, End int64
+	Holders    []Holder
+	Tid        uint32
+	State      State
+}
+
+const (
+	bucketNs = 16e6
+	longNs   = 1e9
+)
+
+func (a *activeIndex) add(s Segment) {
+	e := activeSeg{Start: s.Start, End: s.End, Holders: s.Holders, Tid: s.Thread.Tid, State: s.State}
+	if s.End-s.Start > longNs {
+		a.long = append(a.long, e)
+		return
+	}
+	if a.buckets == nil {
+		a.buckets = map[int64][]activeSeg{}
+	}
+	k := s.Start / bucketNs
+	if !a.loSet || k < a.lo {
+		a.lo, a.loSet = k, true
+	}
+	a.buckets[k] = append(a.buckets[k], e)
+}
+
+// each calls fn with every entry that overlaps [x, y).
+func (a *activeIndex) each(x, y int64, fn func(*activeSeg)) {
+	for i := range a.long {
+		if s := &a.long[i]; s.End > x && s.Start < y {
+			fn(s)
+		}
+	}
+	if len(a.buckets) == 0 {
+		return
+	}
+	for k := max((x-longNs)/bucketNs, a.lo); k <= (y-1)/bucketNs; k++ {
+		b := a.buckets[k]
+		for i := range b {
+			if s := &b[i]; s.End > x && s.Start < y {
+				fn(s)
+			}
+		}
+	}
+}
+
+// prune forgets the entries that end at or before hz.
+func (a *activeIndex) prune(hz int64) {
+	keep := a.long[:0]
+	for _, s := range a.long {
+		if s.End > hz {
+			keep = append(keep, s)
+		}
+	}
+	clear(a.long[len(keep):])
+	a.long = keep
+	if len(a.buckets) == 0 {
+		a.loSet = false
+		return
+	}
+	// A bucket's entries start before (k+1)·bucketNs and last at most
+	// longNs: it goes whole once that is at or before hz. After a quiet
+	// stretch the keys below the lowest one held are skipped at once.
+	top := (hz - longNs) / bucketNs
+	if top-a.lo > 4*int64(len(a.buckets)) {
+		a.lo = top
+		for k := range a.buckets {
+			a.lo = min(a.lo, k)
+		}
+	}
+	for ; len(a.buckets) > 0 && (a.lo+1)*bucketNs+longNs <= hz; a.lo++ {
+		delete(a.buckets, a.lo)
+	}
+	a.loSet = len(a.buckets) > 0
+}
