@@ -30,6 +30,7 @@ import (
 	"log/slog"
 	"os"
 	"reflect"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -326,7 +327,7 @@ func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int,
 	if v.recorder != nil {
 		rec = v.recorder()
 	}
-	r := &liveRun{key: key, pid: pid, tr: live.NewTracker(live.Options{Recorder: rec, WalkBudget: live.DefaultWalkBudget}), rec: rec}
+	r := &liveRun{key: key, pid: pid, tr: live.NewTracker(live.Options{Recorder: rec, WalkBudget: live.DefaultWalkBudget, ThreadClock: true}), rec: rec}
 	logger := v.log.With("target", name)
 	v.mu.Lock()
 	sr := v.shared
@@ -452,7 +453,15 @@ func (v *liveViews) runShared(ctx context.Context, sr *sharedRun) {
 	defer v.wg.Done()
 	defer close(sr.done)
 	defer sr.cancel()
+	locked := false
 	err := sr.sess.Run(ctx, liveAdvance, func() {
+		if !locked {
+			// The walks' cost is read on this thread's CPU clock
+			// (live.Options.ThreadClock): every tick runs on this
+			// goroutine, locked to its thread until it ends.
+			runtime.LockOSThread()
+			locked = true
+		}
 		now := clock.Now()
 		for _, t := range v.runs(sr) {
 			t.run.mu.Lock()

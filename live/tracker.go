@@ -127,7 +127,7 @@ type Tracker struct {
 	// for the scheduler's reader (Advance).
 	schedAt int64
 	// The walk's budget (skip): walkAllow is what is left of it (ns of
-	// walking; the advance under way started at walkFrom, nanotime); thr
+	// walking; the advance under way started at walkFrom, on spend); thr
 	// are the p90s of the first tokens' gaps and the later ones' at its
 	// start; lastAdvance is when the previous advance started.
 	walkFrom, walkAllow, lastAdvance int64
@@ -135,8 +135,11 @@ type Tracker struct {
 	// unwalked gaps (skip) and their time.
 	unwalked   uint64
 	unwalkedNs int64
-	// clock is the budget's clock (nanotime; a test's own).
-	clock func() int64
+	// clock is the wall clock the budget fills by, spend the clock the
+	// walk spends it by: the advancing thread's CPU clock with
+	// ThreadClock (a thread that waits for a CPU spends nothing), else
+	// the wall's (nanotime; a test's own).
+	clock, spend func() int64
 
 	iv interval
 }
@@ -174,7 +177,15 @@ func NewTracker(opt Options) *Tracker {
 		slow: Slowest{N: opt.Slowest}, conns: map[uint16]*connBlame{},
 		sample: [2]sample{{n: bandSample}, {n: bandSample}}, iv: interval{sample: sample{n: bandSample * 4}},
 		gapH: hist.Log2{Slots: make([]uint64, 64)}, ttfbH: hist.Log2{Slots: make([]uint64, 64)}}
-	t.clock = nanotime
+	t.clock, t.spend = nanotime, nanotime
+	if opt.ThreadClock {
+		t.spend = func() int64 {
+			if ns, ok := threadCPU(); ok {
+				return ns
+			}
+			return nanotime()
+		}
+	}
 	if opt.WalkBudget > 0 {
 		eng.SetSkip(t.skip)
 	}
@@ -319,21 +330,22 @@ func (t *Tracker) advance(wm, now int64) {
 	// The budget is a bucket: it fills at WalkBudget of the time that
 	// passes, up to walkBurst of it, and the walk empties it; a burst of
 	// gaps is walked whole, a sustained excess is shed.
-	t.walkFrom = t.clock()
+	wall := t.clock()
+	t.walkFrom = t.spend()
 	burst := int64(t.opt.WalkBudget * walkBurst)
 	switch {
 	case now == math.MaxInt64:
 		t.walkAllow = max(t.walkAllow, finishBudget)
 	case t.lastAdvance > 0:
-		t.walkAllow = min(t.walkAllow+int64(t.opt.WalkBudget*float64(t.walkFrom-t.lastAdvance)), burst)
+		t.walkAllow = min(t.walkAllow+int64(t.opt.WalkBudget*float64(wall-t.lastAdvance)), burst)
 	default:
 		t.walkAllow = burst
 	}
-	t.lastAdvance = t.walkFrom
+	t.lastAdvance = wall
 	t.thr = [2]int64{int64(t.ttfb.Quantile(0.9)), int64(t.itl.Quantile(0.9))}
 	t.eng.FlushFunc(wm, t.gap)
 	if t.opt.WalkBudget > 0 {
-		t.walkAllow -= t.clock() - t.walkFrom
+		t.walkAllow -= t.spend() - t.walkFrom
 	}
 	t.feed.Retained()
 	if r := t.opt.Recorder; r != nil && now != math.MaxInt64 {
@@ -381,7 +393,7 @@ func (t *Tracker) skip(r critpath.Read) bool {
 	if r.Index <= 1 {
 		kind = 0
 	}
-	if t.thr[kind] <= 0 || d >= t.thr[kind] || t.clock()-t.walkFrom < t.walkAllow {
+	if t.thr[kind] <= 0 || d >= t.thr[kind] || t.spend()-t.walkFrom < t.walkAllow {
 		return false
 	}
 	g := critpath.Gap{Read: r}

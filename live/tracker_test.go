@@ -154,6 +154,7 @@ func TestTrackerWalkBudget(t *testing.T) {
 	tr := NewTracker(Options{WalkBudget: 0.05})
 	var fake int64
 	tr.clock = func() int64 { fake += 1e6; return fake }
+	tr.spend = tr.clock
 	s := &server{t: tr, now: 1e9, lastOut: 1e9 - 8*ms, conns: 4, period: 10 * ms, runq: 15 * ms}
 	for c := range s.conns {
 		tr.Record(collectors.Span{Kind: collectors.SpanRequest, Start: s.now - ms, End: s.now - ms, LocalPort: 8000,

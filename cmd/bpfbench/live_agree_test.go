@@ -117,7 +117,7 @@ func liveAgreement(t *testing.T, compared map[string]bool) (problems []string) {
 		problems = append(problems, agreement(p.Name, runShares, shares, doc.CriticalPath.Stats.BatchMovedMs > 0)...)
 	}
 	if r.Live.Cost.CPUFraction > 0 {
-		t.Logf("the live view's own cost: %+v", r.Live.Cost)
+		t.Logf("the live view's own cost: %+v; %d gaps unwalked", r.Live.Cost, r.Live.UnwalkedGaps)
 	}
 	return problems
 }

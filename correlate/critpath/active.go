@@ -1,21 +1,23 @@
 package critpath
 
 // activeIndex holds every target thread's segments but its sleeps, for the
-// timed-wait rule (activeClaims): what overlaps a sleep is found without a
-// search per thread. Entries go into buckets by their start (bucketNs
-// wide), appended in any order; a segment longer than longNs goes into a
-// list of its own, scanned whole. A query over [x, y] reads the buckets
-// from x - longNs to y and the long list: its cost is what started in
-// that window, however many threads there are, and an insert is O(1)
-// (a sorted slice moved its tail on every segment that came out of order,
-// most of them with thousands of threads).
+// timed-wait rule (activeClaims) of a server with many threads: what
+// overlaps a sleep is found without a search per thread. Entries go into
+// buckets by their start (bucketNs wide), appended in any order; a
+// segment longer than longNs goes into a list of its own, scanned whole.
+// A query over [x, y] reads the buckets from x less the longest bucketed
+// entry to y, and the long list: its cost is what started in that window,
+// however many threads there are, and an insert is O(1) (a sorted slice
+// moved its tail on every segment that came out of order, most of them
+// with thousands of threads).
 type activeIndex struct {
 	buckets map[int64][]activeSeg
 	long    []activeSeg
 	// lo is at most the lowest bucket key with entries (prune), once
-	// loSet.
-	lo    int64
-	loSet bool
+	// loSet; maxLen the longest bucketed entry since the buckets were
+	// last empty.
+	lo, maxLen int64
+	loSet      bool
 }
 
 // activeSeg is what the timed-wait rule reads of a segment.
@@ -27,8 +29,8 @@ type activeSeg struct {
 }
 
 const (
-	bucketNs = 16e6
-	longNs   = 1e9
+	bucketNs = 4e6
+	longNs   = 50e6
 )
 
 func (a *activeIndex) add(s Segment) {
@@ -44,6 +46,7 @@ func (a *activeIndex) add(s Segment) {
 	if !a.loSet || k < a.lo {
 		a.lo, a.loSet = k, true
 	}
+	a.maxLen = max(a.maxLen, s.End-s.Start)
 	a.buckets[k] = append(a.buckets[k], e)
 }
 
@@ -57,7 +60,7 @@ func (a *activeIndex) each(x, y int64, fn func(*activeSeg)) {
 	if len(a.buckets) == 0 {
 		return
 	}
-	for k := max((x-longNs)/bucketNs, a.lo); k <= (y-1)/bucketNs; k++ {
+	for k := max((x-a.maxLen)/bucketNs, a.lo); k <= (y-1)/bucketNs; k++ {
 		b := a.buckets[k]
 		for i := range b {
 			if s := &b[i]; s.End > x && s.Start < y {
@@ -78,7 +81,7 @@ func (a *activeIndex) prune(hz int64) {
 	clear(a.long[len(keep):])
 	a.long = keep
 	if len(a.buckets) == 0 {
-		a.loSet = false
+		a.loSet, a.maxLen = false, 0
 		return
 	}
 	// A bucket's entries start before (k+1)·bucketNs and last at most

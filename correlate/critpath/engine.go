@@ -28,8 +28,9 @@ type Options struct {
 	Held func(holder Thread) Cause
 
 	// scanThreads: the timed-wait rule searches every thread's history,
-	// as before the active index (the index's reference, in tests).
-	scanThreads bool
+	// as before the active index (the index's reference, in tests);
+	// indexAlways: it reads the index however few the threads (tests).
+	scanThreads, indexAlways bool
 }
 
 // DefaultHeld: a wait for a CPU held by the block layer's kernel worker

@@ -131,11 +131,11 @@ func TestPropertyActiveIndex(t *testing.T) {
 		tl := genTimeline(seed, 2+int(seed%7), 1000*ms, 3+int(seed%9))
 		want, st := tl.batchStats(Options{scanThreads: true})
 		sleeps += st.NoEdgeSleeps
-		got := tl.batch(Options{})
+		got := tl.batch(Options{indexAlways: true})
 		for _, keep := range []int64{0, 300 * ms} {
 			if keep > 0 {
 				want = tl.stream(Options{scanThreads: true, Keep: keep}, seed, 30*ms)
-				got = tl.stream(Options{Keep: keep}, seed, 30*ms)
+				got = tl.stream(Options{indexAlways: true, Keep: keep}, seed, 30*ms)
 			}
 			if len(got) != len(want) {
 				t.Fatalf("seed %d keep %d: %d gaps, want %d", seed, keep, len(got), len(want))
