@@ -58,7 +58,18 @@ func TestDaemonLiveTargetsShareOneProgramSet(t *testing.T) {
 		for _, name := range names[:n] {
 			testutil.WaitMetric(t, metrics, fmt.Sprintf(`bpfbench_streams_active{target=%q}`, name), 30*time.Second)
 		}
+		// A settled count: the same twice, half a second apart (a
+		// session's start loads and closes probe programs of its own,
+		// such as the uprobe cost's, for a moment).
 		progs, links = bpfFDs(t, d.cmd.Process.Pid)
+		for range 20 {
+			time.Sleep(500 * time.Millisecond)
+			p, l := bpfFDs(t, d.cmd.Process.Pid)
+			if p == progs && l == links {
+				break
+			}
+			progs, links = p, l
+		}
 		t.Logf("%d live targets: the daemon holds %d programs and %d links", n, progs, links)
 		if n > 1 {
 			routed(t, metrics, addrB)
