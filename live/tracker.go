@@ -397,21 +397,7 @@ func (t *Tracker) skip(r critpath.Read) bool {
 		return false
 	}
 	g := critpath.Gap{Read: r}
-	c := CompactOf(g)
-	du := uint64(max(d, 0))
-	switch {
-	case r.Index == 0:
-		t.ttfb.Add(du)
-		t.iv.ttfb.Add(du)
-		t.iv.firsts++
-		addLog2(&t.ttfbH, du)
-	case r.Index == 1:
-		c.Index = 0
-	default:
-		t.itl.Add(du)
-		t.iv.itl.Add(du)
-		addLog2(&t.gapH, du)
-	}
+	c, _ := t.counted(g)
 	t.sample[kind].add(c)
 	t.iv.add(c)
 	if t.opt.Recorder != nil {
@@ -420,6 +406,30 @@ func (t *Tracker) skip(r critpath.Read) bool {
 	t.unwalked++
 	t.unwalkedNs += d
 	return true
+}
+
+// counted counts g's duration in the distributions and histograms of its
+// kind, walked or not (under t.mu), and returns its compact form and its
+// kind: 0 for a first token's (the first write, Index 0, and the gap
+// after it, compacted to Index 0; see gap), 1 for a later gap.
+func (t *Tracker) counted(g critpath.Gap) (Gap, int) {
+	c := CompactOf(g)
+	d := uint64(max(c.Duration(), 0))
+	switch g.Index {
+	case 0:
+		t.ttfb.Add(d)
+		t.iv.ttfb.Add(d)
+		t.iv.firsts++
+		addLog2(&t.ttfbH, d)
+		return c, 0
+	case 1:
+		c.Index = 0
+		return c, 0
+	}
+	t.itl.Add(d)
+	t.iv.itl.Add(d)
+	addLog2(&t.gapH, d)
+	return c, 1
 }
 
 // gap takes a walked gap (under t.mu).
@@ -433,22 +443,8 @@ func (t *Tracker) skip(r critpath.Read) bool {
 // on (Index 2 and later). A server that writes no headers first loses one
 // gap a stream to the first token's side.
 func (t *Tracker) gap(g critpath.Gap) {
-	c := CompactOf(g)
-	d := uint64(max(c.Duration(), 0))
-	kind := 1
-	switch {
-	case g.Index == 0:
-		kind = 0
-		t.ttfb.Add(d)
-		t.iv.ttfb.Add(d)
-		t.iv.firsts++
-		addLog2(&t.ttfbH, d)
-	case g.Index == 1:
-		kind, c.Index = 0, 0
-	default:
-		t.itl.Add(d)
-		t.iv.itl.Add(d)
-		addLog2(&t.gapH, d)
+	c, kind := t.counted(g)
+	if kind == 1 {
 		t.slow.Add(g)
 	}
 	t.roll.Add(c)

@@ -12,13 +12,6 @@ import (
 // load generator's (2).
 const ViaSlot = 3
 
-// schedFollower is the scheduler's SetTarget (the tree hands it no
-// children: it follows forks in the kernel, but not a process it was not
-// given).
-type schedFollower interface {
-	SetTarget(tgid uint32, idx uint32, stream bool) error
-}
-
 // Follow adds pid and the processes it has already forked (an nginx
 // master and its workers) to the followed set, under ViaSlot, streamed:
 // their spans carry their own Tgid. Call it after Start. It returns the
@@ -28,20 +21,27 @@ func (s *Session) Follow(pid int) ([]int, error) {
 		return nil, err
 	}
 	pids := append([]int{pid}, Descendants(pid)...)
+	err := s.followUnder(pids, ViaSlot)
+	s.via = append(s.via, pids...)
+	return pids, err
+}
+
+// followUnder has every section that follows by pid (the scheduler
+// included) follow pids under slot, streamed.
+func (s *Session) followUnder(pids []int, slot uint32) error {
 	var errs []error
 	for _, sec := range s.sections {
-		f, ok := sec.(schedFollower)
+		f, ok := sec.(follower)
 		if !ok {
 			continue
 		}
 		for _, p := range pids {
-			if err := f.SetTarget(uint32(p), ViaSlot, true); err != nil {
+			if err := f.SetTarget(uint32(p), slot, true); err != nil {
 				errs = append(errs, fmt.Errorf("%s following pid %d: %w", sec.Name(), p, err))
 			}
 		}
 	}
-	s.via = append(s.via, pids...)
-	return pids, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // Via is the pids Follow added.

@@ -46,18 +46,7 @@ func (s *Session) AddTarget(pid int, roots []int, slot uint32) ([]int, error) {
 		return nil, err
 	}
 	pids := collectors.Tree(pid, roots)
-	var errs []error
-	for _, sec := range s.sections {
-		f, ok := sec.(follower)
-		if !ok {
-			continue
-		}
-		for _, p := range pids {
-			if err := f.SetTarget(uint32(p), slot, true); err != nil {
-				errs = append(errs, fmt.Errorf("%s following pid %d: %w", sec.Name(), p, err))
-			}
-		}
-	}
+	err := s.followUnder(pids, slot)
 	s.sharedMu.Lock()
 	if s.shared == nil {
 		s.shared = map[int]bool{}
@@ -68,7 +57,7 @@ func (s *Session) AddTarget(pid int, roots []int, slot uint32) ([]int, error) {
 	}
 	s.sharedMu.Unlock()
 	s.setRoots()
-	return pids, errors.Join(errs...)
+	return pids, err
 }
 
 // RemoveTarget stops following pids (a target's processes, as AddTarget
