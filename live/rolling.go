@@ -21,8 +21,8 @@ const (
 // window. Gaps are kept by window (Window long, a uniform sample of at
 // most 4,096 each); of the last Windows windows with 20 gaps or more, the
 // one whose median gap after the first token is the shortest is the
-// quiet one, and its per-cause medians (critpath.Baseline) are the
-// normal gap. A contention that starts now is measured against the
+// quiet one, and its per-cause medians (critpath.Baseline, of the gaps
+// walked: see rollWindow) are the normal gap. A contention that starts now is measured against the
 // minutes before it, for as long as they are in the history; one that
 // lasts longer than the history becomes the normal. Memory is bounded:
 // one sample per window kept.
@@ -35,8 +35,15 @@ type Rolling struct {
 	past    []rollStat // oldest first
 }
 
+// rollWindow is the current window: a sample of its gaps (their
+// durations: the median that picks the quiet window, and its p99) and one
+// of the walked gaps among them (their causes: the normal gap's per-cause
+// medians). A gap the walk left out over its budget (AddUnwalked) has no
+// causes; the gaps a walk over its budget leaves out are the short ones, so
+// a window of walked gaps alone would be a slow window.
 type rollWindow struct {
-	start int64
+	start  int64
+	walked sample
 	sample
 }
 
@@ -49,11 +56,19 @@ type rollStat struct {
 
 // NewRolling returns a rolling baseline with the defaults.
 func NewRolling() *Rolling {
-	return &Rolling{Window: DefaultWindow, Windows: DefaultWindows, cur: rollWindow{sample: sample{n: windowSample}}}
+	return &Rolling{Window: DefaultWindow, Windows: DefaultWindows, cur: rollWindow{sample: sample{n: windowSample}, walked: sample{n: windowSample}}}
 }
 
 // Add takes a walked gap; gaps come in their end's order, roughly.
 func (r *Rolling) Add(g Gap) {
+	r.roll(g.End)
+	r.cur.add(g)
+	r.cur.walked.add(g)
+}
+
+// AddUnwalked takes a gap the walk left out (no causes): it counts in the
+// window's durations, not in its per-cause medians.
+func (r *Rolling) AddUnwalked(g Gap) {
 	r.roll(g.End)
 	r.cur.add(g)
 }
@@ -75,6 +90,7 @@ func (r *Rolling) roll(t int64) {
 		}
 	}
 	r.cur.reset()
+	r.cur.walked.reset()
 	// Windows with no gaps at all are skipped, not kept empty.
 	r.cur.start += (t - r.cur.start) / r.Window * r.Window
 }
@@ -91,7 +107,7 @@ func statOf(w rollWindow) (rollStat, bool) {
 	}
 	slices.Sort(durs)
 	return rollStat{start: w.start, itlN: len(durs), median: critpath.Median(durs), p99: Quantile(durs, 0.99),
-		base: BaselineOf(slices.Values(w.gaps))}, true
+		base: BaselineOf(slices.Values(w.walked.gaps))}, true
 }
 
 // Baseline is the quiet window's normal gap and when that window started;

@@ -385,8 +385,9 @@ func (t *Tracker) SetMaxHeld(n int) {
 // skip says whether r is left unwalked (critpath's SetSkip, under t.mu):
 // the walk has spent its budget and r is below the p90 of its kind so
 // far. An unwalked gap counts in the distributions, the
-// band samples (so that the bands' p99 is every gap's) and the flight
-// recorder's window, not in the causes.
+// band samples (so that the bands' p99 is every gap's), the rolling
+// baseline's durations (the normal gap's median and p99 are every gap's)
+// and the flight recorder's window, not in the causes.
 func (t *Tracker) skip(r critpath.Read) bool {
 	d := r.End - r.Start
 	kind := 1
@@ -398,6 +399,7 @@ func (t *Tracker) skip(r critpath.Read) bool {
 	}
 	g := critpath.Gap{Read: r}
 	c, _ := t.counted(g)
+	t.roll.AddUnwalked(c)
 	t.sample[kind].add(c)
 	t.iv.add(c)
 	if t.opt.Recorder != nil {

@@ -66,6 +66,13 @@ incidents:
 	// 25 s of normal gaps (the rolling baseline's 10 s windows), then
 	// 20 s of two busy loops on the engine's CPU.
 	time.Sleep(25 * time.Second)
+	// The host's load and its busiest processes (for a failure: the
+	// normal gap is judged on an otherwise idle CPU 0).
+	load, _ := os.ReadFile("/proc/loadavg")
+	if out, err := exec.Command("ps", "-eo", "pid,psr,pcpu,etimes,comm", "--sort=-pcpu").Output(); err == nil {
+		lines := strings.SplitN(string(out), "\n", 7)
+		load = append(load, strings.Join(lines[:min(len(lines), 6)], "; ")...)
+	}
 	cpu0 := procCPUSeconds(t, d.cmd.Process.Pid)
 	injected := clock.Now()
 	var busyPids []int
@@ -96,6 +103,11 @@ incidents:
 		time.Sleep(time.Second)
 	}
 	time.Sleep(5 * time.Second)
+	// What the daemon's live view said of the gaps (for a failure).
+	said := fmt.Sprintf("gaps %.0f, unwalked %.0f, incidents held back %.0f; client: %s; load before the injection: %s",
+		testutil.Value(metrics, "bpfbench_token_gap_seconds_count", `target="llama"`),
+		testutil.Value(metrics, "bpfbench_live_gaps_unwalked_total", `target="llama"`),
+		testutil.Value(metrics, "bpfbench_incidents_held_back_total", `target="llama"`), client, load)
 	client.stop()
 	d.stop(t)
 	list, err = incident.List(spool)
@@ -103,8 +115,9 @@ incidents:
 		t.Fatal(err)
 	}
 	if len(list) != 1 || list[0].Incident == nil {
-		t.Fatalf("%d incident bundles, want exactly one (the cool-down holds back the rest): %+v\n%s", len(list), list, d.logs)
+		t.Fatalf("%d incident bundles, want exactly one (the cool-down holds back the rest): %+v; %s\n%s", len(list), list, said, d.logs)
 	}
+	t.Log(said)
 	in := list[0].Incident
 	t.Logf("incident: %s (trigger %s, held %.0f s, window %.0f..%.0f s, breach from %.0f s, %d gaps, %d paths); breach neighbours %+v; busy loops %v, daemon %d",
 		in.Verdict, in.Trigger, in.HeldSeconds, in.WindowStartS, in.WindowEndS, in.BreachStartS, in.Gaps, in.Paths, in.BreachNeighbours, busyPids, d.cmd.Process.Pid)
