@@ -66,7 +66,7 @@ var (
 		"Server-side gaps between two writes of a response stream of a target (the live view: its own traffic, no load generator).",
 		[]string{"target"}, nil)
 	gapCauseDesc = prometheus.NewDesc("bpfbench_token_gap_cause_seconds_total",
-		"Critical-path time of the target's token gaps and first bytes, by cause (rate() is the blame mix).",
+		"Critical-path time of the target's token gaps and first bytes, by cause (rate() is the blame mix); an estimate while the live view samples the gaps below the p90 (bpfbench_live_gaps_unwalked_total{reason=\"sampled\"} grows).",
 		[]string{"target", "cause"}, nil)
 	firstByteDesc = prometheus.NewDesc("bpfbench_time_to_first_byte_seconds",
 		"Server-side time from a request's last byte in to the first write of its response, of a target.",
@@ -80,8 +80,8 @@ var (
 		"The token gaps a target's flight recorder holds (the last incidents.recorder_window).",
 		[]string{"target"}, nil)
 	liveUnwalkedDesc = prometheus.NewDesc("bpfbench_live_gaps_unwalked_total",
-		"Gaps and first bytes of a target the live view did not walk, its walk over its budget (5% of a CPU over all live targets): below the running p90, in the histograms, not in the cause seconds, which then cover the walked gaps (an estimate of the mix).",
-		[]string{"target"}, nil)
+		"Gaps and first bytes of a target the live view did not walk, all below the running p90 and in the histograms: left out of the uniform sample walked while the walk costs over its target (reason sampled: the cause seconds estimate them), or over its budget (reason budget, 5% of a CPU over all live targets: not in the cause seconds, which then cover the walked gaps).",
+		[]string{"target", "reason"}, nil)
 	liveDroppedDesc = prometheus.NewDesc("bpfbench_live_spans_dropped_total",
 		"Spans the live view of a target left out: held beyond its bound of history (reason held), or come after their gaps were walked (reason late).",
 		[]string{"target", "reason"}, nil)
@@ -327,7 +327,8 @@ func (v *liveViews) start(ctx context.Context, name string, sel Target, pid int,
 	if v.recorder != nil {
 		rec = v.recorder()
 	}
-	r := &liveRun{key: key, pid: pid, tr: live.NewTracker(live.Options{Recorder: rec, WalkBudget: live.DefaultWalkBudget, ThreadClock: true}), rec: rec}
+	r := &liveRun{key: key, pid: pid, tr: live.NewTracker(live.Options{Recorder: rec, WalkBudget: live.DefaultWalkBudget,
+		WalkTarget: live.DefaultWalkTarget, ThreadClock: true}), rec: rec}
 	logger := v.log.With("target", name)
 	v.mu.Lock()
 	sr := v.shared
@@ -596,7 +597,8 @@ func newLog2() hist.Log2 { return hist.Log2{Slots: make([]uint64, 64)} }
 // addTotals is a + b in new histograms; Active is b's.
 func addTotals(a, b live.Totals) live.Totals {
 	out := live.Totals{Gap: newLog2(), FirstByte: newLog2(), Active: b.Active,
-		Dropped: a.Dropped + b.Dropped, Late: a.Late + b.Late, Unwalked: a.Unwalked + b.Unwalked}
+		Dropped: a.Dropped + b.Dropped, Late: a.Late + b.Late, Unwalked: a.Unwalked + b.Unwalked,
+		SampledOut: a.SampledOut + b.SampledOut}
 	out.Gap.Add(a.Gap)
 	out.Gap.Add(b.Gap)
 	out.FirstByte.Add(a.FirstByte)
@@ -638,7 +640,8 @@ func (v *liveViews) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(streamsActiveDesc, prometheus.GaugeValue, float64(t.Active), name)
 		ch <- prometheus.MustNewConstMetric(liveDroppedDesc, prometheus.CounterValue, float64(t.Dropped), name, "held")
 		ch <- prometheus.MustNewConstMetric(liveDroppedDesc, prometheus.CounterValue, float64(t.Late), name, "late")
-		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.Unwalked), name)
+		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.Unwalked), name, "budget")
+		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.SampledOut), name, "sampled")
 		if lt.run != nil && lt.run.rec != nil {
 			st := lt.run.rec.Stats()
 			ch <- prometheus.MustNewConstMetric(recorderBytesDesc, prometheus.GaugeValue, float64(st.Bytes), name)

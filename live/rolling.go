@@ -60,10 +60,17 @@ func NewRolling() *Rolling {
 }
 
 // Add takes a walked gap; gaps come in their end's order, roughly.
-func (r *Rolling) Add(g Gap) {
+func (r *Rolling) Add(g Gap) { r.AddWeighted(g, 1) }
+
+// AddWeighted takes a walked gap that stands for w (one of a uniform
+// sample of 1 in w): it counts once in the window's durations and w times
+// in its per-cause medians.
+func (r *Rolling) AddWeighted(g Gap, w int) {
 	r.roll(g.End)
 	r.cur.add(g)
-	r.cur.walked.add(g)
+	for range w {
+		r.cur.walked.add(g)
+	}
 }
 
 // AddUnwalked takes a gap the walk left out (no causes): it counts in the

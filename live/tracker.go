@@ -63,6 +63,16 @@ type Options struct {
 	// slowest tenth walked, and its cause totals cover the walked gaps.
 	// Advance must then be called in real time.
 	WalkBudget float64
+	// WalkTarget is the fraction of one CPU the walk aims at (0: every
+	// gap walked; attach and the daemon give DefaultWalkTarget): while an
+	// advance's walk costs more, the gaps below the running p90 of their
+	// kind are walked as a uniform sample of 1 in a stride (doubled, up to
+	// 64, at each advance over the target; halved at each under a third
+	// of it), each one walked standing for the stride. The p90 and slower
+	// gaps are walked whole (the p99 bands, the slowest gaps and the
+	// incidents' paths stay exact); the totals of the causes, gaps and
+	// neighbours become estimates with a 95% bound (Summary.Sampling).
+	WalkTarget float64
 }
 
 // DefaultMaxHeld is the default bound of the spans of history held: about
@@ -72,6 +82,14 @@ const DefaultMaxHeld = 1 << 20
 
 // DefaultWalkBudget is attach's and the daemon's walk budget: 5% of a CPU.
 const DefaultWalkBudget = 0.05
+
+// DefaultWalkTarget is attach's and the daemon's walk target, per target
+// process: 0.25% of a CPU (the live view's budget is 0.5% a saturated
+// engine, its intake of spans included).
+const DefaultWalkTarget = 0.0025
+
+// maxStride bounds the sample's stride (Options.WalkTarget).
+const maxStride = 64
 
 // walkBurst is how much time's worth of the walk's budget it keeps (10 s:
 // at 5%, 500 ms of walking), so that a burst is not shed.
@@ -135,6 +153,16 @@ type Tracker struct {
 	// unwalked gaps (skip) and their time.
 	unwalked   uint64
 	unwalkedNs int64
+	// The sample below the p90 (Options.WalkTarget): 1 in stride walked
+	// (strideMax the largest so far), weight the next walked gap's (set
+	// by skip; 0 is 1); sampledOut the gaps left out of it and their
+	// time, sampledIn those walked for it; estVar the Horvitz-Thompson
+	// variance of each cause's total (the last: of the gaps' time).
+	stride, strideMax, weight int
+	rng                       uint64
+	sampledOut, sampledIn     uint64
+	sampledOutNs              int64
+	estVar                    [critpath.NumCauses + 1]float64
 	// clock is the wall clock the budget fills by, spend the clock the
 	// walk spends it by: the advancing thread's CPU clock with
 	// ThreadClock (a thread that waits for a CPU spends nothing), else
@@ -186,7 +214,8 @@ func NewTracker(opt Options) *Tracker {
 			return nanotime()
 		}
 	}
-	if opt.WalkBudget > 0 {
+	t.stride, t.strideMax, t.rng = 1, 1, 0x9e3779b97f4a7c15
+	if opt.WalkBudget > 0 || opt.WalkTarget > 0 {
 		eng.SetSkip(t.skip)
 	}
 	return t
@@ -341,11 +370,19 @@ func (t *Tracker) advance(wm, now int64) {
 	default:
 		t.walkAllow = burst
 	}
+	elapsed := wall - t.lastAdvance
+	if t.lastAdvance == 0 {
+		elapsed = 0
+	}
 	t.lastAdvance = wall
 	t.thr = [2]int64{int64(t.ttfb.Quantile(0.9)), int64(t.itl.Quantile(0.9))}
 	t.eng.FlushFunc(wm, t.gap)
+	spent := t.spend() - t.walkFrom
 	if t.opt.WalkBudget > 0 {
-		t.walkAllow -= t.spend() - t.walkFrom
+		t.walkAllow -= spent
+	}
+	if t.opt.WalkTarget > 0 && now != math.MaxInt64 && elapsed > 0 {
+		t.adaptStride(float64(spent) / float64(elapsed))
 	}
 	t.feed.Retained()
 	if r := t.opt.Recorder; r != nil && now != math.MaxInt64 {
@@ -355,6 +392,19 @@ func (t *Tracker) advance(wm, now int64) {
 	}
 }
 
+// adaptStride doubles the sample's stride when an advance's walk cost
+// more than the target (rate: a fraction of a CPU), and halves it when it
+// cost less than a third of it (under t.mu).
+func (t *Tracker) adaptStride(rate float64) {
+	switch {
+	case rate > t.opt.WalkTarget && t.stride < maxStride:
+		t.stride *= 2
+	case rate < t.opt.WalkTarget/3 && t.stride > 1:
+		t.stride /= 2
+	}
+	t.strideMax = max(t.strideMax, t.stride)
+}
+
 // SetWalkBudget changes the walk's budget (Options.WalkBudget) from the
 // next advance on; 0 or less: no bound. A tracker built without a budget
 // takes one here too.
@@ -362,7 +412,7 @@ func (t *Tracker) SetWalkBudget(f float64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.opt.WalkBudget = f
-	if f > 0 {
+	if f > 0 || t.opt.WalkTarget > 0 {
 		t.eng.SetSkip(t.skip)
 	} else {
 		t.eng.SetSkip(nil)
@@ -388,15 +438,44 @@ func (t *Tracker) SetMaxHeld(n int) {
 // band samples (so that the bands' p99 is every gap's), the rolling
 // baseline's durations (the normal gap's median and p99 are every gap's)
 // and the flight recorder's window, not in the causes.
+//
+// Below the p90, with Options.WalkTarget, r is walked as one of a uniform
+// sample of 1 in the stride (the walked gap's weight: gap) or left out of
+// it, counted as sampled out: the totals estimate it.
 func (t *Tracker) skip(r critpath.Read) bool {
 	d := r.End - r.Start
 	kind := 1
 	if r.Index <= 1 {
 		kind = 0
 	}
-	if t.thr[kind] <= 0 || d >= t.thr[kind] || t.spend()-t.walkFrom < t.walkAllow {
+	t.weight = 1
+	if t.thr[kind] <= 0 || d >= t.thr[kind] {
 		return false
 	}
+	if t.opt.WalkBudget > 0 && t.spend()-t.walkFrom >= t.walkAllow {
+		t.leaveOut(r, kind)
+		t.unwalked++
+		t.unwalkedNs += d
+		return true
+	}
+	if t.stride <= 1 {
+		return false
+	}
+	t.rng ^= t.rng << 13 // xorshift64
+	t.rng ^= t.rng >> 7
+	t.rng ^= t.rng << 17
+	if t.rng%uint64(t.stride) != 0 {
+		t.leaveOut(r, kind)
+		t.sampledOut++
+		t.sampledOutNs += d
+		return true
+	}
+	t.weight = t.stride
+	return false
+}
+
+// leaveOut takes r unwalked: its duration, not its causes (under t.mu).
+func (t *Tracker) leaveOut(r critpath.Read, kind int) {
 	g := critpath.Gap{Read: r}
 	c, _ := t.counted(g)
 	t.roll.AddUnwalked(c)
@@ -405,9 +484,6 @@ func (t *Tracker) skip(r critpath.Read) bool {
 	if t.opt.Recorder != nil {
 		t.opt.Recorder.Add(g)
 	}
-	t.unwalked++
-	t.unwalkedNs += d
-	return true
 }
 
 // counted counts g's duration in the distributions and histograms of its
@@ -444,14 +520,29 @@ func (t *Tracker) counted(g critpath.Gap) (Gap, int) {
 // distribution, their baseline and their band are from the second token
 // on (Index 2 and later). A server that writes no headers first loses one
 // gap a stream to the first token's side.
+//
+// A gap walked as one of the sample below the p90 (skip) stands for its
+// weight, the stride: it is summed that many times in the totals (the
+// causes, the neighbours, the connections, the normal gap's per-cause
+// medians), and the estimate's variance grows by its share.
 func (t *Tracker) gap(g critpath.Gap) {
+	w := max(t.weight, 1)
+	t.weight = 1
 	c, kind := t.counted(g)
 	if kind == 1 {
 		t.slow.Add(g)
 	}
-	t.roll.Add(c)
-	t.agg.Add(g)
-	t.iv.agg.Add(g)
+	t.roll.AddWeighted(c, w)
+	t.agg.AddWeighted(g, w)
+	t.iv.agg.AddWeighted(g, w)
+	if w > 1 {
+		t.sampledIn++
+		f := float64(w*w - w)
+		for k, v := range g.Ns {
+			t.estVar[k] += f * float64(v) * float64(v)
+		}
+		t.estVar[critpath.NumCauses] += f * float64(g.Duration()) * float64(g.Duration())
+	}
 	cb := t.conns[g.Port]
 	if cb == nil {
 		if len(t.conns) < maxConnsKept {
@@ -461,9 +552,9 @@ func (t *Tracker) gap(g critpath.Gap) {
 			cb = &t.other
 		}
 	}
-	cb.gaps++
+	cb.gaps += w
 	for k, v := range g.Ns {
-		cb.ns[k] += v
+		cb.ns[k] += int64(w) * v
 	}
 	t.sample[kind].add(c)
 	t.iv.add(c)
@@ -666,10 +757,13 @@ type Summary struct {
 	// distributions, the bands' samples and the counts, not in the causes
 	// (critical_path's totals cover the walked gaps); UnwalkedMs their
 	// time.
-	UnwalkedGaps uint64               `json:"unwalked_gaps,omitempty"`
-	UnwalkedMs   float64              `json:"unwalked_ms,omitempty"`
-	ITL          *result.Distribution `json:"itl,omitempty"`
-	TTFB         *result.Distribution `json:"ttfb,omitempty"`
+	UnwalkedGaps uint64  `json:"unwalked_gaps,omitempty"`
+	UnwalkedMs   float64 `json:"unwalked_ms,omitempty"`
+	// Sampling is set when the walk sampled the gaps below the p90
+	// (Options.WalkTarget): critical_path's totals are then estimates.
+	Sampling *Sampling            `json:"sampling,omitempty"`
+	ITL      *result.Distribution `json:"itl,omitempty"`
+	TTFB     *result.Distribution `json:"ttfb,omitempty"`
 	// Accuracy: the distributions are log-linear histograms (quantiles
 	// within 1.6%); the p99 bands are of a uniform sample of at most
 	// 16,384 gaps of each kind when BandSampled, and then ITLP99BoundsMs
@@ -688,6 +782,45 @@ type Summary struct {
 	// IntervalsDropped those left out before them.
 	Intervals        []IntervalView `json:"intervals"`
 	IntervalsDropped int            `json:"intervals_dropped,omitempty"`
+}
+
+// Sampling says how the walk sampled the gaps below the running p90 of
+// their kind (Options.WalkTarget) and how far its estimates may be off.
+type Sampling struct {
+	Note string `json:"note"`
+	// TargetCPU is the walk's target, a fraction of one CPU; Stride the
+	// sample's stride at the end (1 in Stride walked), StrideMax the
+	// largest it took.
+	TargetCPU float64 `json:"walk_target_cpu"`
+	Stride    int     `json:"stride"`
+	StrideMax int     `json:"stride_max"`
+	// Walked: gaps walked as the sample, each standing for the stride it
+	// was drawn at; Out: those left out of it, OutMs their time.
+	Walked uint64  `json:"sampled_walked"`
+	Out    uint64  `json:"sampled_out"`
+	OutMs  float64 `json:"sampled_out_ms"`
+	// BoundsMs is the 95% bound (± ms, 1.96 standard errors of the
+	// Horvitz-Thompson estimate, its variance estimated from the sample)
+	// of each cause's total in critical_path's totals_ms, and under
+	// "gaps" of its gap_ms. A cause no walked gap of the sample showed
+	// has a bound of 0: a rare cause of the short gaps can be missed.
+	BoundsMs map[string]float64 `json:"totals_bound_ms"`
+}
+
+// sampling is the sample's account (nil: every gap below the p90 was
+// walked; under t.mu).
+func (t *Tracker) sampling() *Sampling {
+	if t.sampledOut == 0 && t.strideMax <= 1 {
+		return nil
+	}
+	s := &Sampling{Note: "below the running p90 of their kind, the gaps were walked as a uniform sample of 1 in the stride, each walked one standing for the stride: critical_path's totals, gap count, noisy neighbours and connections are estimates within totals_bound_ms (95%); the p90 and slower gaps, the p99 bands and the slowest gaps are walked whole",
+		TargetCPU: t.opt.WalkTarget, Stride: t.stride, StrideMax: t.strideMax, Walked: t.sampledIn, Out: t.sampledOut,
+		OutMs: Ms(t.sampledOutNs), BoundsMs: map[string]float64{}}
+	for c, name := range critpath.CauseNames() {
+		s.BoundsMs[name] = Ms(int64(z95 * math.Sqrt(t.estVar[c])))
+	}
+	s.BoundsMs["gaps"] = Ms(int64(z95 * math.Sqrt(t.estVar[critpath.NumCauses])))
+	return s
 }
 
 // Result is what `attach --output json` adds: the critical path over the
@@ -721,7 +854,7 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 		OriginNs: t.origin,
 		Streams:  int(gs.Requests + gs.Unrequested), Active: t.streams.Active(now),
 		Gaps: t.itl.Count(), FirstBytes: t.ttfb.Count(), ITL: distOf(&t.itl), TTFB: distOf(&t.ttfb),
-		UnwalkedGaps: t.unwalked, UnwalkedMs: Ms(t.unwalkedNs),
+		UnwalkedGaps: t.unwalked, UnwalkedMs: Ms(t.unwalkedNs), Sampling: t.sampling(),
 		Accuracy:       "quantiles of log-linear histograms, within 1.6%; p99 bands of a uniform sample of at most 16384 gaps of each kind when band_sampled",
 		BandSampled:    t.sample[0].sampled() || t.sample[1].sampled(),
 		ITLP99BoundsMs: t.sample[1].bandBounds(false), TTFTP99BoundsMs: t.sample[0].bandBounds(true),
@@ -784,8 +917,10 @@ type Totals struct {
 	// after their gaps were walked.
 	Dropped, Late uint64
 	// Unwalked: gaps the walk left out, over its budget (in Gap and
-	// FirstByte, not in CauseNs).
-	Unwalked uint64
+	// FirstByte, not in CauseNs); SampledOut: those left out of the
+	// sample below the p90 (Options.WalkTarget; in Gap and FirstByte,
+	// and CauseNs estimates them).
+	Unwalked, SampledOut uint64
 }
 
 // Totals are the figures so far.
@@ -793,7 +928,7 @@ func (t *Tracker) Totals(now int64) Totals {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := Totals{Gap: cloneLog2(t.gapH), FirstByte: cloneLog2(t.ttfbH), CauseNs: t.agg.Ns,
-		Active: t.streams.Active(now), Dropped: t.feed.Stats.Dropped, Late: t.eng.Stats().Late, Unwalked: t.unwalked}
+		Active: t.streams.Active(now), Dropped: t.feed.Stats.Dropped, Late: t.eng.Stats().Late, Unwalked: t.unwalked, SampledOut: t.sampledOut}
 	return out
 }
 

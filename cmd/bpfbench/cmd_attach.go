@@ -204,13 +204,25 @@ func attachTarget(pidArg string, o attachOptions, stderr io.Writer) (pid int, ro
 	return pid, roots, nil
 }
 
+// maxBound is the widest of the causes' bounds (ms), the gaps' total left
+// out.
+func maxBound(b map[string]float64) float64 {
+	var m float64
+	for k, v := range b {
+		if k != "gaps" {
+			m = max(m, v)
+		}
+	}
+	return m
+}
+
 // attachTracker is the live view's tracker (nil with --no-live), its
 // baseline the recorded run --baseline names.
 func attachTracker(o attachOptions) (*live.Tracker, error) {
 	if !o.live {
 		return nil, nil
 	}
-	lo := live.Options{ThreadClock: true, WalkBudget: live.DefaultWalkBudget}
+	lo := live.Options{ThreadClock: true, WalkBudget: live.DefaultWalkBudget, WalkTarget: live.DefaultWalkTarget}
 	if o.baseline != "" {
 		prior, err := job.LoadPrior(o.baseline)
 		if err != nil {
@@ -355,6 +367,10 @@ func writeLive(w io.Writer, r *live.Result) {
 	if l.UnwalkedGaps > 0 {
 		fmt.Fprintf(w, "  (%d gaps, %.0f ms, were not walked: the walk was over its budget of a CPU; they are below the p90, in the distributions and not in the causes, whose totals cover the %d walked)\n",
 			l.UnwalkedGaps, l.UnwalkedMs, r.CriticalPath.Gaps)
+	}
+	if sm := l.Sampling; sm != nil {
+		fmt.Fprintf(w, "  (estimated: below the p90 the gaps were walked 1 in %d (up to 1 in %d) to keep the walk near %.2f%% of a CPU; %d gaps, %.0f ms, left out, %d walked for them; the cause totals are within ±%.0f ms of every gap's (95%%), the p99 bands and slowest gaps exact)\n",
+			sm.Stride, sm.StrideMax, 100*sm.TargetCPU, sm.Out, sm.OutMs, sm.Walked, maxBound(sm.BoundsMs))
 	}
 	if l.BandSampled {
 		fmt.Fprintln(w, "  (the p99 bands are of a uniform sample: "+l.Accuracy+")")

@@ -194,11 +194,16 @@ type procKey struct {
 }
 
 // Add sums g.
-func (a *Aggregate) Add(g Gap) {
-	a.Gaps++
-	a.GapNs += g.Duration()
+func (a *Aggregate) Add(g Gap) { a.AddWeighted(g, 1) }
+
+// AddWeighted sums g as w gaps: a gap walked as one of a uniform sample
+// of 1 in w stands for w (the sums become estimates of every gap's, in
+// the manner of Horvitz and Thompson).
+func (a *Aggregate) AddWeighted(g Gap, w int) {
+	a.Gaps += w
+	a.GapNs += int64(w) * g.Duration()
 	for c, v := range g.Ns {
-		a.Ns[c] += v
+		a.Ns[c] += int64(w) * v
 	}
 	var seen []*Neighbour
 	for _, s := range g.Steps {
@@ -219,10 +224,10 @@ func (a *Aggregate) Add(g Gap) {
 			nb = &Neighbour{Process: s.Other}
 			a.procs[k] = nb
 		}
-		nb.Ns += s.Duration()
+		nb.Ns += int64(w) * s.Duration()
 		if !slices.Contains(seen, nb) {
 			seen = append(seen, nb)
-			nb.Gaps++
+			nb.Gaps += w
 		}
 	}
 }
