@@ -66,13 +66,7 @@ incidents:
 	// 25 s of normal gaps (the rolling baseline's 10 s windows), then
 	// 20 s of two busy loops on the engine's CPU.
 	time.Sleep(25 * time.Second)
-	// The host's load and its busiest processes (for a failure: the
-	// normal gap is judged on an otherwise idle CPU 0).
-	load, _ := os.ReadFile("/proc/loadavg")
-	if out, err := exec.Command("ps", "-eo", "pid,psr,pcpu,etimes,comm", "--sort=-pcpu").Output(); err == nil {
-		lines := strings.SplitN(string(out), "\n", 7)
-		load = append(load, strings.Join(lines[:min(len(lines), 6)], "; ")...)
-	}
+	load := hostLoad() // for a failure: the normal gap is judged on an otherwise idle CPU 0
 	cpu0 := procCPUSeconds(t, d.cmd.Process.Pid)
 	injected := clock.Now()
 	var busyPids []int
@@ -148,6 +142,16 @@ incidents:
 		t.Errorf("diff of the bundle with itself: exit %d: %s\n%s", code, stderr, stdout)
 	}
 	openInChromium(t, filepath.Join(list[0].Dir, "report.html"), "cpu_runqueue")
+}
+
+// hostLoad is the host's load average and its busiest processes.
+func hostLoad() string {
+	load, _ := os.ReadFile("/proc/loadavg")
+	if out, err := exec.Command("ps", "-eo", "pid,psr,pcpu,etimes,comm", "--sort=-pcpu").Output(); err == nil {
+		lines := strings.SplitN(string(out), "\n", 7)
+		load = append(load, strings.Join(lines[:min(len(lines), 6)], "; ")...)
+	}
+	return string(load)
 }
 
 // openInChromium loads a page in headless Chromium and checks its DOM

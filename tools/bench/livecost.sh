@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# The live view's cost on a saturated real engine, ABBA-paired with
+# --no-live: llama-server (tools/bench/engine/build.sh) with BENCH_LIVE_ENGINE
+# ("-t 1 -np 4 -c 2048") on CPU 0, saturated by an independent client
+# (`bpfbench load`, BENCH_LIVE_STREAMS streams, 8, of 96 tokens, on CPU
+# 1), and `bpfbench attach PID --duration SECONDS -o json --cpus 1` with and
+# without --no-live, in the order live, no-live in odd rounds and no-live,
+# live in even ones.
+#
+#   sudo tools/bench/livecost.sh [ROUNDS] [SECONDS]     # 4 rounds of 20 s: ~4 min
+#
+# Printed per attach: its whole CPU (user + system, getrusage of the child)
+# as a fraction of one CPU; with the live view, the live view's own time
+# (live.cost: its walk on the advancing thread's CPU clock, its intake of
+# spans estimated from a timed sample) and how the walk sampled
+# (live.sampling: the largest stride, the gaps left out). Then the budgets:
+# the live view <= 0.5% of a CPU (its own accounting, median over rounds)
+# and the whole of attach <= 1.5% (median), with the paired difference
+# live - no-live of attach's CPU per round (median and range).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=$PWD/bin
+rounds=${1:-4}
+secs=${2:-20}
+streams=${BENCH_LIVE_STREAMS:-8}
+read -r -a engine_args <<<"${BENCH_LIVE_ENGINE:--t 1 -np 4 -c 2048}"
+cache=${BPFBENCH_LLAMA_CACHE:-/var/cache/bpfbench/llama}
+server=${BPFBENCH_LLAMA_SERVER:-$cache/bin/llama-server}
+model=${BPFBENCH_LLAMA_MODEL:-$cache/tiny-llama.gguf}
+[ "$(id -u)" = 0 ] || { echo "livecost.sh: needs root" >&2; exit 1; }
+[ -x "$bin/bpfbench" ] || { echo "livecost.sh: run make build first" >&2; exit 1; }
+if [ ! -x "$server" ] || [ ! -s "$model" ]; then
+	bash tools/bench/engine/build.sh >&2
+fi
+work=$(mktemp -d)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+url=http://127.0.0.1:$port
+taskset -c 0 "$server" -m "$model" "${engine_args[@]}" --host 127.0.0.1 --port "$port" >"$work/server.log" 2>&1 &
+srv=$!
+pids+=("$srv")
+for _ in $(seq 300); do
+	curl -fsS "$url/health" >/dev/null 2>&1 && break
+	kill -0 "$srv" 2>/dev/null || { echo "livecost.sh: llama-server exited:" >&2; tail -n 5 "$work/server.log" >&2; exit 1; }
+	sleep 0.2
+done
+load_secs=$((rounds * 2 * (secs + 8) + 20))
+taskset -c 1 "$bin/bpfbench" load --target "$url" --model tiny-llama --max-concurrency "$streams" --input-len 32 \
+	--output-len 96 --duration "${load_secs}s" --no-progress --result "$work/load.json" >"$work/load.log" 2>&1 &
+pids+=($!)
+sleep 8 # every stream under way
+
+# rusage CMD... runs CMD and prints "user system" of it on fd 3.
+rusage() {
+	python3 - "$@" 3>&3 <<'PY'
+import os, resource, subprocess, sys
+p = subprocess.run(sys.argv[1:])
+r = resource.getrusage(resource.RUSAGE_CHILDREN)
+os.write(3, f"{r.ru_utime} {r.ru_stime}\n".encode())
+sys.exit(p.returncode)
+PY
+}
+
+printf '%-5s %-7s %9s %10s %9s %10s %8s %11s %7s %9s\n' round mode attach_% live_% walk_% intake_% gaps spans stride sampled
+for r in $(seq "$rounds"); do
+	if [ $((r % 2)) = 1 ]; then order="live nolive"; else order="nolive live"; fi
+	for m in $order; do
+		extra=()
+		[ "$m" = nolive ] && extra=(--no-live)
+		f=$work/$m-$r
+		rusage "$bin/bpfbench" attach "$srv" --duration "${secs}s" -o json --cpus 1 "${extra[@]}" >"$f.json" 2>"$f.err" 3>"$f.rusage" ||
+			{ echo "livecost.sh: attach failed:" >&2; tail -n 5 "$f.err" >&2; exit 1; }
+		python3 - "$r" "$m" "$secs" "$f.json" "$f.rusage" <<'PY'
+import json, sys
+r, m, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
+doc = json.load(open(sys.argv[4]))
+user, system = map(float, open(sys.argv[5]).read().split())
+dur = doc.get("duration_seconds") or secs
+lv = doc.get("live") or {}
+cost = lv.get("cost") or {}
+sm = lv.get("sampling") or {}
+walk, intake = cost.get("walk_seconds", 0.0), cost.get("record_seconds", 0.0)
+attach = (user + system) / dur * 100
+if m == "live":
+    print(f"{r:<5s} {m:<7s} {attach:9.2f} {(walk + intake) / dur * 100:10.2f} {walk / dur * 100:9.2f} {intake / dur * 100:10.2f} "
+          f"{lv.get('gaps', 0):8d} {cost.get('records', 0):11d} {sm.get('stride_max', 1):7d} {sm.get('sampled_out', 0):9d}")
+else:
+    print(f"{r:<5s} {m:<7s} {attach:9.2f} {'-':>10s} {'-':>9s} {'-':>10s} {'-':>8s} {'-':>11s} {'-':>7s} {'-':>9s}")
+PY
+	done
+done | tee "$work/table"
+python3 - "$work/table" <<'PY'
+import statistics, sys
+live, nolive, own = {}, {}, []
+for line in open(sys.argv[1]):
+    f = line.split()
+    if not f or not f[0].isdigit():
+        continue
+    (live if f[1] == "live" else nolive)[f[0]] = float(f[2])
+    if f[1] == "live":
+        own.append(float(f[3]))
+diff = [live[r] - nolive[r] for r in live if r in nolive]
+med = statistics.median
+print()
+print(f"live view, its own accounting: median {med(own):.2f}% of a CPU (range {min(own):.2f}-{max(own):.2f}), budget 0.5%: {'met' if med(own) <= 0.5 else 'MISSED'}")
+print(f"attach with the live view: median {med(live.values()):.2f}% of a CPU (range {min(live.values()):.2f}-{max(live.values()):.2f}), budget 1.5%: {'met' if med(live.values()) <= 1.5 else 'MISSED'}")
+print(f"attach --no-live: median {med(nolive.values()):.2f}% (range {min(nolive.values()):.2f}-{max(nolive.values()):.2f})")
+print(f"paired live - no-live, attach's CPU: median {med(diff):+.2f} points (range {min(diff):+.2f} to {max(diff):+.2f}, {len(diff)} rounds)")
+PY
