@@ -36,8 +36,13 @@ failing level are run again until each has --repeats runs with one verdict
 (a level whose runs disagree moves its side a step out), within
 --repeat-budget more steps; the answer is the highest level whose every run
 passed, and the knee is given with its interval and the runs behind it:
-"the knee is at 14.1 req/s, between 13.2 req/s (3 of 3 runs passed) and 15
-req/s (3 of 3 failed)", or "not stable" and why when the budget ran out.
+"the knee is at 14.1 req/s (95% interval 12.6-15.4 req/s from a logistic
+fit of its 19 runs), between 13.2 req/s (3 of 3 runs passed) and 15 req/s
+(3 of 3 failed)", or "not stable" and why when the budget ran out. The 95%
+interval is of the half-way point of a logistic curve of the pass
+probability over the level, fitted to every run of the search (Firth's
+penalised likelihood-ratio interval); the settled levels say which levels
+passed or failed every run.
 
 With --pid (or --port), the two bounds are run again with the collectors
 attached (DIR/pass and DIR/fail of the run directory --out DIR, then

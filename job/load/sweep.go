@@ -284,8 +284,12 @@ func printKnee(w io.Writer, r *sweep.Result) {
 		fmt.Fprintf(w, "knee: above %.2f %s, no level above it failed every run (%s; %d of at most %d confirming steps)\n",
 			in.Low, unit, state, in.ConfirmSteps, in.Budget)
 	} else {
-		fmt.Fprintf(w, "knee: %.2f %s, interval %.2f-%.2f %s (%s; %d of at most %d confirming steps)\n",
+		fmt.Fprintf(w, "knee: %.2f %s, settled levels %.2f-%.2f %s (%s; %d of at most %d confirming steps)\n",
 			in.Knee, unit, in.Low, in.High, unit, state, in.ConfirmSteps, in.Budget)
+		if in.FitRuns > 0 {
+			fmt.Fprintf(w, "  95%% interval of the knee: %.2f-%.2f %s (a logistic curve of the pass probability fitted to all %d runs; knee %.2f)\n",
+				in.CILow, in.CIHigh, unit, in.FitRuns, in.FitKnee)
+		}
 	}
 	for _, l := range in.Levels {
 		fmt.Fprintf(w, "  %8.2f %s: passed %d of %d (steps %s)\n", l.Level, unit, l.Passed, l.Runs, joinInts(l.Steps))

@@ -64,6 +64,17 @@ type Interval struct {
 	// Levels are the runs from Low to High, ascending: the boundary and
 	// the mixed levels between.
 	Levels []LevelRuns `json:"levels"`
+	// The knee's confidence from every run of the search (kneefit.go):
+	// CILow and CIHigh bound, at 95%, the half-way point of a logistic
+	// curve of the pass probability over the level fitted to the FitRuns
+	// runs (the bisection's and the confirmation's), FitKnee that point.
+	// Set when a level passed and one failed. [Low, High] says which
+	// levels settled; this is how far the knee may be from what one
+	// search saw.
+	FitKnee float64 `json:"fit_knee,omitempty"`
+	CILow   float64 `json:"ci_low,omitempty"`
+	CIHigh  float64 `json:"ci_high,omitempty"`
+	FitRuns int     `json:"fit_runs,omitempty"`
 }
 
 // levels groups the steps of a search by level (the rate search's probe
@@ -242,6 +253,15 @@ func (se *searcher) settle(in *Interval, b *boundary) {
 		}
 	}
 	in.Knee = kneeOf(in)
+	var ts []trial
+	for _, st := range res.Steps {
+		if !(st.Phase == "probe" && se.sc.Mode == ModeRate) {
+			ts = append(ts, trial{level(se.sc.Mode, st), st.Pass})
+		}
+	}
+	if k, lo, hi, ok := fitKnee(ts); ok {
+		in.FitKnee, in.CILow, in.CIHigh, in.FitRuns = k, lo, hi, len(ts)
+	}
 	if !in.Stable && b.hi > 0 {
 		var open []string
 		say := func(l *LevelRuns, verdict string, n int) {
@@ -371,8 +391,8 @@ func (in *Interval) Text(mode string) string {
 	default:
 		l, _ := runs(in.Low)
 		h, _ := runs(in.High)
-		fmt.Fprintf(&b, "the knee is at %s, between %s (%d of %d %s passed) and %s (%d of %d failed)",
-			at(in.Knee), at(in.Low), l.Passed, l.Runs, plural(l.Runs, "run", "runs"), at(in.High), h.Runs-h.Passed, h.Runs)
+		fmt.Fprintf(&b, "the knee is at %s%s, between %s (%d of %d %s passed) and %s (%d of %d failed)",
+			at(in.Knee), in.ciText(mode), at(in.Low), l.Passed, l.Runs, plural(l.Runs, "run", "runs"), at(in.High), h.Runs-h.Passed, h.Runs)
 	}
 	var mixed []string
 	for _, l := range in.Levels {
@@ -387,6 +407,19 @@ func (in *Interval) Text(mode string) string {
 		b.WriteString("; not stable: " + in.Why)
 	}
 	return b.String()
+}
+
+// ciText is " (95% interval A-B req/s from a logistic fit of its N
+// runs)", or nothing without a fit.
+func (in *Interval) ciText(mode string) string {
+	if in.FitRuns == 0 {
+		return ""
+	}
+	lo, hi := strconv.FormatFloat(in.CILow, 'g', 3, 64), levelText(mode, in.CIHigh)
+	if mode == ModeConcurrency {
+		lo, hi = strconv.FormatFloat(in.CILow, 'f', 1, 64), strconv.FormatFloat(in.CIHigh, 'f', 1, 64)+" requests in flight"
+	}
+	return fmt.Sprintf(" (95%% interval %s-%s from a logistic fit of its %d runs)", lo, hi, in.FitRuns)
 }
 
 // Judge checks the SLOs against a run's metrics, as a step of the search

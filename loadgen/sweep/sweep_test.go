@@ -104,8 +104,15 @@ func TestKneeStableBoundary(t *testing.T) {
 	if res.Answer != in.Low || res.Best == nil || !res.Best.Pass || res.Limit == nil || res.Limit.Rate != in.High {
 		t.Errorf("answer %.3f best %+v limit %+v: want the interval's bounds", res.Answer, res.Best, res.Limit)
 	}
-	want := fmt.Sprintf("the knee is at %s, between %s (3 of 3 runs passed) and %s (3 of 3 failed)",
-		levelText(ModeRate, in.Knee), levelText(ModeRate, in.Low), levelText(ModeRate, in.High))
+	want := fmt.Sprintf("the knee is at %s%s, between %s (3 of 3 runs passed) and %s (3 of 3 failed)",
+		levelText(ModeRate, in.Knee), in.ciText(ModeRate), levelText(ModeRate, in.Low), levelText(ModeRate, in.High))
+	// The knee's confidence from every run: an interval that holds the
+	// settled bounds' middle and reaches past them (three runs a side
+	// settle a level, not the knee).
+	if in.FitRuns != len(res.Steps)-1 || in.CILow > in.Knee || in.CIHigh < in.Knee || in.CIHigh-in.CILow <= in.High-in.Low {
+		t.Errorf("fit of %d runs: knee %.3f in [%.3f, %.3f]; want every run but the probe, holding %.3f, wider than [%.3f, %.3f]",
+			in.FitRuns, in.FitKnee, in.CILow, in.CIHigh, in.Knee, in.Low, in.High)
+	}
 	if !strings.HasSuffix(res.Conclusion, "; "+want) {
 		t.Errorf("conclusion %q\nwant it to end with %q", res.Conclusion, want)
 	}
