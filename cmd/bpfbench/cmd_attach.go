@@ -40,6 +40,7 @@ func newAttachCmd() *cobra.Command {
 		cgroup             string
 		noLive             bool
 		baseline           string
+		walkTarget         float64
 	)
 	cmd := &cobra.Command{
 		Use:   "attach (PID | --cgroup PATH)",
@@ -59,7 +60,10 @@ interval a "live" line: streams, gaps/s, the server-side ITL and TTFB, the
 p99 gap's excess by cause against the server's own recent quiet window (or
 --baseline DIR, a recorded run), and the top noisy neighbour; at the end the
 critical path and the slowest gaps. --no-live leaves it out (it streams the
-server's scheduler events, which costs more).`,
+server's scheduler events, which costs more). The walk aims at
+--live-walk-target percent of a CPU: over it, the gaps below the running p90
+are walked as a uniform sample and the cause totals become estimates with a
+95% bound (said in the summary); 0 walks every gap.`,
 		Example: `  bpfbench attach $(pgrep -f vllm) --duration 30s
   bpfbench attach 1234 -o json --cpus 0
   bpfbench attach --cgroup /system.slice/vllm.service --duration 1m`,
@@ -81,7 +85,7 @@ server's scheduler events, which costs more).`,
 			if len(args) == 1 {
 				pidArg = args[0]
 			}
-			return runAttach(cmd, pidArg, attachOptions{duration, interval, output, port, cudaLibs, logs, *cpus, cgroup, !noLive, baseline})
+			return runAttach(cmd, pidArg, attachOptions{duration, interval, output, port, cudaLibs, logs, *cpus, cgroup, !noLive, baseline, walkTarget})
 		},
 	}
 	fs := cmd.Flags()
@@ -92,6 +96,7 @@ server's scheduler events, which costs more).`,
 	fs.StringArrayVar(&cudaLibs, "cuda-lib", nil, "CUDA library to probe instead of those the target maps (repeatable)")
 	fs.StringVar(&cgroup, "cgroup", "", cgroupUsage)
 	fs.BoolVar(&noLive, "no-live", false, "leave out the live view of the server's token gaps (the critical path of its own traffic)")
+	fs.Float64Var(&walkTarget, "live-walk-target", 100*live.DefaultWalkTarget, "percent of a CPU the live view's walk aims at: over it, the gaps below the running p90 are walked as a uniform sample (estimated totals); 0 walks every gap")
 	fs.StringVar(&baseline, "baseline", "", "a recorded run's directory (or result.json): its normal gap is the live view's baseline, instead of the server's quiet window")
 	logs.add(fs, "warn", true)
 	cpus = cpusFlag(fs)
@@ -108,6 +113,7 @@ type attachOptions struct {
 	cgroup             string
 	live               bool
 	baseline           string
+	walkTarget         float64 // percent of a CPU (live.Options.WalkTarget)
 }
 
 func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
@@ -125,6 +131,9 @@ func runAttach(cmd *cobra.Command, pidArg string, o attachOptions) error {
 	}
 	if err := applyCPUs(o.cpus); err != nil {
 		return err
+	}
+	if o.walkTarget < 0 || o.walkTarget > 100 {
+		return usageError{fmt.Sprintf("--live-walk-target %g: a percent of a CPU, 0 to 100 (0 walks every gap)", o.walkTarget)}
 	}
 	if o.baseline != "" && !o.live {
 		return usageError{"--baseline is the live view's: drop --no-live, or --baseline"}
@@ -222,7 +231,7 @@ func attachTracker(o attachOptions) (*live.Tracker, error) {
 	if !o.live {
 		return nil, nil
 	}
-	lo := live.Options{ThreadClock: true, WalkBudget: live.DefaultWalkBudget, WalkTarget: live.DefaultWalkTarget}
+	lo := live.Options{ThreadClock: true, WalkBudget: live.DefaultWalkBudget, WalkTarget: o.walkTarget / 100}
 	if o.baseline != "" {
 		prior, err := job.LoadPrior(o.baseline)
 		if err != nil {

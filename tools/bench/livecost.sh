@@ -3,11 +3,13 @@
 # --no-live: llama-server (tools/bench/engine/build.sh) with BENCH_LIVE_ENGINE
 # ("-t 1 -np 4 -c 2048") on CPU 0, saturated by an independent client
 # (`bpfbench load`, BENCH_LIVE_STREAMS streams, 8, of 96 tokens, on CPU
-# 1), and `bpfbench attach PID --duration SECONDS -o json --cpus 1` with and
-# without --no-live, in the order live, no-live in odd rounds and no-live,
-# live in even ones.
+# 1), and `bpfbench attach PID --duration SECONDS -o json --cpus 1` in three
+# modes: live (the default: the walk samples the short gaps over its
+# target), exact (--live-walk-target 0: every gap walked) and nolive
+# (--no-live); the order rotates by one each round, so that each pair of
+# modes runs in both orders (ABBA).
 #
-#   sudo tools/bench/livecost.sh [ROUNDS] [SECONDS]     # 4 rounds of 20 s: ~4 min
+#   sudo tools/bench/livecost.sh [ROUNDS] [SECONDS]     # 4 rounds of 20 s: ~6 min
 #
 # Printed per attach: its whole CPU (user + system, getrusage of the child)
 # as a fraction of one CPU; with the live view, the live view's own time
@@ -15,8 +17,9 @@
 # spans estimated from a timed sample) and how the walk sampled
 # (live.sampling: the largest stride, the gaps left out). Then the budgets:
 # the live view <= 0.5% of a CPU (its own accounting, median over rounds)
-# and the whole of attach <= 1.5% (median), with the paired difference
-# live - no-live of attach's CPU per round (median and range).
+# and the whole of attach <= 1.5% (median), with the paired differences
+# live - no-live and exact - live of attach's CPU per round (median and
+# range).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=$PWD/bin
@@ -53,10 +56,11 @@ for _ in $(seq 300); do
 	kill -0 "$srv" 2>/dev/null || { echo "livecost.sh: llama-server exited:" >&2; tail -n 5 "$work/server.log" >&2; exit 1; }
 	sleep 0.2
 done
-load_secs=$((rounds * 2 * (secs + 8) + 20))
-taskset -c 1 "$bin/bpfbench" load --target "$url" --model tiny-llama --max-concurrency "$streams" --input-len 32 \
+load_secs=$((rounds * 3 * (secs + 8) + 20))
+taskset -c 1 "$bin/bpfbench" load --target "$url" --model tiny-llama --max-concurrency "$streams" --num-requests 0 --input-len 32 \
 	--output-len 96 --duration "${load_secs}s" --no-progress --result "$work/load.json" >"$work/load.log" 2>&1 &
-pids+=($!)
+load=$!
+pids+=("$load")
 sleep 8 # every stream under way
 
 # rusage CMD... runs CMD and prints "user system" of it on fd 3.
@@ -72,10 +76,16 @@ PY
 
 printf '%-5s %-7s %9s %10s %9s %10s %8s %11s %7s %9s\n' round mode attach_% live_% walk_% intake_% gaps spans stride sampled
 for r in $(seq "$rounds"); do
-	if [ $((r % 2)) = 1 ]; then order="live nolive"; else order="nolive live"; fi
+	kill -0 "$load" 2>/dev/null || { echo "livecost.sh: the client stopped:" >&2; tail -n 5 "$work/load.log" >&2; exit 1; }
+	case $((r % 3)) in
+	1) order="live exact nolive" ;;
+	2) order="exact nolive live" ;;
+	0) order="nolive live exact" ;;
+	esac
 	for m in $order; do
 		extra=()
 		[ "$m" = nolive ] && extra=(--no-live)
+		[ "$m" = exact ] && extra=(--live-walk-target 0)
 		f=$work/$m-$r
 		rusage "$bin/bpfbench" attach "$srv" --duration "${secs}s" -o json --cpus 1 "${extra[@]}" >"$f.json" 2>"$f.err" 3>"$f.rusage" ||
 			{ echo "livecost.sh: attach failed:" >&2; tail -n 5 "$f.err" >&2; exit 1; }
@@ -90,7 +100,7 @@ cost = lv.get("cost") or {}
 sm = lv.get("sampling") or {}
 walk, intake = cost.get("walk_seconds", 0.0), cost.get("record_seconds", 0.0)
 attach = (user + system) / dur * 100
-if m == "live":
+if m != "nolive":
     print(f"{r:<5s} {m:<7s} {attach:9.2f} {(walk + intake) / dur * 100:10.2f} {walk / dur * 100:9.2f} {intake / dur * 100:10.2f} "
           f"{lv.get('gaps', 0):8d} {cost.get('records', 0):11d} {sm.get('stride_max', 1):7d} {sm.get('sampled_out', 0):9d}")
 else:
@@ -100,19 +110,24 @@ PY
 done | tee "$work/table"
 python3 - "$work/table" <<'PY'
 import statistics, sys
-live, nolive, own = {}, {}, []
+live, exact, nolive, own, own_exact = {}, {}, {}, [], []
 for line in open(sys.argv[1]):
     f = line.split()
     if not f or not f[0].isdigit():
         continue
-    (live if f[1] == "live" else nolive)[f[0]] = float(f[2])
+    {"live": live, "exact": exact, "nolive": nolive}[f[1]][f[0]] = float(f[2])
     if f[1] == "live":
         own.append(float(f[3]))
+    if f[1] == "exact":
+        own_exact.append(float(f[3]))
 diff = [live[r] - nolive[r] for r in live if r in nolive]
+dexact = [exact[r] - live[r] for r in live if r in exact]
 med = statistics.median
 print()
 print(f"live view, its own accounting: median {med(own):.2f}% of a CPU (range {min(own):.2f}-{max(own):.2f}), budget 0.5%: {'met' if med(own) <= 0.5 else 'MISSED'}")
 print(f"attach with the live view: median {med(live.values()):.2f}% of a CPU (range {min(live.values()):.2f}-{max(live.values()):.2f}), budget 1.5%: {'met' if med(live.values()) <= 1.5 else 'MISSED'}")
 print(f"attach --no-live: median {med(nolive.values()):.2f}% (range {min(nolive.values()):.2f}-{max(nolive.values()):.2f})")
 print(f"paired live - no-live, attach's CPU: median {med(diff):+.2f} points (range {min(diff):+.2f} to {max(diff):+.2f}, {len(diff)} rounds)")
+print(f"every gap walked (--live-walk-target 0): the live view's own {med(own_exact):.2f}% (range {min(own_exact):.2f}-{max(own_exact):.2f}); "
+      f"paired exact - live, attach's CPU: median {med(dexact):+.2f} points (range {min(dexact):+.2f} to {max(dexact):+.2f})")
 PY
