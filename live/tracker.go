@@ -68,10 +68,12 @@ type Options struct {
 	// advance's walk costs more, the gaps below the running p90 of their
 	// kind are walked as a uniform sample of 1 in a stride (doubled, up to
 	// 64, at each advance over the target; halved at each under a third
-	// of it), each one walked standing for the stride. The p90 and slower
-	// gaps are walked whole (the p99 bands, the slowest gaps and the
-	// incidents' paths stay exact); the totals of the causes, gaps and
-	// neighbours become estimates with a 95% bound (Summary.Sampling).
+	// of it), each one walked standing for the stride; once that stride
+	// is at its bound, the gaps between the p90 and the p95 are sampled
+	// too, with a stride of their own. The p95 and slower gaps are walked
+	// whole (the p99 bands and the slowest gaps stay exact); the totals of
+	// the causes, gaps and neighbours become estimates with a 95% bound
+	// (Summary.Sampling).
 	WalkTarget float64
 }
 
@@ -150,6 +152,10 @@ type Tracker struct {
 	// start; lastAdvance is when the previous advance started.
 	walkFrom, walkAllow, lastAdvance int64
 	thr                              [2]int64
+	// thrExact are the p95s: the gaps at or above them are always walked
+	// (the p99 bands stay exact); between the p90 and the p95 the walk
+	// samples with stride2 once stride is at its bound (WalkTarget).
+	thrExact [2]int64
 	// unwalked gaps (skip) and their time.
 	unwalked   uint64
 	unwalkedNs int64
@@ -159,6 +165,7 @@ type Tracker struct {
 	// time, sampledIn those walked for it; estVar the Horvitz-Thompson
 	// variance of each cause's total (the last: of the gaps' time).
 	stride, strideMax, weight int
+	stride2, stride2Max       int
 	rng                       uint64
 	sampledOut, sampledIn     uint64
 	sampledOutNs              int64
@@ -214,7 +221,7 @@ func NewTracker(opt Options) *Tracker {
 			return nanotime()
 		}
 	}
-	t.stride, t.strideMax, t.rng = 1, 1, 0x9e3779b97f4a7c15
+	t.stride, t.strideMax, t.stride2, t.stride2Max, t.rng = 1, 1, 1, 1, 0x9e3779b97f4a7c15
 	if opt.WalkBudget > 0 || opt.WalkTarget > 0 {
 		eng.SetSkip(t.skip)
 	}
@@ -376,6 +383,7 @@ func (t *Tracker) advance(wm, now int64) {
 	}
 	t.lastAdvance = wall
 	t.thr = [2]int64{int64(t.ttfb.Quantile(0.9)), int64(t.itl.Quantile(0.9))}
+	t.thrExact = [2]int64{int64(t.ttfb.Quantile(0.95)), int64(t.itl.Quantile(0.95))}
 	t.eng.FlushFunc(wm, t.gap)
 	spent := t.spend() - t.walkFrom
 	if t.opt.WalkBudget > 0 {
@@ -394,15 +402,22 @@ func (t *Tracker) advance(wm, now int64) {
 
 // adaptStride doubles the sample's stride when an advance's walk cost
 // more than the target (rate: a fraction of a CPU), and halves it when it
-// cost less than a third of it (under t.mu).
+// cost less than a third of it (under t.mu). The stride of the gaps
+// between the p90 and the p95 (stride2) moves only while the other is at
+// its bound: up after it, down before it.
 func (t *Tracker) adaptStride(rate float64) {
 	switch {
 	case rate > t.opt.WalkTarget && t.stride < maxStride:
 		t.stride *= 2
+	case rate > t.opt.WalkTarget && t.stride2 < maxStride:
+		t.stride2 *= 2
+	case rate < t.opt.WalkTarget/3 && t.stride2 > 1:
+		t.stride2 /= 2
 	case rate < t.opt.WalkTarget/3 && t.stride > 1:
 		t.stride /= 2
 	}
 	t.strideMax = max(t.strideMax, t.stride)
+	t.stride2Max = max(t.stride2Max, t.stride2)
 }
 
 // SetWalkBudget changes the walk's budget (Options.WalkBudget) from the
@@ -439,8 +454,9 @@ func (t *Tracker) SetMaxHeld(n int) {
 // baseline's durations (the normal gap's median and p99 are every gap's)
 // and the flight recorder's window, not in the causes.
 //
-// Below the p90, with Options.WalkTarget, r is walked as one of a uniform
-// sample of 1 in the stride (the walked gap's weight: gap) or left out of
+// Below the p95, with Options.WalkTarget, r is walked as one of a uniform
+// sample of 1 in its stratum's stride (below the p90: stride; between the
+// p90 and the p95: stride2; the walked gap's weight: gap) or left out of
 // it, counted as sampled out: the totals estimate it.
 func (t *Tracker) skip(r critpath.Read) bool {
 	d := r.End - r.Start
@@ -449,28 +465,32 @@ func (t *Tracker) skip(r critpath.Read) bool {
 		kind = 0
 	}
 	t.weight = 1
-	if t.thr[kind] <= 0 || d >= t.thr[kind] {
+	if t.thr[kind] <= 0 || d >= t.thrExact[kind] {
 		return false
 	}
-	if t.opt.WalkBudget > 0 && t.spend()-t.walkFrom >= t.walkAllow {
-		t.leaveOut(r, kind)
-		t.unwalked++
-		t.unwalkedNs += d
-		return true
+	stride := t.stride2
+	if d < t.thr[kind] {
+		if t.opt.WalkBudget > 0 && t.spend()-t.walkFrom >= t.walkAllow {
+			t.leaveOut(r, kind)
+			t.unwalked++
+			t.unwalkedNs += d
+			return true
+		}
+		stride = t.stride
 	}
-	if t.stride <= 1 {
+	if stride <= 1 {
 		return false
 	}
 	t.rng ^= t.rng << 13 // xorshift64
 	t.rng ^= t.rng >> 7
 	t.rng ^= t.rng << 17
-	if t.rng%uint64(t.stride) != 0 {
+	if t.rng%uint64(stride) != 0 {
 		t.leaveOut(r, kind)
 		t.sampledOut++
 		t.sampledOutNs += d
 		return true
 	}
-	t.weight = t.stride
+	t.weight = stride
 	return false
 }
 
@@ -794,6 +814,11 @@ type Sampling struct {
 	TargetCPU float64 `json:"walk_target_cpu"`
 	Stride    int     `json:"stride"`
 	StrideMax int     `json:"stride_max"`
+	// StrideP90 and StrideP90Max are the stride of the gaps between the
+	// p90 and the p95 of their kind (sampled once Stride is at its bound
+	// and the walk still costs over its target).
+	StrideP90    int `json:"stride_p90_p95"`
+	StrideP90Max int `json:"stride_p90_p95_max"`
 	// Walked: gaps walked as the sample, each standing for the stride it
 	// was drawn at; Out: those left out of it, OutMs their time.
 	Walked uint64  `json:"sampled_walked"`
@@ -813,8 +838,9 @@ func (t *Tracker) sampling() *Sampling {
 	if t.sampledOut == 0 && t.strideMax <= 1 {
 		return nil
 	}
-	s := &Sampling{Note: "below the running p90 of their kind, the gaps were walked as a uniform sample of 1 in the stride, each walked one standing for the stride: critical_path's totals, gap count, noisy neighbours and connections are estimates within totals_bound_ms (95%); the p90 and slower gaps, the p99 bands and the slowest gaps are walked whole",
-		TargetCPU: t.opt.WalkTarget, Stride: t.stride, StrideMax: t.strideMax, Walked: t.sampledIn, Out: t.sampledOut,
+	s := &Sampling{Note: "below the running p90 of their kind, the gaps were walked as a uniform sample of 1 in the stride (between the p90 and the p95, 1 in stride_p90_p95), each walked one standing for its stride: critical_path's totals, gap count, noisy neighbours and connections are estimates within totals_bound_ms (95%); the p95 and slower gaps, so the p99 bands, and the slowest gaps are walked whole",
+		TargetCPU: t.opt.WalkTarget, Stride: t.stride, StrideMax: t.strideMax, StrideP90: t.stride2, StrideP90Max: t.stride2Max,
+		Walked: t.sampledIn, Out: t.sampledOut,
 		OutMs: Ms(t.sampledOutNs), BoundsMs: map[string]float64{}}
 	for c, name := range critpath.CauseNames() {
 		s.BoundsMs[name] = Ms(int64(z95 * math.Sqrt(t.estVar[c])))

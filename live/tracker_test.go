@@ -244,8 +244,8 @@ func TestTrackerWalkSample(t *testing.T) {
 	}
 	sampled, whole := run(0.0025).Result(0, nil), run(0).Result(0, nil)
 	sm := sampled.Live.Sampling
-	if sm == nil || sm.StrideMax != maxStride || sm.Out == 0 || sm.Walked == 0 {
-		t.Fatalf("sampling %+v: want the stride at %d, gaps left out and walked for them", sm, maxStride)
+	if sm == nil || sm.StrideMax != maxStride || sm.StrideP90Max != maxStride || sm.Out == 0 || sm.Walked == 0 {
+		t.Fatalf("sampling %+v: want both strides at %d, gaps left out and walked for them", sm, maxStride)
 	}
 	if whole.Live.Sampling != nil {
 		t.Errorf("every gap walked, yet sampling %+v", whole.Live.Sampling)
@@ -274,23 +274,32 @@ func TestTrackerWalkSample(t *testing.T) {
 }
 
 // The stride doubles over the target, halves under a third of it, and
-// stays between 1 and its bound.
+// stays between 1 and its bound; the p90-p95 stride moves only while the
+// other is at its bound.
 func TestTrackerStride(t *testing.T) {
 	tr := NewTracker(Options{WalkTarget: 0.01})
 	for range 10 {
 		tr.adaptStride(0.02)
 	}
-	if tr.stride != maxStride {
-		t.Fatalf("stride %d after ten advances over the target, want %d", tr.stride, maxStride)
+	// Six doublings reach the bound; the p90-p95 stride takes the four
+	// advances after.
+	if tr.stride != maxStride || tr.stride2 != 16 {
+		t.Fatalf("strides %d and %d after ten advances over the target, want %d and 16", tr.stride, tr.stride2, maxStride)
 	}
 	tr.adaptStride(0.005) // under the target, above a third: kept
-	if tr.stride != maxStride {
-		t.Errorf("stride %d at half the target, want it kept at %d", tr.stride, maxStride)
+	if tr.stride != maxStride || tr.stride2 != 16 {
+		t.Errorf("strides %d and %d at half the target, want them kept", tr.stride, tr.stride2)
+	}
+	for range 4 {
+		tr.adaptStride(0.001)
+	}
+	if tr.stride != maxStride || tr.stride2 != 1 {
+		t.Errorf("strides %d and %d after four advances at a tenth of the target, want the p90-p95 one back to 1 first", tr.stride, tr.stride2)
 	}
 	for range 10 {
 		tr.adaptStride(0.001)
 	}
-	if tr.stride != 1 || tr.strideMax != maxStride {
-		t.Errorf("stride %d (max %d) after ten advances at a tenth of the target, want 1 (max %d)", tr.stride, tr.strideMax, maxStride)
+	if tr.stride != 1 || tr.strideMax != maxStride || tr.stride2Max != 16 {
+		t.Errorf("stride %d (max %d, p90-p95 max %d) after ten more advances at a tenth of the target, want 1 (max %d, 16)", tr.stride, tr.strideMax, tr.stride2Max, maxStride)
 	}
 }

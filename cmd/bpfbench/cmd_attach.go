@@ -62,8 +62,9 @@ p99 gap's excess by cause against the server's own recent quiet window (or
 critical path and the slowest gaps. --no-live leaves it out (it streams the
 server's scheduler events, which costs more). The walk aims at
 --live-walk-target percent of a CPU: over it, the gaps below the running p90
-are walked as a uniform sample and the cause totals become estimates with a
-95% bound (said in the summary); 0 walks every gap.`,
+(and then those to the p95) are walked as a uniform sample and the cause
+totals become estimates with a 95% bound (said in the summary); 0 walks
+every gap.`,
 		Example: `  bpfbench attach $(pgrep -f vllm) --duration 30s
   bpfbench attach 1234 -o json --cpus 0
   bpfbench attach --cgroup /system.slice/vllm.service --duration 1m`,
@@ -378,8 +379,8 @@ func writeLive(w io.Writer, r *live.Result) {
 			l.UnwalkedGaps, l.UnwalkedMs, r.CriticalPath.Gaps)
 	}
 	if sm := l.Sampling; sm != nil {
-		fmt.Fprintf(w, "  (estimated: below the p90 the gaps were walked 1 in %d (up to 1 in %d) to keep the walk near %.2f%% of a CPU; %d gaps, %.0f ms, left out, %d walked for them; the cause totals are within ±%.0f ms of every gap's (95%%), the p99 bands and slowest gaps exact)\n",
-			sm.Stride, sm.StrideMax, 100*sm.TargetCPU, sm.Out, sm.OutMs, sm.Walked, maxBound(sm.BoundsMs))
+		fmt.Fprintf(w, "  (estimated: below the p90 the gaps were walked 1 in %d (up to 1 in %d), from the p90 to the p95 1 in %d (up to %d), to keep the walk near %.2f%% of a CPU; %d gaps, %.0f ms, left out, %d walked for them; the cause totals are within ±%.0f ms of every gap's (95%%), the p99 bands and slowest gaps exact)\n",
+			sm.Stride, sm.StrideMax, sm.StrideP90, sm.StrideP90Max, 100*sm.TargetCPU, sm.Out, sm.OutMs, sm.Walked, maxBound(sm.BoundsMs))
 	}
 	if l.BandSampled {
 		fmt.Fprintln(w, "  (the p99 bands are of a uniform sample: "+l.Accuracy+")")
