@@ -215,49 +215,16 @@ func (s *Server) clock(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(buf)
 }
 
+// start starts a session on the request's target: it resolves and
+// checks the target, reserves a slot, loads the sections and answers the
+// session's id and clock.
 func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 	req, ok := s.readStart(w, r)
 	if !ok {
 		return
 	}
-	pid, port, roots, err := resolve(req.Target)
-	if err != nil {
-		// A cgroup the agent may not follow is refused whether or not
-		// it exists.
-		if a := s.allow.Load(); strings.HasPrefix(req.Cgroup, "/") && !a.cgroupAllowed(req.Cgroup) {
-			s.refuse(w, r, &ForbiddenError{msg: fmt.Sprintf(refuseCgroup, clip(req.Cgroup)), Detail: err.Error()})
-			return
-		}
-		writeError(w, http.StatusBadRequest, "%v", err)
-		return
-	}
-	var pod *PodRef
-	if req.Pod != nil {
-		p, got, code, err := s.resolvePod(r.Context(), *req.Pod)
-		if err != nil {
-			writeError(w, code, "%v", err)
-			return
-		}
-		pid, pod = p, &got
-	}
-	if req.TCPPort != 0 {
-		port = req.TCPPort
-	}
-	if port < 0 || port > 65535 {
-		writeError(w, http.StatusBadRequest, "tcp_port %d is out of range: use 1-65535", port)
-		return
-	}
-	if err := s.permitAll(pid, roots); err != nil {
-		var fe *ForbiddenError
-		if req.Cgroup != "" && errors.As(err, &fe) && fe.msg != refuseEmpty {
-			fe.msg = fmt.Sprintf(refuseCgroup, clip(req.Cgroup)) + " (" + fe.msg + ")"
-		}
-		s.refuse(w, r, err)
-		return
-	}
-	libs, err := s.checkLibs(pid, roots, req.CUDALibs)
-	if err != nil {
-		s.refuse(w, r, err)
+	t, ok := s.resolveStart(w, r, req)
+	if !ok {
 		return
 	}
 	// Reserve the slot before the sections load: loading takes time, and
@@ -274,28 +241,8 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		writeError(w, code, "%s", msg)
 		return
 	}
-	release := func() {
-		cancel()
-		s.mu.Lock()
-		delete(s.sessions, id)
-		s.mu.Unlock()
-	}
-	opts := collectors.Options{Pid: pid, Roots: roots, Port: port, CUDALibs: libs, Interval: time.Second,
-		Logger: s.log.With("session", id), Recorder: rs.buf}
-	sess, err := session.NewSession(opts, s.sections)
-	if err != nil {
-		release()
-		code := http.StatusInternalServerError
-		var pe *session.ProcessError
-		if errors.As(err, &pe) {
-			code = http.StatusBadRequest
-		}
-		writeError(w, code, "building the session on pid %d: %s", pid, sanitize(err.Error()))
-		return
-	}
-	if err := sess.Start(s.ctx); err != nil {
-		release()
-		writeError(w, http.StatusInternalServerError, "starting the session on pid %d: %s", pid, sanitize(err.Error()))
+	sess, ok := s.startSession(w, rs, t)
+	if !ok {
 		return
 	}
 	rs.sess = sess
@@ -304,20 +251,106 @@ func (s *Server) start(w http.ResponseWriter, r *http.Request) {
 		defer s.wg.Done()
 		s.run(ctx, rs)
 	}()
-	if pod != nil {
-		s.log.Info("session started", "session", id, "pid", pid, "comm", sess.Comm(), "pod", pod.String(), "remote", r.RemoteAddr)
+	if t.pod != nil {
+		s.log.Info("session started", "session", id, "pid", t.pid, "comm", sess.Comm(), "pod", t.pod.String(), "remote", r.RemoteAddr)
 	} else {
-		s.log.Info("session started", "session", id, "pid", pid, "comm", sess.Comm(), "remote", r.RemoteAddr)
+		s.log.Info("session started", "session", id, "pid", t.pid, "comm", sess.Comm(), "remote", r.RemoteAddr)
 	}
 	unavailable := sess.Unavailable()
 	for name, why := range unavailable {
 		unavailable[name] = sanitize(ExplainPermission(why))
 	}
 	writeJSON(w, http.StatusCreated, StartResponse{
-		ID: id, Pid: pid, Comm: sess.Comm(), StartNs: sess.StartNs() + s.shift,
+		ID: id, Pid: t.pid, Comm: sess.Comm(), StartNs: sess.StartNs() + s.shift,
 		Anchor:      clock.Anchor{Wall: sess.Anchor().Wall, MonotonicNs: sess.Anchor().MonotonicNs + s.shift},
-		Unavailable: unavailable, Pod: pod,
+		Unavailable: unavailable, Pod: t.pod,
 	})
+}
+
+// startTarget is the process a start follows: its pid, the TCP port, the
+// roots of its cgroups, the CUDA libraries allowed and the pod it was
+// named by (nil: none).
+type startTarget struct {
+	pid, port int
+	roots     []int
+	libs      []string
+	pod       *PodRef
+}
+
+// resolveStart resolves req's target and checks that the agent may follow
+// it; when not, it has answered the error.
+func (s *Server) resolveStart(w http.ResponseWriter, r *http.Request, req StartRequest) (startTarget, bool) {
+	pid, port, roots, err := resolve(req.Target)
+	if err != nil {
+		// A cgroup the agent may not follow is refused whether or not
+		// it exists.
+		if a := s.allow.Load(); strings.HasPrefix(req.Cgroup, "/") && !a.cgroupAllowed(req.Cgroup) {
+			s.refuse(w, r, &ForbiddenError{msg: fmt.Sprintf(refuseCgroup, clip(req.Cgroup)), Detail: err.Error()})
+			return startTarget{}, false
+		}
+		writeError(w, http.StatusBadRequest, "%v", err)
+		return startTarget{}, false
+	}
+	var pod *PodRef
+	if req.Pod != nil {
+		p, got, code, err := s.resolvePod(r.Context(), *req.Pod)
+		if err != nil {
+			writeError(w, code, "%v", err)
+			return startTarget{}, false
+		}
+		pid, pod = p, &got
+	}
+	if req.TCPPort != 0 {
+		port = req.TCPPort
+	}
+	if port < 0 || port > 65535 {
+		writeError(w, http.StatusBadRequest, "tcp_port %d is out of range: use 1-65535", port)
+		return startTarget{}, false
+	}
+	if err := s.permitAll(pid, roots); err != nil {
+		var fe *ForbiddenError
+		if req.Cgroup != "" && errors.As(err, &fe) && fe.msg != refuseEmpty {
+			fe.msg = fmt.Sprintf(refuseCgroup, clip(req.Cgroup)) + " (" + fe.msg + ")"
+		}
+		s.refuse(w, r, err)
+		return startTarget{}, false
+	}
+	libs, err := s.checkLibs(pid, roots, req.CUDALibs)
+	if err != nil {
+		s.refuse(w, r, err)
+		return startTarget{}, false
+	}
+	return startTarget{pid: pid, port: port, roots: roots, libs: libs, pod: pod}, true
+}
+
+// startSession builds and starts the session of rs, a reserved slot, on
+// t; when that fails, it has given the slot back and answered the error.
+func (s *Server) startSession(w http.ResponseWriter, rs *remoteSession, t startTarget) (*session.Session, bool) {
+	release := func() {
+		rs.cancel()
+		s.mu.Lock()
+		delete(s.sessions, rs.id)
+		s.mu.Unlock()
+	}
+	opts := collectors.Options{Pid: t.pid, Roots: t.roots, Port: t.port, CUDALibs: t.libs, Interval: time.Second,
+		Logger: s.log.With("session", rs.id), Recorder: rs.buf}
+	sess, err := session.NewSession(opts, s.sections)
+	if err != nil {
+		release()
+		code := http.StatusInternalServerError
+		var pe *session.ProcessError
+		if errors.As(err, &pe) {
+			code = http.StatusBadRequest
+		}
+		writeError(w, code, "building the session on pid %d: %s", t.pid, sanitize(err.Error()))
+		return nil, false
+	}
+	if err := sess.Start(s.ctx); err != nil {
+		release()
+		writeError(w, http.StatusInternalServerError, "starting the session on pid %d: %s", t.pid, sanitize(err.Error()))
+		return nil, false
+	}
+	return sess, true
 }
 
 // maxStartBody bounds a start's body.

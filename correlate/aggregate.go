@@ -171,36 +171,61 @@ func SummarizeSeq(blames iter.Seq[Blame], base Baseline, percentiles []float64) 
 // intervals are read twice; it holds one duration per gap and one
 // aggregate per request. The caller sets Model and the baselines.
 func SummarizeParts(intervals iter.Seq[Parts], names []string, percentiles []float64) Summary {
-	n := len(names)
 	s := Summary{ITL: map[string]Breakdown{}, ITLBands: map[string]Band{}}
-	type reqAgg struct {
-		ttft, itl []int64
-		ttftMs    float64
-	}
-	reqs := map[int]*reqAgg{}
-	ttftAtt, itlAtt, allAtt := make([]int64, n), make([]int64, n), make([]int64, n)
-	var itls []int64
+	t := tallyParts(intervals, len(names))
+	s.TTFT = shares(names, t.ttft)
+	s.ITL["all"] = shares(names, t.itl)
+	s.TopCause = topOf(names, shares(names, t.all))
+	itlBands(&s, intervals, names, percentiles, t.itls)
+	s.Requests = requestBlames(names, t.reqs)
+	return s
+}
+
+// requestParts is one request's excess per cause: its TTFT's, its
+// ITLs' summed, and its TTFT.
+type requestParts struct {
+	ttft, itl []int64
+	ttftMs    float64
+}
+
+// partsTally is the first pass over the intervals: the excess per cause
+// of the TTFTs, of the ITLs, of all, and of each request, and every ITL's
+// duration.
+type partsTally struct {
+	reqs           map[int]*requestParts
+	ttft, itl, all []int64
+	itls           []int64
+}
+
+// tallyParts reads the intervals once, adding each one's excess (n
+// causes) to its request's and to the run's.
+func tallyParts(intervals iter.Seq[Parts], n int) *partsTally {
+	t := &partsTally{reqs: map[int]*requestParts{}, ttft: make([]int64, n), itl: make([]int64, n), all: make([]int64, n)}
 	for b := range intervals {
-		r := reqs[b.Request]
+		r := t.reqs[b.Request]
 		if r == nil {
-			r = &reqAgg{ttft: make([]int64, n), itl: make([]int64, n)}
-			reqs[b.Request] = r
+			r = &requestParts{ttft: make([]int64, n), itl: make([]int64, n)}
+			t.reqs[b.Request] = r
 		}
-		addAtt(allAtt, b.Excess)
+		addAtt(t.all, b.Excess)
 		if b.Index == 0 {
-			addAtt(ttftAtt, b.Excess)
+			addAtt(t.ttft, b.Excess)
 			addAtt(r.ttft, b.Excess)
 			r.ttftMs = float64(b.Duration) / 1e6
 		} else {
-			addAtt(itlAtt, b.Excess)
+			addAtt(t.itl, b.Excess)
 			addAtt(r.itl, b.Excess)
-			itls = append(itls, b.Duration)
+			t.itls = append(t.itls, b.Duration)
 		}
 	}
-	s.TTFT = shares(names, ttftAtt)
-	s.ITL["all"] = shares(names, itlAtt)
-	s.TopCause = topOf(names, shares(names, allAtt))
+	return t
+}
 
+// itlBands reads the intervals a second time and sets s's ITL shares and
+// bands per percentile band, the bounds the percentiles of the ITL
+// durations itls (sorted here).
+func itlBands(s *Summary, intervals iter.Seq[Parts], names []string, percentiles []float64, itls []int64) {
+	n := len(names)
 	sort.Slice(itls, func(i, j int) bool { return itls[i] < itls[j] })
 	ps := append([]float64(nil), percentiles...)
 	sort.Float64s(ps)
@@ -240,7 +265,11 @@ func SummarizeParts(intervals iter.Seq[Parts], names []string, percentiles []flo
 		}
 		s.ITLBands[name] = band
 	}
+}
 
+// requestBlames is each request's blame, by request id.
+func requestBlames(names []string, reqs map[int]*requestParts) []RequestBlame {
+	var out []RequestBlame
 	ids := make([]int, 0, len(reqs))
 	for id := range reqs {
 		ids = append(ids, id)
@@ -249,7 +278,7 @@ func SummarizeParts(intervals iter.Seq[Parts], names []string, percentiles []flo
 	for _, id := range ids {
 		r := reqs[id]
 		var ex, tot int64
-		both := make([]int64, n)
+		both := make([]int64, len(names))
 		addAtt(both, r.ttft)
 		addAtt(both, r.itl)
 		for _, v := range r.itl {
@@ -258,13 +287,13 @@ func SummarizeParts(intervals iter.Seq[Parts], names []string, percentiles []flo
 		for _, v := range both {
 			tot += v
 		}
-		s.Requests = append(s.Requests, RequestBlame{
+		out = append(out, RequestBlame{
 			Request: id, TTFTMs: r.ttftMs, TTFTShares: shares(names, r.ttft),
 			ITLExcessMs: float64(ex) / 1e6, ITLShares: shares(names, r.itl),
 			TopCause: topOf(names, shares(names, both)), TotalExcessMs: float64(tot) / 1e6,
 		})
 	}
-	return s
+	return out
 }
 
 // EstimateBaseline derives a baseline from a window of intervals and the

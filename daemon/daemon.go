@@ -215,32 +215,47 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 	}
 	var api *agent.Server
 	if d.cfg.Agent.Enabled {
-		if len(d.sections) == 0 {
-			l.Close()
-			return errors.New("agent.enabled: the daemon was given no session sections to build sessions from")
-		}
-		a := d.cfg.Agent
-		api, err = agent.NewServer(d.sections, agent.Limits{MaxSessions: a.MaxSessions, MaxBufferSpans: a.MaxBufferSpans, IdleTimeout: a.IdleTimeout, ReadTimeout: a.ReadTimeout}, d.log)
-		if err != nil {
+		if api, err = d.startAgent(routes, webConfig); err != nil {
 			l.Close()
 			return err
-		}
-		api.SetPodResolver(d.resolveAgentPod)
-		d.mu.Lock()
-		d.api = api
-		d.mu.Unlock()
-		d.setAllow(a.Allow)
-		for p, h := range api.Routes() {
-			routes[p] = h
-		}
-		routes["POST "+PathCapture] = http.HandlerFunc(d.serveCapture)
-		if webConfig == "" {
-			d.log.Warn("the session API is served without authentication (--agent.insecure or a loopback address): give --web.config.file with TLS and basic auth")
 		}
 	}
 	d.checkTargets(d.cfg.Targets)
 	d.sweepSpool()
 	d.listening <- l.Addr()
+	return d.serve(ctx, l, routes, api, webConfig)
+}
+
+// startAgent builds the session API and adds its routes, and the
+// capture's, to routes.
+func (d *Daemon) startAgent(routes map[string]http.Handler, webConfig string) (*agent.Server, error) {
+	if len(d.sections) == 0 {
+		return nil, errors.New("agent.enabled: the daemon was given no session sections to build sessions from")
+	}
+	a := d.cfg.Agent
+	api, err := agent.NewServer(d.sections, agent.Limits{MaxSessions: a.MaxSessions, MaxBufferSpans: a.MaxBufferSpans, IdleTimeout: a.IdleTimeout, ReadTimeout: a.ReadTimeout}, d.log)
+	if err != nil {
+		return nil, err
+	}
+	api.SetPodResolver(d.resolveAgentPod)
+	d.mu.Lock()
+	d.api = api
+	d.mu.Unlock()
+	d.setAllow(a.Allow)
+	for p, h := range api.Routes() {
+		routes[p] = h
+	}
+	routes["POST "+PathCapture] = http.HandlerFunc(d.serveCapture)
+	if webConfig == "" {
+		d.log.Warn("the session API is served without authentication (--agent.insecure or a loopback address): give --web.config.file with TLS and basic auth")
+	}
+	return api, nil
+}
+
+// serve runs, until ctx is done, the live views, the HTTP server on l,
+// the session API (api, nil without one), the collectors and the
+// targets' refresh, and ends them all.
+func (d *Daemon) serve(ctx context.Context, l net.Listener, routes map[string]http.Handler, api *agent.Server, webConfig string) error {
 	g, gctx := errgroup.WithContext(ctx)
 	if len(d.sections) > 0 {
 		d.views.begin(gctx, d.sections, d.proc)
@@ -272,25 +287,29 @@ func (d *Daemon) Run(ctx context.Context, listen string, webConfig string) error
 	for _, h := range d.hosts {
 		g.Go(func() error { return h.Run(gctx) })
 	}
-	g.Go(func() error {
-		iv := time.Duration(d.interval.Load())
-		t := time.NewTicker(iv)
-		defer t.Stop()
-		for {
-			d.refresh()
-			d.refreshed.Store(true)
-			select {
-			case <-gctx.Done():
-				return nil
-			case <-t.C:
-			}
-			if now := time.Duration(d.interval.Load()); now != iv {
-				iv = now
-				t.Reset(iv)
-			}
-		}
-	})
+	g.Go(func() error { return d.refreshLoop(gctx) })
 	return g.Wait()
+}
+
+// refreshLoop resolves the targets at once and on every interval (which
+// a reload may change) until ctx is done.
+func (d *Daemon) refreshLoop(ctx context.Context) error {
+	iv := time.Duration(d.interval.Load())
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		d.refresh()
+		d.refreshed.Store(true)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if now := time.Duration(d.interval.Load()); now != iv {
+			iv = now
+			t.Reset(iv)
+		}
+	}
 }
 
 // ready says whether a scrape now shows what the configuration asks for.

@@ -36,23 +36,9 @@ func (r Resolver) resolve() (map[uint32]uint32, map[uint32]map[PodContainer]int,
 	if proc == "" {
 		proc = "/proc"
 	}
-	out := map[uint32]uint32{}
-	pods := map[uint32]map[PodContainer]int{}
-	procPods := map[uint32]PodContainer{}
-	needScan := false
-	for i, t := range r.Targets {
-		if t.Pid != 0 {
-			if _, err := os.Stat(proc + "/" + strconv.Itoa(t.Pid)); err == nil {
-				if _, dup := out[uint32(t.Pid)]; !dup {
-					out[uint32(t.Pid)] = uint32(i + 1)
-				}
-			}
-		} else {
-			needScan = true
-		}
-	}
-	if !needScan {
-		return out, pods, procPods, nil
+	res := resolution{slots: map[uint32]uint32{}, pods: map[uint32]map[PodContainer]int{}, procPods: map[uint32]PodContainer{}}
+	if !r.resolvePids(proc, res.slots) {
+		return res.slots, res.pods, res.procPods, nil
 	}
 	ents, err := os.ReadDir(proc)
 	if err != nil {
@@ -63,59 +49,99 @@ func (r Resolver) resolve() (map[uint32]uint32, map[uint32]map[PodContainer]int,
 		if err != nil {
 			continue
 		}
-		var comm string
-		var cgroups []string
-		var container *podContainer
-		for i, t := range r.Targets {
-			if _, done := out[uint32(pid)]; done {
-				break
+		r.match(&res, proc, e.Name(), uint32(pid))
+	}
+	return res.slots, res.pods, res.procPods, nil
+}
+
+// resolution is what resolve found: each process's slot, each
+// Kubernetes slot's pod containers and each of its processes' container.
+type resolution struct {
+	slots    map[uint32]uint32
+	pods     map[uint32]map[PodContainer]int
+	procPods map[uint32]PodContainer
+}
+
+// resolvePids gives the slots of the targets named by pid to those
+// processes that exist, and reports whether other targets need /proc
+// scanned.
+func (r Resolver) resolvePids(proc string, slots map[uint32]uint32) (needScan bool) {
+	for i, t := range r.Targets {
+		if t.Pid != 0 {
+			if _, err := os.Stat(proc + "/" + strconv.Itoa(t.Pid)); err == nil {
+				if _, dup := slots[uint32(t.Pid)]; !dup {
+					slots[uint32(t.Pid)] = uint32(i + 1)
+				}
 			}
-			switch {
-			case t.Comm != "":
-				if comm == "" {
-					b, err := os.ReadFile(proc + "/" + e.Name() + "/comm")
-					if err != nil {
-						continue
-					}
-					comm = strings.TrimSpace(string(b))
-				}
-				if comm == t.Comm {
-					out[uint32(pid)] = uint32(i + 1)
-				}
-			case t.Cgroup != "":
-				if cgroups == nil {
-					cgroups = readCgroups(proc + "/" + e.Name() + "/cgroup")
-				}
-				for _, cg := range cgroups {
-					if cg == t.Cgroup || strings.HasPrefix(cg, strings.TrimSuffix(t.Cgroup, "/")+"/") {
-						out[uint32(pid)] = uint32(i + 1)
-						break
-					}
-				}
-			case t.Kubernetes():
-				if r.Pods == nil {
+		} else {
+			needScan = true
+		}
+	}
+	return needScan
+}
+
+// match gives process pid (its /proc entry name) the slot of the first
+// target whose comm, cgroup or pod container it matches, reading its
+// comm, cgroups and container once, when a target first needs them.
+func (r Resolver) match(res *resolution, proc, name string, pid uint32) {
+	var comm string
+	var cgroups []string
+	var container *podContainer
+	for i, t := range r.Targets {
+		if _, done := res.slots[pid]; done {
+			break
+		}
+		switch {
+		case t.Comm != "":
+			if comm == "" {
+				b, err := os.ReadFile(proc + "/" + name + "/comm")
+				if err != nil {
 					continue
 				}
-				if container == nil {
-					if cgroups == nil {
-						cgroups = readCgroups(proc + "/" + e.Name() + "/cgroup")
-					}
-					pc, _ := r.Pods.lookup(containerOf(cgroups))
-					container = &pc
+				comm = strings.TrimSpace(string(b))
+			}
+			if comm == t.Comm {
+				res.slots[pid] = uint32(i + 1)
+			}
+		case t.Cgroup != "":
+			if cgroups == nil {
+				cgroups = readCgroups(proc + "/" + name + "/cgroup")
+			}
+			if inCgroup(cgroups, t.Cgroup) {
+				res.slots[pid] = uint32(i + 1)
+			}
+		case t.Kubernetes():
+			if r.Pods == nil {
+				continue
+			}
+			if container == nil {
+				if cgroups == nil {
+					cgroups = readCgroups(proc + "/" + name + "/cgroup")
 				}
-				if container.Pod != "" && t.matches(*container) {
-					slot := uint32(i + 1)
-					out[uint32(pid)] = slot
-					if pods[slot] == nil {
-						pods[slot] = map[PodContainer]int{}
-					}
-					pods[slot][container.PodContainer]++
-					procPods[uint32(pid)] = container.PodContainer
+				pc, _ := r.Pods.lookup(containerOf(cgroups))
+				container = &pc
+			}
+			if container.Pod != "" && t.matches(*container) {
+				slot := uint32(i + 1)
+				res.slots[pid] = slot
+				if res.pods[slot] == nil {
+					res.pods[slot] = map[PodContainer]int{}
 				}
+				res.pods[slot][container.PodContainer]++
+				res.procPods[pid] = container.PodContainer
 			}
 		}
 	}
-	return out, pods, procPods, nil
+}
+
+// inCgroup reports whether one of cgroups is cg or below it.
+func inCgroup(cgroups []string, cg string) bool {
+	for _, c := range cgroups {
+		if c == cg || strings.HasPrefix(c, strings.TrimSuffix(cg, "/")+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // readCgroups returns the cgroup paths of a process, one per hierarchy.

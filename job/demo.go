@@ -505,34 +505,57 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 		IOFile:      filepath.Join(cfg.Dir, "kv-offload.img"),
 		log:         logf,
 	}
+	if err := s.writeFiles(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.start(ctx, cfg, llmsim, libcuda, fmt.Sprintf("%s:%d", host, port)); err != nil {
+		s.Close()
+		return nil, err
+	}
+	if err := s.waitHealthy(); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// writeFiles writes the KV offload file the server reads and the control
+// files of its kernel time and decode step, before it starts.
+func (s *Sim) writeFiles() error {
 	_ = owner.Note(perturb.DefaultStateDir, owner.KindFile, s.IOFile) // removed with a dead owner's leftovers
 	if err := writeDataFile(s.IOFile, 128<<20); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("writing the KV offload file: %w", err)
+		return fmt.Errorf("writing the KV offload file: %w", err)
 	}
 	if err := s.SetGPUKernel(DemoKernelUS); err != nil {
-		s.Close()
-		return nil, err
+		return err
 	}
-	if err := s.SetStep(DemoStepUS); err != nil {
-		s.Close()
-		return nil, err
-	}
-	s.cmd = exec.CommandContext(ctx, llmsim, "--addr", fmt.Sprintf("%s:%d", host, port),
+	return s.SetStep(DemoStepUS)
+}
+
+// start spawns llmsim serving on addr with the CUDA stub libcuda, on
+// cfg's CPUs and in the server's network namespace when it has one.
+func (s *Sim) start(ctx context.Context, cfg SimConfig, llmsim, libcuda, addr string) error {
+	s.cmd = exec.CommandContext(ctx, llmsim, "--addr", addr,
 		"--work", "cpu", "--itl", strconv.Itoa(DemoStepUS)+"us", "--step-control", s.StepControl, "--max-num-seqs", "32", "--jitter", "0.05",
 		"--io-file", s.IOFile, "--io-bytes", "262144", "--cuda-lib", libcuda, "--processes", strconv.Itoa(cmp.Or(cfg.Processes, 2)))
 	s.cmd.Env = append(os.Environ(), "CUDASTUB_KERNEL_US="+strconv.Itoa(DemoKernelUS), "CUDASTUB_CONTROL_FILE="+s.Control)
-	s.cmd.Stdout, s.cmd.Stderr = logf, logf
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
 	// The server dies with bpfbench even when bpfbench is killed, so that
 	// nothing holds the namespace once its name is gone.
 	opt := spawn.Options{Signal: syscall.SIGKILL, CPUs: cfg.CPUs}
-	if sn != nil {
-		opt.Netns = int(sn.ns)
+	if s.Net != nil {
+		opt.Netns = int(s.Net.ns)
 	}
 	if err := spawn.Start(s.cmd, opt); err != nil {
-		s.Close()
-		return nil, fmt.Errorf("starting llmsim: %w", err)
+		return fmt.Errorf("starting llmsim: %w", err)
 	}
+	return nil
+}
+
+// waitHealthy polls the server's /health until it answers OK, for
+// simHealthWait at most.
+func (s *Sim) waitHealthy() error {
 	// Up in well under a second here; a slow host (an emulated CPU, a
 	// loaded node) takes longer, and only a hung one the whole minute.
 	deadline := time.Now().Add(simHealthWait)
@@ -540,13 +563,12 @@ func StartSim(ctx context.Context, cfg SimConfig) (*Sim, error) {
 		if resp, err := http.Get(s.URL + "/health"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return s, nil
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.Close()
-	return nil, fmt.Errorf("llmsim did not become healthy within %v (see llmsim.log in the run directory)", simHealthWait)
+	return fmt.Errorf("llmsim did not become healthy within %v (see llmsim.log in the run directory)", simHealthWait)
 }
 
 // simHealthWait is how long StartSim waits for the simulator's /health.

@@ -150,6 +150,45 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	}
 	src := newSource(cfg)
 	defer src.close()
+	r, err := newRun(ctx, cfg, log, src)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.start(ctx); err != nil {
+		r.pipe.Abort()
+		return nil, err
+	}
+	res, loadErr := r.collect(ctx)
+	corr := r.pipe.Finish(r.loadStartNs)
+	if corr.LiveFromOffsetS != nil {
+		log.Info("the spool passed its bound: correlating live from then on", "offset_s", *corr.LiveFromOffsetS, "bound_bytes", r.pipe.SpoolBound())
+	}
+	if res == nil {
+		r.pipe.Abort()
+		if loadErr == nil {
+			loadErr = errors.New("the load generator returned no result")
+		}
+		return nil, loadErr
+	}
+	st := r.collected(ctx, corr)
+	if n := r.pipe.Late(); n > 0 {
+		log.Info("spans arrived after intervals they may overlap were measured", "spans", n, "lag", pipeline.Lag())
+	}
+	out, err := r.result(res, st)
+	if err != nil {
+		return out, err
+	}
+	if loadErr != nil && !errors.Is(loadErr, context.Canceled) {
+		return out, loadErr
+	}
+	return out, nil
+}
+
+// newRun prepares a run before anything follows the server: it takes the
+// manifest, finds the server's metrics, runs the readiness checks, plans
+// the requests and opens the pipeline that each record of the load goes
+// to.
+func newRun(ctx context.Context, cfg RunConfig, log *slog.Logger, src source) (*run, error) {
 	// The manifest is taken first, while the target is surely alive and
 	// before the load, whose timing its reads (hashes) would disturb.
 	r := &run{cfg: cfg, log: log, src: src, man: collectManifest(cfg, src.localPid(), log), marks: &pipeline.PhaseMarks{}}
@@ -178,30 +217,18 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 		}
 		r.pipe.AddRecord(rec)
 	}
-	if err := r.start(ctx); err != nil {
-		r.pipe.Abort()
-		return nil, err
-	}
-	res, loadErr := r.collect(ctx)
-	corr := r.pipe.Finish(r.loadStartNs)
-	if corr.LiveFromOffsetS != nil {
-		log.Info("the spool passed its bound: correlating live from then on", "offset_s", *corr.LiveFromOffsetS, "bound_bytes", r.pipe.SpoolBound())
-	}
-	if res == nil {
-		r.pipe.Abort()
-		if loadErr == nil {
-			loadErr = errors.New("the load generator returned no result")
-		}
-		return nil, loadErr
-	}
-	st := r.collected(ctx, corr)
-	if n := r.pipe.Late(); n > 0 {
-		log.Info("spans arrived after intervals they may overlap were measured", "spans", n, "lag", pipeline.Lag())
-	}
-	out := &RunResult{Load: res, Dir: cfg.OutDir, Measured: r.pipe.Log()}
+	return r, nil
+}
+
+// result attributes every token interval of the finished run, assembles
+// its document and writes the run directory. It returns nil when the
+// document could not be assembled, and the result with the error when
+// the directory could not be written.
+func (r *run) result(res *loadgen.Result, st collected) (*RunResult, error) {
+	out := &RunResult{Load: res, Dir: r.cfg.OutDir, Measured: r.pipe.Log()}
 	// The baseline needs the whole run (its medians); the measurements
 	// are all it needs, and the blames follow from them.
-	base := runBaseline(cfg, r.pipe.Log())
+	base := runBaseline(r.cfg, r.pipe.Log())
 	out.Baseline = base
 	blames := r.pipe.Log().Blames(base)
 	percentiles := res.Config.Metrics.Percentiles
@@ -215,9 +242,6 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 	}
 	if err := r.write(out, res, base); err != nil {
 		return out, err
-	}
-	if loadErr != nil && !errors.Is(loadErr, context.Canceled) {
-		return out, loadErr
 	}
 	return out, nil
 }

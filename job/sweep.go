@@ -109,65 +109,12 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 			return k, err
 		}
 	}
-	runStep := func(s *sweep.Step, side string, try int, prior *Prior) (*RunResult, error) {
-		if cfg.Before != nil {
-			cfg.Before(side, try, s)
-		}
-		c := cfg.Load
-		if cfg.RequestsPerStep > 0 {
-			c.Scenario.NumRequests = cfg.RequestsPerStep
-		}
-		c.Scenario.Duration = 0
-		if s.Rate != 0 {
-			c.Scenario.Rate = s.Rate
-		}
-		if s.Concurrency > 0 {
-			c.Scenario.MaxConcurrency = s.Concurrency
-		}
-		dir := side
-		if try > 1 {
-			dir = fmt.Sprintf("%s-%d", side, try)
-		}
-		return Run(ctx, RunConfig{Load: c, Pid: cfg.Pid, OutDir: filepath.Join(cfg.OutDir, dir), Logger: cfg.Logger,
-			Sections: cfg.Sections, Readiness: cfg.Readiness,
-			ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod, Manifest: cfg.Manifest,
-			Prior: prior})
-	}
-	// follow runs one side until a run's verdict is want, Tries at most.
-	follow := func(s *sweep.Step, side string, want bool, prior *Prior) (*RunResult, error) {
-		for try := 1; try <= cfg.Tries; try++ {
-			r, err := runStep(s, side, try, prior)
-			if r == nil {
-				return nil, err
-			}
-			f := judgeRun(slos, cfg.MaxFailedFraction, k.Mode, s, r)
-			if side == "pass" {
-				k.Result.PassRuns = append(k.Result.PassRuns, f)
-			} else {
-				k.Result.FailRuns = append(k.Result.FailRuns, f)
-			}
-			if cfg.After != nil {
-				cfg.After(side, r, f)
-			}
-			if err != nil {
-				return nil, err
-			}
-			if f.Pass == want {
-				return r, nil
-			}
-			if !want && len(s.StoppedBy) > 0 {
-				// A limit signal failed the step, and the followed runs
-				// watch none: another run would meet the SLOs again.
-				return nil, nil
-			}
-		}
-		return nil, nil
-	}
+	kr := &kneeRuns{ctx: ctx, cfg: cfg, slos: slos, k: k}
 	// The failing side's critical path against the passing side's normal
 	// gaps: what the level past the knee added.
 	var prior *Prior
 	if k.Pass != nil {
-		pr, err := follow(k.Pass, "pass", true, nil)
+		pr, err := kr.follow(k.Pass, "pass", true, nil)
 		if err != nil || pr == nil {
 			k.Result.Sentence = k.Explanation()
 			return k, err
@@ -179,13 +126,90 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 			cfg.Logger.Warn("the passing run cannot be the failing run's baseline", "err", perr)
 		}
 	}
-	fr, err := follow(k.Fail, "fail", false, prior)
+	fr, err := kr.follow(k.Fail, "fail", false, prior)
 	if err != nil || fr == nil {
 		k.Result.Sentence = k.Explanation()
 		return k, err
 	}
 	k.FailRun = fr
 	k.Result.Reproduced = true
+	k.readCause(slos)
+	k.Result.Sentence = k.Explanation()
+	return k, nil
+}
+
+// kneeRuns takes the runs at the two sides of a knee and records their
+// verdicts in k.
+type kneeRuns struct {
+	ctx  context.Context
+	cfg  KneeConfig
+	slos []sweep.SLO
+	k    *Knee
+}
+
+// runStep runs step s once more while following the server, the try-th
+// run of its side, in a directory of its own.
+func (kr *kneeRuns) runStep(s *sweep.Step, side string, try int, prior *Prior) (*RunResult, error) {
+	cfg := kr.cfg
+	if cfg.Before != nil {
+		cfg.Before(side, try, s)
+	}
+	c := cfg.Load
+	if cfg.RequestsPerStep > 0 {
+		c.Scenario.NumRequests = cfg.RequestsPerStep
+	}
+	c.Scenario.Duration = 0
+	if s.Rate != 0 {
+		c.Scenario.Rate = s.Rate
+	}
+	if s.Concurrency > 0 {
+		c.Scenario.MaxConcurrency = s.Concurrency
+	}
+	dir := side
+	if try > 1 {
+		dir = fmt.Sprintf("%s-%d", side, try)
+	}
+	return Run(kr.ctx, RunConfig{Load: c, Pid: cfg.Pid, OutDir: filepath.Join(cfg.OutDir, dir), Logger: cfg.Logger,
+		Sections: cfg.Sections, Readiness: cfg.Readiness,
+		ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod, Manifest: cfg.Manifest,
+		Prior: prior})
+}
+
+// follow runs one side until a run's verdict is want, Tries at most, and
+// returns that run (nil when none was).
+func (kr *kneeRuns) follow(s *sweep.Step, side string, want bool, prior *Prior) (*RunResult, error) {
+	for try := 1; try <= kr.cfg.Tries; try++ {
+		r, err := kr.runStep(s, side, try, prior)
+		if r == nil {
+			return nil, err
+		}
+		f := judgeRun(kr.slos, kr.cfg.MaxFailedFraction, kr.k.Mode, s, r)
+		if side == "pass" {
+			kr.k.Result.PassRuns = append(kr.k.Result.PassRuns, f)
+		} else {
+			kr.k.Result.FailRuns = append(kr.k.Result.FailRuns, f)
+		}
+		if kr.cfg.After != nil {
+			kr.cfg.After(side, r, f)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if f.Pass == want {
+			return r, nil
+		}
+		if !want && len(s.StoppedBy) > 0 {
+			// A limit signal failed the step, and the followed runs
+			// watch none: another run would meet the SLOs again.
+			return nil, nil
+		}
+	}
+	return nil, nil
+}
+
+// readCause reads the cause of the breach from the runs that reproduced
+// the knee, or says in Why why there is none.
+func (k *Knee) readCause(slos []sweep.SLO) {
 	bc, cerr := breachCause(slos, k.PassRun, k.FailRun)
 	switch {
 	case errors.Is(cerr, errNoBreach):
@@ -195,8 +219,6 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 		k.Why = cerr.Error()
 	}
 	k.Result.Cause = bc
-	k.Result.Sentence = k.Explanation()
-	return k, nil
 }
 
 // Annotate puts the knee into the reports of the runs that reproduced

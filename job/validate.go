@@ -390,33 +390,70 @@ func ServerIOFile(pid int) (string, error) {
 // under one fixed load while following cfg.Pid, and reports which cause
 // the attribution named for each.
 func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult, error) {
+	cfg.setDefaults()
+	steal0, total0, stealOK := hostSteal()
+	if len(cfg.Injections) == 0 {
+		return nil, nil, errors.New("nothing to inject")
+	}
+	sc, load, err := cfg.plan()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg.calibrate(ctx)
+	res, err := Run(ctx, RunConfig{Load: load, Pid: cfg.Pid, OutDir: cfg.OutDir, Sections: cfg.Sections,
+		Phases: sc.run, Readiness: cfg.Readiness, Logger: cfg.Logger,
+		ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod, Manifest: cfg.Manifest})
+	if res == nil {
+		return nil, nil, err
+	}
+	if sc.injErr != nil {
+		return nil, res, sc.injErr
+	}
+	v := newValidation(cfg, transport.Redacted(load.Target.URL), res.Doc.CriticalPath)
+	byName, critByName := phasesByName(res.Doc)
+	if base, ok := byName["baseline"]; ok {
+		v.BaselineP50, v.BaselineP99 = base.P50ITLMs, base.P99ITLMs
+	}
+	injOf := v.judge(cfg.Injections, sc.achieved, byName, critByName)
+	if err == nil {
+		err = v.retryWeak(ctx, cfg, injOf)
+	}
+	v.tally()
+	v.HostSteal = stealShare(steal0, total0, stealOK)
+	if werr := v.write(res); werr != nil && err == nil {
+		err = werr
+	}
+	return v, res, err
+}
+
+// setDefaults fills the phase length, rate and output length left zero.
+func (cfg *ValidateConfig) setDefaults() {
 	if cfg.Phase <= 0 {
 		cfg.Phase = 6 * time.Second
 	}
 	if cfg.Rate <= 0 {
 		cfg.Rate = 4
 	}
-	steal0, total0, stealOK := hostSteal()
 	if cfg.OutputLen <= 0 {
 		cfg.OutputLen = 64
 	}
-	if len(cfg.Injections) == 0 {
-		return nil, nil, errors.New("nothing to inject")
-	}
-	names := []string{"baseline"}
-	for _, inj := range cfg.Injections {
-		names = append(names, inj.Name)
-	}
+}
+
+// plan lays out the phases of a validation and the fixed load that runs
+// through them: the requests, each slow-reading injection's request made
+// longer and slow to read.
+func (cfg *ValidateConfig) plan() (*scenario, loadgen.Config, error) {
 	// The phases follow one another with a settling time between two
 	// injections; the k-th injection's phase starts at phaseStart(k).
 	settle := DemoSettle(cfg.Phase)
 	phaseStart := func(k int) time.Duration { return time.Duration(k+1)*cfg.Phase + time.Duration(k)*settle }
 	perPhase := max(int(cfg.Rate*cfg.Phase.Seconds()), 4)
 	firstOf := func(k int) int { return int(math.Floor(cfg.Rate*phaseStart(k).Seconds() + 1e-6)) }
-	n := max(int(math.Ceil(cfg.Rate*(phaseStart(len(cfg.Injections)-1)+cfg.Phase).Seconds())), perPhase*len(names))
+	phases := len(cfg.Injections) + 1 // the baseline, then each injection
+	n := max(int(math.Ceil(cfg.Rate*(phaseStart(len(cfg.Injections)-1)+cfg.Phase).Seconds())), perPhase*phases)
 	reqs, err := dataset.Load(dataset.Config{Name: dataset.Random, InputLen: 64, OutputLen: cfg.OutputLen}, n, 1)
 	if err != nil {
-		return nil, nil, err
+		return nil, loadgen.Config{}, err
 	}
 	for i := range reqs {
 		reqs[i].OffsetNs = -1
@@ -440,7 +477,13 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 	if load.Target.Timeout == 0 || load.Target.Timeout > 10*time.Minute {
 		load.Target.Timeout = 2 * time.Minute
 	}
+	sc := &scenario{phase: cfg.Phase, settle: settle, baseline: "baseline", injections: cfg.Injections, slow: slow}
+	return sc, load, nil
+}
 
+// calibrate prepares each injection that needs it before the run, and
+// logs what each found.
+func (cfg *ValidateConfig) calibrate(ctx context.Context) {
 	for _, inj := range cfg.Injections {
 		if inj.Prepare != nil {
 			if note := inj.Prepare(ctx); note != "" && cfg.Logger != nil {
@@ -448,45 +491,48 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 			}
 		}
 	}
-	sc := &scenario{phase: cfg.Phase, settle: settle, baseline: names[0], injections: cfg.Injections, slow: slow}
-	res, err := Run(ctx, RunConfig{Load: load, Pid: cfg.Pid, OutDir: cfg.OutDir, Sections: cfg.Sections,
-		Phases: sc.run, Readiness: cfg.Readiness, Logger: cfg.Logger,
-		ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod, Manifest: cfg.Manifest})
-	if res == nil {
-		return nil, nil, err
-	}
-	if sc.injErr != nil {
-		return nil, res, sc.injErr
-	}
+}
+
+// newValidation starts the validation of a run of target: what it ran
+// and the least a row must add per tail gap to be judged (from the
+// critical path cp, nil when there is none).
+func newValidation(cfg ValidateConfig, target string, cp *result.CriticalPath) *Validation {
 	v := &Validation{
-		Target: transport.Redacted(load.Target.URL), Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
+		Target: target, Pid: cfg.Pid, RateRPS: cfg.Rate, PhaseS: cfg.Phase.Seconds(),
 		Causes: critpath.CauseNames(), Matrix: map[string]map[string]int{}, Dir: cfg.OutDir, MinShare: cfg.MinShare,
 	}
-	byName := map[string]result.Phase{}
-	for _, p := range res.Doc.Phases {
-		byName[p.Name] = p
-	}
-	critByName := map[string]result.CriticalPhase{}
 	v.Unexplained = -1
 	normal := 0.0
-	if cp := res.Doc.CriticalPath; cp != nil {
+	if cp != nil {
 		v.Unexplained = cp.UnexplainedFraction
-		for _, p := range cp.Phases {
-			critByName[p.Name] = p
-		}
 		normal = sumMs(cp.NormalITLMs)
 	}
 	v.MinAddedMs = MinAddedMs(normal)
 	if cfg.MinAddedMs > 0 {
 		v.MinAddedMs = cfg.MinAddedMs
 	}
-	if base, ok := byName["baseline"]; ok {
-		v.BaselineP50, v.BaselineP99 = base.P50ITLMs, base.P99ITLMs
+	return v
+}
+
+// phasesByName indexes the phases of doc, and those of its critical
+// path, by name.
+func phasesByName(doc *result.Document) (map[string]result.Phase, map[string]result.CriticalPhase) {
+	byName := map[string]result.Phase{}
+	for _, p := range doc.Phases {
+		byName[p.Name] = p
 	}
-	injOf := v.judge(cfg.Injections, sc.achieved, byName, critByName)
-	if err == nil {
-		err = v.retryWeak(ctx, cfg, injOf)
+	critByName := map[string]result.CriticalPhase{}
+	if cp := doc.CriticalPath; cp != nil {
+		for _, p := range cp.Phases {
+			critByName[p.Name] = p
+		}
 	}
+	return byName, critByName
+}
+
+// tally counts the correct and the weak rows and fills the matrix of
+// injected × judged causes.
+func (v *Validation) tally() {
 	for _, row := range v.Rows {
 		switch {
 		case row.Correct:
@@ -499,14 +545,16 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *RunResult,
 		}
 		v.Matrix[row.Injected][row.JudgedTop()]++
 	}
-	v.HostSteal = -1
-	if steal1, total1, ok := hostSteal(); ok && stealOK && total1 > total0 {
-		v.HostSteal = float64(steal1-steal0) / float64(total1-total0)
+}
+
+// stealShare is the share of the host's CPU time the hypervisor stole
+// since hostSteal read steal0 and total0 (ok0 whether it could), or -1
+// when it cannot tell.
+func stealShare(steal0, total0 uint64, ok0 bool) float64 {
+	if steal1, total1, ok := hostSteal(); ok && ok0 && total1 > total0 {
+		return float64(steal1-steal0) / float64(total1-total0)
 	}
-	if werr := v.write(res); werr != nil && err == nil {
-		err = werr
-	}
-	return v, res, err
+	return -1
 }
 
 // scenario is the phases of validate and demo: a baseline phase, then

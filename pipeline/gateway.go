@@ -138,19 +138,7 @@ func latest(es []ev, t int64) int64 {
 // report builds the gateway section from the load and what was kept.
 func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *enginemetrics.Result) *result.Gateway {
 	out := &result.Gateway{Pids: via, Comm: comm, Rule: gatewayRule}
-	var recs []*loadgen.Record
-	clientPorts := map[uint16]bool{}
-	for i := range res.Records {
-		r := &res.Records[i]
-		if r.LocalPort == 0 {
-			continue
-		}
-		clientPorts[uint16(r.LocalPort)] = true
-		if r.Success && len(r.ChunkNs) > 0 {
-			recs = append(recs, r)
-		}
-	}
-	sort.Slice(recs, func(i, j int) bool { return recs[i].StartNs < recs[j].StartNs })
+	recs, clientPorts := gatewayRecords(res)
 	eng, gw, arr, engineSends := g.byPort(clientPorts)
 
 	busy := map[uint16]int64{}
@@ -160,21 +148,8 @@ func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *
 	for _, r := range recs {
 		pc := uint16(r.LocalPort)
 		from, to := r.StartNs, r.EndNs
-		var up uint16
-		var best uint64
-		for port := range eng {
-			if b, ok := busy[port]; ok && b >= from {
-				continue
-			}
-			var n uint64
-			for _, e := range eng.in(port, from, to) {
-				n += e.bytes
-			}
-			if n > best || (n == best && n > 0 && port < up) {
-				up, best = port, n
-			}
-		}
-		if best == 0 {
+		up, ok := eng.upstream(busy, from, to)
+		if !ok {
 			out.RequestsUnmatched++
 			continue
 		}
@@ -185,44 +160,8 @@ func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *
 		out.EngineSends += len(es)
 		out.GatewaySends += len(gs)
 		out.ClientArrivals += len(as)
-		for _, c := range r.ChunkNs {
-			out.ChunksSeen++
-			rt := latest(as, c)
-			if rt == 0 {
-				continue
-			}
-			sg := latest(gs, rt+gatewaySlack)
-			if sg == 0 {
-				continue
-			}
-			se := latest(es, sg+gatewaySlack)
-			if se == 0 {
-				continue
-			}
-			out.Chunks++
-			if sg > rt {
-				out.InlineGatewaySends++
-			}
-			hops[0] = append(hops[0], max(0, sg-se))
-			hops[1] = append(hops[1], max(0, rt-sg))
-			hops[2] = append(hops[2], max(0, c-rt))
-		}
-		for _, ep := range g.episodes {
-			if ep.End < from || ep.Start > to {
-				continue
-			}
-			d := float64(min(ep.End, to)-max(ep.Start, from)) / 1e6
-			switch ep.Port {
-			case pc:
-				clientBP.Kinds[ep.Detail]++
-				clientBP.Ms += d
-				gr.ClientBlockMs += d
-			case up:
-				upBP.Kinds[ep.Detail]++
-				upBP.Ms += d
-				gr.UpBlockMs += d
-			}
-		}
+		chunkHops(out, &hops, r.ChunkNs, es, gs, as)
+		g.blocking(&gr, clientBP, upBP, from, to)
 		if gr.ClientBlockMs > 0 {
 			clientBP.Requests = append(clientBP.Requests, r.Index)
 		}
@@ -248,6 +187,96 @@ func (g *gatewayStream) report(res *loadgen.Result, comm string, via []int, sm *
 	}
 	out.Throughput = gatewayThroughput(res, sm, engineSends)
 	return out
+}
+
+// gatewayRecords is the load's successful requests with chunks and a
+// known client port, in start order, and every client port of the load.
+func gatewayRecords(res *loadgen.Result) ([]*loadgen.Record, map[uint16]bool) {
+	var recs []*loadgen.Record
+	clientPorts := map[uint16]bool{}
+	for i := range res.Records {
+		r := &res.Records[i]
+		if r.LocalPort == 0 {
+			continue
+		}
+		clientPorts[uint16(r.LocalPort)] = true
+		if r.Success && len(r.ChunkNs) > 0 {
+			recs = append(recs, r)
+		}
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].StartNs < recs[j].StartNs })
+	return recs, clientPorts
+}
+
+// upstream is the engine connection of a request within [from, to]: the
+// one not busy with an earlier request that carried the most bytes in
+// the window (ties: the lowest port). False when none carried any.
+func (b byPort) upstream(busy map[uint16]int64, from, to int64) (uint16, bool) {
+	var up uint16
+	var best uint64
+	for port := range b {
+		if t, ok := busy[port]; ok && t >= from {
+			continue
+		}
+		var n uint64
+		for _, e := range b.in(port, from, to) {
+			n += e.bytes
+		}
+		if n > best || (n == best && n > 0 && port < up) {
+			up, best = port, n
+		}
+	}
+	return up, best > 0
+}
+
+// chunkHops matches each chunk the client read (at the times chunks) to
+// its client arrival (as), gateway send (gs) and engine send (es), and
+// appends its three hops to hops, counting the chunks in out.
+func chunkHops(out *result.Gateway, hops *[3][]int64, chunks []int64, es, gs, as []ev) {
+	for _, c := range chunks {
+		out.ChunksSeen++
+		rt := latest(as, c)
+		if rt == 0 {
+			continue
+		}
+		sg := latest(gs, rt+gatewaySlack)
+		if sg == 0 {
+			continue
+		}
+		se := latest(es, sg+gatewaySlack)
+		if se == 0 {
+			continue
+		}
+		out.Chunks++
+		if sg > rt {
+			out.InlineGatewaySends++
+		}
+		hops[0] = append(hops[0], max(0, sg-se))
+		hops[1] = append(hops[1], max(0, rt-sg))
+		hops[2] = append(hops[2], max(0, c-rt))
+	}
+}
+
+// blocking adds the blocking TCP episodes within [from, to] on the
+// request's client and upstream connections to gr and to each
+// connection's backpressure.
+func (g *gatewayStream) blocking(gr *result.GatewayRequest, clientBP, upBP *result.HopBackpressure, from, to int64) {
+	for _, ep := range g.episodes {
+		if ep.End < from || ep.Start > to {
+			continue
+		}
+		d := float64(min(ep.End, to)-max(ep.Start, from)) / 1e6
+		switch ep.Port {
+		case gr.ClientPort:
+			clientBP.Kinds[ep.Detail]++
+			clientBP.Ms += d
+			gr.ClientBlockMs += d
+		case gr.UpstreamPort:
+			upBP.Kinds[ep.Detail]++
+			upBP.Ms += d
+			gr.UpBlockMs += d
+		}
+	}
 }
 
 // gatewayThroughput is requests/s and tokens/s at the gateway (the load's)

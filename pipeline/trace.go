@@ -356,7 +356,29 @@ func (t *traceStream) writeSpan(s collectors.Span) {
 // with their attribution, the slowest gaps' spans, the sections' own
 // tracks), ends the JSON and puts trace.json in place.
 func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base correlate.Baseline, sections []collectors.Section) error {
-	blames := log.Blames(base)
+	t.writeRequests(res)
+
+	// Detail windows: the phases' and the slowest gaps'.
+	ws := t.phaseWindows()
+	phaseWs := slices.Clone(ws)
+	for _, g := range t.gaps {
+		ws = append(ws, [2]int64{g.m.Start - traceGapPad, g.m.End + traceGapPad})
+	}
+	ws = mergeWindows(ws)
+
+	t.writeTokens(log, base, ws)
+	t.writeGapSpans(phaseWs)
+	t.criticalPaths()
+	t.writeCounters(sections)
+	if err := t.tw.Close(); err != nil {
+		return t.f.Fail(err)
+	}
+	return t.f.Commit()
+}
+
+// writeRequests writes each request as a slice on its own track, failed
+// ones named for their failure.
+func (t *traceStream) writeRequests(res *loadgen.Result) {
 	tr := t.tw
 	for i := range res.Records {
 		r := &res.Records[i]
@@ -370,17 +392,11 @@ func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base corre
 			"output_tokens": r.OutputTokens, "chunks": len(r.ChunkNs), "ttft_ms": float64(r.TTFTNs()) / 1e6,
 			"e2el_ms": float64(r.LatencyNs()) / 1e6, "port": r.LocalPort})
 	}
+}
 
-	// Detail windows: the phases' and the slowest gaps'.
-	ws := t.phaseWindows()
-	phaseWs := slices.Clone(ws)
-	for _, g := range t.gaps {
-		ws = append(ws, [2]int64{g.m.Start - traceGapPad, g.m.End + traceGapPad})
-	}
-	ws = mergeWindows(ws)
-
-	// Token slices: every TTFT, the gaps in a detail window or among the
-	// slowest 1%.
+// writeTokens writes the token slices with their attribution: every
+// TTFT, and the gaps in a detail window (ws) or among the slowest 1%.
+func (t *traceStream) writeTokens(log *correlate.Log, base correlate.Baseline, ws [][2]int64) {
 	gaps := make([]int64, 0, log.Len())
 	for m := range log.All() {
 		if m.Index > 0 {
@@ -393,7 +409,7 @@ func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base corre
 		p99 = gaps[int(0.99*float64(len(gaps)-1))]
 	}
 	gaps = nil
-	for b := range blames {
+	for b := range log.Blames(base) {
 		if b.Index > 0 && b.Duration() < p99 && !inWindows(ws, b.Start, b.End) {
 			continue
 		}
@@ -409,11 +425,13 @@ func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base corre
 				}
 			}
 		}
-		tr.Slice(trace.PidRequests, b.Request+1, name, "latency", b.Start, b.End, args)
+		t.tw.Slice(trace.PidRequests, b.Request+1, name, "latency", b.Start, b.End, args)
 	}
+}
 
-	// The slowest gaps' spans, once each, but for those the phases'
-	// detail has written.
+// writeGapSpans writes the slowest gaps' spans, once each, but for those
+// the phases' detail (phaseWs) has written, and forgets the gaps.
+func (t *traceStream) writeGapSpans(phaseWs [][2]int64) {
 	var spans []collectors.Span
 	for _, g := range t.gaps {
 		for _, sp := range g.spans {
@@ -431,20 +449,17 @@ func (t *traceStream) finish(res *loadgen.Result, log *correlate.Log, base corre
 		t.writeSpan(sp)
 	}
 	t.gaps = nil
+}
 
-	t.criticalPaths()
-
+// writeCounters writes the sections' own counter tracks.
+func (t *traceStream) writeCounters(sections []collectors.Section) {
 	for _, sec := range sections {
 		if cs, ok := sec.(collectors.CounterSource); ok {
 			for _, c := range cs.Counters() {
-				tr.Counter(trace.PidGPU, c.Track, c.TimeNs, map[string]float64{c.Unit: c.Value})
+				t.tw.Counter(trace.PidGPU, c.Track, c.TimeNs, map[string]float64{c.Unit: c.Value})
 			}
 		}
 	}
-	if err := tr.Close(); err != nil {
-		return t.f.Fail(err)
-	}
-	return t.f.Commit()
 }
 
 // serverMetrics writes the scrapes as counter tracks.

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -56,14 +59,13 @@ not take them. --rate is 4 req/s unless given.`,
 	return cmd
 }
 
+// runDemo starts the simulated server, runs the demo's phases against it
+// and prints the attribution of each.
 func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Duration, logs logFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	rate := job.PhaseRate(opts.Config.Scenario.Rate)
-	if cmd.Flags().Changed("rate") && rate != opts.Config.Scenario.Rate {
-		return usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}
-	}
-	if err := job.CheckDemo(rate, phase); err != nil {
-		return usageError{err.Error()}
+	rate, err := checkDemo(cmd, opts, phase)
+	if err != nil {
+		return err
 	}
 	logger, err := logs.logger(cmd)
 	if err != nil {
@@ -88,18 +90,7 @@ func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Dura
 		return err
 	}
 	defer sim.Close()
-	where := "not pinned (one CPU: the injections share it with the server and bpfbench)"
-	if len(simCPUs) > 0 {
-		where = fmt.Sprintf("on CPU %v", simCPUs)
-		if rest, err := job.KeepOff(simCPUs); err != nil {
-			logger.Warn("keeping bpfbench off llmsim's CPUs", "err", err)
-		} else if len(rest) > 0 {
-			where += fmt.Sprintf(", bpfbench and the disk injection on %v", rest)
-		}
-	}
-	if err := job.ReniceSelf(demoSelfNice); err != nil {
-		logger.Warn("raising bpfbench's priority", "err", err)
-	}
+	where := isolateDemo(simCPUs, logger)
 	cfg := opts.Config
 	cfg.Target.URL = sim.URL
 	if err := load.ResolveModel(ctx, &cfg); err != nil {
@@ -117,6 +108,45 @@ func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Dura
 	if res == nil {
 		return err
 	}
+	return printDemo(ctx, stdout, opts, res, err, logger)
+}
+
+// checkDemo checks the demo's rate and phase length, and returns the
+// rate of its phases.
+func checkDemo(cmd *cobra.Command, opts *load.Options, phase time.Duration) (float64, error) {
+	rate := job.PhaseRate(opts.Config.Scenario.Rate)
+	if cmd.Flags().Changed("rate") && rate != opts.Config.Scenario.Rate {
+		return 0, usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}
+	}
+	if err := job.CheckDemo(rate, phase); err != nil {
+		return 0, usageError{err.Error()}
+	}
+	return rate, nil
+}
+
+// isolateDemo keeps bpfbench off the server's CPUs (simCPUs) and raises
+// its priority, and says where each runs.
+func isolateDemo(simCPUs []int, logger *slog.Logger) string {
+	where := "not pinned (one CPU: the injections share it with the server and bpfbench)"
+	if len(simCPUs) > 0 {
+		where = fmt.Sprintf("on CPU %v", simCPUs)
+		if rest, err := job.KeepOff(simCPUs); err != nil {
+			logger.Warn("keeping bpfbench off llmsim's CPUs", "err", err)
+		} else if len(rest) > 0 {
+			where += fmt.Sprintf(", bpfbench and the disk injection on %v", rest)
+		}
+	}
+	if err := job.ReniceSelf(demoSelfNice); err != nil {
+		logger.Warn("raising bpfbench's priority", "err", err)
+	}
+	return where
+}
+
+// printDemo exports the demo's spans, prints its report, how many
+// injected causes the critical path named and the files written, and,
+// when the demo itself went well (err nil), fails on the share of
+// failed requests.
+func printDemo(ctx context.Context, stdout io.Writer, opts *load.Options, res *job.DemoResult, err error, logger *slog.Logger) error {
 	if eerr := exportSpans(ctx, opts.OTLP, res.RunResult); eerr != nil {
 		logger.Warn("exporting spans", "err", eerr)
 	}

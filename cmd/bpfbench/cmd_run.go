@@ -59,20 +59,23 @@ func serverPort(target string) int {
 	return p
 }
 
+// runFlags are the flags of run, as the command line gave them.
+type runFlags struct {
+	opts              *load.Options
+	server            serverFlags
+	sm                *serverMetricsFlags
+	out               string
+	baseITL, baseTTFT float64
+	baseline          string
+	logs              logFlags
+	cpus              *string
+	agents            agentFlags
+	via               viaFlags
+	spoolMiB          int
+}
+
 func newRunCmd() *cobra.Command {
-	var (
-		opts              = load.NewOptions()
-		server            serverFlags
-		sm                = &serverMetricsFlags{}
-		out               string
-		baseITL, baseTTFT float64
-		baseline          string
-		logs              logFlags
-		cpus              *string
-		agents            agentFlags
-		via               viaFlags
-		spoolMiB          int
-	)
+	f := runFlags{opts: load.NewOptions(), sm: &serverMetricsFlags{}}
 	cmd := &cobra.Command{
 		Use:   "run --target URL (--pid PID | --port PORT | --cgroup PATH) --out DIR [load options]",
 		Short: "Load a server while following its process, then blame each token's latency on its causes",
@@ -93,142 +96,181 @@ It takes every load option of bpfbench load.`,
 		Args:        noArgs,
 		Annotations: map[string]string{memoryBound: "true", planned: "true"},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runRun(cmd, opts, server, sm, out, baseITL, baseTTFT, baseline, logs, *cpus, agents, via, spoolMiB)
+			return runRun(cmd, f)
 		},
 	}
 	fs := cmd.Flags()
-	opts.AddFlags(fs)
-	server.add(fs)
-	server.addCgroup(fs)
-	sm.add(fs)
-	fs.StringVar(&out, "out", "", "run `DIR` for result.json, trace.json and report.html (required)")
-	fs.Float64Var(&baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms for the activity model (default: the run's median); the attribution's normal gap, per cause, comes from the run or --baseline DIR")
-	fs.Float64Var(&baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms for the activity model (default: the run's median); the attribution's comes from the run or --baseline DIR")
-	fs.StringVar(&baseline, "baseline", "", "a quiet run recorded earlier (its `DIR` or result.json): the attribution and the critical path compare with its normal gaps, not this run's medians, so a run contended from start to end is still explained")
-	fs.IntVar(&spoolMiB, "spool-mib", job.DefaultSpoolBytes>>20, "`MiB` that what is recorded during the load may take before it is correlated: correlation waits for the load's end, taking no CPU from the server while it is measured, unless this fills first (then it goes live; 0: live from the start)")
-	logs.add(fs, "warn", true)
-	cpus = cpusFlag(fs)
-	agents.add(fs)
-	via.add(fs)
+	f.opts.AddFlags(fs)
+	f.server.add(fs)
+	f.server.addCgroup(fs)
+	f.sm.add(fs)
+	fs.StringVar(&f.out, "out", "", "run `DIR` for result.json, trace.json and report.html (required)")
+	fs.Float64Var(&f.baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms for the activity model (default: the run's median); the attribution's normal gap, per cause, comes from the run or --baseline DIR")
+	fs.Float64Var(&f.baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms for the activity model (default: the run's median); the attribution's comes from the run or --baseline DIR")
+	fs.StringVar(&f.baseline, "baseline", "", "a quiet run recorded earlier (its `DIR` or result.json): the attribution and the critical path compare with its normal gaps, not this run's medians, so a run contended from start to end is still explained")
+	fs.IntVar(&f.spoolMiB, "spool-mib", job.DefaultSpoolBytes>>20, "`MiB` that what is recorded during the load may take before it is correlated: correlation waits for the load's end, taking no CPU from the server while it is measured, unless this fills first (then it goes live; 0: live from the start)")
+	f.logs.add(fs, "warn", true)
+	f.cpus = cpusFlag(fs)
+	f.agents.add(fs)
+	f.via.add(fs)
 	_ = cmd.MarkFlagDirname("out")
 	loadCompletions(cmd)
 	return cmd
 }
 
-func runRun(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, out string, baseITL, baseTTFT float64, baseline string, logs logFlags, cpus string, agents agentFlags, via viaFlags, spoolMiB int) error {
+// runRun finds the server, runs the load while following it and prints
+// what the run found.
+func runRun(cmd *cobra.Command, f runFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	cfg := opts.Config
-	if err := opts.Validate(); err != nil {
-		return err
-	}
-	if err := sm.check(); err != nil {
-		return err
-	}
-	for _, b := range []struct {
-		flag string
-		v    float64
-	}{{"baseline-itl-ms", baseITL}, {"baseline-ttft-ms", baseTTFT}} {
-		if b.v < 0 || math.IsNaN(b.v) {
-			return usageError{fmt.Sprintf("--%s %v: give 0 (the run's median) or more", b.flag, b.v)}
-		}
-	}
-	if spoolMiB < 0 {
-		return usageError{fmt.Sprintf("--spool-mib %d: give 0 (correlate live) or more", spoolMiB)}
-	}
-	var prior *job.Prior
-	if baseline != "" {
-		p, err := job.LoadPrior(baseline)
-		if err != nil {
-			return usageError{"--baseline: " + err.Error()}
-		}
-		prior = p
-	}
-	logger, err := logs.logger(cmd)
+	cfg := f.opts.Config
+	prior, err := f.check()
 	if err != nil {
 		return err
 	}
-	clients, err := agents.clients(logger)
+	logger, err := f.logs.logger(cmd)
+	if err != nil {
+		return err
+	}
+	clients, err := f.agents.clients(logger)
 	if err != nil {
 		return err
 	}
 	var pid int
 	var target agent.Target
 	if len(clients) > 0 {
-		// The server is on the agents' node: --pid or --port are its
-		// there, or the target URL's port; nothing is checked or traced here.
-		if server.cgroup != "" {
-			return usageError{"--cgroup selects processes of this node: with --agent, give the server's --pid, --port or --agent.pod"}
-		}
-		if server.pid != 0 && server.port != 0 {
-			return usageError{"give --pid or --port, not both"}
-		}
-		pid, target = server.pid, agent.Target{Pid: server.pid, Port: server.port}
-		if agents.pod != "" {
-			if server.given() {
-				return usageError{"give --agent.pod or the server's --pid/--port on the agent's node, not both"}
-			}
-			ref, err := agent.ParsePodRef(agents.pod)
-			if err != nil {
-				return usageError{"--agent.pod: " + err.Error()}
-			}
-			target = agent.Target{Pod: &ref}
-		} else if target.Pid == 0 && target.Port == 0 {
-			if target.Port = urlPort(cfg.Target.URL); target.Port == 0 {
-				return usageError{"with --agent, give the server's --pid or --port on the agent's node, or its --agent.pod"}
-			}
-		}
+		pid, target, err = f.agentServer(cfg.Target.URL)
 	} else {
-		if via.given() && !server.given() {
-			return usageError{"with --via-pid or --via-port the target URL's port is the gateway's: give the server's --pid or --port"}
-		}
-		if pid, err = server.resolve(cfg.Target.URL, cmd); err != nil {
-			return err
-		}
-		if !caps.CanTrace() {
-			return fmt.Errorf("following the server needs privileges: %s", caps.Hint)
-		}
-		if err := bpfutil.EnsureFilesystems(); err != nil {
-			logger.Warn("preparing kernel file systems", "err", err)
-		}
+		pid, err = f.localServer(cmd, cfg.Target.URL, logger)
 	}
-	viaPid, err := via.resolve(cmd)
+	if err != nil {
+		return err
+	}
+	viaPid, err := f.via.resolve(cmd)
 	if err != nil {
 		return err
 	}
 	if viaPid != 0 && len(clients) > 0 {
 		return usageError{"--via-pid and --via-port follow a gateway on this node: not with --agent"}
 	}
-	if err := applyCPUs(cpus); err != nil {
+	if err := applyCPUs(*f.cpus); err != nil {
 		return err
 	}
 	if err := load.ResolveModel(ctx, &cfg); err != nil {
 		return err
 	}
 	var finish func()
-	cfg.Output.Progress, finish = opts.Progress(stderr)
+	cfg.Output.Progress, finish = f.opts.Progress(stderr)
 	res, err := job.Run(ctx, job.RunConfig{
-		Load: cfg, Pid: pid, Roots: server.roots, OutDir: out, Logger: logger, Sections: sessionSections(),
-		BaselineITL:   time.Duration(baseITL * float64(time.Millisecond)),
-		BaselineTTFT:  time.Duration(baseTTFT * float64(time.Millisecond)),
+		Load: cfg, Pid: pid, Roots: f.server.roots, OutDir: f.out, Logger: logger, Sections: sessionSections(),
+		BaselineITL:   time.Duration(f.baseITL * float64(time.Millisecond)),
+		BaselineTTFT:  time.Duration(f.baseTTFT * float64(time.Millisecond)),
 		Prior:         prior,
 		Readiness:     readinessChecks,
-		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
+		ServerMetrics: f.sm.url, ServerMetricsPeriod: f.sm.period, Manifest: runManifest(),
 		Agents: clients, AgentTarget: target, AgentTCPPort: target.Port,
-		ViaPid: viaPid, SpoolBytes: spoolBytes(spoolMiB),
+		ViaPid: viaPid, SpoolBytes: spoolBytes(f.spoolMiB),
 	})
 	finish()
 	if res != nil {
-		if eerr := exportSpans(ctx, opts.OTLP, res); eerr != nil {
-			logger.Warn("exporting spans", "err", eerr)
+		err = f.printResult(ctx, stdout, res, err, logger)
+	}
+	return err
+}
+
+// check checks the load options and the flags of run alone, and reads
+// the quiet run of --baseline (nil when none is given).
+func (f *runFlags) check() (*job.Prior, error) {
+	if err := f.opts.Validate(); err != nil {
+		return nil, err
+	}
+	if err := f.sm.check(); err != nil {
+		return nil, err
+	}
+	for _, b := range []struct {
+		flag string
+		v    float64
+	}{{"baseline-itl-ms", f.baseITL}, {"baseline-ttft-ms", f.baseTTFT}} {
+		if b.v < 0 || math.IsNaN(b.v) {
+			return nil, usageError{fmt.Sprintf("--%s %v: give 0 (the run's median) or more", b.flag, b.v)}
 		}
-		report.WriteTerminal(stdout, res.Doc)
-		// Only the files written whole: a full disk names the one it
-		// could not write in the error.
-		fmt.Fprintln(stdout)
-		printWritten(stdout, res.Written)
-		if err == nil && ctx.Err() == nil {
-			err = load.CheckFailed(res.Load, opts.MaxFailedRatio)
+	}
+	if f.spoolMiB < 0 {
+		return nil, usageError{fmt.Sprintf("--spool-mib %d: give 0 (correlate live) or more", f.spoolMiB)}
+	}
+	if f.baseline == "" {
+		return nil, nil
+	}
+	p, err := job.LoadPrior(f.baseline)
+	if err != nil {
+		return nil, usageError{"--baseline: " + err.Error()}
+	}
+	return p, nil
+}
+
+// agentServer returns the server the agents follow on their node: its
+// pid there (0 when not given) and their target, from --pid, --port,
+// --agent.pod or the port of targetURL.
+func (f *runFlags) agentServer(targetURL string) (int, agent.Target, error) {
+	// The server is on the agents' node: --pid or --port are its
+	// there, or the target URL's port; nothing is checked or traced here.
+	server := f.server
+	if server.cgroup != "" {
+		return 0, agent.Target{}, usageError{"--cgroup selects processes of this node: with --agent, give the server's --pid, --port or --agent.pod"}
+	}
+	if server.pid != 0 && server.port != 0 {
+		return 0, agent.Target{}, usageError{"give --pid or --port, not both"}
+	}
+	pid, target := server.pid, agent.Target{Pid: server.pid, Port: server.port}
+	if f.agents.pod != "" {
+		if server.given() {
+			return 0, agent.Target{}, usageError{"give --agent.pod or the server's --pid/--port on the agent's node, not both"}
 		}
+		ref, err := agent.ParsePodRef(f.agents.pod)
+		if err != nil {
+			return 0, agent.Target{}, usageError{"--agent.pod: " + err.Error()}
+		}
+		target = agent.Target{Pod: &ref}
+	} else if target.Pid == 0 && target.Port == 0 {
+		if target.Port = urlPort(targetURL); target.Port == 0 {
+			return 0, agent.Target{}, usageError{"with --agent, give the server's --pid or --port on the agent's node, or its --agent.pod"}
+		}
+	}
+	return pid, target, nil
+}
+
+// localServer finds the server on this node (its roots in f.server),
+// checks that it can be traced and prepares the kernel's file systems.
+func (f *runFlags) localServer(cmd *cobra.Command, targetURL string, logger *slog.Logger) (int, error) {
+	if f.via.given() && !f.server.given() {
+		return 0, usageError{"with --via-pid or --via-port the target URL's port is the gateway's: give the server's --pid or --port"}
+	}
+	pid, err := f.server.resolve(targetURL, cmd)
+	if err != nil {
+		return 0, err
+	}
+	if !caps.CanTrace() {
+		return 0, fmt.Errorf("following the server needs privileges: %s", caps.Hint)
+	}
+	if err := bpfutil.EnsureFilesystems(); err != nil {
+		logger.Warn("preparing kernel file systems", "err", err)
+	}
+	return pid, nil
+}
+
+// printResult exports the run's spans, prints its summary and the files
+// it wrote, and, when the run itself went well (err nil), fails on the
+// share of failed requests.
+func (f *runFlags) printResult(ctx context.Context, stdout io.Writer, res *job.RunResult, err error, logger *slog.Logger) error {
+	if eerr := exportSpans(ctx, f.opts.OTLP, res); eerr != nil {
+		logger.Warn("exporting spans", "err", eerr)
+	}
+	report.WriteTerminal(stdout, res.Doc)
+	// Only the files written whole: a full disk names the one it
+	// could not write in the error.
+	fmt.Fprintln(stdout)
+	printWritten(stdout, res.Written)
+	if err == nil && ctx.Err() == nil {
+		err = load.CheckFailed(res.Load, f.opts.MaxFailedRatio)
 	}
 	return err
 }

@@ -96,56 +96,18 @@ once. Each step shows what stopped it, and the answer names the limit:
 // while following the server and says what breaks the SLO there.
 func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serverMetricsFlags, logs logFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	// --num-requests, a load option, is the count of every step here.
-	if cmd.Flags().Changed("num-requests") {
-		if cmd.Flags().Changed("requests-per-step") {
-			return usageError{"give --requests-per-step or --num-requests, not both"}
-		}
-		j.RequestsPerStep = j.Config.Scenario.NumRequests
-	}
-	if err := sm.check(); err != nil {
+	if err := checkSweep(cmd, j, sm); err != nil {
 		return err
 	}
-	// The options first (a missing --slo or --target is a usage error),
-	// before anything probes the server.
-	if _, _, err := j.LoadConfig(); err != nil {
-		return err
-	}
-	pid := 0
 	logger, err := logs.logger(cmd)
 	if err != nil {
 		return err
 	}
-	if server.given() {
-		if server.pid, err = server.resolve(j.Config.Target.URL, cmd); err != nil {
-			return err
-		}
-		pid = server.pid
-		if j.Out == "" {
-			return usageError{"explaining the knee writes its two runs into the run directory: give --out DIR"}
-		}
-		if !caps.CanTrace() {
-			return fmt.Errorf("explaining the knee follows the server with eBPF: %s", caps.Hint)
-		}
+	pid, err := sweepServer(cmd, j, &server, logger)
+	if err != nil {
+		return err
 	}
-	if pid != 0 {
-		if err := bpfutil.EnsureFilesystems(); err != nil {
-			logger.Warn("preparing kernel file systems", "err", err)
-		}
-	}
-	// The engine's signals from its /metrics, and with --pid the kernel's
-	// (the CUDA probes alone), watch every step.
-	var sayMu sync.Mutex
-	sigs, err := job.StartSweepSignals(ctx, job.SweepSignalsConfig{
-		Target: j.Config.Target.URL, ServerMetrics: sm.url, ServerMetricsPeriod: sm.period,
-		MaxKVUsage: j.MaxKVUsage, MaxPreemptions: j.MaxPreemptions, MaxWaiting: j.MaxWaiting, WaitingFor: j.MaxWaitingFor,
-		Pid: pid, Sections: sessionSections(), Logger: logger,
-		Say: func(note string) {
-			sayMu.Lock()
-			defer sayMu.Unlock()
-			fmt.Fprintf(stdout, "signals: %s\n", note)
-		},
-	})
+	sigs, err := startSweepSignals(ctx, stdout, j, sm, pid, logger)
 	if err != nil {
 		return err
 	}
@@ -163,6 +125,76 @@ func runSweep(cmd *cobra.Command, j *load.SweepJob, server serverFlags, sm *serv
 	if knee == nil {
 		return err
 	}
+	return recordKnee(stdout, j, res, knee, err)
+}
+
+// checkSweep checks sweep's options before anything probes the server:
+// --num-requests is the count of every step, and a missing --slo or
+// --target is a usage error.
+func checkSweep(cmd *cobra.Command, j *load.SweepJob, sm *serverMetricsFlags) error {
+	// --num-requests, a load option, is the count of every step here.
+	if cmd.Flags().Changed("num-requests") {
+		if cmd.Flags().Changed("requests-per-step") {
+			return usageError{"give --requests-per-step or --num-requests, not both"}
+		}
+		j.RequestsPerStep = j.Config.Scenario.NumRequests
+	}
+	if err := sm.check(); err != nil {
+		return err
+	}
+	// The options first (a missing --slo or --target is a usage error),
+	// before anything probes the server.
+	_, _, err := j.LoadConfig()
+	return err
+}
+
+// sweepServer finds the server to follow at the knee when one is given
+// (0 when none is), checks that its runs can be written and traced, and
+// mounts the kernel's file systems the collectors need.
+func sweepServer(cmd *cobra.Command, j *load.SweepJob, server *serverFlags, logger *slog.Logger) (int, error) {
+	if !server.given() {
+		return 0, nil
+	}
+	var err error
+	if server.pid, err = server.resolve(j.Config.Target.URL, cmd); err != nil {
+		return 0, err
+	}
+	pid := server.pid
+	if j.Out == "" {
+		return 0, usageError{"explaining the knee writes its two runs into the run directory: give --out DIR"}
+	}
+	if !caps.CanTrace() {
+		return 0, fmt.Errorf("explaining the knee follows the server with eBPF: %s", caps.Hint)
+	}
+	if pid != 0 {
+		if err := bpfutil.EnsureFilesystems(); err != nil {
+			logger.Warn("preparing kernel file systems", "err", err)
+		}
+	}
+	return pid, nil
+}
+
+// startSweepSignals starts the watch of every step for the signals that
+// the server is past its limit: the engine's from its /metrics and, with
+// a pid, the kernel's (the CUDA probes alone). Each note is printed.
+func startSweepSignals(ctx context.Context, stdout io.Writer, j *load.SweepJob, sm *serverMetricsFlags, pid int, logger *slog.Logger) (*job.SweepSignals, error) {
+	var sayMu sync.Mutex
+	return job.StartSweepSignals(ctx, job.SweepSignalsConfig{
+		Target: j.Config.Target.URL, ServerMetrics: sm.url, ServerMetricsPeriod: sm.period,
+		MaxKVUsage: j.MaxKVUsage, MaxPreemptions: j.MaxPreemptions, MaxWaiting: j.MaxWaiting, WaitingFor: j.MaxWaitingFor,
+		Pid: pid, Sections: sessionSections(), Logger: logger,
+		Say: func(note string) {
+			sayMu.Lock()
+			defer sayMu.Unlock()
+			fmt.Fprintf(stdout, "signals: %s\n", note)
+		},
+	})
+}
+
+// recordKnee writes the explained knee into the sweep's result and the
+// reports of its runs, prints it with the runs behind it, and checks the
+// sweep's answer; err is explaining's, returned first.
+func recordKnee(stdout io.Writer, j *load.SweepJob, res *sweep.Result, knee *job.Knee, err error) error {
 	if knee.Fail == nil {
 		fmt.Fprintln(stdout, knee.Explanation())
 		return err

@@ -105,18 +105,14 @@ requests are sent and when belong to the phases, so it does not take them.
 	return cmd
 }
 
+// runValidate starts or finds the server, runs the validation against
+// it and prints and judges the confusion matrix.
 func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm *serverMetricsFlags, v validateFlags, logs logFlags) error {
 	ctx, stdout, stderr := cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr()
 	target := opts.Config.Target.URL
-	if v.useSim == (target != "") {
-		return usageError{"give --sim, or the server's --target URL with --pid or --port"}
-	}
-	rate := job.PhaseRate(opts.Config.Scenario.Rate)
-	if cmd.Flags().Changed("rate") && rate != opts.Config.Scenario.Rate {
-		return usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}
-	}
-	if v.phase < 2*time.Second {
-		return usageError{"--phase must be at least 2s and --rate positive"}
+	rate, err := v.check(cmd, opts)
+	if err != nil {
+		return err
 	}
 	rows, err := v.rows()
 	if err != nil {
@@ -126,14 +122,8 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 	if err != nil {
 		return err
 	}
-	if !caps.CanTrace() {
-		return fmt.Errorf("validation follows the server with eBPF: %s", caps.Hint)
-	}
-	if err := os.MkdirAll(v.out, 0o755); err != nil {
-		return fmt.Errorf("cannot create --out %s: %w", v.out, err)
-	}
-	if err := bpfutil.EnsureFilesystems(); err != nil {
-		logger.Warn("preparing kernel file systems", "err", err)
+	if err := v.prepare(logger); err != nil {
+		return err
 	}
 	var pid int
 	if v.useSim {
@@ -173,17 +163,61 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 		return err
 	}
 	progress, finish := opts.Progress(stderr)
-	names := make([]string, len(injs))
-	for i, inj := range injs {
-		names[i] = inj.Name
-	}
-	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each, %v of settling between two injections\n", pid, rate, strings.Join(names, ", "), v.phase, job.DemoSettle(v.phase))
+	printValidatePlan(stdout, pid, rate, injs, v.phase)
 	val, res, err := job.Validate(ctx, job.ValidateConfig{
 		Load: lc, Pid: pid, OutDir: v.out, MinShare: v.minShare, Phase: v.phase, Rate: rate, OutputLen: lc.Scenario.Dataset.OutputLen,
 		Injections: injs, Sections: sessionSections(), Readiness: readinessChecks, Logger: logger, Progress: progress, RetryWeak: v.retryWeak, MinAddedMs: v.minAddedMs,
 		ValidateRun: job.ValidateRun{ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest()},
 	})
 	finish()
+	return v.conclude(ctx, stdout, opts, val, res, err, logger)
+}
+
+// check checks that validate is given a server or --sim, a steady rate
+// and phases long enough, and returns the rate of the phases.
+func (v validateFlags) check(cmd *cobra.Command, opts *load.Options) (float64, error) {
+	if v.useSim == (opts.Config.Target.URL != "") {
+		return 0, usageError{"give --sim, or the server's --target URL with --pid or --port"}
+	}
+	rate := job.PhaseRate(opts.Config.Scenario.Rate)
+	if cmd.Flags().Changed("rate") && rate != opts.Config.Scenario.Rate {
+		return 0, usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}
+	}
+	if v.phase < 2*time.Second {
+		return 0, usageError{"--phase must be at least 2s and --rate positive"}
+	}
+	return rate, nil
+}
+
+// prepare checks that bpfbench may trace, creates the run directory and
+// mounts the kernel's file systems the collectors need.
+func (v validateFlags) prepare(logger *slog.Logger) error {
+	if !caps.CanTrace() {
+		return fmt.Errorf("validation follows the server with eBPF: %s", caps.Hint)
+	}
+	if err := os.MkdirAll(v.out, 0o755); err != nil {
+		return fmt.Errorf("cannot create --out %s: %w", v.out, err)
+	}
+	if err := bpfutil.EnsureFilesystems(); err != nil {
+		logger.Warn("preparing kernel file systems", "err", err)
+	}
+	return nil
+}
+
+// printValidatePlan says what the validation will run: the server, the
+// rate, the injections in turn and how long each lasts.
+func printValidatePlan(stdout io.Writer, pid int, rate float64, injs []job.Injection, phase time.Duration) {
+	names := make([]string, len(injs))
+	for i, inj := range injs {
+		names[i] = inj.Name
+	}
+	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each, %v of settling between two injections\n", pid, rate, strings.Join(names, ", "), phase, job.DemoSettle(phase))
+}
+
+// conclude exports the run's spans, prints the validation (or where the
+// run is, when there is none) and judges it: err first, then the share
+// of failed requests, then the verdict of the matrix.
+func (v validateFlags) conclude(ctx context.Context, stdout io.Writer, opts *load.Options, val *job.Validation, res *job.RunResult, err error, logger *slog.Logger) error {
 	if res != nil {
 		if eerr := exportSpans(ctx, opts.OTLP, res); eerr != nil {
 			logger.Warn("exporting spans", "err", eerr)

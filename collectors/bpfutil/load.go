@@ -190,6 +190,47 @@ func (b *Base) Load(o Object) (err error) {
 	if err != nil {
 		return fmt.Errorf("reading the %s eBPF object: %w", b.name, err)
 	}
+	if err := b.configure(spec, o); err != nil {
+		return err
+	}
+	fallbacks, err := b.chooseVariants(spec, o.Variants)
+	if err != nil {
+		return err
+	}
+	tpProgs, err := b.dropMissing(spec)
+	if err != nil {
+		return err
+	}
+	coll, fallbacks, err := b.newCollection(spec, fallbacks)
+	if err != nil {
+		return LoadError("the "+b.name+" programs", err)
+	}
+	defer coll.Close() // what o.Objs did not take
+	// Picked before assign takes the programs out of coll.
+	attach, standIns := b.take(coll, tpProgs, fallbacks)
+	b.OnClose(o.Objs.Close)
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	if err := assign(o.Objs, coll); err != nil {
+		return fmt.Errorf("loading the %s programs: %w", b.name, err)
+	}
+	if err := b.openReader(); err != nil {
+		return err
+	}
+	b.OnClose(b.closeLinks)
+	if err := b.attachTracing(attach, standIns, fallbacks); err != nil {
+		return err
+	}
+	b.log.Debug("loaded", "programs", b.ProgramIDs(), "tracepoints", b.Attached(), "missing", b.missing)
+	return nil
+}
+
+// configure sizes spec's ring, sets o's constants, leaves out the
+// programs o skips (and their variants) and renames o's tracepoints.
+func (b *Base) configure(spec *ebpf.CollectionSpec, o Object) error {
 	if err := ConfigurePipeline(spec, o.RingBytes); err != nil {
 		return fmt.Errorf("configuring %s: %w", b.name, err)
 	}
@@ -215,63 +256,57 @@ func (b *Base) Load(o Object) (err error) {
 			p.AttachTo = to
 		}
 	}
-	fallbacks, err := b.chooseVariants(spec, o.Variants)
-	if err != nil {
-		return err
-	}
-	tpProgs, err := b.dropMissing(spec)
-	if err != nil {
-		return err
-	}
+	return nil
+}
+
+// newCollection loads spec into the kernel. A kernel that refuses the
+// fentry/fexit stand-ins (lockdown, no trampolines) gets the object
+// without them, their tracepoints missing as if they had none; it
+// returns the stand-ins loaded.
+func (b *Base) newCollection(spec *ebpf.CollectionSpec, fallbacks map[string]string) (*ebpf.Collection, map[string]string, error) {
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: BTFCache()})
-	if err != nil && len(fallbacks) > 0 {
-		// A kernel that refuses fentry/fexit (lockdown, no
-		// trampolines): without the stand-ins, as without the
-		// tracepoints they replace.
-		b.log.Warn("fentry/fexit stand-ins refused; carrying on without them", "programs", slices.Sorted(maps.Keys(fallbacks)), "err", err)
-		for name, tp := range fallbacks {
-			delete(spec.Programs, name)
-			if _, ok := b.standIns[tp]; ok {
-				b.missing = append(b.missing, tp) // once, however many stand-ins
-				delete(b.standIns, tp)
-			}
+	if err == nil || len(fallbacks) == 0 {
+		return coll, fallbacks, err
+	}
+	b.log.Warn("fentry/fexit stand-ins refused; carrying on without them", "programs", slices.Sorted(maps.Keys(fallbacks)), "err", err)
+	for name, tp := range fallbacks {
+		delete(spec.Programs, name)
+		if _, ok := b.standIns[tp]; ok {
+			b.missing = append(b.missing, tp) // once, however many stand-ins
+			delete(b.standIns, tp)
 		}
-		sort.Strings(b.missing)
-		fallbacks = nil
-		coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: BTFCache()})
 	}
-	if err != nil {
-		return LoadError("the "+b.name+" programs", err)
-	}
-	defer coll.Close() // what o.Objs did not take
+	sort.Strings(b.missing)
+	coll, err = ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: BTFCache()})
+	return coll, nil, err
+}
+
+// take records coll's programs and the pipeline's maps in b, and returns
+// the programs to attach: by tracepoint (tpProgs: tracepoint -> program
+// name), and the stand-ins by name.
+func (b *Base) take(coll *ebpf.Collection, tpProgs, fallbacks map[string]string) (attach, standIns map[string]*ebpf.Program) {
 	names := slices.Sorted(maps.Keys(coll.Programs))
 	for _, n := range names {
 		b.programs = append(b.programs, coll.Programs[n])
 	}
-	attach := make(map[string]*ebpf.Program, len(tpProgs))
+	attach = make(map[string]*ebpf.Program, len(tpProgs))
 	for tp, n := range tpProgs {
 		attach[tp] = coll.Programs[n]
 	}
-	standIns := make(map[string]*ebpf.Program, len(fallbacks))
+	standIns = make(map[string]*ebpf.Program, len(fallbacks))
 	for n := range fallbacks {
 		standIns[n] = coll.Programs[n]
 	}
 	b.events, b.stats = coll.Maps["events"], coll.Maps["pipe_stats"]
 	b.targets, b.nrTargets = coll.Maps["targets"], coll.Variables["nr_targets"]
 	b.targetHint = coll.Maps["target_hint"]
-	b.OnClose(o.Objs.Close)
-	defer func() {
-		if err != nil {
-			b.Close()
-		}
-	}()
-	if err := assign(o.Objs, coll); err != nil {
-		return fmt.Errorf("loading the %s programs: %w", b.name, err)
-	}
-	if err := b.openReader(); err != nil {
-		return err
-	}
-	b.OnClose(b.closeLinks)
+	return attach, standIns
+}
+
+// attachTracing links every attached tracepoint's program, then the stand-ins
+// (fallbacks: name -> the missing tracepoint), by name; the links are
+// b's to close.
+func (b *Base) attachTracing(attach, standIns map[string]*ebpf.Program, fallbacks map[string]string) error {
 	for _, tp := range b.Attached() {
 		l, err := link.AttachTracing(link.TracingOptions{Program: attach[tp]})
 		if err != nil {
@@ -286,7 +321,6 @@ func (b *Base) Load(o Object) (err error) {
 		}
 		b.links = append(b.links, l)
 	}
-	b.log.Debug("loaded", "programs", b.ProgramIDs(), "tracepoints", b.Attached(), "missing", b.missing)
 	return nil
 }
 

@@ -487,9 +487,7 @@ func (c *Collector) refresh(force bool) error {
 		targets[k] = v
 	}
 	c.mu.Unlock()
-	var errs []error
-	listens := map[tcpListenKey]struct{}{}
-	slots := map[uint32]bool{} // a server slot: does one of its processes listen?
+	d := sockDump{now: now, listens: map[tcpListenKey]struct{}{}, slots: map[uint32]bool{}}
 	runtime.LockOSThread()
 	cpu0 := threadCPU()
 	reader := newSockReader() // on this thread: its namespace is the one dumped without setns
@@ -497,87 +495,118 @@ func (c *Collector) refresh(force bool) error {
 		if ti.client && ti.scanned {
 			continue
 		}
-		socks, err := reader.sockets(int(pid))
-		if err != nil {
-			// Follow what could be read; a target whose sockets could not
-			// all be read does not count as one not listening yet.
-			errs = append(errs, err)
-		}
-		if err == nil && ti.client {
-			c.mu.Lock()
-			if t, ok := c.targets[pid]; ok && t.client {
-				t.scanned = true
-				c.targets[pid] = t
-			}
-			c.mu.Unlock()
-		}
-		flags := bpfutil.StreamFlags(ti.stream)
-		if ti.client {
-			flags |= bpfutil.TargetClient
-		}
-		if !ti.client && err == nil {
-			slots[ti.idx] = slots[ti.idx] || slices.ContainsFunc(socks, func(s diagSocket) bool { return s.state == tcpListen })
-		}
-		for _, s := range socks {
-			if ti.client {
-				// The load generator's connections: arrivals only.
-				if s.state != tcpListen {
-					v := tcpSockInfo{Idx: ti.idx, Flags: flags, SndWndMin: ^uint32(0)}
-					if err := c.objs.Socks.Update(s.cookie, v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-						errs = c.mapErr(errs, fmt.Errorf("following client socket %v -> %v: %w", s.local, s.remote, err))
-					}
-				}
-				continue
-			}
-			if s.state == tcpListen {
-				k := tcpListenKey{Netns: s.netns, Port: s.local.Port()}
-				listens[k] = struct{}{}
-				if err := c.objs.ListenPorts.Put(k, tcpTarget{Idx: ti.idx, Flags: flags}); err != nil {
-					errs = c.mapErr(errs, fmt.Errorf("following listening port %d: %w", k.Port, err))
-				}
-				continue
-			}
-			if c.cfg.Port != 0 && s.local.Port() != c.cfg.Port {
-				continue
-			}
-			v := tcpSockInfo{Idx: ti.idx, Flags: flags, SndWndMin: ^uint32(0)}
-			if err := c.objs.Socks.Update(s.cookie, v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
-				errs = c.mapErr(errs, fmt.Errorf("following socket %v -> %v: %w", s.local, s.remote, err))
-			}
-			c.mu.Lock()
-			conn := c.conns[s.cookie]
-			if conn == nil {
-				conn = &Conn{Cookie: s.cookie, Local: s.local, Remote: s.remote, Target: ti.idx, SndWndMin: ^uint32(0)}
-				c.conns[s.cookie] = conn
-			}
-			conn.fromInfo(s, now)
-			c.mu.Unlock()
-		}
+		c.followTarget(&d, reader, pid, ti)
 	}
 	cost := threadCPU() - cpu0
 	runtime.UnlockOSThread()
-	// Forget listening ports the targets no longer have.
-	err := errors.Join(errs...)
+	err := errors.Join(d.errs...)
+	prev := c.recordDump(&d, err, reader.read, cost)
+	c.logSockErr(prev, err)
+	c.readKernelState()
+	return err
+}
+
+// sockDump is what one refresh's dump of the targets' sockets found.
+type sockDump struct {
+	now  time.Time
+	errs []error
+	// listens is every listening port followed.
+	listens map[tcpListenKey]struct{}
+	// slots tells, for each server slot, whether one of its processes
+	// listens.
+	slots map[uint32]bool
+}
+
+// followTarget reads the sockets of pid, the target ti, and follows them
+// in the kernel: a client's connections, a server's listening ports and
+// its connections (on the configured port).
+func (c *Collector) followTarget(d *sockDump, reader *sockReader, pid uint32, ti targetInfo) {
+	socks, err := reader.sockets(int(pid))
+	if err != nil {
+		// Follow what could be read; a target whose sockets could not
+		// all be read does not count as one not listening yet.
+		d.errs = append(d.errs, err)
+	}
+	if err == nil && ti.client {
+		c.mu.Lock()
+		if t, ok := c.targets[pid]; ok && t.client {
+			t.scanned = true
+			c.targets[pid] = t
+		}
+		c.mu.Unlock()
+	}
+	flags := bpfutil.StreamFlags(ti.stream)
+	if ti.client {
+		flags |= bpfutil.TargetClient
+	}
+	if !ti.client && err == nil {
+		d.slots[ti.idx] = d.slots[ti.idx] || slices.ContainsFunc(socks, func(s diagSocket) bool { return s.state == tcpListen })
+	}
+	for _, s := range socks {
+		if ti.client {
+			// The load generator's connections: arrivals only.
+			if s.state != tcpListen {
+				v := tcpSockInfo{Idx: ti.idx, Flags: flags, SndWndMin: ^uint32(0)}
+				if err := c.objs.Socks.Update(s.cookie, v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+					d.errs = c.mapErr(d.errs, fmt.Errorf("following client socket %v -> %v: %w", s.local, s.remote, err))
+				}
+			}
+			continue
+		}
+		if s.state == tcpListen {
+			k := tcpListenKey{Netns: s.netns, Port: s.local.Port()}
+			d.listens[k] = struct{}{}
+			if err := c.objs.ListenPorts.Put(k, tcpTarget{Idx: ti.idx, Flags: flags}); err != nil {
+				d.errs = c.mapErr(d.errs, fmt.Errorf("following listening port %d: %w", k.Port, err))
+			}
+			continue
+		}
+		if c.cfg.Port != 0 && s.local.Port() != c.cfg.Port {
+			continue
+		}
+		c.followConn(d, ti.idx, flags, s)
+	}
+}
+
+// followConn follows s, a server target's connection (slot idx), in the
+// kernel and records its state from the dump.
+func (c *Collector) followConn(d *sockDump, idx uint32, flags uint32, s diagSocket) {
+	v := tcpSockInfo{Idx: idx, Flags: flags, SndWndMin: ^uint32(0)}
+	if err := c.objs.Socks.Update(s.cookie, v, ebpf.UpdateNoExist); err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		d.errs = c.mapErr(d.errs, fmt.Errorf("following socket %v -> %v: %w", s.local, s.remote, err))
+	}
 	c.mu.Lock()
+	conn := c.conns[s.cookie]
+	if conn == nil {
+		conn = &Conn{Cookie: s.cookie, Local: s.local, Remote: s.remote, Target: idx, SndWndMin: ^uint32(0)}
+		c.conns[s.cookie] = conn
+	}
+	conn.fromInfo(s, d.now)
+	c.mu.Unlock()
+}
+
+// recordDump keeps the dump's outcome (err; with read, its cost and the
+// next dump's period), forgets listening ports the targets no longer
+// have, and returns the previous refresh's error.
+func (c *Collector) recordDump(d *sockDump, err error, read bool, cost time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	prev := c.sockErr
 	c.sockErr = err
-	if reader.read {
+	if read {
 		c.dumps.Dumps++
 		c.dumps.CPUSeconds += cost.Seconds()
 		c.dumpPeriod = min(max(c.cfg.RefreshInterval, time.Duration(float64(cost)/dumpBudget)), maxDumpPeriod)
 		c.dumps.PeriodS = c.dumpPeriod.Seconds()
 	}
-	c.lastDump, c.unlistened = now, slices.Contains(slices.Collect(maps.Values(slots)), false)
+	c.lastDump, c.unlistened = d.now, slices.Contains(slices.Collect(maps.Values(d.slots)), false)
 	for k := range c.listens {
-		if _, ok := listens[k]; !ok {
+		if _, ok := d.listens[k]; !ok {
 			_ = c.objs.ListenPorts.Delete(k)
 		}
 	}
-	c.listens = listens
-	c.mu.Unlock()
-	c.logSockErr(prev, err)
-	c.readKernelState()
-	return err
+	c.listens = d.listens
+	return prev
 }
 
 // mapErr appends err, a map update's, to errs unless the collector is

@@ -600,36 +600,7 @@ func (e *Engine) prune() {
 	hz := e.horizon
 	stale := hz - e.opt.Keep
 	for tid, h := range e.threads {
-		if n := len(h.segs); n > 0 {
-			cut := sort.Search(n, func(j int) bool { return h.segs[j].Start >= hz })
-			if cut > 0 && h.segs[cut-1].End > hz {
-				cut--
-			}
-			cut = min(cut, n-1)
-			if cut > 0 {
-				clear(h.segs[:cut])
-				h.segs = h.segs[cut:]
-				e.stats.Pruned += uint64(cut)
-			}
-		}
-		if n := len(h.cuda); n > 0 {
-			cut := sort.Search(n, func(j int) bool { return h.cuda[j].Start >= hz-h.maxCuda })
-			if cut > 0 {
-				clear(h.cuda[:cut])
-				h.cuda = h.cuda[cut:]
-				e.stats.Pruned += uint64(cut)
-			}
-			if len(h.cuda) == 0 {
-				delete(e.withCUDA, tid)
-			}
-		}
-		if (len(h.segs) == 0 || h.segs[len(h.segs)-1].End < stale) && (len(h.cuda) == 0 || h.cuda[len(h.cuda)-1].End < stale) {
-			e.stats.Pruned += uint64(len(h.segs) + len(h.cuda))
-			e.unindex(h)
-			delete(e.threads, tid)
-			delete(e.withCUDA, tid)
-			e.histList = nil
-		}
+		e.pruneThread(tid, h, hz, stale)
 	}
 	for tgid, rq := range e.procRunq {
 		e.stats.Pruned += uint64(rq.prune(hz))
@@ -642,6 +613,54 @@ func (e *Engine) prune() {
 		clear(e.allSends[:cut])
 		e.allSends = e.allSends[cut:]
 	}
+	e.prunePorts(hz, stale)
+	if cut := sort.Search(len(e.clientWaits), func(j int) bool { return e.clientWaits[j].Start >= hz-e.maxClientWait }); cut > 0 {
+		clear(e.clientWaits[:cut])
+		e.clientWaits = e.clientWaits[cut:]
+		e.stats.Pruned += uint64(cut)
+	}
+}
+
+// pruneThread forgets h's segments and CUDA calls ending before hz,
+// keeping its latest segment, and forgets the thread itself once all it
+// holds is older than stale.
+func (e *Engine) pruneThread(tid uint32, h *history, hz, stale int64) {
+	if n := len(h.segs); n > 0 {
+		cut := sort.Search(n, func(j int) bool { return h.segs[j].Start >= hz })
+		if cut > 0 && h.segs[cut-1].End > hz {
+			cut--
+		}
+		cut = min(cut, n-1)
+		if cut > 0 {
+			clear(h.segs[:cut])
+			h.segs = h.segs[cut:]
+			e.stats.Pruned += uint64(cut)
+		}
+	}
+	if n := len(h.cuda); n > 0 {
+		cut := sort.Search(n, func(j int) bool { return h.cuda[j].Start >= hz-h.maxCuda })
+		if cut > 0 {
+			clear(h.cuda[:cut])
+			h.cuda = h.cuda[cut:]
+			e.stats.Pruned += uint64(cut)
+		}
+		if len(h.cuda) == 0 {
+			delete(e.withCUDA, tid)
+		}
+	}
+	if (len(h.segs) == 0 || h.segs[len(h.segs)-1].End < stale) && (len(h.cuda) == 0 || h.cuda[len(h.cuda)-1].End < stale) {
+		e.stats.Pruned += uint64(len(h.segs) + len(h.cuda))
+		e.unindex(h)
+		delete(e.threads, tid)
+		delete(e.withCUDA, tid)
+		e.histList = nil
+	}
+}
+
+// prunePorts forgets each port's sends, arrivals, data reads and holds
+// ending before hz, keeping the latest send, arrival and read unless
+// older than stale.
+func (e *Engine) prunePorts(hz, stale int64) {
 	for p, s := range e.sends {
 		e.sends[p] = pruneTimes(s, hz, stale, sendTime, &e.stats.Pruned)
 		if len(e.sends[p]) == 0 {
@@ -653,11 +672,6 @@ func (e *Engine) prune() {
 		if len(e.arrivals[p]) == 0 {
 			delete(e.arrivals, p)
 		}
-	}
-	if cut := sort.Search(len(e.clientWaits), func(j int) bool { return e.clientWaits[j].Start >= hz-e.maxClientWait }); cut > 0 {
-		clear(e.clientWaits[:cut])
-		e.clientWaits = e.clientWaits[cut:]
-		e.stats.Pruned += uint64(cut)
 	}
 	for p, d := range e.data {
 		e.data[p] = pruneTimes(d, hz, stale, dataRead, &e.stats.Pruned)

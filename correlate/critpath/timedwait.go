@@ -96,6 +96,27 @@ type painted struct {
 // (activeClaims), a sort of the claims found, and one of the stretches
 // painted.
 func (e *Engine) meanwhile(h *history, st Step) {
+	e.findClaims(h, st)
+	steps := e.claimSteps
+	if len(steps) == 0 {
+		e.emit(st)
+		return
+	}
+	e.stats.NoEdgeSleeps++
+	for _, p := range e.paintClaims(st) {
+		s := st
+		if p.i >= 0 {
+			s = steps[p.i]
+		}
+		s.Start, s.End = p.start, p.end
+		e.emit(s)
+	}
+}
+
+// findClaims fills e.claims and e.claimSteps with what the other target
+// threads' states claim of st, a sleep of h: by searching each thread's
+// history or, past scanThreadsUpTo threads, the active index.
+func (e *Engine) findClaims(h *history, st Step) {
 	if e.histList == nil {
 		for _, o := range e.threads {
 			e.histList = append(e.histList, o)
@@ -117,14 +138,13 @@ func (e *Engine) meanwhile(h *history, st Step) {
 	} else {
 		e.activeClaims(h, st)
 	}
-	steps := e.claimSteps
-	if len(steps) == 0 {
-		e.emit(st)
-		return
-	}
-	e.stats.NoEdgeSleeps++
-	// Rank by rank, each thread's claims (disjoint, by start; the threads
-	// by tid) are laid over what is still free.
+}
+
+// paintClaims lays the claims over st, rank by rank, each thread's claims
+// (disjoint, by start; the threads by tid) over what is still free, and
+// returns the stretches painted, by start, what is left free the sleep's
+// own. The slices are the engine's, reused from call to call.
+func (e *Engine) paintClaims(st Step) []painted {
 	for r := range e.claims {
 		slices.SortFunc(e.claims[r], func(a, b claim) int { return cmp.Or(cmp.Compare(a.tid, b.tid), cmp.Compare(a.start, b.start)) })
 	}
@@ -138,29 +158,7 @@ func (e *Engine) meanwhile(h *history, st Step) {
 			for hi < len(cl) && cl[hi].tid == cl[lo].tid {
 				hi++
 			}
-			run := cl[lo:hi]
-			next = next[:0]
-			j := 0
-			for _, f := range free {
-				for j < len(run) && run[j].end <= f.start {
-					j++
-				}
-				p := f.start
-				for k := j; k < len(run) && run[k].start < f.end; k++ {
-					a, b := max(run[k].start, p), min(run[k].end, f.end)
-					if b <= a {
-						continue
-					}
-					if a > p {
-						next = append(next, span{p, a})
-					}
-					out = append(out, painted{a, b, int(run[k].i)})
-					p = b
-				}
-				if p < f.end {
-					next = append(next, span{p, f.end})
-				}
-			}
+			next, out = paintRun(free, next[:0], out, cl[lo:hi])
 			free, next = next, free
 			lo = hi
 		}
@@ -170,14 +168,35 @@ func (e *Engine) meanwhile(h *history, st Step) {
 	}
 	e.free, e.free2, e.painted = free, next, out
 	slices.SortFunc(out, func(a, b painted) int { return cmp.Compare(a.start, b.start) })
-	for _, p := range out {
-		s := st
-		if p.i >= 0 {
-			s = steps[p.i]
+	return out
+}
+
+// paintRun paints one thread's claims (run, disjoint, by start) over the
+// free stretches: it appends what they cover to out and what is still
+// free to next.
+func paintRun(free, next []span, out []painted, run []claim) ([]span, []painted) {
+	j := 0
+	for _, f := range free {
+		for j < len(run) && run[j].end <= f.start {
+			j++
 		}
-		s.Start, s.End = p.start, p.end
-		e.emit(s)
+		p := f.start
+		for k := j; k < len(run) && run[k].start < f.end; k++ {
+			a, b := max(run[k].start, p), min(run[k].end, f.end)
+			if b <= a {
+				continue
+			}
+			if a > p {
+				next = append(next, span{p, a})
+			}
+			out = append(out, painted{a, b, int(run[k].i)})
+			p = b
+		}
+		if p < f.end {
+			next = append(next, span{p, f.end})
+		}
 	}
+	return next, out
 }
 
 // scanThreadsUpTo is the most target threads whose histories the

@@ -124,8 +124,6 @@ func (e *Engine) gap(r Read) Gap {
 	e.steps = e.steps[:0]
 	e.port = r.Port
 	a, c := r.Start, r.End
-	rk, sk := c, c
-	limit := c
 	// A later token of the request on the port whose previous token was
 	// the port's last gap: its chunk is the first arrival (send) after
 	// that gap's, as the stream is in order; a chunk that waited in the
@@ -134,6 +132,7 @@ func (e *Engine) gap(r Read) Gap {
 	prev, seq := e.last[r.Port]
 	seq = seq && r.Index > 0 && prev.request == r.Request && prev.index == r.Index-1
 	matched := lastChunk{request: r.Request, index: r.Index, send: minNs, arrival: minNs}
+	rk, limit := c, c
 	if r.AtSend {
 		// The live view's gap ends at the server's send: the chunk is the
 		// send at c(k), and nothing of it is the network's or a client's;
@@ -142,29 +141,66 @@ func (e *Engine) gap(r Read) Gap {
 		if r.SentAt > 0 && r.SentAt < c {
 			limit = r.SentAt
 		}
-	} else if arr := e.arrivals[r.Port]; len(arr) > 0 {
-		i := sort.Search(len(arr), func(j int) bool { return arr[j].Time > c })
-		if seq && prev.arrival != minNs {
-			if j := sort.Search(i, func(j int) bool { return arr[j].Time > prev.arrival }); j < i {
-				i = fragmentsEnd(j, i, func(k int) int64 { return arr[k].Time }) + 1
-			}
-		}
-		if i > 0 {
-			limit = arr[i-1].Time
-			rk = min(max(limit, a), c)
-			matched.arrival = limit
-		} else {
-			g.NoArrival = true
-		}
 	} else {
-		g.NoArrival = true
+		rk, limit = e.matchArrival(&r, seq, prev.arrival, &g, &matched)
 	}
+	sk, tid, haveSender := e.matchSend(&r, seq, prev.send, limit, rk, &matched)
+	e.last[r.Port] = matched
+	if !haveSender {
+		tid, haveSender = e.guessSender(&g, sk)
+	}
+	if g.NoArrival {
+		e.stats.NoArrival++
+	}
+	g.Sent, g.Arrived = sk, rk
+	e.serverSteps(a, sk, tid, haveSender)
+	e.overlayHolds(a, sk)
+	e.deliverySteps(&r, &g, sk, rk)
+	g.Steps = e.steps
+	for _, s := range g.Steps {
+		g.Ns[s.Cause] += s.End - s.Start
+	}
+	return g
+}
+
+// matchArrival finds r's chunk among the port's arrivals: r(k) clamped
+// into the gap, and the arrival time that bounds the send (c(k) with
+// none, when it marks g NoArrival). With seq, the chunk is the first
+// arrival after prevArrival, the previous token's.
+func (e *Engine) matchArrival(r *Read, seq bool, prevArrival int64, g *Gap, matched *lastChunk) (rk, limit int64) {
+	a, c := r.Start, r.End
+	arr := e.arrivals[r.Port]
+	if len(arr) == 0 {
+		g.NoArrival = true
+		return c, c
+	}
+	i := sort.Search(len(arr), func(j int) bool { return arr[j].Time > c })
+	if seq && prevArrival != minNs {
+		if j := sort.Search(i, func(j int) bool { return arr[j].Time > prevArrival }); j < i {
+			i = fragmentsEnd(j, i, func(k int) int64 { return arr[k].Time }) + 1
+		}
+	}
+	if i == 0 {
+		g.NoArrival = true
+		return c, c
+	}
+	limit = arr[i-1].Time
+	matched.arrival = limit
+	return min(max(limit, a), c), limit
+}
+
+// matchSend finds r's chunk among the port's sends at or before limit:
+// s(k) clamped into [r.Start, rk] (rk with none) and the sending thread.
+// With seq, the chunk is the first send after prevSend, the previous
+// token's. A live-view chunk written before the gap began waited for the
+// connection the whole gap.
+func (e *Engine) matchSend(r *Read, seq bool, prevSend, limit, rk int64, matched *lastChunk) (sk int64, tid uint32, haveSender bool) {
+	a := r.Start
 	sk = rk
-	tid, haveSender := uint32(0), false
 	if snd := e.sends[r.Port]; len(snd) > 0 {
 		i := sort.Search(len(snd), func(j int) bool { return snd[j].Time > limit })
-		if seq && prev.send != minNs {
-			if j := sort.Search(i, func(j int) bool { return snd[j].Time > prev.send }); j < i {
+		if seq && prevSend != minNs {
+			if j := sort.Search(i, func(j int) bool { return snd[j].Time > prevSend }); j < i {
 				i = fragmentsEnd(j, i, func(k int) int64 { return snd[k].Time }) + 1
 			}
 		}
@@ -179,31 +215,42 @@ func (e *Engine) gap(r Read) Gap {
 		// the connection.
 		sk, haveSender = a, true
 	}
-	e.last[r.Port] = matched
-	if !haveSender {
-		g.NoSend = true
-		e.stats.NoSend++
-		tid, haveSender = e.lastRan(sk)
-		if haveSender {
-			g.Guessed = true
-			e.stats.Guessed++
-		} else {
-			e.stats.NoThread++
-		}
+	return sk, tid, haveSender
+}
+
+// guessSender marks g NoSend and picks the target thread that last ran
+// before sk to walk the server time on (Guessed), counting either way.
+func (e *Engine) guessSender(g *Gap, sk int64) (uint32, bool) {
+	g.NoSend = true
+	e.stats.NoSend++
+	tid, ok := e.lastRan(sk)
+	if ok {
+		g.Guessed = true
+		e.stats.Guessed++
+	} else {
+		e.stats.NoThread++
 	}
-	if g.NoArrival {
-		e.stats.NoArrival++
+	return tid, ok
+}
+
+// serverSteps emits the server's part of a gap, [a, sk]: the walk back
+// from tid's send, or unexplained with no thread to walk.
+func (e *Engine) serverSteps(a, sk int64, tid uint32, haveSender bool) {
+	if sk <= a {
+		return
 	}
-	g.Sent, g.Arrived = sk, rk
-	if sk > a {
-		if haveSender {
-			e.path = e.path[:0]
-			e.walk(tid, a, sk, 0)
-		} else {
-			e.emit(Step{Start: a, End: sk, Cause: Unexplained, Note: NoteNoSender})
-		}
+	if haveSender {
+		e.path = e.path[:0]
+		e.walk(tid, a, sk, 0)
+	} else {
+		e.emit(Step{Start: a, End: sk, Cause: Unexplained, Note: NoteNoSender})
 	}
-	e.overlayHolds(a, sk)
+}
+
+// deliverySteps emits the chunk's way to the reader after its send: in
+// flight from sk to its arrival rk, then in the client's socket to r.End.
+func (e *Engine) deliverySteps(r *Read, g *Gap, sk, rk int64) {
+	c := r.End
 	if rk > sk {
 		st := Step{Start: sk, End: rk, Cause: NetBackpressure}
 		if g.NoArrival {
@@ -224,11 +271,6 @@ func (e *Engine) gap(r Read) Gap {
 			e.emit(Step{Start: rk, End: c, Cause: Client})
 		}
 	}
-	g.Steps = e.steps
-	for _, s := range g.Steps {
-		g.Ns[s.Cause] += s.End - s.Start
-	}
-	return g
 }
 
 // fragmentGap is the longest pause between the sends (arrivals) of one

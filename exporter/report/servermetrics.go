@@ -137,17 +137,7 @@ func serverMetricsChart(id string, m *result.ServerMetrics) template.HTML {
 
 	var s svg
 	s.open(id, "chart chart-server-metrics", W, H, "the server's requests running and waiting over the run")
-	lx := ml
-	legend := func(color, class, label string) {
-		fmt.Fprintf(&s.b, `<line x1="%s" y1="12" x2="%s" y2="12" class="%s" stroke="%s"/>`, num(lx), num(lx+18), esc(class), esc(color))
-		s.text(lx+22, 16, "start", "legend-text", label)
-		lx += 30 + float64(len([]rune(label)))*6.6
-	}
-	legend("#1f6feb", "tl-line", "requests running")
-	legend("#d1242f", "tl-line", "requests waiting")
-	if hasKV {
-		legend("#8c959f", "tl-line dashed", "KV-cache usage (right axis)")
-	}
+	serverMetricsLegend(&s, ml, hasKV)
 	for _, t := range ticks {
 		s.line(ml, y(t), W-mr, y(t), "grid")
 		s.text(ml-6, y(t)+4, "end", "tick", tickLabel(t))
@@ -158,30 +148,10 @@ func serverMetricsChart(id string, m *result.ServerMetrics) template.HTML {
 		}
 	}
 	s.line(ml, mt+ph, W-mr, mt+ph, "axis")
-	series := func(name, color, class string, yf func(float64) float64) {
-		var b strings.Builder
-		pen := false
-		for _, p := range pts {
-			v, ok := p.Values[name]
-			if !ok || !isFinite(v) {
-				pen = false
-				continue
-			}
-			cmd := "L"
-			if !pen {
-				cmd = "M"
-			}
-			pen = true
-			fmt.Fprintf(&b, "%s%s %s", cmd, num(x(p.T)), num(yf(v)))
-		}
-		if b.Len() > 0 {
-			s.path(b.String(), class+" series-"+name, color, "none")
-		}
-	}
-	series(smRunning, "#1f6feb", "tl-line", y)
-	series(smWaiting, "#d1242f", "tl-line", y)
+	serverMetricsSeries(&s, pts, smRunning, "#1f6feb", "tl-line", x, y)
+	serverMetricsSeries(&s, pts, smWaiting, "#d1242f", "tl-line", x, y)
 	if hasKV {
-		series(smKV, "#8c959f", "tl-line dashed", yKV)
+		serverMetricsSeries(&s, pts, smKV, "#8c959f", "tl-line dashed", x, yKV)
 	}
 	tt, _, _ := linTicks(t0, t1, 10)
 	for _, t := range tt {
@@ -193,6 +163,44 @@ func serverMetricsChart(id string, m *result.ServerMetrics) template.HTML {
 	}
 	s.text(ml+pw/2, H-4, "middle", "axis-label", "seconds since the start of the load")
 	return s.close()
+}
+
+// serverMetricsLegend draws the chart's legend from lx along its top
+// line, the KV-cache usage's with hasKV.
+func serverMetricsLegend(s *svg, lx float64, hasKV bool) {
+	legend := func(color, class, label string) {
+		fmt.Fprintf(&s.b, `<line x1="%s" y1="12" x2="%s" y2="12" class="%s" stroke="%s"/>`, num(lx), num(lx+18), esc(class), esc(color))
+		s.text(lx+22, 16, "start", "legend-text", label)
+		lx += 30 + float64(len([]rune(label)))*6.6
+	}
+	legend("#1f6feb", "tl-line", "requests running")
+	legend("#d1242f", "tl-line", "requests waiting")
+	if hasKV {
+		legend("#8c959f", "tl-line dashed", "KV-cache usage (right axis)")
+	}
+}
+
+// serverMetricsSeries draws the samples' metric name as a line (x, yf
+// place a sample), lifting the pen over samples without a finite value.
+func serverMetricsSeries(s *svg, pts []result.ServerSample, name, color, class string, x, yf func(float64) float64) {
+	var b strings.Builder
+	pen := false
+	for _, p := range pts {
+		v, ok := p.Values[name]
+		if !ok || !isFinite(v) {
+			pen = false
+			continue
+		}
+		cmd := "L"
+		if !pen {
+			cmd = "M"
+		}
+		pen = true
+		fmt.Fprintf(&b, "%s%s %s", cmd, num(x(p.T)), num(yf(v)))
+	}
+	if b.Len() > 0 {
+		s.path(b.String(), class+" series-"+name, color, "none")
+	}
 }
 
 // serverMetricsLines are the terminal summary's lines.

@@ -115,76 +115,93 @@ func (c *collector) cgroup() {
 	case cpuV1 != nil || memV1 != nil:
 		cg := &Cgroup{Version: 1}
 		if cpuV1 != nil {
-			cg.Path = cpuV1.path
-			dir := filepath.Join(root, strings.Join(cpuV1.controllers, ","), cpuV1.path)
-			if _, err := os.Stat(dir); err != nil {
-				dir = filepath.Join(root, "cpu", cpuV1.path)
-			}
-			quota := atoi64(readString(filepath.Join(dir, "cpu.cfs_quota_us")))
-			period := atoi64(readString(filepath.Join(dir, "cpu.cfs_period_us")))
-			switch {
-			case quota > 0 && period > 0:
-				cg.CPUMax = fmt.Sprintf("%d %d", quota, period)
-				cg.CPULimit = float64(quota) / float64(period)
-			case quota == -1 && period > 0:
-				cg.CPUMax = fmt.Sprintf("max %d", period)
-			default:
-				c.note(fmt.Errorf("reading the CPU limit of cgroup %s: no cpu.cfs_quota_us in %s", cpuV1.path, dir))
-			}
+			c.cgroupV1CPU(cg, root, cpuV1)
 		}
 		if memV1 != nil {
-			if cg.Path == "" {
-				cg.Path = memV1.path
-			}
-			dir := filepath.Join(root, "memory", memV1.path)
-			switch v := atoi64(readString(filepath.Join(dir, "memory.limit_in_bytes"))); {
-			case v < 0:
-				c.note(fmt.Errorf("reading the memory limit of cgroup %s: no memory.limit_in_bytes in %s", memV1.path, dir))
-			case v >= 1<<62: // the kernel's "no limit", rounded to a page
-				cg.MemoryMax = "max"
-			default:
-				cg.MemoryMax = strconv.FormatInt(v, 10)
-			}
+			c.cgroupV1Memory(cg, root, memV1)
 		}
 		c.m.Cgroup = cg
 	case v2 != nil:
-		cg := &Cgroup{Version: 2, Path: v2.path}
-		dir := filepath.Join(root, v2.path)
-		if _, err := os.Stat(dir); err != nil {
-			c.note(fmt.Errorf("reading the limits of cgroup %s: %w (is cgroup2 mounted at %s?)", v2.path, err, root))
-			c.m.Cgroup = cg
-			return
-		}
-		cg.CPUMax, cg.CPULimit, cg.MemoryMax = "max", 0, "max"
-		var memLimit int64 = -1
-		// From the leaf up to the mount's root: the tightest limit wins.
-		for d := dir; ; d = filepath.Dir(d) {
-			if s := readString(filepath.Join(d, "cpu.max")); s != "" {
-				f := strings.Fields(s)
-				if len(f) == 2 && f[0] != "max" {
-					q, p := atoi64(f[0]), atoi64(f[1])
-					if q > 0 && p > 0 {
-						if l := float64(q) / float64(p); cg.CPULimit == 0 || l < cg.CPULimit {
-							cg.CPULimit, cg.CPUMax = l, s
-						}
-					}
-				} else if cg.CPULimit == 0 && d == dir {
-					cg.CPUMax = s
-				}
-			}
-			if s := readString(filepath.Join(d, "memory.max")); s != "" && s != "max" {
-				if v := atoi64(s); v >= 0 && (memLimit < 0 || v < memLimit) {
-					memLimit, cg.MemoryMax = v, s
-				}
-			}
-			if d == root || len(d) <= len(root) {
-				break
-			}
-		}
-		c.m.Cgroup = cg
+		c.m.Cgroup = c.cgroupV2(root, v2)
 	default:
 		c.note(fmt.Errorf("reading the cgroup of process %d: no cgroup line in %s", c.pid, c.pidPath("cgroup")))
 	}
+}
+
+// cgroupV1CPU sets cg's path and CPU limit from l, the process's line of
+// the v1 cpu controller mounted under root.
+func (c *collector) cgroupV1CPU(cg *Cgroup, root string, l *cgroupLine) {
+	cg.Path = l.path
+	dir := filepath.Join(root, strings.Join(l.controllers, ","), l.path)
+	if _, err := os.Stat(dir); err != nil {
+		dir = filepath.Join(root, "cpu", l.path)
+	}
+	quota := atoi64(readString(filepath.Join(dir, "cpu.cfs_quota_us")))
+	period := atoi64(readString(filepath.Join(dir, "cpu.cfs_period_us")))
+	switch {
+	case quota > 0 && period > 0:
+		cg.CPUMax = fmt.Sprintf("%d %d", quota, period)
+		cg.CPULimit = float64(quota) / float64(period)
+	case quota == -1 && period > 0:
+		cg.CPUMax = fmt.Sprintf("max %d", period)
+	default:
+		c.note(fmt.Errorf("reading the CPU limit of cgroup %s: no cpu.cfs_quota_us in %s", l.path, dir))
+	}
+}
+
+// cgroupV1Memory sets cg's memory limit (and its path, if the CPU's did
+// not) from l, the process's line of the v1 memory controller under root.
+func (c *collector) cgroupV1Memory(cg *Cgroup, root string, l *cgroupLine) {
+	if cg.Path == "" {
+		cg.Path = l.path
+	}
+	dir := filepath.Join(root, "memory", l.path)
+	switch v := atoi64(readString(filepath.Join(dir, "memory.limit_in_bytes"))); {
+	case v < 0:
+		c.note(fmt.Errorf("reading the memory limit of cgroup %s: no memory.limit_in_bytes in %s", l.path, dir))
+	case v >= 1<<62: // the kernel's "no limit", rounded to a page
+		cg.MemoryMax = "max"
+	default:
+		cg.MemoryMax = strconv.FormatInt(v, 10)
+	}
+}
+
+// cgroupV2 is the cgroup of l, the process's cgroup2 line, with the
+// tightest CPU and memory limits from its directory up to root.
+func (c *collector) cgroupV2(root string, l *cgroupLine) *Cgroup {
+	cg := &Cgroup{Version: 2, Path: l.path}
+	dir := filepath.Join(root, l.path)
+	if _, err := os.Stat(dir); err != nil {
+		c.note(fmt.Errorf("reading the limits of cgroup %s: %w (is cgroup2 mounted at %s?)", l.path, err, root))
+		return cg
+	}
+	cg.CPUMax, cg.CPULimit, cg.MemoryMax = "max", 0, "max"
+	var memLimit int64 = -1
+	// From the leaf up to the mount's root: the tightest limit wins.
+	for d := dir; ; d = filepath.Dir(d) {
+		if s := readString(filepath.Join(d, "cpu.max")); s != "" {
+			f := strings.Fields(s)
+			if len(f) == 2 && f[0] != "max" {
+				q, p := atoi64(f[0]), atoi64(f[1])
+				if q > 0 && p > 0 {
+					if l := float64(q) / float64(p); cg.CPULimit == 0 || l < cg.CPULimit {
+						cg.CPULimit, cg.CPUMax = l, s
+					}
+				}
+			} else if cg.CPULimit == 0 && d == dir {
+				cg.CPUMax = s
+			}
+		}
+		if s := readString(filepath.Join(d, "memory.max")); s != "" && s != "max" {
+			if v := atoi64(s); v >= 0 && (memLimit < 0 || v < memLimit) {
+				memLimit, cg.MemoryMax = v, s
+			}
+		}
+		if d == root || len(d) <= len(root) {
+			break
+		}
+	}
+	return cg
 }
 
 func readString(p string) string {
