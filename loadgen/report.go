@@ -61,6 +61,19 @@ func (r *Result) fields(lazy bool) map[string]any {
 	out["model_id"] = c.Target.Model
 	out["tokenizer_id"] = c.Target.Model
 	out["num_prompts"] = len(r.Records)
+	c.scenarioFields(out)
+	r.requestFields(out, lazy)
+	if pe := r.PromptEntropy(); pe != nil {
+		// --logprobs: the first token's normalised entropy, clustered.
+		out["prompt_entropy"] = pe
+	}
+	out["bpfbench"] = r.bpfbenchFields()
+	return out
+}
+
+// scenarioFields sets vLLM's request_rate, burstiness and max_concurrency
+// in out.
+func (c *Config) scenarioFields(out map[string]any) {
 	if math.IsInf(c.Scenario.Rate, 1) || c.Scenario.Rate == 0 {
 		out["request_rate"] = "inf"
 	} else {
@@ -76,6 +89,12 @@ func (r *Result) fields(lazy bool) map[string]any {
 	} else {
 		out["max_concurrency"] = nil
 	}
+}
+
+// requestFields sets vLLM's per-request lists in out (input_lens, ttfts,
+// itls, errors, ...), with "itls" an itlLists when lazy, and the engine's
+// server_timings where any request has them.
+func (r *Result) requestFields(out map[string]any, lazy bool) {
 	n := len(r.Records)
 	inputLens := make([]int, n)
 	outputLens := make([]int, n)
@@ -121,10 +140,12 @@ func (r *Result) fields(lazy bool) map[string]any {
 		// where its stream carried none, beside the client's ttfts and itls.
 		out["server_timings"] = timings
 	}
-	if pe := r.PromptEntropy(); pe != nil {
-		// --logprobs: the first token's normalised entropy, clustered.
-		out["prompt_entropy"] = pe
-	}
+}
+
+// bpfbenchFields returns bpfbench's own data: the clock anchor, failure
+// reasons, token sources, client costs and every per-request record.
+func (r *Result) bpfbenchFields() map[string]any {
+	c := &r.Config
 	m := r.Metrics
 	bb := map[string]any{
 		"clock":                     "CLOCK_MONOTONIC",
@@ -154,8 +175,7 @@ func (r *Result) fields(lazy bool) map[string]any {
 	if cpu := r.ClientCPU.Seconds(); cpu > 0 {
 		bb["chunks_per_cpu_second"] = float64(m.Chunks) / cpu
 	}
-	out["bpfbench"] = bb
-	return out
+	return bb
 }
 
 // distJSON is d as {mean, median, p50, p99, ...} in ms.
@@ -202,49 +222,10 @@ func (r *Result) WriteFile(path string) error {
 
 // WriteSummary prints the summary table with the sections of vLLM's.
 func (r *Result) WriteSummary(w io.Writer) {
+	t := summaryTable{w}
+	t.header(" Serving Benchmark Result ", '=')
+	r.writeTotals(t)
 	m := r.Metrics
-	c := &r.Config
-	line := func(label string, v any) {
-		switch x := v.(type) {
-		case float64:
-			fmt.Fprintf(w, "%-40s %-10.2f\n", label, x)
-		default:
-			fmt.Fprintf(w, "%-40s %-10v\n", label, x)
-		}
-	}
-	header := func(s string, fill byte) {
-		pad := 50 - len(s)
-		left := pad / 2
-		b := make([]byte, 0, 50)
-		for i := 0; i < left; i++ {
-			b = append(b, fill)
-		}
-		b = append(b, s...)
-		for len(b) < 50 {
-			b = append(b, fill)
-		}
-		fmt.Fprintln(w, string(b))
-	}
-	header(" Serving Benchmark Result ", '=')
-	line("Successful requests:", m.Completed)
-	line("Failed requests:", m.Failed)
-	if c.Scenario.MaxConcurrency > 0 {
-		line("Maximum request concurrency:", c.Scenario.MaxConcurrency)
-	}
-	if !math.IsInf(c.Scenario.Rate, 1) && c.Scenario.Rate > 0 {
-		line("Request rate configured (RPS):", c.Scenario.Rate)
-	}
-	line("Benchmark duration (s):", m.DurationS)
-	line("Total input tokens:", m.TotalInput)
-	line("Total generated tokens:", m.TotalOutput)
-	line("Request throughput (req/s):", m.RequestThroughput)
-	if m.HasGoodput {
-		line("Request goodput (req/s):", m.RequestGoodput)
-	}
-	line("Output token throughput (tok/s):", m.OutputThroughput)
-	line("Peak output token throughput (tok/s):", m.MaxOutputTokensPerS)
-	line("Peak concurrent requests:", float64(m.MaxConcurrentRequests))
-	line("Total Token throughput (tok/s):", m.TotalTokenThroughput)
 	for _, s := range []struct {
 		name, header string
 		d            *metrics.Dist
@@ -254,58 +235,131 @@ func (r *Result) WriteSummary(w io.Writer) {
 		{"ITL", "Inter-token Latency", &m.ITL},
 		{"E2EL", "End-to-end Latency", &m.E2EL},
 	} {
-		header(s.header, '-')
-		line("Mean "+s.name+" (ms):", s.d.Mean)
-		line("Median "+s.name+" (ms):", s.d.Median)
-		line("Std "+s.name+" (ms):", s.d.Std)
-		for _, pv := range s.d.Percentiles {
-			line("P"+metrics.PercentileName(pv.P)+" "+s.name+" (ms):", pv.Value)
-		}
+		t.header(s.header, '-')
+		t.dist(s.name, s.d)
 	}
-	header(" bpfbench ", '-')
-	line("Mean client queue time (ms):", m.Queue.Mean)
+	t.header(" bpfbench ", '-')
+	r.writeClient(t)
+	r.writeFailures(t)
+	fmt.Fprintln(w, "==================================================")
+}
+
+// summaryTable writes the lines of the summary table to w.
+type summaryTable struct{ w io.Writer }
+
+// line writes one labelled value, floats with two decimals.
+func (t summaryTable) line(label string, v any) {
+	switch x := v.(type) {
+	case float64:
+		fmt.Fprintf(t.w, "%-40s %-10.2f\n", label, x)
+	default:
+		fmt.Fprintf(t.w, "%-40s %-10v\n", label, x)
+	}
+}
+
+// header writes s centred in a 50-character line of fill.
+func (t summaryTable) header(s string, fill byte) {
+	pad := 50 - len(s)
+	left := pad / 2
+	b := make([]byte, 0, 50)
+	for i := 0; i < left; i++ {
+		b = append(b, fill)
+	}
+	b = append(b, s...)
+	for len(b) < 50 {
+		b = append(b, fill)
+	}
+	fmt.Fprintln(t.w, string(b))
+}
+
+// dist writes the mean, median, standard deviation and percentiles of the
+// latency d, named name.
+func (t summaryTable) dist(name string, d *metrics.Dist) {
+	t.line("Mean "+name+" (ms):", d.Mean)
+	t.line("Median "+name+" (ms):", d.Median)
+	t.line("Std "+name+" (ms):", d.Std)
+	for _, pv := range d.Percentiles {
+		t.line("P"+metrics.PercentileName(pv.P)+" "+name+" (ms):", pv.Value)
+	}
+}
+
+// writeTotals writes the counts, the configured load and the throughputs.
+func (r *Result) writeTotals(t summaryTable) {
+	m := r.Metrics
+	c := &r.Config
+	t.line("Successful requests:", m.Completed)
+	t.line("Failed requests:", m.Failed)
+	if c.Scenario.MaxConcurrency > 0 {
+		t.line("Maximum request concurrency:", c.Scenario.MaxConcurrency)
+	}
+	if !math.IsInf(c.Scenario.Rate, 1) && c.Scenario.Rate > 0 {
+		t.line("Request rate configured (RPS):", c.Scenario.Rate)
+	}
+	t.line("Benchmark duration (s):", m.DurationS)
+	t.line("Total input tokens:", m.TotalInput)
+	t.line("Total generated tokens:", m.TotalOutput)
+	t.line("Request throughput (req/s):", m.RequestThroughput)
+	if m.HasGoodput {
+		t.line("Request goodput (req/s):", m.RequestGoodput)
+	}
+	t.line("Output token throughput (tok/s):", m.OutputThroughput)
+	t.line("Peak output token throughput (tok/s):", m.MaxOutputTokensPerS)
+	t.line("Peak concurrent requests:", float64(m.MaxConcurrentRequests))
+	t.line("Total Token throughput (tok/s):", m.TotalTokenThroughput)
+}
+
+// writeClient writes bpfbench's own lines: client queueing, token sources,
+// time to headers, prompt entropy and the client's CPU.
+func (r *Result) writeClient(t summaryTable) {
+	m := r.Metrics
+	t.line("Mean client queue time (ms):", m.Queue.Mean)
 	srcs := make([]string, 0, len(m.TokenSources))
 	for k := range m.TokenSources {
 		srcs = append(srcs, k)
 	}
 	sort.Strings(srcs)
 	for _, k := range srcs {
-		line("Requests with tokens from "+k+":", m.TokenSources[k])
+		t.line("Requests with tokens from "+k+":", m.TokenSources[k])
 	}
-	line("Retried stale connections:", m.RetriedStaleConns)
+	t.line("Retried stale connections:", m.RetriedStaleConns)
 	if m.Headers.N > 0 {
-		line("Median time to headers (ms):", m.Headers.Median)
+		t.line("Median time to headers (ms):", m.Headers.Median)
 		for _, pv := range m.Headers.Percentiles {
 			if pv.P == 99 {
-				line("P99 time to headers (ms):", pv.Value)
+				t.line("P99 time to headers (ms):", pv.Value)
 			}
 		}
-		line("Headers with the first chunk:", fmt.Sprintf("%d of %d", m.HeadersWithFirstChunk, m.HeadersTimed))
+		t.line("Headers with the first chunk:", fmt.Sprintf("%d of %d", m.HeadersWithFirstChunk, m.HeadersTimed))
 	}
 	if pe := r.PromptEntropy(); pe != nil {
-		line(fmt.Sprintf("Prompts with top-%d logprobs:", pe.K), pe.N)
+		t.line(fmt.Sprintf("Prompts with top-%d logprobs:", pe.K), pe.N)
 		if pe.N > 0 {
-			line("Mean first-token entropy (0-1):", pe.Mean)
-			line("Prompt entropy low/mid/high (%):", fmt.Sprintf("%.0f / %.0f / %.0f", pe.Clusters[EntropyLow]*100, pe.Clusters[EntropyMid]*100, pe.Clusters[EntropyHigh]*100))
+			t.line("Mean first-token entropy (0-1):", pe.Mean)
+			t.line("Prompt entropy low/mid/high (%):", fmt.Sprintf("%.0f / %.0f / %.0f", pe.Clusters[EntropyLow]*100, pe.Clusters[EntropyMid]*100, pe.Clusters[EntropyHigh]*100))
 		}
 	}
 	if cpu := r.ClientCPU.Seconds(); cpu > 0 {
-		line("Client CPU (s):", cpu)
-		line("Chunks per client CPU-second:", float64(m.Chunks)/cpu)
+		t.line("Client CPU (s):", cpu)
+		t.line("Chunks per client CPU-second:", float64(m.Chunks)/cpu)
 	}
+}
+
+// writeFailures writes the failures by kind, the header-blocking warning
+// and the first failure.
+func (r *Result) writeFailures(t summaryTable) {
+	m := r.Metrics
 	kinds := make([]string, 0, len(m.Failures))
 	for k := range m.Failures {
 		kinds = append(kinds, k)
 	}
 	sort.Strings(kinds)
 	for _, k := range kinds {
-		line("Failed ("+k+"):", m.Failures[k])
+		t.line("Failed ("+k+"):", m.Failures[k])
 	}
 	if m.HeaderBlocking != "" {
-		fmt.Fprintln(w, m.HeaderBlocking)
+		fmt.Fprintln(t.w, m.HeaderBlocking)
 	}
 	if f := r.Failures(); len(f) > 0 {
-		fmt.Fprintf(w, "first failure: request %s: %s: %s\n", f[0].RequestID, f[0].Kind, f[0].Error)
+		fmt.Fprintf(t.w, "first failure: request %s: %s: %s\n", f[0].RequestID, f[0].Kind, f[0].Error)
 	}
-	fmt.Fprintln(w, "==================================================")
 }

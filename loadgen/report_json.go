@@ -269,6 +269,7 @@ func (e *jsonWriter) records(recs []Record) {
 	e.b = append(e.b, ']')
 }
 
+// record appends r as encoding/json marshals a Record.
 func (e *jsonWriter) record(r *Record) {
 	e.int(`{"index":`, int64(r.Index))
 	e.b = append(e.b, `,"request_id":`...)
@@ -286,6 +287,31 @@ func (e *jsonWriter) record(r *Record) {
 	e.intOmit(`,"sent_ns":`, r.SentNs)
 	e.intOmit(`,"first_byte_ns":`, r.FirstByteNs)
 	e.intOmit(`,"headers_ns":`, r.HeadersNs)
+	e.chunkTimes(r)
+	e.intOmit(`,"last_ns":`, r.LastNs)
+	e.int(`,"end_ns":`, r.EndNs)
+	e.int(`,"output_tokens":`, int64(r.OutputTokens))
+	e.intOmit(`,"usage_prompt_tokens":`, int64(r.UsagePromptTokens))
+	e.stringOmit(`,"token_source":`, r.TokenSource)
+	e.intOmit(`,"text_bytes":`, int64(r.TextBytes))
+	e.int(`,"local_port":`, int64(r.LocalPort))
+	if r.ConnReused {
+		e.b = append(e.b, `,"conn_reused":true`...)
+	}
+	if r.RetriedStaleConn {
+		e.b = append(e.b, `,"retried_stale_connection":true`...)
+	}
+	e.responseMeta(r)
+	e.int(`,"status":`, int64(r.Status))
+	e.b = append(e.b, `,"success":`...)
+	e.b = strconv.AppendBool(e.b, r.Success)
+	e.stringOmit(`,"failure":`, r.Failure)
+	e.stringOmit(`,"error":`, r.Error)
+	e.b = append(e.b, '}')
+}
+
+// chunkTimes appends r's chunk_ns, paused_ns and chunk_tokens.
+func (e *jsonWriter) chunkTimes(r *Record) {
 	e.b = append(e.b, `,"chunk_ns":`...)
 	if r.ChunkNs == nil {
 		e.b = append(e.b, "null"...)
@@ -314,19 +340,12 @@ func (e *jsonWriter) record(r *Record) {
 		}
 		e.b = append(e.b, ']')
 	}
-	e.intOmit(`,"last_ns":`, r.LastNs)
-	e.int(`,"end_ns":`, r.EndNs)
-	e.int(`,"output_tokens":`, int64(r.OutputTokens))
-	e.intOmit(`,"usage_prompt_tokens":`, int64(r.UsagePromptTokens))
-	e.stringOmit(`,"token_source":`, r.TokenSource)
-	e.intOmit(`,"text_bytes":`, int64(r.TextBytes))
-	e.int(`,"local_port":`, int64(r.LocalPort))
-	if r.ConnReused {
-		e.b = append(e.b, `,"conn_reused":true`...)
-	}
-	if r.RetriedStaleConn {
-		e.b = append(e.b, `,"retried_stale_connection":true`...)
-	}
+}
+
+// responseMeta appends what r's response said of itself: its trace and
+// response ids, model, finish reasons, server timings and first-token
+// logprobs.
+func (e *jsonWriter) responseMeta(r *Record) {
 	e.stringOmit(`,"trace_id":`, r.TraceID)
 	e.stringOmit(`,"span_id":`, r.SpanID)
 	e.stringOmit(`,"response_id":`, r.ResponseID)
@@ -343,12 +362,6 @@ func (e *jsonWriter) record(r *Record) {
 		e.b = append(e.b, `,"first_token_logprobs":`...)
 		e.marshal(r.FirstToken)
 	}
-	e.int(`,"status":`, int64(r.Status))
-	e.b = append(e.b, `,"success":`...)
-	e.b = strconv.AppendBool(e.b, r.Success)
-	e.stringOmit(`,"failure":`, r.Failure)
-	e.stringOmit(`,"error":`, r.Error)
-	e.b = append(e.b, '}')
 }
 
 // int appends key (with its punctuation) and n.

@@ -129,15 +129,7 @@ func (c Client) Run(ctx context.Context) (rep ClientReport, err error) {
 	if u.Port() == "" {
 		host = net.JoinHostPort(u.Hostname(), "80")
 	}
-	d := net.Dialer{Timeout: 10 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
-		var serr error
-		if err := rc.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, c.RcvBuf)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
+	d := rcvBufDialer(c.RcvBuf)
 	rep = ClientReport{ServerRwndLimitedS: -1}
 	start := time.Now()
 	defer func() {
@@ -146,6 +138,40 @@ func (c Client) Run(ctx context.Context) (rep ClientReport, err error) {
 			rep.ReadRate = float64(rep.BytesRead) / rep.WallS
 		}
 	}()
+	req := c.request(u, hdr)
+	buf := make([]byte, 1024)
+	for ctx.Err() == nil {
+		conn, err := d.DialContext(ctx, "tcp", host)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			return rep, fmt.Errorf("connecting to %s: %w", host, err)
+		}
+		if err := c.exchange(ctx, conn, req, buf, start, &rep); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// rcvBufDialer returns a dialer whose sockets have a receive buffer of
+// rcvBuf bytes.
+func rcvBufDialer(rcvBuf int) net.Dialer {
+	return net.Dialer{Timeout: 10 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, rcvBuf)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+}
+
+// request returns the HTTP/1.1 request for one streamed completion, with
+// the extra headers hdr.
+func (c Client) request(u *url.URL, hdr http.Header) string {
 	body, _ := json.Marshal(map[string]any{
 		"model": c.Model, "prompt": "bpfbench slow client", "max_tokens": c.OutputLen,
 		"stream": true, "ignore_eos": true,
@@ -156,79 +182,81 @@ func (c Client) Run(ctx context.Context) (rep ClientReport, err error) {
 			fmt.Fprintf(&extra, "%s: %s\r\n", http.CanonicalHeaderKey(k), v)
 		}
 	}
-	buf := make([]byte, 1024)
-	for ctx.Err() == nil {
-		conn, err := d.DialContext(ctx, "tcp", host)
-		if err != nil {
-			if ctx.Err() != nil {
-				break
-			}
-			return rep, fmt.Errorf("connecting to %s: %w", host, err)
-		}
-		rep.Requests++
-		rep.Local, rep.Remote = conn.LocalAddr().String(), conn.RemoteAddr().String()
-		stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
-		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n%s\r\n%s",
-			strings.TrimRight(u.Path, "/")+"/v1/completions", u.Host, len(body), extra.String(), body)
-		r := bufio.NewReaderSize(conn, 1024)
-		resp, err := http.ReadResponse(r, nil)
-		if err != nil {
-			stop()
-			conn.Close()
-			if ctx.Err() != nil {
-				break
-			}
-			return rep, fmt.Errorf("reading the response of %s: %w", c.Target, err)
-		}
-		if resp.StatusCode != http.StatusOK {
-			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-			stop()
-			conn.Close()
-			return rep, fmt.Errorf("%s answered HTTP %d: %s", c.Target, resp.StatusCode, strings.TrimSpace(string(msg)))
-		}
-		streamStart := time.Now()
-		var eof bool
-		for ctx.Err() == nil && !eof {
-			if c.StopAfter > 0 && time.Since(start) >= c.StopAfter {
-				if rep.StoppedS == 0 {
-					rep.StoppedS = time.Since(start).Seconds()
-				}
-				break
-			}
-			chunk := buf
-			if c.ReadRate > 0 {
-				chunk = buf[:min(len(buf), max(c.ReadRate/20, 1))]
-				// Pace to ReadRate over this stream.
-				due := streamStart.Add(time.Duration(float64(rep.BytesRead) / float64(c.ReadRate) * float64(time.Second)))
-				if w := time.Until(due); w > 0 {
-					select {
-					case <-ctx.Done():
-					case <-time.After(w):
-					}
-					continue
-				}
-			}
-			n, err := resp.Body.Read(chunk)
-			rep.BytesRead += int64(n)
-			if err != nil {
-				eof = true
-			}
-		}
-		if rep.StoppedS > 0 {
-			// Stopped reading: hold the connection open until the end.
-			<-ctx.Done()
-		}
-		if t, err := serverRwndLimited(conn); err == nil {
-			if rep.ServerRwndLimitedS < 0 {
-				rep.ServerRwndLimitedS = 0
-			}
-			rep.ServerRwndLimitedS += t.Seconds()
-		}
+	return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n%s\r\n%s",
+		strings.TrimRight(u.Path, "/")+"/v1/completions", u.Host, len(body), extra.String(), body)
+}
+
+// exchange sends req on conn, reads the streamed answer slowly into rep and
+// closes conn. It returns nil when ctx ends the exchange.
+func (c Client) exchange(ctx context.Context, conn net.Conn, req string, buf []byte, start time.Time, rep *ClientReport) error {
+	rep.Requests++
+	rep.Local, rep.Remote = conn.LocalAddr().String(), conn.RemoteAddr().String()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	io.WriteString(conn, req)
+	r := bufio.NewReaderSize(conn, 1024)
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
 		stop()
-		resp.Body.Close()
 		conn.Close()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("reading the response of %s: %w", c.Target, err)
 	}
-	return rep, nil
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		stop()
+		conn.Close()
+		return fmt.Errorf("%s answered HTTP %d: %s", c.Target, resp.StatusCode, strings.TrimSpace(string(msg)))
+	}
+	c.readSlowly(ctx, resp.Body, buf, start, rep)
+	if rep.StoppedS > 0 {
+		// Stopped reading: hold the connection open until the end.
+		<-ctx.Done()
+	}
+	if t, err := serverRwndLimited(conn); err == nil {
+		if rep.ServerRwndLimitedS < 0 {
+			rep.ServerRwndLimitedS = 0
+		}
+		rep.ServerRwndLimitedS += t.Seconds()
+	}
+	stop()
+	resp.Body.Close()
+	conn.Close()
+	return nil
+}
+
+// readSlowly reads body into buf at c.ReadRate bytes a second until it
+// ends, ctx is done or c.StopAfter has passed since start, counting the
+// bytes in rep.
+func (c Client) readSlowly(ctx context.Context, body io.Reader, buf []byte, start time.Time, rep *ClientReport) {
+	streamStart := time.Now()
+	for ctx.Err() == nil {
+		if c.StopAfter > 0 && time.Since(start) >= c.StopAfter {
+			if rep.StoppedS == 0 {
+				rep.StoppedS = time.Since(start).Seconds()
+			}
+			return
+		}
+		chunk := buf
+		if c.ReadRate > 0 {
+			chunk = buf[:min(len(buf), max(c.ReadRate/20, 1))]
+			// Pace to ReadRate over this stream.
+			due := streamStart.Add(time.Duration(float64(rep.BytesRead) / float64(c.ReadRate) * float64(time.Second)))
+			if w := time.Until(due); w > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(w):
+				}
+				continue
+			}
+		}
+		n, err := body.Read(chunk)
+		rep.BytesRead += int64(n)
+		if err != nil {
+			return
+		}
+	}
 }
 
 // serverRwndLimited reads tcp_info of the server's side of conn through

@@ -45,7 +45,27 @@ func ReadLengths(path string, seed uint64) (*Lengths, error) {
 		return nil, fmt.Errorf("reading the length file: %w", err)
 	}
 	l := &Lengths{Path: path, SHA256: sha256Hex(b), rng: rand.New(rand.NewPCG(seed, 0x6c656e73))}
-	var counts []int64
+	counts, err := l.parse(b)
+	if err != nil {
+		return nil, err
+	}
+	if !l.Histogram {
+		if len(l.values) == 0 {
+			return nil, fmt.Errorf("length file %s holds no length", path)
+		}
+		return l, nil
+	}
+	if err := l.setCounts(counts); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// parse reads the lines of the file b: single lengths into l.values, or a
+// histogram's lengths into l.lens and their counts (those above 0) into
+// counts.
+func (l *Lengths) parse(b []byte) (counts []int64, err error) {
+	path := l.Path
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	line, seen := 0, 0
@@ -86,21 +106,22 @@ func ReadLengths(path string, seed uint64) (*Lengths, error) {
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("reading %s: %w", path, err)
 	}
-	if !l.Histogram {
-		if len(l.values) == 0 {
-			return nil, fmt.Errorf("length file %s holds no length", path)
-		}
-		return l, nil
-	}
+	return counts, nil
+}
+
+// setCounts makes the histogram of l.lens with counts usable: expanded
+// into l.values and shuffled, or, past maxExpandedLengths, cumulated for
+// sampling.
+func (l *Lengths) setCounts(counts []int64) error {
 	var total int64
 	for _, c := range counts {
 		total += c
 		if total < 0 {
-			return nil, fmt.Errorf("length file %s: the counts overflow", path)
+			return fmt.Errorf("length file %s: the counts overflow", l.Path)
 		}
 	}
 	if total == 0 {
-		return nil, fmt.Errorf("length file %s: every count is zero", path)
+		return fmt.Errorf("length file %s: every count is zero", l.Path)
 	}
 	if total <= maxExpandedLengths {
 		l.values = make([]int, 0, total)
@@ -111,7 +132,7 @@ func ReadLengths(path string, seed uint64) (*Lengths, error) {
 		}
 		l.rng.Shuffle(len(l.values), func(i, j int) { l.values[i], l.values[j] = l.values[j], l.values[i] })
 		l.lens = nil
-		return l, nil
+		return nil
 	}
 	l.cum = make([]int64, len(counts))
 	var acc int64
@@ -119,7 +140,7 @@ func ReadLengths(path string, seed uint64) (*Lengths, error) {
 		acc += c
 		l.cum[i] = acc
 	}
-	return l, nil
+	return nil
 }
 
 // At returns the i-th length (i >= 0).

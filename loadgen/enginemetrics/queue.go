@@ -61,17 +61,8 @@ type QueueEstimate struct {
 // far the replay's waiting count was from the engine's.
 func EstimateQueue(reqs []Request, samples []Sample, period time.Duration) QueueEstimate {
 	est := QueueEstimate{WaitNs: make([]int64, len(reqs))}
-	peakRun := -1.0
-	var waits []Sample // samples that report the waiting gauge
-	for _, s := range samples {
-		if v, ok := s.Values[RequestsRunning]; ok {
-			peakRun = max(peakRun, v)
-		}
-		if v, ok := s.Values[RequestsWaiting]; ok {
-			est.PeakWaiting = max(est.PeakWaiting, v)
-			waits = append(waits, s)
-		}
-	}
+	peakRun, peakWait, waits := gauges(samples)
+	est.PeakWaiting = peakWait
 	switch {
 	case peakRun < 0:
 		est.Reason = "the engine reports no requests running"
@@ -86,14 +77,45 @@ func EstimateQueue(reqs []Request, samples []Sample, period time.Duration) Queue
 	est.Available = true
 	est.Slots = int(math.Round(peakRun))
 
-	order := make([]int, 0, len(reqs))
+	order, slotAt := replaySlots(reqs, est.Slots)
+	est.addWaits(reqs, order, slotAt, waits, period.Nanoseconds())
+	if est.TTFTNs > 0 {
+		est.Share = float64(est.TotalNs) / float64(est.TTFTNs)
+	}
+	est.Compared = len(waits)
+	est.WaitingError = waitingError(reqs, order, slotAt, waits)
+	return est
+}
+
+// gauges returns the peak of the engine's running gauge (-1 when no sample
+// reports it), the peak of its waiting gauge and the samples that report
+// the waiting gauge.
+func gauges(samples []Sample) (peakRun, peakWait float64, waits []Sample) {
+	peakRun = -1.0
+	for _, s := range samples {
+		if v, ok := s.Values[RequestsRunning]; ok {
+			peakRun = max(peakRun, v)
+		}
+		if v, ok := s.Values[RequestsWaiting]; ok {
+			peakWait = max(peakWait, v)
+			waits = append(waits, s)
+		}
+	}
+	return peakRun, peakWait, waits
+}
+
+// replaySlots replays reqs through an engine of slots slots, first come
+// first served: it returns the requests that ran, in order of start, and
+// when each got its slot.
+func replaySlots(reqs []Request, slots int) (order []int, slotAt []int64) {
+	order = make([]int, 0, len(reqs))
 	for i, r := range reqs {
 		if r.StartNs > 0 && r.EndNs >= r.StartNs {
 			order = append(order, i)
 		}
 	}
 	sort.SliceStable(order, func(a, b int) bool { return reqs[order[a]].StartNs < reqs[order[b]].StartNs })
-	slotAt := make([]int64, len(reqs)) // when each request got its slot
+	slotAt = make([]int64, len(reqs)) // when each request got its slot
 	busy := &endHeap{}
 	for _, i := range order {
 		r := reqs[i]
@@ -102,7 +124,7 @@ func EstimateQueue(reqs []Request, samples []Sample, period time.Duration) Queue
 		for busy.Len() > 0 && (*busy)[0] <= at {
 			heap.Pop(busy)
 		}
-		if busy.Len() >= est.Slots {
+		if busy.Len() >= slots {
 			at = (*busy)[0]
 		}
 		slotAt[i] = at
@@ -115,8 +137,12 @@ func EstimateQueue(reqs []Request, samples []Sample, period time.Duration) Queue
 		}
 		heap.Push(busy, r.EndNs)
 	}
+	return order, slotAt
+}
 
-	periodNs := period.Nanoseconds()
+// addWaits sets each replayed request's wait, at most its TTFT and 0 where
+// no sample confirms it, and sums the measured ones into est.
+func (est *QueueEstimate) addWaits(reqs []Request, order []int, slotAt []int64, waits []Sample, periodNs int64) {
 	for _, i := range order {
 		r := reqs[i]
 		w := slotAt[i] - r.StartNs
@@ -141,11 +167,11 @@ func EstimateQueue(reqs []Request, samples []Sample, period time.Duration) Queue
 			est.Queued++
 		}
 	}
-	if est.TTFTNs > 0 {
-		est.Share = float64(est.TotalNs) / float64(est.TTFTNs)
-	}
+}
 
-	// The replay's waiting count at each sample against the engine's.
+// waitingError is the mean distance between the replay's waiting count at
+// each sample and the engine's.
+func waitingError(reqs []Request, order []int, slotAt []int64, waits []Sample) float64 {
 	var sum float64
 	for _, s := range waits {
 		n := 0
@@ -156,9 +182,7 @@ func EstimateQueue(reqs []Request, samples []Sample, period time.Duration) Queue
 		}
 		sum += math.Abs(float64(n) - s.Values[RequestsWaiting])
 	}
-	est.Compared = len(waits)
-	est.WaitingError = sum / float64(len(waits))
-	return est
+	return sum / float64(len(waits))
 }
 
 // confirmed says whether a sample in [lo, hi] reports requests waiting.

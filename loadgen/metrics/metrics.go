@@ -247,13 +247,12 @@ type Options struct {
 func Compute(recs []transport.Record, durS float64, opts Options) *Metrics {
 	percentiles, goodput := opts.Percentiles, opts.Goodput
 	m := &Metrics{DurationS: durS, Failures: map[string]int{}, TokenSources: map[string]int{}}
-	var ttfts, tpots, e2els, queue, headers []float64
+	var s samples
 	chunks := 0
 	for i := range recs {
 		chunks += len(recs[i].ChunkNs)
 	}
-	itls := make([]int64, 0, chunks)
-	good := 0
+	s.itls = make([]int64, 0, chunks)
 	for i := range recs {
 		r := &recs[i]
 		if r.RetriedStaleConn {
@@ -264,71 +263,87 @@ func Compute(recs []transport.Record, durS float64, opts Options) *Metrics {
 			m.Failures[r.Failure]++
 			continue
 		}
-		m.Completed++
-		m.Chunks += len(r.ChunkNs)
-		m.TokenSources[r.TokenSource]++
-		outLen := r.OutputTokens
-		m.TotalOutput += outLen
-		m.TotalInput += r.PromptLen
-		ttft := float64(r.TTFTNs()) / 1e9
-		lat := float64(r.LatencyNs()) / 1e9
-		tpot := 0.0
-		if outLen > 1 {
-			tpot = (lat - ttft) / float64(outLen-1)
-			tpots = append(tpots, tpot*1e3)
-		}
-		for j := 1; j < len(r.ChunkNs); j++ {
-			itls = append(itls, r.ChunkNs[j]-r.ChunkNs[j-1])
-		}
-		ttfts = append(ttfts, ttft*1e3)
-		if r.HeadersNs != 0 {
-			headers = append(headers, float64(r.HeadersAfterNs())/1e6)
-			if len(r.ChunkNs) > 0 {
-				m.HeadersTimed++
-				if r.ChunkNs[0]-r.HeadersNs <= max(HeadersWithFirstChunkNs, r.TTFTNs()/10) {
-					m.HeadersWithFirstChunk++
-				}
-			}
-		}
-		e2els = append(e2els, lat*1e3)
-		queue = append(queue, float64(r.QueueNs())/1e6)
-		if len(goodput) > 0 {
-			ok := true
-			if v, has := goodput["ttft"]; has && ttft > v/1e3 {
-				ok = false
-			}
-			if v, has := goodput["tpot"]; has && tpot > v/1e3 {
-				ok = false
-			}
-			if v, has := goodput["e2el"]; has && lat > v/1e3 {
-				ok = false
-			}
-			if ok {
-				good++
-			}
-		}
+		s.add(m, r, goodput)
 	}
 	if durS > 0 {
 		m.RequestThroughput = float64(m.Completed) / durS
 		m.OutputThroughput = float64(m.TotalOutput) / durS
 		m.TotalTokenThroughput = float64(m.TotalInput+m.TotalOutput) / durS
 		if len(goodput) > 0 {
-			m.RequestGoodput = float64(good) / durS
+			m.RequestGoodput = float64(s.good) / durS
 		}
 	}
 	m.HasGoodput = len(goodput) > 0
-	m.TTFT = NewDist(ttfts, percentiles)
-	m.TPOT = NewDist(tpots, percentiles)
-	m.ITL = NewDist(msOfNs(itls), percentiles)
-	m.E2EL = NewDist(e2els, percentiles)
-	m.Queue = NewDist(queue, percentiles)
-	m.Headers = NewDist(headers, percentiles)
+	m.TTFT = NewDist(s.ttfts, percentiles)
+	m.TPOT = NewDist(s.tpots, percentiles)
+	m.ITL = NewDist(msOfNs(s.itls), percentiles)
+	m.E2EL = NewDist(s.e2els, percentiles)
+	m.Queue = NewDist(s.queue, percentiles)
+	m.Headers = NewDist(s.headers, percentiles)
 	if m.HeadersTimed > 0 && float64(m.HeadersWithFirstChunk) >= HeaderBlockingShare*float64(m.HeadersTimed) && m.TTFT.Median > HeaderBlockingMinTTFTMs {
 		m.HeaderBlocking = fmt.Sprintf("header blocking: headers arrive with the first token (%d of %d requests), p50 %.0f ms after the request; a gateway (or the server) holds the connection that long",
 			m.HeadersWithFirstChunk, m.HeadersTimed, m.Headers.Median)
 	}
 	m.MaxOutputTokensPerS, m.MaxConcurrentRequests = peaks(recs)
 	return m
+}
+
+// samples holds the per-request values of a run's distributions, in ms
+// (itls in ns), and the count of requests within every goodput SLO.
+type samples struct {
+	ttfts, tpots, e2els, queue, headers []float64
+	itls                                []int64
+	good                                int
+}
+
+// add counts the successful request r into m's totals and s's samples.
+func (s *samples) add(m *Metrics, r *transport.Record, goodput Goodput) {
+	m.Completed++
+	m.Chunks += len(r.ChunkNs)
+	m.TokenSources[r.TokenSource]++
+	outLen := r.OutputTokens
+	m.TotalOutput += outLen
+	m.TotalInput += r.PromptLen
+	ttft := float64(r.TTFTNs()) / 1e9
+	lat := float64(r.LatencyNs()) / 1e9
+	tpot := 0.0
+	if outLen > 1 {
+		tpot = (lat - ttft) / float64(outLen-1)
+		s.tpots = append(s.tpots, tpot*1e3)
+	}
+	for j := 1; j < len(r.ChunkNs); j++ {
+		s.itls = append(s.itls, r.ChunkNs[j]-r.ChunkNs[j-1])
+	}
+	s.ttfts = append(s.ttfts, ttft*1e3)
+	if r.HeadersNs != 0 {
+		s.headers = append(s.headers, float64(r.HeadersAfterNs())/1e6)
+		if len(r.ChunkNs) > 0 {
+			m.HeadersTimed++
+			if r.ChunkNs[0]-r.HeadersNs <= max(HeadersWithFirstChunkNs, r.TTFTNs()/10) {
+				m.HeadersWithFirstChunk++
+			}
+		}
+	}
+	s.e2els = append(s.e2els, lat*1e3)
+	s.queue = append(s.queue, float64(r.QueueNs())/1e6)
+	if len(goodput) > 0 && goodput.met(ttft, tpot, lat) {
+		s.good++
+	}
+}
+
+// met reports whether a request's TTFT, TPOT and latency, in seconds, are
+// within every SLO of g.
+func (g Goodput) met(ttft, tpot, lat float64) bool {
+	if v, has := g["ttft"]; has && ttft > v/1e3 {
+		return false
+	}
+	if v, has := g["tpot"]; has && tpot > v/1e3 {
+		return false
+	}
+	if v, has := g["e2el"]; has && lat > v/1e3 {
+		return false
+	}
+	return true
 }
 
 // peaks computes vLLM's peak output tokens per second and the concurrent

@@ -135,18 +135,7 @@ type Options struct {
 
 // NewClient returns a client for opts.
 func NewClient(opts Options) (*Client, error) {
-	var (
-		u   string
-		err error
-	)
-	switch opts.Protocol {
-	case ProtocolOpenAI, "":
-		u, err = EndpointURL(opts.URL, opts.Endpoint)
-	case ProtocolKServeGRPC:
-		_, err = kserve.Target(opts.URL)
-	default:
-		err = fmt.Errorf("unknown protocol %q: use %s or %s", opts.Protocol, ProtocolOpenAI, ProtocolKServeGRPC)
-	}
+	u, err := opts.endpointURL()
 	if err != nil {
 		return nil, err
 	}
@@ -155,36 +144,10 @@ func NewClient(opts Options) (*Client, error) {
 		headers = WithAPIKey(headers) // $OPENAI_API_KEY
 	}
 	headers, ownTraceparent := traceparentHeader(headers)
-	tr := &http.Transport{
-		Proxy: http.ProxyFromEnvironment,
-		DialContext: (&net.Dialer{
-			Timeout:   30 * time.Second,
-			KeepAlive: 30 * time.Second,
-		}).DialContext,
-		MaxIdleConns:        0,
-		MaxIdleConnsPerHost: 4096,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		DisableKeepAlives:   opts.NoKeepAlive,
-		ReadBufferSize:      64 << 10,
-		WriteBufferSize:     16 << 10,
-		ForceAttemptHTTP2:   false,
-	}
+	tr := newHTTPTransport(opts.NoKeepAlive)
 	slowTr := tr.Clone()
 	slowTr.DisableKeepAlives = true
-	slowTr.DialContext = (&net.Dialer{
-		Timeout: 30 * time.Second,
-		Control: func(_, _ string, rc syscall.RawConn) error {
-			var serr error
-			err := rc.Control(func(fd uintptr) {
-				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, slowReadRcvBuf)
-			})
-			if err != nil {
-				return err
-			}
-			return serr
-		},
-	}).DialContext
+	slowTr.DialContext = slowReadDialer().DialContext
 	freshTr := tr.Clone()
 	freshTr.DisableKeepAlives = true
 	c := &Client{
@@ -219,6 +182,58 @@ func NewClient(opts Options) (*Client, error) {
 		}
 	}
 	return c, nil
+}
+
+// endpointURL checks the protocol and the target, and returns the
+// endpoint's URL for the OpenAI protocol ("" for gRPC).
+func (opts *Options) endpointURL() (string, error) {
+	switch opts.Protocol {
+	case ProtocolOpenAI, "":
+		return EndpointURL(opts.URL, opts.Endpoint)
+	case ProtocolKServeGRPC:
+		_, err := kserve.Target(opts.URL)
+		return "", err
+	default:
+		return "", fmt.Errorf("unknown protocol %q: use %s or %s", opts.Protocol, ProtocolOpenAI, ProtocolKServeGRPC)
+	}
+}
+
+// newHTTPTransport returns the net/http transport of a client: many idle
+// connections per host, no compression, large buffers.
+func newHTTPTransport(noKeepAlive bool) *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   30 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 4096,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		DisableKeepAlives:   noKeepAlive,
+		ReadBufferSize:      64 << 10,
+		WriteBufferSize:     16 << 10,
+		ForceAttemptHTTP2:   false,
+	}
+}
+
+// slowReadDialer returns the dialer of slow-reading requests: sockets with
+// a receive buffer of slowReadRcvBuf bytes.
+func slowReadDialer() *net.Dialer {
+	return &net.Dialer{
+		Timeout: 30 * time.Second,
+		Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			err := rc.Control(func(fd uintptr) {
+				serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, slowReadRcvBuf)
+			})
+			if err != nil {
+				return err
+			}
+			return serr
+		},
+	}
 }
 
 // traceparentHeader reports whether h has a traceparent header; when its
@@ -735,6 +750,25 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 		g.header = time.AfterFunc(c.headerTO, func() { cancelCause(errHeaderTimeout) })
 		defer g.header.Stop()
 	}
+	req := &kserve.Request{ID: rec.RequestID, Prompt: r.Prompt, MaxTokens: r.OutputLen, IgnoreEOS: c.ignoreEOS, Metadata: c.grpcMetadata(rec)}
+	rec.StartNs = clock.Fast()
+	err := c.grpc.Stream(ctx, req, g)
+	rec.EndNs = clock.Fast()
+	if rec.Failure != "" || !rec.grpcOK(ctx, &stalled, err) {
+		return
+	}
+	if len(rec.ChunkNs) == 0 {
+		rec.fail(FailNoTokens, "never received a response with text_output")
+		return
+	}
+	rec.OutputTokens = len(rec.ChunkNs)
+	rec.TokenSource = TokensFromChunks
+	rec.Success = true
+}
+
+// grpcMetadata returns the stream's metadata: the client's headers, the
+// request id and the request's traceparent.
+func (c *Client) grpcMetadata(rec *Record) metadata.MD {
 	md := metadata.MD{}
 	for k, vs := range c.headers {
 		md[strings.ToLower(k)] = vs
@@ -745,14 +779,16 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 	if c.traceparent {
 		md.Set("traceparent", traceparent(rec))
 	}
-	req := &kserve.Request{ID: rec.RequestID, Prompt: r.Prompt, MaxTokens: r.OutputLen, IgnoreEOS: c.ignoreEOS, Metadata: md}
-	rec.StartNs = clock.Fast()
-	err := c.grpc.Stream(ctx, req, g)
-	rec.EndNs = clock.Fast()
+	return md
+}
+
+// grpcOK reports whether the stream ended well by err; otherwise it
+// records why it failed: a timeout (stalled, the request's or the
+// server's enforcing of it), a cut or the server's status.
+func (rec *Record) grpcOK(ctx context.Context, stalled *atomic.Bool, err error) bool {
 	switch {
-	case rec.Failure != "":
-		return
 	case err == nil:
+		return true
 	case errors.Is(err, kserve.ErrNoFinal):
 		if ctx.Err() == nil && deadlineWithin(ctx, grpcDeadlineSlack) {
 			// The server ended its handler at the request's deadline (it
@@ -764,14 +800,12 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 			}
 		}
 		if ctx.Err() != nil {
-			rec.failErr(ctx, &stalled, err)
-			return
+			rec.failErr(ctx, stalled, err)
+			return false
 		}
 		rec.fail(FailCut, err.Error())
-		return
 	case ctx.Err() != nil: // the stall timer, the request's timeout, or the run's end
-		rec.failErr(ctx, &stalled, err)
-		return
+		rec.failErr(ctx, stalled, err)
 	case status.Code(err) == codes.DeadlineExceeded && deadlineWithin(ctx, grpcDeadlineSlack):
 		// The server enforced the request's deadline (it came as
 		// grpc-timeout) a moment before the client's own timer fired.
@@ -779,8 +813,7 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 		case <-ctx.Done():
 		case <-time.After(grpcDeadlineSlack):
 		}
-		rec.failErr(ctx, &stalled, err)
-		return
+		rec.failErr(ctx, stalled, err)
 	default:
 		st := status.Convert(err)
 		switch {
@@ -791,15 +824,8 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 		default:
 			rec.fail(FailGRPCStatus, fmt.Sprintf("gRPC %s: %s", st.Code(), st.Message()))
 		}
-		return
 	}
-	if len(rec.ChunkNs) == 0 {
-		rec.fail(FailNoTokens, "never received a response with text_output")
-		return
-	}
-	rec.OutputTokens = len(rec.ChunkNs)
-	rec.TokenSource = TokensFromChunks
-	rec.Success = true
+	return false
 }
 
 // grpcDeadlineSlack is how far before a request's deadline a

@@ -196,102 +196,141 @@ func (g *grpcService) parse(r *inference.ModelInferRequest) (grpcRequest, error)
 // closed its side and every request has ended, or at the first request
 // that ends it (an error status, or a fault that closes it).
 func (g *grpcService) ModelStreamInfer(st inference.GRPCInferenceService_ModelStreamInferServer) error {
-	var fault string
-	if md, ok := metadata.FromIncomingContext(st.Context()); ok {
-		if v := md.Get("x-llmsim-fault"); len(v) > 0 {
-			fault = v[0]
-		}
-	}
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
-	var (
-		sendMu  sync.Mutex
-		closed  bool // under sendMu: the handler has returned
-		wg      sync.WaitGroup
-		ended   = make(chan error, 1)
-		headers = !g.s.cfg.GRPCDelayHeaders
-	)
-	end := func(err error) {
-		select {
-		case ended <- err:
-		default:
-		}
-	}
-	send := func(r *inference.ModelStreamInferResponse) error {
-		sendMu.Lock()
-		defer sendMu.Unlock()
-		if closed {
-			return errStreamEnd
-		}
-		return st.Send(r)
+	s := &grpcStream{
+		g:       g,
+		st:      st,
+		fault:   streamFault(st.Context()),
+		ended:   make(chan error, 1),
+		headers: !g.s.cfg.GRPCDelayHeaders,
 	}
 	recvDone := make(chan struct{})
 	go func() {
 		defer close(recvDone)
-		for {
-			req, err := st.Recv()
-			if errors.Is(err, io.EOF) {
-				return
-			}
-			if err != nil {
-				end(err)
-				return
-			}
-			if headers {
-				// The headers go out now, before the prefill, as the
-				// HTTP side's do; with GRPCDelayHeaders they wait for
-				// the first response (gRPC-Go sends them with it).
-				headers = false
-				sendMu.Lock()
-				if !closed {
-					st.SendHeader(metadata.Pairs("x-request-id", req.GetId()))
-				}
-				sendMu.Unlock()
-			}
-			q, err := g.parse(req)
-			if err != nil {
-				end(err)
-				return
-			}
-			f := fault
-			if f == "" {
-				f = g.s.drawFault()
-			}
-			if f != "" {
-				g.s.m.faults.WithLabelValues(f).Inc()
-			}
-			if f == FaultHTTP500 {
-				end(status.Error(codes.Internal, "injected failure"))
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := g.generate(ctx, q, f, send); err != nil {
-					end(err)
-				}
-			}()
-		}
+		s.receive(ctx)
 	}()
 	all := make(chan struct{})
 	go func() {
 		<-recvDone
-		wg.Wait()
+		s.wg.Wait()
 		close(all)
 	}()
 	select {
 	case <-all:
 		return nil
-	case err := <-ended:
+	case err := <-s.ended:
 		cancel()
-		sendMu.Lock() // no Send after the handler returns
-		closed = true
-		sendMu.Unlock()
+		s.sendMu.Lock() // no Send after the handler returns
+		s.closed = true
+		s.sendMu.Unlock()
 		if errors.Is(err, errStreamEnd) {
 			return nil
 		}
 		return err
 	}
+}
+
+// streamFault returns the fault the stream's x-llmsim-fault metadata
+// asks for, if any.
+func streamFault(ctx context.Context) string {
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("x-llmsim-fault"); len(v) > 0 {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// grpcStream is one ModelStreamInfer stream: the requests in flight on it
+// and how it ends.
+type grpcStream struct {
+	g      *grpcService
+	st     inference.GRPCInferenceService_ModelStreamInferServer
+	fault  string // the stream's x-llmsim-fault
+	sendMu sync.Mutex
+	closed bool // under sendMu: the handler has returned
+	wg     sync.WaitGroup
+	ended  chan error // the first error (or fault) that ends the stream
+	// headers: the response headers are still to be sent before the
+	// next request's prefill (receive's alone).
+	headers bool
+}
+
+// end ends the stream with err, unless another end came first.
+func (s *grpcStream) end(err error) {
+	select {
+	case s.ended <- err:
+	default:
+	}
+}
+
+// send sends r, unless the handler has returned.
+func (s *grpcStream) send(r *inference.ModelStreamInferResponse) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	if s.closed {
+		return errStreamEnd
+	}
+	return s.st.Send(r)
+}
+
+// receive starts every request the client sends until it closes its side
+// or a request ends the stream.
+func (s *grpcStream) receive(ctx context.Context) {
+	for {
+		req, err := s.st.Recv()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			s.end(err)
+			return
+		}
+		if s.headers {
+			// The headers go out now, before the prefill, as the
+			// HTTP side's do; with GRPCDelayHeaders they wait for
+			// the first response (gRPC-Go sends them with it).
+			s.headers = false
+			s.sendMu.Lock()
+			if !s.closed {
+				s.st.SendHeader(metadata.Pairs("x-request-id", req.GetId()))
+			}
+			s.sendMu.Unlock()
+		}
+		if err := s.start(ctx, req); err != nil {
+			s.end(err)
+			return
+		}
+	}
+}
+
+// start parses req, draws its fault and generates its responses in a
+// goroutine of its own; the error is a request the stream ends at.
+func (s *grpcStream) start(ctx context.Context, req *inference.ModelInferRequest) error {
+	g := s.g
+	q, err := g.parse(req)
+	if err != nil {
+		return err
+	}
+	f := s.fault
+	if f == "" {
+		f = g.s.drawFault()
+	}
+	if f != "" {
+		g.s.m.faults.WithLabelValues(f).Inc()
+	}
+	if f == FaultHTTP500 {
+		return status.Error(codes.Internal, "injected failure")
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := g.generate(ctx, q, f, s.send); err != nil {
+			s.end(err)
+		}
+	}()
+	return nil
 }
 
 // errStreamEnd ends a stream with status OK before its final response.

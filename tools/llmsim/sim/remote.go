@@ -421,36 +421,16 @@ func (r *remoteEngine) step(p []byte) error {
 // ServeEngine runs the engine process on the socket socket names (a file
 // descriptor number, or a unix socket path to connect to) until it ends.
 func ServeEngine(socket string) error {
-	var conn net.Conn
-	if fd, err := strconv.Atoi(socket); err == nil {
-		f := os.NewFile(uintptr(fd), "llmsim-engine")
-		if f == nil {
-			return fmt.Errorf("--engine-socket %d is not a file descriptor", fd)
-		}
-		conn, err = net.FileConn(f)
-		f.Close()
-		if err != nil {
-			return fmt.Errorf("opening --engine-socket %d: %w", fd, err)
-		}
-	} else {
-		conn, err = net.Dial("unix", socket)
-		if err != nil {
-			return fmt.Errorf("connecting to --engine-socket %s: %w", socket, err)
-		}
+	conn, err := engineConn(socket)
+	if err != nil {
+		return err
 	}
 	defer conn.Close()
 	log := slog.Default().With("component", "llmsim", "process", "engine")
 	br := bufio.NewReaderSize(conn, 64<<10)
-	typ, p, err := readFrame(br, nil)
+	cfg, err := readEngineConfig(br)
 	if err != nil {
-		return fmt.Errorf("reading the engine's config: %w", err)
-	}
-	if typ != frameConfig {
-		return fmt.Errorf("first frame %q, want the config", typ)
-	}
-	var cfg Config
-	if err := json.Unmarshal(p, &cfg); err != nil {
-		return fmt.Errorf("decoding the engine's config: %w", err)
+		return err
 	}
 	o := &remoteOut{w: conn, seqs: map[uint64]*seq{}}
 	e := newEngine(&cfg, o, log)
@@ -465,6 +445,51 @@ func ServeEngine(socket string) error {
 	if _, err := conn.Write(endFrame(ready, 0)); err != nil || serr != nil {
 		return errors.Join(serr, err)
 	}
+	return serveFrontend(br, o, e)
+}
+
+// engineConn opens the engine's socket: the file descriptor socket
+// numbers, or a connection to the unix socket at that path.
+func engineConn(socket string) (net.Conn, error) {
+	fd, err := strconv.Atoi(socket)
+	if err != nil {
+		conn, err := net.Dial("unix", socket)
+		if err != nil {
+			return nil, fmt.Errorf("connecting to --engine-socket %s: %w", socket, err)
+		}
+		return conn, nil
+	}
+	f := os.NewFile(uintptr(fd), "llmsim-engine")
+	if f == nil {
+		return nil, fmt.Errorf("--engine-socket %d is not a file descriptor", fd)
+	}
+	conn, err := net.FileConn(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("opening --engine-socket %d: %w", fd, err)
+	}
+	return conn, nil
+}
+
+// readEngineConfig reads the config the frontend sends first.
+func readEngineConfig(br *bufio.Reader) (Config, error) {
+	var cfg Config
+	typ, p, err := readFrame(br, nil)
+	if err != nil {
+		return cfg, fmt.Errorf("reading the engine's config: %w", err)
+	}
+	if typ != frameConfig {
+		return cfg, fmt.Errorf("first frame %q, want the config", typ)
+	}
+	if err := json.Unmarshal(p, &cfg); err != nil {
+		return cfg, fmt.Errorf("decoding the engine's config: %w", err)
+	}
+	return cfg, nil
+}
+
+// serveFrontend submits the requests the frontend sends to e and cancels
+// those it cancels, until the frontend is gone.
+func serveFrontend(br *bufio.Reader, o *remoteOut, e *engine) error {
 	var buf []byte
 	for {
 		typ, p, err := readFrame(br, buf)

@@ -472,68 +472,22 @@ var words = strings.Fields(`the of and to in is was for on are with as at be by 
 what all were when we there can an your which their said if do will each about how up out them then she many some
 so these would other into has more her two like him see time could no make than first been its who now people my`)
 
+// generate serves a completion request, or a chat completion one when
+// chat: it checks the request, submits it to the engine and answers.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	reqID := r.Header.Get("X-Request-Id")
 	if reqID == "" {
 		reqID = "llmsim-" + strconv.FormatUint(s.nextID.Add(1), 10)
 	}
 	w.Header().Set("X-Request-Id", reqID)
-	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
-	if err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "reading the request body: "+err.Error())
-		return
-	}
 	var req apiRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "", "the request body is not valid JSON: "+err.Error())
+	if e := readRequest(r, &req); e != nil {
+		e.write(w)
 		return
 	}
-	if req.N != nil && *req.N > 1 {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "n", fmt.Sprintf("n=%d is not supported: llmsim generates one choice per request (n must be 1)", *req.N))
-		return
-	}
-	promptLen := 0
-	if chat {
-		if len(req.Messages) == 0 {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "messages", "messages must not be empty")
-			return
-		}
-		for _, m := range req.Messages {
-			n, err := countText(m.Content)
-			if err != nil {
-				writeError(w, http.StatusBadRequest, "invalid_request_error", "messages", "message content "+err.Error())
-				return
-			}
-			promptLen += n
-		}
-	} else {
-		n, err := countText(req.Prompt)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "prompt", "prompt "+err.Error())
-			return
-		}
-		promptLen = n
-	}
-	promptLen = max(promptLen, 1)
-	if promptLen >= s.cfg.MaxModelLen {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "prompt", fmt.Sprintf("the prompt has %d tokens; this model's maximum context length is %d", promptLen, s.cfg.MaxModelLen))
-		return
-	}
-	maxTokens := 16
-	if chat {
-		maxTokens = s.cfg.MaxModelLen - promptLen
-	}
-	if req.MaxCompletionTokens != nil {
-		maxTokens = *req.MaxCompletionTokens
-	} else if req.MaxTokens != nil {
-		maxTokens = *req.MaxTokens
-	}
-	if maxTokens < 1 {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "max_tokens", "max_tokens must be at least 1")
-		return
-	}
-	if promptLen+maxTokens > s.cfg.MaxModelLen {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "max_tokens", fmt.Sprintf("prompt (%d) + max_tokens (%d) exceed this model's maximum context length %d", promptLen, maxTokens, s.cfg.MaxModelLen))
+	promptLen, maxTokens, e := s.lengths(&req, chat)
+	if e != nil {
+		e.write(w)
 		return
 	}
 	topK, err := requestLogprobs(&req, chat)
@@ -576,6 +530,84 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	includeUsage := req.StreamOptions != nil && req.StreamOptions.IncludeUsage
 	continuous := req.StreamOptions != nil && req.StreamOptions.ContinuousUsageStats
 	s.stream(w, r, sq, chat, model, reqID, fault, includeUsage, continuous, lps, topK)
+}
+
+// badRequest is a request the API refuses (400, invalid_request_error):
+// the parameter at fault and why.
+type badRequest struct{ param, msg string }
+
+// write answers the request with the error.
+func (e *badRequest) write(w http.ResponseWriter) {
+	writeError(w, http.StatusBadRequest, "invalid_request_error", e.param, e.msg)
+}
+
+// readRequest reads the body of r into req and checks that it asks for
+// one choice.
+func readRequest(r *http.Request, req *apiRequest) *badRequest {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 64<<20))
+	if err != nil {
+		return &badRequest{"", "reading the request body: " + err.Error()}
+	}
+	if err := json.Unmarshal(body, req); err != nil {
+		return &badRequest{"", "the request body is not valid JSON: " + err.Error()}
+	}
+	if req.N != nil && *req.N > 1 {
+		return &badRequest{"n", fmt.Sprintf("n=%d is not supported: llmsim generates one choice per request (n must be 1)", *req.N)}
+	}
+	return nil
+}
+
+// lengths returns the tokens of req's prompt (at least 1) and the tokens
+// to generate, and checks that both fit the model's context.
+func (s *Server) lengths(req *apiRequest, chat bool) (promptLen, maxTokens int, e *badRequest) {
+	promptLen, e = promptTokens(req, chat)
+	if e != nil {
+		return 0, 0, e
+	}
+	promptLen = max(promptLen, 1)
+	if promptLen >= s.cfg.MaxModelLen {
+		return 0, 0, &badRequest{"prompt", fmt.Sprintf("the prompt has %d tokens; this model's maximum context length is %d", promptLen, s.cfg.MaxModelLen)}
+	}
+	maxTokens = 16
+	if chat {
+		maxTokens = s.cfg.MaxModelLen - promptLen
+	}
+	if req.MaxCompletionTokens != nil {
+		maxTokens = *req.MaxCompletionTokens
+	} else if req.MaxTokens != nil {
+		maxTokens = *req.MaxTokens
+	}
+	if maxTokens < 1 {
+		return 0, 0, &badRequest{"max_tokens", "max_tokens must be at least 1"}
+	}
+	if promptLen+maxTokens > s.cfg.MaxModelLen {
+		return 0, 0, &badRequest{"max_tokens", fmt.Sprintf("prompt (%d) + max_tokens (%d) exceed this model's maximum context length %d", promptLen, maxTokens, s.cfg.MaxModelLen)}
+	}
+	return promptLen, maxTokens, nil
+}
+
+// promptTokens counts the tokens of req's prompt, or of its messages for
+// chat.
+func promptTokens(req *apiRequest, chat bool) (int, *badRequest) {
+	if !chat {
+		n, err := countText(req.Prompt)
+		if err != nil {
+			return 0, &badRequest{"prompt", "prompt " + err.Error()}
+		}
+		return n, nil
+	}
+	if len(req.Messages) == 0 {
+		return 0, &badRequest{"messages", "messages must not be empty"}
+	}
+	promptLen := 0
+	for _, m := range req.Messages {
+		n, err := countText(m.Content)
+		if err != nil {
+			return 0, &badRequest{"messages", "message content " + err.Error()}
+		}
+		promptLen += n
+	}
+	return promptLen, nil
 }
 
 // chunkWriter builds stream chunks without fmt.
@@ -661,25 +693,14 @@ func (c *chunkWriter) usage(prompt, completion int) {
 	c.buf = append(b, "}\n\n"...)
 }
 
+// stream answers a streaming request with one SSE event per token
+// (coalesced when the engine is ahead of the writes), acting out fault
+// after the first write.
 func (s *Server) stream(w http.ResponseWriter, r *http.Request, sq *seq, chat bool, model, reqID, fault string, includeUsage, continuous bool, lps []float64, topK int) {
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	if !s.cfg.DelayHeaders {
-		rc.Flush()
-	}
-	idPrefix := "cmpl-"
-	if chat {
-		idPrefix = "chatcmpl-"
-	}
-	cw := newChunkWriter(chat, idPrefix+reqID, model, time.Now().Unix())
+	rc, cw := s.openStream(w, chat, model, reqID)
 	cw.lps, cw.top = lps, topK
-	var first, last time.Time
-	n := 0
-	finish := ""
-	for finish == "" {
+	var st streamState
+	for st.finish == "" {
 		var t token
 		select {
 		case t = <-sq.out:
@@ -696,10 +717,10 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sq *seq, chat bo
 				return
 			}
 			cw.token(t, sq.promptLen, continuous)
-			n++
-			s.observeToken(t, sq, &first, &last)
+			st.n++
+			s.observeToken(t, sq, &st.first, &st.last)
 			if t.finish != "" {
-				finish = t.finish
+				st.finish = t.finish
 				break
 			}
 			select {
@@ -715,38 +736,81 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, sq *seq, chat bo
 		if err := rc.Flush(); err != nil {
 			return
 		}
-		if fault != "" && n >= 1 {
-			switch fault {
-			case FaultStall:
-				s.eng.cancel(sq)
-				<-r.Context().Done()
+		if fault != "" && st.n >= 1 {
+			var done bool
+			if fault, done = s.injectFault(w, r, rc, sq, fault); done {
 				return
-			case FaultCut:
-				s.eng.cancel(sq)
-				panic(http.ErrAbortHandler)
-			case FaultError:
-				s.eng.cancel(sq)
-				w.Write([]byte("data: {\"object\":\"error\",\"error\":{\"message\":\"injected error in stream\",\"type\":\"internal_server_error\",\"code\":500}}\n\ndata: [DONE]\n\n"))
-				rc.Flush()
-				return
-			case FaultMalformed:
-				w.Write([]byte("data: {\"choices\":[{\"index\":0,\"text\": broken\n\n"))
-				rc.Flush()
-				fault = ""
 			}
 		}
 	}
+	s.endStream(w, rc, cw, sq, includeUsage, &st)
+}
+
+// streamState is what a stream has sent: its tokens, when the first and
+// the last went out, and why it finished.
+type streamState struct {
+	n           int
+	first, last time.Time
+	finish      string
+}
+
+// openStream sends the stream's headers (flushed now unless DelayHeaders)
+// and returns its controller and chunk writer.
+func (s *Server) openStream(w http.ResponseWriter, chat bool, model, reqID string) (*http.ResponseController, *chunkWriter) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	if !s.cfg.DelayHeaders {
+		rc.Flush()
+	}
+	idPrefix := "cmpl-"
+	if chat {
+		idPrefix = "chatcmpl-"
+	}
+	return rc, newChunkWriter(chat, idPrefix+reqID, model, time.Now().Unix())
+}
+
+// injectFault acts out fault once tokens are out: a stall, a cut or an
+// error event ends the stream (done); a malformed event is written once
+// and the fault cleared.
+func (s *Server) injectFault(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, sq *seq, fault string) (string, bool) {
+	switch fault {
+	case FaultStall:
+		s.eng.cancel(sq)
+		<-r.Context().Done()
+		return fault, true
+	case FaultCut:
+		s.eng.cancel(sq)
+		panic(http.ErrAbortHandler)
+	case FaultError:
+		s.eng.cancel(sq)
+		w.Write([]byte("data: {\"object\":\"error\",\"error\":{\"message\":\"injected error in stream\",\"type\":\"internal_server_error\",\"code\":500}}\n\ndata: [DONE]\n\n"))
+		rc.Flush()
+		return fault, true
+	case FaultMalformed:
+		w.Write([]byte("data: {\"choices\":[{\"index\":0,\"text\": broken\n\n"))
+		rc.Flush()
+		return "", false
+	}
+	return fault, false
+}
+
+// endStream writes the usage event (when asked) and [DONE], and observes
+// the request's end.
+func (s *Server) endStream(w http.ResponseWriter, rc *http.ResponseController, cw *chunkWriter, sq *seq, includeUsage bool, st *streamState) {
 	cw.buf = cw.buf[:0]
 	if includeUsage {
-		cw.usage(sq.promptLen, n)
+		cw.usage(sq.promptLen, st.n)
 	}
 	cw.buf = append(cw.buf, "data: [DONE]\n\n"...)
 	w.Write(cw.buf)
 	rc.Flush()
-	s.m.success.WithLabelValues(finish).Inc()
-	s.m.e2e.Observe(last.Sub(sq.arrival).Seconds())
-	if n > 1 {
-		s.m.tpot.Observe(last.Sub(first).Seconds() / float64(n-1))
+	s.m.success.WithLabelValues(st.finish).Inc()
+	s.m.e2e.Observe(st.last.Sub(sq.arrival).Seconds())
+	if st.n > 1 {
+		s.m.tpot.Observe(st.last.Sub(st.first).Seconds() / float64(st.n-1))
 	}
 }
 
