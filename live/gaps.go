@@ -15,7 +15,10 @@ type Gap struct {
 	Request, Index int32
 	Start, End     int64
 	NoArrival      bool
-	Ns             [critpath.NumCauses]int64
+	// Unwalked: the walk left the gap out (its sample or its budget): it
+	// has a duration and no causes.
+	Unwalked bool
+	Ns       [critpath.NumCauses]int64
 	// Steal is the part of Ns[CPURunqueue] the hypervisor held (steps held
 	// by critpath.Hypervisor).
 	Steal int64
@@ -88,8 +91,10 @@ func BaselineOf(gs iter.Seq[Gap]) critpath.Baseline {
 }
 
 // Band is the slowest 1% of the first tokens' gaps (ttft) or of the later
-// gaps: the gaps at least as long as their p99, with each cause's share of
-// their excess over base.
+// gaps: the gaps at least as long as their p99 (every gap's), with each
+// cause's share of their excess over base. A gap the walk left out
+// (Unwalked) sets the p99 and has no causes to share: the band's gaps,
+// totals and shares are the walked ones'.
 func Band(gs iter.Seq[Gap], base critpath.Baseline, ttft bool) *result.CriticalBand {
 	var durs []int64
 	for g := range gs {
@@ -106,7 +111,7 @@ func Band(gs iter.Seq[Gap], base critpath.Baseline, ttft bool) *result.CriticalB
 	var tot, exc [critpath.NumCauses]int64
 	var excess int64
 	for g := range gs {
-		if (g.Index == 0) != ttft || g.Duration() < from {
+		if (g.Index == 0) != ttft || g.Duration() < from || g.Unwalked {
 			continue
 		}
 		b.Gaps++

@@ -83,8 +83,14 @@ func (r *Recorder) SetPathAbove(first, later int64) {
 
 // Add records a gap (its steps are copied when kept: the engine's buffer
 // is reused; a gap the walk left out has none, and keeps no path).
-func (r *Recorder) Add(g critpath.Gap) {
+func (r *Recorder) Add(g critpath.Gap) { r.add(g, false) }
+
+// AddUnwalked keeps a gap the walk left out: its duration, no causes.
+func (r *Recorder) AddUnwalked(g critpath.Gap) { r.add(g, true) }
+
+func (r *Recorder) add(g critpath.Gap, unwalked bool) {
 	rec := Recorded{Gap: CompactOf(g)}
+	rec.Gap.Unwalked = unwalked
 	kind := 1
 	if g.Index <= 1 {
 		kind = 0

@@ -498,11 +498,12 @@ func (t *Tracker) skip(r critpath.Read) bool {
 func (t *Tracker) leaveOut(r critpath.Read, kind int) {
 	g := critpath.Gap{Read: r}
 	c, _ := t.counted(g)
+	c.Unwalked = true
 	t.roll.AddUnwalked(c)
 	t.sample[kind].add(c)
 	t.iv.add(c)
 	if t.opt.Recorder != nil {
-		t.opt.Recorder.Add(g)
+		t.opt.Recorder.AddUnwalked(g)
 	}
 }
 

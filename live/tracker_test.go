@@ -2,6 +2,7 @@ package live
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/bpfbench/bpfbench/collectors"
@@ -301,5 +302,31 @@ func TestTrackerStride(t *testing.T) {
 	}
 	if tr.stride != 1 || tr.strideMax != maxStride || tr.stride2Max != 16 {
 		t.Errorf("stride %d (max %d, p90-p95 max %d) after ten more advances at a tenth of the target, want 1 (max %d, 16)", tr.stride, tr.strideMax, tr.stride2Max, maxStride)
+	}
+}
+
+// A band's p99 is every gap's, its shares the walked gaps': a gap the walk
+// left out (no causes) would read as unexplained.
+func TestBandLeavesOutUnwalkedGaps(t *testing.T) {
+	var gs []Gap
+	for i := range 200 {
+		g := Gap{Index: 2, Start: int64(i) * 100 * ms, End: int64(i)*100*ms + 10*ms}
+		g.Ns[critpath.ServerCompute] = 10 * ms
+		if i >= 196 { // the slowest four: two walked (run-queue wait), two not
+			g.End = g.Start + 50*ms
+			if i%2 == 0 {
+				g.Ns[critpath.CPURunqueue] = 40 * ms
+			} else {
+				g.Ns[critpath.ServerCompute] = 0
+				g.Unwalked = true
+			}
+		}
+		gs = append(gs, g)
+	}
+	var base critpath.Baseline
+	base.ITL[critpath.ServerCompute] = 10 * ms
+	b := Band(slices.Values(gs), base, false)
+	if b == nil || b.Gaps != 2 || b.FromMs != 50 || b.Top != "cpu_runqueue" || b.ExcessShares["unexplained"] != 0 {
+		t.Fatalf("band %+v: want the two walked gaps of the slowest four, all cpu_runqueue, nothing unexplained", b)
 	}
 }
