@@ -172,10 +172,10 @@ clean-tree:
 	bash tools/ci/clean-tree.sh check
 
 # The report's HTML page and terminal summary of the sample results in
-# tools/ci/reportsample/testdata (full, empty, failed), to look at.
+# exporter/report/reportsample/testdata (full, empty, failed), to look at.
 REPORT_SAMPLES ?= report-samples
 report-sample:
-	$(GO) run ./tools/ci/reportsample -o $(REPORT_SAMPLES) tools/ci/reportsample/testdata/*.json
+	$(GO) run ./exporter/report/reportsample -o $(REPORT_SAMPLES) exporter/report/reportsample/testdata/*.json
 
 # llama.cpp's llama-server and a tiny random-weight model, built once into
 # /var/cache/bpfbench/llama (about 10 minutes on 2 cores; cached after).

@@ -2,12 +2,14 @@ package live
 
 import (
 	"cmp"
-	"github.com/bpfbench/bpfbench/result"
 	"iter"
 	"slices"
 	"strconv"
 
+	"github.com/bpfbench/bpfbench/result"
+
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/correlate/critpath/feed"
 )
 
 // Gap is a walked gap, compactly: what the baseline and the bands need.
@@ -203,9 +205,9 @@ func ThreadLabel(t critpath.Thread, name func(uint32) string) string {
 	return comm + "[" + strconv.FormatUint(uint64(t.Tid), 10) + "]"
 }
 
-// StatsOf fills a result's critical-path counters from a Feed's and its
+// StatsOf fills a result's critical-path counters from a feed.Feed's and its
 // engine's.
-func StatsOf(dst *result.CriticalStats, f FeedStats, st critpath.Stats) {
+func StatsOf(dst *result.CriticalStats, f feed.FeedStats, st critpath.Stats) {
 	dst.ClientSpans, dst.Spans, dst.Dropped, dst.Segments = f.ClientSpans, f.Spans, f.Dropped, f.Segments
 	dst.CUDACalls, dst.Sends, dst.InlineSends, dst.Arrivals = f.CUDACalls, f.Sends, f.InlineSends, f.Arrivals
 	dst.Holds, dst.DataEdges = f.Holds, f.DataEdges

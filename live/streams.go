@@ -1,5 +1,5 @@
-// Package live feeds a session's spans to the critical-path engine (Feed,
-// which `bpfbench run` shares) and builds the live view of traffic that
+// Package live feeds a session's spans to the critical-path engine
+// (correlate/critpath/feed, which `bpfbench run` shares) and builds the live view of traffic that
 // bpfbench does not generate: a server's writes grouped into response
 // streams, each gap between two writes walked back from the send as `run`
 // walks a client's reads, against a rolling baseline of the server's own

@@ -17,7 +17,7 @@ func send(local, peer uint16, at int64) collectors.Span {
 	return collectors.Span{Kind: collectors.SpanSend, Start: at, End: at, LocalPort: local, Port: peer, Bytes: 100, Tid: 7}
 }
 
-func feed(s *Streams, sps ...collectors.Span) []critpath.Read {
+func feedStreams(s *Streams, sps ...collectors.Span) []critpath.Read {
 	var out []critpath.Read
 	for _, sp := range sps {
 		switch sp.Kind {
@@ -57,7 +57,7 @@ func check(t *testing.T, got []critpath.Read, want []gapWant) {
 // client's think time) is no gap.
 func TestStreamsKeepAlive(t *testing.T) {
 	s := NewStreams()
-	got := feed(s,
+	got := feedStreams(s,
 		req(8000, 50000, 100*ms, 300), send(8000, 50000, 130*ms), send(8000, 50000, 140*ms), send(8000, 50000, 150*ms),
 		req(8000, 50000, 900*ms, 300), send(8000, 50000, 920*ms), send(8000, 50000, 935*ms),
 	)
@@ -77,7 +77,7 @@ func TestStreamsInterleavedAndPieces(t *testing.T) {
 	s := NewStreams()
 	folded := send(8000, 1, 111*ms)
 	folded.Detail = "folded"
-	got := feed(s,
+	got := feedStreams(s,
 		req(8000, 1, 0, 100), req(8000, 2, 5*ms, 100),
 		send(8000, 1, 10*ms), send(8000, 2, 12*ms),
 		send(8000, 1, 110*ms), folded, send(8000, 1, 110*ms+ms/2), // the chunk's pieces
@@ -100,7 +100,7 @@ func TestStreamsInterleavedAndPieces(t *testing.T) {
 func TestStreamsSamePortTwoConnections(t *testing.T) {
 	s := NewStreams()
 	on := func(sp collectors.Span, cookie uint64) collectors.Span { sp.Conn = cookie; return sp }
-	got := feed(s,
+	got := feedStreams(s,
 		on(req(8000, 40000, 0, 100), 11), on(req(8000, 40000, 5*ms, 100), 22),
 		on(send(8000, 40000, 10*ms), 11), on(send(8000, 40000, 12*ms), 22),
 		on(send(8000, 40000, 110*ms), 11), on(send(8000, 40000, 115*ms), 22),
@@ -125,7 +125,7 @@ func TestStreamsSamePortTwoConnections(t *testing.T) {
 // frames (a WINDOW_UPDATE, 13 bytes) in the middle of a response do not.
 func TestStreamsPipelinedAndControlFrames(t *testing.T) {
 	s := NewStreams()
-	got := feed(s,
+	got := feedStreams(s,
 		req(8000, 3, 0, 600), // two requests in one burst
 		send(8000, 3, 10*ms), send(8000, 3, 20*ms),
 		req(8000, 3, 25*ms, 13), // a WINDOW_UPDATE
@@ -147,7 +147,7 @@ func TestStreamsPipelinedAndControlFrames(t *testing.T) {
 // first write, with no first byte.
 func TestStreamsCloseMidStreamAndUnrequested(t *testing.T) {
 	s := NewStreams()
-	got := feed(s,
+	got := feedStreams(s,
 		req(8000, 4, 0, 100), send(8000, 4, 10*ms), send(8000, 4, 20*ms),
 		collectors.Span{Kind: collectors.SpanClose, End: 25 * ms, LocalPort: 8000, Port: 4},
 		send(8000, 5, 30*ms), send(8000, 5, 45*ms), // begun before
@@ -169,13 +169,13 @@ func TestStreamsBounded(t *testing.T) {
 	s.MaxConns = 12000
 	var n int
 	for i := range 10000 {
-		n += len(feed(s, req(8000, uint16(i), int64(i), 100), send(8000, uint16(i), int64(i)+ms)))
+		n += len(feedStreams(s, req(8000, uint16(i), int64(i), 100), send(8000, uint16(i), int64(i)+ms)))
 	}
 	if n != 10000 || s.Len() != 10000 || s.Active(20*ms) != 10000 {
 		t.Fatalf("%d first bytes, %d held, %d active; want 10000 each", n, s.Len(), s.Active(20*ms))
 	}
 	for i := range 10000 {
-		feed(s, req(9000, uint16(i), 400e9, 100), send(9000, uint16(i), 400e9+ms))
+		feedStreams(s, req(9000, uint16(i), 400e9, 100), send(9000, uint16(i), 400e9+ms))
 		if s.Len() > s.MaxConns {
 			t.Fatalf("%d connections held over the bound %d", s.Len(), s.MaxConns)
 		}
@@ -187,7 +187,7 @@ func TestStreamsBounded(t *testing.T) {
 	}
 	// With none idle, the bound evicts.
 	s.MaxConns = 5000
-	feed(s, req(9100, 1, 401e9, 100))
+	feedStreams(s, req(9100, 1, 401e9, 100))
 	if s.Len() > 5000 || s.Stats.Evicted == 0 {
 		t.Errorf("%d held over the bound 5000, %d evicted", s.Len(), s.Stats.Evicted)
 	}
@@ -210,11 +210,11 @@ func TestStreamsHeldWrites(t *testing.T) {
 			Detail: collectors.PeerWindowFull, Blocking: true, Seq: ack}
 	}
 	var got []critpath.Read
-	got = feed(s, req(8000, 6, 0, 100), send(8000, 6, 10*ms), held(20*ms, 1000), held(30*ms, 2000), held(40*ms, 3000))
-	got = s.Release(release(900*ms, 500), got)            // older data: a gap all the same
-	got = s.Release(release(1500*ms, 2000), got)          // the first two held writes
-	got = s.Release(release(1600*ms, 2000), got)          // nothing more taken: no gap
-	got = append(got, feed(s, send(8000, 6, 1700*ms))...) // the window open again
+	got = feedStreams(s, req(8000, 6, 0, 100), send(8000, 6, 10*ms), held(20*ms, 1000), held(30*ms, 2000), held(40*ms, 3000))
+	got = s.Release(release(900*ms, 500), got)                   // older data: a gap all the same
+	got = s.Release(release(1500*ms, 2000), got)                 // the first two held writes
+	got = s.Release(release(1600*ms, 2000), got)                 // nothing more taken: no gap
+	got = append(got, feedStreams(s, send(8000, 6, 1700*ms))...) // the window open again
 	want := []gapWant{{1, 0, 0, 10 * ms}, {1, 1, 10 * ms, 900 * ms}, {1, 2, 900 * ms, 1500 * ms}, {1, 3, 1500 * ms, 1700 * ms}}
 	check(t, got, want)
 	// The backlog's release: written by the oldest held write's time at

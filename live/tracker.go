@@ -13,6 +13,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/correlate/critpath/feed"
 	"github.com/bpfbench/bpfbench/internal/hist"
 )
 
@@ -114,7 +115,7 @@ type Tracker struct {
 	mu      sync.Mutex
 	opt     Options
 	eng     *critpath.Engine
-	feed    *Feed
+	feed    *feed.Feed
 	streams *Streams
 	roll    *Rolling
 	reads   []critpath.Read
@@ -208,7 +209,7 @@ func NewTracker(opt Options) *Tracker {
 		opt.Intervals = 720
 	}
 	eng := critpath.New(critpath.Options{Keep: opt.Keep})
-	t := &Tracker{opt: opt, eng: eng, feed: NewFeed(eng, opt.MaxHeld), streams: NewStreams(), roll: NewRolling(),
+	t := &Tracker{opt: opt, eng: eng, feed: feed.NewFeed(eng, opt.MaxHeld), streams: NewStreams(), roll: NewRolling(),
 		slow: Slowest{N: opt.Slowest}, conns: map[uint16]*connBlame{},
 		sample: [2]sample{{n: bandSample}, {n: bandSample}}, iv: interval{sample: sample{n: bandSample * 4}},
 		gapH: hist.Log2{Slots: make([]uint64, 64)}, ttfbH: hist.Log2{Slots: make([]uint64, 64)}}

@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
 func gapStats(offsets []int64) (mean, cv float64) {

@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
 // chatServer is a fake OpenAI-compatible chat server: it streams a reply

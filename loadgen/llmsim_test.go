@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/internal/testutil"
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
 // serverTimes is what llmsim measured itself, from its /metrics: the sums

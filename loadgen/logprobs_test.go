@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
 func TestNormalizedEntropy(t *testing.T) {

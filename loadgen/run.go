@@ -50,7 +50,7 @@ func (r *Result) DurationS() float64 { return float64(r.EndNs-r.StartNs) / 1e9 }
 // Plan is the requests a run of a config sends, read or generated once
 // (a trace file is read once for the run and its description): Plan
 // makes it before the run, for what needs the send offsets first (the
-// pipeline of job.Run), and RunPlan sends it.
+// pipeline of run.Run in job/run), and RunPlan sends it.
 type Plan struct {
 	reqs []Request
 	info dataset.Info

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 	"github.com/bpfbench/bpfbench/loadgen/sweep"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
 func TestSweepFindsKneeStably(t *testing.T) {

@@ -38,7 +38,7 @@ func gapsOf(n, k int, computeMs, runqMs int64, t0 int64) []critGap {
 	return out
 }
 
-// writeRun writes a run directory the way job.Run does for its critical
+// writeRun writes a run directory the way run.Run (job/run) does for its critical
 // path: result.json (its own baseline: the run's medians) and the gaps.
 func writeRun(t *testing.T, gaps []critGap, phases []critPhase) string {
 	t.Helper()
@@ -209,7 +209,7 @@ func TestPhasesLeaveOutSteal(t *testing.T) {
 	}
 	gs := slices.Concat(base, stolen, mixed)
 	phases := []critPhase{{name: "baseline", from: 1e12, to: 2e12}, {name: "steal", from: 2e12, to: 3e12}, {name: "mixed", from: 3e12, to: 4e12}}
-	// As job.Run does with phases: the first phase's normal gap.
+	// As run.Run (job/run) does with phases: the first phase's normal gap.
 	cp := &result.CriticalPath{}
 	rebase(cp, slices.Values(gs), phases, baselineOf(slices.Values(inPhase(slices.Values(gs), phases[0]))), nil)
 	ps := cp.Phases

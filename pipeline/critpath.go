@@ -13,6 +13,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/correlate/critpath/feed"
 	"github.com/bpfbench/bpfbench/live"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
@@ -85,7 +86,7 @@ func band(gs iter.Seq[critGap], base critpath.Baseline, ttft bool) *result.Criti
 // critStream feeds the engine; every method runs under the runStream's
 // lock.
 type critStream struct {
-	feed  *live.Feed
+	feed  *feed.Feed
 	eng   *critpath.Engine
 	gaps  gapLog
 	agg   critpath.Aggregate
@@ -130,7 +131,7 @@ func (c *critStream) dumpGap(g critpath.Gap) {
 
 func newCritStream(maxHeld int, floor int64) *critStream {
 	eng := critpath.New(critpath.Options{})
-	c := &critStream{eng: eng, feed: live.NewFeed(eng, maxHeld), slow: live.Slowest{N: critSlowest}}
+	c := &critStream{eng: eng, feed: feed.NewFeed(eng, maxHeld), slow: live.Slowest{N: critSlowest}}
 	c.eng.SetFloor(floor)
 	if p := os.Getenv(critDumpEnv); p != "" {
 		// "%p" is this process's pid: one file per run when a test

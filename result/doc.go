@@ -417,7 +417,7 @@ func (d *Document) agentSections() {
 
 // Legacy reports whether the document was written before the critical path
 // became the attribution: its timeline's and phases' causes are the
-// activity model's until job.RebuildAttribution rebuilds them from the
+// activity model's until run.RebuildAttribution (job/run) rebuilds them from the
 // run's gaps file (or ForgetActivityCauses drops them).
 func (d *Document) Legacy() bool { return d.legacy }
 

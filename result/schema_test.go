@@ -14,8 +14,8 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
 	"github.com/bpfbench/bpfbench/result"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
 const published = "../docs/result.schema.json"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0 OR BSD-3-Clause */
 /*
- * The event pipeline every collector shares (collectors/bpfutil/pipeline.go
+ * The event pipeline every collector shares (collectors/bpfutil/ring.go
  * is the other half).
  *
  * - One ring buffer, `events`, per object. Records are submitted with

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/bpfbench/bpfbench/internal/version"
-	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/job/load"
+	"github.com/bpfbench/bpfbench/job/validate"
 )
 
 // findCmd returns the command at path (e.g. "perturb cpu") of a fresh tree.
@@ -120,8 +120,8 @@ func TestLoadOptionsEverywhere(t *testing.T) {
 			case phased && f.Name == "rate":
 				// The phases need a steady rate: the default is theirs,
 				// and their help shows it.
-				if g.DefValue != strconv.FormatFloat(job.DefaultPhaseRate, 'g', -1, 64) || strings.Contains(g.Usage, "inf") {
-					t.Errorf("%s --rate: default %q (%q), want the phases' %v", path, g.DefValue, g.Usage, job.DefaultPhaseRate)
+				if g.DefValue != strconv.FormatFloat(validate.DefaultPhaseRate, 'g', -1, 64) || strings.Contains(g.Usage, "inf") {
+					t.Errorf("%s --rate: default %q (%q), want the phases' %v", path, g.DefValue, g.Usage, validate.DefaultPhaseRate)
 				}
 			case g.DefValue != f.DefValue || g.Usage != f.Usage:
 				t.Errorf("%s --%s: default %q (%q), want %q (%q)", path, f.Name, g.DefValue, g.Usage, f.DefValue, f.Usage)

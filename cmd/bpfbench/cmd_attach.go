@@ -19,7 +19,7 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/exporter/report"
-	"github.com/bpfbench/bpfbench/job"
+	runjob "github.com/bpfbench/bpfbench/job/run"
 	"github.com/bpfbench/bpfbench/live"
 	"github.com/bpfbench/bpfbench/session"
 
@@ -234,7 +234,7 @@ func attachTracker(o attachOptions) (*live.Tracker, error) {
 	}
 	lo := live.Options{ThreadClock: true, WalkBudget: live.DefaultWalkBudget, WalkTarget: o.walkTarget / 100}
 	if o.baseline != "" {
-		prior, err := job.LoadPrior(o.baseline)
+		prior, err := runjob.LoadPrior(o.baseline)
 		if err != nil {
 			return nil, fmt.Errorf("--baseline: %w", err)
 		}

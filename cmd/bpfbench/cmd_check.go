@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/host"
 	"github.com/bpfbench/bpfbench/perturb"
 	"github.com/bpfbench/bpfbench/readiness"
 )
@@ -75,7 +75,7 @@ func readinessChecks() []readiness.Check { return readiness.Readiness(tracepoint
 // run as root removes it, as its reaper would have).
 func leftoverChecks(stateDir string) []readiness.Check {
 	var out []readiness.Check
-	for _, l := range job.Leftovers(stateDir) {
+	for _, l := range host.Leftovers(stateDir) {
 		c := readiness.Check{Status: readiness.OK, Name: "leftovers",
 			Detail: fmt.Sprintf("%s: in use by bpfbench (%s)", l.What, l.Owner)}
 		if !l.Alive {

@@ -11,9 +11,12 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/exporter/report"
+	"github.com/bpfbench/bpfbench/host"
 	"github.com/bpfbench/bpfbench/internal/caps"
-	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/job/demo"
 	"github.com/bpfbench/bpfbench/job/load"
+	"github.com/bpfbench/bpfbench/job/validate"
+	"github.com/bpfbench/bpfbench/llmsim/launch"
 )
 
 func init() { register(newDemoCmd) }
@@ -50,7 +53,7 @@ not take them. --rate is 4 req/s unless given.`,
 		},
 	}
 	fs := cmd.Flags()
-	opts.AddPhasedFlags(fs, job.DefaultPhaseRate, "target")
+	opts.AddPhasedFlags(fs, validate.DefaultPhaseRate, "target")
 	fs.StringVar(&out, "out", "bpfbench-demo", "run `DIR` (result.json, trace.json, report.html)")
 	fs.DurationVar(&phase, "phase", 10*time.Second, "length of each phase")
 	logs.add(fs, "warn", false)
@@ -85,7 +88,7 @@ func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Dura
 	if err != nil {
 		return err
 	}
-	sim, err := job.StartSim(ctx, job.SimConfig{Dir: out, CPUs: simCPUs})
+	sim, err := launch.StartSim(ctx, launch.SimConfig{Dir: out, CPUs: simCPUs})
 	if err != nil {
 		return err
 	}
@@ -99,8 +102,8 @@ func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Dura
 	var finish func()
 	cfg.Output.Progress, finish = opts.Progress(stderr)
 	fmt.Fprintf(stdout, "bpfbench demo: llmsim (pid %d) at %s with the CUDA stub, %s; %d phases of %v at %.0f req/s\n",
-		sim.Pid(), sim.URL, where, len(job.DemoPhases), phase, rate)
-	res, err := job.Demo(ctx, job.DemoConfig{
+		sim.Pid(), sim.URL, where, len(demo.DemoPhases), phase, rate)
+	res, err := demo.Demo(ctx, demo.DemoConfig{
 		Load: cfg, Sim: sim, ServerCPUs: simCPUs, OutDir: out, Phase: phase, Rate: rate,
 		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger, Manifest: runManifest(),
 	})
@@ -114,11 +117,11 @@ func runDemo(cmd *cobra.Command, opts *load.Options, out string, phase time.Dura
 // checkDemo checks the demo's rate and phase length, and returns the
 // rate of its phases.
 func checkDemo(cmd *cobra.Command, opts *load.Options, phase time.Duration) (float64, error) {
-	rate := job.PhaseRate(opts.Config.Scenario.Rate)
+	rate := validate.PhaseRate(opts.Config.Scenario.Rate)
 	if cmd.Flags().Changed("rate") && rate != opts.Config.Scenario.Rate {
 		return 0, usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}
 	}
-	if err := job.CheckDemo(rate, phase); err != nil {
+	if err := demo.CheckDemo(rate, phase); err != nil {
 		return 0, usageError{err.Error()}
 	}
 	return rate, nil
@@ -130,13 +133,13 @@ func isolateDemo(simCPUs []int, logger *slog.Logger) string {
 	where := "not pinned (one CPU: the injections share it with the server and bpfbench)"
 	if len(simCPUs) > 0 {
 		where = fmt.Sprintf("on CPU %v", simCPUs)
-		if rest, err := job.KeepOff(simCPUs); err != nil {
+		if rest, err := host.KeepOff(simCPUs); err != nil {
 			logger.Warn("keeping bpfbench off llmsim's CPUs", "err", err)
 		} else if len(rest) > 0 {
 			where += fmt.Sprintf(", bpfbench and the disk injection on %v", rest)
 		}
 	}
-	if err := job.ReniceSelf(demoSelfNice); err != nil {
+	if err := host.ReniceSelf(demoSelfNice); err != nil {
 		logger.Warn("raising bpfbench's priority", "err", err)
 	}
 	return where
@@ -146,13 +149,13 @@ func isolateDemo(simCPUs []int, logger *slog.Logger) string {
 // injected causes the critical path named and the files written, and,
 // when the demo itself went well (err nil), fails on the share of
 // failed requests.
-func printDemo(ctx context.Context, stdout io.Writer, opts *load.Options, res *job.DemoResult, err error, logger *slog.Logger) error {
+func printDemo(ctx context.Context, stdout io.Writer, opts *load.Options, res *demo.DemoResult, err error, logger *slog.Logger) error {
 	if eerr := exportSpans(ctx, opts.OTLP, res.RunResult); eerr != nil {
 		logger.Warn("exporting spans", "err", eerr)
 	}
 	fmt.Fprintln(stdout)
 	report.WriteTerminal(stdout, res.Doc)
-	fmt.Fprintf(stdout, "\nThe critical path named %d of %d injected causes", res.Named, len(job.DemoCauses))
+	fmt.Fprintf(stdout, "\nThe critical path named %d of %d injected causes", res.Named, len(demo.DemoCauses))
 	if res.Weak > 0 {
 		fmt.Fprintf(stdout, "; %d injections were too weak to judge", res.Weak)
 	}

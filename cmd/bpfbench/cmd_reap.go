@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bpfbench/bpfbench/host"
 	"github.com/bpfbench/bpfbench/internal/owner"
-	"github.com/bpfbench/bpfbench/job"
 	"github.com/bpfbench/bpfbench/perturb"
 )
 
@@ -71,7 +71,7 @@ func startReaper(stateDir string) error {
 // sweepLeftovers removes what dead bpfbench processes left (their owner
 // gone) and says so on w, one line each.
 func sweepLeftovers(w io.Writer, stateDir string) error {
-	removed, err := job.SweepLeftovers(stateDir)
+	removed, err := host.SweepLeftovers(stateDir)
 	for _, l := range removed {
 		fmt.Fprintf(w, "bpfbench: removed what a dead bpfbench (%s, started %s) left: %s\n", l.Owner, l.Started.Format("2006-01-02 15:04:05"), l.What)
 	}

@@ -26,7 +26,7 @@ import (
 	"github.com/bpfbench/bpfbench/agent"
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/correlate"
-	"github.com/bpfbench/bpfbench/job"
+	runjob "github.com/bpfbench/bpfbench/job/run"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
 
@@ -108,7 +108,7 @@ It takes every load option of bpfbench load.`,
 	fs.Float64Var(&f.baseITL, "baseline-itl-ms", 0, "a normal inter-token gap in ms for the activity model (default: the run's median); the attribution's normal gap, per cause, comes from the run or --baseline DIR")
 	fs.Float64Var(&f.baseTTFT, "baseline-ttft-ms", 0, "a normal time to first token in ms for the activity model (default: the run's median); the attribution's comes from the run or --baseline DIR")
 	fs.StringVar(&f.baseline, "baseline", "", "a quiet run recorded earlier (its `DIR` or result.json): the attribution and the critical path compare with its normal gaps, not this run's medians, so a run contended from start to end is still explained")
-	fs.IntVar(&f.spoolMiB, "spool-mib", job.DefaultSpoolBytes>>20, "`MiB` that what is recorded during the load may take before it is correlated: correlation waits for the load's end, taking no CPU from the server while it is measured, unless this fills first (then it goes live; 0: live from the start)")
+	fs.IntVar(&f.spoolMiB, "spool-mib", runjob.DefaultSpoolBytes>>20, "`MiB` that what is recorded during the load may take before it is correlated: correlation waits for the load's end, taking no CPU from the server while it is measured, unless this fills first (then it goes live; 0: live from the start)")
 	f.logs.add(fs, "warn", true)
 	f.cpus = cpusFlag(fs)
 	f.agents.add(fs)
@@ -160,7 +160,7 @@ func runRun(cmd *cobra.Command, f runFlags) error {
 	}
 	var finish func()
 	cfg.Output.Progress, finish = f.opts.Progress(stderr)
-	res, err := job.Run(ctx, job.RunConfig{
+	res, err := runjob.Run(ctx, runjob.RunConfig{
 		Load: cfg, Pid: pid, Roots: f.server.roots, OutDir: f.out, Logger: logger, Sections: sessionSections(),
 		BaselineITL:   time.Duration(f.baseITL * float64(time.Millisecond)),
 		BaselineTTFT:  time.Duration(f.baseTTFT * float64(time.Millisecond)),
@@ -179,7 +179,7 @@ func runRun(cmd *cobra.Command, f runFlags) error {
 
 // check checks the load options and the flags of run alone, and reads
 // the quiet run of --baseline (nil when none is given).
-func (f *runFlags) check() (*job.Prior, error) {
+func (f *runFlags) check() (*runjob.Prior, error) {
 	if err := f.opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -200,7 +200,7 @@ func (f *runFlags) check() (*job.Prior, error) {
 	if f.baseline == "" {
 		return nil, nil
 	}
-	p, err := job.LoadPrior(f.baseline)
+	p, err := runjob.LoadPrior(f.baseline)
 	if err != nil {
 		return nil, usageError{"--baseline: " + err.Error()}
 	}
@@ -260,7 +260,7 @@ func (f *runFlags) localServer(cmd *cobra.Command, targetURL string, logger *slo
 // printResult exports the run's spans, prints its summary and the files
 // it wrote, and, when the run itself went well (err nil), fails on the
 // share of failed requests.
-func (f *runFlags) printResult(ctx context.Context, stdout io.Writer, res *job.RunResult, err error, logger *slog.Logger) error {
+func (f *runFlags) printResult(ctx context.Context, stdout io.Writer, res *runjob.RunResult, err error, logger *slog.Logger) error {
 	if eerr := exportSpans(ctx, f.opts.OTLP, res); eerr != nil {
 		logger.Warn("exporting spans", "err", eerr)
 	}
@@ -287,7 +287,7 @@ func loadCompletions(cmd *cobra.Command) {
 }
 
 // exportSpans sends each request as an OTLP span with its attribution.
-func exportSpans(ctx context.Context, oo otlp.Options, res *job.RunResult) error {
+func exportSpans(ctx context.Context, oo otlp.Options, res *runjob.RunResult) error {
 	if !oo.Enabled() {
 		return nil
 	}
@@ -479,18 +479,18 @@ func runReport(stdout io.Writer, dir, baseline, out string) error {
 		// Written when the activity model was the attribution: the
 		// critical path's gaps rebuild it; without them, the activity
 		// model's causes leave the timeline and phases.
-		if err := job.RebuildAttribution(doc, dir); err != nil {
+		if err := runjob.RebuildAttribution(doc, dir); err != nil {
 			fmt.Fprintf(os.Stderr, "bpfbench report: %s was written by an older bpfbench whose attribution was overlapping activity; %v: the attribution shows the critical path's figures only\n", dir, err)
 			doc.ForgetActivityCauses()
 		}
 	}
 	outDir := dir
 	if baseline != "" {
-		prior, err := job.LoadPrior(baseline)
+		prior, err := runjob.LoadPrior(baseline)
 		if err != nil {
 			return usageError{"--baseline: " + err.Error()}
 		}
-		if err := job.Rebase(doc, dir, prior); err != nil {
+		if err := runjob.Rebase(doc, dir, prior); err != nil {
 			return err
 		}
 		if outDir = out; outDir == "" {
@@ -520,7 +520,7 @@ func runReport(stdout io.Writer, dir, baseline, out string) error {
 	return nil
 }
 
-// spoolBytes is --spool-mib for job.RunConfig.SpoolBytes (0: live).
+// spoolBytes is --spool-mib for runjob.RunConfig.SpoolBytes (0: live).
 func spoolBytes(mib int) int64 {
 	if mib == 0 {
 		return -1

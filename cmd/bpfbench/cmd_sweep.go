@@ -12,8 +12,9 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
 	"github.com/bpfbench/bpfbench/internal/caps"
-	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/job/knee"
 	"github.com/bpfbench/bpfbench/job/load"
+	runjob "github.com/bpfbench/bpfbench/job/run"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/sweep"
 )
@@ -177,9 +178,9 @@ func sweepServer(cmd *cobra.Command, j *load.SweepJob, server *serverFlags, logg
 // startSweepSignals starts the watch of every step for the signals that
 // the server is past its limit: the engine's from its /metrics and, with
 // a pid, the kernel's (the CUDA probes alone). Each note is printed.
-func startSweepSignals(ctx context.Context, stdout io.Writer, j *load.SweepJob, sm *serverMetricsFlags, pid int, logger *slog.Logger) (*job.SweepSignals, error) {
+func startSweepSignals(ctx context.Context, stdout io.Writer, j *load.SweepJob, sm *serverMetricsFlags, pid int, logger *slog.Logger) (*knee.SweepSignals, error) {
 	var sayMu sync.Mutex
-	return job.StartSweepSignals(ctx, job.SweepSignalsConfig{
+	return knee.StartSweepSignals(ctx, knee.SweepSignalsConfig{
 		Target: j.Config.Target.URL, ServerMetrics: sm.url, ServerMetricsPeriod: sm.period,
 		MaxKVUsage: j.MaxKVUsage, MaxPreemptions: j.MaxPreemptions, MaxWaiting: j.MaxWaiting, WaitingFor: j.MaxWaitingFor,
 		Pid: pid, Sections: sessionSections(), Logger: logger,
@@ -194,7 +195,7 @@ func startSweepSignals(ctx context.Context, stdout io.Writer, j *load.SweepJob, 
 // recordKnee writes the explained knee into the sweep's result and the
 // reports of its runs, prints it with the runs behind it, and checks the
 // sweep's answer; err is explaining's, returned first.
-func recordKnee(stdout io.Writer, j *load.SweepJob, res *sweep.Result, knee *job.Knee, err error) error {
+func recordKnee(stdout io.Writer, j *load.SweepJob, res *sweep.Result, knee *knee.Knee, err error) error {
 	if knee.Fail == nil {
 		fmt.Fprintln(stdout, knee.Explanation())
 		return err
@@ -211,7 +212,7 @@ func recordKnee(stdout io.Writer, j *load.SweepJob, res *sweep.Result, knee *job
 		return err
 	}
 	var dirs []string
-	for _, r := range []*job.RunResult{knee.PassRun, knee.FailRun} {
+	for _, r := range []*runjob.RunResult{knee.PassRun, knee.FailRun} {
 		if r != nil {
 			dirs = append(dirs, r.Dir)
 		}
@@ -223,10 +224,10 @@ func recordKnee(stdout io.Writer, j *load.SweepJob, res *sweep.Result, knee *job
 }
 
 // explainKnee follows the server at both ends of the knee's interval,
-// printing each run as it ends (job.ExplainKnee).
+// printing each run as it ends (knee.ExplainKnee).
 func explainKnee(ctx context.Context, j *load.SweepJob, cfg loadgen.Config, res *sweep.Result, pid int,
-	sm *serverMetricsFlags, logger *slog.Logger, stdout io.Writer) (*job.Knee, error) {
-	return job.ExplainKnee(ctx, job.KneeConfig{
+	sm *serverMetricsFlags, logger *slog.Logger, stdout io.Writer) (*knee.Knee, error) {
+	return knee.ExplainKnee(ctx, knee.KneeConfig{
 		Load: cfg, Sweep: res, RequestsPerStep: j.RequestsPerStep, Pid: pid, OutDir: j.Out,
 		Sections: sessionSections(), Readiness: readinessChecks, Logger: logger,
 		ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest(),
@@ -239,9 +240,9 @@ func explainKnee(ctx context.Context, j *load.SweepJob, cfg loadgen.Config, res 
 			if side == "pass" && try == 1 {
 				fmt.Fprintln(stdout)
 			}
-			fmt.Fprintf(stdout, "following pid %d at the %s (%s)%s ...\n", pid, what, job.StepAt(res.Mode, s), again)
+			fmt.Fprintf(stdout, "following pid %d at the %s (%s)%s ...\n", pid, what, knee.StepAt(res.Mode, s), again)
 		},
-		After: func(side string, r *job.RunResult, f sweep.FollowedRun) {
+		After: func(side string, r *runjob.RunResult, f sweep.FollowedRun) {
 			if eerr := exportSpans(ctx, j.OTLP, r); eerr != nil {
 				logger.Warn("exporting spans", "err", eerr)
 			}
@@ -252,7 +253,7 @@ func explainKnee(ctx context.Context, j *load.SweepJob, cfg loadgen.Config, res 
 			if (side == "pass") != f.Pass {
 				verdict += " (the sweep's verdict there was the other: not taken)"
 			}
-			fmt.Fprintf(stdout, "  %s: %s; %s\n", r.Dir, verdict, job.StepExplanation(r))
+			fmt.Fprintf(stdout, "  %s: %s; %s\n", r.Dir, verdict, knee.StepExplanation(r))
 		},
 	})
 }

@@ -13,7 +13,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/bpfbench/bpfbench/collectors/bpfutil"
-	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/host"
+	runjob "github.com/bpfbench/bpfbench/job/run"
+	"github.com/bpfbench/bpfbench/job/validate"
+	"github.com/bpfbench/bpfbench/llmsim/launch"
 
 	"github.com/bpfbench/bpfbench/internal/caps"
 	"github.com/bpfbench/bpfbench/job/load"
@@ -70,7 +73,7 @@ requests are sent and when belong to the phases, so it does not take them.
 		},
 	}
 	fs := cmd.Flags()
-	opts.AddPhasedFlags(fs, job.DefaultPhaseRate)
+	opts.AddPhasedFlags(fs, validate.DefaultPhaseRate)
 	server.add(fs)
 	sm.add(fs)
 	fs.BoolVar(&v.useSim, "sim", false, "start bin/llmsim with the CUDA stub and validate against it (as make validate does)")
@@ -147,7 +150,7 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 	// priority than the server and the busy threads (nice 0), so that the
 	// cpu injection delays the server and not the client's clock. After
 	// llmsim's start: a child inherits its parent's nice level.
-	if err := job.ReniceSelf(v.selfNice); err != nil {
+	if err := host.ReniceSelf(v.selfNice); err != nil {
 		logger.Warn("raising bpfbench's priority", "err", err)
 	}
 	injs, note, err := rows.Injections(pid)
@@ -164,10 +167,10 @@ func runValidate(cmd *cobra.Command, opts *load.Options, server serverFlags, sm 
 	}
 	progress, finish := opts.Progress(stderr)
 	printValidatePlan(stdout, pid, rate, injs, v.phase)
-	val, res, err := job.Validate(ctx, job.ValidateConfig{
+	val, res, err := validate.Validate(ctx, validate.ValidateConfig{
 		Load: lc, Pid: pid, OutDir: v.out, MinShare: v.minShare, Phase: v.phase, Rate: rate, OutputLen: lc.Scenario.Dataset.OutputLen,
 		Injections: injs, Sections: sessionSections(), Readiness: readinessChecks, Logger: logger, Progress: progress, RetryWeak: v.retryWeak, MinAddedMs: v.minAddedMs,
-		ValidateRun: job.ValidateRun{ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest()},
+		ValidateRun: validate.ValidateRun{ServerMetrics: sm.url, ServerMetricsPeriod: sm.period, Manifest: runManifest()},
 	})
 	finish()
 	return v.conclude(ctx, stdout, opts, val, res, err, logger)
@@ -179,7 +182,7 @@ func (v validateFlags) check(cmd *cobra.Command, opts *load.Options) (float64, e
 	if v.useSim == (opts.Config.Target.URL != "") {
 		return 0, usageError{"give --sim, or the server's --target URL with --pid or --port"}
 	}
-	rate := job.PhaseRate(opts.Config.Scenario.Rate)
+	rate := validate.PhaseRate(opts.Config.Scenario.Rate)
 	if cmd.Flags().Changed("rate") && rate != opts.Config.Scenario.Rate {
 		return 0, usageError{"--rate must be a positive number of requests per second: the phases need a steady rate"}
 	}
@@ -206,18 +209,18 @@ func (v validateFlags) prepare(logger *slog.Logger) error {
 
 // printValidatePlan says what the validation will run: the server, the
 // rate, the injections in turn and how long each lasts.
-func printValidatePlan(stdout io.Writer, pid int, rate float64, injs []job.Injection, phase time.Duration) {
+func printValidatePlan(stdout io.Writer, pid int, rate float64, injs []validate.Injection, phase time.Duration) {
 	names := make([]string, len(injs))
 	for i, inj := range injs {
 		names[i] = inj.Name
 	}
-	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each, %v of settling between two injections\n", pid, rate, strings.Join(names, ", "), phase, job.DemoSettle(phase))
+	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each, %v of settling between two injections\n", pid, rate, strings.Join(names, ", "), phase, validate.Settle(phase))
 }
 
 // conclude exports the run's spans, prints the validation (or where the
 // run is, when there is none) and judges it: err first, then the share
 // of failed requests, then the verdict of the matrix.
-func (v validateFlags) conclude(ctx context.Context, stdout io.Writer, opts *load.Options, val *job.Validation, res *job.RunResult, err error, logger *slog.Logger) error {
+func (v validateFlags) conclude(ctx context.Context, stdout io.Writer, opts *load.Options, val *validate.Validation, res *runjob.RunResult, err error, logger *slog.Logger) error {
 	if res != nil {
 		if eerr := exportSpans(ctx, opts.OTLP, res); eerr != nil {
 			logger.Warn("exporting spans", "err", eerr)
@@ -243,16 +246,16 @@ func (v validateFlags) conclude(ctx context.Context, stdout io.Writer, opts *loa
 
 // rows reads the flags of validate's rows; the net row's settings are
 // checked before the server starts.
-func (v validateFlags) rows() (job.ValidateRowsConfig, error) {
-	rows := job.ValidateRowsConfig{
+func (v validateFlags) rows() (validate.ValidateRowsConfig, error) {
+	rows := validate.ValidateRowsConfig{
 		IOFile: v.ioFile, CUDAControl: v.control, GPUKernelUS: v.gpuUS, StepControl: v.stepControl, StepUS: v.stepUS,
 		SlowRead: v.slowRead, Net: perturb.Net{Iface: v.netIface, Netns: v.netNS}, SelfNice: v.selfNice,
 	}
 	var err error
-	if rows.Skip, err = job.ParseRowList("skip", v.skip, job.ValidateRows...); err != nil {
+	if rows.Skip, err = validate.ParseRowList("skip", v.skip, validate.ValidateRows...); err != nil {
 		return rows, err
 	}
-	if rows.With, err = job.ParseRowList("with", v.with, "compute", "client-cpu"); err != nil {
+	if rows.With, err = validate.ParseRowList("with", v.with, "compute", "client-cpu"); err != nil {
 		return rows, err
 	}
 	if v.netRate != "auto" {
@@ -274,12 +277,12 @@ func (v validateFlags) rows() (job.ValidateRowsConfig, error) {
 
 // startValidateSim starts llmsim for validate --sim, keeps bpfbench off
 // its CPUs, and fills what rows were not given from it.
-func startValidateSim(ctx context.Context, stdout io.Writer, v validateFlags, rows *job.ValidateRowsConfig, logger *slog.Logger) (*job.Sim, error) {
+func startValidateSim(ctx context.Context, stdout io.Writer, v validateFlags, rows *validate.ValidateRowsConfig, logger *slog.Logger) (*launch.Sim, error) {
 	simCPUs, err := simCPUList(v.simCPUs)
 	if err != nil {
 		return nil, usageError{err.Error()}
 	}
-	sim, err := job.StartSim(ctx, job.SimConfig{Dir: v.out, Netns: v.simNetns, CPUs: simCPUs})
+	sim, err := launch.StartSim(ctx, launch.SimConfig{Dir: v.out, Netns: v.simNetns, CPUs: simCPUs})
 	if err != nil {
 		if v.simNetns {
 			return nil, fmt.Errorf("%w (--sim-netns=false serves on 127.0.0.1, without the net row)", err)
@@ -307,7 +310,7 @@ func startValidateSim(ctx context.Context, stdout io.Writer, v validateFlags, ro
 		// bpfbench (the load generator, the readers) keeps off the
 		// server's CPUs: the cpu row's busy threads then delay the
 		// server, not the client's clock.
-		if rest, err := job.KeepOff(simCPUs); err != nil {
+		if rest, err := host.KeepOff(simCPUs); err != nil {
 			logger.Warn("keeping bpfbench off llmsim's CPUs", "err", err)
 		} else if len(rest) > 0 {
 			where += fmt.Sprintf(" (bpfbench on %v)", rest)
@@ -319,7 +322,7 @@ func startValidateSim(ctx context.Context, stdout io.Writer, v validateFlags, ro
 
 // printValidation writes what each injection achieved, the confusion
 // matrix, the observer's overhead and the files written.
-func printValidation(stdout io.Writer, val *job.Validation, res *job.RunResult) {
+func printValidation(stdout io.Writer, val *validate.Validation, res *runjob.RunResult) {
 	fmt.Fprintln(stdout, "\nWhat each injection achieved:")
 	for _, r := range val.Rows {
 		fmt.Fprintf(stdout, "  - %s: %s\n", r.Injection, r.Achieved)

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
-	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/llmsim/launch"
 	"github.com/bpfbench/bpfbench/result"
 )
 
@@ -30,7 +30,7 @@ func TestRunCriticalPathCPUContention(t *testing.T) {
 	var problems []string
 	for attempt := 1; attempt <= 2; attempt++ {
 		dir := t.TempDir()
-		sim, err := job.StartSim(context.Background(), job.SimConfig{Dir: dir, CPUs: []int{0}})
+		sim, err := launch.StartSim(context.Background(), launch.SimConfig{Dir: dir, CPUs: []int{0}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
 )
 
 // Every duration, rate, length and ratio flag out of its range is a usage

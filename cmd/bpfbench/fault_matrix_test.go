@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/host"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
-	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 	"github.com/bpfbench/bpfbench/perturb"
 )
 
@@ -202,7 +202,7 @@ func faultLeft(mark, out, ns, iface string) []string {
 	if b, _ := exec.Command("tc", "-n", ns, "qdisc", "show", "dev", iface).Output(); strings.Contains(string(b), "tbf") {
 		left = append(left, "the tbf on "+iface+": "+strings.TrimSpace(string(b)))
 	}
-	for _, l := range job.Leftovers(perturb.DefaultStateDir) {
+	for _, l := range host.Leftovers(perturb.DefaultStateDir) {
 		if !l.Alive {
 			left = append(left, fmt.Sprintf("%s of a dead owner (%s, %s)", l.What, l.Owner, l.State))
 		}

@@ -16,8 +16,8 @@ import (
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
-	"github.com/bpfbench/bpfbench/job"
+	runjob "github.com/bpfbench/bpfbench/job/run"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/dataset"
 	"github.com/bpfbench/bpfbench/session"
@@ -293,7 +293,7 @@ func slowClientRun(t *testing.T, nginx, simAddr string, simPid int, buffering bo
 		lc.Target.Timeout = time.Minute
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		res, err := job.Run(ctx, job.RunConfig{Load: lc, Pid: simPid, ViaPid: viaPid, OutDir: filepath.Join(dir, "run"), Sections: sessionSections()})
+		res, err := runjob.Run(ctx, runjob.RunConfig{Load: lc, Pid: simPid, ViaPid: viaPid, OutDir: filepath.Join(dir, "run"), Sections: sessionSections()})
 		if err != nil {
 			t.Fatal(err)
 		}

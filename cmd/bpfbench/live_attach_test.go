@@ -18,8 +18,8 @@ import (
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
 	"github.com/bpfbench/bpfbench/live"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 )
 
 // streamClient runs testdata/stream_client.py, a streaming client that is

@@ -23,9 +23,9 @@ import (
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/exporter/trace"
 	"github.com/bpfbench/bpfbench/internal/privtest"
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
-	"github.com/bpfbench/bpfbench/job"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
+	"github.com/bpfbench/bpfbench/job/demo"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 )
 
 var (
@@ -100,7 +100,7 @@ func TestDemoNamesEachInjectedCause(t *testing.T) {
 	// it is the injected one; no injection is too weak to judge.
 	for i, p := range doc.Phases[1:] {
 		cp := doc.CriticalPath.Phases[i+1]
-		want := job.DemoCauses[p.Name]
+		want := demo.DemoCauses[p.Name]
 		if p.Weak {
 			t.Errorf("phase %q: %s", p.Name, p.Verdict)
 			continue
@@ -123,7 +123,7 @@ func TestDemoNamesEachInjectedCause(t *testing.T) {
 	// more network time than any other request. (Other requests' gaps can
 	// carry tens of ms of net_backpressure where the walk takes an early
 	// send for the chunk's: DESIGN.md, "Known gaps".)
-	slow := job.DemoSlowReaders(4, 10*time.Second)
+	slow := demo.DemoSlowReaders(4, 10*time.Second)
 	minSlow, maxOther := math.Inf(1), 0.0
 	for _, r := range doc.Attribution.Requests {
 		nb := r.ITLShares["net_backpressure"]*r.ITLExcessMs + r.TTFTShares["net_backpressure"]*(r.TotalExcessMs-r.ITLExcessMs)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
 	"github.com/bpfbench/bpfbench/internal/testutil"
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 	"github.com/bpfbench/bpfbench/result"
 )
 

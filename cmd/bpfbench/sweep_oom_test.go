@@ -32,7 +32,7 @@ func TestSweepStopsOnCUDAAllocFailures(t *testing.T) {
 	simBinaries(t)
 	dir := t.TempDir()
 	const kvBytes = 16 << 20
-	// llmsim's startup buffer (tools/llmsim/sim/cuda.go cudaBufBytes)
+	// llmsim's startup buffer (llmsim/sim/cuda.go cudaBufBytes)
 	// and four KV caches.
 	const memBytes = 64<<10 + 4*kvBytes
 	addr := testutil.FreeAddr(t)

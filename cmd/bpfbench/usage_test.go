@@ -12,8 +12,8 @@ import (
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/internal/manifest"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
 // Every command's missing required flag or argument, and every bad one

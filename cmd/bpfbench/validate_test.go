@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bpfbench/bpfbench/job"
+	"github.com/bpfbench/bpfbench/job/validate"
 	"github.com/bpfbench/bpfbench/perturb"
 
 	"github.com/bpfbench/bpfbench/internal/privtest"
@@ -51,7 +51,7 @@ func TestValidateMatrixOnLLMSim(t *testing.T) {
 		if err != nil {
 			t.Fatalf("exit %d, no validation.json: %v\n%s", code, err, stderr)
 		}
-		var v job.Validation
+		var v validate.Validation
 		if err := json.Unmarshal(b, &v); err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestValidateRetriesAWeakInjectionStronger(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v job.Validation
+	var v validate.Validation
 	if err := json.Unmarshal(b, &v); err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
 )
 
 func main() {

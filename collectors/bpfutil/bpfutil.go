@@ -1,6 +1,6 @@
 // Package bpfutil holds what every collector does the same way: preparing
 // the kernel file systems, explaining load errors, reading per-CPU counters,
-// and the event pipeline (pipeline.go) every collector is built on.
+// and the event pipeline (ring.go) every collector is built on.
 package bpfutil
 
 import (

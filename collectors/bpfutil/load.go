@@ -231,7 +231,7 @@ func (b *Base) Load(o Object) (err error) {
 // configure sizes spec's ring, sets o's constants, leaves out the
 // programs o skips (and their variants) and renames o's tracepoints.
 func (b *Base) configure(spec *ebpf.CollectionSpec, o Object) error {
-	if err := ConfigurePipeline(spec, o.RingBytes); err != nil {
+	if err := ConfigureRing(spec, o.RingBytes); err != nil {
 		return fmt.Errorf("configuring %s: %w", b.name, err)
 	}
 	for name, v := range o.Consts {

@@ -16,7 +16,7 @@ import (
 // summary and its diagnosis, and (when it is not a legacy document)
 // written out and read back it renders the same summary.
 func FuzzReadResult(f *testing.F) {
-	samples, _ := filepath.Glob("../../tools/ci/reportsample/testdata/*.json")
+	samples, _ := filepath.Glob("reportsample/testdata/*.json")
 	for _, p := range samples {
 		if b, err := os.ReadFile(p); err == nil && len(b) < 64<<10 {
 			f.Add(b)

@@ -334,7 +334,7 @@ func TestDocNamesDetector(t *testing.T) {
 		{"internal/layout/links_test.go:12", false},
 		{"internal/layout/no_such_file.go", true},
 		{"internal/nosuchpackage/", true},
-		{"live.Feed", false},
+		{"feed.Feed", false},
 		{"live.NoSuchIdentifier", true},
 		{"correlate/critpath.Gap", false},
 		{"correlate/critpath.NoSuchIdentifier", true},

@@ -66,7 +66,7 @@ type run struct {
 	failedEveryN int
 }
 
-// write writes dir/result.json the way job.Run does: the load
+// write writes dir/result.json the way run.Run (job/run) does: the load
 // generator's result fields, the attribution and the manifest in a
 // result.Document.
 func (r run) write(t *testing.T, dir string) string {

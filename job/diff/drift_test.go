@@ -13,10 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/llmsim/sim"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
 	"github.com/bpfbench/bpfbench/result"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
 // simRun runs the requests against an in-process llmsim answering prof's

@@ -14,7 +14,7 @@ import (
 // into a text and valid JSON, and a run compared with itself shows no
 // change in its load figures.
 func FuzzDiff(f *testing.F) {
-	samples, _ := filepath.Glob("../../tools/ci/reportsample/testdata/*.json")
+	samples, _ := filepath.Glob("../../exporter/report/reportsample/testdata/*.json")
 	var small [][]byte
 	for _, p := range samples {
 		if b, err := os.ReadFile(p); err == nil && len(b) < 64<<10 {

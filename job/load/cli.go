@@ -336,7 +336,7 @@ func (j *LoadJob) AddFlags(fs *pflag.FlagSet) {
 }
 
 // RunLoad parses args as `bpfbench load`'s flags and runs the job (for
-// programs that are the load generator alone, like tools/bench/loadgen/loadclient).
+// programs that are the load generator alone, like job/load/loadclient).
 func RunLoad(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := pflag.NewFlagSet("load", pflag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 )
 
 // simConfig is llmsim's default configuration (its EOS and batch

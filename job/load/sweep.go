@@ -35,7 +35,7 @@ type SweepJob struct {
 	// run to get them.
 	Repeats, RepeatBudget int
 	// The limit signals that end a step early (sweep.Config's and
-	// job.SweepSignalsConfig's): the load generator's own error rate and
+	// knee.SweepSignalsConfig's): the load generator's own error rate and
 	// connection resets, and the engine's KV cache, preemptions and queue.
 	MaxErrorRate   float64
 	MaxResets      int
@@ -44,7 +44,7 @@ type SweepJob struct {
 	MaxWaiting     int
 	MaxWaitingFor  time.Duration
 	// Signals, when set, are the engine's and the kernel's signals,
-	// polled during every step (job.StartSweepSignals).
+	// polled during every step (knee.StartSweepSignals).
 	Signals sweep.Signals
 	// Out is the run directory: sweep.json (unless Result names another
 	// file) and, when the knee is explained, its two runs (Out/pass,

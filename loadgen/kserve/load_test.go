@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/bpfbench/bpfbench/internal/testutil"
-	"github.com/bpfbench/bpfbench/internal/testutil/simtest"
+	"github.com/bpfbench/bpfbench/llmsim/sim"
+	"github.com/bpfbench/bpfbench/llmsim/simtest"
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/kserve"
 	"github.com/bpfbench/bpfbench/loadgen/metrics"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
-	"github.com/bpfbench/bpfbench/tools/llmsim/sim"
 )
 
 // serverTimes is llmsim's own measure, from its /metrics: the ground truth.

@@ -6,7 +6,7 @@
 #
 #   tools/bench/loadgen/client_efficiency.sh [STREAMS] [TOKENS] [ITL_MS] [ROUNDS]
 #
-# bpfbench is tools/bench/loadgen/loadclient, `bpfbench load` as its own process.
+# bpfbench is job/load/loadclient, `bpfbench load` as its own process.
 # Every client sends STREAMS streaming requests at once for TOKENS tokens
 # each (ignore_eos), one token every ITL_MS ms; each round runs the three
 # clients one after the other, in a new process each. A client's CPU is
@@ -14,7 +14,7 @@
 # client is charged the same way. Prints each run, then the median over the
 # rounds and the ratios. Needs go, cc and /usr/bin/python3 with python3-aiohttp.
 # Also measured: bpfbench through Go's net/http (--net-http), and, with
-# BASELINE_LOADCLIENT=PATH, another build of tools/bench/loadgen/loadclient (an
+# BASELINE_LOADCLIENT=PATH, another build of job/load/loadclient (an
 # older commit, for before/after).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -27,7 +27,7 @@ TMP=$(mktemp -d)
 SIM=
 trap '[ -n "$SIM" ] && kill "$SIM" 2>/dev/null; rm -rf "$TMP"' EXIT
 go build -o "$TMP/llmsim" ./cmd/llmsim
-go build -o "$TMP/loadclient" ./tools/bench/loadgen/loadclient
+go build -o "$TMP/loadclient" ./job/load/loadclient
 cc -O2 -o "$TMP/floor" tools/bench/loadgen/floor/floor.c
 PORT=$((20000 + RANDOM % 20000))
 # A server as cheap as possible per token: sleep steps, no batch slowdown.

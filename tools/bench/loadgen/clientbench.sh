@@ -11,7 +11,7 @@ OUT=${3:-256}
 TMP=$(mktemp -d)
 trap 'kill "$SIM" 2>/dev/null || true; rm -rf "$TMP"' EXIT
 go build -o "$TMP/llmsim" ./cmd/llmsim
-go build -o "$TMP/loadclient" ./tools/bench/loadgen/loadclient
+go build -o "$TMP/loadclient" ./job/load/loadclient
 PORT=$((20000 + RANDOM % 20000))
 # A server as cheap as possible per token: sleep steps, no batch slowdown.
 "$TMP/llmsim" --addr 127.0.0.1:$PORT --work sleep --itl 1ms --prefill-base 0 --prefill-per-token 0 \
