@@ -22,6 +22,33 @@ for k; do
 		break
 	fi
 done
+# qemu 10 or later: the tests marked "parallel" run with a host thread per
+# vCPU (run.sh), where qemu 7.2 (Debian 12's own) ran the x86 kernel's
+# text patches wrong ("Oops: int3" in try_to_wake_up on 6.12, soft lockups
+# on 6.1, in half of the boots); Debian 12 takes it from bookworm-backports
+# (10.0), Debian 13 has it.
+qemu_major() {
+	"$1" --version 2>/dev/null | awk 'NR == 1 {split($4, v, "."); print v[1] + 0}'
+}
+backports=()
+if [[ $(. /etc/os-release && echo "${VERSION_CODENAME:-}") == bookworm ]]; then
+	for p in "${pkgs[@]}"; do
+		case $p in
+		qemu-system-x86) bin=qemu-system-x86_64 ;;
+		qemu-system-arm) bin=qemu-system-aarch64 ;;
+		*) continue ;;
+		esac
+		v=$(qemu_major "$bin" || true)
+		((${v:-0} >= 10)) || backports+=("$p")
+	done
+fi
+if ((${#backports[@]})); then
+	[[ $(id -u) == 0 ]] || die "qemu older than 10: install ${backports[*]} from bookworm-backports (as root)"
+	log "installing from bookworm-backports: ${backports[*]}"
+	echo "deb http://deb.debian.org/debian bookworm-backports main" >/etc/apt/sources.list.d/bpfbench-backports.list
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends -t bookworm-backports "${backports[@]}" >/dev/null
+fi
 missing=()
 for p in "${pkgs[@]}"; do
 	if [[ $(dpkg-query -W -f='${Status}' "$p" 2>/dev/null) != "install ok installed" ]]; then

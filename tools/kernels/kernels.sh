@@ -23,8 +23,19 @@ for a in $(for k in "${kernels[@]}"; do arch_of "$k"; done | awk '!seen[$0]++');
 done
 mkdir -p "$KERNELS_OUT"
 for k in "${kernels[@]}"; do
-	rm -f "$KERNELS_OUT/$k.log"
+	rm -f "$KERNELS_OUT/$k.log" "$KERNELS_OUT/$k.parallel.log" "$KERNELS_OUT/$k.parallel.crashed.log"
 	bash "$KERNELS_DIR/run.sh" "$k" || log "$k: the VM failed (see $KERNELS_OUT/$k.log)"
+	# The tests that need both vCPUs at once, in a VM with a host thread per
+	# vCPU (run.sh): booted once more when it ended without finishing its
+	# plan, which it can under emulation (a text patch seen half done by the
+	# other vCPU's thread); the first console is kept, and the table says so.
+	KERNELS_VCPUS=parallel bash "$KERNELS_DIR/run.sh" "$k" || log "$k: the parallel VM failed"
+	p=$KERNELS_OUT/$k.parallel.log
+	if [[ -f $p ]] && ! grep -q '^@@DONE' "$p"; then
+		mv "$p" "$KERNELS_OUT/$k.parallel.crashed.log"
+		log "$k: the parallel VM ended before its plan did (console in $k.parallel.crashed.log): booting it again"
+		KERNELS_VCPUS=parallel bash "$KERNELS_DIR/run.sh" "$k" || log "$k: the parallel VM failed"
+	fi
 done
 echo
 rc=0

@@ -15,6 +15,12 @@ set -euo pipefail
 ver=${1:?usage: run.sh 5.10|6.1|6.12|6.12-arm64 [shell | -- COMMAND...]}
 shift
 mode=matrix
+# KERNELS_VCPUS: which of the matrix's tests this VM runs: "serial" (the
+# default) those of tests.txt not marked "parallel", under one host thread
+# for both vCPUs; "parallel" the marked ones, under a host thread per vCPU
+# (see KERNELS_ACCEL below), its console in VERSION.parallel.log.
+vcpus=${KERNELS_VCPUS:-serial}
+[[ $vcpus == serial || $vcpus == parallel ]] || die "KERNELS_VCPUS: serial or parallel, not $vcpus"
 if [[ ${1:-} == shell ]]; then
 	mode=shell
 elif [[ ${1:-} == -- ]]; then
@@ -59,6 +65,9 @@ matrix)
 	while read -r name pkg timeout expect rest; do
 		[[ -z $name || $name == \#* ]] && continue
 		[[ -n ${TESTS:-} && ! $name =~ $TESTS ]] && continue
+		# A test marked "parallel" runs in the VM of its own phase only.
+		[[ ,$expect, == *,parallel,* ]] && want=parallel || want=serial
+		[[ $want == "$vcpus" ]] || continue
 		exp=$(expect_of "$expect")
 		[[ $exp == skip ]] && continue
 		tries=2
@@ -85,13 +94,19 @@ fi
 initrd=$KERNELS_CACHE/$ver/initrd.cpio
 cat "$payload" "$KERNELS_CACHE/$ver/modules.cpio" "$KERNELS_CACHE/$ver/plan.cpio" >"$initrd"
 
-# KERNELS_ACCEL: the accelerator, tcg,thread=single by default: one host
-# thread runs both vCPUs in turn. With a thread per vCPU (tcg,
-# thread=multi) the kernel's patching of its own text while another vCPU
-# runs it (text_poke_bp's int3, as attaching a tracepoint flips its static
-# key) went wrong under emulation: "Oops: int3" in try_to_wake_up on
-# 6.12, soft lockups on 6.1 and a hung `check` on 5.10, each in a run or
-# two of several.
+# KERNELS_ACCEL: the accelerator. The serial phase's default is
+# tcg,thread=single: one host thread runs both vCPUs in turn. With a thread
+# per vCPU (tcg,thread=multi) the kernel's patching of its own text while
+# another vCPU runs it (text_poke_bp's int3, as attaching a tracepoint
+# flips its static key) went wrong under emulation: "Oops: int3" in
+# try_to_wake_up on 6.12, soft lockups on 6.1 and a hung `check` on 5.10,
+# each in a run or two of several whole matrices. But with one thread a
+# busy vCPU slows the other one's tasks in wall time while the guest's
+# clock runs on (no steal time under TCG): busy loops on vCPU 0 made the
+# load generator on vCPU 1 read slow, so the tests whose ground truth needs
+# the two vCPUs to run at once (a busy CPU beside an idle one) are marked
+# "parallel" in tests.txt and run in a VM of their own under
+# tcg,thread=multi (kernels.sh boots it again if it crashes).
 #
 # arm64: the virt machine, its console the PL011 (ttyAMA0). Debian's arm64
 # vmlinuz is an uncompressed Image (an EFI stub), which -kernel takes as
@@ -99,6 +114,20 @@ cat "$payload" "$KERNELS_CACHE/$ver/modules.cpio" "$KERNELS_CACHE/$ver/plan.cpio
 # cipher, which the kernel (ARM64_PTR_AUTH_KERNEL) runs on every
 # non-leaf call and return; pauth-impdef=on has qemu use its own cheaper
 # hash instead, the same instructions to the guest.
+log="$KERNELS_OUT/$ver.log"
+accel=tcg,thread=single
+append_more=
+if [[ $vcpus == parallel ]]; then
+	log="$KERNELS_OUT/$ver.parallel.log"
+	accel=tcg,thread=multi
+	# A lockup there ends the VM at once (panic=-1 and -no-reboot) rather
+	# than at its time limit, so that kernels.sh can boot it again.
+	append_more="softlockup_panic=1 sysctl.kernel.panic_on_rcu_stall=1"
+	if [[ $mode == matrix && ! -s $plan/plan.txt ]]; then
+		log "$ver: no test of this kernel needs parallel vCPUs"
+		exit 0
+	fi
+fi
 case $arch in
 amd64)
 	qemu=(qemu-system-x86_64 -cpu max)
@@ -109,14 +138,13 @@ arm64)
 	console=ttyAMA0
 	;;
 esac
-qemu+=(-accel "${KERNELS_ACCEL:-tcg,thread=single}" -m 3G -smp 2 -nographic -no-reboot
+qemu+=(-accel "${KERNELS_ACCEL:-$accel}" -m 3G -smp 2 -nographic -no-reboot
 	-kernel "$vmlinuz" -initrd "$initrd"
-	-append "console=$console quiet panic=-1 rdinit=/init ${KERNELS_APPEND:-}")
+	-append "console=$console quiet panic=-1 rdinit=/init $append_more ${KERNELS_APPEND:-}")
 mkdir -p "$KERNELS_OUT"
 if [[ $mode == shell ]]; then
 	exec "${qemu[@]}"
 fi
-log="$KERNELS_OUT/$ver.log"
 log "$ver: booting $(basename "$vmlinuz") (limit ${vm_timeout}s), console in $log"
 start=$SECONDS
 rc=0
