@@ -26,9 +26,10 @@ var rules = []struct {
 	{"collectors", nil},
 	{"collectors/bpfutil", []string{"internal/..."}},
 	{"collectors/*", []string{"collectors", "collectors/bpfutil", "result", "internal/..."}}, // summaries: result's section types
-	{"result", []string{"correlate", "correlate/critpath", "internal/..."}},                  // the run's files: result.json's types, reader, migrations
-	{"correlate", nil},
-	{"correlate/*", []string{"correlate"}}, // critpath: the critical-path engine, reusing correlate's causes
+	{"result/cause", nil},                                  // the causes' values and names: the vocabulary on the wire
+	{"result", []string{"result/cause", "internal/..."}},   // the run's files: result.json's types, reader, migrations
+	{"correlate", []string{"result"}},                      // the attribution's types are result's
+	{"correlate/*", []string{"correlate", "result/cause"}}, // critpath: the critical-path engine, its causes result/cause's
 	{"loadgen", []string{"loadgen/transport", "loadgen/dataset", "loadgen/metrics", "loadgen/sweep", "loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the run, composing the packages below
 	{"loadgen/kserve/inference", nil}, // generated from Triton's grpc_service.proto
 	{"loadgen/kserve", []string{"loadgen/kserve/inference", "internal/..."}},
