@@ -1,4 +1,4 @@
-package result
+package result_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/metrics"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // fill sets every field of v to a value that is not zero.
@@ -101,7 +102,7 @@ func TestLoadgenMirror(t *testing.T) {
 	res.Metrics = metrics.Compute(recs, res.DurationS(), c.Metrics)
 	fields := res.JSON()
 
-	var d Document
+	var d result.Document
 	if err := d.SetLoad(fields); err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +137,7 @@ func TestLoadgenMirror(t *testing.T) {
 	}
 	// The records themselves, field by field.
 	rb, _ := json.Marshal(rec)
-	var r Request
+	var r result.Request
 	dec := json.NewDecoder(bytes.NewReader(rb))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {

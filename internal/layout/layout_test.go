@@ -33,10 +33,10 @@ var rules = []struct {
 	{"loadgen", []string{"loadgen/transport", "loadgen/dataset", "loadgen/metrics", "loadgen/sweep", "loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the run, composing the packages below
 	{"loadgen/kserve/inference", nil}, // generated from Triton's grpc_service.proto
 	{"loadgen/kserve", []string{"loadgen/kserve/inference", "internal/..."}},
-	{"loadgen/transport", []string{"loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the streaming client: requests in, records out
-	{"loadgen/dataset", []string{"loadgen/transport", "internal/..."}},                            // the prompts (transport.Request)
-	{"loadgen/metrics", []string{"loadgen/transport", "internal/..."}},                            // vLLM's metrics of the records
-	{"loadgen/sweep", []string{"loadgen/metrics", "loadgen/transport", "internal/..."}},           // the SLO search, each step a Runner
+	{"loadgen/transport", []string{"loadgen/kserve", "loadgen/kserve/inference", "result", "internal/..."}}, // the streaming client: requests in, records out
+	{"loadgen/dataset", []string{"loadgen/transport", "internal/..."}},                                      // the prompts (transport.Request)
+	{"loadgen/metrics", []string{"loadgen/transport", "internal/..."}},                                      // vLLM's metrics of the records
+	{"loadgen/sweep", []string{"loadgen/metrics", "loadgen/transport", "internal/..."}},                     // the SLO search, each step a Runner
 	{"loadgen/*", []string{"internal/..."}},
 	{"perturb", []string{"loadgen/transport", "internal/..."}},
 	{"exporter/*", []string{"correlate", "correlate/critpath", "loadgen", "loadgen/transport", "result", "internal/..."}},
