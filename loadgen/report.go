@@ -10,6 +10,7 @@ import (
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen/metrics"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // Backend returns vLLM's backend name for the endpoint.
@@ -23,19 +24,17 @@ func (c *Config) Backend() string {
 	return "openai"
 }
 
-// Failure is one failed request, as listed in the result.
-type Failure struct {
-	Index     int    `json:"index"`
-	RequestID string `json:"request_id"`
-	Kind      string `json:"kind"`
-	Error     string `json:"error"`
-}
+// Failure is one failed request, as listed in the result (result.Failure).
+type Failure = result.Failure
 
 // Failures lists the failed measured requests.
-func (r *Result) Failures() []Failure {
+func (r *Result) Failures() []Failure { return failuresOf(r.Records) }
+
+// failuresOf lists the failed requests of recs.
+func failuresOf(recs []Record) []Failure {
 	var out []Failure
-	for i := range r.Records {
-		rec := &r.Records[i]
+	for i := range recs {
+		rec := &recs[i]
 		if !rec.Success {
 			out = append(out, Failure{Index: rec.Index, RequestID: rec.RequestID, Kind: rec.Failure, Error: rec.Error})
 		}

@@ -30,7 +30,7 @@ var rules = []struct {
 	{"result", []string{"result/cause", "internal/..."}},   // the run's files: result.json's types, reader, migrations
 	{"correlate", []string{"result"}},                      // the attribution's types are result's
 	{"correlate/*", []string{"correlate", "result/cause"}}, // critpath: the critical-path engine, its causes result/cause's
-	{"loadgen", []string{"loadgen/transport", "loadgen/dataset", "loadgen/metrics", "loadgen/sweep", "loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the run, composing the packages below
+	{"loadgen", []string{"loadgen/transport", "loadgen/dataset", "loadgen/metrics", "loadgen/sweep", "loadgen/kserve", "loadgen/kserve/inference", "result", "internal/..."}}, // the run, composing the packages below
 	{"loadgen/kserve/inference", nil}, // generated from Triton's grpc_service.proto
 	{"loadgen/kserve", []string{"loadgen/kserve/inference", "internal/..."}},
 	{"loadgen/transport", []string{"loadgen/kserve", "loadgen/kserve/inference", "result", "internal/..."}}, // the streaming client: requests in, records out
