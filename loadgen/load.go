@@ -14,7 +14,11 @@ import (
 // fields and bpfbench's own (d.Loadgen), the percentile fields
 // (d.Percentiles). They are JSON()'s fields, with the records themselves,
 // not a copy of them.
-func (r *Result) Fill(d *result.Document) {
+func (r *Result) Fill(d *result.Document) { r.fill(d, true) }
+
+// fill is Fill, with ITLs left nil unless itls (WriteJSON's: the encoder
+// writes them from the records as it goes).
+func (r *Result) fill(d *result.Document, itls bool) {
 	c, m := &r.Config, r.Metrics
 	l := &d.Loadgen
 	recs := wireRecords(r.Records)
@@ -60,7 +64,7 @@ func (r *Result) Fill(d *result.Document) {
 			d.Percentiles["p"+metrics.PercentileName(pv.P)+"_"+x.name+"_ms"] = pv.Value
 		}
 	}
-	fillRequests(l, recs)
+	fillRequests(l, recs, itls)
 	l.PromptEntropy = r.PromptEntropy()
 	l.BPFBench = r.detail(recs)
 }
@@ -68,10 +72,13 @@ func (r *Result) Fill(d *result.Document) {
 // fillRequests sets vLLM's per-request lists (input_lens, ttfts, itls,
 // errors, ...), and the engine's server_timings where any request has
 // them.
-func fillRequests(l *result.Loadgen, recs []Record) {
+func fillRequests(l *result.Loadgen, recs []Record, itls bool) {
 	n := len(recs)
 	l.InputLens, l.OutputLens = make([]int, n), make([]int, n)
-	l.TTFTs, l.ITLs = make([]float64, n), make(result.ITLs, n)
+	l.TTFTs = make([]float64, n)
+	if itls {
+		l.ITLs = make(result.ITLs, n)
+	}
 	l.GeneratedTexts, l.Errors = make([]string, n), make([]string, n)
 	timings := make([]*result.Timings, n)
 	hasTimings := false
@@ -80,15 +87,21 @@ func fillRequests(l *result.Loadgen, recs []Record) {
 		l.InputLens[i] = rec.PromptLen
 		timings[i] = rec.ServerTimings
 		hasTimings = hasTimings || rec.ServerTimings != nil
-		l.ITLs[i] = []float64{}
 		l.Errors[i] = rec.Error
+		if itls {
+			l.ITLs[i] = []float64{}
+		}
 		if !rec.Success {
 			continue
 		}
 		l.OutputLens[i] = rec.OutputTokens
 		l.TTFTs[i] = float64(rec.TTFTNs()) / 1e9
-		for j := 1; j < len(rec.ChunkNs); j++ {
-			l.ITLs[i] = append(l.ITLs[i], float64(rec.ChunkNs[j]-rec.ChunkNs[j-1])/1e9)
+		if itls && len(rec.ChunkNs) > 1 {
+			itl := make([]float64, len(rec.ChunkNs)-1)
+			for j := range itl {
+				itl[j] = float64(rec.ChunkNs[j+1]-rec.ChunkNs[j]) / 1e9
+			}
+			l.ITLs[i] = itl
 		}
 	}
 	if hasTimings {

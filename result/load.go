@@ -58,8 +58,8 @@ type Loadgen struct {
 	ITLs           ITLs        `json:"itls,omitempty"`
 	GeneratedTexts []string    `json:"generated_texts,omitempty"`
 	Errors         []string    `json:"errors,omitempty"`
-	ServerTimings  []*Timings  `json:"server_timings,omitempty"`
-	PromptEntropy  *Entropy    `json:"prompt_entropy,omitempty"`
+	ServerTimings  []*Timings  `json:"server_timings,omitempty" load:"omitempty"`
+	PromptEntropy  *Entropy    `json:"prompt_entropy,omitempty" load:"omitempty"`
 	BPFBench       *LoadDetail `json:"bpfbench,omitempty"`
 }
 
@@ -314,7 +314,7 @@ type LoadDetail struct {
 	Chunks                int                `json:"chunks"`
 	RetriedStaleConns     int                `json:"retried_stale_connections"`
 	ClientCPUSeconds      float64            `json:"client_cpu_seconds"`
-	ChunksPerCPUSecond    float64            `json:"chunks_per_cpu_second,omitempty"`
+	ChunksPerCPUSecond    float64            `json:"chunks_per_cpu_second,omitempty" load:"if=client_cpu_seconds"`
 	MeanQueueMs           float64            `json:"mean_queue_ms"`
 	MaxQueueMs            float64            `json:"max_queue_ms"`
 	Protocol              string             `json:"protocol,omitempty"`
