@@ -18,6 +18,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/internal/clock"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // ClientOptions say how a Client reaches an agent.
@@ -385,28 +386,19 @@ func (s *Session) Clock() ClockReport {
 	return Report(s.c.agent, append([]ClockEstimate(nil), s.estimates...), s.c.opts.ClockInterval)
 }
 
-// Collection is what a run records of one agent's session.
-type Collection struct {
-	Agent string `json:"agent"`
-	ID    string `json:"session"`
-	Pid   int    `json:"pid"`
-	Comm  string `json:"comm"`
-	// Complete says the agent sent the end of the session; otherwise
-	// Error says how the stream ended and StoppedNs is when collection was
-	// last seen alive (local clock).
-	Complete bool   `json:"complete"`
-	Reason   string `json:"reason,omitempty"`
-	Error    string `json:"error,omitempty"`
-	// StartNs and StoppedNs bound the collection (local clock); StoppedAt
-	// is StoppedNs in wall time.
-	StartNs     int64             `json:"start_ns"`
-	StoppedNs   int64             `json:"stopped_ns"`
-	StoppedAt   time.Time         `json:"stopped_at"`
-	Lost        uint64            `json:"lost_events"`
-	Dropped     uint64            `json:"dropped_spans"`
-	Spans       uint64            `json:"spans"`
-	Unavailable map[string]string `json:"unavailable,omitempty"`
-	Summary     map[string]any    `json:"summary,omitempty"`
+// Collection is what a run records of one agent's session: result.json's
+// agents[] element (result.Agent), the part the session knows filled by
+// Stop (StartNs and StoppedNs on the run's clock, StoppedAt in wall time,
+// the sections' summaries typed), the run's own part left to the run.
+type Collection = result.Agent
+
+// collectorsOf types an agent's section summaries, as they crossed the wire.
+func collectorsOf(m map[string]any) *result.Collectors {
+	c := &result.Collectors{}
+	for k, v := range m {
+		c.Set(k, v)
+	}
+	return c
 }
 
 // Stop ends the session on the agent, waits for the stream to deliver
@@ -424,9 +416,9 @@ func (s *Session) Stop(ctx context.Context) (Collection, error) {
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	col := Collection{Agent: s.c.agent, ID: s.Info.ID, Pid: s.Info.Pid, Comm: s.Info.Comm, Complete: s.ended,
+	col := Collection{Agent: s.c.agent, Session: s.Info.ID, Pid: s.Info.Pid, Comm: s.Info.Comm, Complete: s.ended,
 		StartNs: s.Info.StartNs - s.offset, Lost: s.last.Lost, Dropped: s.last.Dropped, Spans: s.last.Sent,
-		Unavailable: s.Info.Unavailable, Summary: stop.Summary, Reason: s.last.Reason}
+		Unavailable: s.Info.Unavailable, Summary: collectorsOf(stop.Summary), Reason: s.last.Reason}
 	if s.ended {
 		col.StoppedNs = s.last.EndNs - s.offset
 	} else {

@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/bpfbench/bpfbench/loadgen/metrics"
+
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // Prompt entropy (--logprobs K): the load generator asks for the top-K
@@ -77,30 +79,8 @@ func (f logprobsFlag) Set(s string) error {
 }
 
 // PromptEntropy summarises the first-token entropy of a run's successful
-// measured requests (the result's "prompt_entropy").
-type PromptEntropy struct {
-	// K is the top-K asked for (--logprobs).
-	K int `json:"k"`
-	// N is the requests whose stream carried log-probabilities, Missing the
-	// successful ones whose stream did not.
-	N       int     `json:"n"`
-	Missing int     `json:"missing,omitempty"`
-	Mean    float64 `json:"mean"`
-	P50     float64 `json:"p50"`
-	// MeanTopKMass is the mean of Σ exp(lp_i) over the top K: the share of
-	// the probability the entropy sees (the rest is the truncated tail).
-	MeanTopKMass float64 `json:"mean_top_k_mass"`
-	// Thresholds are the cluster boundaries: low below LowBelow, high from
-	// HighFrom.
-	Thresholds struct {
-		LowBelow float64 `json:"low_below"`
-		HighFrom float64 `json:"high_from"`
-	} `json:"thresholds"`
-	// Clusters are the fractions of the N requests per cluster, Counts
-	// their numbers.
-	Clusters map[string]float64 `json:"clusters"`
-	Counts   map[string]int     `json:"counts"`
-}
+// measured requests (the result's "prompt_entropy": result.Entropy).
+type PromptEntropy = result.Entropy
 
 // PromptEntropy summarises the run's prompt entropy; nil when --logprobs
 // was off and no record carries log-probabilities.

@@ -10,6 +10,7 @@ import (
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/loadgen/metrics"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // Backend returns vLLM's backend name for the endpoint.
@@ -23,19 +24,17 @@ func (c *Config) Backend() string {
 	return "openai"
 }
 
-// Failure is one failed request, as listed in the result.
-type Failure struct {
-	Index     int    `json:"index"`
-	RequestID string `json:"request_id"`
-	Kind      string `json:"kind"`
-	Error     string `json:"error"`
-}
+// Failure is one failed request, as listed in the result (result.Failure).
+type Failure = result.Failure
 
 // Failures lists the failed measured requests.
-func (r *Result) Failures() []Failure {
+func (r *Result) Failures() []Failure { return failuresOf(r.Records) }
+
+// failuresOf lists the failed requests of recs.
+func failuresOf(recs []Record) []Failure {
 	var out []Failure
-	for i := range r.Records {
-		rec := &r.Records[i]
+	for i := range recs {
+		rec := &recs[i]
 		if !rec.Success {
 			out = append(out, Failure{Index: rec.Index, RequestID: rec.RequestID, Kind: rec.Failure, Error: rec.Error})
 		}
@@ -48,10 +47,9 @@ func (r *Result) Failures() []Failure {
 // itls, ...) with bpfbench's own data under "bpfbench": the clock anchor,
 // failure reasons, token sources and every per-request record with raw
 // monotonic timestamps.
-func (r *Result) JSON() map[string]any { return r.fields(false) }
-
-// fields is JSON(), with its "itls" an itlLists when lazy (for jsonWriter).
-func (r *Result) fields(lazy bool) map[string]any {
+// It is what WriteJSON writes, built apart as a map (for a caller that
+// reads it as one, and as the tests' reference).
+func (r *Result) JSON() map[string]any {
 	c := &r.Config
 	out := r.Metrics.Fields()
 	out["date"] = r.Date.Format("20060102-150405")
@@ -62,7 +60,7 @@ func (r *Result) fields(lazy bool) map[string]any {
 	out["tokenizer_id"] = c.Target.Model
 	out["num_prompts"] = len(r.Records)
 	c.scenarioFields(out)
-	r.requestFields(out, lazy)
+	r.requestFields(out)
 	if pe := r.PromptEntropy(); pe != nil {
 		// --logprobs: the first token's normalised entropy, clustered.
 		out["prompt_entropy"] = pe
@@ -92,17 +90,14 @@ func (c *Config) scenarioFields(out map[string]any) {
 }
 
 // requestFields sets vLLM's per-request lists in out (input_lens, ttfts,
-// itls, errors, ...), with "itls" an itlLists when lazy, and the engine's
+// itls, errors, ...), and the engine's
 // server_timings where any request has them.
-func (r *Result) requestFields(out map[string]any, lazy bool) {
+func (r *Result) requestFields(out map[string]any) {
 	n := len(r.Records)
 	inputLens := make([]int, n)
 	outputLens := make([]int, n)
 	ttfts := make([]float64, n)
-	var itls [][]float64
-	if !lazy {
-		itls = make([][]float64, n)
-	}
+	itls := make([][]float64, n)
 	texts := make([]string, n)
 	errs := make([]string, n)
 	timings := make([]*transport.ServerTimings, n)
@@ -112,27 +107,21 @@ func (r *Result) requestFields(out map[string]any, lazy bool) {
 		inputLens[i] = rec.PromptLen
 		timings[i] = rec.ServerTimings
 		hasTimings = hasTimings || rec.ServerTimings != nil
-		if !lazy {
-			itls[i] = []float64{}
-		}
+		itls[i] = []float64{}
 		errs[i] = rec.Error
 		if !rec.Success {
 			continue
 		}
 		outputLens[i] = rec.OutputTokens
 		ttfts[i] = float64(rec.TTFTNs()) / 1e9
-		for j := 1; !lazy && j < len(rec.ChunkNs); j++ {
+		for j := 1; j < len(rec.ChunkNs); j++ {
 			itls[i] = append(itls[i], float64(rec.ChunkNs[j]-rec.ChunkNs[j-1])/1e9)
 		}
 	}
 	out["input_lens"] = inputLens
 	out["output_lens"] = outputLens
 	out["ttfts"] = ttfts
-	if lazy {
-		out["itls"] = itlLists(r.Records)
-	} else {
-		out["itls"] = itls
-	}
+	out["itls"] = itls
 	out["generated_texts"] = texts
 	out["errors"] = errs
 	if hasTimings {
@@ -203,15 +192,15 @@ func nilIfEmpty(s string) any {
 }
 
 // WriteJSON writes the result JSON: JSON() as encoding/json's Encoder
-// writes it, byte for byte (see jsonWriter). On an error (a NaN or
+// writes it, byte for byte, through result's encoder (the one of
+// result.json) from the typed result (Fill, the itls written from the
+// records as they are written). On an error (a NaN or
 // infinite number, which encoding/json refuses too) part of it may have
 // been written.
 func (r *Result) WriteJSON(w io.Writer) error {
-	e := &jsonWriter{w: w, b: make([]byte, 0, jsonFlushAt+jsonFlushAt/2)}
-	e.value(r.fields(true))
-	e.b = append(e.b, '\n')
-	e.flush()
-	return e.err
+	var d result.Document
+	r.fill(&d, false)
+	return d.WriteLoad(w)
 }
 
 // WriteFile writes the result JSON to path, atomically: a temporary file

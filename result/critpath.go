@@ -1,7 +1,7 @@
 package result
 
 import (
-	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/result/cause"
 )
 
 // CriticalPath is result.json's "critical_path": each token gap's critical
@@ -84,7 +84,7 @@ func (nb NoisyNeighbour) Label() string {
 	switch {
 	case nb.Target:
 		return nb.Process + " (the server)"
-	case critpath.BlockWorker(nb.Comm):
+	case cause.BlockWorker(nb.Comm):
 		return nb.Process + " (the block layer's worker: io_block)"
 	}
 	return nb.Process

@@ -19,7 +19,6 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
 	"github.com/bpfbench/bpfbench/internal/manifest"
 	"github.com/bpfbench/bpfbench/internal/overhead"
@@ -53,12 +52,12 @@ type Document struct {
 	// the attribution has the activity model here, with no model: Read
 	// moves it to Activity (RebuildAttribution, in job, rebuilds this
 	// from the run's gaps file).
-	Attribution *correlate.Summary `json:"attribution,omitempty"`
+	Attribution *Summary `json:"attribution,omitempty"`
 	// Activity is the union of overlapping activity (correlate's model):
 	// which causes were active during the intervals, not what delayed
 	// them. It is never a cause stated to the user; the report shows it
 	// as "what else was active".
-	Activity *correlate.Summary `json:"activity,omitempty"`
+	Activity *Summary `json:"activity,omitempty"`
 	// Collectors holds each section's summary, as `attach --output json` has it.
 	Collectors *Collectors     `json:"collectors,omitempty"`
 	Collection *Collection     `json:"collection,omitempty"`
@@ -366,7 +365,7 @@ func (d *Document) migrate() {
 	if a := d.Attribution; a != nil && a.Model == "" {
 		// Version 1 of a bpfbench that attributed by overlapping
 		// activity: that is activity, not the answer.
-		a.Model = correlate.ModelActivity
+		a.Model = ModelActivity
 		if d.Activity == nil {
 			d.Activity = a
 		}

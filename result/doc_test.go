@@ -8,8 +8,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-
-	"github.com/bpfbench/bpfbench/correlate"
 )
 
 func TestDocumentRoundTrip(t *testing.T) {
@@ -17,8 +15,8 @@ func TestDocumentRoundTrip(t *testing.T) {
 	d := &Document{
 		Loadgen:     Loadgen{Completed: 10, MeanTTFTMs: 12.5, ITLs: ITLs{{0.01, 0.02}}},
 		Percentiles: map[string]float64{"p99_itl_ms": 20},
-		Attribution: &correlate.Summary{Model: correlate.ModelCriticalPath, BaselineITLMs: 10, TopCause: "cpu_runqueue"},
-		Activity:    &correlate.Summary{Model: correlate.ModelActivity, BaselineITLMs: 10, TopCause: "unexplained"},
+		Attribution: &Summary{Model: ModelCriticalPath, BaselineITLMs: 10, TopCause: "cpu_runqueue"},
+		Activity:    &Summary{Model: ModelActivity, BaselineITLMs: 10, TopCause: "unexplained"},
 		Collection:  &Collection{Pid: 42, StoppedReason: "load finished"},
 		Collectors:  &Collectors{Sched: &Sched{Folded: 3}},
 		Diagnosis:   []string{"fine"},
@@ -38,7 +36,7 @@ func TestDocumentRoundTrip(t *testing.T) {
 		back.Diagnosis[0] != "fine" || back.Collectors.Sched == nil || back.Collectors.Sched.Folded != 3 {
 		t.Errorf("added keys lost: %+v", back)
 	}
-	if back.Legacy() || back.Activity == nil || back.Activity.TopCause != "unexplained" || back.Attribution.Model != correlate.ModelCriticalPath {
+	if back.Legacy() || back.Activity == nil || back.Activity.TopCause != "unexplained" || back.Attribution.Model != ModelCriticalPath {
 		t.Errorf("attribution or activity changed on the way back: %+v", back)
 	}
 	if len(back.Other) != 0 || len(back.Collectors.Other) != 0 {

@@ -2,12 +2,13 @@ package result
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -17,6 +18,12 @@ type field struct {
 	name      string
 	index     []int
 	omitEmpty bool
+	// loadOmitEmpty: omitted when empty in the load generator's own
+	// layout too (tagged load:"omitempty"); loadIf: there only when the
+	// field of that key is not empty (load:"if=KEY"). Its other keys are
+	// always there.
+	loadOmitEmpty bool
+	loadIf        string
 	// load: a field of the load generator's (written as encoded, not
 	// indented).
 	load bool
@@ -33,6 +40,7 @@ var (
 		return m
 	}()
 	detailFields = fieldsOf(reflect.TypeFor[LoadDetail](), nil, false)
+	loadFields   = fieldsOf(reflect.TypeFor[Loadgen](), nil, true)
 )
 
 // fieldsOf lists the JSON fields of struct type t as encoding/json
@@ -54,7 +62,12 @@ func fieldsOf(t reflect.Type, prefix []int, load bool) []field {
 		if name == "" {
 			name = sf.Name
 		}
-		out = append(out, field{name: name, index: index, omitEmpty: strings.Contains(","+opts+",", ",omitempty,"), load: load})
+		loadIf, _ := strings.CutPrefix(sf.Tag.Get("load"), "if=")
+		if loadIf == sf.Tag.Get("load") {
+			loadIf = ""
+		}
+		out = append(out, field{name: name, index: index, omitEmpty: strings.Contains(","+opts+",", ",omitempty,"),
+			loadOmitEmpty: sf.Tag.Get("load") == "omitempty", loadIf: loadIf, load: load})
 	}
 	return out
 }
@@ -72,139 +85,220 @@ func empty(v reflect.Value) bool {
 	return false
 }
 
-// encoder writes a document one value at a time: the per-request lists
-// of a long run (the load generator's records and per-token lists, about
-// 100 MB for an hour) are encoded element by element straight into the
-// output, never as one buffer beside the document.
-type encoder struct {
-	w   *bufio.Writer
-	buf bytes.Buffer
-}
-
-// streamed are the lists written element by element: those with an
-// element per request that is itself a list or an object (a list of
-// numbers a request is encoded whole: element by element costs more
-// time than it saves memory).
-var streamed = map[reflect.Type]bool{
-	reflect.TypeFor[[]Request](): true, reflect.TypeFor[ITLs](): true, reflect.TypeFor[[]*Timings](): true,
-	reflect.TypeFor[[]string](): true,
-}
-
-// value writes v compactly, a streamed list element by element.
-func (e *encoder) value(v reflect.Value, key string) error {
-	if v.Kind() == reflect.Slice && !v.IsNil() && streamed[v.Type()] {
-		e.w.WriteByte('[')
-		for i := range v.Len() {
-			if i > 0 {
-				e.w.WriteByte(',')
-			}
-			if err := e.value(v.Index(i), key); err != nil {
-				return err
-			}
+// value writes v compactly, the per-request lists element by element.
+func (e *encoder) value(v reflect.Value) {
+	if e.err != nil {
+		return
+	}
+	switch v.Type() { // the plain scalars, by hand (a named type may marshal itself)
+	case reflect.TypeFor[float64]():
+		e.float(v.Float())
+		return
+	case reflect.TypeFor[int](), reflect.TypeFor[int64]():
+		e.b = strconv.AppendInt(e.b, v.Int(), 10)
+		return
+	case reflect.TypeFor[string]():
+		e.string(v.String())
+		return
+	}
+	switch x := v.Interface().(type) {
+	case []Request:
+		e.records(x)
+	case ITLs:
+		if x == nil && e.derive {
+			e.gapITLs(e.gaps)
+			break
 		}
-		return e.w.WriteByte(']')
+		e.itls(x)
+	case []float64:
+		e.floats(x)
+	case []int:
+		e.ints(x)
+	case []string:
+		e.strings(x)
+	case []*Timings:
+		if x == nil {
+			e.b = append(e.b, "null"...)
+			break
+		}
+		e.b = append(e.b, '[')
+		for i, t := range x {
+			if i > 0 {
+				e.b = append(e.b, ',')
+			}
+			e.marshal(t)
+		}
+		e.b = append(e.b, ']')
+	case *LoadDetail:
+		if x != nil {
+			e.object(v.Elem(), detailFields, nil, false)
+			break
+		}
+		e.marshal(x)
+	default:
+		e.marshal(x)
 	}
-	if v.Kind() == reflect.Pointer && !v.IsNil() && v.Type() == reflect.TypeFor[*LoadDetail]() {
-		return e.object(v.Elem(), detailFields, nil, false)
-	}
-	e.buf.Reset()
-	enc := json.NewEncoder(&e.buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v.Interface()); err != nil {
-		return fmt.Errorf("encoding %s: %w", key, err)
-	}
-	_, err := e.w.Write(bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")))
-	return err
+	e.maybeFlush()
 }
 
 // indented writes v indented under a top-level key.
-func (e *encoder) indented(v reflect.Value, key string) error {
+func (e *encoder) indented(v reflect.Value) {
 	b, err := json.MarshalIndent(v.Interface(), " ", " ")
 	if err != nil {
-		return fmt.Errorf("encoding %s: %w", key, err)
+		e.fail(err)
+		return
 	}
-	_, err = e.w.Write(b)
-	return err
+	e.b = append(e.b, b...)
+	e.maybeFlush()
 }
 
-// object writes struct v's fields, then extra (sorted by key); top is
-// the document itself: one key a line, its own values indented.
-func (e *encoder) object(v reflect.Value, fields []field, extra map[string]json.RawMessage, top bool) error {
-	e.w.WriteByte('{')
-	n := 0
-	key := func(k string) {
-		if n > 0 {
-			e.w.WriteByte(',')
+// member is one key of an object being written: a field of the struct,
+// or a value already encoded (extra).
+type member struct {
+	name string
+	f    *field
+	raw  json.RawMessage
+}
+
+// members are struct v's fields to write, then extra's keys sorted; in
+// the load layout, all of them sorted by key.
+func (e *encoder) members(v reflect.Value, fields []field, extra map[string]json.RawMessage) []member {
+	out := make([]member, 0, len(fields)+len(extra))
+	for i := range fields {
+		f := &fields[i]
+		omit := f.omitEmpty
+		if e.load {
+			omit = f.loadOmitEmpty
 		}
-		if top {
-			e.w.WriteString("\n ")
-		}
-		kb, _ := json.Marshal(k)
-		e.w.Write(kb)
-		e.w.WriteByte(':')
-		if top {
-			e.w.WriteByte(' ')
-		}
-		n++
-	}
-	for _, f := range fields {
-		fv := v.FieldByIndex(f.index)
-		if f.omitEmpty && empty(fv) {
+		if omit && empty(v.FieldByIndex(f.index)) || e.load && f.loadIf != "" && absent(v, fields, f.loadIf) {
 			continue
 		}
-		key(f.name)
-		var err error
-		if top && !f.load {
-			err = e.indented(fv, f.name)
-		} else {
-			err = e.value(fv, f.name)
-		}
-		if err != nil {
-			return err
-		}
+		out = append(out, member{name: f.name, f: f})
 	}
-	keys := make([]string, 0, len(extra))
-	for k := range extra {
-		keys = append(keys, k)
+	n := len(out)
+	for k, raw := range extra {
+		out = append(out, member{name: k, raw: raw})
 	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		if !json.Valid(extra[k]) {
-			return fmt.Errorf("encoding %s: not valid JSON", k)
-		}
-		key(k)
-		e.w.Write(extra[k])
+	sort.Slice(out[n:], func(i, j int) bool { return out[n+i].name < out[n+j].name })
+	if e.load {
+		sort.SliceStable(out, func(i, j int) bool { return out[i].name < out[j].name })
 	}
-	if top {
-		e.w.WriteByte('\n')
-	}
-	return e.w.WriteByte('}')
+	return out
 }
 
-// encode writes d as result.json: its keys one at a time, the percentile
-// fields and the keys of a newer version (Other) among them.
-func (d *Document) encode(w io.Writer) error {
-	bw, ok := w.(*bufio.Writer)
-	if !ok {
-		bw = bufio.NewWriter(w)
+// absent reports whether struct v's field of key name is empty.
+func absent(v reflect.Value, fields []field, name string) bool {
+	for _, f := range fields {
+		if f.name == name {
+			return empty(v.FieldByIndex(f.index))
+		}
 	}
+	return true
+}
+
+// object writes struct v's fields and extra; top is result.json itself:
+// one key a line, its own values indented, the load generator's compact.
+func (e *encoder) object(v reflect.Value, fields []field, extra map[string]json.RawMessage, top bool) {
+	e.b = append(e.b, '{')
+	for i, m := range e.members(v, fields, extra) {
+		if e.err != nil {
+			return
+		}
+		if i > 0 {
+			e.b = append(e.b, ',')
+		}
+		if top {
+			e.b = append(e.b, "\n "...)
+		}
+		e.key = m.name
+		e.string(m.name)
+		e.b = append(e.b, ':')
+		if top {
+			e.b = append(e.b, ' ')
+		}
+		switch {
+		case m.f == nil && !json.Valid(m.raw):
+			e.fail(errors.New("not valid JSON"))
+		case m.f == nil:
+			e.b = append(e.b, m.raw...)
+		case top && !m.f.load:
+			e.indented(v.FieldByIndex(m.f.index))
+		default:
+			e.value(v.FieldByIndex(m.f.index))
+		}
+	}
+	if top {
+		e.b = append(e.b, '\n')
+	}
+	e.b = append(e.b, '}')
+}
+
+// extras are the percentile fields, encoded, and others' keys not
+// fields of the document.
+func (d *Document) extras(others bool) (map[string]json.RawMessage, error) {
 	extra := make(map[string]json.RawMessage, len(d.Percentiles)+len(d.Other))
 	for k, v := range d.Other {
-		if _, known := docField[k]; !known {
+		if _, known := docField[k]; others && !known {
 			extra[k] = v
 		}
 	}
 	for k, v := range d.Percentiles {
 		b, err := json.Marshal(v)
 		if err != nil {
-			return fmt.Errorf("encoding %s: %w", k, err)
+			return nil, fmt.Errorf("encoding %s: %w", k, err)
 		}
 		extra[k] = b
 	}
-	e := &encoder{w: bw}
-	if err := e.object(reflect.ValueOf((*plain)(d)).Elem(), docFields, extra, true); err != nil {
+	return extra, nil
+}
+
+// encode writes d as result.json: its keys one at a time, the percentile
+// fields and the keys of a newer version (Other) among them.
+func (d *Document) encode(w io.Writer) error {
+	extra, err := d.extras(true)
+	if err != nil {
 		return err
 	}
-	bw.WriteByte('\n')
-	return bw.Flush()
+	e := newEncoder(w, false)
+	e.object(reflect.ValueOf((*plain)(d)).Elem(), docFields, extra, true)
+	e.b = append(e.b, '\n')
+	return e.finish()
+}
+
+// WriteLoad writes d's load generator part (Loadgen, Percentiles) as the
+// load generator's own file (`bpfbench load --output`): vLLM's result
+// JSON, on one line, the keys sorted as encoding/json sorts a map's, HTML
+// escaped as json.Marshal escapes it. On an error (a NaN or infinite
+// number, which encoding/json refuses too) part of it may have been
+// written. An ITLs left nil with the records there (LoadDetail) is
+// written from the records as they are written, as the load generator
+// fills it: each successful request's gaps between chunks.
+func (d *Document) WriteLoad(w io.Writer) error {
+	extra := make(map[string]json.RawMessage, len(d.Percentiles))
+	for k, v := range d.Percentiles {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		extra[k] = b
+	}
+	e := newEncoder(w, true)
+	if d.ITLs == nil && d.BPFBench != nil {
+		e.gaps, e.derive = d.BPFBench.Records, true
+	}
+	e.object(reflect.ValueOf(&d.Loadgen).Elem(), loadFields, extra, false)
+	e.b = append(e.b, '\n')
+	return e.finish()
+}
+
+// finish writes what e holds, and flushes w when it is buffered.
+func (e *encoder) finish() error {
+	e.flush()
+	if e.err != nil {
+		return e.err
+	}
+	if bw, ok := e.w.(*bufio.Writer); ok {
+		return bw.Flush()
+	}
+	return nil
 }

@@ -10,7 +10,7 @@ import (
 	"os"
 	"reflect"
 
-	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/result/cause"
 )
 
 // GapsFile is the run directory's file of every walked gap, compactly
@@ -56,7 +56,7 @@ type Gap struct {
 	// NoArrival: the gap ended with no token's arrival seen.
 	NoArrival bool
 	// Ns is the gap's time per cause on its critical path.
-	Ns [critpath.NumCauses]int64
+	Ns [cause.NumCauses]int64
 	// StealNs is the part of Ns[CPURunqueue] the hypervisor held.
 	StealNs int64
 }
@@ -74,8 +74,8 @@ func NewGapsWriter(w io.Writer, runStartNs int64, phases []GapsPhase) (*GapsWrit
 	// BestSpeed: a tenth of a run's own CPU went to compressing this at
 	// the default level.
 	zw, _ := gzip.NewWriterLevel(w, gzip.BestSpeed)
-	gw := &GapsWriter{zw: zw, enc: json.NewEncoder(zw), row: make([]int64, 6+critpath.NumCauses)}
-	h := GapsHeader{Format: GapsFormat, Causes: critpath.CauseNames(), RunStartNs: runStartNs, Phases: phases}
+	gw := &GapsWriter{zw: zw, enc: json.NewEncoder(zw), row: make([]int64, 6+cause.NumCauses)}
+	h := GapsHeader{Format: GapsFormat, Causes: cause.Names(), RunStartNs: runStartNs, Phases: phases}
 	if err := gw.enc.Encode(h); err != nil {
 		return nil, err
 	}
@@ -103,8 +103,8 @@ type GapsReader struct {
 	path   string
 	f      *os.File
 	dec    *json.Decoder
-	idx    []critpath.Cause // the columns' causes
-	extra  int              // 1: the steal column
+	idx    []cause.Cause // the columns' causes
+	extra  int           // 1: the steal column
 	line   int
 	n      int // the gaps read
 }
@@ -145,9 +145,9 @@ func (r *GapsReader) readHeader() error {
 	}
 	// The causes by name: a file from a version with other causes maps
 	// what it can and refuses what it cannot.
-	r.idx = make([]critpath.Cause, len(h.Causes))
+	r.idx = make([]cause.Cause, len(h.Causes))
 	for i, name := range h.Causes {
-		c, ok := critpath.CauseByName(name)
+		c, ok := cause.ByName(name)
 		if !ok {
 			return fmt.Errorf("%s names a cause this bpfbench does not know: %q", r.path, name)
 		}

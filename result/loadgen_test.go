@@ -1,4 +1,4 @@
-package result
+package result_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/bpfbench/bpfbench/loadgen"
 	"github.com/bpfbench/bpfbench/loadgen/metrics"
 	"github.com/bpfbench/bpfbench/loadgen/transport"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // fill sets every field of v to a value that is not zero.
@@ -101,7 +102,7 @@ func TestLoadgenMirror(t *testing.T) {
 	res.Metrics = metrics.Compute(recs, res.DurationS(), c.Metrics)
 	fields := res.JSON()
 
-	var d Document
+	var d result.Document
 	if err := d.SetLoad(fields); err != nil {
 		t.Fatal(err)
 	}
@@ -136,10 +137,48 @@ func TestLoadgenMirror(t *testing.T) {
 	}
 	// The records themselves, field by field.
 	rb, _ := json.Marshal(rec)
-	var r Request
+	var r result.Request
 	dec := json.NewDecoder(bytes.NewReader(rb))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
 		t.Errorf("a transport.Record's field has no mirror in result.Request: %v", err)
+	}
+}
+
+// The load generator fills result.json's load part typed (Result.Fill):
+// it writes the bytes its fields (Result.JSON) read in by SetLoad do, for
+// a result whose records set every field, a failed one and one with no
+// chunk among them.
+func TestLoadgenFillMatchesFields(t *testing.T) {
+	var rec transport.Record
+	fill(reflect.ValueOf(&rec).Elem())
+	failed, empty := rec, transport.Record{Index: 3}
+	failed.Success, failed.Error, failed.ResponseModel = false, "cut \xff <&>", "m\xfe\xfe"
+	failed.FinishReasons = []string{"stop", "\xc3"}
+	recs := []transport.Record{rec, failed, empty}
+	for _, logprobs := range []int{0, 5} {
+		res := &loadgen.Result{StartNs: 1, EndNs: 2e9, Records: recs, Warmup: recs[:1], Date: time.Unix(1.7e9, 0), ClientCPU: time.Second}
+		c := &res.Config
+		c.Target.Logprobs, c.Output.Label = logprobs, "l\xff"
+		c.Metrics = metrics.Options{Percentiles: []float64{50, 99.9}, Goodput: metrics.Goodput{"ttft": 100}}
+		c.Target.Model, c.Target.URL, c.Target.Endpoint, c.Target.Protocol = "m", "http://u:p@h", "/v1/completions", "http/1.1"
+		c.Scenario.Rate, c.Scenario.Constant = 0, true
+		res.Metrics = metrics.Compute(recs, res.DurationS(), c.Metrics)
+		var viaFields, typed result.Document
+		if err := viaFields.SetLoad(res.JSON()); err != nil {
+			t.Fatal(err)
+		}
+		res.Fill(&typed)
+		want, err := json.Marshal(&viaFields)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := json.Marshal(&typed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("logprobs %d: Fill writes\n%s\nthe fields read by SetLoad\n%s", logprobs, got, want)
+		}
 	}
 }

@@ -3,8 +3,6 @@ package result
 import (
 	"fmt"
 	"time"
-
-	"github.com/bpfbench/bpfbench/correlate"
 )
 
 // Check is one readiness line (as `bpfbench check` prints it).
@@ -100,12 +98,12 @@ type Phase struct {
 	TopShare      float64 `json:"top_share"`
 	// AttributedMsPerInterval is the excess given to each cause per
 	// interval (TTFTs and gaps) of the phase, in ms.
-	AttributedMsPerInterval correlate.Breakdown `json:"attributed_ms_per_interval,omitempty"`
+	AttributedMsPerInterval Breakdown `json:"attributed_ms_per_interval,omitempty"`
 	// ITLP99 and TTFT are the shares of excess latency per cause in the
 	// phase's slowest 1% of gaps and in its TTFTs.
-	ITLP99 correlate.Breakdown `json:"itl_p99"`
-	ITLAll correlate.Breakdown `json:"itl_all"`
-	TTFT   correlate.Breakdown `json:"ttft"`
+	ITLP99 Breakdown `json:"itl_p99"`
+	ITLAll Breakdown `json:"itl_all"`
+	TTFT   Breakdown `json:"ttft"`
 	// Injection says what a phased scenario injected in the phase and
 	// what it achieved (demo, validate); Expected the cause it should
 	// add; Weak that it achieved too little to judge, with Verdict

@@ -2,8 +2,6 @@ package result
 
 import (
 	"reflect"
-
-	"github.com/bpfbench/bpfbench/correlate"
 )
 
 // ValidationFile is the file a `validate` run writes in its run directory
@@ -41,13 +39,13 @@ type ValidationRow struct {
 	// RawShare is the injected cause's share of the excess of the phase's
 	// slowest 1% over the run's baseline, RawTop that band's top cause;
 	// ShareAll the share of every gap's excess.
-	RawShare  float64             `json:"injected_share_of_p99_raw_excess"`
-	RawTop    string              `json:"raw_top_cause"`
-	ShareAll  float64             `json:"injected_share_of_all_excess"`
-	P99Shares correlate.Breakdown `json:"p99_shares"`
-	Requests  int                 `json:"requests"`
-	P50ITLMs  float64             `json:"p50_itl_ms"`
-	P99ITLMs  float64             `json:"p99_itl_ms"`
+	RawShare  float64   `json:"injected_share_of_p99_raw_excess"`
+	RawTop    string    `json:"raw_top_cause"`
+	ShareAll  float64   `json:"injected_share_of_all_excess"`
+	P99Shares Breakdown `json:"p99_shares"`
+	Requests  int       `json:"requests"`
+	P50ITLMs  float64   `json:"p50_itl_ms"`
+	P99ITLMs  float64   `json:"p99_itl_ms"`
 	// AddedP50ITLMs and AddedP99ITLMs are the phase's ITL over the
 	// baseline phase's: what the perturbation costs the server.
 	AddedP50ITLMs float64 `json:"added_p50_itl_ms"`

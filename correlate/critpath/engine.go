@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/bpfbench/bpfbench/result/cause"
 )
 
 // Options tune an Engine; the zero value takes the defaults.
@@ -44,23 +46,8 @@ func DefaultHeld(h Thread) Cause {
 }
 
 // BlockWorker reports whether comm names a kernel thread that does the
-// block layer's work on a CPU: kblockd's workqueue runs in the
-// high-priority worker pool ("kworker/1:1H"; /proc/PID/comm adds the
-// workqueue, "kworker/1:1H-kblockd"), which dispatches requests and
-// restarts a queue as completions free it, on the CPU that took the
-// completion. On a host busy with IO it takes the CPU of whatever runs
-// there, the server included. Other high-priority work shares the pool.
-func BlockWorker(comm string) bool {
-	if strings.HasPrefix(comm, "kblockd") {
-		return true
-	}
-	rest, ok := strings.CutPrefix(comm, "kworker/")
-	if !ok {
-		return false
-	}
-	name, wq, _ := strings.Cut(rest, "-")
-	return strings.HasSuffix(name, "H") && (wq == "" || wq == "kblockd")
-}
+// block layer's work on a CPU (cause.BlockWorker).
+func BlockWorker(comm string) bool { return cause.BlockWorker(comm) }
 
 // DefaultClassify: a kernel thread of the block layer, a file system's
 // journal or memory reclaim (kworker, kblockd, jbd2, nvme, scsi_, dm-,

@@ -18,58 +18,45 @@ import (
 	"strconv"
 
 	"github.com/bpfbench/bpfbench/correlate"
+	"github.com/bpfbench/bpfbench/result/cause"
 )
 
-// Cause is one reason a part of a token gap took the time it did. The
-// first four are correlate's causes, with the same values and names; the
-// critical path adds the server's own work and sleeps, the client, and
-// unexplained as a cause of its own.
-type Cause uint8
+// Cause is one reason a part of a token gap took the time it did
+// (result/cause, the vocabulary on the wire). The first four are
+// correlate's causes, with the same values and names; the critical path
+// adds the server's own work and sleeps, the client, and unexplained as a
+// cause of its own.
+type Cause = cause.Cause
 
 // The causes.
 const (
-	CPURunqueue     = Cause(correlate.CPURunqueue)     // runnable, another task on the CPU
-	IOBlock         = Cause(correlate.IOBlock)         // D state, or woken by a block completion
-	GPUSync         = Cause(correlate.GPUSync)         // inside a blocking CUDA call (running or asleep)
-	NetBackpressure = Cause(correlate.NetBackpressure) // the chunk in flight, or waiting on this connection
-	ServerCompute   = Cause(correlate.NumCauses) + iota - 4
-	ServerSleep     // asleep until a timer or an outside process
-	ServerStopped   // stopped: a stop signal, a tracer or a freezer
-	Client          // the chunk in the client's socket, not yet read
-	Unexplained     // no event covers it
-	NumCauses
+	CPURunqueue     = cause.CPURunqueue     // runnable, another task on the CPU
+	IOBlock         = cause.IOBlock         // D state, or woken by a block completion
+	GPUSync         = cause.GPUSync         // inside a blocking CUDA call (running or asleep)
+	NetBackpressure = cause.NetBackpressure // the chunk in flight, or waiting on this connection
+	ServerCompute   = cause.ServerCompute
+	ServerSleep     = cause.ServerSleep   // asleep until a timer or an outside process
+	ServerStopped   = cause.ServerStopped // stopped: a stop signal, a tracer or a freezer
+	Client          = cause.Client        // the chunk in the client's socket, not yet read
+	Unexplained     = cause.Unexplained   // no event covers it
+	NumCauses       = cause.NumCauses
 )
 
-var extraNames = [...]string{"server_compute", "server_sleep", "server_stopped", "client", "unexplained"}
-
-func (c Cause) String() string {
-	if c < Cause(correlate.NumCauses) {
-		return correlate.Cause(c).String()
-	}
-	if i := int(c - ServerCompute); i < len(extraNames) {
-		return extraNames[i]
-	}
-	return "cause(" + strconv.Itoa(int(c)) + ")"
-}
+// The first four causes are correlate's, value for value: a difference
+// is an index out of range, and does not compile.
+var (
+	_ = [1]struct{}{}[int(CPURunqueue)-int(correlate.CPURunqueue)]
+	_ = [1]struct{}{}[int(IOBlock)-int(correlate.IOBlock)]
+	_ = [1]struct{}{}[int(GPUSync)-int(correlate.GPUSync)]
+	_ = [1]struct{}{}[int(NetBackpressure)-int(correlate.NetBackpressure)]
+	_ = [1]struct{}{}[int(ServerCompute)-int(correlate.NumCauses)]
+)
 
 // CauseNames lists every cause's name, in Cause order.
-func CauseNames() []string {
-	out := make([]string, NumCauses)
-	for c := range NumCauses {
-		out[c] = c.String()
-	}
-	return out
-}
+func CauseNames() []string { return cause.Names() }
 
 // CauseByName is the cause called name.
-func CauseByName(name string) (Cause, bool) {
-	for c := range NumCauses {
-		if c.String() == name {
-			return c, true
-		}
-	}
-	return 0, false
-}
+func CauseByName(name string) (Cause, bool) { return cause.ByName(name) }
 
 // Thread names a task.
 type Thread struct {

@@ -25,17 +25,18 @@ var rules = []struct {
 	{"collectors", nil},
 	{"collectors/bpfutil", []string{"internal/..."}},
 	{"collectors/*", []string{"collectors", "collectors/bpfutil", "result", "internal/..."}}, // summaries: result's section types
-	{"result", []string{"correlate", "correlate/critpath", "internal/..."}},                  // the run's files: result.json's types, reader, migrations
-	{"correlate", nil},
+	{"result/cause", nil},                                                     // the causes' values and names: the vocabulary on the wire
+	{"result", []string{"result/cause", "internal/..."}},                      // the run's files: result.json's types, reader, migrations
+	{"correlate", []string{"result"}},                                         // the attribution's types are result's
 	{"correlate/critpath/feed", []string{"collectors", "correlate/critpath"}}, // spans to the critical-path engine (run's pipeline and live alike)
-	{"correlate/*", []string{"correlate"}},                                    // critpath: the critical-path engine, reusing correlate's causes
-	{"loadgen", []string{"loadgen/transport", "loadgen/dataset", "loadgen/metrics", "loadgen/sweep", "loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the run, composing the packages below
+	{"correlate/*", []string{"correlate", "result/cause"}},                    // critpath: the critical-path engine, its causes result/cause's
+	{"loadgen", []string{"loadgen/transport", "loadgen/dataset", "loadgen/metrics", "loadgen/sweep", "loadgen/kserve", "loadgen/kserve/inference", "result", "internal/..."}}, // the run, composing the packages below
 	{"loadgen/kserve/inference", nil}, // generated from Triton's grpc_service.proto
 	{"loadgen/kserve", []string{"loadgen/kserve/inference", "internal/..."}},
-	{"loadgen/transport", []string{"loadgen/kserve", "loadgen/kserve/inference", "internal/..."}}, // the streaming client: requests in, records out
-	{"loadgen/dataset", []string{"loadgen/transport", "internal/..."}},                            // the prompts (transport.Request)
-	{"loadgen/metrics", []string{"loadgen/transport", "internal/..."}},                            // vLLM's metrics of the records
-	{"loadgen/sweep", []string{"loadgen/metrics", "loadgen/transport", "internal/..."}},           // the SLO search, each step a Runner
+	{"loadgen/transport", []string{"loadgen/kserve", "loadgen/kserve/inference", "result", "internal/..."}}, // the streaming client: requests in, records out
+	{"loadgen/dataset", []string{"loadgen/transport", "internal/..."}},                                      // the prompts (transport.Request)
+	{"loadgen/metrics", []string{"loadgen/transport", "internal/..."}},                                      // vLLM's metrics of the records
+	{"loadgen/sweep", []string{"loadgen/metrics", "loadgen/transport", "internal/..."}},                     // the SLO search, each step a Runner
 	{"loadgen/*", []string{"internal/..."}},
 	{"perturb", []string{"loadgen/transport", "internal/..."}},
 	{"exporter/report/reportsample", []string{"exporter/report", "result", "internal/..."}}, // the report's samples (make report-sample)

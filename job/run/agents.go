@@ -247,20 +247,16 @@ func (rr *remoteRun) stop() {
 func (rr *remoteRun) report(res *loadgen.Result) []result.Agent {
 	var out []result.Agent
 	for _, r := range rr.remotes {
-		col, clk := r.col, r.s.Clock()
-		a := result.Agent{
-			Agent: col.Agent, Session: col.ID, Pid: col.Pid, Comm: col.Comm,
-			Complete: col.Complete, Reason: col.Reason, Error: col.Error,
-			StartNs: col.StartNs, StoppedNs: col.StoppedNs, StoppedAt: col.StoppedAt,
-			StoppedOffsetS: float64(col.StoppedNs-res.StartNs) / 1e9,
-			Lost:           col.Lost, Dropped: col.Dropped, Spans: col.Spans,
-			Received: r.received.Load(), BelowClockBound: r.below.Load(),
-			Unavailable: col.Unavailable, Summary: collectorsOf(col.Summary),
-			Clock: clk,
+		a := r.col
+		a.StoppedOffsetS = float64(a.StoppedNs-res.StartNs) / 1e9
+		a.Received, a.BelowClockBound = r.received.Load(), r.below.Load()
+		a.Clock = r.s.Clock()
+		if a.Summary == nil { // a session never stopped
+			a.Summary = &result.Collectors{}
 		}
-		if !col.Complete {
+		if !a.Complete {
 			for i := range res.Records {
-				if res.Records[i].StartNs > col.StoppedNs {
+				if res.Records[i].StartNs > a.StoppedNs {
 					a.UncollectedRequests++
 				}
 			}
@@ -308,7 +304,11 @@ func (rr *remoteRun) collection(res *loadgen.Result, doc *result.Document, spans
 		}
 		if len(rr.remotes) == 1 {
 			// Several agents' sections are each agent's (agents[].summary).
-			doc.Collectors = collectorsOf(col.Summary)
+			sum := result.Collectors{}
+			if col.Summary != nil {
+				sum = *col.Summary
+			}
+			doc.Collectors = &sum
 		}
 	}
 	c.StoppedReason = reasons
@@ -317,12 +317,3 @@ func (rr *remoteRun) collection(res *loadgen.Result, doc *result.Document, spans
 
 // boundNs is the widest clock bound of the run's agents.
 func (rr *remoteRun) boundNs() int64 { return rr.bound.Load() }
-
-// collectorsOf types an agent's section summaries.
-func collectorsOf(m map[string]any) *result.Collectors {
-	c := &result.Collectors{}
-	for k, v := range m {
-		c.Set(k, v)
-	}
-	return c
-}

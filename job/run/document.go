@@ -17,9 +17,7 @@ import (
 func (r *run) assemble(out *RunResult, res *loadgen.Result, st collected, base correlate.Baseline, blames iter.Seq[correlate.Blame], summary correlate.Summary, percentiles []float64) error {
 	cfg, man, checks, sm, marks, pipe, via := r.cfg, r.man, r.checks, r.sm, r.marks, r.pipe, r.via
 	doc := &result.Document{SchemaVersion: result.SchemaVersion, Activity: &summary, Collectors: &result.Collectors{}}
-	if err := doc.SetLoad(res.JSON()); err != nil {
-		return err
-	}
+	res.Fill(doc)
 	if man.Dataset == nil {
 		man.Dataset = datasetOf(res.Dataset)
 	}

@@ -397,7 +397,7 @@ func (c *Client) Do(ctx context.Context, r *Request, rec *Record) {
 	)
 	if c.grpc == nil {
 		if body, err = c.body(r); err != nil {
-			rec.fail(FailOther, fmt.Sprintf("encoding the request body: %v", err))
+			fail(rec, FailOther, fmt.Sprintf("encoding the request body: %v", err))
 			return
 		}
 	}
@@ -476,7 +476,7 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 	if resp.StatusCode != http.StatusOK {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 		rec.EndNs = clock.Fast()
-		rec.fail(FailHTTPStatus, fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg))))
+		fail(rec, FailHTTPStatus, fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg))))
 		return
 	}
 	st := c.bufs.Get().(*readState)
@@ -488,7 +488,7 @@ func (c *Client) doHTTP(ctx context.Context, cancelCause context.CancelCauseFunc
 		return
 	}
 	if readErr != nil {
-		rec.failErr(ctx, &h.stalled, readErr)
+		failErr(ctx, rec, &h.stalled, readErr)
 		return
 	}
 	st.s.complete()
@@ -522,7 +522,7 @@ func (h *httpCall) send(ctx context.Context, r *Request, body []byte, rec *Recor
 		att = &httpAttempt{}
 		req, err := c.newHTTPRequest(httptrace.WithClientTrace(ctx, att.trace()), body, rec.RequestID, tp)
 		if err != nil {
-			rec.fail(FailOther, fmt.Sprintf("building the request: %v", err))
+			fail(rec, FailOther, fmt.Sprintf("building the request: %v", err))
 			return nil, nil, false
 		}
 		hc := c.hc
@@ -547,7 +547,7 @@ func (h *httpCall) send(ctx context.Context, r *Request, body []byte, rec *Recor
 			continue
 		}
 		rec.EndNs = clock.Fast()
-		rec.failErr(ctx, &h.stalled, err)
+		failErr(ctx, rec, &h.stalled, err)
 		return nil, nil, false
 	}
 }
@@ -641,33 +641,33 @@ var (
 	errDrain         = errors.New("the body went on after [DONE]")
 )
 
-func (r *Record) fail(kind, msg string) {
+func fail(r *Record, kind, msg string) {
 	r.Success = false
 	r.Failure = kind
 	r.Error = msg
 }
 
 // failErr classifies a transport error.
-func (r *Record) failErr(ctx context.Context, stalled *atomic.Bool, err error) {
+func failErr(ctx context.Context, r *Record, stalled *atomic.Bool, err error) {
 	cause := context.Cause(ctx)
 	switch {
 	case errors.Is(cause, errHeaderTimeout) || errors.Is(err, errHeaderTimeout):
-		r.fail(FailHeaderTimeout, fmt.Sprintf("no complete response headers within the header timeout: %v", err))
+		fail(r, FailHeaderTimeout, fmt.Sprintf("no complete response headers within the header timeout: %v", err))
 	case stalled.Load() || errors.Is(cause, errStall):
-		r.fail(FailStall, fmt.Sprintf("no data for the stall timeout: %v", err))
+		fail(r, FailStall, fmt.Sprintf("no data for the stall timeout: %v", err))
 	case errors.Is(cause, errTimeout):
-		r.fail(FailTimeout, fmt.Sprintf("request timeout: %v", err))
+		fail(r, FailTimeout, fmt.Sprintf("request timeout: %v", err))
 	case ctx.Err() != nil:
-		r.fail(FailCanceled, fmt.Sprintf("canceled: %v", err))
+		fail(r, FailCanceled, fmt.Sprintf("canceled: %v", err))
 	case isConnectErr(err) && r.FirstByteNs == 0 && r.SentNs == 0:
-		r.fail(FailConnect, err.Error())
+		fail(r, FailConnect, err.Error())
 	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF):
-		r.fail(FailCut, fmt.Sprintf("connection cut mid-stream: %v", err))
+		fail(r, FailCut, fmt.Sprintf("connection cut mid-stream: %v", err))
 	default:
 		if r.FirstByteNs != 0 {
-			r.fail(FailCut, fmt.Sprintf("reading the stream: %v", err))
+			fail(r, FailCut, fmt.Sprintf("reading the stream: %v", err))
 		} else {
-			r.fail(FailOther, err.Error())
+			fail(r, FailOther, err.Error())
 		}
 	}
 }
@@ -708,11 +708,11 @@ func (g *grpcCall) Response(now int64, r *inference.ModelStreamInferResponse) bo
 	text, hasOutput, final, errMsg, err := kserve.Text(r)
 	switch {
 	case err != nil:
-		rec.fail(FailMalformed, err.Error())
+		fail(rec, FailMalformed, err.Error())
 		g.failed = true
 		return false
 	case errMsg != "":
-		rec.fail(FailStreamError, "error in stream: "+errMsg)
+		fail(rec, FailStreamError, "error in stream: "+errMsg)
 		g.failed = true
 		return false
 	}
@@ -754,11 +754,11 @@ func (c *Client) doGRPC(ctx context.Context, r *Request, rec *Record) {
 	rec.StartNs = clock.Fast()
 	err := c.grpc.Stream(ctx, req, g)
 	rec.EndNs = clock.Fast()
-	if rec.Failure != "" || !rec.grpcOK(ctx, &stalled, err) {
+	if rec.Failure != "" || !grpcOK(ctx, rec, &stalled, err) {
 		return
 	}
 	if len(rec.ChunkNs) == 0 {
-		rec.fail(FailNoTokens, "never received a response with text_output")
+		fail(rec, FailNoTokens, "never received a response with text_output")
 		return
 	}
 	rec.OutputTokens = len(rec.ChunkNs)
@@ -785,7 +785,7 @@ func (c *Client) grpcMetadata(rec *Record) metadata.MD {
 // grpcOK reports whether the stream ended well by err; otherwise it
 // records why it failed: a timeout (stalled, the request's or the
 // server's enforcing of it), a cut or the server's status.
-func (rec *Record) grpcOK(ctx context.Context, stalled *atomic.Bool, err error) bool {
+func grpcOK(ctx context.Context, rec *Record, stalled *atomic.Bool, err error) bool {
 	switch {
 	case err == nil:
 		return true
@@ -800,12 +800,12 @@ func (rec *Record) grpcOK(ctx context.Context, stalled *atomic.Bool, err error) 
 			}
 		}
 		if ctx.Err() != nil {
-			rec.failErr(ctx, stalled, err)
+			failErr(ctx, rec, stalled, err)
 			return false
 		}
-		rec.fail(FailCut, err.Error())
+		fail(rec, FailCut, err.Error())
 	case ctx.Err() != nil: // the stall timer, the request's timeout, or the run's end
-		rec.failErr(ctx, stalled, err)
+		failErr(ctx, rec, stalled, err)
 	case status.Code(err) == codes.DeadlineExceeded && deadlineWithin(ctx, grpcDeadlineSlack):
 		// The server enforced the request's deadline (it came as
 		// grpc-timeout) a moment before the client's own timer fired.
@@ -813,16 +813,16 @@ func (rec *Record) grpcOK(ctx context.Context, stalled *atomic.Bool, err error) 
 		case <-ctx.Done():
 		case <-time.After(grpcDeadlineSlack):
 		}
-		rec.failErr(ctx, stalled, err)
+		failErr(ctx, rec, stalled, err)
 	default:
 		st := status.Convert(err)
 		switch {
 		case st.Code() == codes.Unavailable && rec.HeadersNs == 0 && len(rec.ChunkNs) == 0:
-			rec.fail(FailConnect, fmt.Sprintf("gRPC %s: %s", st.Code(), st.Message()))
+			fail(rec, FailConnect, fmt.Sprintf("gRPC %s: %s", st.Code(), st.Message()))
 		case st.Code() == codes.Unavailable || st.Code() == codes.Internal && isGRPCTransportCut(st.Message()):
-			rec.fail(FailCut, fmt.Sprintf("connection cut mid-stream: gRPC %s: %s", st.Code(), st.Message()))
+			fail(rec, FailCut, fmt.Sprintf("connection cut mid-stream: gRPC %s: %s", st.Code(), st.Message()))
 		default:
-			rec.fail(FailGRPCStatus, fmt.Sprintf("gRPC %s: %s", st.Code(), st.Message()))
+			fail(rec, FailGRPCStatus, fmt.Sprintf("gRPC %s: %s", st.Code(), st.Message()))
 		}
 	}
 	return false

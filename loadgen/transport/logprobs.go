@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"math"
 	"sort"
+
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // The first token's log-probabilities (--logprobs K): the request asks for
@@ -14,11 +16,8 @@ import (
 
 // TokenLogprobs are the top-K log-probabilities (natural log) of a
 // request's first generated token, highest first, and their normalised
-// entropy (NormalizedEntropy).
-type TokenLogprobs struct {
-	Top     []float32 `json:"top"`
-	Entropy float64   `json:"entropy"`
-}
+// entropy (NormalizedEntropy); result.Logprobs, the type on the wire.
+type TokenLogprobs = result.Logprobs
 
 // NormalizedEntropy is the entropy of the renormalised top-K distribution
 // over ln of the number of values, in [0, 1]; 0 for fewer than two values.

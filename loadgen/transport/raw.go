@@ -207,7 +207,7 @@ func (t *rawTransport) do(ctx context.Context, c *Client, body []byte, rec *Reco
 		if req.err != nil {
 			var stalled atomic.Bool
 			stalled.Store(errors.Is(req.err, errStall))
-			rec.failErr(ctx, &stalled, req.err)
+			failErr(ctx, rec, &stalled, req.err)
 		} else {
 			req.st.complete()
 		}
@@ -1012,7 +1012,7 @@ func (l *reactor) bodyEnd(c *rconn, now int64) {
 func (l *reactor) endBody(req *rawReq, now int64) {
 	c := req.conn
 	if c != nil && c.status != http.StatusOK {
-		req.rec.fail(FailHTTPStatus, fmt.Sprintf("HTTP %d: %s", c.status, strings.TrimSpace(string(c.errBody))))
+		fail(req.rec, FailHTTPStatus, fmt.Sprintf("HTTP %d: %s", c.status, strings.TrimSpace(string(c.errBody))))
 	} else {
 		req.st.eof(now)
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // ServerTimings is llama.cpp's "timings" object, which the last chunk of a
@@ -12,18 +14,8 @@ import (
 // the engine timed them. PromptMs runs from the slot's start on the prompt
 // to its first token, PredictedMs from the first token to the last, so it
 // covers PredictedN-1 steps and PredictedPerTokenMs is PredictedMs over
-// them.
-type ServerTimings struct {
-	CacheN              int     `json:"cache_n"`
-	PromptN             int     `json:"prompt_n"`
-	PromptMs            float64 `json:"prompt_ms"`
-	PromptPerTokenMs    float64 `json:"prompt_per_token_ms"`
-	PromptPerSecond     float64 `json:"prompt_per_second"`
-	PredictedN          int     `json:"predicted_n"`
-	PredictedMs         float64 `json:"predicted_ms"`
-	PredictedPerTokenMs float64 `json:"predicted_per_token_ms"`
-	PredictedPerSecond  float64 `json:"predicted_per_second"`
-}
+// them (result.Timings, the type on the wire).
+type ServerTimings = result.Timings
 
 // streamState turns the body of one streaming response into a Record: SSE
 // events are cut from the bytes fed, each "data:" payload is scanned
@@ -152,13 +144,13 @@ func (s *streamState) handle(data []byte, now int64) {
 	}
 	rec := s.rec
 	if err := s.shape.parse(data, &s.ci); err != nil {
-		rec.fail(FailMalformed, fmt.Sprintf("%v: %.200q", err, data))
+		fail(rec, FailMalformed, fmt.Sprintf("%v: %.200q", err, data))
 		s.failed = true
 		return
 	}
 	ci := &s.ci
 	if ci.Error {
-		rec.fail(FailStreamError, "error in stream: "+string(ci.ErrorMessage))
+		fail(rec, FailStreamError, "error in stream: "+string(ci.ErrorMessage))
 		s.failed = true
 		return
 	}
@@ -216,10 +208,10 @@ func (s *streamState) complete() {
 	}
 	switch {
 	case !s.done && !s.finished:
-		rec.fail(FailCut, "stream ended before [DONE]")
+		fail(rec, FailCut, "stream ended before [DONE]")
 		return
 	case len(rec.ChunkNs) == 0:
-		rec.fail(FailNoTokens, "never received a chunk with output")
+		fail(rec, FailNoTokens, "never received a chunk with output")
 		return
 	}
 	switch {
