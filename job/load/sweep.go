@@ -248,7 +248,16 @@ func printAnswer(w io.Writer, r *sweep.Result, slos []sweep.SLO) {
 	if r.Mode == sweep.ModeConcurrency {
 		unit = "requests in flight"
 	}
-	fmt.Fprintf(w, "capacity (saturation probe): %.2f req/s; search step %.2f %s\n", r.Capacity, r.StepSize, unit)
+	if len(r.Capacities) > 1 {
+		caps := make([]string, len(r.Capacities))
+		for i, c := range r.Capacities {
+			caps[i] = fmt.Sprintf("%.2f", c)
+		}
+		fmt.Fprintf(w, "capacity (%d saturation probes, until two in a row agreed within %.0f%%: %s req/s): %.2f req/s; search step %.2f %s\n",
+			len(r.Capacities), 100*sweep.WarmHold, strings.Join(caps, ", "), r.Capacity, r.StepSize, unit)
+	} else {
+		fmt.Fprintf(w, "capacity (saturation probe): %.2f req/s; search step %.2f %s\n", r.Capacity, r.StepSize, unit)
+	}
 	defer fmt.Fprintln(w, r.Conclusion)
 	if r.Best == nil {
 		fmt.Fprintf(w, "answer: no %s met every SLO\n", r.Mode)

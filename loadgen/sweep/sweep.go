@@ -320,8 +320,12 @@ type Step struct {
 type Result struct {
 	Mode string   `json:"mode"`
 	SLOs []string `json:"slos"`
-	// Capacity is the request throughput measured by the saturation probe.
+	// Capacity is the request throughput measured by the saturation probe
+	// (the rate search's last: see WarmProbes).
 	Capacity float64 `json:"capacity_req_s"`
+	// Capacities is every saturation probe's throughput, in order, when
+	// the rate search ran more than one.
+	Capacities []float64 `json:"capacities_req_s,omitempty"`
 	// StepSize is the search resolution (req/s or requests in flight).
 	StepSize float64 `json:"step_size"`
 	// Answer is the highest rate (or concurrency) that met every SLO in
@@ -637,7 +641,7 @@ func (se *searcher) concurrency(ctx context.Context) (float64, float64, error) {
 // returns the highest passing and the lowest failing rate (0: none).
 func (se *searcher) rate(ctx context.Context) (float64, float64, error) {
 	sc, res := se.sc, se.res
-	probe, err := se.step(ctx, "probe", math.Inf(1), sc.Concurrency)
+	probe, err := se.probe(ctx)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -685,6 +689,40 @@ func (se *searcher) rate(ctx context.Context) (float64, float64, error) {
 		}
 	}
 	return lo, hi, nil
+}
+
+// The rate search's saturation probe runs again until two probes in a row
+// measure the same capacity, within WarmHold of each other, or WarmProbes
+// have run. A server started moments before keeps getting faster: a
+// llama-server's probes read 25, 38, 39, 41 and 45 req/s over its first
+// 90 s (tools/bench/kneedrift.sh), and a search against a capacity that
+// moves reads early fails that its later runs of the same level do not
+// reproduce.
+const (
+	WarmProbes = 5
+	WarmHold   = 0.10
+)
+
+// probe runs the saturation probe until the capacity holds (above) and
+// returns the last; Result.Capacities keeps each probe's throughput when
+// there was more than one.
+func (se *searcher) probe(ctx context.Context) (*Step, error) {
+	var caps []float64
+	for {
+		s, err := se.step(ctx, "probe", math.Inf(1), se.sc.Concurrency)
+		if err != nil {
+			return nil, err
+		}
+		c := s.Metrics.RequestThroughput
+		caps = append(caps, c)
+		n := len(caps)
+		if c <= 0 || n >= WarmProbes || n > 1 && math.Abs(c-caps[n-2]) <= WarmHold*caps[n-2] {
+			if n > 1 {
+				se.res.Capacities = caps
+			}
+			return s, nil
+		}
+	}
 }
 
 // chain calls a, then b, for every record.

@@ -27,13 +27,16 @@ func TestParseSLOs(t *testing.T) {
 
 // scripted is a server whose verdict at a level is a script: verdict(level,
 // visit) says whether its visit-th run there (from 0) meets the SLO. The
-// saturation probe measures capacity req/s.
+// saturation probe measures capacity req/s (warming: probes[i] at the
+// i-th probe first).
 type scripted struct {
 	mode     string
 	capacity float64
+	warming  []float64
 	verdict  func(level float64, visit int) bool
 	visits   map[string]int
 	runs     int
+	probes   int
 }
 
 func (s *scripted) run(_ context.Context, l Load) (*Outcome, error) {
@@ -43,6 +46,10 @@ func (s *scripted) run(_ context.Context, l Load) (*Outcome, error) {
 	}
 	m := &metrics.Metrics{Completed: l.Requests, RequestThroughput: s.capacity}
 	if math.IsInf(l.Rate, 1) && s.mode != ModeConcurrency {
+		if s.probes < len(s.warming) {
+			m.RequestThroughput = s.warming[s.probes]
+		}
+		s.probes++
 		m.TTFT.Percentiles = []metrics.PV{{P: 99, Value: 5000}}
 		return &Outcome{Metrics: m, Requests: l.Requests}, nil
 	}
@@ -109,9 +116,9 @@ func TestKneeStableBoundary(t *testing.T) {
 	// The knee's confidence from every run: an interval that holds the
 	// settled bounds' middle and reaches past them (three runs a side
 	// settle a level, not the knee).
-	if in.FitRuns != len(res.Steps)-1 || in.CILow > in.Knee || in.CIHigh < in.Knee || in.CIHigh-in.CILow <= in.High-in.Low {
-		t.Errorf("fit of %d runs: knee %.3f in [%.3f, %.3f]; want every run but the probe, holding %.3f, wider than [%.3f, %.3f]",
-			in.FitRuns, in.FitKnee, in.CILow, in.CIHigh, in.Knee, in.Low, in.High)
+	if in.FitRuns != len(res.Steps)-len(res.Capacities) || len(res.Capacities) != 2 || in.CILow > in.Knee || in.CIHigh < in.Knee || in.CIHigh-in.CILow <= in.High-in.Low {
+		t.Errorf("fit of %d runs: knee %.3f in [%.3f, %.3f]; want every run but the two probes %v, holding %.3f, wider than [%.3f, %.3f]",
+			in.FitRuns, in.FitKnee, in.CILow, in.CIHigh, res.Capacities, in.Knee, in.Low, in.High)
 	}
 	if !strings.HasSuffix(res.Conclusion, "; "+want) {
 		t.Errorf("conclusion %q\nwant it to end with %q", res.Conclusion, want)
@@ -264,5 +271,30 @@ func TestKneeNoUpperBound(t *testing.T) {
 	}
 	if !strings.Contains(res.Conclusion, "the knee is above "+levelText(ModeRate, in.Low)+", but no level above it failed in every run") || !strings.Contains(res.Conclusion, "; not stable: ") {
 		t.Errorf("conclusion %q", res.Conclusion)
+	}
+}
+
+// A server still warming up: the saturation probe runs again until two in
+// a row agree within WarmHold, and the search starts from the last; a
+// server that keeps speeding up is probed WarmProbes times.
+func TestProbeWaitsForTheCapacityToHold(t *testing.T) {
+	pass := func(v float64, _ int) bool { return v <= 10 }
+	s := &scripted{capacity: 16, warming: []float64{8, 12, 15, 16}, verdict: pass}
+	res := search(t, s, Config{Step: 1})
+	if want := []float64{8, 12, 15, 16}; fmt.Sprint(res.Capacities) != fmt.Sprint(want) || res.Capacity != 16 {
+		t.Errorf("capacities %v, capacity %.1f: want %v and 16 (15 to 16 is within %.0f%%)", res.Capacities, res.Capacity, want, 100*WarmHold)
+	}
+	for i, st := range res.Steps {
+		if (st.Phase == "probe") != (i < 4) {
+			t.Errorf("step %d is a %s: want the four probes first", st.N, st.Phase)
+		}
+	}
+	if res.Interval == nil || res.Interval.Low != 10 {
+		t.Errorf("interval %+v: want the knee found after the probes", res.Interval)
+	}
+	s = &scripted{capacity: 16, warming: []float64{2, 4, 8, 12, 14, 15}, verdict: pass}
+	res = search(t, s, Config{Step: 1})
+	if len(res.Capacities) != WarmProbes || res.Capacity != 14 {
+		t.Errorf("capacities %v, capacity %.1f: want %d probes, the last 14", res.Capacities, res.Capacity, WarmProbes)
 	}
 }
