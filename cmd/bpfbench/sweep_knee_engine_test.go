@@ -18,8 +18,8 @@ import (
 
 // The knee, reproduced and explained, on a real engine: three sweeps of
 // one llama-server (-np 2, the queue signal off so that the TTFT SLO is
-// the limit) each give the knee with its intervals (whether the three
-// share a rate is logged: see below); each sweep follows the server at the
+// the limit) each give the knee with its 95% interval, and the three
+// intervals share a rate; each sweep follows the server at the
 // interval's bounds until the pass passes and the fail fails, and explains
 // the breach on TTFT, the metric that broke, with a cause that holds at
 // least half of what its slowest TTFTs added, or says that the followed
@@ -75,14 +75,14 @@ func TestRealEngineSweepKneeReproduced(t *testing.T) {
 			explained++
 		}
 	}
-	// Whether three sweeps agree within their stated intervals is logged,
-	// not asserted: on this project's shared 2-core machine the knee moves
-	// between sweeps a few minutes apart by more than one sweep's runs
-	// show (knees of 17.7, 19.4, 17.8 req/s in one trial, 18.9, 17.0, 19.7
-	// in the next: neither the 95% intervals of the knee, a logistic fit
-	// that takes runs as independent, nor the settled levels [Low, High]
-	// shared a rate every time; DESIGN.md, "The knee, reproduced and
-	// explained"). Each sweep's own answer is asserted above.
+	// Three sweeps agree within their stated intervals: the three 95%
+	// intervals of the knee share a rate. With honest intervals that
+	// fails about 3 times in 100 (the range of three estimates past twice
+	// their 95% half-width). Before the saturation probe waited for the
+	// capacity to hold it failed 2 trials of 2: the freshly started
+	// server sped up between sweeps (DESIGN.md, "The knee, reproduced and
+	// explained"). Whether each knee lies in the others' intervals (a
+	// stricter test, about 83% a pair) is logged.
 	t.Logf("%d of 3 sweeps explained from runs that reproduced the verdicts", explained)
 	lo, hi := 0.0, math.Inf(1)
 	clo, chi := 0.0, math.Inf(1)
@@ -92,20 +92,24 @@ func TestRealEngineSweepKneeReproduced(t *testing.T) {
 			t.Errorf("sweep %d: no 95%% interval of the knee: %+v", i+1, in)
 			continue
 		}
-		t.Logf("sweep %d: knee %.2f req/s (fit %.2f), 95%% interval [%.2f, %.2f] of %d runs, settled levels [%.2f, %.2f]",
-			i+1, in.Knee, in.FitKnee, in.CILow, in.CIHigh, in.FitRuns, in.Low, in.High)
+		t.Logf("sweep %d: knee %.2f req/s, 95%% interval [%.2f, %.2f] of %d runs, settled levels [%.2f, %.2f], capacity probes %v",
+			i+1, in.Knee, in.CILow, in.CIHigh, in.FitRuns, in.Low, in.High, a.res.Capacities)
 		lo, hi = max(lo, in.Low), min(hi, in.High)
 		clo, chi = max(clo, in.CILow), min(chi, in.CIHigh)
 		for j, b := range got {
 			if i == j || b.res.Interval == nil || b.res.Interval.FitRuns == 0 {
 				continue
 			}
-			if k, o := in.FitKnee, b.res.Interval; k < o.CILow || k > o.CIHigh {
+			if k, o := in.Knee, b.res.Interval; k < o.CILow || k > o.CIHigh {
 				t.Logf("sweep %d's knee %.2f req/s is outside sweep %d's 95%% interval [%.2f, %.2f]", i+1, k, j+1, o.CILow, o.CIHigh)
 			}
 		}
 	}
-	t.Logf("the 95%% intervals of the knee share [%.2f, %.2f] req/s (empty when the first is above the second)", clo, chi)
+	if clo > chi {
+		t.Errorf("the three sweeps' 95%% intervals of the knee share no rate (the highest lower bound %.2f req/s is above the lowest upper bound %.2f)", clo, chi)
+	} else {
+		t.Logf("the 95%% intervals of the knee share [%.2f, %.2f] req/s", clo, chi)
+	}
 	t.Logf("the three settled intervals share [%.2f, %.2f] req/s (empty when the first is above the second)", lo, hi)
 }
 

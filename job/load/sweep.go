@@ -296,8 +296,8 @@ func printKnee(w io.Writer, r *sweep.Result) {
 		fmt.Fprintf(w, "knee: %.2f %s, settled levels %.2f-%.2f %s (%s; %d of at most %d confirming steps)\n",
 			in.Knee, unit, in.Low, in.High, unit, state, in.ConfirmSteps, in.Budget)
 		if in.FitRuns > 0 {
-			fmt.Fprintf(w, "  95%% interval of the knee: %.2f-%.2f %s (a logistic curve of the pass probability fitted to all %d runs; knee %.2f)\n",
-				in.CILow, in.CIHigh, unit, in.FitRuns, in.FitKnee)
+			fmt.Fprintf(w, "  95%% interval of the knee: %.2f-%.2f %s (the half-way point of a logistic curve of the pass probability fitted to all %d runs)\n",
+				in.CILow, in.CIHigh, unit, in.FitRuns)
 		}
 	}
 	for _, l := range in.Levels {

@@ -47,8 +47,9 @@ func (l *LevelRuns) Mixed() bool { return l.Passed > 0 && l.Passed < l.Runs }
 
 // Interval is the knee with its confidence: Low is the highest level whose
 // every run passed, High the lowest level above it whose every run failed;
-// the knee is between them, at Knee, where the share of passing runs,
-// interpolated over the levels in between, crosses one half.
+// Knee is the fitted curve's half-way point (FitKnee, below) when the runs
+// have a pass and a fail, else where the share of passing runs,
+// interpolated over the levels between Low and High, crosses one half.
 type Interval struct {
 	Knee float64 `json:"knee"`
 	Low  float64 `json:"low"`
@@ -260,7 +261,11 @@ func (se *searcher) settle(in *Interval, b *boundary) {
 		}
 	}
 	if k, lo, hi, ok := fitKnee(ts); ok {
+		// One knee is stated: the fit's, which weighs every run, with
+		// its interval; the settled levels' crossing is the knee only
+		// without a fit.
 		in.FitKnee, in.CILow, in.CIHigh, in.FitRuns = k, lo, hi, len(ts)
+		in.Knee = k
 	}
 	if !in.Stable && b.hi > 0 {
 		var open []string

@@ -97,8 +97,13 @@ func TestKneeStableBoundary(t *testing.T) {
 	if !(in.Low <= 10 && in.Low > 9 && in.High > 10 && in.High <= 11) {
 		t.Errorf("interval [%.3f, %.3f], want the pass within a step under 10 and the fail within a step over it", in.Low, in.High)
 	}
-	if in.Knee <= in.Low || in.Knee >= in.High || math.Abs(in.Knee-(in.Low+in.High)/2) > 1e-9 {
-		t.Errorf("knee %.3f, want the middle of [%.3f, %.3f] (no mixed level)", in.Knee, in.Low, in.High)
+	// The stated knee is the fit's; with no mixed level the crossing of
+	// the settled levels is their middle, and the fit is near it.
+	if in.Knee != in.FitKnee || in.Knee <= in.Low || in.Knee >= in.High {
+		t.Errorf("knee %.3f (fit %.3f), want the fit's, inside [%.3f, %.3f] (no mixed level)", in.Knee, in.FitKnee, in.Low, in.High)
+	}
+	if mid := kneeOf(in); math.Abs(mid-(in.Low+in.High)/2) > 1e-9 {
+		t.Errorf("crossing of the settled levels %.3f, want the middle of [%.3f, %.3f]", mid, in.Low, in.High)
 	}
 	if in.ConfirmSteps != 4 {
 		t.Errorf("%d confirming steps, want 4 (two more runs on each side)", in.ConfirmSteps)
