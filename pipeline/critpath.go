@@ -189,6 +189,29 @@ type critPhase struct {
 	from, to int64
 }
 
+// moveBatched applies the batch rule (batch.go) and then the prefill
+// rule (prefill.go) to gaps, once: the log then holds the gaps after
+// them, and out their totals and what they moved.
+func (c *critStream) moveBatched(gaps []critGap, base critpath.Baseline, n0 float64, out *result.CriticalPath) {
+	moved := batchRule(gaps, base, n0)
+	pre := prefillRule(gaps, base)
+	if moved.gaps == 0 && pre.gaps == 0 {
+		return
+	}
+	var l gapLog
+	var totals [critpath.NumCauses]int64
+	for _, g := range gaps {
+		l.add(g)
+		for k, v := range g.ns {
+			totals[k] += v
+		}
+	}
+	c.gaps = l
+	out.TotalsMs = causesMs(totals)
+	out.Stats.BatchMovedMs, out.Stats.BatchGaps = ms(moved.ns), moved.gaps
+	out.Stats.PrefillMovedMs, out.Stats.PrefillGaps = ms(pre.ns), pre.gaps
+}
+
 // critResult builds result.json's critical_path. The baseline is prior
 // when given, else the first phase's gaps when there are phases, else
 // the run's.
@@ -220,20 +243,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	default:
 		base, n0 = baselineOf(slices.Values(gaps)), normalInFlight(gaps)
 	}
-	// The batch rule (batch.go), once: the log then holds the gaps after it.
-	if moved := batchRule(gaps, base, n0); moved.gaps > 0 {
-		var l gapLog
-		var totals [critpath.NumCauses]int64
-		for _, g := range gaps {
-			l.add(g)
-			for k, v := range g.ns {
-				totals[k] += v
-			}
-		}
-		c.gaps = l
-		out.TotalsMs = causesMs(totals)
-		out.Stats.BatchMovedMs, out.Stats.BatchGaps = ms(moved.ns), moved.gaps
-	}
+	c.moveBatched(gaps, base, n0, out)
 	out.Stats.NormalInFlight = n0
 
 	// The server's own processes holding each other's CPUs are its

@@ -205,6 +205,11 @@ type CriticalStats struct {
 	BatchMovedMs   float64 `json:"batch_moved_ms,omitempty"`
 	BatchGaps      uint64  `json:"batch_gaps,omitempty"`
 	NormalInFlight float64 `json:"normal_in_flight,omitempty"`
+	// PrefillMovedMs: server_compute the prefill rule gave to what
+	// delayed the requests whose prefill ran in a decode gap, in
+	// PrefillGaps gaps.
+	PrefillMovedMs float64 `json:"prefill_moved_ms,omitempty"`
+	PrefillGaps    uint64  `json:"prefill_gaps,omitempty"`
 	// Interrupts: running steps that gave a part of their time to the block
 	// or network interrupts that ran on the thread's CPU meanwhile.
 	Interrupts uint64 `json:"interrupts"`

@@ -114,7 +114,7 @@ func liveAgreement(t *testing.T, compared map[string]bool) (problems []string) {
 			problems = append(problems, fmt.Sprintf("%s: no band to compare (run %v, %d live intervals)", p.Name, runShares != nil, n))
 			continue
 		}
-		problems = append(problems, agreement(p.Name, runShares, shares, doc.CriticalPath.Stats.BatchMovedMs > 0)...)
+		problems = append(problems, agreement(p.Name, runShares, shares, doc.CriticalPath.Stats.BatchMovedMs+doc.CriticalPath.Stats.PrefillMovedMs > 0)...)
 	}
 	if r.Live.Cost.CPUFraction > 0 {
 		t.Logf("the live view's own cost: %+v; %d gaps unwalked", r.Live.Cost, r.Live.UnwalkedGaps)
@@ -142,11 +142,12 @@ func childPids(pid int) []int {
 }
 
 // agreement compares run's p99 excess shares of a phase with the live
-// view's, within 10 points per cause. Where run's batch rule moved time
-// (batched: pipeline/batch.go; the live view, which knows no requests,
-// does not apply it), the live view's server_compute holds what run gave
-// to the cause that kept the requests in flight: those two are compared
-// by their sum, and the live view must name run's top cause.
+// view's, within 10 points per cause. Where run's batch or prefill rule
+// moved time (batched: pipeline/batch.go, prefill.go; the live view,
+// which knows no requests, applies neither), the live view's
+// server_compute holds what run gave to the cause that kept the requests
+// in flight or delayed them: those two are compared by their sum, and the
+// live view must name run's top cause.
 func agreement(phase string, run, liveShares map[string]float64, batched bool) (problems []string) {
 	top, sc := live.TopOf(run), critpath.ServerCompute.String()
 	paired := batched && top != sc
