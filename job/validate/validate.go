@@ -133,8 +133,16 @@ func hostSteal() (steal, total uint64, ok bool) {
 func CPUInjection(cpus []int) Injection { return cpuInjection(cpus, 2) }
 
 func cpuInjection(cpus []int, perCPU int) Injection {
-	return Injection{Name: "cpu", Cause: correlate.CPURunqueue.String(), Stronger: func() Injection { return cpuInjection(cpus, 2*perCPU) }, Start: func(ctx context.Context) (func() string, error) {
-		p := perturb.CPU{CPUs: cpus}
+	return Injection{Name: "cpu", Cause: correlate.CPURunqueue.String(), Stronger: func() Injection { return cpuInjection(cpus, 2*perCPU) },
+		Start: busyThreads("cpu", perturb.CPU{CPUs: cpus}, perCPU, func(r perturb.CPUReport) string {
+			return fmt.Sprintf("%d busy threads on CPUs %v burnt %.1f CPU-s (%.0f%% each)", r.Threads, r.CPUs, r.CPUSeconds, r.Share*100)
+		})}
+}
+
+// busyThreads starts p with perCPU threads a CPU for the injection's
+// phase; say tells what they burnt.
+func busyThreads(name string, p perturb.CPU, perCPU int, say func(perturb.CPUReport) string) func(context.Context) (func() string, error) {
+	return func(ctx context.Context) (func() string, error) {
 		if err := p.Validate(); err != nil {
 			return nil, err
 		}
@@ -142,11 +150,11 @@ func cpuInjection(cpus []int, perCPU int) Injection {
 		return During(ctx, func(c context.Context) string {
 			r, err := p.RunProcess(c)
 			if err != nil {
-				return "cpu: " + err.Error()
+				return name + ": " + err.Error()
 			}
-			return fmt.Sprintf("%d busy threads on CPUs %v burnt %.1f CPU-s (%.0f%% each)", r.Threads, r.CPUs, r.CPUSeconds, r.Share*100)
+			return say(r)
 		}), nil
-	}}
+	}
 }
 
 // IOInjection reads path with O_DIRECT, 1 MiB at a time, in a child
@@ -231,20 +239,10 @@ func controlFile(path string, us int, file, what string) func(context.Context) (
 func ClientCPUInjection(cpus []int, nice int) Injection { return clientCPUInjection(cpus, nice, 1) }
 
 func clientCPUInjection(cpus []int, nice, perCPU int) Injection {
-	return Injection{Name: "client-cpu", Cause: critpath.Client.String(), Stronger: func() Injection { return clientCPUInjection(cpus, nice, 2*perCPU) }, Start: func(ctx context.Context) (func() string, error) {
-		p := perturb.CPU{CPUs: cpus, Nice: nice}
-		if err := p.Validate(); err != nil {
-			return nil, err
-		}
-		p.Threads = perCPU * len(p.CPUs)
-		return During(ctx, func(c context.Context) string {
-			r, err := p.RunProcess(c)
-			if err != nil {
-				return "client-cpu: " + err.Error()
-			}
+	return Injection{Name: "client-cpu", Cause: critpath.Client.String(), Stronger: func() Injection { return clientCPUInjection(cpus, nice, 2*perCPU) },
+		Start: busyThreads("client-cpu", perturb.CPU{CPUs: cpus, Nice: nice}, perCPU, func(r perturb.CPUReport) string {
 			return fmt.Sprintf("%d busy threads at nice %d on the load generator's CPUs %v burnt %.1f CPU-s (%.0f%% each)", r.Threads, nice, r.CPUs, r.CPUSeconds, r.Share*100)
-		}), nil
-	}}
+		})}
 }
 
 // NetRateShare is the share of the interface's baseline rate that the
