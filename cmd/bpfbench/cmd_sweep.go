@@ -237,6 +237,12 @@ func explainKnee(ctx context.Context, j *load.SweepJob, cfg loadgen.Config, res 
 			if try > 1 {
 				again = fmt.Sprintf(" again (try %d)", try)
 			}
+			if s.Phase == "follow" {
+				// knee.KneeConfig.Moves: no run at the sweep's level
+				// reproduced its verdict.
+				what = map[string]string{"pass": "next level down", "fail": "next level up"}[side]
+				again = fmt.Sprintf(" (try %d: the sweep's level did not reproduce its verdict)", try)
+			}
 			if side == "pass" && try == 1 {
 				fmt.Fprintln(stdout)
 			}

@@ -45,9 +45,16 @@ type KneeConfig struct {
 	// Tries bounds the runs at each side (default 3): a run whose verdict
 	// differs from the sweep's is taken again.
 	Tries int
+	// Moves is how many search steps further out (a step down for the
+	// pass, up for the fail) a side is followed, one run at each, when
+	// none of its Tries reproduced the sweep's verdict: the server's speed
+	// moved since the search, and the boundary with it (default
+	// DefaultKneeMoves; negative: none).
+	Moves int
 	Pid   int
 	// OutDir receives the runs: OutDir/pass and OutDir/fail, then
-	// OutDir/pass-2, OutDir/fail-2 ... for the runs taken again.
+	// OutDir/pass-2, OutDir/fail-2 ... for the runs taken again, and
+	// OutDir/pass-out-1, OutDir/fail-out-1 ... for the levels further out.
 	OutDir    string
 	Sections  []session.SectionFactory
 	Readiness func() []readiness.Check
@@ -63,13 +70,21 @@ type KneeConfig struct {
 	After  func(side string, run *run.RunResult, f sweep.FollowedRun)
 }
 
-// DefaultKneeTries is how many runs each side of the knee may take.
-const DefaultKneeTries = 3
+// DefaultKneeTries is how many runs each side of the knee may take;
+// DefaultKneeMoves how many steps further out it may then go.
+const (
+	DefaultKneeTries = 3
+	DefaultKneeMoves = 2
+)
 
 // Knee is the explained knee of a sweep.
 type Knee struct {
-	Mode       string
-	Pass, Fail *sweep.Step
+	Mode string
+	// Pass and Fail are the levels explained: the interval's bounds, or
+	// further out where the followed runs moved (SweepPass, SweepFail:
+	// the bounds then).
+	Pass, Fail           *sweep.Step
+	SweepPass, SweepFail *sweep.Step
 	// Interval is the sweep's.
 	Interval *sweep.Interval
 	// PassRun and FailRun are the runs that reproduced the sweep's
@@ -101,6 +116,9 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 	if cfg.Tries <= 0 {
 		cfg.Tries = DefaultKneeTries
 	}
+	if cfg.Moves == 0 {
+		cfg.Moves = DefaultKneeMoves
+	}
 	slos := cfg.SLOs
 	if slos == nil {
 		var err error
@@ -113,24 +131,24 @@ func ExplainKnee(ctx context.Context, cfg KneeConfig) (*Knee, error) {
 	// gaps: what the level past the knee added.
 	var prior *run.Prior
 	if k.Pass != nil {
-		pr, err := kr.follow(k.Pass, "pass", true, nil)
+		ps, pr, err := kr.followSide(k.Pass, "pass", true, nil)
 		if err != nil || pr == nil {
 			k.Result.Sentence = k.Explanation()
 			return k, err
 		}
-		k.PassRun = pr
+		k.Pass, k.PassRun = kr.moved(k.Pass, ps, "pass"), pr
 		if p, perr := run.LoadPrior(pr.Dir); perr == nil {
 			prior = p
 		} else {
 			cfg.Logger.Warn("the passing run cannot be the failing run's baseline", "err", perr)
 		}
 	}
-	fr, err := kr.follow(k.Fail, "fail", false, prior)
+	fs, fr, err := kr.followSide(k.Fail, "fail", false, prior)
 	if err != nil || fr == nil {
 		k.Result.Sentence = k.Explanation()
 		return k, err
 	}
-	k.FailRun = fr
+	k.Fail, k.FailRun = kr.moved(k.Fail, fs, "fail"), fr
 	k.Result.Reproduced = true
 	k.readCause(slos)
 	k.Result.Sentence = k.Explanation()
@@ -147,8 +165,8 @@ type kneeRuns struct {
 }
 
 // runStep runs step s once more while following the server, the try-th
-// run of its side, in a directory of its own.
-func (kr *kneeRuns) runStep(s *sweep.Step, side string, try int, prior *run.Prior) (*run.RunResult, error) {
+// run of its side, in the directory dir of its own.
+func (kr *kneeRuns) runStep(s *sweep.Step, side string, try int, dir string, prior *run.Prior) (*run.RunResult, error) {
 	cfg := kr.cfg
 	if cfg.Before != nil {
 		cfg.Before(side, try, s)
@@ -164,21 +182,72 @@ func (kr *kneeRuns) runStep(s *sweep.Step, side string, try int, prior *run.Prio
 	if s.Concurrency > 0 {
 		c.Scenario.MaxConcurrency = s.Concurrency
 	}
-	dir := side
-	if try > 1 {
-		dir = fmt.Sprintf("%s-%d", side, try)
-	}
 	return run.Run(kr.ctx, run.RunConfig{Load: c, Pid: cfg.Pid, OutDir: filepath.Join(cfg.OutDir, dir), Logger: cfg.Logger,
 		Sections: cfg.Sections, Readiness: cfg.Readiness,
 		ServerMetrics: cfg.ServerMetrics, ServerMetricsPeriod: cfg.ServerMetricsPeriod, Manifest: cfg.Manifest,
 		Prior: prior})
 }
 
-// follow runs one side until a run's verdict is want, Tries at most, and
-// returns that run (nil when none was).
-func (kr *kneeRuns) follow(s *sweep.Step, side string, want bool, prior *run.Prior) (*run.RunResult, error) {
-	for try := 1; try <= kr.cfg.Tries; try++ {
-		r, err := kr.runStep(s, side, try, prior)
+// followSide follows one side at the sweep's level s, then, when no run
+// there reproduced the sweep's verdict (want), one run at each of up to
+// Moves levels a search step further out each, and returns the level and
+// the run that reproduced it (nil when none did). A fail that a limit
+// signal made is not followed further out: the followed runs watch none.
+func (kr *kneeRuns) followSide(s *sweep.Step, side string, want bool, prior *run.Prior) (*sweep.Step, *run.RunResult, error) {
+	r, err := kr.follow(s, side, want, prior, 1, kr.cfg.Tries, "")
+	if r != nil || err != nil || !want && len(s.StoppedBy) > 0 {
+		return s, r, err
+	}
+	sign := 1.0
+	if want {
+		sign = -1
+	}
+	step := kr.cfg.Sweep.StepSize
+	for m := 1; m <= kr.cfg.Moves && step > 0; m++ {
+		o := *s
+		o.N, o.Phase, o.StoppedBy, o.Violations, o.Values, o.Metrics = 0, "follow", nil, nil, nil, nil
+		if kr.k.Mode == sweep.ModeConcurrency {
+			o.Concurrency = s.Concurrency + int(sign)*m*max(1, int(step))
+			if o.Concurrency < 1 {
+				break
+			}
+		} else if o.Rate = s.Rate + sign*float64(m)*step; o.Rate <= 0 {
+			break
+		}
+		r, err := kr.follow(&o, side, want, prior, kr.cfg.Tries+m, kr.cfg.Tries+m, fmt.Sprintf("%s-out-%d", side, m))
+		if r != nil || err != nil {
+			return &o, r, err
+		}
+	}
+	return s, nil, nil
+}
+
+// moved returns the level explained on a side (got) and, when it is not
+// the sweep's (s), keeps the sweep's in SweepPass or SweepFail.
+func (kr *kneeRuns) moved(s, got *sweep.Step, side string) *sweep.Step {
+	if got != s {
+		if side == "pass" {
+			kr.k.SweepPass = s
+		} else {
+			kr.k.SweepFail = s
+		}
+	}
+	return got
+}
+
+// follow runs one side at s until a run's verdict is want, tries from
+// first to last, and returns that run (nil when none was). Each run has a
+// directory of its own: dir, or side, side-2, ... by try.
+func (kr *kneeRuns) follow(s *sweep.Step, side string, want bool, prior *run.Prior, first, last int, dir string) (*run.RunResult, error) {
+	for try := first; try <= last; try++ {
+		d := dir
+		if d == "" {
+			d = side
+			if try > 1 {
+				d = fmt.Sprintf("%s-%d", side, try)
+			}
+		}
+		r, err := kr.runStep(s, side, try, d, prior)
 		if r == nil {
 			return nil, err
 		}
@@ -339,6 +408,7 @@ func (k *Knee) Explanation() string {
 		head = fmt.Sprintf("the sweep stops at %s because %s, and the followed run broke %s (%s, want %s%s)",
 			k.At(k.Fail), strings.Join(parts, " and "), metric, fmtMs(bc.FailValue, metric), bc.SLO, against)
 	}
+	head += k.movedText()
 	over := "over the passing run's"
 	if k.Pass == nil {
 		over = "over the failing run's normal gap"
@@ -348,6 +418,35 @@ func (k *Knee) Explanation() string {
 	}
 	return fmt.Sprintf("%s, and what breaks it is %s, %.0f%% of the %s the slowest 10%% of %s added %s",
 		head, k.describe(bc), bc.Share*100, fmtDur(bc.AddedMs), unit, over)
+}
+
+// movedText says which side was explained further out than the sweep's
+// bound, and why: " (the sweep's fail at 12.9 req/s met every SLO in the
+// 3 runs that followed it: explained at 14.7 req/s, a step further out)".
+func (k *Knee) movedText() string {
+	var parts []string
+	say := func(sweepAt, at *sweep.Step, runs []sweep.FollowedRun, verdict, other string) {
+		if sweepAt == nil {
+			return
+		}
+		lv := sweepAt.Rate
+		if k.Mode == sweep.ModeConcurrency {
+			lv = float64(sweepAt.Concurrency)
+		}
+		n := 0
+		for _, f := range runs {
+			if f.Level == lv {
+				n++
+			}
+		}
+		parts = append(parts, fmt.Sprintf("the sweep's %s at %s %s in the %d %s that followed it: explained at %s, further out", verdict, k.At(sweepAt), other, n, pluralWord(n, "run", "runs"), k.At(at)))
+	}
+	say(k.SweepPass, k.Pass, k.Result.PassRuns, "pass", "broke an SLO")
+	say(k.SweepFail, k.Fail, k.Result.FailRuns, "fail", "met every SLO")
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // describe says the breach's cause in words.
@@ -367,12 +466,20 @@ func (k *Knee) describe(bc *sweep.BreachCause) string {
 func (k *Knee) notReproduced() string {
 	side := func(runs []sweep.FollowedRun, verdict string) string {
 		var vs []string
-		for _, f := range runs {
+		out, far := 0, 0.0
+		for i, f := range runs {
 			if len(f.Violations) > 0 && verdict == "failed" {
 				vs = append(vs, strings.Join(f.Violations, " and "))
 			}
+			if i > 0 && f.Level != runs[0].Level {
+				out, far = out+1, f.Level
+			}
 		}
 		s := fmt.Sprintf("%d %s %s", len(runs), pluralWord(len(runs), "run", "runs"), verdict)
+		if out > 0 {
+			at := &sweep.Step{Rate: far, Concurrency: int(far)}
+			s += fmt.Sprintf(", %d of them further out (to %s)", out, k.At(at))
+		}
 		if len(vs) > 0 {
 			s += " (" + strings.Join(vs, "; ") + ")"
 		}

@@ -206,7 +206,21 @@ func TestKneeExplanation(t *testing.T) {
 	if got := k.Explanation(); got != "no explanation: the runs following the server did not reproduce the sweep's fail at 15 req/s: 1 run met every SLO" {
 		t.Errorf("fail not reproduced: %q", got)
 	}
+	// ... nor further out.
+	k.Result.FailRuns = append(k.Result.FailRuns, sweep.FollowedRun{Level: 16.5, Pass: true}, sweep.FollowedRun{Level: 18, Pass: true})
+	if got := k.Explanation(); got != "no explanation: the runs following the server did not reproduce the sweep's fail at 15 req/s: 3 runs met every SLO, 2 of them further out (to 18 req/s)" {
+		t.Errorf("fail not reproduced further out: %q", got)
+	}
+	// A fail reproduced a step further out is explained there, and says so.
+	moved := &sweep.Step{Rate: 16.5, Phase: "follow"}
+	k = &Knee{Mode: sweep.ModeRate, Pass: pass, Fail: moved, SweepFail: fail, PassRun: run, FailRun: run,
+		Result: sweep.Explanation{Reproduced: true, Cause: ttft, FailRuns: []sweep.FollowedRun{{Level: 15, Pass: true}, {Level: 15, Pass: true}, {Level: 15, Pass: true}, {Level: 16.5}}}}
+	want = "the SLO breaks at 16.5 req/s on p99 TTFT (612 ms, want p99_ttft_ms<=500; 310 ms at 13.2 req/s) (the sweep's fail at 15 req/s met every SLO in the 3 runs that followed it: explained at 16.5 req/s, further out), and what breaks it is "
+	if got := k.Explanation(); !strings.HasPrefix(got, want) {
+		t.Errorf("a fail reproduced further out\n got %q\nwant %q...", got, want)
+	}
 	// ... nor a signal's fail: the followed runs watch no signal.
+	k = &Knee{Mode: sweep.ModeRate, Pass: pass, PassRun: run, Result: sweep.Explanation{FailRuns: []sweep.FollowedRun{{Level: 15, Pass: true}}}}
 	k.Fail = &sweep.Step{Rate: 15, StoppedBy: []sweep.Verdict{{Name: "requests_waiting", Detail: "up to 9 requests were waiting", Limit: true}}}
 	if got := k.Explanation(); got != "no explanation: the sweep's step at 15 req/s was stopped by a limit signal (requests_waiting: up to 9 requests were waiting), which the runs following the server do not watch, and the run met every SLO" {
 		t.Errorf("a signal's fail not reproduced: %q", got)
