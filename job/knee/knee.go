@@ -314,12 +314,18 @@ func (k *Knee) Annotate() error {
 	return nil
 }
 
+// levelOf is a step's level in a sweep of mode: its rate, or its
+// concurrency in a concurrency sweep (sweep.FollowedRun.Level).
+func levelOf(mode string, s *sweep.Step) float64 {
+	if mode == sweep.ModeConcurrency {
+		return float64(s.Concurrency)
+	}
+	return s.Rate
+}
+
 // judgeRun judges a followed run by the sweep's SLOs, as its steps are.
 func judgeRun(slos []sweep.SLO, maxFailed float64, mode string, s *sweep.Step, r *run.RunResult) sweep.FollowedRun {
-	f := sweep.FollowedRun{Level: s.Rate, Dir: r.Dir}
-	if mode == sweep.ModeConcurrency {
-		f.Level = float64(s.Concurrency)
-	}
+	f := sweep.FollowedRun{Level: levelOf(mode, s), Dir: r.Dir}
 	if r.Load == nil || r.Load.Metrics == nil {
 		f.Violations = []string{"no measurement"}
 		return f
@@ -429,10 +435,7 @@ func (k *Knee) movedText() string {
 		if sweepAt == nil {
 			return
 		}
-		lv := sweepAt.Rate
-		if k.Mode == sweep.ModeConcurrency {
-			lv = float64(sweepAt.Concurrency)
-		}
+		lv := levelOf(k.Mode, sweepAt)
 		n := 0
 		for _, f := range runs {
 			if f.Level == lv {
