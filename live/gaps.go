@@ -2,6 +2,7 @@ package live
 
 import (
 	"cmp"
+	"fmt"
 	"iter"
 	"slices"
 	"strconv"
@@ -245,4 +246,39 @@ func NeighboursOf(agg *critpath.Aggregate, targets map[uint32]bool, n int) (nois
 		}
 	}
 	return noisy, self
+}
+
+// MatchBand compares a run's p99 gap band with the baseline run's own p99
+// band (validate's rule for a phase's tail, tailMean): each cause's time
+// per gap in b above its time per gap in the baseline's band is what the
+// run added to the tail, and b's excess and shares become those (the
+// excess over the baseline's normal gap would count what is slow in the
+// baseline's tail too: decode steps that carry another request's
+// prefill, long with or without contention). Nothing changes when the
+// baseline has no band, or the run's band added nothing.
+func MatchBand(b, base *result.CriticalBand, name string) {
+	if b == nil || base == nil || b.Gaps == 0 || base.Gaps == 0 {
+		return
+	}
+	added := map[string]float64{}
+	var sum float64
+	for _, c := range critpath.CauseNames() {
+		if c == critpath.Unexplained.String() {
+			continue
+		}
+		if v := b.TotalsMs[c]/float64(b.Gaps) - base.TotalsMs[c]/float64(base.Gaps); v > 0 {
+			added[c] = v
+			sum += v
+		}
+	}
+	if sum <= 0 {
+		return
+	}
+	b.ExcessShares = map[string]float64{}
+	for _, c := range critpath.CauseNames() {
+		b.ExcessShares[c] = added[c] / sum
+	}
+	b.ExcessMs = sum * float64(b.Gaps)
+	b.Top = TopOf(b.ExcessShares)
+	b.ExcessOver = fmt.Sprintf("the p99 band of %s (%d gaps from %.3g ms)", name, base.Gaps, base.FromMs)
 }

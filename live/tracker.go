@@ -31,6 +31,11 @@ type Options struct {
 	// DIR`) instead of the server's own quiet window; BaselineName names it.
 	Baseline     *critpath.Baseline
 	BaselineName string
+	// BaselineBand, with Baseline, is that run's own p99 gap band: the
+	// live p99 bands' excess is then what they add over it (MatchBand,
+	// as run --baseline compares its band), not over the normal gap,
+	// which would count what is slow in the baseline's tail too.
+	BaselineBand *result.CriticalBand
 	// MaxHeld bounds the spans of history held (default 1Mi).
 	MaxHeld int
 	// Lag is how long after a span's time the gaps it may end are walked
@@ -605,6 +610,14 @@ func (t *Tracker) baseline() (critpath.Baseline, string) {
 	return b, fmt.Sprintf("quiet window at +%.0fs", float64(from-t.origin)/1e9)
 }
 
+// matchBand compares a live p99 band with the baseline run's own
+// (Options.BaselineBand), when there is one.
+func (t *Tracker) matchBand(b *result.CriticalBand) {
+	if t.opt.Baseline != nil && t.opt.BaselineBand != nil {
+		MatchBand(b, t.opt.BaselineBand, t.opt.BaselineName)
+	}
+}
+
 // Normal is the live view's normal gap now: the rolling baseline's
 // quietest full window (or the baseline given), with its gaps' median and
 // p99 after the first token; not OK before a window closes (the incident
@@ -679,6 +692,7 @@ func (t *Tracker) Interval(now int64, seconds float64) IntervalView {
 	v := IntervalView{AtS: float64(now-t.origin) / 1e9, Seconds: seconds, Streams: t.streams.Active(now),
 		Gaps: int(iv.itl.Count()), FirstBytes: iv.firsts, ITL: distOf(&iv.itl), TTFB: distOf(&iv.ttfb),
 		ITLP99: Band(slices.Values(iv.gaps), base, false), Sampled: iv.sampled(), ITLP99BoundsMs: iv.bandBounds(false), Baseline: name}
+	t.matchBand(v.ITLP99)
 	if t.origin == 0 {
 		v.AtS = 0
 	}
@@ -871,6 +885,7 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 		ITLP99:  Band(slices.Values(t.sample[1].gaps), base, false),
 		TTFTP99: Band(slices.Values(t.sample[0].gaps), base, true),
 		Slowest: []result.CriticalGap{}}
+	t.matchBand(cp.ITLP99)
 	cp.NoisyNeighbours, cp.SelfContention = NeighboursOf(&t.agg, t.feed.Tgids, 10)
 	for _, g := range t.slow.Sorted() {
 		cp.Slowest = append(cp.Slowest, CriticalGap(g, base, t.origin, name))

@@ -7,6 +7,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // server writes a token every period on each of conns connections: its
@@ -328,5 +329,49 @@ func TestBandLeavesOutUnwalkedGaps(t *testing.T) {
 	b := Band(slices.Values(gs), base, false)
 	if b == nil || b.Gaps != 2 || b.FromMs != 50 || b.Top != "cpu_runqueue" || b.ExcessShares["unexplained"] != 0 {
 		t.Fatalf("band %+v: want the two walked gaps of the slowest four, all cpu_runqueue, nothing unexplained", b)
+	}
+}
+
+// With a recorded run as the baseline (attach --baseline DIR), the live
+// p99 band's excess is what it adds over that run's own p99 band, as
+// run --baseline compares its band: compute that was as long in the
+// baseline's tail is not the contention's.
+func TestTrackerBandAgainstBaselineBand(t *testing.T) {
+	var base critpath.Baseline
+	base.ITL[critpath.ServerCompute] = 1 * ms // the baseline's normal gap: 1 ms of compute
+	// Its p99 band: 2 ms of compute a gap (steps that carried more).
+	band := &result.CriticalBand{Gaps: 10, FromMs: 2, TotalsMs: map[string]float64{"server_compute": 20}}
+	shares := func(b *result.CriticalBand) map[string]float64 {
+		tr := NewTracker(Options{Baseline: &base, BaselineName: "run quiet", BaselineBand: b})
+		s := &server{t: tr, now: 1e9, lastOut: 1e9 - 8*ms, conns: 2, period: 10 * ms, runq: 15 * ms}
+		for c := range s.conns {
+			tr.Record(collectors.Span{Kind: collectors.SpanRequest, Start: s.now - ms, End: s.now - ms, LocalPort: 8000,
+				Port: uint16(40000 + c), Bytes: 400})
+		}
+		for range 300 {
+			s.step(true)
+		}
+		tr.Advance(s.now)
+		v := tr.Interval(s.now, 3)
+		tr.Finish()
+		cp := tr.Result(s.now, nil).CriticalPath
+		if cp.ITLP99 == nil || v.ITLP99 == nil {
+			t.Fatalf("no band: session %+v, interval %+v", cp.ITLP99, v.ITLP99)
+		}
+		if b != nil && (cp.ITLP99.ExcessOver == "" || v.ITLP99.ExcessOver == "") {
+			t.Errorf("the bands do not say what their excess is over: %q, %q", cp.ITLP99.ExcessOver, v.ITLP99.ExcessOver)
+		}
+		if math.Abs(cp.ITLP99.ExcessShares["server_compute"]-v.ITLP99.ExcessShares["server_compute"]) > 0.01 {
+			t.Errorf("session and interval differ: %v, %v", cp.ITLP99.ExcessShares, v.ITLP99.ExcessShares)
+		}
+		return cp.ITLP99.ExcessShares
+	}
+	if sh := shares(nil); sh["server_compute"] < 0.03 {
+		t.Errorf("against the normal gap: server_compute %.3f of the excess, want the 1 ms the band's compute has over it (%v)", sh["server_compute"], sh)
+	}
+	// (The simulated server also sleeps on a timer between steps, which
+	// the baseline's band did not have.)
+	if sh := shares(band); sh["server_compute"] != 0 || TopOf(sh) != "cpu_runqueue" {
+		t.Errorf("against the baseline's band: shares %v, want no server_compute and cpu_runqueue on top", sh)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/bpfbench/bpfbench/correlate"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/internal/atomicfile"
+	"github.com/bpfbench/bpfbench/live"
 )
 
 // GapsFile is the run directory's file of every walked gap
@@ -103,9 +104,12 @@ type Prior struct {
 	// inFlight is the normal number of its requests in flight (the batch
 	// rule's n0), from its gaps file (0: none, the rule is off).
 	inFlight float64
-	// itlP99 is its p99 gap band (matchBand compares a run's with it).
+	// itlP99 is its p99 gap band (live.MatchBand compares a run's with it).
 	itlP99 *result.CriticalBand
 }
+
+// Band is its p99 gap band (nil when it had none).
+func (p *Prior) Band() *result.CriticalBand { return p.itlP99 }
 
 // Name is how result.json names the baseline: "run DIR".
 func (p *Prior) Name() string { return "run " + p.Dir }
@@ -229,7 +233,7 @@ func Rebase(doc *result.Document, dir string, prior *Prior) error {
 	cp := doc.CriticalPath
 	cp.Baseline = prior.Name()
 	rebase(cp, slices.Values(gaps), phases, prior.Crit, bt)
-	matchBand(cp.ITLP99, prior.itlP99, prior.Name())
+	live.MatchBand(cp.ITLP99, prior.itlP99, prior.Name())
 	var ps []float64
 	if a := doc.Activity; a != nil {
 		ps = bandPercentiles(a)
@@ -242,39 +246,4 @@ func Rebase(doc *result.Document, dir string, prior *Prior) error {
 		s.ExcessMs = ms(g.Excess(prior.Crit).ExcessNs)
 	}
 	return nil
-}
-
-// matchBand compares a run's p99 gap band with the baseline run's own p99
-// band (validate's rule for a phase's tail, tailMean): each cause's time
-// per gap in b above its time per gap in the baseline's band is what the
-// run added to the tail, and b's excess and shares become those (the
-// excess over the baseline's normal gap would count what is slow in the
-// baseline's tail too: decode steps that carry another request's
-// prefill, long with or without contention). Nothing changes when the
-// baseline has no band, or the run's band added nothing.
-func matchBand(b, base *result.CriticalBand, name string) {
-	if b == nil || base == nil || b.Gaps == 0 || base.Gaps == 0 {
-		return
-	}
-	added := map[string]float64{}
-	var sum float64
-	for _, c := range critpath.CauseNames() {
-		if c == critpath.Unexplained.String() {
-			continue
-		}
-		if v := b.TotalsMs[c]/float64(b.Gaps) - base.TotalsMs[c]/float64(base.Gaps); v > 0 {
-			added[c] = v
-			sum += v
-		}
-	}
-	if sum <= 0 {
-		return
-	}
-	b.ExcessShares = map[string]float64{}
-	for _, c := range critpath.CauseNames() {
-		b.ExcessShares[c] = added[c] / sum
-	}
-	b.ExcessMs = sum * float64(b.Gaps)
-	b.Top = topOf(b.ExcessShares)
-	b.ExcessOver = fmt.Sprintf("the p99 band of %s (%d gaps from %.3g ms)", name, base.Gaps, base.FromMs)
 }

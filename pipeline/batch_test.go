@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/live"
 	"github.com/bpfbench/bpfbench/result"
 )
 
@@ -121,7 +122,7 @@ func TestMatchBand(t *testing.T) {
 	base := &result.CriticalBand{Gaps: 10, FromMs: 9, TotalsMs: map[string]float64{"server_compute": 100, "cpu_runqueue": 2}}
 	b := &result.CriticalBand{Gaps: 5, FromMs: 21, TotalsMs: map[string]float64{"server_compute": 50, "cpu_runqueue": 55},
 		ExcessMs: 60, ExcessShares: map[string]float64{"server_compute": 0.4, "cpu_runqueue": 0.6}, Top: "cpu_runqueue"}
-	matchBand(b, base, "run quiet")
+	live.MatchBand(b, base, "run quiet")
 	// server_compute 10 ms a gap in both; cpu_runqueue 11 against 0.2.
 	if b.Top != "cpu_runqueue" || b.ExcessShares["cpu_runqueue"] != 1 || b.ExcessShares["server_compute"] != 0 {
 		t.Errorf("shares %v top %s, want all of it cpu_runqueue", b.ExcessShares, b.Top)
@@ -133,7 +134,7 @@ func TestMatchBand(t *testing.T) {
 		t.Error("the band does not say what it was compared with")
 	}
 	better := &result.CriticalBand{Gaps: 5, TotalsMs: map[string]float64{"server_compute": 40}, ExcessMs: 3, Top: "server_compute"}
-	matchBand(better, base, "run quiet")
+	live.MatchBand(better, base, "run quiet")
 	if better.ExcessMs != 3 || better.ExcessOver != "" {
 		t.Errorf("a band that added nothing changed: %+v", better)
 	}

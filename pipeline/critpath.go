@@ -268,7 +268,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	}
 	rebase(out, c.gaps.all(), phases, base, baseTail)
 	if prior != nil {
-		matchBand(out.ITLP99, prior.itlP99, prior.Name())
+		live.MatchBand(out.ITLP99, prior.itlP99, prior.Name())
 	}
 	return out
 }

@@ -238,7 +238,7 @@ func attachTracker(o attachOptions) (*live.Tracker, error) {
 		if err != nil {
 			return nil, fmt.Errorf("--baseline: %w", err)
 		}
-		lo.Baseline, lo.BaselineName = &prior.Crit, prior.Name()
+		lo.Baseline, lo.BaselineName, lo.BaselineBand = &prior.Crit, prior.Name(), prior.Band()
 	}
 	return live.NewTracker(lo), nil
 }

@@ -57,6 +57,7 @@ type matrixResult struct {
 	problems             []string
 	slowest              string // the contended run's slowest gap, for a failing cell's log
 	quietDir, contendDir string
+	live                 liveVerdict // attach's live view of the contended run
 }
 
 // matrixCells: slots ≤ cores (-np 1 on the server's one CPU) and slots >
@@ -84,7 +85,10 @@ var matrixCells = []matrixCell{
 // 20%), leaves at most 10% of the gap time unexplained, and
 // names the busy process first among the noisy neighbours; a past-
 // saturation cell must have queued requests in the engine (its
-// requests_deferred). Then a slow-reading client on the engine (validate's
+// requests_deferred). Then the same contended load once more, sent by
+// `bpfbench load` while `bpfbench attach PID --baseline QUIET` follows the
+// server: the live view is held to the same shares (attachRun,
+// judgeLive). Then a slow-reading client on the engine (validate's
 // client injection): at least 80% of the slow request's pause (its longest
 // gap) on its own connection (net_backpressure or client); validate's own
 // verdict on the phase is logged. The whole matrix is
@@ -281,6 +285,7 @@ func (m *matrixRunner) cellRun(t *testing.T, c matrixCell, srv *engine.Server, t
 		env = append(env, "BPFBENCH_CRITPATH_DUMP="+r.contendDir+".dump")
 	}
 	matrixRunCmd(t, c.name+": bpfbench run --baseline (contended)", m.cli(env, append([]string{"run", "--out", r.contendDir, "--baseline", r.quietDir}, load...)...))
+	r.live = m.attachRun(t, c.name, srv.Pid, busyPid, r.quietDir, r.contendDir+"-attach.json", load)
 	r.burnt = stopBusy()
 
 	doc, err := result.Load(filepath.Join(r.contendDir, "result.json"))
@@ -288,6 +293,8 @@ func (m *matrixRunner) cellRun(t *testing.T, c matrixCell, srv *engine.Server, t
 		t.Fatal(err)
 	}
 	judgeContended(t, c, &r, doc, busyPid)
+	r.problems = append(r.problems, r.live.problems...)
+	t.Logf("%s attempt %d: attach's live view of the contended run: %s, busy process %s", c.name, attempt, r.live, r.live.busy)
 	return r
 }
 
@@ -386,7 +393,7 @@ func judgeContended(t *testing.T, c matrixCell, r *matrixResult, doc *result.Doc
 		r.first = cp.NoisyNeighbours[0].Label()
 	}
 	// Every cell: 60% of what the contended run added over the quiet
-	// run's own p99 band (matchBand). Against the quiet run's normal gap
+	// run's own p99 band (live.MatchBand). Against the quiet run's normal gap
 	// the two-thread cells read 0.58-0.64: their band holds decode steps
 	// batched with another slot's prefill, long in the quiet run's tail
 	// too (docs/measurements.md, 2026-12-04 and 2026-12-05).
@@ -451,7 +458,7 @@ func (m *matrixRunner) slowReader(srv *engine.Server, attempt int) (row string, 
 func matrixTable(results []matrixResult) (string, []string) {
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "config\ttry\tqueued\tquiet p99\tcontended p99\tband from\ttop cause\tcpu_runqueue\tunexplained\tfirst neighbour\tbusy process\tverdict")
+	fmt.Fprintln(tw, "config\ttry\tqueued\tquiet p99\tcontended p99\tband from\ttop cause\tcpu_runqueue\tunexplained\tfirst neighbour\tbusy process\tattach (live)\tverdict")
 	var failed []string
 	for i, r := range results {
 		verdict := "ok"
@@ -463,8 +470,8 @@ func matrixTable(results []matrixResult) (string, []string) {
 			failed = append(failed, fmt.Sprintf("%s: %s", r.cell.name, strings.Join(r.problems, "; ")))
 		}
 		cfg := fmt.Sprintf("%s (-t %d -np %d, conc %d)", r.cell.name, r.cell.threads, r.cell.slots, r.cell.concurrency)
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f ms\t%.2f ms\t%.2f ms\t%s\t%.0f%%\t%.2f%%\t%s\t%s\t%s\n",
-			cfg, r.attempt, r.deferredPeak, r.quietP99, r.contP99, r.fromMs, r.top, r.cpuShare*100, r.unexplained*100, r.first, r.busy, verdict)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.2f ms\t%.2f ms\t%.2f ms\t%s\t%.0f%%\t%.2f%%\t%s\t%s\t%s\t%s\n",
+			cfg, r.attempt, r.deferredPeak, r.quietP99, r.contP99, r.fromMs, r.top, r.cpuShare*100, r.unexplained*100, r.first, r.busy, r.live, verdict)
 	}
 	tw.Flush()
 	return buf.String(), failed

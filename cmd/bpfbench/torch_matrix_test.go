@@ -52,6 +52,7 @@ type torchResult struct {
 	busy              string
 	problems          []string
 	slowest           string
+	live              liveVerdict // attach's live view of the contended run
 }
 
 // A real framework's engine whose threads busy-wait (torch's OpenMP pool
@@ -62,8 +63,9 @@ type torchResult struct {
 // (--baseline). In every cell the critical path puts cpu_runqueue on top
 // with at least 60% of the p99 gap's excess, server_compute at most 20%,
 // at most 10% of the gap time unexplained, and the busy process first
-// among the noisy neighbours. A cell that misses runs once more; the
-// table is logged.
+// among the noisy neighbours; and attach's live view of the same
+// contended load sent once more (attachRun) the same shares. A cell that
+// misses runs once more; the table is logged.
 func TestTorchEngineMatrix(t *testing.T) {
 	privtest.Require(t)
 	paths, err := engine.FindTorch()
@@ -100,7 +102,7 @@ func TestTorchEngineMatrix(t *testing.T) {
 	}
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "cell\tattempt\tp99 ITL quiet→contended\texcess\ttop\tcpu_runqueue\tserver_compute\tunexplained\tbusy process\tverdict")
+	fmt.Fprintln(tw, "cell\tattempt\tp99 ITL quiet→contended\texcess\ttop\tcpu_runqueue\tserver_compute\tunexplained\tbusy process\tattach (live)\tverdict")
 	var failed []string
 	for i, r := range results {
 		verdict := "ok"
@@ -110,8 +112,8 @@ func TestTorchEngineMatrix(t *testing.T) {
 				failed = append(failed, r.cell.name+": "+verdict)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.1f→%.1f ms\t%.1f ms\t%s\t%.2f\t%.2f\t%.4f\t%s\t%s\n",
-			r.cell.name, r.attempt, r.quietP99, r.contP99, r.excessMs, r.top, r.cpuShare, r.compute, r.unexplained, r.busy, verdict)
+		fmt.Fprintf(tw, "%s\t%d\t%.1f→%.1f ms\t%.1f ms\t%s\t%.2f\t%.2f\t%.4f\t%s\t%s\t%s\n",
+			r.cell.name, r.attempt, r.quietP99, r.contP99, r.excessMs, r.top, r.cpuShare, r.compute, r.unexplained, r.busy, r.live, verdict)
 	}
 	tw.Flush()
 	t.Logf("PyTorch engine matrix (contended: two busy threads of another process; --baseline the quiet run):\n%s", b.String())
@@ -145,7 +147,10 @@ func (m *matrixRunner) torchRun(t *testing.T, c torchCell, srv *engine.Server, a
 		env = append(env, "BPFBENCH_CRITPATH_DUMP="+contDir+".dump")
 	}
 	matrixRunCmd(t, c.name+": bpfbench run --baseline (contended)", m.cli(env, append([]string{"run", "--out", contDir, "--baseline", quietDir}, load...)...))
+	r.live = m.attachRun(t, c.name, srv.Pid, busyPid, quietDir, contDir+"-attach.json", load)
 	burnt := stopBusy()
+	r.problems = append(r.problems, r.live.problems...)
+	t.Logf("%s attempt %d: attach's live view of the contended run: %s, busy process %s", c.name, attempt, r.live, r.live.busy)
 	doc, err := result.Load(filepath.Join(contDir, "result.json"))
 	if err != nil {
 		t.Fatal(err)

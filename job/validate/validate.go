@@ -466,6 +466,15 @@ func (cfg *ValidateConfig) plan() (*Scenario, loadgen.Config, error) {
 			slow[k] = firstOf(k) + slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
 			reqs[slow[k]].OutputLen = max(3*cfg.OutputLen, 200)
 			reqs[slow[k]].SlowRead = inj.SlowRead
+			// Its twin, as long and reading at once, at the same place
+			// of the baseline phase: the slow reader's request is
+			// longer than the others (its stall must find the buffers
+			// full), and on an engine whose step grows with its batch
+			// that length is compute the row would otherwise judge.
+			// With the twin the baseline's tail has it too, and the
+			// row judges the slow reading alone.
+			twin := slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
+			reqs[twin].OutputLen = max(reqs[twin].OutputLen, reqs[slow[k]].OutputLen)
 		}
 	}
 	load := cfg.Load

@@ -128,3 +128,34 @@ func TestValidationVerdict(t *testing.T) {
 		}
 	}
 }
+
+// The slow reader's request is longer than the others; its twin, as long
+// and reading at once, sits at the same place of the baseline phase, so
+// that the baseline's batch carries the same length and the row judges
+// the slow reading alone.
+func TestPlanSlowReaderTwin(t *testing.T) {
+	cfg := ValidateConfig{Injections: []Injection{{Name: "cpu", Cause: "cpu_runqueue"}, ClientInjection(2 * time.Second)}}
+	cfg.setDefaults()
+	sc, load, err := cfg.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := load.Scenario.Requests
+	slow := sc.slow[1]
+	perPhase := int(cfg.Rate * cfg.Phase.Seconds())
+	twin := slow - int(cfg.Rate*(2*cfg.Phase+Settle(cfg.Phase)).Seconds())
+	if reqs[slow].SlowRead != 2*time.Second || reqs[slow].OutputLen <= cfg.OutputLen {
+		t.Fatalf("slow request %d: %+v, want a 2 s pause and more than %d tokens", slow, reqs[slow], cfg.OutputLen)
+	}
+	if twin < 0 || twin >= perPhase {
+		t.Fatalf("twin %d outside the baseline phase's %d requests", twin, perPhase)
+	}
+	if reqs[twin].OutputLen != reqs[slow].OutputLen || reqs[twin].SlowRead != 0 {
+		t.Errorf("baseline request %d: %+v, want %d tokens read at once", twin, reqs[twin], reqs[slow].OutputLen)
+	}
+	for i, r := range reqs {
+		if i != slow && i != twin && r.OutputLen != cfg.OutputLen {
+			t.Errorf("request %d: %d tokens, want %d", i, r.OutputLen, cfg.OutputLen)
+		}
+	}
+}
