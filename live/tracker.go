@@ -123,6 +123,7 @@ type Tracker struct {
 	feed    *feed.Feed
 	streams *Streams
 	roll    *Rolling
+	pre     prefills // the live prefill rule's first tokens (prefill.go)
 	reads   []critpath.Read
 	origin  int64 // the first span's time
 
@@ -391,6 +392,7 @@ func (t *Tracker) advance(wm, now int64) {
 	t.thr = [2]int64{int64(t.ttfb.Quantile(0.9)), int64(t.itl.Quantile(0.9))}
 	t.thrExact = [2]int64{int64(t.ttfb.Quantile(0.95)), int64(t.itl.Quantile(0.95))}
 	t.eng.FlushFunc(wm, t.gap)
+	t.pre.expire(wm - t.opt.Keep)
 	spent := t.spend() - t.walkFrom
 	if t.opt.WalkBudget > 0 {
 		t.walkAllow -= spent
@@ -555,6 +557,12 @@ func (t *Tracker) counted(g critpath.Gap) (Gap, int) {
 func (t *Tracker) gap(g critpath.Gap) {
 	w := max(t.weight, 1)
 	t.weight = 1
+	switch base, _ := t.baseline(); {
+	case g.Index == 1:
+		t.pre.first(g, base)
+	case g.Index > 1:
+		t.pre.decode(&g, base)
+	}
 	c, kind := t.counted(g)
 	if kind == 1 {
 		t.slow.Add(g)
@@ -891,6 +899,7 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 		cp.Slowest = append(cp.Slowest, CriticalGap(g, base, t.origin, name))
 	}
 	StatsOf(&cp.Stats, t.feed.Stats, t.eng.Stats())
+	cp.Stats.PrefillMovedMs, cp.Stats.PrefillGaps = Ms(t.pre.moved), t.pre.gaps
 	gs := t.streams.Stats
 	cp.Stats.Reads = gs.Gaps + gs.FirstBytes
 	return Result{CriticalPath: cp, Live: Summary{

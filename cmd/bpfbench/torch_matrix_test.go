@@ -64,7 +64,8 @@ type torchResult struct {
 // with at least 60% of the p99 gap's excess, server_compute at most 20%,
 // at most 10% of the gap time unexplained, and the busy process first
 // among the noisy neighbours; and attach's live view of the same
-// contended load sent once more (attachRun) the same shares. A cell that
+// contended load sent once more (attachRun) cpu_runqueue on top, its
+// shares tabled. A cell that
 // misses runs once more; the table is logged.
 func TestTorchEngineMatrix(t *testing.T) {
 	privtest.Require(t)

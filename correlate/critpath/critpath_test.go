@@ -935,3 +935,39 @@ func TestRunqueueBehindTheServersOwnThread(t *testing.T) {
 		step(92, 95, Thread{}, None, Client, 0),
 	})
 }
+
+// A writer woken with a token waits behind its sibling, which had just
+// waited for its CPU behind an outside task: the sibling is being repaid
+// that wait, and the writer's wait behind the repayment is the outsider's
+// (owedOf, starvedBefore), noted. The same sibling after a wait behind
+// the server's own thread owes nothing (a sibling's wait inside the
+// writer's is followed there: TestRunqueueBehindTheServersOwnThread).
+func TestRunqueueBehindARepaidSibling(t *testing.T) {
+	gap := func(siblingWait Segment) Gap {
+		return only(t, []Segment{
+			seg(thB, Sleep, 0, 10),
+			siblingWait,
+			seg(thB, Running, 20, 40),
+			sleepBy(thA, 0, 22, Wake{Kind: WakeThread, Waker: thB}),
+			runq(thA, 22, 30, Holder{thB, 8 * ms}),
+			seg(thA, Running, 30, 40),
+		}, nil, []Send{{Time: 31 * ms, Tid: thA.Tid, Port: port}}, []Arrival{{Time: 32 * ms, Port: port}},
+			Read{Request: 1, Index: 4, Port: port, Start: 12 * ms, End: 33 * ms})
+	}
+	owed := func(g Gap) (ns int64) {
+		for _, st := range g.Steps {
+			if st.Note == NoteOwed {
+				ns += st.End - st.Start
+			}
+		}
+		return ns
+	}
+	g := gap(runq(thB, 10, 20, Holder{stress, 10 * ms}))
+	if owed(g) != 8*ms || g.Ns[CPURunqueue] != 16*ms {
+		t.Errorf("behind a sibling repaid 10 ms: %d ms owed, cpu_runqueue %d ms; want 8 and 16 (8 of the sibling's own wait)\n%s", owed(g)/ms, g.Ns[CPURunqueue]/ms, dump(g.Steps))
+	}
+	g = gap(runq(thB, 10, 20, Holder{thC, 10 * ms}))
+	if owed(g) != 0 || g.Ns[CPURunqueue] != 0 {
+		t.Errorf("behind a sibling that waited behind the server's own thread: %d ms owed, cpu_runqueue %d ms; want none\n%s", owed(g)/ms, g.Ns[CPURunqueue]/ms, dump(g.Steps))
+	}
+}

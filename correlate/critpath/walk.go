@@ -671,16 +671,34 @@ type owed struct {
 // (without it the woken waiter would have preempted its sibling, as it
 // does on a quiet CPU). Up to the outsiders' time, the wait behind the
 // server's own threads is theirs; the rest is the server contending with
-// itself. The repayment is counted within the one wait: time an outsider
-// took before it is not seen.
+// itself. The outsiders' time is theirs during the wait, and what each
+// of the server's holders waited behind outsiders just before it got the
+// CPU it holds (starvedBefore): a sibling that waited 10 ms behind two
+// busy threads is repaid first when it gets its CPU back, and a writer
+// woken meanwhile waits behind that repayment (llama-server -t 1: its
+// HTTP thread, woken with a token, waited 3 ms behind the main thread's
+// next step, which had just waited 10 ms behind the busy threads; the
+// gap carried two steps and the next one none).
 func (e *Engine) owedOf(sg *Segment) owed {
 	var out, own, most int64
 	var o owed
+	var counted [4]uint32 // the target holders whose wait before was counted
+	n := 0
 	for _, ho := range sg.Holders {
 		switch {
 		case ho.Ns <= 0:
 		case e.isTarget(ho.Thread):
 			own += ho.Ns
+			if slices.Contains(counted[:n], ho.Tid) || n == len(counted) {
+				continue
+			}
+			counted[n] = ho.Tid
+			n++
+			before, to := e.starvedBefore(ho.Thread, sg.Start, sg.End)
+			out += before
+			if before > most && to.Tid != 0 {
+				most, o.to = before, to
+			}
 		default:
 			out += ho.Ns
 			if ho.Ns > most {
@@ -692,6 +710,48 @@ func (e *Engine) owedOf(sg *Segment) owed {
 		o.frac = min(1, float64(out)/float64(own))
 	}
 	return o
+}
+
+// starvedBefore is how long target thread th, running within [x, y],
+// waited for its CPU behind anything but the server's own threads just
+// before that running began (its runnable segment ending where the
+// running starts: holders outside the targets, and the time no holder is
+// known, since the server's own threads' running is seen), before x,
+// and the outside holder that took the most of it.
+func (e *Engine) starvedBefore(th Thread, x, y int64) (ns int64, to Thread) {
+	h := e.threads[th.Tid]
+	if h == nil {
+		return 0, to
+	}
+	s := h.segs
+	i := sort.Search(len(s), func(j int) bool { return s[j].Start >= y })
+	for i--; i > 0 && s[i].End > x && s[i].State != Running; i-- {
+	}
+	if i <= 0 || s[i].State != Running || s[i].End <= x || s[i-1].State != Runnable || s[i-1].End != s[i].Start {
+		return 0, to
+	}
+	w := &s[i-1]
+	d := w.End - w.Start
+	if d <= 0 || w.Start >= x {
+		return 0, to
+	}
+	ns = d
+	var most int64
+	for _, ho := range w.Holders {
+		switch {
+		case ho.Ns <= 0:
+		case e.isTarget(ho.Thread):
+			ns -= ho.Ns
+		case ho.Ns > most:
+			most, to = ho.Ns, ho.Thread
+		}
+	}
+	// Only the part before x: within [x, y] the walk follows th's own
+	// wait (heldByTarget), its outsiders named there.
+	if w.End > x {
+		ns = ns * (x - w.Start) / d
+	}
+	return max(ns, 0), to
 }
 
 // heldBy covers [x, y], h runnable while holder ran on its CPU. A holder
