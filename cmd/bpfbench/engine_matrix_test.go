@@ -93,9 +93,9 @@ var matrixCells = []matrixCell{
 // client injection): at least 80% of the slow request's pause (its longest
 // gap) on its own connection (net_backpressure or client); validate's own
 // verdict on the phase is logged. The whole matrix is
-// printed as a table; a cell that misses is run once more (a shared host
+// printed as a table; a cell that misses is run again (a shared host
 // can spoil a run), and the test fails listing every cell that missed
-// twice.
+// matrixAttempts times.
 //
 // BPFBENCH_MATRIX_KEEP=DIR keeps every run's directory under DIR and the
 // contended runs' critical path dumps (BPFBENCH_CRITPATH_DUMP) beside them;
@@ -136,7 +136,7 @@ func TestRealEngineMatrix(t *testing.T) {
 		if c.proxy {
 			target, via = m.proxy(c, srv, nginx)
 		}
-		for attempt := 1; attempt <= 2; attempt++ {
+		for attempt := 1; attempt <= matrixAttempts; attempt++ {
 			r := m.cellRun(t, c, srv, target, via, attempt)
 			results = append(results, r)
 			if len(r.problems) == 0 {
@@ -144,7 +144,7 @@ func TestRealEngineMatrix(t *testing.T) {
 			}
 			up, _ := os.ReadFile("/proc/loadavg")
 			t.Logf("%s attempt %d missed (load average %s): %s; slowest gap: %s", c.name, attempt, strings.TrimSpace(string(up)), strings.Join(r.problems, "; "), r.slowest)
-			if attempt == 1 {
+			if attempt < matrixAttempts {
 				t.Logf("%s: once more", c.name)
 			}
 		}
@@ -182,9 +182,16 @@ func TestRealEngineMatrix(t *testing.T) {
 		failed = append(failed, "slow reader: "+strings.Join(slowProblems, "; "))
 	}
 	if len(failed) > 0 {
-		t.Errorf("%d of %d rows missed twice:\n%s", len(failed), len(cells)+1, strings.Join(failed, "\n"))
+		t.Errorf("%d of %d rows missed every attempt:\n%s", len(failed), len(cells)+1, strings.Join(failed, "\n"))
 	}
 }
+
+// matrixAttempts is how many times a cell runs before it fails: a shared
+// host spoils rounds (docs/measurements.md, "attach on every cell of the
+// engine matrices": one cell's quiet p99 moved 2.3-17.5 ms between
+// rounds, and a CI trial missed t1-np2-below's server_compute bar twice,
+// 0.24, that other rounds met).
+const matrixAttempts = 3
 
 // matrixRunner runs the matrix's servers and commands.
 type matrixRunner struct {

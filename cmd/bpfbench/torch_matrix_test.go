@@ -66,7 +66,7 @@ type torchResult struct {
 // among the noisy neighbours; and attach's live view of the same
 // contended load sent once more (attachRun) cpu_runqueue on top, its
 // shares tabled. A cell that
-// misses runs once more; the table is logged.
+// misses runs again, up to matrixAttempts; the table is logged.
 func TestTorchEngineMatrix(t *testing.T) {
 	privtest.Require(t)
 	paths, err := engine.FindTorch()
@@ -90,7 +90,7 @@ func TestTorchEngineMatrix(t *testing.T) {
 			cancel()
 			t.Fatal(err)
 		}
-		for attempt := 1; attempt <= 2; attempt++ {
+		for attempt := 1; attempt <= matrixAttempts; attempt++ {
 			r := m.torchRun(t, c, srv, attempt)
 			results = append(results, r)
 			if len(r.problems) == 0 {
@@ -119,7 +119,7 @@ func TestTorchEngineMatrix(t *testing.T) {
 	tw.Flush()
 	t.Logf("PyTorch engine matrix (contended: two busy threads of another process; --baseline the quiet run):\n%s", b.String())
 	if len(failed) > 0 {
-		t.Errorf("%d of %d cells missed twice:\n%s", len(failed), len(torchCells), strings.Join(failed, "\n"))
+		t.Errorf("%d of %d cells missed every attempt:\n%s", len(failed), len(torchCells), strings.Join(failed, "\n"))
 	}
 }
 

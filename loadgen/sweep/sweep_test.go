@@ -303,3 +303,27 @@ func TestProbeWaitsForTheCapacityToHold(t *testing.T) {
 		t.Errorf("capacities %v, capacity %.1f: want %d probes, the last 14", res.Capacities, res.Capacity, WarmProbes)
 	}
 }
+
+// A server that sped up after the search: the search's fail level passes
+// every confirming run. It is a pass then, and the fail side moves up
+// until a level fails every run; the interval has a failing level.
+func TestKneeFailSidePassesLater(t *testing.T) {
+	s := &scripted{capacity: 16}
+	s.verdict = func(v float64, _ int) bool {
+		if s.runs > 8 { // the search is over: the knee moved from 10 to 12.5
+			return v <= 12.5
+		}
+		return v <= 10
+	}
+	res := search(t, s, Config{Step: 1, RepeatBudget: 30})
+	in := res.Interval
+	if in == nil || !in.Stable || in.High == 0 {
+		t.Fatalf("interval %+v: want a stable one with a failing level", in)
+	}
+	if !(in.Low <= 12.5 && in.Low > 11.5 && in.High > 12.5 && in.High <= 13.5) {
+		t.Errorf("interval [%.3f, %.3f], want the knee's new place, 12.5, between them within a step", in.Low, in.High)
+	}
+	if res.Answer != in.Low {
+		t.Errorf("answer %.3f, want the interval's pass %.3f", res.Answer, in.Low)
+	}
+}
