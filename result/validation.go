@@ -51,11 +51,6 @@ type ValidationRow struct {
 	AddedP50ITLMs float64 `json:"added_p50_itl_ms"`
 	AddedP99ITLMs float64 `json:"added_p99_itl_ms"`
 	Achieved      string  `json:"achieved,omitempty"`
-	// Backlog is how many more requests were in flight when the phase
-	// began than the baseline phase ever had: the previous injection's
-	// queue had not drained in the settling time, and its batch was the
-	// phase's tail. Such a row is run again on its own (Retry).
-	Backlog int `json:"backlog_at_start,omitempty"`
 	// Weak: the injection added less than MinAddedMs to the tail's gaps,
 	// too little to judge: the row is "injection too weak", not a miss.
 	Weak bool `json:"injection_too_weak,omitempty"`

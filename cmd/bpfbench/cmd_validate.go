@@ -99,7 +99,7 @@ requests are sent and when belong to the phases, so it does not take them.
 	fs.StringVar(&v.skip, "skip", "", "injections to leave out, e.g. gpu,io (cpu, io, gpu, compute, client, net, client-cpu)")
 	fs.IntVar(&v.selfNice, "self-nice", -10, "nice level of bpfbench itself during the validation (the server and the injections stay at theirs)")
 	fs.Float64Var(&v.minShare, "min-share", 0.8, "exit 1 unless every injected cause is the top cause with at least this share of the excess it added to the slowest 10% of gaps")
-	fs.IntVar(&v.retryWeak, "retry-weak", 1, "run an injection too weak to judge (it added less than a tenth of the normal gap, at least 1 ms, to its slowest gaps) again this many times, twice as strong each time, after a baseline of its own (0: report it too weak); a row whose phase began with more requests in flight than the baseline phase ever had (the previous phase's queue) runs again as it was, alone after a baseline")
+	fs.IntVar(&v.retryWeak, "retry-weak", 1, "run an injection too weak to judge (it added less than a tenth of the normal gap, at least 1 ms, to its slowest gaps) again this many times, twice as strong each time, after a baseline of its own (0: report it too weak)")
 	fs.Float64Var(&v.minAddedMs, "min-added-ms", 0, "the least an injection must add to each of its slowest 10% of gaps to be judged, ms (0: a tenth of the normal gap, at least 1 ms)")
 	fs.Float64Var(&v.maxUnexplained, "max-unexplained", 0.05, "exit 1 when the critical path leaves more than this fraction of the run's gap time unexplained")
 	logs.add(fs, "warn", true)
@@ -214,7 +214,7 @@ func printValidatePlan(stdout io.Writer, pid int, rate float64, injs []validate.
 	for i, inj := range injs {
 		names[i] = inj.Name
 	}
-	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: %v of load first (the server warms up, outside any phase), then baseline, %s, %v each, %v of settling between two injections\n", pid, rate, validate.Settle(phase), strings.Join(names, ", "), phase, validate.Settle(phase))
+	fmt.Fprintf(stdout, "validating pid %d at %.3g req/s: baseline, then %s, %v each, %v of settling between two injections\n", pid, rate, strings.Join(names, ", "), phase, validate.Settle(phase))
 }
 
 // conclude exports the run's spans, prints the validation (or where the
@@ -327,10 +327,10 @@ func printValidation(stdout io.Writer, val *validate.Validation, res *runjob.Run
 	for _, r := range val.Rows {
 		fmt.Fprintf(stdout, "  - %s: %s\n", r.Injection, r.Achieved)
 		for _, e := range r.Earlier {
-			fmt.Fprintf(stdout, "      before: %s\n", e)
+			fmt.Fprintf(stdout, "      too weak to judge before: %s\n", e)
 		}
 		if r.Retry > 0 {
-			fmt.Fprintf(stdout, "      judged on retry %d, after a baseline of its own (%s)\n", r.Retry, r.RetryDir)
+			fmt.Fprintf(stdout, "      judged on retry %d, stronger, after a baseline of its own (%s)\n", r.Retry, r.RetryDir)
 		}
 	}
 	fmt.Fprintln(stdout, "\nConfusion matrix (injected cause × top cause of the excess added to the slowest 10% of gaps):")

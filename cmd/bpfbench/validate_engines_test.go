@@ -63,7 +63,16 @@ func TestValidateRealEngines(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(srv.Stop)
-		validateEngine(t, taskset, srv, "tiny-llama", ns, peer, nil)
+		// Every injection that slows a request grows this engine's
+		// batch at a steady 4 req/s, and its step costs time per token
+		// it carries: the batch rule gives that compute to what kept
+		// the requests in flight on the server's side
+		// (pipeline/batch.go), not to another connection's slow reader
+		// or client. The client and client-cpu rows keep the grown
+		// batch's server_compute (0.67-0.85 and 0.68-1.00 measured):
+		// judged on top.
+		grown := "the engine's batch grows while a slow reader or client holds requests in flight (DESIGN.md, \"validate on real engines\")"
+		validateEngine(t, taskset, srv, "tiny-llama", ns, peer, map[string]string{"client": grown, "client-cpu": grown})
 	})
 }
 
@@ -102,7 +111,6 @@ func engineNetns(t *testing.T, n int) (ns, peer, addr string) {
 // 80% of the excess it added, once more after a miss; a row in onTop need
 // only be on top (the reason is logged).
 func validateEngine(t *testing.T, taskset string, srv *engine.Server, model, ns, peer string, onTop map[string]string) {
-	warmEngine(t, taskset, srv, model)
 	var problems []string
 	for attempt := 1; attempt <= 2; attempt++ {
 		dir := filepath.Join(t.TempDir(), "validate")
@@ -139,28 +147,6 @@ func validateEngine(t *testing.T, taskset string, srv *engine.Server, model, ns,
 		t.Logf("attempt %d missed: %s", attempt, strings.Join(problems, "; "))
 	}
 	t.Error(strings.Join(problems, "\n"))
-}
-
-// warmEngine sends the engine validate's load for 15 s first (bpfbench
-// load, 4 req/s): a server just started is slower than it will be (a
-// llama-server's first validation read baseline p50s of 6.7-11 ms, the
-// next 2-3 ms), and validate's users run it on a server that has served.
-func warmEngine(t *testing.T, taskset string, srv *engine.Server, model string) {
-	file := filepath.Join(t.TempDir(), "warm.json")
-	cmd := exec.Command(taskset, "--cpu-list", "1", os.Args[0], "load", "--target", srv.URL, "--model", model, "--rate", "4",
-		"--num-requests", "60", "--input-len", "64", "--output-len", "64", "--no-progress", "--result", file)
-	cmd.Env = append(os.Environ(), envCLI+"=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("warming the engine: %v\n%s", err, out)
-	}
-	var r struct {
-		P50 float64 `json:"median_itl_ms"`
-		P99 float64 `json:"p99_itl_ms"`
-	}
-	if b, err := os.ReadFile(file); err == nil && json.Unmarshal(b, &r) == nil {
-		t.Logf("warm-up: 60 requests at 4 req/s, ITL p50 %.1f ms, p99 %.1f ms", r.P50, r.P99)
-	}
 }
 
 // validationMatrix is the confusion matrix validate printed (from its

@@ -137,7 +137,7 @@ func TestValidateRetriesAWeakInjectionStronger(t *testing.T) {
 	if r.Weak || r.JudgedTop() != "gpu_sync" || code != 0 {
 		t.Errorf("gpu row after %d retries: weak %v, top %s (%.0f%%, %.1f ms added per tail gap, at least %.1f): exit %d", r.Retry, r.Weak, r.JudgedTop(), 100*r.JudgedShare(), r.AddedMs, v.MinAddedMs, code)
 	}
-	if !strings.Contains(stdout, "too weak to judge") {
+	if !strings.Contains(stdout, "too weak to judge before") {
 		t.Errorf("the output does not say the row was retried")
 	}
 }

@@ -417,9 +417,6 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *run.RunRes
 		v.BaselineP50, v.BaselineP99 = base.P50ITLMs, base.P99ITLMs
 	}
 	injOf := v.judge(cfg.Injections, sc.achieved, byName, critByName)
-	if res.Load != nil {
-		v.backlogs(res.Load.Records, res.Load.StartNs, byName)
-	}
 	if err == nil {
 		err = v.retryWeak(ctx, cfg, injOf)
 	}
@@ -448,22 +445,14 @@ func (cfg *ValidateConfig) setDefaults() {
 // through them: the requests, each slow-reading injection's request made
 // longer and slow to read.
 func (cfg *ValidateConfig) plan() (*Scenario, loadgen.Config, error) {
-	// The load starts a settling time before the baseline phase (lead,
-	// outside any phase: the server fills its batch at the rate and warms
-	// up; a llama-server just started read a baseline p50 of 6.7-11 ms
-	// against 2-3 ms warm, and every row was judged against it). The
-	// phases follow one another with a settling time between two
-	// injections; the k-th phase (-1: the baseline) starts at
-	// phaseStart(k).
+	// The phases follow one another with a settling time between two
+	// injections; the k-th injection's phase starts at phaseStart(k).
 	settle := Settle(cfg.Phase)
-	lead := settle
-	phaseStart := func(k int) time.Duration {
-		return lead + time.Duration(k+1)*cfg.Phase + time.Duration(max(k, 0))*settle
-	}
+	phaseStart := func(k int) time.Duration { return time.Duration(k+1)*cfg.Phase + time.Duration(k)*settle }
 	perPhase := max(int(cfg.Rate*cfg.Phase.Seconds()), 4)
 	firstOf := func(k int) int { return int(math.Floor(cfg.Rate*phaseStart(k).Seconds() + 1e-6)) }
 	phases := len(cfg.Injections) + 1 // the baseline, then each injection
-	n := max(int(math.Ceil(cfg.Rate*(phaseStart(len(cfg.Injections)-1)+cfg.Phase).Seconds())), firstOf(-1)+perPhase*phases)
+	n := max(int(math.Ceil(cfg.Rate*(phaseStart(len(cfg.Injections)-1)+cfg.Phase).Seconds())), perPhase*phases)
 	reqs, err := dataset.Load(dataset.Config{Name: dataset.Random, InputLen: 64, OutputLen: cfg.OutputLen}, n, 1)
 	if err != nil {
 		return nil, loadgen.Config{}, err
@@ -477,15 +466,6 @@ func (cfg *ValidateConfig) plan() (*Scenario, loadgen.Config, error) {
 			slow[k] = firstOf(k) + slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
 			reqs[slow[k]].OutputLen = max(3*cfg.OutputLen, 200)
 			reqs[slow[k]].SlowRead = inj.SlowRead
-			// Its twin, as long and reading at once, at the same place
-			// of the baseline phase: the slow reader's request is
-			// longer than the others (its stall must find the buffers
-			// full), and on an engine whose step grows with its batch
-			// that length is compute the row would otherwise judge.
-			// With the twin the baseline's tail has it too, and the
-			// row judges the slow reading alone.
-			twin := firstOf(-1) + slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
-			reqs[twin].OutputLen = max(reqs[twin].OutputLen, reqs[slow[k]].OutputLen)
 		}
 	}
 	load := cfg.Load
@@ -499,7 +479,7 @@ func (cfg *ValidateConfig) plan() (*Scenario, loadgen.Config, error) {
 	if load.Target.Timeout == 0 || load.Target.Timeout > 10*time.Minute {
 		load.Target.Timeout = 2 * time.Minute
 	}
-	sc := &Scenario{lead: lead, phase: cfg.Phase, settle: settle, baseline: "baseline", injections: cfg.Injections, slow: slow}
+	sc := &Scenario{phase: cfg.Phase, settle: settle, baseline: "baseline", injections: cfg.Injections, slow: slow}
 	return sc, load, nil
 }
 
@@ -583,9 +563,6 @@ func stealShare(steal0, total0 uint64, ok0 bool) float64 {
 // each injection in its own phase, the server settling outside any phase
 // between two injections.
 type Scenario struct {
-	// lead is how long the load runs before the baseline phase, outside
-	// any phase (validate's; the demo's is 0).
-	lead          time.Duration
 	phase, settle time.Duration
 	baseline      string
 	injections    []Injection
@@ -621,9 +598,6 @@ func (s *Scenario) Run(ctx context.Context, marks *pipeline.PhaseMarks) {
 		case <-time.After(s.phase):
 			return true
 		}
-	}
-	if s.lead > 0 && !settleOutside(ctx, marks, s.lead) {
-		return
 	}
 	marks.Begin(s.baseline)
 	var ends []func()
@@ -698,62 +672,16 @@ func (v *Validation) judge(injections []Injection, achieved []string, byName map
 	return injOf
 }
 
-// backlogs sets each injection row's Backlog: the requests in flight
-// (sent, their stream not closed) when its phase began, beyond the most
-// the baseline phase had at any of its requests' starts and ends.
-func (v *Validation) backlogs(recs []result.Request, startNs int64, byName map[string]result.Phase) {
-	base, ok := byName["baseline"]
-	if !ok {
-		return
-	}
-	var starts, ends []int64
-	for _, r := range recs {
-		if r.StartNs > 0 {
-			starts = append(starts, r.StartNs)
-			if r.EndNs > 0 {
-				ends = append(ends, r.EndNs)
-			}
-		}
-	}
-	slices.Sort(starts)
-	slices.Sort(ends)
-	inFlight := func(t int64) int { // started at or before t, not ended by t
-		begun, _ := slices.BinarySearch(starts, t+1)
-		over, _ := slices.BinarySearch(ends, t+1)
-		return begun - over
-	}
-	at := func(s float64) int64 { return startNs + int64(s*1e9) }
-	most := 0
-	for _, r := range recs {
-		for _, t := range []int64{r.StartNs, r.EndNs - 1} {
-			if t >= at(base.StartS) && t < at(base.EndS) {
-				most = max(most, inFlight(t))
-			}
-		}
-	}
-	for i, row := range v.Rows {
-		if p, ok := byName[row.Injection]; ok {
-			v.Rows[i].Backlog = max(inFlight(at(p.StartS))-most, 0)
-		}
-	}
-}
-
 // retryWeak runs the injections too weak to judge once more, stronger,
-// and those whose phase began behind the previous one's queue (Backlog)
-// as they were, up to cfg.RetryWeak times, each in its own run directory
-// (a baseline and that phase: nothing before it to drain); their rows
-// replace the first ones.
+// up to cfg.RetryWeak times, each in its own run directory; their rows
+// replace the weak ones.
 func (v *Validation) retryWeak(ctx context.Context, cfg ValidateConfig, injOf []Injection) error {
 	var err error
 	for try := 1; try <= cfg.RetryWeak && err == nil && ctx.Err() == nil; try++ {
 		var again []Injection
 		at := map[string]int{} // an injection's name: its row
 		for i, row := range v.Rows {
-			switch {
-			case row.Backlog > 0:
-				again = append(again, injOf[i])
-				at[injOf[i].Name] = i
-			case row.Weak && injOf[i].Stronger != nil:
+			if row.Weak && injOf[i].Stronger != nil {
 				injOf[i] = injOf[i].Stronger()
 				again = append(again, injOf[i])
 				at[injOf[i].Name] = i
@@ -766,7 +694,7 @@ func (v *Validation) retryWeak(ctx context.Context, cfg ValidateConfig, injOf []
 		rc.Injections, rc.RetryWeak = again, 0
 		rc.OutDir = filepath.Join(cfg.OutDir, fmt.Sprintf("retry-%d", try))
 		if cfg.Logger != nil {
-			cfg.Logger.Info("injections too weak to judge (once more, stronger) or behind the previous phase's queue (once more, alone)", "retry", try, "injections", len(again), "dir", rc.OutDir)
+			cfg.Logger.Info("injections too weak to judge: once more, stronger", "retry", try, "injections", len(again), "dir", rc.OutDir)
 		}
 		rv, _, rerr := Validate(ctx, rc)
 		if rv == nil {
@@ -776,11 +704,7 @@ func (v *Validation) retryWeak(ctx context.Context, cfg ValidateConfig, injOf []
 		for _, r := range rv.Rows {
 			i := at[r.Injection]
 			r.Retry, r.RetryDir = try, rc.OutDir
-			was := fmt.Sprintf("%s: added %.1f ms per tail gap, too weak to judge", v.Rows[i].Achieved, v.Rows[i].AddedMs)
-			if b := v.Rows[i].Backlog; b > 0 {
-				was = fmt.Sprintf("%s: its phase began with %d more requests in flight than the baseline phase's most (the previous phase's queue), %s on top with %.0f%%", v.Rows[i].Achieved, b, v.Rows[i].Attributed, 100*v.Rows[i].Share)
-			}
-			r.Earlier = append(slices.Clone(v.Rows[i].Earlier), was)
+			r.Earlier = append(slices.Clone(v.Rows[i].Earlier), fmt.Sprintf("%s: added %.1f ms per tail gap", v.Rows[i].Achieved, v.Rows[i].AddedMs))
 			v.Rows[i] = r
 		}
 		if rerr != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/bpfbench/bpfbench/host"
 	"github.com/bpfbench/bpfbench/loadgen"
-	"github.com/bpfbench/bpfbench/result"
 )
 
 // Stronger is the same injection twice as strong: the kernel time and the
@@ -127,67 +126,5 @@ func TestValidationVerdict(t *testing.T) {
 		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
 			t.Errorf("%+v: %v, want %q", c.v.Rows, err, c.want)
 		}
-	}
-}
-
-// The slow reader's request is longer than the others; its twin, as long
-// and reading at once, sits at the same place of the baseline phase, so
-// that the baseline's batch carries the same length and the row judges
-// the slow reading alone.
-func TestPlanSlowReaderTwin(t *testing.T) {
-	cfg := ValidateConfig{Injections: []Injection{{Name: "cpu", Cause: "cpu_runqueue"}, ClientInjection(2 * time.Second)}}
-	cfg.setDefaults()
-	sc, load, err := cfg.plan()
-	if err != nil {
-		t.Fatal(err)
-	}
-	reqs := load.Scenario.Requests
-	slow := sc.slow[1]
-	perPhase := int(cfg.Rate * cfg.Phase.Seconds())
-	// The baseline phase starts a settling time into the load; the
-	// client's, two phases and a settling time after it.
-	first := int(cfg.Rate * Settle(cfg.Phase).Seconds())
-	twin := slow - int(cfg.Rate*(2*cfg.Phase+Settle(cfg.Phase)).Seconds())
-	if reqs[slow].SlowRead != 2*time.Second || reqs[slow].OutputLen <= cfg.OutputLen {
-		t.Fatalf("slow request %d: %+v, want a 2 s pause and more than %d tokens", slow, reqs[slow], cfg.OutputLen)
-	}
-	if twin < first || twin >= first+perPhase {
-		t.Fatalf("twin %d outside the baseline phase's requests %d-%d", twin, first, first+perPhase-1)
-	}
-	if reqs[twin].OutputLen != reqs[slow].OutputLen || reqs[twin].SlowRead != 0 {
-		t.Errorf("baseline request %d: %+v, want %d tokens read at once", twin, reqs[twin], reqs[slow].OutputLen)
-	}
-	for i, r := range reqs {
-		if i != slow && i != twin && r.OutputLen != cfg.OutputLen {
-			t.Errorf("request %d: %d tokens, want %d", i, r.OutputLen, cfg.OutputLen)
-		}
-	}
-}
-
-// A phase that begins with more requests in flight than the baseline
-// phase ever had began behind the previous phase's queue: its row says
-// by how many (Backlog), and is run again alone.
-func TestBacklogAtPhaseStart(t *testing.T) {
-	const s = int64(1e9)
-	start := 100 * s
-	var recs []result.Request
-	add := func(from, dur float64) {
-		recs = append(recs, result.Request{StartNs: start + int64(from*1e9), EndNs: start + int64((from+dur)*1e9)})
-	}
-	for i := range 24 { // the baseline, 0-6 s: a request every 0.25 s for 1 s (4 in flight)
-		add(float64(i)*0.25, 1)
-	}
-	for i := range 10 { // still in flight at 8 s: slowed in the phase before
-		add(6+float64(i)*0.2, 3)
-	}
-	add(12, 0.5) // one at 12 s, when the next phase begins
-	v := &Validation{Rows: []ValidationRow{{Injection: "client"}, {Injection: "net"}}}
-	v.backlogs(recs, start, map[string]result.Phase{
-		"baseline": {Name: "baseline", StartS: 0, EndS: 6},
-		"client":   {Name: "client", StartS: 8, EndS: 11},
-		"net":      {Name: "net", StartS: 12, EndS: 14},
-	})
-	if v.Rows[0].Backlog != 6 || v.Rows[1].Backlog != 0 {
-		t.Errorf("backlogs %d and %d, want 6 (10 in flight against the baseline's 4) and 0", v.Rows[0].Backlog, v.Rows[1].Backlog)
 	}
 }
