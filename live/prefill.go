@@ -48,7 +48,7 @@ func (p *prefills) first(g critpath.Gap, base critpath.Baseline) {
 	f := firstToken{at: g.End, request: g.Request}
 	n := base.For(critpath.Read{Index: 0})
 	for c := range f.w {
-		if prefillReason(critpath.Cause(c)) {
+		if ServerReason(critpath.Cause(c)) {
 			f.w[c] = max(g.Ns[c]-n[c], 0)
 		}
 	}
@@ -107,9 +107,12 @@ func (p *prefills) expire(t int64) {
 	}
 }
 
-// prefillReason says whether c can have delayed a request on the
-// server's side (the batch rule's reasons).
-func prefillReason(c critpath.Cause) bool {
+// ServerReason says whether excess of cause c is on the server's side (a
+// CPU, the disk, the GPU, its sleeps and stops), a reason the batch and
+// prefill rules give compute to; not a connection's (net_backpressure
+// and client say what held a gap's own connection back: another
+// request's slow reader is not this one's), nor unexplained.
+func ServerReason(c critpath.Cause) bool {
 	switch c {
 	case critpath.NetBackpressure, critpath.Client, critpath.Unexplained:
 		return false

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/live"
 )
 
 // The batch rule. An engine computes the tokens of every request in
@@ -200,7 +201,7 @@ func newBatchSweep(gs []critGap, base critpath.Baseline, n0 float64) *batchSweep
 	for i, g := range gs {
 		n := base.For(critpath.Read{Index: int(g.index)})
 		for c := range critpath.NumCauses {
-			if batchReason(c) {
+			if live.ServerReason(c) {
 				w.over[i][c] = max(g.ns[c]-n[c], 0)
 			}
 		}
@@ -225,19 +226,6 @@ func newBatchSweep(gs []critGap, base critpath.Baseline, n0 float64) *batchSweep
 	}
 	slices.SortFunc(w.leaves, func(a, b batchLeave) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.req, b.req)) })
 	return w
-}
-
-// batchReason says whether excess of cause c is a reason the batch rule
-// gives a bigger batch's compute to: the server's side (a CPU, the disk,
-// the GPU, its sleeps and stops), not a connection's (net_backpressure
-// and client say what held this gap's own connection back: another
-// request's slow reader is not this one's), nor unexplained.
-func batchReason(c critpath.Cause) bool {
-	switch c {
-	case critpath.NetBackpressure, critpath.Client, critpath.Unexplained:
-		return false
-	}
-	return true
 }
 
 // depart takes out of the sum the requests whose last gap ended before t.

@@ -6,6 +6,7 @@ import (
 	"sort"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
+	"github.com/bpfbench/bpfbench/live"
 )
 
 // The prefill rule. An engine that batches computes a request's prefill
@@ -25,7 +26,7 @@ import (
 // gap (index 1 on) in which another request's first token arrived gives
 // its server_compute above normal to what delayed those requests to
 // their first token: their first gaps' excess over the normal first gap,
-// the server's causes only (batchReason), server_compute among them (a
+// the server's causes only (live.ServerReason), server_compute among them (a
 // prefill slowed by a slower model keeps the compute it moved). A run
 // whose requests arrive at random has prefills in its decode gaps in
 // its baseline too, their requests' first gaps are mostly compute, and
@@ -72,7 +73,7 @@ func prefillRule(gs []critGap, base critpath.Baseline) batchMoved {
 				continue
 			}
 			for c := range w {
-				if batchReason(critpath.Cause(c)) {
+				if live.ServerReason(critpath.Cause(c)) {
 					w[c] += max(q.ns[c]-normalFirst[c], 0)
 				}
 			}
