@@ -27,8 +27,8 @@ import (
 // a veth pair, running llmsim and (per case) a bpfbench daemon with the
 // agent API behind basic auth.
 type agentNode struct {
-	ns, ip, dir, pwFile string
-	simPid              int
+	ns, ip, hostIP, dir, pwFile string
+	simPid                      int
 	// daemonCPU, when set, pins the daemon (taskset -c); wrap, when set,
 	// is the command the daemon runs under (setpriv).
 	daemonCPU string
@@ -36,7 +36,8 @@ type agentNode struct {
 }
 
 // nodeOptions shape a node: llmsim's CPU and arguments, the daemon's CPU
-// and configuration (beyond agent.enabled).
+// and configuration (beyond agent.enabled; {{host}} in it is the host's
+// address on the node's veth pair).
 type nodeOptions struct {
 	simCPU, daemonCPU string
 	simArgs           []string
@@ -60,26 +61,8 @@ func newAgentNodeWith(t *testing.T, o nodeOptions) *agentNode {
 	privtest.Require(t)
 	ip := privtest.RequireTool(t, "ip", "apt-get install iproute2")
 	simBinaries(t)
-	n := &agentNode{ns: fmt.Sprintf("bbag%d", os.Getpid()), ip: "10.77.0.2", dir: t.TempDir(), daemonCPU: o.daemonCPU}
-	sh := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command(ip, args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	host, peer := fmt.Sprintf("bbh%d", os.Getpid()%100000), fmt.Sprintf("bbp%d", os.Getpid()%100000)
-	sh("netns", "add", n.ns)
-	t.Cleanup(func() {
-		_ = exec.Command(ip, "netns", "del", n.ns).Run() // deletes the veth pair too
-		_ = exec.Command(ip, "link", "del", host).Run()
-	})
-	sh("link", "add", host, "type", "veth", "peer", "name", peer)
-	sh("link", "set", peer, "netns", n.ns)
-	sh("addr", "add", "10.77.0.1/24", "dev", host)
-	sh("link", "set", host, "up")
-	sh("-n", n.ns, "addr", "add", n.ip+"/24", "dev", peer)
-	sh("-n", n.ns, "link", "set", peer, "up")
-	sh("-n", n.ns, "link", "set", "lo", "up")
+	v := newHostVeth(t, "bba", 77, 0)
+	n := &agentNode{ns: v.Netns, ip: v.Addr, hostIP: v.HostAddr, dir: t.TempDir(), daemonCPU: o.daemonCPU}
 
 	hash, err := bcrypt.GenerateFromPassword([]byte(agentPassword), bcrypt.MinCost)
 	if err != nil {
@@ -94,7 +77,7 @@ func newAgentNodeWith(t *testing.T, o nodeOptions) *agentNode {
 	}
 	write("web.yml", fmt.Sprintf("basic_auth_users:\n  %s: %s\n", agentUser, hash))
 	// The agent follows llmsim alone (agent.allow).
-	write("agent.yaml", "agent:\n  enabled: true\n  allow: {comms: [llmsim]}\n"+o.daemonConfig)
+	write("agent.yaml", "agent:\n  enabled: true\n  allow: {comms: [llmsim]}\n"+strings.ReplaceAll(o.daemonConfig, "{{host}}", n.hostIP))
 	n.pwFile = write("password", agentPassword+"\n")
 
 	simArgs := []string{"netns", "exec", n.ns}
@@ -506,7 +489,7 @@ func TestAgentPodTarget(t *testing.T) {
 	if err := os.WriteFile(tokFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n := newAgentNodeWith(t, nodeOptions{daemonConfig: fmt.Sprintf("kubernetes:\n  node_name: gpu-1\n  api_server: http://10.77.0.1:%d\n  token_file: %s\n", port, tokFile)})
+	n := newAgentNodeWith(t, nodeOptions{daemonConfig: fmt.Sprintf("kubernetes:\n  node_name: gpu-1\n  api_server: http://{{host}}:%d\n  token_file: %s\n", port, tokFile)})
 
 	// llmsim into its "container", and back out before the cgroups go.
 	orig := ""

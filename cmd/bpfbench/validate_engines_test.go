@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,59 +77,12 @@ func TestValidateRealEngines(t *testing.T) {
 }
 
 // engineNetns makes a network namespace joined to the host by a veth pair
-// (10.79.X.1 on the host, 10.79.X.2 in the namespace, X from n on the
-// first subnet no interface of the host has: a killed test leaves its
-// pair behind, and a host address on the subnet would answer the
-// server's in its place) and returns its name, its side of the pair and
-// its address.
+// (10.79.X.1 on the host, 10.79.X.2 in the namespace, X from n on, see
+// newHostVeth) and returns its name, its side of the pair and its address.
 func engineNetns(t *testing.T, n int) (ns, peer, addr string) {
 	t.Helper()
-	used := map[string]bool{}
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok {
-				if ip := ipn.IP.To4(); ip != nil && ip[0] == 10 && ip[1] == 79 {
-					used[fmt.Sprintf("10.79.%d", ip[2])] = true
-				}
-			}
-		}
-	}
-	id := os.Getpid() % 10000
-	for x := n; x < 250; x++ {
-		subnet := fmt.Sprintf("10.79.%d", x)
-		ns = fmt.Sprintf("bbve%d-%d", id, x)
-		if used[subnet] || exec.Command("ip", "netns", "add", ns).Run() != nil {
-			continue // taken, or a namespace of that name is left over
-		}
-		peer = fmt.Sprintf("bbvp%d-%d", id, x)
-		engineVeth(t, ns, fmt.Sprintf("bbvh%d-%d", id, x), peer, subnet)
-		return ns, peer, subnet + ".2"
-	}
-	t.Fatalf("no free 10.79.X.0/24 subnet from 10.79.%d.0 for the engine's network namespace", n)
-	return "", "", ""
-}
-
-// engineVeth joins namespace ns (just made) to the host by the veth pair
-// hostIf-peer on subnet.1 and subnet.2, both removed at the test's end.
-func engineVeth(t *testing.T, ns, hostIf, peer, subnet string) {
-	t.Helper()
-	t.Cleanup(func() {
-		_ = exec.Command("ip", "netns", "del", ns).Run() // deletes the veth pair too
-		_ = exec.Command("ip", "link", "del", hostIf).Run()
-	})
-	sh := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	sh("link", "add", hostIf, "type", "veth", "peer", "name", peer)
-	sh("link", "set", peer, "netns", ns)
-	sh("addr", "add", subnet+".1/24", "dev", hostIf)
-	sh("link", "set", hostIf, "up")
-	sh("-n", ns, "addr", "add", subnet+".2/24", "dev", peer)
-	sh("-n", ns, "link", "set", peer, "up")
-	sh("-n", ns, "link", "set", "lo", "up")
+	v := newHostVeth(t, "bbv", 79, n)
+	return v.Netns, v.Peer, v.Addr
 }
 
 // validateEngine runs validate on srv (cpu, client, net, client-cpu) and
