@@ -42,6 +42,12 @@ import (
 const envCLI = "BPFBENCH_TEST_AS_CLI"
 
 func TestMain(m *testing.M) {
+	// Nothing of a killed test runs on; the reaper outlives its parent by
+	// design.
+	isReaper := func(argv []string) bool { return len(argv) > 1 && argv[1] == "reap" }
+	if !isReaper(os.Args) {
+		testutil.EndWithParent(os.Getenv(envCLI) != "1", isReaper)
+	}
 	if os.Getenv(envCLI) == "1" {
 		processSetup()
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -99,5 +100,20 @@ func TestWaits(t *testing.T) {
 	WaitFile(t, p, 5*time.Second)
 	if progs, links := BPFFiles(os.Getpid()); progs != 0 || links != 0 {
 		t.Errorf("the test holds %d BPF programs, %d links", progs, links)
+	}
+}
+
+func TestDescendants(t *testing.T) {
+	c := exec.Command("sh", "-c", "sleep 30 & wait")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	var got []int
+	if !Until(5*time.Second, func() bool { got = Descendants(os.Getpid()); return len(got) >= 2 }) {
+		t.Fatalf("descendants of %d: %v, want sh and its sleep", os.Getpid(), got)
+	}
+	if got[0] != c.Process.Pid || cmdline(got[1])[0] != "sleep" {
+		t.Errorf("descendants %v: want sh (%d) first, then its sleep (%q)", got, c.Process.Pid, cmdline(got[1]))
 	}
 }
