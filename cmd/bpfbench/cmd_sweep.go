@@ -42,7 +42,10 @@ fit of its 19 runs), between 13.2 req/s (3 of 3 runs passed) and 15 req/s
 (3 of 3 failed)", or "not stable" and why when the budget ran out. The 95%
 interval is of the half-way point of a logistic curve of the pass
 probability over the level, fitted to every run of the search (Firth's
-penalised likelihood-ratio interval); the settled levels say which levels
+penalised likelihood-ratio interval), each half widened in quadrature by
+how far the server's capacity moved over the sweep times the knee (the
+saturation probe runs once more after the confirmation: "and the capacity's
+drift of ±4.2% over the sweep"); the settled levels say which levels
 passed or failed every run.
 
 With --pid (or --port), the two bounds are run again with the collectors

@@ -296,13 +296,38 @@ func printKnee(w io.Writer, r *sweep.Result) {
 		fmt.Fprintf(w, "knee: %.2f %s, settled levels %.2f-%.2f %s (%s; %d of at most %d confirming steps)\n",
 			in.Knee, unit, in.Low, in.High, unit, state, in.ConfirmSteps, in.Budget)
 		if in.FitRuns > 0 {
-			fmt.Fprintf(w, "  95%% interval of the knee: %.2f-%.2f %s (the half-way point of a logistic curve of the pass probability fitted to all %d runs)\n",
-				in.CILow, in.CIHigh, unit, in.FitRuns)
+			fmt.Fprintf(w, "  95%% interval of the knee: %.2f-%.2f %s (the half-way point of a logistic curve of the pass probability fitted to all %d runs%s)\n",
+				in.CILow, in.CIHigh, unit, in.FitRuns, driftText(r))
 		}
 	}
 	for _, l := range in.Levels {
 		fmt.Fprintf(w, "  %8.2f %s: passed %d of %d (steps %s)\n", l.Level, unit, l.Passed, l.Runs, joinInts(l.Steps))
 	}
+}
+
+// driftText says how the capacity moved over the sweep and what that did
+// to the interval: ", 16.1-18.6 req/s, each half widened in quadrature by
+// the capacity's drift of ±5.2% over the sweep (probes 19.40, 19.36 req/s
+// before the search, 17.50 after)", or nothing without a closing probe.
+func driftText(r *sweep.Result) string {
+	in := r.Interval
+	if r.CapacityAfter <= 0 {
+		return ""
+	}
+	before := r.Capacities
+	if len(before) == 0 {
+		before = []float64{r.Capacity}
+	}
+	caps := make([]string, 0, 2)
+	for _, c := range before[max(0, len(before)-2):] {
+		caps = append(caps, fmt.Sprintf("%.2f", c))
+	}
+	probes := fmt.Sprintf("probes %s req/s before the search, %.2f after", strings.Join(caps, ", "), r.CapacityAfter)
+	if in.CapacityDrift == 0 {
+		return "; the capacity held over the sweep (" + probes + ")"
+	}
+	return fmt.Sprintf(": %.2f-%.2f req/s, each half widened in quadrature by the capacity's drift of ±%.1f%% over the sweep (%s)",
+		in.FitLow, in.FitHigh, 100*in.CapacityDrift, probes)
 }
 
 func joinInts(xs []int) string {

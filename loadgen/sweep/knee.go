@@ -76,6 +76,17 @@ type Interval struct {
 	CILow   float64 `json:"ci_low,omitempty"`
 	CIHigh  float64 `json:"ci_high,omitempty"`
 	FitRuns int     `json:"fit_runs,omitempty"`
+	// The fit takes every run as a trial of one curve; a server whose
+	// speed moves while they are taken breaks that, and a later sweep
+	// finds the knee where the server's speed has gone (drift.go).
+	// CapacityDrift is how far the saturation probes that held before
+	// the search and the one after the confirmation lie from their middle
+	// ((max-min)/(max+min)); with it, CILow and CIHigh are the fit's
+	// bounds (FitLow, FitHigh) each moved out by CapacityDrift x FitKnee,
+	// added in quadrature.
+	CapacityDrift float64 `json:"capacity_drift,omitempty"`
+	FitLow        float64 `json:"fit_ci_low,omitempty"`
+	FitHigh       float64 `json:"fit_ci_high,omitempty"`
 }
 
 // levels groups the steps of a search by level (the rate search's probe
@@ -439,6 +450,9 @@ func (in *Interval) ciText(mode string) string {
 	lo, hi := strconv.FormatFloat(in.CILow, 'g', 3, 64), levelText(mode, in.CIHigh)
 	if mode == ModeConcurrency {
 		lo, hi = strconv.FormatFloat(in.CILow, 'f', 1, 64), strconv.FormatFloat(in.CIHigh, 'f', 1, 64)+" requests in flight"
+	}
+	if in.CapacityDrift > 0 {
+		return fmt.Sprintf(" (95%% interval %s-%s from a logistic fit of its %d runs and the capacity's drift of ±%.1f%% over the sweep)", lo, hi, in.FitRuns, 100*in.CapacityDrift)
 	}
 	return fmt.Sprintf(" (95%% interval %s-%s from a logistic fit of its %d runs)", lo, hi, in.FitRuns)
 }

@@ -326,6 +326,9 @@ type Result struct {
 	// Capacities is every saturation probe's throughput, in order, when
 	// the rate search ran more than one.
 	Capacities []float64 `json:"capacities_req_s,omitempty"`
+	// CapacityAfter is the saturation probe's throughput after the
+	// confirmation (drift.go): the rate search's when its runs gave a fit.
+	CapacityAfter float64 `json:"capacity_after_req_s,omitempty"`
 	// StepSize is the search resolution (req/s or requests in flight).
 	StepSize float64 `json:"step_size"`
 	// Answer is the highest rate (or concurrency) that met every SLO in
@@ -494,6 +497,9 @@ func Search(ctx context.Context, sc Config, run Runner) (*Result, error) {
 	}
 	if err == nil && se.ended == nil && len(res.Steps) > 0 {
 		err = se.confirm(ctx, lo, hi, res.StepSize)
+	}
+	if err == nil && se.ended == nil {
+		err = se.closingProbe(ctx)
 	}
 	if err != nil {
 		return nil, err

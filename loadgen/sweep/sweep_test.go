@@ -121,8 +121,8 @@ func TestKneeStableBoundary(t *testing.T) {
 	// The knee's confidence from every run: an interval that holds the
 	// settled bounds' middle and reaches past them (three runs a side
 	// settle a level, not the knee).
-	if in.FitRuns != len(res.Steps)-len(res.Capacities) || len(res.Capacities) != 2 || in.CILow > in.Knee || in.CIHigh < in.Knee || in.CIHigh-in.CILow <= in.High-in.Low {
-		t.Errorf("fit of %d runs: knee %.3f in [%.3f, %.3f]; want every run but the two probes %v, holding %.3f, wider than [%.3f, %.3f]",
+	if in.FitRuns != len(res.Steps)-len(res.Capacities)-1 || len(res.Capacities) != 2 || res.CapacityAfter != 16 || in.CILow > in.Knee || in.CIHigh < in.Knee || in.CIHigh-in.CILow <= in.High-in.Low {
+		t.Errorf("fit of %d runs: knee %.3f in [%.3f, %.3f]; want every run but the two probes %v and the one after, holding %.3f, wider than [%.3f, %.3f]",
 			in.FitRuns, in.FitKnee, in.CILow, in.CIHigh, res.Capacities, in.Knee, in.Low, in.High)
 	}
 	if !strings.HasSuffix(res.Conclusion, "; "+want) {
@@ -286,12 +286,12 @@ func TestProbeWaitsForTheCapacityToHold(t *testing.T) {
 	pass := func(v float64, _ int) bool { return v <= 10 }
 	s := &scripted{capacity: 16, warming: []float64{8, 12, 15, 16}, verdict: pass}
 	res := search(t, s, Config{Step: 1})
-	if want := []float64{8, 12, 15, 16}; fmt.Sprint(res.Capacities) != fmt.Sprint(want) || res.Capacity != 16 {
-		t.Errorf("capacities %v, capacity %.1f: want %v and 16 (15 to 16 is within %.0f%%)", res.Capacities, res.Capacity, want, 100*WarmHold)
+	if want := []float64{8, 12, 15, 16}; fmt.Sprint(res.Capacities) != fmt.Sprint(want) || res.Capacity != 16 || res.CapacityAfter != 16 {
+		t.Errorf("capacities %v, capacity %.1f, after %.1f: want %v and 16 (15 to 16 is within %.0f%%), 16 after", res.Capacities, res.Capacity, res.CapacityAfter, want, 100*WarmHold)
 	}
 	for i, st := range res.Steps {
-		if (st.Phase == "probe") != (i < 4) {
-			t.Errorf("step %d is a %s: want the four probes first", st.N, st.Phase)
+		if (st.Phase == "probe") != (i < 4 || i == len(res.Steps)-1) {
+			t.Errorf("step %d is a %s: want the four probes first and one last", st.N, st.Phase)
 		}
 	}
 	if res.Interval == nil || res.Interval.Low != 10 {
@@ -299,8 +299,8 @@ func TestProbeWaitsForTheCapacityToHold(t *testing.T) {
 	}
 	s = &scripted{capacity: 16, warming: []float64{2, 4, 8, 12, 14, 15}, verdict: pass}
 	res = search(t, s, Config{Step: 1})
-	if len(res.Capacities) != WarmProbes || res.Capacity != 14 {
-		t.Errorf("capacities %v, capacity %.1f: want %d probes, the last 14", res.Capacities, res.Capacity, WarmProbes)
+	if len(res.Capacities) != WarmProbes || res.Capacity != 14 || res.CapacityAfter != 15 || math.Abs(res.Interval.CapacityDrift-3.0/27) > 1e-9 {
+		t.Errorf("capacities %v, capacity %.1f, after %.1f, drift %.3f: want %d probes, the last 14, 15 after: a drift of 3/27 (12 and 14 before)", res.Capacities, res.Capacity, res.CapacityAfter, res.Interval.CapacityDrift, WarmProbes)
 	}
 }
 
@@ -325,5 +325,33 @@ func TestKneeFailSidePassesLater(t *testing.T) {
 	}
 	if res.Answer != in.Low {
 		t.Errorf("answer %.3f, want the interval's pass %.3f", res.Answer, in.Low)
+	}
+}
+
+// A server that slowed during the sweep: the probes held at 20 req/s
+// before the search and read 16 after the confirmation. The interval is
+// the fit's, each half widened by the drift (4/36 of the capacity) times
+// the knee, in quadrature, and says so; a concurrency search runs no
+// closing probe.
+func TestKneeIntervalWidenedByCapacityDrift(t *testing.T) {
+	s := &scripted{capacity: 16, warming: []float64{20, 20}, verdict: func(v float64, _ int) bool { return v <= 10 }}
+	res := search(t, s, Config{Step: 0.5})
+	in := res.Interval
+	if fmt.Sprint(res.Capacities) != "[20 20]" || res.CapacityAfter != 16 || math.Abs(in.CapacityDrift-4.0/36) > 1e-9 {
+		t.Fatalf("capacities %v then %.1f, drift %.4f: want [20 20] then 16, %.4f", res.Capacities, res.CapacityAfter, in.CapacityDrift, 4.0/36)
+	}
+	term := in.CapacityDrift * in.FitKnee
+	if in.FitLow >= in.FitKnee || in.FitHigh <= in.FitKnee ||
+		math.Abs(in.CILow-(in.FitKnee-math.Hypot(in.FitKnee-in.FitLow, term))) > 1e-9 ||
+		math.Abs(in.CIHigh-(in.FitKnee+math.Hypot(in.FitHigh-in.FitKnee, term))) > 1e-9 {
+		t.Errorf("interval [%.3f, %.3f] from the fit's [%.3f, %.3f] around %.3f: want each half widened by %.3f in quadrature", in.CILow, in.CIHigh, in.FitLow, in.FitHigh, in.FitKnee, term)
+	}
+	if !strings.Contains(res.Conclusion, "and the capacity's drift of ±11.1% over the sweep") {
+		t.Errorf("conclusion %q: want the drift said", res.Conclusion)
+	}
+	c := &scripted{mode: ModeConcurrency, verdict: func(v float64, _ int) bool { return v <= 6 }}
+	res = search(t, c, Config{Mode: ModeConcurrency})
+	if last := res.Steps[len(res.Steps)-1]; last.Phase != "confirm" || res.Interval.CapacityDrift != 0 {
+		t.Errorf("concurrency search: last step %s, drift %.3f: want no closing probe", last.Phase, res.Interval.CapacityDrift)
 	}
 }

@@ -1,0 +1,73 @@
+package sweep
+
+import (
+	"context"
+	"math"
+)
+
+// The knee's between-sweep term. The logistic fit (kneefit.go) bounds
+// the knee for runs of one curve: its interval covers 96% on such runs
+// (TestFitKneeCoverage). A server whose speed moves over minutes is not
+// one curve: on llama-server three sweeps in a row found knees 17.7, 18.1
+// and 20.7 req/s, each interval narrower than that spread, and a sweep's
+// probes read 17.9 then 16.1 req/s a minute apart. So the rate search
+// measures its own server's movement: after the confirmation it runs the
+// saturation probe once more, and the probes that held before the search
+// (the last two) and that one give the capacity's drift over the sweep,
+// (max-min)/(max+min). The knee moves with the capacity (a rate is a
+// share of it), so each half of the fit's interval is widened by
+// drift x knee, added in quadrature (the two are independent: the
+// binomial noise of the runs and the server's speed). A sweep whose
+// server held still keeps the fit's interval, within the probes' own
+// noise.
+
+// closingProbe runs the saturation probe after the confirmation and
+// widens the interval by the capacity's drift over the sweep. It runs
+// only for a rate search whose runs gave a fit.
+func (se *searcher) closingProbe(ctx context.Context) error {
+	res := se.res
+	in := res.Interval
+	if se.sc.Mode != ModeRate || in == nil || in.FitRuns == 0 || res.Capacity <= 0 {
+		return nil
+	}
+	held := res.Capacities
+	if len(held) == 0 {
+		held = []float64{res.Capacity}
+	}
+	s, err := se.step(ctx, "probe", math.Inf(1), se.sc.Concurrency)
+	if err != nil {
+		return err
+	}
+	res.CapacityAfter = s.Metrics.RequestThroughput
+	if res.CapacityAfter <= 0 {
+		in.widen(0) // the probe completed nothing: no drift to state
+		return nil
+	}
+	in.widen(drift(append(held[max(0, len(held)-2):len(held):len(held)], res.CapacityAfter)))
+	return nil
+}
+
+// drift is how far the capacities lie from their middle, relative to it:
+// (max-min)/(max+min).
+func drift(caps []float64) float64 {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, c := range caps {
+		lo, hi = min(lo, c), max(hi, c)
+	}
+	if len(caps) < 2 || lo <= 0 {
+		return 0
+	}
+	return (hi - lo) / (hi + lo)
+}
+
+// widen keeps the fit's interval as FitLow and FitHigh and moves each
+// bound out by d x FitKnee, in quadrature with its distance from the knee.
+func (in *Interval) widen(d float64) {
+	in.CapacityDrift, in.FitLow, in.FitHigh = d, in.CILow, in.CIHigh
+	if d <= 0 {
+		return
+	}
+	term := d * in.FitKnee
+	in.CILow = in.FitKnee - math.Hypot(in.FitKnee-in.FitLow, term)
+	in.CIHigh = in.FitKnee + math.Hypot(in.FitHigh-in.FitKnee, term)
+}
