@@ -18,8 +18,9 @@ import (
 
 // The knee, reproduced and explained, on a real engine: three sweeps of
 // one llama-server (-np 2, the queue signal off so that the TTFT SLO is
-// the limit) each give the knee with its 95% interval (whether the three
-// share a rate is logged: see below); each sweep follows the server at the
+// the limit) each give the knee with its 95% interval, and the three agree
+// over the capacity each measured (whether they share a rate is logged:
+// see below); each sweep follows the server at the
 // interval's bounds until the pass passes and the fail fails, and explains
 // the breach on TTFT, the metric that broke, with a cause that holds at
 // least half of what its slowest TTFTs added, or says that the followed
@@ -49,18 +50,15 @@ func TestRealEngineSweepKneeReproduced(t *testing.T) {
 	})
 	var got []answer
 	explained := 0
-	// Whether three sweeps agree within their stated intervals (the three
-	// 95% intervals of the knee share a rate) is logged, not asserted:
-	// with honest intervals of independent sweeps it would fail about 3
-	// times in 100, but a sweep's runs are closer to each other than to
-	// the next sweep's (the server's speed over minutes). Since the probe
-	// waits for the capacity to hold, five runs of this test: the three
-	// intervals shared a rate in three; in a fourth a fourth sweep's did
-	// with the second and third; in a CI trial neither (knees 17.7, 18.1,
-	// 20.7 and 19.4 req/s, the followed runs at the passing levels
-	// failing later: the server slowed). DESIGN.md, "The knee,
-	// reproduced and explained". Each sweep's own answer is asserted.
-	for i := range 3 {
+	// Three sweeps agree within their stated intervals over the capacity
+	// each measured around itself (Interval.Relative): asserted. In
+	// req/s they agree when the server keeps its speed, which it does not
+	// on a shared host: probes of 37.5 then 30.8 and 31.8 req/s a minute
+	// apart gave knees of 44.4, 36.2 and 34.8 req/s, 1.18, 1.18 and 1.09
+	// of the capacities (DESIGN.md, "The knee, reproduced and explained"):
+	// logged. When the three do not agree, a fourth sweep runs and any
+	// three of the four must (a probe is a sample too).
+	sweepOnce := func(i int) {
 		dir := filepath.Join(t.TempDir(), "sweep")
 		start := time.Now()
 		code, stdout, stderr := runCLI(append([]string{"sweep", "--target", srv.URL, "--pid", strconv.Itoa(srv.Pid), "--out", dir}, kneeSweepArgs...)...)
@@ -82,8 +80,22 @@ func TestRealEngineSweepKneeReproduced(t *testing.T) {
 			explained++
 		}
 	}
-	t.Logf("%d of %d sweeps explained from runs that reproduced the verdicts", explained, len(got))
+	for i := range 3 {
+		sweepOnce(i)
+	}
 	kneesAgree(t, got)
+	if !relativeKneesAgree(t, got) {
+		sweepOnce(3)
+		agree := false
+		for skip := range got {
+			three := append(append([]answer(nil), got[:skip]...), got[skip+1:]...)
+			agree = agree || relativeKneesAgree(t, three)
+		}
+		if !agree {
+			t.Errorf("no three of four sweeps agree within their 95%% intervals over the capacity each measured")
+		}
+	}
+	t.Logf("%d of %d sweeps explained from runs that reproduced the verdicts", explained, len(got))
 }
 
 // kneesAgree logs sweeps' knees and intervals and says whether their 95%
@@ -117,6 +129,31 @@ func kneesAgree(t *testing.T, got []answer) bool {
 		return false
 	}
 	t.Logf("the 95%% intervals of the knee share [%.2f, %.2f] req/s", clo, chi)
+	return true
+}
+
+// relativeKneesAgree logs the sweeps' knees over the capacity each
+// measured around itself, with their 95% intervals, and says whether the
+// intervals share a value.
+func relativeKneesAgree(t *testing.T, got []answer) bool {
+	t.Helper()
+	lo, hi := 0.0, math.Inf(1)
+	var ns []string
+	for _, a := range got {
+		k, l, h, ok := a.res.Interval.Relative()
+		if !ok {
+			t.Errorf("sweep %d: no knee over the capacity (probes %v then %.2f)", a.n, a.res.Capacities, a.res.CapacityAfter)
+			return false
+		}
+		t.Logf("sweep %d: knee %.3fx the capacity around it (%.2f req/s), 95%% interval [%.3f, %.3f]", a.n, k, a.res.Interval.CapacityRef, l, h)
+		lo, hi = max(lo, l), min(hi, h)
+		ns = append(ns, strconv.Itoa(a.n))
+	}
+	if lo > hi {
+		t.Logf("sweeps %s: the 95%% intervals over the capacity share no value (%.3f > %.3f)", strings.Join(ns, ", "), lo, hi)
+		return false
+	}
+	t.Logf("sweeps %s: the 95%% intervals over the capacity share [%.3f, %.3f]", strings.Join(ns, ", "), lo, hi)
 	return true
 }
 

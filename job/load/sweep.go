@@ -299,6 +299,10 @@ func printKnee(w io.Writer, r *sweep.Result) {
 			fmt.Fprintf(w, "  95%% interval of the knee: %.2f-%.2f %s (the half-way point of a logistic curve of the pass probability fitted to all %d runs%s)\n",
 				in.CILow, in.CIHigh, unit, in.FitRuns, driftText(r))
 		}
+		if k, lo, hi, ok := in.Relative(); ok {
+			fmt.Fprintf(w, "  over the capacity measured around the sweep (%.2f req/s, the mean of those probes): the knee is %.2fx it, 95%% interval %.2f-%.2fx (for the server at another speed)\n",
+				in.CapacityRef, k, lo, hi)
+		}
 	}
 	for _, l := range in.Levels {
 		fmt.Fprintf(w, "  %8.2f %s: passed %d of %d (steps %s)\n", l.Level, unit, l.Passed, l.Runs, joinInts(l.Steps))

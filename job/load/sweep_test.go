@@ -21,6 +21,12 @@ func TestPrintKneeSaysTheDrift(t *testing.T) {
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("printed:\n%s\nwant a line with:\n%s", b.String(), want)
 	}
+	in.CapacityRef = 18.75
+	b.Reset()
+	printKnee(&b, r)
+	if want := "over the capacity measured around the sweep (18.75 req/s, the mean of those probes): the knee is 1.04x it, 95% interval 0.92-1.17x"; !strings.Contains(b.String(), want) {
+		t.Errorf("printed:\n%s\nwant a line with:\n%s", b.String(), want)
+	}
 	in.CapacityDrift, r.CapacityAfter = 0, 19.38
 	if got := driftText(r); got != "; the capacity held over the sweep (probes 19.40, 19.36 req/s before the search, 19.38 after)" {
 		t.Errorf("held: %q", got)

@@ -43,8 +43,27 @@ func (se *searcher) closingProbe(ctx context.Context) error {
 		in.widen(0) // the probe completed nothing: no drift to state
 		return nil
 	}
-	in.widen(drift(append(held[max(0, len(held)-2):len(held):len(held)], res.CapacityAfter)))
+	caps := append(held[max(0, len(held)-2):len(held):len(held)], res.CapacityAfter)
+	in.widen(drift(caps))
+	for _, c := range caps {
+		in.CapacityRef += c / float64(len(caps))
+	}
 	return nil
+}
+
+// Relative is the knee and its 95% interval over the capacity measured
+// around the sweep (CapacityRef): a server that runs 20% slower in the
+// next sweep moves its knee in req/s, not this (three sweeps of
+// llama-server whose probes read 37.5, 30.8 and 31.8 req/s found knees of
+// 44.4, 36.2 and 34.8 req/s: 1.18, 1.18 and 1.09 of their capacities).
+// The interval is the widened one over the reference, the drift standing
+// for the reference's own uncertainty. ok is false without a closing
+// probe.
+func (in *Interval) Relative() (knee, lo, hi float64, ok bool) {
+	if in == nil || in.CapacityRef <= 0 || in.FitRuns == 0 {
+		return 0, 0, 0, false
+	}
+	return in.Knee / in.CapacityRef, in.CILow / in.CapacityRef, in.CIHigh / in.CapacityRef, true
 }
 
 // drift is how far the capacities lie from their middle, relative to it:

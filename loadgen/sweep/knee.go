@@ -87,6 +87,9 @@ type Interval struct {
 	CapacityDrift float64 `json:"capacity_drift,omitempty"`
 	FitLow        float64 `json:"fit_ci_low,omitempty"`
 	FitHigh       float64 `json:"fit_ci_high,omitempty"`
+	// CapacityRef is the mean of those probes: the knee and its interval
+	// over it (Relative) carry to the server at another speed.
+	CapacityRef float64 `json:"capacity_ref_req_s,omitempty"`
 }
 
 // levels groups the steps of a search by level (the rate search's probe

@@ -346,6 +346,9 @@ func TestKneeIntervalWidenedByCapacityDrift(t *testing.T) {
 		math.Abs(in.CIHigh-(in.FitKnee+math.Hypot(in.FitHigh-in.FitKnee, term))) > 1e-9 {
 		t.Errorf("interval [%.3f, %.3f] from the fit's [%.3f, %.3f] around %.3f: want each half widened by %.3f in quadrature", in.CILow, in.CIHigh, in.FitLow, in.FitHigh, in.FitKnee, term)
 	}
+	if k, lo, hi, ok := in.Relative(); !ok || math.Abs(in.CapacityRef-56.0/3) > 1e-9 || math.Abs(k-in.Knee/in.CapacityRef) > 1e-9 || lo != in.CILow/in.CapacityRef || hi != in.CIHigh/in.CapacityRef {
+		t.Errorf("relative knee %.3f [%.3f, %.3f] (%v) over %.3f: want the knee and interval over the probes' mean %.3f", k, lo, hi, ok, in.CapacityRef, 56.0/3)
+	}
 	if !strings.Contains(res.Conclusion, "and the capacity's drift of ±11.1% over the sweep") {
 		t.Errorf("conclusion %q: want the drift said", res.Conclusion)
 	}
