@@ -33,6 +33,16 @@ type Rolling struct {
 	cur     rollWindow
 	started bool
 	past    []rollStat // oldest first
+	// early caches the current window's figures before a window closes
+	// (quiet): taken again once its gaps have grown by a quarter or the
+	// window moved, not at every call (a sort of its sample and the
+	// per-cause medians: the live prefill rule asks once an advance).
+	early struct {
+		st    rollStat
+		ok    bool
+		seen  int
+		start int64
+	}
 }
 
 // rollWindow is the current window: a sample of its gaps (their
@@ -130,7 +140,12 @@ func (r *Rolling) quiet() (rollStat, bool) {
 	if st, ok := r.quietPast(); ok {
 		return st, true
 	}
-	return statOf(r.cur)
+	e := &r.early
+	if e.seen == 0 || e.start != r.cur.start || 4*r.cur.seen >= 5*e.seen || !e.ok && r.cur.seen > e.seen {
+		e.st, e.ok = statOf(r.cur)
+		e.seen, e.start = max(r.cur.seen, 1), r.cur.start
+	}
+	return e.st, e.ok
 }
 
 // quietPast is the quietest full window's figures; none before the first
