@@ -53,10 +53,11 @@ func TestRealEngineSweepKneeReproduced(t *testing.T) {
 	// Three sweeps agree within their stated intervals over the capacity
 	// each measured around itself (Interval.Relative): asserted. In
 	// req/s they agree when the server keeps its speed, which it does not
-	// on a shared host: probes of 37.5 then 30.8 and 31.8 req/s a minute
-	// apart gave knees of 44.4, 36.2 and 34.8 req/s, 1.18, 1.18 and 1.09
-	// of the capacities (DESIGN.md, "The knee, reproduced and explained"):
-	// logged. When the three do not agree, a fourth sweep runs and any
+	// on a shared host: probes of 36.1 then 36.3 and 39.9 req/s gave
+	// knees of 40.6, 46.4 and 46.9 req/s, whose intervals in req/s
+	// shared none, over the capacities 1.13, 1.28 and 1.18, whose
+	// intervals shared 1.15-1.23 (docs/measurements.md, "the knee's
+	// drift term"): logged. When the three do not agree, a fourth sweep runs and any
 	// three of the four must (a probe is a sample too).
 	sweepOnce := func(i int) {
 		dir := filepath.Join(t.TempDir(), "sweep")

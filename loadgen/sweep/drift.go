@@ -52,10 +52,10 @@ func (se *searcher) closingProbe(ctx context.Context) error {
 }
 
 // Relative is the knee and its 95% interval over the capacity measured
-// around the sweep (CapacityRef): a server that runs 20% slower in the
-// next sweep moves its knee in req/s, not this (three sweeps of
-// llama-server whose probes read 37.5, 30.8 and 31.8 req/s found knees of
-// 44.4, 36.2 and 34.8 req/s: 1.18, 1.18 and 1.09 of their capacities).
+// around the sweep (CapacityRef): a server that runs slower in the next
+// sweep moves its knee in req/s, not this (three sweeps of llama-server
+// whose probes read 38.4, 35.4 and 33.7 req/s found knees of 46.2, 40.6
+// and 39.5 req/s: 1.20, 1.15 and 1.17 of their capacities).
 // The interval is the widened one over the reference, the drift standing
 // for the reference's own uncertainty. ok is false without a closing
 // probe.
