@@ -38,7 +38,16 @@ fi
 work=$(mktemp -d)
 pids=()
 cleanup() {
+	# SIGTERM, then SIGKILL after 5 s: llama-server killed with requests
+	# in flight can stay in its shutdown, and the script would wait on it.
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for _ in $(seq 50); do
+		local alive=0
+		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+		[ "$alive" = 0 ] && break
+		sleep 0.1
+	done
+	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
 	wait 2>/dev/null || true
 	rm -rf "$work"
 }
