@@ -44,18 +44,10 @@ command -v "$go" >/dev/null || go=/usr/local/go/bin/go
 "$go" build -o "$bin/fanout" ./tools/bench/fanout
 work=$(mktemp -d)
 pids=()
+# shellcheck source=tools/bench/reap.sh
+. tools/bench/reap.sh
 cleanup() {
-	# SIGTERM, then SIGKILL after 5 s: llama-server killed with requests
-	# in flight can stay in its shutdown, and the script would wait on it.
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	for _ in $(seq 50); do
-		local alive=0
-		for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-		[ "$alive" = 0 ] && break
-		sleep 0.1
-	done
-	for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
+	reap "${pids[@]}"
 	rm -rf "$work"
 }
 trap cleanup EXIT
