@@ -153,6 +153,42 @@ func TestRollingQuietWindow(t *testing.T) {
 	}
 }
 
+// Before a window closes the normal gap is the current window's, taken
+// again once its gaps have grown by a quarter, not at every call: 40 gaps
+// of 10 ms, then 9 of 50 ms (fewer than a quarter more) leave it at 10 ms
+// of compute; 41 more of 50 ms take the new median in.
+func TestRollingEarlyBaselineRefresh(t *testing.T) {
+	r := NewRolling()
+	end := int64(30 * ms)
+	add := func(n int, dur int64) {
+		for range n {
+			end += ms
+			g := Gap{Index: 1, Start: end - dur, End: end}
+			g.Ns[critpath.ServerCompute] = dur
+			r.Add(g)
+		}
+	}
+	compute := func() int64 {
+		b, _, ok := r.Baseline()
+		if !ok {
+			t.Fatal("no baseline from the current window")
+		}
+		return b.ITL[critpath.ServerCompute]
+	}
+	add(40, 10*ms)
+	if c := compute(); c != 10*ms {
+		t.Fatalf("compute %d, want 10 ms", c)
+	}
+	add(9, 50*ms)
+	if c := compute(); c != 10*ms {
+		t.Errorf("compute %d after 9 gaps more (of 40): want 10 ms, the figures kept", c)
+	}
+	add(41, 50*ms)
+	if c := compute(); c != 50*ms {
+		t.Errorf("compute %d after 50 gaps of 50 ms (of 90): want the new median, 50 ms", c)
+	}
+}
+
 // The walk over its budget: with a clock on which every reading takes a
 // millisecond, the gaps below the running p90 are left unwalked once the
 // walk has emptied its bucket (5% of the time that passed); the
