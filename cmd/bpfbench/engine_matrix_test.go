@@ -58,6 +58,19 @@ type matrixResult struct {
 	slowest              string // the contended run's slowest gap, for a failing cell's log
 	quietDir, contendDir string
 	live                 liveVerdict // attach's live view of the contended run
+	// The server's CPU seconds a token (its /proc stat, all threads, over
+	// the quiet and the contended run): the kernel's own account of how
+	// much the server computed, the ground truth for server_compute.
+	quietCPUTok, contCPUTok float64
+}
+
+// inflation is the server's CPU a token in the contended run over the
+// quiet run's (0: not measured).
+func (r *matrixResult) inflation() float64 {
+	if r.quietCPUTok <= 0 {
+		return 0
+	}
+	return r.contCPUTok / r.quietCPUTok
 }
 
 // matrixCells: slots ≤ cores (-np 1 on the server's one CPU) and slots >
@@ -292,13 +305,18 @@ func (m *matrixRunner) cellRun(t *testing.T, c matrixCell, srv *engine.Server, t
 	if m.keep != "" {
 		env = append(env, "BPFBENCH_CRITPATH_DUMP="+r.contendDir+".dump")
 	}
+	cpu0 := procCPUSeconds(t, srv.Pid)
 	matrixRunCmd(t, c.name+": bpfbench run --baseline (contended)", m.cli(env, append([]string{"run", "--out", r.contendDir, "--baseline", r.quietDir}, load...)...))
+	cpu1 := procCPUSeconds(t, srv.Pid)
 	r.live = m.attachRun(t, c.name, srv.Pid, busyPid, r.quietDir, r.contendDir+"-attach.json", load)
 	r.burnt = stopBusy()
 
 	doc, err := result.Load(filepath.Join(r.contendDir, "result.json"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := doc.Float("total_output_tokens"); n > 0 {
+		r.contCPUTok = (cpu1 - cpu0) / n
 	}
 	judgeContended(t, c, &r, doc, busyPid)
 	r.problems = append(r.problems, r.live.problems...)
@@ -327,7 +345,9 @@ func (m *matrixRunner) quietRun(t *testing.T, c matrixCell, srv *engine.Server, 
 			}
 		}
 	}()
+	cpu0 := procCPUSeconds(t, srv.Pid)
 	matrixRunCmd(t, c.name+": bpfbench run (quiet)", m.cli(nil, append([]string{"run", "--out", r.quietDir}, load...)...))
+	cpu1 := procCPUSeconds(t, srv.Pid)
 	close(stop)
 	r.deferredPeak = <-peak
 	quiet, err := result.Load(filepath.Join(r.quietDir, "result.json"))
@@ -338,6 +358,9 @@ func (m *matrixRunner) quietRun(t *testing.T, c matrixCell, srv *engine.Server, 
 		r.deferredPeak = max(r.deferredPeak, sm.Peaks["requests_waiting"])
 	}
 	r.quietP99 = quiet.Float("p99_itl_ms")
+	if n := quiet.Float("total_output_tokens"); n > 0 {
+		r.quietCPUTok = (cpu1 - cpu0) / n
+	}
 }
 
 // startBusy starts `bpfbench perturb cpu` (two busy threads on cpus) and
@@ -412,8 +435,19 @@ func judgeContended(t *testing.T, c matrixCell, r *matrixResult, doc *result.Doc
 	// added on server_compute (the two-thread cells read 0.18-0.27 until
 	// the prefill rule: a request delayed into the next step carries its
 	// prefill into another's decode gap; pipeline/prefill.go).
+	// Unless the server did compute more: on this shared host the
+	// server's CPU a token, by the kernel's account, rose 1.9x under
+	// the busy threads in some rounds and not in others (the same step
+	// costing more CPU: below the scheduler, which bpfbench sees; the
+	// steal clock read ~0.3%). Then its compute is the server's, as
+	// said, and the bar is not judged; the ratio is logged either way.
 	if sc := b.ExcessShares["server_compute"]; sc > 0.2 {
-		r.problems = append(r.problems, fmt.Sprintf("p99 gap excess: server_compute %.2f, want at most 0.20", sc))
+		if x := r.inflation(); x >= 1.25 {
+			t.Logf("%s attempt %d: server_compute %.2f of the p99 band's excess with the server's CPU a token %.2fx the quiet run's (%.2f against %.2f ms): the server computed more, not judged on the 0.20 bar",
+				c.name, attempt, sc, x, 1e3*r.contCPUTok, 1e3*r.quietCPUTok)
+		} else {
+			r.problems = append(r.problems, fmt.Sprintf("p99 gap excess: server_compute %.2f, want at most 0.20 (the server's CPU a token %.2fx the quiet run's)", sc, x))
+		}
 	}
 	if r.unexplained > 0.1 {
 		r.problems = append(r.problems, fmt.Sprintf("unexplained %.3f of the gap time, want at most 0.1", r.unexplained))
@@ -435,8 +469,8 @@ func judgeContended(t *testing.T, c matrixCell, r *matrixResult, doc *result.Doc
 	if len(cp.Slowest) > 0 {
 		r.slowest = matrixGap(cp.Slowest[0])
 	}
-	t.Logf("%s attempt %d: quiet p99 ITL %.2f ms, contended %.2f ms; p99 gap band from %.2f ms (%d gaps), excess %.1f ms, shares %s; unexplained %.4f; neighbours %+v; requests_deferred peak %.0f; busy process [%d]: %s",
-		c.name, attempt, r.quietP99, r.contP99, b.FromMs, b.Gaps, b.ExcessMs, matrixShares(b.ExcessShares), r.unexplained, cp.NoisyNeighbours, r.deferredPeak, busyPid, r.burnt)
+	t.Logf("%s attempt %d: quiet p99 ITL %.2f ms, contended %.2f ms; server CPU a token %.2f then %.2f ms (%.2fx); p99 gap band from %.2f ms (%d gaps), excess %.1f ms, shares %s; unexplained %.4f; neighbours %+v; requests_deferred peak %.0f; busy process [%d]: %s",
+		c.name, attempt, r.quietP99, r.contP99, 1e3*r.quietCPUTok, 1e3*r.contCPUTok, r.inflation(), b.FromMs, b.Gaps, b.ExcessMs, matrixShares(b.ExcessShares), r.unexplained, cp.NoisyNeighbours, r.deferredPeak, busyPid, r.burnt)
 }
 
 // slowReader is an attempt of the slow-reading client (validate's client

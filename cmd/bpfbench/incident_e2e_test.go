@@ -64,39 +64,23 @@ incidents:
 	t.Cleanup(client.stop)
 
 	// 25 s of normal gaps (the rolling baseline's 10 s windows), then
-	// 20 s of two busy loops on the engine's CPU.
+	// 20 s of two busy loops on the engine's CPU. A shared host can spoil
+	// the normal windows (their p99 already high): with no bundle, the
+	// injection runs once more after 15 s of normal gaps.
 	time.Sleep(25 * time.Second)
-	load := hostLoad() // for a failure: the normal gap is judged on an otherwise idle CPU 0
-	cpu0 := procCPUSeconds(t, d.cmd.Process.Pid)
-	injected := clock.Now()
-	var busyPids []int
-	for range 2 {
-		c := exec.Command(taskset, "-c", "0", "sh", "-c", "while :; do :; done")
-		if err := c.Start(); err != nil {
-			t.Fatal(err)
-		}
-		busyPids = append(busyPids, c.Process.Pid)
-		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
-	}
-	time.Sleep(20 * time.Second)
-	for _, pid := range busyPids {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-	}
-	ended := clock.Now()
-	cpu := procCPUSeconds(t, d.cmd.Process.Pid) - cpu0
-	t.Logf("the daemon's CPU while recording the contention: %.2f%% of a CPU over %.0f s", 100*cpu/(float64(ended-injected)/1e9), float64(ended-injected)/1e9)
-
-	// The bundle is written 5 s after the trigger; wait past the
-	// window, then stop the daemon (a capture under way is flushed).
-	deadline := time.Now().Add(30 * time.Second)
 	var list []incident.Summary
-	for time.Now().Before(deadline) {
-		if list, _ = incident.List(spool); len(list) > 0 {
-			break
+	var injected, ended int64
+	var load string
+	for try := 1; try <= 2 && len(list) == 0; try++ {
+		if try > 1 {
+			t.Logf("no incident bundle after the injection (gaps %.0f, unwalked %.0f; load before it: %s): once more after 15 s of normal gaps",
+				testutil.Value(metrics, "bpfbench_token_gap_seconds_count", `target="llama"`),
+				testutil.Value(metrics, "bpfbench_live_gaps_unwalked_total", `target="llama"`), load)
+			time.Sleep(15 * time.Second)
 		}
-		time.Sleep(time.Second)
+		load = hostLoad() // for a failure: the normal gap is judged on an otherwise idle CPU 0
+		injected, ended, list = injectContention(t, taskset, d, spool)
 	}
-	time.Sleep(5 * time.Second)
 	// What the daemon's live view said of the gaps (for a failure).
 	said := fmt.Sprintf("gaps %.0f, unwalked %.0f, incidents held back %.0f; client: %s; load before the injection: %s",
 		testutil.Value(metrics, "bpfbench_token_gap_seconds_count", `target="llama"`),
@@ -113,8 +97,8 @@ incidents:
 	}
 	t.Log(said)
 	in := list[0].Incident
-	t.Logf("incident: %s (trigger %s, held %.0f s, window %.0f..%.0f s, breach from %.0f s, %d gaps, %d paths); breach neighbours %+v; busy loops %v, daemon %d",
-		in.Verdict, in.Trigger, in.HeldSeconds, in.WindowStartS, in.WindowEndS, in.BreachStartS, in.Gaps, in.Paths, in.BreachNeighbours, busyPids, d.cmd.Process.Pid)
+	t.Logf("incident: %s (trigger %s, held %.0f s, window %.0f..%.0f s, breach from %.0f s, %d gaps, %d paths); breach neighbours %+v; daemon %d",
+		in.Verdict, in.Trigger, in.HeldSeconds, in.WindowStartS, in.WindowEndS, in.BreachStartS, in.Gaps, in.Paths, in.BreachNeighbours, d.cmd.Process.Pid)
 	if in.Trigger != incident.TriggerRule || in.Target != "llama" {
 		t.Errorf("trigger %s of %s, want the rule of llama", in.Trigger, in.Target)
 	}
@@ -142,6 +126,41 @@ incidents:
 		t.Errorf("diff of the bundle with itself: exit %d: %s\n%s", code, stderr, stdout)
 	}
 	openInChromium(t, filepath.Join(list[0].Dir, "report.html"), "cpu_runqueue")
+}
+
+// injectContention runs two busy loops on CPU 0 for 20 s, logs the
+// daemon's CPU meanwhile, and waits up to 30 s for an incident bundle
+// (written 5 s after the trigger), then 5 s more; it returns when the
+// loops ran and the bundles in spool.
+func injectContention(t *testing.T, taskset string, d *daemonProc, spool string) (injected, ended int64, list []incident.Summary) {
+	t.Helper()
+	cpu0 := procCPUSeconds(t, d.cmd.Process.Pid)
+	injected = clock.Now()
+	var busyPids []int
+	for range 2 {
+		c := exec.Command(taskset, "-c", "0", "sh", "-c", "while :; do :; done")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		busyPids = append(busyPids, c.Process.Pid)
+		t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	}
+	time.Sleep(20 * time.Second)
+	for _, pid := range busyPids {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	ended = clock.Now()
+	cpu := procCPUSeconds(t, d.cmd.Process.Pid) - cpu0
+	t.Logf("the daemon's CPU while recording the contention: %.2f%% of a CPU over %.0f s; busy loops %v", 100*cpu/(float64(ended-injected)/1e9), float64(ended-injected)/1e9, busyPids)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if list, _ = incident.List(spool); len(list) > 0 {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	time.Sleep(5 * time.Second)
+	return injected, ended, list
 }
 
 // hostLoad is the host's load average and its busiest processes.
