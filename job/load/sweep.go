@@ -318,12 +318,8 @@ func driftText(r *sweep.Result) string {
 	if r.CapacityAfter <= 0 {
 		return ""
 	}
-	before := r.Capacities
-	if len(before) == 0 {
-		before = []float64{r.Capacity}
-	}
 	caps := make([]string, 0, 2)
-	for _, c := range before[max(0, len(before)-2):] {
+	for _, c := range r.HeldProbes() {
 		caps = append(caps, fmt.Sprintf("%.2f", c))
 	}
 	probes := fmt.Sprintf("probes %s req/s before the search, %.2f after", strings.Join(caps, ", "), r.CapacityAfter)

@@ -30,10 +30,6 @@ func (se *searcher) closingProbe(ctx context.Context) error {
 	if se.sc.Mode != ModeRate || in == nil || in.FitRuns == 0 || res.Capacity <= 0 {
 		return nil
 	}
-	held := res.Capacities
-	if len(held) == 0 {
-		held = []float64{res.Capacity}
-	}
 	s, err := se.step(ctx, "probe", math.Inf(1), se.sc.Concurrency)
 	if err != nil {
 		return err
@@ -43,7 +39,8 @@ func (se *searcher) closingProbe(ctx context.Context) error {
 		in.widen(0) // the probe completed nothing: no drift to state
 		return nil
 	}
-	caps := append(held[max(0, len(held)-2):len(held):len(held)], res.CapacityAfter)
+	held := res.HeldProbes()
+	caps := append(held[:len(held):len(held)], res.CapacityAfter)
 	in.widen(drift(caps))
 	for _, c := range caps {
 		in.CapacityRef += c / float64(len(caps))
@@ -64,6 +61,16 @@ func (in *Interval) Relative() (knee, lo, hi float64, ok bool) {
 		return 0, 0, 0, false
 	}
 	return in.Knee / in.CapacityRef, in.CILow / in.CapacityRef, in.CIHigh / in.CapacityRef, true
+}
+
+// HeldProbes are the saturation probes that held before the search (the
+// last two; the only one when a single probe ran): with CapacityAfter,
+// the probes the drift is taken from.
+func (r *Result) HeldProbes() []float64 {
+	if len(r.Capacities) == 0 {
+		return []float64{r.Capacity}
+	}
+	return r.Capacities[max(0, len(r.Capacities)-2):]
 }
 
 // drift is how far the capacities lie from their middle, relative to it:
