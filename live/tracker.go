@@ -14,6 +14,7 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/correlate/critpath/feed"
+	"github.com/bpfbench/bpfbench/internal/affinity"
 	"github.com/bpfbench/bpfbench/internal/hist"
 )
 
@@ -220,7 +221,7 @@ func NewTracker(opt Options) *Tracker {
 	if opt.Intervals <= 0 {
 		opt.Intervals = 720
 	}
-	eng := critpath.New(critpath.Options{Keep: opt.Keep})
+	eng := critpath.New(critpath.Options{Keep: opt.Keep, CPUs: new(affinity.Counter).CPUs})
 	t := &Tracker{opt: opt, eng: eng, feed: feed.NewFeed(eng, opt.MaxHeld), streams: NewStreams(), roll: NewRolling(),
 		slow: Slowest{N: opt.Slowest}, conns: map[uint16]*connBlame{},
 		sample: [2]sample{{n: bandSample}, {n: bandSample}}, iv: interval{sample: sample{n: bandSample * 4}},

@@ -14,6 +14,7 @@ import (
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/correlate/critpath/feed"
+	"github.com/bpfbench/bpfbench/internal/affinity"
 	"github.com/bpfbench/bpfbench/live"
 	"github.com/bpfbench/bpfbench/loadgen"
 )
@@ -130,7 +131,7 @@ func (c *critStream) dumpGap(g critpath.Gap) {
 }
 
 func newCritStream(maxHeld int, floor int64) *critStream {
-	eng := critpath.New(critpath.Options{})
+	eng := critpath.New(critpath.Options{CPUs: new(affinity.Counter).CPUs})
 	c := &critStream{eng: eng, feed: feed.NewFeed(eng, maxHeld), slow: live.Slowest{N: critSlowest}}
 	c.eng.SetFloor(floor)
 	if p := os.Getenv(critDumpEnv); p != "" {

@@ -133,11 +133,8 @@ func TestRealEngineMatrix(t *testing.T) {
 	var results []matrixResult
 	var srv *engine.Server
 	var cur [2]int
-	cells, only := matrixCells, os.Getenv("BPFBENCH_MATRIX_CELLS")
-	if only != "" {
-		re := regexp.MustCompile(only)
-		cells = slices.DeleteFunc(slices.Clone(cells), func(c matrixCell) bool { return !re.MatchString(c.name) })
-	}
+	only := os.Getenv("BPFBENCH_MATRIX_CELLS")
+	cells := onlyCells(matrixCells, only, func(c matrixCell) string { return c.name })
 	for _, c := range cells {
 		if srv == nil || cur != [2]int{c.threads, c.slots} {
 			if srv != nil {
@@ -673,4 +670,14 @@ func busyRank(nb []result.NoisyNeighbour, busyPid int) (string, bool) {
 		}
 	}
 	return "absent", false
+}
+
+// onlyCells is the cells whose names match the regular expression only
+// (BPFBENCH_MATRIX_CELLS), or all of them when it is empty.
+func onlyCells[C any](cells []C, only string, name func(C) string) []C {
+	if only == "" {
+		return cells
+	}
+	re := regexp.MustCompile(only)
+	return slices.DeleteFunc(slices.Clone(cells), func(c C) bool { return !re.MatchString(name(c)) })
 }

@@ -67,6 +67,8 @@ type torchResult struct {
 // contended load sent once more (attachRun) cpu_runqueue on top, its
 // shares tabled. A cell that
 // misses runs again, up to matrixAttempts; the table is logged.
+// BPFBENCH_MATRIX_KEEP and BPFBENCH_MATRIX_CELLS work as in
+// TestRealEngineMatrix.
 func TestTorchEngineMatrix(t *testing.T) {
 	privtest.Require(t)
 	paths, err := engine.FindTorch()
@@ -79,7 +81,7 @@ func TestTorchEngineMatrix(t *testing.T) {
 	taskset := privtest.RequireTool(t, "taskset", "apt-get install util-linux")
 	m := &matrixRunner{t: t, taskset: taskset, keep: os.Getenv("BPFBENCH_MATRIX_KEEP")}
 	var results []torchResult
-	for _, c := range torchCells {
+	for _, c := range onlyCells(torchCells, os.Getenv("BPFBENCH_MATRIX_CELLS"), func(c torchCell) string { return c.name }) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		opts := engine.TorchOptions{Paths: paths, Threads: c.threads, Slots: c.slots, OneProcess: c.oneProcess}
 		if c.pinned {

@@ -49,7 +49,13 @@ func (s Step) port(p uint16) Step { s.Port = p; return s }
 // only runs one gap through a fresh engine.
 func only(t *testing.T, segs []Segment, cuda []CUDACall, sends []Send, arrs []Arrival, r Read) Gap {
 	t.Helper()
-	e := New(Options{})
+	return onlyWith(t, Options{}, segs, cuda, sends, arrs, r)
+}
+
+// onlyWith is only with the engine's options.
+func onlyWith(t *testing.T, opt Options, segs []Segment, cuda []CUDACall, sends []Send, arrs []Arrival, r Read) Gap {
+	t.Helper()
+	e := New(opt)
 	for _, s := range segs {
 		e.AddSegment(s)
 	}

@@ -28,6 +28,10 @@ type Options struct {
 	// Held gives the cause of a run-queue wait behind a task outside the
 	// targets (default DefaultHeld).
 	Held func(holder Thread) Cause
+	// CPUs says how many CPUs the process tgid may run on (its affinity:
+	// its cpuset); 0, or CPUs nil: not known, and the sibling rule takes
+	// every wait behind the targets' own threads as their work.
+	CPUs func(tgid uint32) int
 
 	// scanThreads: the timed-wait rule searches every thread's history,
 	// as before the active index (the index's reference, in tests);
@@ -162,8 +166,9 @@ type Engine struct {
 	steps   []Step
 	overlay []Step
 	// sibWaits and cuts are scratch space of siblingWaits and emitCut's callers.
-	sibWaits []siblingWait
-	cuts     []Step
+	sibWaits, crowd []siblingWait
+	cuts            []Step
+	edges           []edge // crowded's
 	// claims (by rank), claimSteps, free, free2 and painted are meanwhile's;
 	// histList the threads' histories by tid (nil: to rebuild).
 	claims      [numRanks][]claim

@@ -85,12 +85,15 @@ const (
 	NoteReaderPaused = "the reader paused: receive backpressure"
 	NoteClientWaited = "the load generator waited for a CPU"
 	NoteSiblingWait  = "a thread of the same process waited for a CPU"
-	NoteBehindTarget = "waited for a CPU held by the server's own thread"
-	NoteOwed         = "the server's own thread held the CPU, repaid the time this outsider took"
-	NoteIRQBlock     = "block interrupts on its CPU"
-	NoteIRQNet       = "network interrupts on its CPU"
-	NoteSteal        = "its vCPU stolen by the hypervisor"
-	NoteBlockWorker  = "the block layer's worker held its CPU"
+	// NoteSiblingCrowded: the sibling waited behind the process's own
+	// threads while fewer of them ran than it has CPUs (siblingWaits).
+	NoteSiblingCrowded = "a thread of the same process waited behind its own while other tasks held its other CPUs"
+	NoteBehindTarget   = "waited for a CPU held by the server's own thread"
+	NoteOwed           = "the server's own thread held the CPU, repaid the time this outsider took"
+	NoteIRQBlock       = "block interrupts on its CPU"
+	NoteIRQNet         = "network interrupts on its CPU"
+	NoteSteal          = "its vCPU stolen by the hypervisor"
+	NoteBlockWorker    = "the block layer's worker held its CPU"
 )
 
 // Gap is a token gap's critical path.
@@ -482,22 +485,32 @@ func (e *Engine) interrupts(sg *Segment, st Step) (Step, [3]Step) {
 	return st, out
 }
 
-// siblingWait is a stretch a sibling thread waited for a CPU held by a
-// task outside the targets.
+// siblingWait is a stretch a sibling thread waited for a CPU: behind a
+// task outside the targets (holder), or behind the targets' own threads
+// while fewer of them ran than the process has CPUs (note
+// NoteSiblingCrowded, holder the outsider the process waited behind
+// most nearby, when one is known).
 type siblingWait struct {
 	start, end int64
 	thread     Thread // the sibling
 	holder     Thread
+	note       string
 }
 
 // siblingWaits emits st (server_compute of h) less the stretches during
-// which another thread of h's process was runnable on a CPU held by a task
-// outside the targets: cpu_runqueue, the sibling's wait, its holder named.
+// which another thread of h's process was runnable waiting for a CPU
+// that others took: cpu_runqueue, the sibling's wait, its holder named.
 // A process's threads are taken to work together: a thread pool meets at
 // a barrier every step (ggml's, an OpenMP team), where the threads that
 // ran spin until the preempted one gets its CPU back, so the step's time
-// is the preempted thread's wait, not compute. Waits behind the targets'
-// own threads are the process's own work and stay server_compute.
+// is the preempted thread's wait, not compute. A wait behind a task
+// outside the targets is its holder's. A wait behind the targets' own
+// threads is the process's own work while the targets ran on as many
+// CPUs as the process may use (more busy threads than CPUs: the server
+// contends with itself); while fewer ran (crowded), another of its CPUs
+// ran an outsider, the sibling was left behind its own team on one CPU
+// (two threads of a pool time-slice a CPU, each spinning for the other,
+// while busy threads hold the rest) and the wait is the outsiders'.
 func (e *Engine) siblingWaits(h *history, st Step) {
 	sibs := e.procs[h.th.Tgid]
 	if h.th.Tgid == 0 || len(sibs) < 2 {
@@ -505,13 +518,20 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 		return
 	}
 	ws := e.sibWaits[:0]
+	ncpu := 0
+	if e.opt.CPUs != nil {
+		ncpu = e.opt.CPUs(h.th.Tgid)
+	}
+	var most int64
+	var outsider Thread
+	crowd := e.crowd[:0]
 	if rq := e.procRunq[h.th.Tgid]; rq != nil {
 		s := rq.segs
 		i := sort.Search(len(s), func(j int) bool { return s[j].Start >= st.End })
 		j := sort.Search(i, func(j int) bool { return s[j].Start >= st.Start-rq.maxLen })
 		for ; j < i; j++ {
 			sg := &s[j]
-			if sg.End <= st.Start || sg.Thread.Tid == h.th.Tid {
+			if sg.End <= st.Start {
 				continue
 			}
 			t := sg.Start
@@ -520,14 +540,31 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 					continue
 				}
 				end := min(t+ho.Ns, sg.End)
-				if lo, hi := max(t, st.Start), min(end, st.End); hi > lo && !e.isTarget(ho.Thread) {
-					ws = append(ws, siblingWait{lo, hi, sg.Thread, ho.Thread})
+				target := e.isTarget(ho.Thread)
+				if !target && ho.Ns > most {
+					most, outsider = ho.Ns, ho.Thread
+				}
+				if lo, hi := max(t, st.Start), min(end, st.End); hi > lo && sg.Thread.Tid != h.th.Tid {
+					switch {
+					case !target:
+						ws = append(ws, siblingWait{lo, hi, sg.Thread, ho.Thread, NoteSiblingWait})
+					case ncpu > 0:
+						crowd = append(crowd, siblingWait{lo, hi, sg.Thread, Thread{}, NoteSiblingCrowded})
+					}
 				}
 				t = end
 			}
 		}
 	}
-	e.sibWaits = ws
+	if len(crowd) > 0 && outsider.Tid == 0 {
+		_, outsider = e.starvedBefore(h.th, st.Start, st.End)
+	}
+	for _, c := range crowd {
+		e.crowded(c.start, c.end, ncpu, func(lo, hi int64) {
+			ws = append(ws, siblingWait{lo, hi, c.thread, outsider, c.note})
+		})
+	}
+	e.sibWaits, e.crowd = ws, crowd
 	if len(ws) == 0 {
 		e.emit(st)
 		return
@@ -537,12 +574,49 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 	})
 	cuts := e.cuts[:0]
 	for _, w := range ws {
-		c := Step{Start: w.start, End: w.end, Thread: w.thread, State: Runnable, Cause: CPURunqueue, Depth: st.Depth, Other: w.holder, Note: NoteSiblingWait}
-		e.held(&c)
+		c := Step{Start: w.start, End: w.end, Thread: w.thread, State: Runnable, Cause: CPURunqueue, Depth: st.Depth, Other: w.holder, Note: w.note}
+		if w.holder.Tid != 0 || w.holder.Comm != "" {
+			e.held(&c)
+		}
 		cuts = append(cuts, c)
 	}
 	e.cuts = cuts
 	e.stats.SiblingWaits += uint64(e.emitCut(st, cuts))
+}
+
+// crowded calls fn with the parts of [x, y] during which fewer of the
+// targets' threads ran than ncpu (adjacent parts joined).
+func (e *Engine) crowded(x, y int64, ncpu int, fn func(x, y int64)) {
+	ev := e.edges[:0]
+	e.active.each(x, y, func(s *activeSeg) {
+		if s.State == Running {
+			ev = append(ev, edge{max(s.Start, x), 1}, edge{min(s.End, y), -1})
+		}
+	})
+	slices.SortFunc(ev, func(a, b edge) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.d, b.d)) })
+	e.edges = ev
+	n, from, open := 0, x, true // open: a part began at from
+	for _, v := range ev {
+		n += v.d
+		switch short := n < ncpu; {
+		case short && !open:
+			from, open = v.t, true
+		case !short && open:
+			if v.t > from {
+				fn(from, v.t)
+			}
+			open = false
+		}
+	}
+	if open && y > from {
+		fn(from, y)
+	}
+}
+
+// edge is a running segment's start (+1) or end (-1) in crowded.
+type edge struct {
+	t int64
+	d int
 }
 
 // emitCut emits st with the stretches of cuts (sorted by Start; each
