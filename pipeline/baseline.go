@@ -106,7 +106,12 @@ type Prior struct {
 	inFlight float64
 	// itlP99 is its p99 gap band (live.MatchBand compares a run's with it).
 	itlP99 *result.CriticalBand
+	// cpu is its server's CPU a token (nil: it measured none).
+	cpu *result.ServerCPU
 }
+
+// ServerCPU is its server's CPU a token (nil when it measured none).
+func (p *Prior) ServerCPU() *result.ServerCPU { return p.cpu }
 
 // Band is its p99 gap band (nil when it had none).
 func (p *Prior) Band() *result.CriticalBand { return p.itlP99 }
@@ -142,7 +147,7 @@ func LoadPrior(path string) (*Prior, error) {
 		return nil, fmt.Errorf("the baseline run %s has no critical path (a run of a bpfbench without it, or a run that walked no gap): record the quiet run again with bpfbench run", path)
 	}
 	p.Crit = critpath.Baseline{TTFT: nsOf(cp.NormalTTFTMs), ITL: nsOf(cp.NormalITLMs)}
-	p.itlP99 = cp.ITLP99
+	p.itlP99, p.cpu = cp.ITLP99, cp.ServerCPU
 	if _, gaps, err := readGaps(dir); err == nil && len(gaps) > 0 {
 		p.tail, p.haveTail = tailMean(slices.Values(gaps), p.Crit), true
 		p.inFlight = normalInFlight(gaps)
@@ -234,6 +239,7 @@ func Rebase(doc *result.Document, dir string, prior *Prior) error {
 	cp.Baseline = prior.Name()
 	rebase(cp, slices.Values(gaps), phases, prior.Crit, bt)
 	live.MatchBand(cp.ITLP99, prior.itlP99, prior.Name())
+	cp.ServerCPU.Compare(prior.cpu)
 	var ps []float64
 	if a := doc.Activity; a != nil {
 		ps = bandPercentiles(a)

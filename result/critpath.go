@@ -1,6 +1,8 @@
 package result
 
 import (
+	"fmt"
+
 	"github.com/bpfbench/bpfbench/result/cause"
 )
 
@@ -43,6 +45,63 @@ type CriticalPath struct {
 	Slowest []CriticalGap   `json:"slowest"`
 	Phases  []CriticalPhase `json:"phases,omitempty"`
 	Stats   CriticalStats   `json:"stats"`
+	// ServerCPU is what a token cost the server in CPU over the load,
+	// against which server_compute's growth is read.
+	ServerCPU *ServerCPU `json:"server_cpu,omitempty"`
+}
+
+// ServerCPU is the CPU time the kernel charged the server's processes
+// over the load (their user and system time and that of the children
+// they reaped, /proc/PID/stat) per generated token. With a baseline run
+// that measured its own, Ratio compares them: server_compute that grew
+// with the ratio is the same tokens costing more CPU (more work a token,
+// or a CPU that ran it slower: a shared core's caches, a sibling
+// hyperthread, its clock), not the server waiting.
+type ServerCPU struct {
+	Seconds float64 `json:"seconds"`
+	// Tokens are the tokens generated, PromptTokens the prompts' (every
+	// request sent within the readings, the warm-up's too).
+	Tokens       int     `json:"tokens"`
+	PromptTokens int     `json:"prompt_tokens"`
+	Processes    int     `json:"processes"`
+	MsPerToken   float64 `json:"ms_per_token"`
+	// ErrorMs bounds MsPerToken: the kernel counts in ticks of 10 ms,
+	// so two readings of each process are off by less than four.
+	ErrorMs float64 `json:"error_ms"`
+	// BaselineMsPerToken is the baseline run's, Ratio this run's over
+	// it, RatioLow and RatioHigh its bounds from both ErrorMs (the
+	// kernel's grain; two quiet runs of one server differ more).
+	BaselineMsPerToken float64 `json:"baseline_ms_per_token,omitempty"`
+	Ratio              float64 `json:"ratio,omitempty"`
+	RatioLow           float64 `json:"ratio_low,omitempty"`
+	RatioHigh          float64 `json:"ratio_high,omitempty"`
+	// NotCompared says why a baseline's figure was not compared.
+	NotCompared string `json:"not_compared,omitempty"`
+}
+
+// Compare sets the baseline's figures from base (its own ServerCPU):
+// nothing when either has no CPU or no tokens, and only a reason when
+// their prompts per generated token differ by more than a tenth (a
+// prefill's CPU is in the figure: another mix costs another amount).
+func (s *ServerCPU) Compare(base *ServerCPU) {
+	if s == nil {
+		return
+	}
+	s.BaselineMsPerToken, s.Ratio, s.RatioLow, s.RatioHigh, s.NotCompared = 0, 0, 0, 0, ""
+	if base == nil || s.MsPerToken <= 0 || base.MsPerToken <= 0 || s.Tokens <= 0 || base.Tokens <= 0 {
+		return
+	}
+	mix, bmix := float64(s.PromptTokens)/float64(s.Tokens), float64(base.PromptTokens)/float64(base.Tokens)
+	if d := mix - bmix; d > 0.1*bmix || d < -0.1*bmix {
+		s.NotCompared = fmt.Sprintf("prompt tokens per generated token %.3g here, %.3g in the baseline", mix, bmix)
+		return
+	}
+	s.BaselineMsPerToken = base.MsPerToken
+	s.Ratio = s.MsPerToken / base.MsPerToken
+	s.RatioLow = max(s.MsPerToken-s.ErrorMs, 0) / (base.MsPerToken + base.ErrorMs)
+	if d := base.MsPerToken - base.ErrorMs; d > 0 {
+		s.RatioHigh = (s.MsPerToken + s.ErrorMs) / d
+	}
 }
 
 // CriticalBand is a band of gaps: those at least FromMs long.

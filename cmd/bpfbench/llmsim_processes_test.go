@@ -21,7 +21,8 @@ import (
 // the first request, once bpfbench follows the frontend (followed through
 // the scheduler's fork records); otherwise at once, before bpfbench starts
 // (followed as a child the target already has, as vLLM's EngineCore).
-func startTwoProcessSim(t *testing.T, dir string, lazy bool) (url string, frontend, engine int) {
+// extra are more of llmsim's flags.
+func startTwoProcessSim(t *testing.T, dir string, lazy bool, extra ...string) (url string, frontend, engine int) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -40,6 +41,7 @@ func startTwoProcessSim(t *testing.T, dir string, lazy bool) (url string, fronte
 	if lazy {
 		args = append(args, "--engine-lazy")
 	}
+	args = append(args, extra...) // a flag given again overrides
 	cmd := exec.Command("taskset", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {

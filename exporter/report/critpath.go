@@ -33,6 +33,9 @@ func CriticalPathLines(cp *result.CriticalPath) []string {
 		}
 		out = append(out, l)
 	}
+	if c := cp.ServerCPU; c != nil {
+		out = append(out, ServerCPULine(c, cp.ITLP99))
+	}
 	if len(cp.Slowest) > 0 {
 		out = append(out, "the slowest gap is "+GapLine(cp.Slowest[0]))
 	}
@@ -124,4 +127,33 @@ func stepParts(steps []result.CriticalStep, k int) []string {
 		out = append(out, fmtMs(sums[key])+" "+key)
 	}
 	return out
+}
+
+// ServerCPULine is the server's CPU a token, against the baseline run's
+// when there was one. Where it grew beyond the 10% two quiet runs of one
+// server differ by (its lower bound over 1.1) and server_compute holds a
+// tenth or more of the p99 band's excess (b), the line says that time is
+// the same tokens costing more CPU, not the server waiting.
+func ServerCPULine(c *result.ServerCPU, b *result.CriticalBand) string {
+	l := fmt.Sprintf("the server's CPU a token: %s (±%s; the kernel's account of its %d processes over the load, %d tokens)",
+		fmtMs(c.MsPerToken), fmtMs(c.ErrorMs), c.Processes, c.Tokens)
+	switch {
+	case c.NotCompared != "":
+		l += "; not compared with the baseline's: " + c.NotCompared
+	case c.Ratio > 0:
+		l += fmt.Sprintf("; %.2fx the baseline's %s (%.2f-%.2fx)", c.Ratio, fmtMs(c.BaselineMsPerToken), c.RatioLow, c.RatioHigh)
+		if sc := bandShare(b, "server_compute"); c.RatioLow > 1.1 && sc >= 0.1 {
+			l += fmt.Sprintf(": the p99 band's server_compute (%s of its excess) is the same tokens costing more CPU "+
+				"(more work a token, or a CPU that ran it slower: a shared core's caches, a sibling hyperthread, its clock), not the server waiting", fmtPct(sc))
+		}
+	}
+	return l
+}
+
+// bandShare is cause's share of b's excess (0 without one).
+func bandShare(b *result.CriticalBand, cause string) float64 {
+	if b == nil || b.ExcessMs <= 0 {
+		return 0
+	}
+	return b.ExcessShares[cause]
 }

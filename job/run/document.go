@@ -30,6 +30,12 @@ func (r *run) assemble(out *RunResult, res *loadgen.Result, st collected, base c
 	doc.Timeline = pipeline.Timeline(res, blames)
 	doc.Phases = pipeline.Phases(res, blames, base, marks)
 	doc.CriticalPath = pipe.CriticalPath(res, cfg.Prior)
+	if cp := doc.CriticalPath; cp != nil {
+		cp.ServerCPU = r.cpu.result(res)
+		if cfg.Prior != nil {
+			cp.ServerCPU.Compare(cfg.Prior.ServerCPU())
+		}
+	}
 	pipe.Attribute(doc, res, percentiles)
 	if via != nil {
 		doc.Gateway = pipe.Gateway(res, viaComm(cfg.ViaPid), via, sm.result())

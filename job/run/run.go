@@ -187,7 +187,8 @@ func Run(ctx context.Context, cfg RunConfig) (*RunResult, error) {
 func newRun(ctx context.Context, cfg RunConfig, log *slog.Logger, src source) (*run, error) {
 	// The manifest is taken first, while the target is surely alive and
 	// before the load, whose timing its reads (hashes) would disturb.
-	r := &run{cfg: cfg, log: log, src: src, man: collectManifest(cfg, src.localPid(), log), marks: &pipeline.PhaseMarks{}}
+	r := &run{cfg: cfg, log: log, src: src, man: collectManifest(cfg, src.localPid(), log), marks: &pipeline.PhaseMarks{},
+		cpu: newServerCPU(src.localPid(), cfg.Roots)}
 	var err error
 	if r.sm, err = NewServerMetrics(ctx, cfg, log); err != nil {
 		return nil, err
@@ -274,6 +275,8 @@ type run struct {
 	plan *loadgen.Plan
 
 	loadStartNs, loadEndNs int64
+	// cpu is the server's CPU over the load.
+	cpu *serverCPU
 	// stoppedNs and stoppedReason are set when the target exited during
 	// the run (by the exit watcher; read once its group is done).
 	stoppedNs     int64
@@ -340,10 +343,12 @@ func (r *run) collect(ctx context.Context) (*loadgen.Result, error) {
 		// are then too few to start one, and its mark workers would take
 		// CPU from the server while it is measured.
 		runtime.GC()
+		r.cpu.start()
 		r.loadStartNs = clock.Now()
 		r.pipe.SetRunStart(r.loadStartNs)
 		res, loadErr = loadgen.RunPlan(loadCtx, r.cfg.Load, r.plan)
 		r.loadEndNs = clock.Now()
+		r.cpu.end()
 		return nil
 	})
 	_ = load.Wait()
