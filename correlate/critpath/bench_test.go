@@ -15,11 +15,21 @@ import (
 // them side by side:
 //
 //	go test -run '^$' -bench 'CritPath|UnionEngine' -benchtime 3x ./correlate/critpath/
+//
+// (CritPathCrowded: the same with the crowded sibling rule on.)
 var benchRun = sync.OnceValue(func() *timeline {
 	return genTimeline(42, 16, 20_000*ms, 64)
 })
 
-func BenchmarkCritPath(b *testing.B) {
+func BenchmarkCritPath(b *testing.B) { benchCritPath(b, Options{Keep: 500 * ms}) }
+
+// BenchmarkCritPathCrowded is BenchmarkCritPath with the processes'
+// CPUs known (two): the crowded sibling rule's cost is the difference.
+func BenchmarkCritPathCrowded(b *testing.B) {
+	benchCritPath(b, Options{Keep: 500 * ms, CPUs: func(uint32) int { return 2 }})
+}
+
+func benchCritPath(b *testing.B, opt Options) {
 	tl := benchRun()
 	ev := tl.events()
 	slicesSortStable(ev)
@@ -27,7 +37,7 @@ func BenchmarkCritPath(b *testing.B) {
 	var gaps int
 	start := time.Now()
 	for range b.N {
-		e := New(Options{Keep: 500 * ms})
+		e := New(opt)
 		gaps = 0
 		for i, x := range ev {
 			tl.add(e, x)

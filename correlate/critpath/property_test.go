@@ -7,13 +7,22 @@ import (
 
 var seeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
 
+// propertyOptions: an odd seed's processes have two CPUs (the crowded
+// sibling rule on), an even seed's an unknown number.
+func propertyOptions(seed uint64) Options {
+	if seed%2 == 0 {
+		return Options{}
+	}
+	return Options{CPUs: func(uint32) int { return 2 }}
+}
+
 // Random graphs: every gap's steps tile it and its causes sum to it.
 func TestPropertyPartsSumToGap(t *testing.T) {
 	var agg Aggregate
-	var hops uint64
+	var hops, crowded uint64
 	for _, seed := range seeds {
 		tl := genTimeline(seed, 2+int(seed%5), 1000*ms, 4+int(seed%9))
-		gs, st := tl.batchStats(Options{})
+		gs, st := tl.batchStats(propertyOptions(seed))
 		hops += st.Hops
 		if len(gs) != len(tl.reads) {
 			t.Fatalf("seed %d: %d gaps of %d reads", seed, len(gs), len(tl.reads))
@@ -21,6 +30,11 @@ func TestPropertyPartsSumToGap(t *testing.T) {
 		for _, g := range gs {
 			checkSums(t, g)
 			agg.Add(g)
+			for _, st := range g.Steps {
+				if st.Note == NoteSiblingCrowded {
+					crowded++
+				}
+			}
 			x := g.Excess(Baseline{ITL: Normal{ServerCompute: 5 * ms}})
 			var ns int64
 			var sh float64
@@ -40,8 +54,8 @@ func TestPropertyPartsSumToGap(t *testing.T) {
 	if sum != agg.GapNs {
 		t.Errorf("aggregate: %d of %d", sum, agg.GapNs)
 	}
-	t.Logf("%d gaps; unexplained %.1f%% of gap time (holes and lost wakers by construction), cpu_runqueue %.1f%%, net_backpressure %.1f%%; neighbours %d; hops %d",
-		agg.Gaps, 100*agg.Fraction(Unexplained), 100*agg.Fraction(CPURunqueue), 100*agg.Fraction(NetBackpressure), len(agg.Neighbours()), hops)
+	t.Logf("%d gaps; unexplained %.1f%% of gap time (holes and lost wakers by construction), cpu_runqueue %.1f%%, net_backpressure %.1f%%; neighbours %d; hops %d; crowded sibling steps %d",
+		agg.Gaps, 100*agg.Fraction(Unexplained), 100*agg.Fraction(CPURunqueue), 100*agg.Fraction(NetBackpressure), len(agg.Neighbours()), hops, crowded)
 }
 
 // Shifting every timestamp by a constant changes nothing.
@@ -72,9 +86,9 @@ func TestPropertyShift(t *testing.T) {
 func TestPropertyOrderWithinLateness(t *testing.T) {
 	for _, seed := range seeds[:4] {
 		tl := genTimeline(seed, 5, 500*ms, 6)
-		want := tl.batch(Options{})
+		want := tl.batch(propertyOptions(seed))
 		for perm := uint64(1); perm <= 4; perm++ {
-			opt := Options{}
+			opt := propertyOptions(seed)
 			if perm == 4 {
 				opt.Keep = 300 * ms // pruning as it goes: longer than any gap plus the lateness
 			}

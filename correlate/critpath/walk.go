@@ -518,10 +518,6 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 		return
 	}
 	ws := e.sibWaits[:0]
-	ncpu := 0
-	if e.opt.CPUs != nil {
-		ncpu = e.opt.CPUs(h.th.Tgid)
-	}
 	var most int64
 	var outsider Thread
 	crowd := e.crowd[:0]
@@ -548,7 +544,7 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 					switch {
 					case !target:
 						ws = append(ws, siblingWait{lo, hi, sg.Thread, ho.Thread, NoteSiblingWait})
-					case ncpu > 0:
+					case e.opt.CPUs != nil:
 						crowd = append(crowd, siblingWait{lo, hi, sg.Thread, Thread{}, NoteSiblingCrowded})
 					}
 				}
@@ -556,7 +552,13 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 			}
 		}
 	}
-	if len(crowd) > 0 && outsider.Tid == 0 {
+	ncpu := 0
+	if len(crowd) > 0 {
+		ncpu = e.opt.CPUs(h.th.Tgid) // asked only when a sibling waited behind its own
+	}
+	if ncpu <= 0 {
+		crowd = crowd[:0]
+	} else if outsider.Tid == 0 {
 		_, outsider = e.starvedBefore(h.th, st.Start, st.End)
 	}
 	for _, c := range crowd {
