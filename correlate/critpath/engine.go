@@ -168,7 +168,7 @@ type Engine struct {
 	// sibWaits and cuts are scratch space of siblingWaits and emitCut's callers.
 	sibWaits, crowd []siblingWait
 	cuts            []Step
-	edges           []edge // crowded's
+	ups, downs      []int64 // crowded's
 	// claims (by rank), claimSteps, free, free2 and painted are meanwhile's;
 	// histList the threads' histories by tid (nil: to rebuild).
 	claims      [numRanks][]claim

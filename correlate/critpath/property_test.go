@@ -7,13 +7,16 @@ import (
 
 var seeds = []uint64{1, 2, 3, 4, 5, 6, 7, 8}
 
+// two: every process has two CPUs (the crowded sibling rule on).
+func two(uint32) int { return 2 }
+
 // propertyOptions: an odd seed's processes have two CPUs (the crowded
 // sibling rule on), an even seed's an unknown number.
 func propertyOptions(seed uint64) Options {
 	if seed%2 == 0 {
 		return Options{}
 	}
-	return Options{CPUs: func(uint32) int { return 2 }}
+	return Options{CPUs: two}
 }
 
 // Random graphs: every gap's steps tile it and its causes sum to it.
@@ -136,20 +139,20 @@ func sortEvents(ev []event) {
 	slicesSortStable(ev)
 }
 
-// The timed-wait rule's claims from the active index are those of the
-// search of every thread's history: the same gaps, step for step, in one
-// batch and in a stream pruned as it goes.
+// The timed-wait rule's claims and the crowded sibling rule's parts from
+// the active index are those of the search of every thread's history: the
+// same gaps, step for step, in one batch and in a stream pruned as it goes.
 func TestPropertyActiveIndex(t *testing.T) {
 	var sleeps uint64
 	for seed := uint64(1); seed <= 40; seed++ {
 		tl := genTimeline(seed, 2+int(seed%7), 1000*ms, 3+int(seed%9))
-		want, st := tl.batchStats(Options{scanThreads: true})
+		want, st := tl.batchStats(Options{scanThreads: true, CPUs: two})
 		sleeps += st.NoEdgeSleeps
-		got := tl.batch(Options{indexAlways: true})
+		got := tl.batch(Options{indexAlways: true, CPUs: two})
 		for _, keep := range []int64{0, 300 * ms} {
 			if keep > 0 {
-				want = tl.stream(Options{scanThreads: true, Keep: keep}, seed, 30*ms)
-				got = tl.stream(Options{indexAlways: true, Keep: keep}, seed, 30*ms)
+				want = tl.stream(Options{scanThreads: true, Keep: keep, CPUs: two}, seed, 30*ms)
+				got = tl.stream(Options{indexAlways: true, Keep: keep, CPUs: two}, seed, 30*ms)
 			}
 			if len(got) != len(want) {
 				t.Fatalf("seed %d keep %d: %d gaps, want %d", seed, keep, len(got), len(want))

@@ -117,12 +117,7 @@ func (e *Engine) meanwhile(h *history, st Step) {
 // threads' states claim of st, a sleep of h: by searching each thread's
 // history or, past scanThreadsUpTo threads, the active index.
 func (e *Engine) findClaims(h *history, st Step) {
-	if e.histList == nil {
-		for _, o := range e.threads {
-			e.histList = append(e.histList, o)
-		}
-		slices.SortFunc(e.histList, func(a, b *history) int { return cmp.Compare(a.th.Tid, b.th.Tid) })
-	}
+	e.histories()
 	e.claimSteps = e.claimSteps[:0]
 	for r := range e.claims {
 		e.claims[r] = e.claims[r][:0]
@@ -138,6 +133,18 @@ func (e *Engine) findClaims(h *history, st Step) {
 	} else {
 		e.activeClaims(h, st)
 	}
+}
+
+// histories is every target thread's history by tid (histList, built
+// again once a thread came or went).
+func (e *Engine) histories() []*history {
+	if e.histList == nil {
+		for _, o := range e.threads {
+			e.histList = append(e.histList, o)
+		}
+		slices.SortFunc(e.histList, func(a, b *history) int { return cmp.Compare(a.th.Tid, b.th.Tid) })
+	}
+	return e.histList
 }
 
 // paintClaims lays the claims over st, rank by rank, each thread's claims

@@ -589,23 +589,50 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 // crowded calls fn with the parts of [x, y] during which fewer of the
 // targets' threads ran than ncpu (adjacent parts joined).
 func (e *Engine) crowded(x, y int64, ncpu int, fn func(x, y int64)) {
-	ev := e.edges[:0]
-	e.active.each(x, y, func(s *activeSeg) {
-		if s.State == Running {
-			ev = append(ev, edge{max(s.Start, x), 1}, edge{min(s.End, y), -1})
+	ups, downs := e.ups[:0], e.downs[:0]
+	if e.opt.scanThreads || (!e.opt.indexAlways && len(e.threads) <= scanThreadsUpTo) {
+		// A few threads: each one's segments searched (the active index
+		// reads every bucket from x less its longest entry).
+		for _, o := range e.histories() {
+			s := o.segs
+			for i := sort.Search(len(s), func(j int) bool { return s[j].End > x }); i < len(s) && s[i].Start < y; i++ {
+				if s[i].State == Running {
+					ups, downs = append(ups, max(s[i].Start, x)), append(downs, min(s[i].End, y))
+				}
+			}
 		}
-	})
-	slices.SortFunc(ev, func(a, b edge) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.d, b.d)) })
-	e.edges = ev
+	} else {
+		e.active.each(x, y, func(s *activeSeg) {
+			if s.State == Running {
+				ups, downs = append(ups, max(s.Start, x)), append(downs, min(s.End, y))
+			}
+		})
+	}
+	e.ups, e.downs = ups, downs
+	if len(ups) < ncpu { // never as many running at once
+		fn(x, y)
+		return
+	}
+	slices.Sort(ups)
+	slices.Sort(downs)
+	// Merge the two in time order, an end before a start at the same
+	// time: n is how many ran just after t.
 	n, from, open := 0, x, true // open: a part began at from
-	for _, v := range ev {
-		n += v.d
+	for i, j := 0, 0; i < len(ups) || j < len(downs); {
+		var t int64
+		if j < len(downs) && (i == len(ups) || downs[j] <= ups[i]) {
+			t, n = downs[j], n-1
+			j++
+		} else {
+			t, n = ups[i], n+1
+			i++
+		}
 		switch short := n < ncpu; {
 		case short && !open:
-			from, open = v.t, true
+			from, open = t, true
 		case !short && open:
-			if v.t > from {
-				fn(from, v.t)
+			if t > from {
+				fn(from, t)
 			}
 			open = false
 		}
@@ -613,12 +640,6 @@ func (e *Engine) crowded(x, y int64, ncpu int, fn func(x, y int64)) {
 	if open && y > from {
 		fn(from, y)
 	}
-}
-
-// edge is a running segment's start (+1) or end (-1) in crowded.
-type edge struct {
-	t int64
-	d int
 }
 
 // emitCut emits st with the stretches of cuts (sorted by Start; each
