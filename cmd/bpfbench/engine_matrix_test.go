@@ -470,8 +470,12 @@ func judgeContended(t *testing.T, c matrixCell, r *matrixResult, doc *result.Doc
 	if len(cp.Slowest) > 0 {
 		r.slowest = matrixGap(cp.Slowest[0])
 	}
-	t.Logf("%s attempt %d: quiet p99 ITL %.2f ms, contended %.2f ms; server CPU a token %.2f then %.2f ms (%.2fx); p99 gap band from %.2f ms (%d gaps), excess %.1f ms, shares %s; unexplained %.4f; neighbours %+v; requests_deferred peak %.0f; busy process [%d]: %s",
-		c.name, attempt, r.quietP99, r.contP99, 1e3*r.quietCPUTok, 1e3*r.contCPUTok, r.inflation(), b.FromMs, b.Gaps, b.ExcessMs, matrixShares(b.ExcessShares), r.unexplained, cp.NoisyNeighbours, r.deferredPeak, busyPid, r.burnt)
+	var said string // bpfbench's own ratio
+	if sc := cp.ServerCPU; sc != nil {
+		said = fmt.Sprintf(", bpfbench's %.2fx (%.2f-%.2f)", sc.Ratio, sc.RatioLow, sc.RatioHigh)
+	}
+	t.Logf("%s attempt %d: quiet p99 ITL %.2f ms, contended %.2f ms; server CPU a token %.2f then %.2f ms (%.2fx%s); p99 gap band from %.2f ms (%d gaps), excess %.1f ms, shares %s; unexplained %.4f; neighbours %+v; requests_deferred peak %.0f; busy process [%d]: %s",
+		c.name, attempt, r.quietP99, r.contP99, 1e3*r.quietCPUTok, 1e3*r.contCPUTok, r.inflation(), said, b.FromMs, b.Gaps, b.ExcessMs, matrixShares(b.ExcessShares), r.unexplained, cp.NoisyNeighbours, r.deferredPeak, busyPid, r.burnt)
 }
 
 // slowReader is an attempt of the slow-reading client (validate's client
