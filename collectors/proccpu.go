@@ -1,10 +1,6 @@
 package collectors
 
-import (
-	"os"
-	"strconv"
-	"strings"
-)
+import "strconv"
 
 // UserHZ is the unit of the CPU times /proc/PID/stat gives: Linux's ABI
 // fixes USER_HZ at 100 on every architecture it runs servers on.
@@ -18,18 +14,9 @@ const UserHZ = 100
 // a difference of two readings is off by less than four ticks a process.
 func TreeCPU(proc string, pids []int) (ns int64, n int) {
 	for _, pid := range pids {
-		b, err := os.ReadFile(proc + "/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
 		// After the comm: state is field 3, utime 14, stime 15, cutime
 		// 16, cstime 17.
-		f := strings.Fields(s[i+1:])
+		f := statFields(proc, pid)
 		if len(f) < 15 {
 			continue
 		}

@@ -164,19 +164,26 @@ func cgroupPath(mountinfo, arg string) (string, error) {
 
 // ParentPid is the parent of pid in proc ("/proc"; 0 when unknown).
 func ParentPid(proc string, pid int) int {
-	b, err := os.ReadFile(proc + "/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
+	f := statFields(proc, pid)
 	if len(f) < 2 {
 		return 0
 	}
 	p, _ := strconv.Atoi(f[1])
 	return p
+}
+
+// statFields are the fields of proc/PID/stat after the command's name
+// (f[0] is the state, field 3), nil when it cannot be read: a name may
+// hold spaces and parentheses, so the fields start after the last ')'.
+func statFields(proc string, pid int) []string {
+	b, err := os.ReadFile(proc + "/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return nil
+	}
+	return strings.Fields(s[i+1:])
 }

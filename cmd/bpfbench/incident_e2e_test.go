@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/incident"
 	"github.com/bpfbench/bpfbench/internal/clock"
 	"github.com/bpfbench/bpfbench/internal/engine"
@@ -193,16 +194,13 @@ func openInChromium(t *testing.T, page, want string) {
 	}
 }
 
-// procCPUSeconds is a process's user and system CPU time.
+// procCPUSeconds is a process's CPU time (collectors.TreeCPU: user and
+// system, and its reaped children's).
 func procCPUSeconds(t *testing.T, pid int) float64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
+	ns, n := collectors.TreeCPU("/proc", []int{pid})
+	if n == 0 {
+		t.Fatalf("no /proc/%d/stat", pid)
 	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-	ut, _ := strconv.ParseFloat(f[11], 64)
-	st, _ := strconv.ParseFloat(f[12], 64)
-	return (ut + st) / 100 // USER_HZ
+	return float64(ns) / 1e9
 }
