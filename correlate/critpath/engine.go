@@ -169,6 +169,7 @@ type Engine struct {
 	sibWaits, crowd []siblingWait
 	cuts            []Step
 	ups, downs      []int64 // crowded's
+	crowdParts      []span  // siblingWaits' crowded stretches
 	// claims (by rank), claimSteps, free, free2 and painted are meanwhile's;
 	// histList the threads' histories by tid (nil: to rebuild).
 	claims      [numRanks][]claim

@@ -556,16 +556,14 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 	if len(crowd) > 0 {
 		ncpu = e.opt.CPUs(h.th.Tgid) // asked only when a sibling waited behind its own
 	}
-	if ncpu <= 0 {
+	if ncpu <= 1 {
+		// Unknown, or one CPU: the holder itself ran during each wait,
+		// so never fewer of the targets' threads ran than the CPUs.
 		crowd = crowd[:0]
 	} else if outsider.Tid == 0 {
 		_, outsider = e.starvedBefore(h.th, st.Start, st.End)
 	}
-	for _, c := range crowd {
-		e.crowded(c.start, c.end, ncpu, func(lo, hi int64) {
-			ws = append(ws, siblingWait{lo, hi, c.thread, outsider, c.note})
-		})
-	}
+	ws = e.crowdedWaits(ws, crowd, ncpu, outsider)
 	e.sibWaits, e.crowd = ws, crowd
 	if len(ws) == 0 {
 		e.emit(st)
@@ -584,6 +582,31 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 	}
 	e.cuts = cuts
 	e.stats.SiblingWaits += uint64(e.emitCut(st, cuts))
+}
+
+// crowdedWaits appends to ws the parts of the waits behind the targets'
+// own threads (crowd) during which they were crowded, outsider named.
+// The targets' running threads are counted once over every wait's
+// stretch, not once a wait: a sibling of a busy engine waits behind its
+// own many times in a step.
+func (e *Engine) crowdedWaits(ws, crowd []siblingWait, ncpu int, outsider Thread) []siblingWait {
+	if len(crowd) == 0 {
+		return ws
+	}
+	lo, hi := crowd[0].start, crowd[0].end
+	for _, c := range crowd[1:] {
+		lo, hi = min(lo, c.start), max(hi, c.end)
+	}
+	parts := e.crowdParts[:0]
+	e.crowded(lo, hi, ncpu, func(x, y int64) { parts = append(parts, span{x, y}) })
+	e.crowdParts = parts
+	for _, c := range crowd {
+		i := sort.Search(len(parts), func(j int) bool { return parts[j].end > c.start })
+		for ; i < len(parts) && parts[i].start < c.end; i++ {
+			ws = append(ws, siblingWait{max(parts[i].start, c.start), min(parts[i].end, c.end), c.thread, outsider, c.note})
+		}
+	}
+	return ws
 }
 
 // crowded calls fn with the parts of [x, y] during which fewer of the
