@@ -101,9 +101,8 @@ var matrixCells = []matrixCell{
 // saturation cell must have queued requests in the engine (its
 // requests_deferred). Then the same contended load once more, sent by
 // `bpfbench load` while `bpfbench attach PID --baseline QUIET` follows the
-// server: the live view must name cpu_runqueue on top and the busy
-// process first, its shares tabled against the run's bar (attachRun,
-// judgeLive). Then a slow-reading client on the engine (validate's
+// server: the live view must meet the run's bar and name the busy
+// process first (attachRun, judgeLive). Then a slow-reading client on the engine (validate's
 // client injection): at least 80% of the slow request's pause (its longest
 // gap) on its own connection (net_backpressure or client); validate's own
 // verdict on the phase is logged. The whole matrix is

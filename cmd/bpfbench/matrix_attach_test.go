@@ -127,14 +127,13 @@ func loadArgs(runArgs []string) []string {
 	return out
 }
 
-// judgeLive holds attach's live view of a contended load: cpu_runqueue on
-// top of what the p99 gap band added over the quiet run's (live.MatchBand)
-// and the busy process the first noisy neighbour. Its shares are logged
-// and tabled against the run's bar (cpu_runqueue at least 60%,
-// server_compute at most 20%), not held to it: the live view walks the
-// server's writes, has no batch rule, and on this host rounds of the same
-// cell read server_compute 0-0.28 (docs/measurements.md, "attach on every
-// cell of the engine matrices").
+// judgeLive holds attach's live view of a contended load to the run's
+// bar: cpu_runqueue on top of what the p99 gap band added over the quiet
+// run's (live.MatchBand) with at least 60% of it, server_compute at most
+// 20%, and the busy process the first noisy neighbour. A miss runs the
+// cell again (matrixAttempts): rounds of one cell read server_compute
+// 0-0.28 before the live prefill rule and the crowded sibling rule
+// (docs/measurements.md, "attach on every cell of the engine matrices").
 func judgeLive(r live.Result, err error, busyPid int) (v liveVerdict) {
 	if err != nil {
 		v.problems = append(v.problems, err.Error())
@@ -148,8 +147,12 @@ func judgeLive(r live.Result, err error, busyPid int) (v liveVerdict) {
 		return v
 	}
 	v.top, v.cpuShare, v.compute = b.Top, b.ExcessShares["cpu_runqueue"], b.ExcessShares["server_compute"]
-	if v.top != "cpu_runqueue" {
+	switch {
+	case v.top != "cpu_runqueue":
 		v.problems = append(v.problems, fmt.Sprintf("attach: p99 gap excess top %s (shares %s), want cpu_runqueue", v.top, matrixShares(b.ExcessShares)))
+	case v.cpuShare < 0.6 || v.compute > 0.2:
+		v.problems = append(v.problems, fmt.Sprintf("attach: p99 gap excess cpu_runqueue %.2f, server_compute %.2f (shares %s), want at least 0.60 and at most 0.20",
+			v.cpuShare, v.compute, matrixShares(b.ExcessShares)))
 	}
 	var first bool
 	if v.busy, first = busyRank(cp.NoisyNeighbours, busyPid); !first {

@@ -64,8 +64,8 @@ type torchResult struct {
 // with at least 60% of the p99 gap's excess, server_compute at most 20%,
 // at most 10% of the gap time unexplained, and the busy process first
 // among the noisy neighbours; and attach's live view of the same
-// contended load sent once more (attachRun) cpu_runqueue on top, its
-// shares tabled. A cell that
+// contended load sent once more (attachRun) held to the same bar
+// (judgeLive). A cell that
 // misses runs again, up to matrixAttempts; the table is logged.
 // BPFBENCH_MATRIX_KEEP and BPFBENCH_MATRIX_CELLS work as in
 // TestRealEngineMatrix.
