@@ -80,7 +80,7 @@ var (
 		"The token gaps a target's flight recorder holds (the last incidents.recorder_window).",
 		[]string{"target"}, nil)
 	liveUnwalkedDesc = prometheus.NewDesc("bpfbench_live_gaps_unwalked_total",
-		"Gaps and first bytes of a target the live view did not walk, all below the running p90 and in the histograms: left out of the uniform sample walked while the walk costs over its target (reason sampled: the cause seconds estimate them), or over its budget (reason budget, 5% of a CPU over all live targets: not in the cause seconds, which then cover the walked gaps).",
+		"Gaps and first bytes of a target the live view did not walk, all in the histograms: below the running p90, left out of the uniform sample walked while the walk costs over its target (reason sampled: the cause seconds estimate them), or over its budget (reason budget, 5% of a CPU over all live targets: not in the cause seconds, which then cover the walked gaps); at or above the p90, over its ceiling (reason ceiling, four times the budget: overload, the p99 bands' causes cover their walked gaps).",
 		[]string{"target", "reason"}, nil)
 	liveDroppedDesc = prometheus.NewDesc("bpfbench_live_spans_dropped_total",
 		"Spans the live view of a target left out: held beyond its bound of history (reason held), or come after their gaps were walked (reason late).",
@@ -598,7 +598,7 @@ func newLog2() hist.Log2 { return hist.Log2{Slots: make([]uint64, 64)} }
 func addTotals(a, b live.Totals) live.Totals {
 	out := live.Totals{Gap: newLog2(), FirstByte: newLog2(), Active: b.Active,
 		Dropped: a.Dropped + b.Dropped, Late: a.Late + b.Late, Unwalked: a.Unwalked + b.Unwalked,
-		SampledOut: a.SampledOut + b.SampledOut}
+		UnwalkedSlow: a.UnwalkedSlow + b.UnwalkedSlow, SampledOut: a.SampledOut + b.SampledOut}
 	out.Gap.Add(a.Gap)
 	out.Gap.Add(b.Gap)
 	out.FirstByte.Add(a.FirstByte)
@@ -640,7 +640,8 @@ func (v *liveViews) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(streamsActiveDesc, prometheus.GaugeValue, float64(t.Active), name)
 		ch <- prometheus.MustNewConstMetric(liveDroppedDesc, prometheus.CounterValue, float64(t.Dropped), name, "held")
 		ch <- prometheus.MustNewConstMetric(liveDroppedDesc, prometheus.CounterValue, float64(t.Late), name, "late")
-		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.Unwalked), name, "budget")
+		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.Unwalked-t.UnwalkedSlow), name, "budget")
+		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.UnwalkedSlow), name, "ceiling")
 		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.SampledOut), name, "sampled")
 		if lt.run != nil && lt.run.rec != nil {
 			st := lt.run.rec.Stats()

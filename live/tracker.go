@@ -67,7 +67,12 @@ type Options struct {
 	// (counted as unwalked; their durations are kept) until it fills
 	// again. A server whose gaps cost more to walk than the live view can
 	// spend (thousands of connections, thousands of threads) keeps its
-	// slowest tenth walked, and its cause totals cover the walked gaps.
+	// slowest tenth walked, and its cause totals cover the walked gaps,
+	// up to a ceiling: a second bucket that fills at ceilingFactor times
+	// the budget (10 s's worth) and every walk empties; while it is empty
+	// the slowest gaps are left out too (counted apart,
+	// Summary.UnwalkedSlowGaps), so that no server makes the walk take
+	// more than ceilingFactor times its budget, and a burst.
 	// Advance must then be called in real time.
 	WalkBudget float64
 	// WalkTarget is the fraction of one CPU the walk aims at (0: every
@@ -103,6 +108,10 @@ const maxStride = 64
 // walkBurst is how much time's worth of the walk's budget it keeps (10 s:
 // at 5%, 500 ms of walking), so that a burst is not shed.
 const walkBurst = 10e9
+
+// ceilingFactor is the walk's ceiling over its budget (WalkBudget): the
+// gaps at or above the p90 are walked within it (overCeiling).
+const ceilingFactor = 4
 
 // finishBudget bounds the walk of Finish's gaps below the p90 (the
 // session's end: a stopped command must not walk for minutes).
@@ -166,13 +175,17 @@ type Tracker struct {
 	// start; lastAdvance is when the previous advance started.
 	walkFrom, walkAllow, lastAdvance int64
 	thr                              [2]int64
-	// thrExact are the p95s: the gaps at or above them are always walked
-	// (the p99 bands stay exact); between the p90 and the p95 the walk
+	// thrExact are the p95s: the gaps at or above them are walked (the
+	// p99 bands stay exact) within the ceiling (ceilAllow: what is left
+	// of its bucket, overCeiling); between the p90 and the p95 the walk
 	// samples with stride2 once stride is at its bound (WalkTarget).
-	thrExact [2]int64
-	// unwalked gaps (skip) and their time.
-	unwalked   uint64
-	unwalkedNs int64
+	thrExact  [2]int64
+	ceilAllow int64
+	// unwalked gaps (skip) and their time; unwalkedSlow those of them at
+	// or above the p90, left out over the ceiling.
+	unwalked     uint64
+	unwalkedNs   int64
+	unwalkedSlow uint64
 	// The sample below the p90 (Options.WalkTarget): 1 in stride walked
 	// (strideMax the largest so far), weight the next walked gap's (set
 	// by skip; 0 is 1); sampledOut the gaps left out of it and their
@@ -386,10 +399,13 @@ func (t *Tracker) advance(wm, now int64) {
 	switch {
 	case now == math.MaxInt64:
 		t.walkAllow = max(t.walkAllow, finishBudget)
+		t.ceilAllow = max(t.ceilAllow, finishBudget)
 	case t.lastAdvance > 0:
-		t.walkAllow = min(t.walkAllow+int64(t.opt.WalkBudget*float64(wall-t.lastAdvance)), burst)
+		fill := t.opt.WalkBudget * float64(wall-t.lastAdvance)
+		t.walkAllow = min(t.walkAllow+int64(fill), burst)
+		t.ceilAllow = min(t.ceilAllow+int64(ceilingFactor*fill), ceilingFactor*burst)
 	default:
-		t.walkAllow = burst
+		t.walkAllow, t.ceilAllow = burst, ceilingFactor*burst
 	}
 	elapsed := wall - t.lastAdvance
 	if t.lastAdvance == 0 {
@@ -404,6 +420,7 @@ func (t *Tracker) advance(wm, now int64) {
 	spent := t.spend() - t.walkFrom
 	if t.opt.WalkBudget > 0 {
 		t.walkAllow -= spent
+		t.ceilAllow -= spent
 	}
 	if t.opt.WalkTarget > 0 && now != math.MaxInt64 && elapsed > 0 {
 		t.adaptStride(float64(spent) / float64(elapsed))
@@ -481,8 +498,20 @@ func (t *Tracker) skip(r critpath.Read) bool {
 		kind = 0
 	}
 	t.weight = 1
-	if t.thr[kind] <= 0 || d >= t.thrExact[kind] {
-		return false
+	if t.thr[kind] <= 0 || d >= t.thr[kind] {
+		// At or above the p90: walked (sampled between the p90 and the
+		// p95) unless the walk is past its ceiling. The clock is read
+		// for these only (a tenth of the gaps).
+		if t.overCeiling() {
+			t.leaveOut(r, kind)
+			t.unwalked++
+			t.unwalkedNs += d
+			t.unwalkedSlow++
+			return true
+		}
+		if t.thr[kind] <= 0 || d >= t.thrExact[kind] {
+			return false
+		}
 	}
 	stride := t.stride2
 	if d < t.thr[kind] {
@@ -508,6 +537,14 @@ func (t *Tracker) skip(r critpath.Read) bool {
 	}
 	t.weight = stride
 	return false
+}
+
+// overCeiling says whether the walk has emptied its ceiling's bucket
+// (under t.mu): overload (a server of thousands of threads, whose slowest
+// tenth alone costs more than ceilingFactor times the budget), in which
+// even the slowest gaps are left out until the bucket fills again.
+func (t *Tracker) overCeiling() bool {
+	return t.opt.WalkBudget > 0 && t.spend()-t.walkFrom >= t.ceilAllow
 }
 
 // leaveOut takes r unwalked: its duration, not its causes (under t.mu).
@@ -809,12 +846,16 @@ type Summary struct {
 	Gaps       uint64 `json:"gaps"`
 	FirstBytes uint64 `json:"first_bytes"`
 	// UnwalkedGaps were left unwalked, the walk over its budget
-	// (Options.WalkBudget): each below the p90 of its kind so far, in the
-	// distributions, the bands' samples and the counts, not in the causes
+	// (Options.WalkBudget): below the p90 of its kind so far (or, over the
+	// ceiling, at or above it: UnwalkedSlowGaps), in the distributions, the bands' samples and the counts, not in the causes
 	// (critical_path's totals cover the walked gaps); UnwalkedMs their
 	// time.
 	UnwalkedGaps uint64  `json:"unwalked_gaps,omitempty"`
 	UnwalkedMs   float64 `json:"unwalked_ms,omitempty"`
+	// UnwalkedSlowGaps, of UnwalkedGaps, were at or above the p90: left
+	// out with the walk at its ceiling, four times its budget (overload:
+	// the p99 bands' causes then cover their walked gaps only).
+	UnwalkedSlowGaps uint64 `json:"unwalked_slow_gaps,omitempty"`
 	// Sampling is set when the walk sampled the gaps below the p90
 	// (Options.WalkTarget): critical_path's totals are then estimates.
 	Sampling *Sampling            `json:"sampling,omitempty"`
@@ -918,7 +959,7 @@ func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 		OriginNs: t.origin,
 		Streams:  int(gs.Requests + gs.Unrequested), Active: t.streams.Active(now),
 		Gaps: t.itl.Count(), FirstBytes: t.ttfb.Count(), ITL: distOf(&t.itl), TTFB: distOf(&t.ttfb),
-		UnwalkedGaps: t.unwalked, UnwalkedMs: Ms(t.unwalkedNs), Sampling: t.sampling(),
+		UnwalkedGaps: t.unwalked, UnwalkedMs: Ms(t.unwalkedNs), UnwalkedSlowGaps: t.unwalkedSlow, Sampling: t.sampling(),
 		Accuracy:       "quantiles of log-linear histograms, within 1.6%; p99 bands of a uniform sample of at most 16384 gaps of each kind when band_sampled",
 		BandSampled:    t.sample[0].sampled() || t.sample[1].sampled(),
 		ITLP99BoundsMs: t.sample[1].bandBounds(false), TTFTP99BoundsMs: t.sample[0].bandBounds(true),
@@ -983,8 +1024,9 @@ type Totals struct {
 	// Unwalked: gaps the walk left out, over its budget (in Gap and
 	// FirstByte, not in CauseNs); SampledOut: those left out of the
 	// sample below the p90 (Options.WalkTarget; in Gap and FirstByte,
-	// and CauseNs estimates them).
-	Unwalked, SampledOut uint64
+	// and CauseNs estimates them); UnwalkedSlow: of Unwalked, those at or
+	// above the p90, over the walk's ceiling.
+	Unwalked, SampledOut, UnwalkedSlow uint64
 }
 
 // Totals are the figures so far.
@@ -992,7 +1034,7 @@ func (t *Tracker) Totals(now int64) Totals {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	out := Totals{Gap: cloneLog2(t.gapH), FirstByte: cloneLog2(t.ttfbH), CauseNs: t.agg.Ns,
-		Active: t.streams.Active(now), Dropped: t.feed.Stats.Dropped, Late: t.eng.Stats().Late, Unwalked: t.unwalked, SampledOut: t.sampledOut}
+		Active: t.streams.Active(now), Dropped: t.feed.Stats.Dropped, Late: t.eng.Stats().Late, Unwalked: t.unwalked, SampledOut: t.sampledOut, UnwalkedSlow: t.unwalkedSlow}
 	return out
 }
 

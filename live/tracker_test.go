@@ -196,41 +196,19 @@ func TestRollingEarlyBaselineRefresh(t *testing.T) {
 // run queue, every gap is in the distribution, and the unwalked ones are
 // counted and said.
 func TestTrackerWalkBudget(t *testing.T) {
-	run := func(budget float64) (*Tracker, *server, IntervalView) {
-		tr := NewTracker(Options{WalkBudget: budget})
-		var fake int64
-		tr.clock = func() int64 { fake += 1e6; return fake }
-		tr.spend = tr.clock
-		s := &server{t: tr, now: 1e9, lastOut: 1e9 - 8*ms, conns: 4, period: 10 * ms, runq: 15 * ms, jitter: 3}
-		for c := range s.conns {
-			tr.Record(collectors.Span{Kind: collectors.SpanRequest, Start: s.now - ms, End: s.now - ms, LocalPort: 8000,
-				Port: uint16(40000 + c), Bytes: 400})
-		}
-		var contended IntervalView
-		for sec := range 60 {
-			for range 100 {
-				s.step(sec >= 30 && s.now%(100*ms) < 50*ms)
-				if s.now > int64(sec+1)*1e9+1e9 {
-					break
-				}
-			}
-			tr.Advance(s.now)
-			if v := tr.Interval(s.now, 1); sec == 50 {
-				contended = v
-			}
-		}
-		tr.Finish()
-		return tr, s, contended
-	}
+	// Walking every gap costs about 15% of a CPU, the gaps above the
+	// running p90 (half of the contended ones) up to 8%: over the budget
+	// (5%), within its ceiling (20%).
+	run := func(budget float64) (*Tracker, *server, IntervalView) { return walkBudgetRun(budget, ms/2) }
 	tr, s, contended := run(0.05)
 	r := tr.Result(s.now, nil)
 	all := r.Live.Gaps + r.Live.FirstBytes
-	t.Logf("%d gaps and first bytes, %d walked, %d unwalked (%.0f ms)", all, r.CriticalPath.Gaps, r.Live.UnwalkedGaps, r.Live.UnwalkedMs)
+	t.Logf("%d gaps and first bytes, %d walked, %d unwalked (%.0f ms), %d of them slow", all, r.CriticalPath.Gaps, r.Live.UnwalkedGaps, r.Live.UnwalkedMs, r.Live.UnwalkedSlowGaps)
 	if r.Live.UnwalkedGaps == 0 || r.Live.UnwalkedGaps != tr.Totals(s.now).Unwalked {
 		t.Fatalf("unwalked: result %d, totals %d; want the same, above 0", r.Live.UnwalkedGaps, tr.Totals(s.now).Unwalked)
 	}
-	if r.Live.UnwalkedGaps >= all {
-		t.Errorf("every gap unwalked (%d of %d): the p99 band's are always walked", r.Live.UnwalkedGaps, all)
+	if r.Live.UnwalkedGaps >= all || r.Live.UnwalkedSlowGaps != 0 {
+		t.Errorf("%d of %d gaps unwalked, %d slow: the p90 and slower are walked below the ceiling", r.Live.UnwalkedGaps, all, r.Live.UnwalkedSlowGaps)
 	}
 	if tot := tr.Totals(s.now); tot.Gap.Count != r.Live.Gaps {
 		t.Errorf("the gap histogram holds %d gaps, the distribution %d: unwalked gaps count in both", tot.Gap.Count, r.Live.Gaps)
@@ -247,6 +225,61 @@ func TestTrackerWalkBudget(t *testing.T) {
 	if !got.OK || got.MedianNs != want.MedianNs || got.P99Ns != want.P99Ns {
 		t.Errorf("normal gap over the walk's budget: median %d, p99 %d ns; every gap walked: %d, %d", got.MedianNs, got.P99Ns, want.MedianNs, want.P99Ns)
 	}
+}
+
+// The walk's ceiling: where the gaps above the p90 cost more than
+// ceilingFactor times the budget (up to 75% of a CPU against 20%), the walk
+// leaves the slow ones out too (counted apart): over the session it
+// spends at most its ceiling, the ceiling's bucket and Finish's (and one
+// gap's walk), and the distributions still hold every gap.
+func TestTrackerWalkCeiling(t *testing.T) {
+	const budget, walkNs = 0.05, 5 * ms
+	tr, s, _ := walkBudgetRun(budget, walkNs)
+	r := tr.Result(s.now, nil)
+	spent := int64(r.CriticalPath.Gaps) * walkNs
+	bound := int64(ceilingFactor*budget*float64(s.now-1e9)) + int64(ceilingFactor*budget*walkBurst) + finishBudget + walkNs
+	t.Logf("%d gaps and first bytes, %d walked (%.1f s of walking, bound %.1f s), %d unwalked, %d slow", r.Live.Gaps+r.Live.FirstBytes,
+		r.CriticalPath.Gaps, float64(spent)/1e9, float64(bound)/1e9, r.Live.UnwalkedGaps, r.Live.UnwalkedSlowGaps)
+	if r.Live.UnwalkedSlowGaps == 0 {
+		t.Fatalf("no slow gap unwalked: the ceiling never held the walk")
+	}
+	if spent > bound {
+		t.Errorf("the walk spent %.2f s, over its bound %.2f s", float64(spent)/1e9, float64(bound)/1e9)
+	}
+	if tot := tr.Totals(s.now); tot.Gap.Count != r.Live.Gaps {
+		t.Errorf("the gap histogram holds %d gaps, the distribution %d: unwalked gaps count in both", tot.Gap.Count, r.Live.Gaps)
+	}
+}
+
+// walkBudgetRun runs the live view with the walk's budget (0: none) on a
+// server of 4 connections that, from 30 s on, waits for its CPU half of
+// each 100 ms, for 60 s: the budget's wall clock is the server's, and each
+// walked gap costs walkNs of it. It returns the tracker, the server and
+// the view of a contended interval (at 50 s).
+func walkBudgetRun(budget float64, walkNs int64) (*Tracker, *server, IntervalView) {
+	tr := NewTracker(Options{WalkBudget: budget})
+	s := &server{t: tr, now: 1e9, lastOut: 1e9 - 8*ms, conns: 4, period: 10 * ms, runq: 15 * ms, jitter: 3}
+	tr.clock = func() int64 { return s.now }
+	tr.spend = func() int64 { return int64(tr.agg.Gaps) * walkNs }
+	for c := range s.conns {
+		tr.Record(collectors.Span{Kind: collectors.SpanRequest, Start: s.now - ms, End: s.now - ms, LocalPort: 8000,
+			Port: uint16(40000 + c), Bytes: 400})
+	}
+	var contended IntervalView
+	for sec := range 60 {
+		for range 100 {
+			s.step(sec >= 30 && s.now%(100*ms) < 50*ms)
+			if s.now > int64(sec+1)*1e9+1e9 {
+				break
+			}
+		}
+		tr.Advance(s.now)
+		if v := tr.Interval(s.now, 1); sec == 50 {
+			contended = v
+		}
+	}
+	tr.Finish()
+	return tr, s, contended
 }
 
 // The walk over its target: with a clock on which every reading takes a
