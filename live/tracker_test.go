@@ -51,6 +51,25 @@ func (s *server) step(contended bool) {
 	}
 }
 
+// requests starts a stream on each connection.
+func (s *server) requests() {
+	for c := range s.conns {
+		s.t.Record(collectors.Span{Kind: collectors.SpanRequest, Start: s.now - ms, End: s.now - ms, LocalPort: 8000,
+			Port: uint16(40000 + c), Bytes: 400})
+	}
+}
+
+// second runs the steps of second sec: from 30 s on, those that start in
+// the first contend ns of each 100 ms wait for their CPU.
+func (s *server) second(sec int, contend int64) {
+	for range 100 {
+		s.step(sec >= 30 && s.now%(100*ms) < contend)
+		if s.now > int64(sec+1)*1e9+1e9 {
+			break
+		}
+	}
+}
+
 // The live view on a server whose steps start to wait for a CPU held by
 // another process: the intervals before are the quiet window, and the
 // p99 gap of the contended intervals is the run-queue wait, held by the
@@ -261,18 +280,10 @@ func walkBudgetRun(budget float64, walkNs int64) (*Tracker, *server, IntervalVie
 	s := &server{t: tr, now: 1e9, lastOut: 1e9 - 8*ms, conns: 4, period: 10 * ms, runq: 15 * ms, jitter: 3}
 	tr.clock = func() int64 { return s.now }
 	tr.spend = func() int64 { return int64(tr.agg.Gaps) * walkNs }
-	for c := range s.conns {
-		tr.Record(collectors.Span{Kind: collectors.SpanRequest, Start: s.now - ms, End: s.now - ms, LocalPort: 8000,
-			Port: uint16(40000 + c), Bytes: 400})
-	}
+	s.requests()
 	var contended IntervalView
 	for sec := range 60 {
-		for range 100 {
-			s.step(sec >= 30 && s.now%(100*ms) < 50*ms)
-			if s.now > int64(sec+1)*1e9+1e9 {
-				break
-			}
-		}
+		s.second(sec, 50*ms)
 		tr.Advance(s.now)
 		if v := tr.Interval(s.now, 1); sec == 50 {
 			contended = v
@@ -297,17 +308,9 @@ func TestTrackerWalkSample(t *testing.T) {
 		tr.clock = func() int64 { fake += 1e6; return fake }
 		tr.spend = tr.clock
 		s := &server{t: tr, now: 1e9, lastOut: 1e9 - 8*ms, conns: 4, period: 10 * ms, runq: 15 * ms, jitter: 5}
-		for c := range s.conns {
-			tr.Record(collectors.Span{Kind: collectors.SpanRequest, Start: s.now - ms, End: s.now - ms, LocalPort: 8000,
-				Port: uint16(40000 + c), Bytes: 400})
-		}
+		s.requests()
 		for sec := range 60 {
-			for range 100 {
-				s.step(sec >= 30 && s.now%(100*ms) < 30*ms)
-				if s.now > int64(sec+1)*1e9+1e9 {
-					break
-				}
-			}
+			s.second(sec, 30*ms)
 			tr.Advance(s.now)
 		}
 		tr.Finish()
