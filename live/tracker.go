@@ -846,8 +846,9 @@ type Summary struct {
 	Gaps       uint64 `json:"gaps"`
 	FirstBytes uint64 `json:"first_bytes"`
 	// UnwalkedGaps were left unwalked, the walk over its budget
-	// (Options.WalkBudget): below the p90 of its kind so far (or, over the
-	// ceiling, at or above it: UnwalkedSlowGaps), in the distributions, the bands' samples and the counts, not in the causes
+	// (Options.WalkBudget): below the p90 of its kind so far (or, over
+	// the ceiling, at or above it: UnwalkedSlowGaps), in the
+	// distributions, the bands' samples and the counts, not in the causes
 	// (critical_path's totals cover the walked gaps); UnwalkedMs their
 	// time.
 	UnwalkedGaps uint64  `json:"unwalked_gaps,omitempty"`
