@@ -503,9 +503,7 @@ func (t *Tracker) skip(r critpath.Read) bool {
 		// p95) unless the walk is past its ceiling. The clock is read
 		// for these only (a tenth of the gaps).
 		if t.overCeiling() {
-			t.leaveOut(r, kind)
-			t.unwalked++
-			t.unwalkedNs += d
+			t.unwalk(r, kind)
 			t.unwalkedSlow++
 			return true
 		}
@@ -516,9 +514,7 @@ func (t *Tracker) skip(r critpath.Read) bool {
 	stride := t.stride2
 	if d < t.thr[kind] {
 		if t.opt.WalkBudget > 0 && t.spend()-t.walkFrom >= t.walkAllow {
-			t.leaveOut(r, kind)
-			t.unwalked++
-			t.unwalkedNs += d
+			t.unwalk(r, kind)
 			return true
 		}
 		stride = t.stride
@@ -545,6 +541,14 @@ func (t *Tracker) skip(r critpath.Read) bool {
 // even the slowest gaps are left out until the bucket fills again.
 func (t *Tracker) overCeiling() bool {
 	return t.opt.WalkBudget > 0 && t.spend()-t.walkFrom >= t.ceilAllow
+}
+
+// unwalk leaves r out over the walk's budget or ceiling, counted as
+// unwalked (under t.mu).
+func (t *Tracker) unwalk(r critpath.Read, kind int) {
+	t.leaveOut(r, kind)
+	t.unwalked++
+	t.unwalkedNs += r.End - r.Start
 }
 
 // leaveOut takes r unwalked: its duration, not its causes (under t.mu).

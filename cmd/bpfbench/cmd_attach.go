@@ -375,8 +375,12 @@ func writeLive(w io.Writer, r *live.Result) {
 	fmt.Fprintf(w, "  the live view's own cost: %.3f CPU-s walking, %.3f s taking %d spans (estimated from %d timed, ±%.0f%%, less the clock's own %d ns each; %.2f%% of a CPU)\n",
 		l.Cost.WalkSeconds, l.Cost.RecordSeconds, l.Cost.Records, l.Cost.RecordsTimed, 100*l.Cost.RecordSecondsError, l.Cost.RecordClockNs, 100*l.Cost.CPUFraction)
 	if l.UnwalkedGaps > 0 {
-		fmt.Fprintf(w, "  (%d gaps, %.0f ms, were not walked: the walk was over its budget of a CPU; %d below the p90, %d at or above it (overload: the walk at its ceiling, four times its budget; the p99 bands' causes cover their walked gaps); they are in the distributions and not in the causes, whose totals cover the %d walked)\n",
-			l.UnwalkedGaps, l.UnwalkedMs, l.UnwalkedGaps-l.UnwalkedSlowGaps, l.UnwalkedSlowGaps, r.CriticalPath.Gaps)
+		slow := ""
+		if l.UnwalkedSlowGaps > 0 {
+			slow = fmt.Sprintf(" but %d at or above it (overload: the walk at its ceiling, four times its budget; the p99 bands' causes cover their walked gaps)", l.UnwalkedSlowGaps)
+		}
+		fmt.Fprintf(w, "  (%d gaps, %.0f ms, were not walked: the walk was over its budget of a CPU; they are below the p90%s, in the distributions and not in the causes, whose totals cover the %d walked)\n",
+			l.UnwalkedGaps, l.UnwalkedMs, slow, r.CriticalPath.Gaps)
 	}
 	if sm := l.Sampling; sm != nil {
 		fmt.Fprintf(w, "  (estimated: below the p90 the gaps were walked 1 in %d (up to 1 in %d), from the p90 to the p95 1 in %d (up to %d), to keep the walk near %.2f%% of a CPU; %d gaps, %.0f ms, left out, %d walked for them; the cause totals are within ±%.0f ms of every gap's (95%%), the p99 bands and slowest gaps exact)\n",
