@@ -64,7 +64,14 @@ func TestRealEngineSweepKneeReproduced(t *testing.T) {
 		start := time.Now()
 		code, stdout, stderr := runCLI(append([]string{"sweep", "--target", srv.URL, "--pid", strconv.Itoa(srv.Pid), "--out", dir}, kneeSweepArgs...)...)
 		took := time.Since(start)
-		t.Logf("sweep %d (%.0f s):\n%s", i+1, took.Seconds(), stdout)
+		// The whole output follows the checks, and only where they
+		// failed: a failing run's log then opens with what failed.
+		wasFailed := t.Failed()
+		defer func() {
+			if t.Failed() && !wasFailed {
+				t.Logf("sweep %d (%.0f s), its output:\n%s", i+1, took.Seconds(), stdout)
+			}
+		}()
 		if code != 0 {
 			t.Fatalf("sweep %d exit %d: %s", i+1, code, stderr)
 		}
