@@ -12,12 +12,15 @@
 #   sudo tools/bench/livecost.sh [ROUNDS] [SECONDS]     # 4 rounds of 20 s: ~6 min
 #
 # Printed per attach: its whole CPU (user + system, getrusage of the child)
-# as a fraction of one CPU; with the live view, the live view's own time
+# as a fraction of one CPU; its steady CPU (from /proc/PID/stat, from
+# STEADY_FROM seconds in, 5, to half a second before the end: an attach
+# left running, without its start, which loads the programs and dumps the
+# sockets once, 0.2-0.3 s of CPU); with the live view, the live view's own time
 # (live.cost: its walk on the advancing thread's CPU clock, its intake of
 # spans estimated from a timed sample) and how the walk sampled
 # (live.sampling: the largest stride, the gaps left out). Then the budgets:
 # the live view <= 0.5% of a CPU (its own accounting, median over rounds)
-# and the whole of attach <= 1.5% (median), with the paired differences
+# and the whole of attach <= 1.5% (median, whole and steady), with the paired differences
 # live - no-live and exact - live of attach's CPU per round (median and
 # range).
 set -euo pipefail
@@ -64,18 +67,39 @@ load=$!
 pids+=("$load")
 sleep 8 # every stream under way
 
-# rusage CMD... runs CMD and prints "user system" of it on fd 3.
+# rusage SECS CMD... runs CMD and prints on fd 3 "user system steady" of
+# it: its whole CPU (getrusage), and its steady CPU, from its
+# /proc/PID/stat between STEADY_FROM s after its start and 0.5 s before
+# SECS (the programs loaded, the first socket dump done: what an attach
+# left running costs, without its start), as a fraction of one CPU.
 rusage() {
 	python3 - "$@" 3>&3 <<'PY'
-import os, resource, subprocess, sys
-p = subprocess.run(sys.argv[1:])
+import os, resource, subprocess, sys, time
+secs = float(sys.argv[1])
+frm = float(os.environ.get("STEADY_FROM", "5"))
+p = subprocess.Popen(sys.argv[2:])
+tick = os.sysconf("SC_CLK_TCK")
+def cpu():
+    f = open(f"/proc/{p.pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / tick, time.monotonic()
+t0 = time.monotonic()
+steady = -1.0
+try:
+    time.sleep(frm)
+    c0, w0 = cpu()
+    time.sleep(max(secs - 0.5 - (time.monotonic() - t0), 0.5))
+    c1, w1 = cpu()
+    steady = (c1 - c0) / (w1 - w0)
+except (OSError, IndexError, ValueError):
+    pass
+rc = p.wait()
 r = resource.getrusage(resource.RUSAGE_CHILDREN)
-os.write(3, f"{r.ru_utime} {r.ru_stime}\n".encode())
-sys.exit(p.returncode)
+os.write(3, f"{r.ru_utime} {r.ru_stime} {steady}\n".encode())
+sys.exit(rc)
 PY
 }
 
-printf '%-5s %-7s %9s %10s %9s %10s %8s %11s %7s %9s\n' round mode attach_% live_% walk_% intake_% gaps spans stride sampled
+printf '%-5s %-7s %9s %9s %10s %9s %10s %8s %11s %7s %9s\n' round mode attach_% steady_% live_% walk_% intake_% gaps spans stride sampled
 for r in $(seq "$rounds"); do
 	kill -0 "$load" 2>/dev/null || { echo "livecost.sh: the client stopped:" >&2; tail -n 5 "$work/load.log" >&2; exit 1; }
 	case $((r % 3)) in
@@ -88,39 +112,42 @@ for r in $(seq "$rounds"); do
 		[ "$m" = nolive ] && extra=(--no-live)
 		[ "$m" = exact ] && extra=(--live-walk-target 0)
 		f=$work/$m-$r
-		rusage "$bin/bpfbench" attach "$srv" --duration "${secs}s" -o json --cpus 1 "${extra[@]}" >"$f.json" 2>"$f.err" 3>"$f.rusage" ||
+		rusage "$secs" "$bin/bpfbench" attach "$srv" --duration "${secs}s" -o json --cpus 1 "${extra[@]}" >"$f.json" 2>"$f.err" 3>"$f.rusage" ||
 			{ echo "livecost.sh: attach failed:" >&2; tail -n 5 "$f.err" >&2; exit 1; }
 		python3 - "$r" "$m" "$secs" "$f.json" "$f.rusage" <<'PY'
 import json, sys
 r, m, secs = sys.argv[1], sys.argv[2], float(sys.argv[3])
 doc = json.load(open(sys.argv[4]))
-user, system = map(float, open(sys.argv[5]).read().split())
+user, system, steady = map(float, open(sys.argv[5]).read().split())
 dur = doc.get("duration_seconds") or secs
 lv = doc.get("live") or {}
 cost = lv.get("cost") or {}
 sm = lv.get("sampling") or {}
 walk, intake = cost.get("walk_seconds", 0.0), cost.get("record_seconds", 0.0)
 attach = (user + system) / dur * 100
+head = f"{r:<5s} {m:<7s} {attach:9.2f} {steady * 100:9.2f}"
 if m != "nolive":
-    print(f"{r:<5s} {m:<7s} {attach:9.2f} {(walk + intake) / dur * 100:10.2f} {walk / dur * 100:9.2f} {intake / dur * 100:10.2f} "
+    print(f"{head} {(walk + intake) / dur * 100:10.2f} {walk / dur * 100:9.2f} {intake / dur * 100:10.2f} "
           f"{lv.get('gaps', 0):8d} {cost.get('records', 0):11d} {sm.get('stride_max', 1):7d} {sm.get('sampled_out', 0):9d}")
 else:
-    print(f"{r:<5s} {m:<7s} {attach:9.2f} {'-':>10s} {'-':>9s} {'-':>10s} {'-':>8s} {'-':>11s} {'-':>7s} {'-':>9s}")
+    print(f"{head} {'-':>10s} {'-':>9s} {'-':>10s} {'-':>8s} {'-':>11s} {'-':>7s} {'-':>9s}")
 PY
 	done
 done | tee "$work/table"
 python3 - "$work/table" <<'PY'
 import statistics, sys
 live, exact, nolive, own, own_exact = {}, {}, {}, [], []
+steady = {"live": {}, "exact": {}, "nolive": {}}
 for line in open(sys.argv[1]):
     f = line.split()
     if not f or not f[0].isdigit():
         continue
     {"live": live, "exact": exact, "nolive": nolive}[f[1]][f[0]] = float(f[2])
+    steady[f[1]][f[0]] = float(f[3])
     if f[1] == "live":
-        own.append(float(f[3]))
+        own.append(float(f[4]))
     if f[1] == "exact":
-        own_exact.append(float(f[3]))
+        own_exact.append(float(f[4]))
 diff = [live[r] - nolive[r] for r in live if r in nolive]
 dexact = [exact[r] - live[r] for r in live if r in exact]
 med = statistics.median
@@ -128,6 +155,11 @@ print()
 print(f"live view, its own accounting: median {med(own):.2f}% of a CPU (range {min(own):.2f}-{max(own):.2f}), budget 0.5%: {'met' if med(own) <= 0.5 else 'MISSED'}")
 print(f"attach with the live view: median {med(live.values()):.2f}% of a CPU (range {min(live.values()):.2f}-{max(live.values()):.2f}), budget 1.5%: {'met' if med(live.values()) <= 1.5 else 'MISSED'}")
 print(f"attach --no-live: median {med(nolive.values()):.2f}% (range {min(nolive.values()):.2f}-{max(nolive.values()):.2f})")
+sl, sn = steady["live"], steady["nolive"]
+sd = [sl[r] - sn[r] for r in sl if r in sn]
+print(f"steady (past its start: STEADY_FROM s in, to 0.5 s before the end): attach {med(sl.values()):.2f}% (range {min(sl.values()):.2f}-{max(sl.values()):.2f}), "
+      f"budget 1.5%: {'met' if med(sl.values()) <= 1.5 else 'MISSED'}; --no-live {med(sn.values()):.2f}% (range {min(sn.values()):.2f}-{max(sn.values()):.2f}); "
+      f"paired live - no-live {med(sd):+.2f} points (range {min(sd):+.2f} to {max(sd):+.2f})")
 print(f"paired live - no-live, attach's CPU: median {med(diff):+.2f} points (range {min(diff):+.2f} to {max(diff):+.2f}, {len(diff)} rounds)")
 print(f"every gap walked (--live-walk-target 0): the live view's own {med(own_exact):.2f}% (range {min(own_exact):.2f}-{max(own_exact):.2f}); "
       f"paired exact - live, attach's CPU: median {med(dexact):+.2f} points (range {min(dexact):+.2f} to {max(dexact):+.2f})")
