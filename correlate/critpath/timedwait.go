@@ -179,11 +179,24 @@ func (e *Engine) paintClaims(st Step) []painted {
 }
 
 // paintRun paints one thread's claims (run, disjoint, by start) over the
-// free stretches: it appends what they cover to out and what is still
-// free to next.
+// free stretches (disjoint, by start): it appends what they cover to out
+// and what is still free to next. The stretches outside the run's span
+// are copied whole: with thousands of threads a sleep's free stretches
+// are many, and visiting each of them for every thread was most of a
+// slow gap's walk.
 func paintRun(free, next []span, out []painted, run []claim) ([]span, []painted) {
+	if len(run) == 0 {
+		return append(next, free...), out
+	}
+	from, to := run[0].start, run[0].end
+	for _, c := range run[1:] {
+		to = max(to, c.end)
+	}
+	i := sort.Search(len(free), func(k int) bool { return free[k].end > from })
+	next = append(next, free[:i]...)
 	j := 0
-	for _, f := range free {
+	for ; i < len(free) && free[i].start < to; i++ {
+		f := free[i]
 		for j < len(run) && run[j].end <= f.start {
 			j++
 		}
@@ -203,7 +216,7 @@ func paintRun(free, next []span, out []painted, run []claim) ([]span, []painted)
 			next = append(next, span{p, f.end})
 		}
 	}
-	return next, out
+	return append(next, free[i:]...), out
 }
 
 // scanThreadsUpTo is the most target threads whose histories the
