@@ -325,8 +325,8 @@ func (r Report) Line() string {
 type Switches map[int]uint64
 
 // InvoluntarySwitches reads nonvoluntary_ctxt_switches of every thread of pid.
-// A thread's status file is read with one system call into a buffer kept
-// for the whole scan, and the count is its last lines' (a target of
+// A thread's status file is read into a buffer kept for the whole scan
+// (one read where it fits), and the count is its last lines' (a target of
 // thousands of threads is read four times a session: the file's reading
 // and splitting were half of a scan's CPU; BenchmarkInvoluntarySwitches).
 func InvoluntarySwitches(pid int) Switches {

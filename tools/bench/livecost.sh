@@ -143,7 +143,8 @@ for line in open(sys.argv[1]):
     if not f or not f[0].isdigit():
         continue
     {"live": live, "exact": exact, "nolive": nolive}[f[1]][f[0]] = float(f[2])
-    steady[f[1]][f[0]] = float(f[3])
+    if float(f[3]) >= 0:  # -100: the steady reading failed (attach ended early)
+        steady[f[1]][f[0]] = float(f[3])
     if f[1] == "live":
         own.append(float(f[4]))
     if f[1] == "exact":
@@ -157,7 +158,8 @@ print(f"attach with the live view: median {med(live.values()):.2f}% of a CPU (ra
 print(f"attach --no-live: median {med(nolive.values()):.2f}% (range {min(nolive.values()):.2f}-{max(nolive.values()):.2f})")
 sl, sn = steady["live"], steady["nolive"]
 sd = [sl[r] - sn[r] for r in sl if r in sn]
-print(f"steady (past its start: STEADY_FROM s in, to 0.5 s before the end): attach {med(sl.values()):.2f}% (range {min(sl.values()):.2f}-{max(sl.values()):.2f}), "
+if sl and sn and sd:
+    print(f"steady (past its start: STEADY_FROM s in, to 0.5 s before the end): attach {med(sl.values()):.2f}% (range {min(sl.values()):.2f}-{max(sl.values()):.2f}), "
       f"budget 1.5%: {'met' if med(sl.values()) <= 1.5 else 'MISSED'}; --no-live {med(sn.values()):.2f}% (range {min(sn.values()):.2f}-{max(sn.values()):.2f}); "
       f"paired live - no-live {med(sd):+.2f} points (range {min(sd):+.2f} to {max(sd):+.2f})")
 print(f"paired live - no-live, attach's CPU: median {med(diff):+.2f} points (range {min(diff):+.2f} to {max(diff):+.2f}, {len(diff)} rounds)")
