@@ -36,6 +36,12 @@ type ValidationRow struct {
 	// beyond the baseline phase's: measured by the kernel, caused by no
 	// injection; the tail is taken without it (AddedShares, AddedMs).
 	StealMs float64 `json:"tail_steal_ms,omitempty"`
+	// WritebackMiB is the host's page-cache writeback during the phase
+	// (/proc/vmstat nr_written, MiB; buffered writes only): the kernel's
+	// flusher sharing the disk and a CPU with the server, which no
+	// injection does. From a few MiB on, the row's truth is not its
+	// injection alone.
+	WritebackMiB float64 `json:"host_writeback_mib,omitempty"`
 	// RawShare is the injected cause's share of the excess of the phase's
 	// slowest 1% over the run's baseline, RawTop that band's top cause;
 	// ShareAll the share of every gap's excess.
@@ -97,7 +103,14 @@ type Validation struct {
 	// network's softirqs, the injections' own processes) still moves
 	// them: a validation under heavy steal is a weaker trial.
 	HostSteal float64 `json:"host_steal_fraction"`
-	Dir       string  `json:"run_dir"`
+	// FlushedMiB is the host's dirty page cache written back before the
+	// run (sync(2), so that its writeback would not land in a phase), and
+	// FlushS how long that took; BaselineWritebackMiB the writeback during
+	// the baseline phase, which every row is measured against.
+	FlushedMiB           float64 `json:"host_flushed_mib,omitempty"`
+	FlushS               float64 `json:"host_flush_seconds,omitempty"`
+	BaselineWritebackMiB float64 `json:"baseline_host_writeback_mib,omitempty"`
+	Dir                  string  `json:"run_dir"`
 }
 
 // ValidationSchemaID is the $id of validation.json's JSON Schema

@@ -152,6 +152,7 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 		lc.Target.Timeout = 2 * time.Minute
 	}
 
+	validate.FlushDirty(ctx, cfg.Logger)
 	depth, calNote := validate.CalibrateIO(ctx, cfg.Sim.IOFile)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -168,7 +169,7 @@ func Demo(ctx context.Context, cfg DemoConfig) (*DemoResult, error) {
 	achieved[4] = slowReaders(res, slow)
 	out := &DemoResult{RunResult: res}
 	if res.Doc != nil {
-		out.Named, out.Weak = judgePhases(res.Doc, achieved, DemoCauses)
+		out.Named, out.Weak = judgePhases(res.Doc, achieved, DemoCauses, sc.WritebackMiB)
 		res.Doc.Diagnosis = report.Diagnose(res.Doc)
 		if _, werr := run.WriteRunDir(cfg.OutDir, res.Doc); werr != nil && err == nil {
 			err = werr
@@ -261,8 +262,10 @@ func slowReaders(res *run.RunResult, slow []int) string {
 // and verdict: the critical path's top cause of what the phase added to
 // its slowest 10% of gaps, with its share, or "injection too weak" when
 // the phase added less than MinAddedMs of the normal gap. It returns the
-// phases named correctly and those too weak to judge.
-func judgePhases(doc *result.Document, achieved []string, want map[string]string) (named, weak int) {
+// phases named correctly and those too weak to judge. writeback is the
+// host's page-cache writeback during a phase (Scenario.WritebackMiB),
+// noted in its verdict.
+func judgePhases(doc *result.Document, achieved []string, want map[string]string, writeback func(string) (float64, bool)) (named, weak int) {
 	cp := doc.CriticalPath
 	if cp == nil {
 		return 0, 0
@@ -291,6 +294,11 @@ func judgePhases(doc *result.Document, achieved []string, want map[string]string
 		}
 		if c.TailStealMs >= 0.05 {
 			p.Verdict += fmt.Sprintf("; the hypervisor's steal, %.1f ms more, is left out", c.TailStealMs)
+		}
+		if mib, ok := writeback(p.Name); ok {
+			if note := validate.WritebackNote(mib); note != "" {
+				p.Verdict += "; " + note + ": its truth is not the injection alone"
+			}
 		}
 	}
 	return named, weak

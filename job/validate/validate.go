@@ -401,6 +401,7 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *run.RunRes
 	if err != nil {
 		return nil, nil, err
 	}
+	flush := FlushDirty(ctx, cfg.Logger)
 	cfg.calibrate(ctx)
 	res, err := run.Run(ctx, run.RunConfig{Load: load, Pid: cfg.Pid, OutDir: cfg.OutDir, Sections: cfg.Sections,
 		Phases: sc.Run, Readiness: cfg.Readiness, Logger: cfg.Logger,
@@ -417,6 +418,13 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *run.RunRes
 		v.BaselineP50, v.BaselineP99 = base.P50ITLMs, base.P99ITLMs
 	}
 	injOf := v.judge(cfg.Injections, sc.achieved, byName, critByName)
+	for i := range v.Rows {
+		v.Rows[i].WritebackMiB, _ = sc.WritebackMiB(v.Rows[i].Injection)
+	}
+	v.BaselineWritebackMiB, _ = sc.WritebackMiB(sc.baseline)
+	if flush.Took > 0 {
+		v.FlushedMiB, v.FlushS = flush.DirtyMiB, flush.Took.Seconds()
+	}
 	if err == nil {
 		err = v.retryWeak(ctx, cfg, injOf)
 	}
@@ -572,6 +580,9 @@ type Scenario struct {
 	// the last injection that could not start.
 	achieved []string
 	injErr   error
+	// writeback[name] is the host's page-cache writeback during the
+	// phase name, MiB (absent: not measured).
+	writeback map[string]float64
 }
 
 // NewScenario is the scenario of injections after a baseline phase
@@ -584,6 +595,24 @@ func NewScenario(phase time.Duration, baseline string, injections []Injection) *
 // Achieved is what each injection achieved, once Run returned.
 func (s *Scenario) Achieved() []string { return s.achieved }
 
+// WritebackMiB is the host's page-cache writeback during the phase name,
+// once Run returned (/proc/vmstat nr_written; ok false: not measured).
+func (s *Scenario) WritebackMiB(name string) (float64, bool) {
+	mib, ok := s.writeback[name]
+	return mib, ok
+}
+
+// measureWriteback starts measuring the host's writeback during the
+// phase name; the returned func ends it.
+func (s *Scenario) measureWriteback(name string) func() {
+	w0, ok0 := hostWritten()
+	return func() {
+		if w1, ok1 := hostWritten(); ok0 && ok1 && w1 >= w0 {
+			s.writeback[name] = float64((w1-w0)*pageKiB) / 1024
+		}
+	}
+}
+
 // Err is the last injection that could not start, once Run returned.
 func (s *Scenario) Err() error { return s.injErr }
 
@@ -591,6 +620,7 @@ func (s *Scenario) Err() error { return s.injErr }
 // (run.RunConfig.Phases).
 func (s *Scenario) Run(ctx context.Context, marks *pipeline.PhaseMarks) {
 	s.achieved = make([]string, len(s.injections))
+	s.writeback = map[string]float64{}
 	wait := func() bool {
 		select {
 		case <-ctx.Done():
@@ -600,6 +630,7 @@ func (s *Scenario) Run(ctx context.Context, marks *pipeline.PhaseMarks) {
 		}
 	}
 	marks.Begin(s.baseline)
+	endWb := s.measureWriteback(s.baseline)
 	var ends []func()
 	for _, inj := range s.injections {
 		if inj.Baseline != nil {
@@ -607,6 +638,7 @@ func (s *Scenario) Run(ctx context.Context, marks *pipeline.PhaseMarks) {
 		}
 	}
 	ok := wait()
+	endWb()
 	for _, end := range ends {
 		end()
 	}
@@ -615,6 +647,7 @@ func (s *Scenario) Run(ctx context.Context, marks *pipeline.PhaseMarks) {
 	}
 	for k, inj := range s.injections {
 		marks.Begin(inj.Name)
+		endWb := s.measureWriteback(inj.Name)
 		var stop func() string
 		if inj.Start != nil {
 			st, err := inj.Start(ctx)
@@ -626,6 +659,7 @@ func (s *Scenario) Run(ctx context.Context, marks *pipeline.PhaseMarks) {
 			s.achieved[k] = fmt.Sprintf("request %d stops reading for %v after its first token", s.slow[k], inj.SlowRead)
 		}
 		ok := wait()
+		endWb()
 		if stop != nil {
 			s.achieved[k] = stop()
 		}
@@ -804,6 +838,9 @@ func (v *Validation) WriteMatrix(w io.Writer) {
 		if r.StealMs >= 0.05 {
 			verdict += fmt.Sprintf(" (hypervisor steal %.1f ms left out)", r.StealMs)
 		}
+		if note := WritebackNote(r.WritebackMiB); note != "" {
+			verdict += " (" + note + ")"
+		}
 		fmt.Fprintf(w, "  %-10s %5.0f%% %-9s %7.1f ms %5.1f (%+5.1f) %6.1f (%+6.1f) %s\n", r.Injection, r.JudgedShare()*100, sh(r.JudgedTop()), r.AddedMs,
 			r.P50ITLMs, r.AddedP50ITLMs, r.P99ITLMs, r.AddedP99ITLMs, verdict)
 	}
@@ -817,6 +854,15 @@ func (v *Validation) WriteMatrix(w io.Writer) {
 	}
 	fmt.Fprintf(w, "baseline ITL p50 %.1f ms, p99 %.1f ms at %.3g req/s; %d of %d injections named%s (on the critical path, the cause that added most to the slowest 10%% of gaps); %s\n",
 		v.BaselineP50, v.BaselineP99, v.RateRPS, v.Correct, len(v.Rows), weak, unexpl)
+	if v.FlushedMiB > 0 {
+		fmt.Fprintf(w, "before the run the host's %.0f MiB of dirty page cache were written back (%.1f s), so that the kernel's writeback would not land in a phase\n", v.FlushedMiB, v.FlushS)
+	}
+	if note := WritebackNote(v.BaselineWritebackMiB); note != "" {
+		fmt.Fprintf(w, "during the baseline %s: every row is measured against a disturbed baseline\n", note)
+	}
+	if slices.ContainsFunc(v.Rows, func(r ValidationRow) bool { return WritebackNote(r.WritebackMiB) != "" }) {
+		fmt.Fprintf(w, "a row whose phase saw the host write back its page cache was judged on a disk and a CPU the kernel's flusher shared with the server: its truth is not the injection alone (io_block and cpu_runqueue grow)\n")
+	}
 	if v.HostSteal >= 0.01 {
 		fmt.Fprintf(w, "the hypervisor stole %.0f%% of the host's CPU time meanwhile: the rows judge the gaps without the steal the critical path saw on the server's threads, but steal elsewhere (the load generator, the network's softirqs) still moves them; under heavy steal a row is a weaker trial\n", v.HostSteal*100)
 	}
