@@ -104,6 +104,9 @@ type Prior struct {
 	// inFlight is the normal number of its requests in flight (the batch
 	// rule's n0), from its gaps file (0: none, the rule is off).
 	inFlight float64
+	// elasticity is how its decode steps grew with the batch (the batch
+	// rule's e), from its gaps file.
+	elasticity Elasticity
 	// itlP99 is its p99 gap band (live.MatchBand compares a run's with it).
 	itlP99 *result.CriticalBand
 	// cpu is its server's CPU a token (nil: it measured none).
@@ -150,7 +153,7 @@ func LoadPrior(path string) (*Prior, error) {
 	p.itlP99, p.cpu = cp.ITLP99, cp.ServerCPU
 	if _, gaps, err := readGaps(dir); err == nil && len(gaps) > 0 {
 		p.tail, p.haveTail = tailMean(slices.Values(gaps), p.Crit), true
-		p.inFlight = normalInFlight(gaps)
+		p.inFlight, p.elasticity = normalInFlight(gaps), batchElasticity(gaps)
 	}
 	return p, nil
 }

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sort"
 
@@ -29,8 +30,14 @@ import (
 //   - for a gap with k > n0 (the first token's too: its prefill shares
 //     steps with the others), the batch part is at most its
 //     server_compute above normal, and at most the share
-//     1 - n0/k of its server_compute (what a step costs beyond n0
-//     streams' tokens if its cost grows with every token it carries);
+//     1 - (n0/k)^e of its server_compute: what a step costs beyond n0
+//     streams' tokens when its cost grows as k^e. e, the step's
+//     elasticity to the batch, is measured on the baseline's gaps
+//     (batchElasticity): 1 where a step's cost grows with every token it
+//     carries (a CPU engine), near 0 where the batch is nearly free (a
+//     memory-bound decode, llmsim's step). Assumed 1 before it was
+//     measured, the rule gave a slower step's own time (llmsim's, 15 →
+//     25 ms) to the other requests' small cpu_runqueue and io_block;
 //   - the weights are, over the other requests in flight, the excess
 //     each cause added to their gaps so far (a gap in progress pro-rated
 //     to this one's end): the server's causes only, server_compute counted
@@ -116,14 +123,78 @@ type batchMoved struct {
 	gaps uint64
 }
 
+// Elasticity is the batch rule's measure of how a decode step's
+// server_compute grows with the requests being decoded: as k^E. Measured
+// false: too few gaps at too few batch sizes in the baseline, and E is 1
+// (a step's cost grows with every token it carries).
+type Elasticity struct {
+	E        float64
+	Measured bool
+}
+
+// The baseline's batch sizes that batchElasticity reads: those with at
+// least elasticityMinGaps gaps after the first token, at least two of
+// them, the largest at least elasticitySpan times the smallest.
+const (
+	elasticityMinGaps = 20
+	elasticitySpan    = 1.25
+)
+
+// batchElasticity measures, on a baseline's gaps gs, how server_compute
+// a gap after the first token grows with k, the requests being decoded
+// at its end: the slope of log(the median at each k) against log k,
+// least squares weighted by the gaps at each k, within [0, 1]. A median
+// per k, because a gap that carried another request's prefill both
+// computes longer and ends with one more request in flight.
+func batchElasticity(gs []critGap) Elasticity {
+	k := inFlightAt(gs)
+	byK := map[int][]int64{}
+	for i, g := range gs {
+		if g.index > 0 && k[i] > 0 {
+			byK[k[i]] = append(byK[k[i]], g.ns[critpath.ServerCompute])
+		}
+	}
+	var xs, ys, ws []float64
+	lo, hi := math.Inf(1), 0.0
+	for kk, v := range byK {
+		if len(v) < elasticityMinGaps {
+			continue
+		}
+		slices.Sort(v)
+		m := float64(v[len(v)/2])
+		if m <= 0 {
+			continue
+		}
+		xs, ys, ws = append(xs, math.Log(float64(kk))), append(ys, math.Log(m)), append(ws, float64(len(v)))
+		lo, hi = min(lo, float64(kk)), max(hi, float64(kk))
+	}
+	if len(xs) < 2 || hi < elasticitySpan*lo {
+		return Elasticity{E: 1}
+	}
+	var sw, mx, my float64
+	for i := range xs {
+		sw += ws[i]
+		mx += ws[i] * xs[i]
+		my += ws[i] * ys[i]
+	}
+	mx, my = mx/sw, my/sw
+	var sxy, sxx float64
+	for i := range xs {
+		sxy += ws[i] * (xs[i] - mx) * (ys[i] - my)
+		sxx += ws[i] * (xs[i] - mx) * (xs[i] - mx)
+	}
+	return Elasticity{E: min(max(sxy/sxx, 0), 1), Measured: true}
+}
+
 // batchRule applies the batch rule to gs in place (n0: the normal number
-// in flight; 0 leaves gs as they are).
-func batchRule(gs []critGap, base critpath.Baseline, n0 float64) batchMoved {
+// in flight, 0 leaves gs as they are; e the step's elasticity to the
+// batch).
+func batchRule(gs []critGap, base critpath.Baseline, n0, e float64) batchMoved {
 	var moved batchMoved
 	if n0 <= 0 || len(gs) == 0 {
 		return moved
 	}
-	w := newBatchSweep(gs, base, n0)
+	w := newBatchSweep(gs, base, n0, e)
 	for _, i := range w.order {
 		g := &gs[i]
 		w.depart(g.end)
@@ -193,7 +264,7 @@ type batchLeave struct {
 	req int32
 }
 
-func newBatchSweep(gs []critGap, base critpath.Baseline, n0 float64) *batchSweep {
+func newBatchSweep(gs []critGap, base critpath.Baseline, n0, e float64) *batchSweep {
 	w := &batchSweep{gs: gs, over: make([][critpath.NumCauses]int64, len(gs)), batch: make([]int64, len(gs)),
 		byReq: map[int32][]int{}, next: map[int32]int{}, cum: map[int32]*[critpath.NumCauses]int64{}}
 	k := inFlightAt(gs)
@@ -207,7 +278,7 @@ func newBatchSweep(gs []critGap, base critpath.Baseline, n0 float64) *batchSweep
 		}
 		if float64(k[i]) > n0 {
 			comp := g.ns[critpath.ServerCompute]
-			w.batch[i] = min(w.over[i][critpath.ServerCompute], int64(float64(comp)*(1-n0/float64(k[i]))))
+			w.batch[i] = min(w.over[i][critpath.ServerCompute], int64(float64(comp)*(1-math.Pow(n0/float64(k[i]), e))))
 			w.over[i][critpath.ServerCompute] -= w.batch[i]
 		}
 		last[g.request] = max(last[g.request], g.end)

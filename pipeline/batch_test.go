@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"math"
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
@@ -40,7 +41,7 @@ func TestBatchRule(t *testing.T) {
 		// Four requests in flight, each gap 12 ms: 4 ms waiting for the
 		// CPU, 8 ms computing (4 streams' tokens at 2 ms each).
 		gs := batchGaps(10, 4, 10, 100*ms, 12*ms, 4*ms)
-		moved := batchRule(gs, base, 1)
+		moved := batchRule(gs, base, 1, 1)
 		if moved.gaps == 0 {
 			t.Fatal("nothing moved")
 		}
@@ -65,20 +66,20 @@ func TestBatchRule(t *testing.T) {
 		// normal, the other 0.5 ms the only reason they linger).
 		gs := batchGaps(20, 4, 10, 100*ms, 10*ms, 0)
 		before := gs[len(gs)-1].ns
-		batchRule(gs, base, 1)
+		batchRule(gs, base, 1, 1)
 		if got := gs[len(gs)-1].ns; got != before {
 			t.Errorf("a compute-bound slowdown changed: %v, want %v", got, before)
 		}
 	})
 	t.Run("no more in flight than normal", func(t *testing.T) {
 		gs := batchGaps(30, 1, 10, 100*ms, 12*ms, 4*ms)
-		if moved := batchRule(gs, base, 1); moved.gaps != 0 {
+		if moved := batchRule(gs, base, 1, 1); moved.gaps != 0 {
 			t.Errorf("moved %+v with one request in flight", moved)
 		}
 	})
 	t.Run("no baseline number", func(t *testing.T) {
 		gs := batchGaps(40, 4, 10, 100*ms, 12*ms, 4*ms)
-		if moved := batchRule(gs, base, 0); moved.gaps != 0 {
+		if moved := batchRule(gs, base, 0, 1); moved.gaps != 0 {
 			t.Errorf("moved %+v without a normal number in flight", moved)
 		}
 	})
@@ -91,7 +92,7 @@ func TestBatchRule(t *testing.T) {
 		long[0].ns[critpath.ServerCompute] = 2 * ms
 		long[1].ns[critpath.CPURunqueue] = 100 * ms
 		gs = append(long, gs...)
-		batchRule(gs, base, 1)
+		batchRule(gs, base, 1, 1)
 		for _, g := range gs[2:] {
 			if g.index == 0 {
 				continue
@@ -110,7 +111,7 @@ func TestBatchRule(t *testing.T) {
 		stall[0].ns[critpath.ServerCompute] = 2 * ms
 		stall[1].ns[critpath.NetBackpressure] = 100 * ms
 		gs = append(stall, gs...)
-		if moved := batchRule(gs, base, 1); moved.gaps != 0 {
+		if moved := batchRule(gs, base, 1, 1); moved.gaps != 0 {
 			t.Errorf("moved %+v to another connection's slow reader", moved)
 		}
 	})
@@ -137,5 +138,62 @@ func TestMatchBand(t *testing.T) {
 	live.MatchBand(better, base, "run quiet")
 	if better.ExcessMs != 3 || better.ExcessOver != "" {
 		t.Errorf("a band that added nothing changed: %+v", better)
+	}
+}
+
+// elasticGaps is a baseline of decode gaps at batch sizes 2 to 6 (each
+// size's requests in flight together, 30 gaps each), each gap's
+// server_compute c0·k^e: how a step's cost grows with the batch.
+func elasticGaps(e float64) []critGap {
+	ms := int64(1e6)
+	var out []critGap
+	at := int64(0)
+	for k := 2; k <= 6; k++ {
+		gap := int64(2 * float64(ms) * math.Pow(float64(k), e))
+		gs := batchGaps(int32(100*k), k, 31, at, gap, 0)
+		out = append(out, gs...)
+		at += 40 * gap
+	}
+	return out
+}
+
+// The step's elasticity to the batch is read back from a baseline whose
+// steps grow as k^e, and the batch rule moves by it: nothing where the
+// batch is free, as before where a step's cost grows with every token.
+func TestBatchElasticity(t *testing.T) {
+	for _, e := range []float64{0, 0.3, 1} {
+		el := batchElasticity(elasticGaps(e))
+		if !el.Measured || math.Abs(el.E-e) > 0.02 {
+			t.Errorf("steps growing as k^%v: elasticity %+v", e, el)
+		}
+	}
+	// Steps that shrink with the batch, or grow faster than it: within
+	// [0, 1].
+	if el := batchElasticity(elasticGaps(-0.5)); el.E != 0 {
+		t.Errorf("shrinking steps: %+v", el)
+	}
+	if el := batchElasticity(elasticGaps(2)); el.E != 1 {
+		t.Errorf("steps growing as k²: %+v", el)
+	}
+	// One batch size only: not measured, 1 assumed.
+	ms := int64(1e6)
+	if el := batchElasticity(batchGaps(0, 4, 40, 0, 2*ms, 0)); el.Measured || el.E != 1 {
+		t.Errorf("one batch size: %+v", el)
+	}
+
+	base := critpath.Baseline{}
+	base.ITL[critpath.ServerCompute] = 2 * ms
+	base.TTFT[critpath.ServerCompute] = 2 * ms
+	// A slower step (the step's own work, 2 → 10 ms) kept four requests
+	// in flight where one was normal; each gap also waited 1 ms for a CPU.
+	for _, c := range []struct {
+		e        float64
+		moveSome bool
+	}{{0, false}, {1, true}} {
+		gs := batchGaps(10, 4, 10, 100*ms, 11*ms, 1*ms)
+		moved := batchRule(gs, base, 1, c.e)
+		if (moved.ns > 0) != c.moveSome {
+			t.Errorf("elasticity %v: moved %d ns in %d gaps", c.e, moved.ns, moved.gaps)
+		}
 	}
 }

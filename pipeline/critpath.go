@@ -193,8 +193,8 @@ type critPhase struct {
 // moveBatched applies the batch rule (batch.go) and then the prefill
 // rule (prefill.go) to gaps, once: the log then holds the gaps after
 // them, and out their totals and what they moved.
-func (c *critStream) moveBatched(gaps []critGap, base critpath.Baseline, n0 float64, out *result.CriticalPath) {
-	moved := batchRule(gaps, base, n0)
+func (c *critStream) moveBatched(gaps []critGap, base critpath.Baseline, n0 float64, el Elasticity, out *result.CriticalPath) {
+	moved := batchRule(gaps, base, n0, el.E)
 	pre := prefillRule(gaps, base)
 	if moved.gaps == 0 && pre.gaps == 0 {
 		return
@@ -231,21 +231,25 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	var baseTail *tailMeans
 	gaps := slices.Collect(c.gaps.all())
 	var n0 float64 // the normal number of requests in flight
+	var el Elasticity
 	switch {
 	case prior != nil:
-		out.Baseline, base, n0 = prior.Name(), prior.Crit, prior.inFlight
+		out.Baseline, base, n0, el = prior.Name(), prior.Crit, prior.inFlight, prior.elasticity
 		if prior.haveTail {
 			baseTail = &prior.tail
 		}
 	case len(phases) > 0:
 		out.Baseline = phases[0].name
 		first := inPhase(slices.Values(gaps), phases[0])
-		base, n0 = baselineOf(slices.Values(first)), normalInFlight(first)
+		base, n0, el = baselineOf(slices.Values(first)), normalInFlight(first), batchElasticity(first)
 	default:
-		base, n0 = baselineOf(slices.Values(gaps)), normalInFlight(gaps)
+		base, n0, el = baselineOf(slices.Values(gaps)), normalInFlight(gaps), batchElasticity(gaps)
 	}
-	c.moveBatched(gaps, base, n0, out)
+	c.moveBatched(gaps, base, n0, el, out)
 	out.Stats.NormalInFlight = n0
+	if n0 > 0 {
+		out.Stats.BatchElasticity, out.Stats.BatchElasticityMeasured = &el.E, el.Measured
+	}
 
 	// The server's own processes holding each other's CPUs are its
 	// self-contention (more threads than CPUs), not a neighbour.

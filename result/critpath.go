@@ -264,6 +264,15 @@ type CriticalStats struct {
 	BatchMovedMs   float64 `json:"batch_moved_ms,omitempty"`
 	BatchGaps      uint64  `json:"batch_gaps,omitempty"`
 	NormalInFlight float64 `json:"normal_in_flight,omitempty"`
+	// BatchElasticity is how a decode step's server_compute grew with the
+	// requests being decoded in the baseline (as k^e, within [0, 1]; the
+	// slope over the batch sizes it had), by which the batch rule splits
+	// a bigger batch's compute: 1 a step's cost grows with every token, 0
+	// the batch is free. BatchElasticityMeasured false: the baseline had
+	// too few batch sizes to tell, and 1 was assumed. Absent when the rule
+	// was off.
+	BatchElasticity         *float64 `json:"batch_elasticity,omitempty"`
+	BatchElasticityMeasured bool     `json:"batch_elasticity_measured,omitempty"`
 	// PrefillMovedMs: server_compute the prefill rule gave to what
 	// delayed the requests whose prefill ran in a decode gap, in
 	// PrefillGaps gaps.

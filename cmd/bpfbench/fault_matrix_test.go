@@ -104,6 +104,7 @@ func TestFaultMatrix(t *testing.T) {
 // to shape (its v0 end), removed at the test's end.
 func faultNetns(t *testing.T) (ns, iface string) {
 	t.Helper()
+	sweepFaultNetns(t)
 	ns = fmt.Sprintf("bpfbench-fault-%d", os.Getpid())
 	for _, c := range [][]string{
 		{"netns", "add", ns},
@@ -119,6 +120,29 @@ func faultNetns(t *testing.T) (ns, iface string) {
 		}
 	}
 	return ns, "v0"
+}
+
+// sweepFaultNetns removes the namespaces of earlier test processes that
+// are gone: a test binary killed by a signal runs no cleanup.
+func sweepFaultNetns(t *testing.T) {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		pid, ok := strings.CutPrefix(name, "bpfbench-fault-")
+		if !ok {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			continue
+		}
+		if err := exec.Command("ip", "netns", "del", name).Run(); err == nil {
+			t.Logf("removed %s, left by a test process that was killed", name)
+		}
+	}
 }
 
 // faultCase starts c, sends sig after at, and checks what is left.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/internal/engine"
 	"github.com/bpfbench/bpfbench/internal/privtest"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // `bpfbench validate --target URL --pid PID` on the real engines, each in a
@@ -102,7 +103,7 @@ func validateEngine(t *testing.T, taskset string, srv *engine.Server, model, ns,
 		for _, r := range rows {
 			shares = append(shares, r.Injection+": "+matrixShares(r.Shares))
 		}
-		t.Logf("attempt %d: %v\n%s\ntail shares: %s", attempt, err, validationMatrix(string(out)), strings.Join(shares, "; "))
+		t.Logf("attempt %d: %v\n%s\ntail shares: %s; %s", attempt, err, validationMatrix(string(out)), strings.Join(shares, "; "), batchElasticityOf(dir))
 		problems = nil
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("validate: %v\n%s", err, out))
@@ -152,6 +153,17 @@ type validationRow struct {
 }
 
 // validationRows reads DIR/validation.json's rows by injection.
+// batchElasticityOf says how the run in dir measured its decode steps'
+// growth with the batch (result.json's critical_path.stats), for the log.
+func batchElasticityOf(dir string) string {
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
+	if err != nil || doc.CriticalPath == nil || doc.CriticalPath.Stats.BatchElasticity == nil {
+		return "no batch elasticity"
+	}
+	st := doc.CriticalPath.Stats
+	return fmt.Sprintf("batch elasticity %.2f (measured %v, normal in flight %.1f, %.0f ms moved)", *st.BatchElasticity, st.BatchElasticityMeasured, st.NormalInFlight, st.BatchMovedMs)
+}
+
 func validationRows(t *testing.T, dir string) map[string]validationRow {
 	out := map[string]validationRow{}
 	b, err := os.ReadFile(filepath.Join(dir, "validation.json"))
