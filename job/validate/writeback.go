@@ -39,14 +39,19 @@ func hostWritten() (pages uint64, ok bool) {
 }
 
 // vmstatField is the value of the line "name N" of /proc/vmstat's text b.
-func vmstatField(b []byte, name string) (uint64, bool) {
+func vmstatField(b []byte, name string) (uint64, bool) { return procField(b, name, ' ', "") }
+
+// procField is the number after sep on the line of b whose key is name,
+// less unit.
+func procField(b []byte, name string, sep byte, unit string) (uint64, bool) {
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		k, v, ok := bytes.Cut(sc.Bytes(), []byte{' '})
+		k, v, ok := bytes.Cut(sc.Bytes(), []byte{sep})
 		if !ok || string(k) != name {
 			continue
 		}
-		n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
+		v = bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(v), []byte(unit)))
+		n, err := strconv.ParseUint(string(v), 10, 64)
 		return n, err == nil
 	}
 	return 0, false
@@ -67,19 +72,7 @@ func hostDirtyKiB() (kib uint64, ok bool) {
 
 // meminfoField is the value of the line "name: N kB" of /proc/meminfo's
 // text b, KiB.
-func meminfoField(b []byte, name string) (uint64, bool) {
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := bytes.Cut(sc.Bytes(), []byte{':'})
-		if !ok || string(k) != name {
-			continue
-		}
-		v = bytes.TrimSpace(bytes.TrimSuffix(bytes.TrimSpace(v), []byte("kB")))
-		n, err := strconv.ParseUint(string(v), 10, 64)
-		return n, err == nil
-	}
-	return 0, false
-}
+func meminfoField(b []byte, name string) (uint64, bool) { return procField(b, name, ':', "kB") }
 
 // flushAbove is the dirty page cache below which FlushDirty writes nothing
 // back: a few MiB are written within a phase's noise.
