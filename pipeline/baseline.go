@@ -106,7 +106,7 @@ type Prior struct {
 	inFlight float64
 	// elasticity is how its decode steps grew with the batch (the batch
 	// rule's e), from its gaps file.
-	elasticity Elasticity
+	elasticity stepElasticity
 	// itlP99 is its p99 gap band (live.MatchBand compares a run's with it).
 	itlP99 *result.CriticalBand
 	// cpu is its server's CPU a token (nil: it measured none).

@@ -123,11 +123,11 @@ type batchMoved struct {
 	gaps uint64
 }
 
-// Elasticity is the batch rule's measure of how a decode step's
+// stepElasticity is the batch rule's measure of how a decode step's
 // server_compute grows with the requests being decoded: as k^E. Measured
 // false: too few gaps at too few batch sizes in the baseline, and E is 1
 // (a step's cost grows with every token it carries).
-type Elasticity struct {
+type stepElasticity struct {
 	E        float64
 	Measured bool
 }
@@ -146,7 +146,7 @@ const (
 // least squares weighted by the gaps at each k, within [0, 1]. A median
 // per k, because a gap that carried another request's prefill both
 // computes longer and ends with one more request in flight.
-func batchElasticity(gs []critGap) Elasticity {
+func batchElasticity(gs []critGap) stepElasticity {
 	k := inFlightAt(gs)
 	byK := map[int][]int64{}
 	for i, g := range gs {
@@ -169,7 +169,7 @@ func batchElasticity(gs []critGap) Elasticity {
 		lo, hi = min(lo, float64(kk)), max(hi, float64(kk))
 	}
 	if len(xs) < 2 || hi < elasticitySpan*lo {
-		return Elasticity{E: 1}
+		return stepElasticity{E: 1}
 	}
 	var sw, mx, my float64
 	for i := range xs {
@@ -183,7 +183,7 @@ func batchElasticity(gs []critGap) Elasticity {
 		sxy += ws[i] * (xs[i] - mx) * (ys[i] - my)
 		sxx += ws[i] * (xs[i] - mx) * (xs[i] - mx)
 	}
-	return Elasticity{E: min(max(sxy/sxx, 0), 1), Measured: true}
+	return stepElasticity{E: min(max(sxy/sxx, 0), 1), Measured: true}
 }
 
 // batchRule applies the batch rule to gs in place (n0: the normal number

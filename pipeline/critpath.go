@@ -193,7 +193,7 @@ type critPhase struct {
 // moveBatched applies the batch rule (batch.go) and then the prefill
 // rule (prefill.go) to gaps, once: the log then holds the gaps after
 // them, and out their totals and what they moved.
-func (c *critStream) moveBatched(gaps []critGap, base critpath.Baseline, n0 float64, el Elasticity, out *result.CriticalPath) {
+func (c *critStream) moveBatched(gaps []critGap, base critpath.Baseline, n0 float64, el stepElasticity, out *result.CriticalPath) {
 	moved := batchRule(gaps, base, n0, el.E)
 	pre := prefillRule(gaps, base)
 	if moved.gaps == 0 && pre.gaps == 0 {
@@ -231,7 +231,7 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	var baseTail *tailMeans
 	gaps := slices.Collect(c.gaps.all())
 	var n0 float64 // the normal number of requests in flight
-	var el Elasticity
+	var el stepElasticity
 	switch {
 	case prior != nil:
 		out.Baseline, base, n0, el = prior.Name(), prior.Crit, prior.inFlight, prior.elasticity
