@@ -165,6 +165,13 @@ type Span struct {
 	// PARAVIRT_TIME_ACCOUNTING, the hypervisor's steal (the vCPU ran
 	// nothing of the guest). The guest sees the thread running throughout.
 	StealNs int64
+	// FoldSleepNs, FoldRunqNs and FoldIONs, beside them: the time the
+	// thread was off its CPU inside that running stretch, in intervals
+	// too short to be recorded one by one (folded in the kernel, sched's
+	// fold thresholds): asleep (S or stopped: woken by a timer, a thread
+	// of its own process or an interrupt, the waker not kept), runnable
+	// waiting for a CPU, in D. Where in the stretch they fell is not kept.
+	FoldSleepNs, FoldRunqNs, FoldIONs int64
 }
 
 // Recorder receives spans from the sections' reader goroutines; it must be

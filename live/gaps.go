@@ -219,6 +219,7 @@ func StatsOf(dst *result.CriticalStats, f feed.FeedStats, st critpath.Stats) {
 	dst.DataEdgesFollowed = st.DataEdges
 	dst.SiblingWaits, dst.Interrupts, dst.NoEdgeSleeps = st.SiblingWaits, st.Interrupts, st.NoEdgeSleeps
 	dst.Steals, dst.Stopped, dst.BehindTarget, dst.Owed = st.Steals, st.Stopped, st.BehindTarget, st.Owed
+	dst.Folded = st.Folded
 }
 
 // NeighboursOf are the processes that held a critical-path thread's CPU,

@@ -58,9 +58,12 @@ type packedSpan struct {
 	// IRQBlockNs, IRQNetNs, StealNs saturate at 4.3 s (interrupt and
 	// steal time within one running stretch).
 	IRQBlockNs, IRQNetNs, StealNs uint32
-	Seq                           uint32 // in the padding before Start
-	Start, End, WakeTs            int64
-	Bytes                         uint64
+	// FoldSleepNs, FoldRunqNs, FoldIONs: as much, folded off-CPU time
+	// within one running stretch (the kernel flushes its sums within 0.25 s).
+	FoldSleepNs, FoldRunqNs, FoldIONs uint32
+	Seq                               uint32 // in the padding before Start
+	Start, End, WakeTs                int64
+	Bytes                             uint64
 }
 
 // spoolInterned bounds the strings looked up for reuse; past it, each new
@@ -112,6 +115,7 @@ func (q *spool) pushSpan(sp *collectors.Span) {
 		Detail: q.intern(sp.Detail), WakerComm: q.intern(sp.WakerComm),
 		WakeCtx: q.intern(sp.WakeCtx), HolderComm: q.intern(sp.HolderComm),
 		IRQBlockNs: sat32(sp.IRQBlockNs), IRQNetNs: sat32(sp.IRQNetNs), StealNs: sat32(sp.StealNs),
+		FoldSleepNs: sat32(sp.FoldSleepNs), FoldRunqNs: sat32(sp.FoldRunqNs), FoldIONs: sat32(sp.FoldIONs),
 		Seq: sp.Seq, Start: sp.Start, End: sp.End, WakeTs: sp.WakeTs, Bytes: sp.Bytes,
 	}}
 	q.appendLocked(&e)
@@ -172,6 +176,7 @@ func (p *packedSpan) span(strs []string) collectors.Span {
 		Detail: strs[p.Detail], WakerComm: strs[p.WakerComm],
 		WakeCtx: strs[p.WakeCtx], HolderComm: strs[p.HolderComm],
 		IRQBlockNs: int64(p.IRQBlockNs), IRQNetNs: int64(p.IRQNetNs), StealNs: int64(p.StealNs),
+		FoldSleepNs: int64(p.FoldSleepNs), FoldRunqNs: int64(p.FoldRunqNs), FoldIONs: int64(p.FoldIONs),
 		Seq: p.Seq, Start: p.Start, End: p.End, WakeTs: p.WakeTs, Bytes: p.Bytes,
 	}
 }
@@ -195,8 +200,8 @@ func (q *spool) peakBytes() int64 {
 	return q.peak * spoolEntryBytes
 }
 
-// DefaultSpoolBytes is the spool's bound unless set: 2.6 million entries
-// of 104 bytes, about five minutes of a saturated llama-server's events.
+// DefaultSpoolBytes is the spool's bound unless set: 2.2 million entries
+// of 120 bytes, about four minutes of a saturated llama-server's events.
 const DefaultSpoolBytes = 256 << 20
 
 // processCPU is the CPU time this process has used, in seconds.

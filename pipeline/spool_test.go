@@ -12,7 +12,7 @@ import (
 // notSpooled are the fields of a span the spool drops on purpose: Conn,
 // the socket's cookie, tells the live view's connections apart (two
 // clients' same port); a run joins its spans to its own load generator's
-// connections by port, and the entry stays 104 bytes. Slot, the target
+// connections by port, and the entry stays 120 bytes. Slot, the target
 // slot, tells the daemon's live targets apart; a run follows one target.
 var notSpooled = map[string]bool{"Conn": true, "Slot": true}
 
@@ -41,8 +41,8 @@ func TestSpoolRoundTrip(t *testing.T) {
 	}
 	// The bound's arithmetic (DefaultSpoolBytes' doc) and the garbage
 	// collector's indifference assume this layout.
-	if spoolEntryBytes != 104 {
-		t.Errorf("a spool entry is %d bytes, want 104: keep packedSpan's padding used", spoolEntryBytes)
+	if spoolEntryBytes != 120 {
+		t.Errorf("a spool entry is %d bytes, want 120: keep packedSpan's padding used", spoolEntryBytes)
 	}
 	var q spool
 	q.pushSpan(&sp)

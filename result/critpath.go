@@ -292,7 +292,11 @@ type CriticalStats struct {
 	// the server's other threads meanwhile (DESIGN.md, "Timed waits and
 	// polling threads").
 	NoEdgeSleeps uint64 `json:"no_edge_sleeps"`
-	DataEdges    uint64 `json:"data_edges"`
+	// Folded: running steps that gave a part of their time to the short
+	// naps and waits off the CPU that the scheduler collector folded
+	// inside the thread's running stretch (DESIGN.md, "Timed waits and polling threads").
+	Folded    uint64 `json:"folded,omitempty"`
+	DataEdges uint64 `json:"data_edges"`
 	// Sends, Arrivals, Segments, CUDACalls, Holds, Reads: what was added
 	// (Holds: the connections' blocking TCP episodes, zero windows, loss
 	// recovery and retransmissions, DESIGN.md "Held connections").

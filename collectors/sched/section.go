@@ -149,6 +149,23 @@ func stealOf(e *Event) int64 {
 	return max(u, 0)
 }
 
+// foldedOf splits the off-CPU time a switch-in record's folded intervals
+// hold (since the thread's previous record, inside its running stretch)
+// into sleep, run-queue wait and D. The kernel sums the off-CPU time by the
+// state the thread left in and the run-queue waits apart: a preempted
+// interval is a wait throughout; a sleep's or a D's ends with its wait
+// after the wakeup. The waits are the larger of the two sums, the D time
+// what is left of its own sum, the sleep the rest.
+func foldedOf(e *Event) (sleep, runq, io int64) {
+	var total int64
+	for _, ns := range e.FoldOffcpuNs {
+		total += int64(ns)
+	}
+	runq = min(max(int64(e.FoldRunqNs), int64(e.FoldOffcpuNs[Preempted])), total)
+	io = min(int64(e.FoldOffcpuNs[IOWait]), total-runq)
+	return total - runq - io, runq, io
+}
+
 // record turns an event into spans: a switch-in into the run-queue and
 // off-CPU spans it closes (the run-queue span first), with the waker of a
 // sleep and the holder of a preemption; a fork or exit of the target tree
@@ -181,11 +198,13 @@ func record(r collectors.Recorder, e *Event) {
 	}
 	st := State(e.State)
 	off := st < NumStates && e.OffcpuNs > 0
+	fs, fr, fio := foldedOf(e)
 	if e.HasRunq != 0 && e.RunqNs > 0 {
 		sp := collectors.Span{Kind: collectors.SpanRunqueue, Start: end - int64(e.RunqNs), End: end, Tid: e.Tid, Blocking: true,
 			Tgid: e.Tgid, HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder, Client: client, Slot: e.Slot}
 		if !off {
 			sp.IRQBlockNs, sp.IRQNetNs, sp.StealNs = int64(e.IrqNs[IRQBlock]), int64(e.IrqNs[IRQNet]), stealOf(e)
+			sp.FoldSleepNs, sp.FoldRunqNs, sp.FoldIONs = fs, fr, fio
 		}
 		r.Record(sp)
 	}
@@ -193,7 +212,8 @@ func record(r collectors.Recorder, e *Event) {
 		sp := collectors.Span{Kind: collectors.SpanOffCPU, Start: end - int64(e.OffcpuNs), End: end, Tid: e.Tid,
 			Detail: st.String(), Blocking: st == IOWait, Tgid: e.Tgid, Client: client, Slot: e.Slot,
 			HolderTid: e.HolderTid, HolderTgid: e.HolderTgid, HolderComm: holder,
-			IRQBlockNs: int64(e.IrqNs[IRQBlock]), IRQNetNs: int64(e.IrqNs[IRQNet]), StealNs: stealOf(e)}
+			IRQBlockNs: int64(e.IrqNs[IRQBlock]), IRQNetNs: int64(e.IrqNs[IRQNet]), StealNs: stealOf(e),
+			FoldSleepNs: fs, FoldRunqNs: fr, FoldIONs: fio}
 		if ctx := WakeContext(e.WakeCtx); ctx != WakeNone && st != Preempted {
 			sp.WakeTs = int64(e.WakeTs)
 			sp.WakeCtx = wakeCtxName(ctx, e.WakeVec)

@@ -100,6 +100,9 @@ type Stats struct {
 	// outside task, an unknown waker) covered, in part at least, by the
 	// states of the server's other threads meanwhile (timedwait.go).
 	NoEdgeSleeps uint64
+	// Folded: running steps that gave a part to the short naps and waits
+	// folded inside their segment (Folded).
+	Folded uint64
 }
 
 type history struct {
@@ -337,7 +340,7 @@ func (e *Engine) AddSegment(s Segment) {
 	}
 	h.segs, h.segBase = roomFor(h.segs, h.segBase)
 	h.segs = insert(h.segs, s, s.Start, segStart)
-	if s.State != Sleep {
+	if s.State != Sleep && !s.mostlyOff() {
 		a := s
 		a.Thread = h.th
 		e.active.add(a)

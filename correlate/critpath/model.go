@@ -162,6 +162,32 @@ type Segment struct {
 	Wake Wake
 	// IRQ: for Running, the interrupts that ran on its CPU meanwhile.
 	IRQ IRQTime
+	// Folded: for Running, the time it was off its CPU meanwhile in
+	// intervals too short to be recorded one by one.
+	Folded Folded
+}
+
+// Folded is the time a thread was off its CPU inside a Running segment,
+// in intervals the scheduler collector folded into sums (each shorter
+// than its fold thresholds: a sleep under 1 ms, a wait for a CPU under
+// 10 µs, a preemption or a D under 50 µs). Where in the segment they fell
+// is not known: a part of the segment has its share of them. A thread
+// that naps (a runtime's monitor thread, a spin-then-sleep barrier, a
+// polling loop's usleep) would otherwise read as running throughout.
+type Folded struct {
+	Sleep int64 // asleep (S): the waker is not known
+	Runq  int64 // runnable, waiting for a CPU: the holder is not known
+	IO    int64 // in D
+}
+
+// Total is the folded time.
+func (f Folded) Total() int64 { return f.Sleep + f.Runq + f.IO }
+
+// mostlyOff says whether a Running segment was off its CPU for more of its
+// time than on it (its folded time over half of it): at an instant inside
+// it the thread more likely slept or waited than ran.
+func (s *Segment) mostlyOff() bool {
+	return s.State == Running && 2*s.Folded.Total() > s.End-s.Start
 }
 
 // IRQTime is the time block and network interrupts (device handlers and

@@ -20,6 +20,9 @@ type SwitchIn struct {
 	// IRQ is the interrupt time on its CPU while it ran, from its previous
 	// switch-in to this one's switch-out: its Running segment's.
 	IRQ IRQTime
+	// Folded is the time it was off its CPU in folded intervals inside
+	// that Running segment.
+	Folded Folded
 }
 
 // Switches turns each thread's switch-in records into segments: Running
@@ -57,7 +60,7 @@ func (w *Switches) Segments(r SwitchIn, out []Segment) []Segment {
 	}
 	out0 := r.Ts - max(r.OffCPU, 0)
 	if prev, ok := w.lastIn[r.Thread.Tid]; ok && out0 > prev {
-		out = append(out, Segment{Thread: r.Thread, State: Running, Start: prev, End: out0, IRQ: r.IRQ})
+		out = append(out, Segment{Thread: r.Thread, State: Running, Start: prev, End: out0, IRQ: r.IRQ, Folded: r.Folded})
 	}
 	w.lastIn[r.Thread.Tid] = r.Ts
 	if out0 == r.Ts {

@@ -15,12 +15,14 @@ func TestSwitchesSegments(t *testing.T) {
 		{Thread: thA, Ts: 0, Left: Runnable},
 		{Thread: thA, Ts: 75 * ms, OffCPU: 65 * ms, Runq: 5 * ms, Left: Sleep, Wake: Wake{Kind: WakeThread, Waker: thB}, Holder: stress},
 		{Thread: thB, Ts: 100 * ms, OffCPU: 20 * ms, Left: IOWait},
-		{Thread: thB, Ts: 130 * ms, OffCPU: 10 * ms, Left: Runnable, Holder: stress, IRQ: IRQTime{Block: 3 * ms, Net: ms}},
+		{Thread: thB, Ts: 130 * ms, OffCPU: 10 * ms, Left: Runnable, Holder: stress, IRQ: IRQTime{Block: 3 * ms, Net: ms},
+			Folded: Folded{Sleep: 4 * ms, Runq: ms}},
 	} {
 		segs = w.Segments(r, segs)
 	}
 	blk := seg(thB, Running, 100, 120)
 	blk.IRQ = IRQTime{Block: 3 * ms, Net: ms} // the running stretch's, carried by the next switch-in
+	blk.Folded = Folded{Sleep: 4 * ms, Runq: ms}
 	want := []Segment{
 		seg(thA, Running, 0, 10),
 		sleepBy(thA, 10, 70, Wake{Kind: WakeThread, Waker: thB}),

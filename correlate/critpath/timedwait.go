@@ -288,6 +288,11 @@ func (e *Engine) claimSeg(o *history, sg *Segment, x, y int64, depth int) {
 	if y <= x || (sg.State == Sleep && len(o.cuda) == 0) {
 		return // asleep outside any CUDA call: no claim
 	}
+	if sg.mostlyOff() && len(o.cuda) == 0 {
+		// Off its CPU for most of the stretch in folded naps and waits:
+		// at an instant inside it, more likely not running.
+		return
+	}
 	st := Step{Start: x, End: y, Thread: o.th, State: sg.State, Depth: depth, Note: NoteMeanwhile}
 	switch sg.State {
 	case Running, Sleep:

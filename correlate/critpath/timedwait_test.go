@@ -283,3 +283,82 @@ func TestTimedWaitProducerStopped(t *testing.T) {
 		meanwhileStep(55, 60, producer, Running, ServerCompute),
 	}, tail()...))
 }
+
+// monitor naps between short bursts of work (a runtime's monitor thread,
+// a spin-then-sleep barrier): its naps, each too short to be recorded,
+// are folded into its Running segment.
+var monitor = Thread{Tid: 204, Tgid: 200, Comm: "monitor"}
+
+// napper is monitor running from 0 to 80 ms, off its CPU for f of it.
+func napper(f Folded) Segment {
+	s := seg(monitor, Running, 0, 80)
+	s.Folded = f
+	return s
+}
+
+// A critical-path thread woken by a thread that napped: the part walked
+// has its share of the naps (a sleep with no wakeup edge, covered by the
+// server's other threads meanwhile), of the folded waits for a CPU
+// (cpu_runqueue) and of the folded D (io_block); only the rest is the
+// napper's running, given to a sibling's wait by the sibling rule.
+func TestFoldedNapsOnThePath(t *testing.T) {
+	naps := napper(Folded{Sleep: 40 * ms, Runq: 8 * ms, IO: 8 * ms})
+	g := timedWait(t, Wake{Kind: WakeThread, Waker: monitor}, naps)
+	checkSteps(t, g, append([]Step{
+		step(0, 10, sender, Running, ServerCompute, 0),
+		step(10, 25, monitor, Running, ServerCompute, 1),
+		step(25, 50, monitor, Sleep, ServerSleep, 1).with(Thread{}, 0, NoteFoldedSleep),
+		step(50, 55, monitor, Runnable, CPURunqueue, 1).with(Thread{}, 0, NoteFoldedWait),
+		step(55, 60, monitor, IOWait, IOBlock, 1).with(Thread{}, 0, NoteFoldedIO),
+	}, tail()...))
+	checkSums(t, g)
+
+	// The producer runnable behind a busy process meanwhile: the naps
+	// and the running are its wait.
+	g = timedWait(t, Wake{Kind: WakeThread, Waker: monitor}, naps, runq(producer, 10, 60, Holder{stress, 50 * ms}))
+	checkSteps(t, g, append([]Step{
+		step(0, 10, sender, Running, ServerCompute, 0),
+		step(10, 25, producer, Runnable, CPURunqueue, 1).with(stress, 0, NoteSiblingWait),
+		step(25, 50, producer, Runnable, CPURunqueue, 2).with(stress, 0, NoteMeanwhile),
+		step(50, 55, monitor, Runnable, CPURunqueue, 1).with(Thread{}, 0, NoteFoldedWait),
+		step(55, 60, monitor, IOWait, IOBlock, 1).with(Thread{}, 0, NoteFoldedIO),
+	}, tail()...))
+	if g.Ns[CPURunqueue] != 45*ms || g.Ns[ServerCompute] != 12*ms {
+		t.Errorf("cpu_runqueue %d ms, server_compute %d ms; want 45 and 12", g.Ns[CPURunqueue]/ms, g.Ns[ServerCompute]/ms)
+	}
+}
+
+// A thread off its CPU for most of its Running segment in folded naps
+// claims nothing for another thread's timed wait (it more likely slept at
+// any instant); one that mostly ran claims server_compute.
+func TestFoldedNapsClaimNothing(t *testing.T) {
+	g := timedWait(t, Wake{Kind: WakeTimer}, napper(Folded{Sleep: 50 * ms}))
+	checkSteps(t, g, append([]Step{
+		step(0, 10, sender, Running, ServerCompute, 0),
+		step(10, 60, sender, Sleep, ServerSleep, 0).with(Thread{}, WakeTimer, ""),
+	}, tail()...))
+	g = timedWait(t, Wake{Kind: WakeTimer}, napper(Folded{Sleep: 30 * ms}))
+	checkSteps(t, g, append([]Step{
+		step(0, 10, sender, Running, ServerCompute, 0),
+		meanwhileStep(10, 60, monitor, Running, ServerCompute),
+	}, tail()...))
+}
+
+// A wait for a CPU behind a thread that naps (it woke, preempted the
+// waiter, and slept again; the CPU went elsewhere): the holder's folded
+// share of the wait is cpu_runqueue with no holder known, the rest its
+// running.
+func TestRunqueueBehindANapper(t *testing.T) {
+	g := only(t, []Segment{
+		seg(sender, Running, 0, 20),
+		runq(sender, 20, 60, Holder{monitor, 40 * ms}),
+		seg(sender, Running, 60, 70),
+		napper(Folded{Sleep: 60 * ms}),
+	}, nil, []Send{{Time: 62 * ms, Tid: sender.Tid, Port: port}}, []Arrival{{Time: 63 * ms, Port: port}},
+		Read{Request: 1, Index: 4, Port: port, Start: 0, End: 64 * ms})
+	checkSteps(t, g, append([]Step{
+		step(0, 20, sender, Running, ServerCompute, 0),
+		step(20, 30, monitor, Running, ServerCompute, 1),
+		step(30, 60, sender, Runnable, CPURunqueue, 0),
+	}, tail()...))
+}

@@ -94,6 +94,11 @@ const (
 	NoteIRQNet         = "network interrupts on its CPU"
 	NoteSteal          = "its vCPU stolen by the hypervisor"
 	NoteBlockWorker    = "the block layer's worker held its CPU"
+	// NoteFolded*: a running stretch's share of the short intervals off
+	// its CPU that the scheduler collector folded (Folded).
+	NoteFoldedSleep = "short naps inside its running stretch (folded: the waker not recorded)"
+	NoteFoldedWait  = "short waits for a CPU inside its running stretch (folded: the holder not recorded)"
+	NoteFoldedIO    = "short D waits inside its running stretch (folded)"
 )
 
 // Gap is a token gap's critical path.
@@ -435,12 +440,24 @@ func (e *Engine) running(h *history, sg *Segment, x, y int64, depth int) {
 			e.emit(st)
 			return
 		}
-		var irq [3]Step
+		var irq, off [3]Step
 		if sg != nil {
+			d := st.End - st.Start
 			st, irq = e.interrupts(sg, st)
+			st, off = e.folded(sg, st, d)
 		}
 		if st.End > st.Start {
 			e.siblingWaits(h, st)
+		}
+		for i, s := range off {
+			switch {
+			case s.End <= s.Start:
+			case i == 0:
+				// A nap: a sleep with no wakeup edge (timedwait.go).
+				e.meanwhile(h, s)
+			default:
+				e.emit(s)
+			}
 		}
 		for _, s := range irq {
 			if s.End > s.Start {
@@ -448,6 +465,52 @@ func (e *Engine) running(h *history, sg *Segment, x, y int64, depth int) {
 			}
 		}
 	})
+}
+
+// foldedShare is a part d long of Running segment sg's share of its
+// folded time off the CPU.
+func foldedShare(sg *Segment, d int64) int64 {
+	seg, f := sg.End-sg.Start, sg.Folded.Total()
+	if f <= 0 || seg <= 0 || d <= 0 {
+		return 0
+	}
+	return min(int64(float64(min(f, seg))*float64(d)/float64(seg)), d)
+}
+
+// folded takes from the end of st, the rest of a part of sg d long, that
+// part's share of the time sg's thread was off its CPU in folded
+// intervals (Folded: where in the
+// segment they fell is not known): its naps, a sleep with no wakeup edge
+// (server_sleep, covered with the server's other threads meanwhile); its
+// waits for a CPU, cpu_runqueue with no holder known; its D, io_block. A
+// thread that naps between short bursts of work (a runtime's monitor, a
+// spin-then-sleep barrier, a polling loop) is not read as running
+// throughout.
+func (e *Engine) folded(sg *Segment, st Step, d int64) (Step, [3]Step) {
+	var out [3]Step
+	seg, room := sg.End-sg.Start, st.End-st.Start
+	f := sg.Folded
+	if f == (Folded{}) || seg <= 0 || room <= 0 {
+		return st, out
+	}
+	share := func(ns, room int64) int64 {
+		if ns <= 0 || room <= 0 {
+			return 0
+		}
+		return min(int64(float64(min(ns, seg))*float64(d)/float64(seg)), room)
+	}
+	sl := share(f.Sleep, room)
+	rq := share(f.Runq, room-sl)
+	io := share(f.IO, room-sl-rq)
+	end := st.End
+	st.End -= sl + rq + io
+	out[0] = Step{Start: st.End, End: st.End + sl, Thread: st.Thread, State: Sleep, Cause: ServerSleep, Depth: st.Depth, Note: NoteFoldedSleep}
+	out[1] = Step{Start: st.End + sl, End: st.End + sl + rq, Thread: st.Thread, State: Runnable, Cause: CPURunqueue, Depth: st.Depth, Note: NoteFoldedWait}
+	out[2] = Step{Start: st.End + sl + rq, End: end, Thread: st.Thread, State: IOWait, Cause: IOBlock, Depth: st.Depth, Note: NoteFoldedIO}
+	if sl+rq+io > 0 {
+		e.stats.Folded++
+	}
+	return st, out
 }
 
 // interrupts takes from the end of st, a part of sg, its share of sg's
@@ -916,7 +979,14 @@ func (e *Engine) heldBy(h *history, holder Thread, x, y int64, depth int, ow owe
 // that preempted the thread or ran last before it got its CPU back, so
 // over a long wait it is an approximation: where oh neither ran nor
 // waited to run, it did not hold the CPU and the holder is unknown
-// (cpu_runqueue, no holder named).
+// (cpu_runqueue, no holder named); so too its running segment's share of
+// the naps and waits folded in it (a thread that naps, woken often,
+// preempts the waiter and sleeps again: the CPU went to another task).
+// Who took the CPU then is not recorded: that share is covered with the
+// states of the server's other threads meanwhile (the timed-wait ranks:
+// another of its threads running is the server's own work, one waiting
+// behind an outsider the outsider's), cpu_runqueue with no holder where
+// none explains it.
 func (e *Engine) heldByTarget(h *history, oh *history, x, y int64, depth int) {
 	unknown := func(a, b int64) {
 		e.emit(Step{Start: a, End: b, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth})
@@ -941,6 +1011,16 @@ func (e *Engine) heldByTarget(h *history, oh *history, x, y int64, depth int) {
 		}
 		switch sg.State {
 		case Running:
+			if off := foldedShare(sg, hi-lo); off > 0 {
+				ran := *sg
+				ran.Folded = Folded{}
+				e.running(oh, &ran, lo, hi-off, depth+1)
+				e.stats.Folded++
+				e.path = append(e.path, oh.th.Tid)
+				e.meanwhile(h, Step{Start: hi - off, End: hi, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth})
+				e.path = e.path[:len(e.path)-1]
+				break
+			}
 			e.running(oh, sg, lo, hi, depth+1)
 		case Runnable:
 			e.runnable(oh, sg, lo, hi, depth+1)

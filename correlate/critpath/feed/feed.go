@@ -176,11 +176,15 @@ func (f *Feed) sendTime(sp collectors.Span) int64 {
 func (f *Feed) switchIn(off collectors.Span, rq *collectors.Span) {
 	th := critpath.Thread{Tid: off.Tid, Tgid: off.Tgid}
 	si := critpath.SwitchIn{Thread: th, Ts: off.End, OffCPU: off.End - off.Start, Left: critpath.Runnable,
-		IRQ: critpath.IRQTime{Block: off.IRQBlockNs, Net: off.IRQNetNs, Steal: off.StealNs}}
+		IRQ:    critpath.IRQTime{Block: off.IRQBlockNs, Net: off.IRQNetNs, Steal: off.StealNs},
+		Folded: critpath.Folded{Sleep: off.FoldSleepNs, Runq: off.FoldRunqNs, IO: off.FoldIONs}}
 	if rq != nil {
 		si.IRQ.Block += rq.IRQBlockNs
 		si.IRQ.Net += rq.IRQNetNs
 		si.IRQ.Steal += rq.StealNs
+		si.Folded.Sleep += rq.FoldSleepNs
+		si.Folded.Runq += rq.FoldRunqNs
+		si.Folded.IO += rq.FoldIONs
 	}
 	if off.HolderTid != 0 {
 		si.Holder = critpath.Thread{Tid: off.HolderTid, Tgid: off.HolderTgid, Comm: off.HolderComm}
