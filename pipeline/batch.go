@@ -39,8 +39,11 @@ import (
 //     measured, the rule gave a slower step's own time (llmsim's, 15 →
 //     25 ms) to the other requests' small cpu_runqueue and io_block;
 //   - the weights are, over the other requests in flight, the excess
-//     each cause added to their gaps so far (a gap in progress pro-rated
-//     to this one's end): the server's causes only, server_compute counted
+//     each cause added to their gaps so far, net (what a cause took below
+//     normal in some gaps offsets what it added in others: a cause that
+//     only varies around normal is no reason; its positive parts alone
+//     gave llmsim's slower step 7-19% to cpu_runqueue), a gap in progress
+//     pro-rated to this one's end: the server's causes only, server_compute counted
 //     without its own batch part (a batch grown by a batch is not a
 //     reason). net_backpressure and client are left out: they name what
 //     held a gap's own connection back, and another request's slow reader
@@ -244,7 +247,7 @@ func give(g *critGap, b int64, w [critpath.NumCauses]int64) int64 {
 // batchSweep is the state of batchRule's sweep of the gaps by their end.
 type batchSweep struct {
 	gs    []critGap
-	over  [][critpath.NumCauses]int64 // each gap's excess, its batch part out of server_compute's
+	over  [][critpath.NumCauses]int64 // each gap's excess (signed), its batch part out of server_compute's
 	batch []int64                     // each gap's batch part
 	order []int                       // the gaps by their end
 	// byReq is each request's gaps by their start, next the first of
@@ -273,12 +276,12 @@ func newBatchSweep(gs []critGap, base critpath.Baseline, n0, e float64) *batchSw
 		n := base.For(critpath.Read{Index: int(g.index)})
 		for c := range critpath.NumCauses {
 			if live.ServerReason(c) {
-				w.over[i][c] = max(g.ns[c]-n[c], 0)
+				w.over[i][c] = g.ns[c] - n[c]
 			}
 		}
 		if float64(k[i]) > n0 {
 			comp := g.ns[critpath.ServerCompute]
-			w.batch[i] = min(w.over[i][critpath.ServerCompute], int64(float64(comp)*(1-math.Pow(n0/float64(k[i]), e))))
+			w.batch[i] = min(max(w.over[i][critpath.ServerCompute], 0), int64(float64(comp)*(1-math.Pow(n0/float64(k[i]), e))))
 			w.over[i][critpath.ServerCompute] -= w.batch[i]
 		}
 		last[g.request] = max(last[g.request], g.end)

@@ -71,6 +71,24 @@ func TestBatchRule(t *testing.T) {
 			t.Errorf("a compute-bound slowdown changed: %v, want %v", got, before)
 		}
 	})
+	t.Run("a cause that only varies around normal is no reason", func(t *testing.T) {
+		// A slower model (10 ms steps, four in flight) whose gaps wait
+		// for a CPU 0 or 2 ms, 1 ms being normal: no net excess of
+		// cpu_runqueue kept the others in flight, so nothing moves to it.
+		b := base
+		b.ITL[critpath.CPURunqueue] = ms
+		b.TTFT[critpath.CPURunqueue] = ms
+		gs := batchGaps(40, 4, 10, 100*ms, 10*ms, 0)
+		for i := range gs {
+			if gs[i].index%2 == 1 {
+				gs[i].ns[critpath.CPURunqueue] = 2 * ms
+			}
+			gs[i].ns[critpath.ServerCompute] = 10 * ms
+		}
+		if moved := batchRule(gs, b, 1, 1); moved.ns != 0 {
+			t.Errorf("moved %+v to a cause whose excess nets to nothing", moved)
+		}
+	})
 	t.Run("no more in flight than normal", func(t *testing.T) {
 		gs := batchGaps(30, 1, 10, 100*ms, 12*ms, 4*ms)
 		if moved := batchRule(gs, base, 1, 1); moved.gaps != 0 {
