@@ -98,7 +98,9 @@ type Stats struct {
 	Stopped                              uint64 // steps of a thread stopped (a stop signal, a tracer, a freezer)
 	// NoEdgeSleeps: sleeps with no wakeup edge to follow (a timer, an
 	// outside task, an unknown waker) covered, in part at least, by the
-	// states of the server's other threads meanwhile (timedwait.go).
+	// states of the server's other threads meanwhile (timedwait.go); so
+	// too the folded naps of a thread on the path (Engine.folded) and of
+	// a holder (Engine.heldByTarget).
 	NoEdgeSleeps uint64
 	// Folded: running steps that gave a part to the short naps and waits
 	// folded inside their segment (Folded).

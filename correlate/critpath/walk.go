@@ -467,41 +467,33 @@ func (e *Engine) running(h *history, sg *Segment, x, y int64, depth int) {
 	})
 }
 
-// foldedShare is a part d long of Running segment sg's share of its
-// folded time off the CPU.
-func foldedShare(sg *Segment, d int64) int64 {
-	seg, f := sg.End-sg.Start, sg.Folded.Total()
-	if f <= 0 || seg <= 0 || d <= 0 {
+// foldedPart is a part d long of Running segment sg's share of ns of its
+// folded time off the CPU (where in the segment it fell is not known), at
+// most room.
+func foldedPart(sg *Segment, ns, d, room int64) int64 {
+	seg := sg.End - sg.Start
+	if ns <= 0 || seg <= 0 || d <= 0 || room <= 0 {
 		return 0
 	}
-	return min(int64(float64(min(f, seg))*float64(d)/float64(seg)), d)
+	return min(int64(float64(min(ns, seg))*float64(d)/float64(seg)), room)
 }
 
 // folded takes from the end of st, the rest of a part of sg d long, that
 // part's share of the time sg's thread was off its CPU in folded
-// intervals (Folded: where in the
-// segment they fell is not known): its naps, a sleep with no wakeup edge
-// (server_sleep, covered with the server's other threads meanwhile); its
-// waits for a CPU, cpu_runqueue with no holder known; its D, io_block. A
-// thread that naps between short bursts of work (a runtime's monitor, a
-// spin-then-sleep barrier, a polling loop) is not read as running
-// throughout.
+// intervals: its naps, a sleep with no wakeup edge (server_sleep, covered
+// with the server's other threads meanwhile); its waits for a CPU,
+// cpu_runqueue with no holder known; its D, io_block. A thread that naps
+// between short bursts of work (a runtime's monitor, a spin-then-sleep
+// barrier, a polling loop) is not read as running throughout.
 func (e *Engine) folded(sg *Segment, st Step, d int64) (Step, [3]Step) {
 	var out [3]Step
-	seg, room := sg.End-sg.Start, st.End-st.Start
-	f := sg.Folded
-	if f == (Folded{}) || seg <= 0 || room <= 0 {
+	f, room := sg.Folded, st.End-st.Start
+	if f == (Folded{}) || room <= 0 {
 		return st, out
 	}
-	share := func(ns, room int64) int64 {
-		if ns <= 0 || room <= 0 {
-			return 0
-		}
-		return min(int64(float64(min(ns, seg))*float64(d)/float64(seg)), room)
-	}
-	sl := share(f.Sleep, room)
-	rq := share(f.Runq, room-sl)
-	io := share(f.IO, room-sl-rq)
+	sl := foldedPart(sg, f.Sleep, d, room)
+	rq := foldedPart(sg, f.Runq, d, room-sl)
+	io := foldedPart(sg, f.IO, d, room-sl-rq)
 	end := st.End
 	st.End -= sl + rq + io
 	out[0] = Step{Start: st.End, End: st.End + sl, Thread: st.Thread, State: Sleep, Cause: ServerSleep, Depth: st.Depth, Note: NoteFoldedSleep}
@@ -1011,7 +1003,7 @@ func (e *Engine) heldByTarget(h *history, oh *history, x, y int64, depth int) {
 		}
 		switch sg.State {
 		case Running:
-			if off := foldedShare(sg, hi-lo); off > 0 {
+			if off := foldedPart(sg, sg.Folded.Total(), hi-lo, hi-lo); off > 0 {
 				ran := *sg
 				ran.Folded = Folded{}
 				e.running(oh, &ran, lo, hi-off, depth+1)
