@@ -4,7 +4,7 @@
 # CPU with 1, 4 and 8 live targets, on loopback with tools/bench/fanout (a
 # fast streaming server and a client of many connections).
 #
-#   sudo tools/bench/scale.sh [conns|daemon|all] [SECONDS]
+#   sudo tools/bench/scale.sh [conns|daemon|soak|all] [SECONDS]
 #
 # conns: for each server threading (BENCH_SCALE_THREADS, "per-conn shared":
 #   a thread per stream, as a thread-per-connection server; or the Go
@@ -24,6 +24,12 @@
 #   `bpfbench daemon` with a live target per server; the daemon's CPU over
 #   SECONDS (from /proc/PID/stat, after a settling second), its programs
 #   (from its file descriptors) and its resident memory at the end.
+# soak: the daemon with K live targets (the first of BENCH_SCALE_TARGETS)
+#   as in daemon, for SECONDS, its memory and CPU printed every
+#   BENCH_SOAK_EVERY seconds (60): resident memory, the Go heap in use
+#   and the gaps its live views took (from its metrics), and its CPU over
+#   the interval. Memory is bounded when it stops growing once the stores are
+#   full.
 #
 # SECONDS defaults to 20 (the brief's shortest window for CPU accounting).
 # Needs root and `make build`; builds fanout into bin/.
@@ -154,8 +160,56 @@ daemon() {
 	done
 }
 
+# metric NAME prints the sum of metric NAME's samples in the daemon's
+# metrics ($murl).
+metric() { curl -fsS "$murl" 2>/dev/null | awk -v n="$1" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%.0f", s}'; }
+
+soak() {
+	hz=$(getconf CLK_TCK)
+	every=${BENCH_SOAK_EVERY:-60}
+	k=${targets_list%% *}
+	cfg=$work/soak.yaml
+	printf 'refresh_interval: 1s\ntargets:\n' >"$cfg"
+	srvs=() cls=()
+	for i in $(seq "$k"); do
+		port=$(free_port)
+		start_server "$port"
+		srvs+=("$srv_pid")
+		printf '  - {name: s%d, pid: %d}\n' "$i" "$srv_pid" >>"$cfg"
+		taskset -c 1 "$bin/fanout" client --addr "127.0.0.1:$port" --conns 100 \
+			--rate "$(python3 -c "print($rate / $k)")" --tokens 8 --duration $((secs + 60))s >/dev/null 2>&1 &
+		cls+=($!)
+		pids+=($!)
+	done
+	mport=$(free_port)
+	murl=http://127.0.0.1:$mport/metrics
+	"$bin/bpfbench" daemon --config "$cfg" --web.listen-address "127.0.0.1:$mport" --cpus 1 --log.format json 2>"$work/soak.log" &
+	d=$!
+	pids+=("$d")
+	for _ in $(seq 100); do
+		[ "$(grep -c '"msg":"live view started' "$work/soak.log" || true)" -ge "$k" ] && break
+		sleep 0.2
+	done
+	printf '%-8s %8s %8s %8s %12s\n' t_s rss_MB heap_MB cpu_% live_gaps
+	t=0
+	c0=$(cpu_ticks "$d")
+	while [ "$t" -lt "$secs" ]; do
+		sleep "$every"
+		t=$((t + every))
+		c1=$(cpu_ticks "$d")
+		rss=$(awk '/^VmRSS/ {print $2}' "/proc/$d/status")
+		heap=$(metric go_memstats_heap_inuse_bytes)
+		gaps=$(metric bpfbench_token_gap_seconds_count)
+		python3 -c "print(f'{$t:<8d} {$rss / 1024:8.0f} {${heap:-0} / 2**20:8.0f} {($c1 - $c0) / $hz / $every * 100:8.2f} {${gaps:-0}:12d}')"
+		c0=$c1
+	done
+	kill "$d" "${cls[@]}" "${srvs[@]}" 2>/dev/null || true
+	wait "$d" "${cls[@]}" "${srvs[@]}" 2>/dev/null || true
+}
+
 case $mode in
 conns) conns ;;
+soak) soak ;;
 daemon) daemon ;;
 all)
 	conns
@@ -163,7 +217,7 @@ all)
 	daemon
 	;;
 *)
-	echo "scale.sh: mode conns, daemon or all" >&2
+	echo "scale.sh: mode conns, daemon, soak or all" >&2
 	exit 2
 	;;
 esac
