@@ -123,30 +123,38 @@ EOF
 # cpu_ticks PID prints utime + stime of PID in clock ticks.
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
+# start_daemon K NAME ADDR starts K fanout servers, each with a client of
+# 100 connections on CPU 1 and its share of the rate, and the daemon
+# (metrics on ADDR, log in $work/NAME.log) with a live target for each;
+# waits for the live views; sets d, srvs and cls.
+start_daemon() {
+	local k=$1 cfg=$work/$2.yaml i port
+	printf 'refresh_interval: 1s\ntargets:\n' >"$cfg"
+	srvs=() cls=()
+	for i in $(seq "$k"); do
+		port=$(free_port)
+		start_server "$port"
+		srvs+=("$srv_pid")
+		printf '  - {name: s%d, pid: %d}\n' "$i" "$srv_pid" >>"$cfg"
+		taskset -c 1 "$bin/fanout" client --addr "127.0.0.1:$port" --conns 100 \
+			--rate "$(python3 -c "print($rate / $k)")" --tokens 8 --duration $((secs + 60))s >/dev/null 2>&1 &
+		cls+=($!)
+		pids+=($!)
+	done
+	"$bin/bpfbench" daemon --config "$cfg" --web.listen-address "$3" --cpus 1 --log.format json 2>"$work/$2.log" &
+	d=$!
+	pids+=("$d")
+	for _ in $(seq 100); do
+		[ "$(grep -c '"msg":"live view started' "$work/$2.log" || true)" -ge "$k" ] && break
+		sleep 0.2
+	done
+}
+
 daemon() {
 	hz=$(getconf CLK_TCK)
 	printf '%-8s %10s %10s %9s %9s\n' targets daemon_% programs links rss_MB
 	for k in $targets_list; do
-		cfg=$work/daemon-$k.yaml
-		printf 'refresh_interval: 1s\ntargets:\n' >"$cfg"
-		srvs=() cls=()
-		for i in $(seq "$k"); do
-			port=$(free_port)
-			start_server "$port"
-			srvs+=("$srv_pid")
-			printf '  - {name: s%d, pid: %d}\n' "$i" "$srv_pid" >>"$cfg"
-			taskset -c 1 "$bin/fanout" client --addr "127.0.0.1:$port" --conns 100 \
-				--rate "$(python3 -c "print($rate / $k)")" --tokens 8 --duration $((secs + 60))s >/dev/null 2>&1 &
-			cls+=($!)
-			pids+=($!)
-		done
-		"$bin/bpfbench" daemon --config "$cfg" --web.listen-address 127.0.0.1:0 --cpus 1 --log.format json 2>"$work/daemon-$k.log" &
-		d=$!
-		pids+=("$d")
-		for _ in $(seq 100); do
-			[ "$(grep -c '"msg":"live view started' "$work/daemon-$k.log" || true)" -ge "$k" ] && break
-			sleep 0.2
-		done
+		start_daemon "$k" "daemon-$k" 127.0.0.1:0
 		sleep 3 # the first walks and the settling of the trackers
 		t0=$(cpu_ticks "$d")
 		sleep "$secs"
@@ -168,28 +176,9 @@ soak() {
 	hz=$(getconf CLK_TCK)
 	every=${BENCH_SOAK_EVERY:-60}
 	k=${targets_list%% *}
-	cfg=$work/soak.yaml
-	printf 'refresh_interval: 1s\ntargets:\n' >"$cfg"
-	srvs=() cls=()
-	for i in $(seq "$k"); do
-		port=$(free_port)
-		start_server "$port"
-		srvs+=("$srv_pid")
-		printf '  - {name: s%d, pid: %d}\n' "$i" "$srv_pid" >>"$cfg"
-		taskset -c 1 "$bin/fanout" client --addr "127.0.0.1:$port" --conns 100 \
-			--rate "$(python3 -c "print($rate / $k)")" --tokens 8 --duration $((secs + 60))s >/dev/null 2>&1 &
-		cls+=($!)
-		pids+=($!)
-	done
 	mport=$(free_port)
 	murl=http://127.0.0.1:$mport/metrics
-	"$bin/bpfbench" daemon --config "$cfg" --web.listen-address "127.0.0.1:$mport" --cpus 1 --log.format json 2>"$work/soak.log" &
-	d=$!
-	pids+=("$d")
-	for _ in $(seq 100); do
-		[ "$(grep -c '"msg":"live view started' "$work/soak.log" || true)" -ge "$k" ] && break
-		sleep 0.2
-	done
+	start_daemon "$k" soak "127.0.0.1:$mport"
 	printf '%-8s %8s %8s %8s %12s\n' t_s rss_MB heap_MB cpu_% live_gaps
 	t=0
 	c0=$(cpu_ticks "$d")
