@@ -109,6 +109,9 @@ type pacer struct {
 	durationMode bool
 	sem          chan struct{} // nil: no concurrency limit
 	nextOffset   float64
+	// slotWait is how long the last wait waited for a free slot under
+	// --max-concurrency after the send was due.
+	slotWait int64
 }
 
 // wait blocks until the i-th send is due and a slot is free; it returns
@@ -127,9 +130,12 @@ func (p *pacer) wait(i int) (int64, bool) {
 	if !sleepUntil(at, p.ctx.Done()) {
 		return 0, false
 	}
+	p.slotWait = 0
 	if p.sem != nil {
+		t0 := Mono()
 		select {
 		case p.sem <- struct{}{}:
+			p.slotWait = Mono() - t0
 		case <-p.ctx.Done():
 			return 0, false
 		}

@@ -313,3 +313,39 @@ func TestSlowReadingRequest(t *testing.T) {
 		t.Errorf("the slow reader shares port %d with another request", slow.LocalPort)
 	}
 }
+
+// Under --max-concurrency a request due while the cap is full waits for a
+// slot: its queue time, not a late client. Four requests due at once, one
+// at a time: each after the first waited for the one before it to end.
+func TestSlotWaitIsNotLate(t *testing.T) {
+	url := simtest.Start(t, func(c *sim.Config) {
+		c.PrefillBase = 10 * time.Millisecond
+		c.PrefillPerToken = 0
+		c.DecodeStep = 5 * time.Millisecond
+	})
+	for _, cap := range []int{1, 0} {
+		cfg := DefaultConfig()
+		cfg.Target.URL = url
+		cfg.Scenario.NumRequests = 4
+		cfg.Scenario.MaxConcurrency = cap
+		cfg.Scenario.Dataset.InputLen = 16
+		cfg.Scenario.Dataset.OutputLen = 8
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range res.Records {
+			if r.SlotWaitNs < 0 || r.SlotWaitNs > r.QueueNs() || r.LateNs() != r.QueueNs()-r.SlotWaitNs {
+				t.Errorf("cap %d, request %d: slot wait %d ns, queue %d ns, late %d ns", cap, i, r.SlotWaitNs, r.QueueNs(), r.LateNs())
+			}
+			switch {
+			case cap == 0 && r.SlotWaitNs != 0:
+				t.Errorf("no cap, request %d: slot wait %d ns", i, r.SlotWaitNs)
+			case cap == 1 && i > 0 && r.StartNs < res.Records[i-1].EndNs:
+				t.Errorf("cap 1, request %d started at %d, before request %d ended at %d", i, r.StartNs, i-1, res.Records[i-1].EndNs)
+			case cap == 1 && i > 0 && r.SlotWaitNs == 0:
+				t.Errorf("cap 1, request %d: no slot wait, though due while request %d ran", i, i-1)
+			}
+		}
+	}
+}

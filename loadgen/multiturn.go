@@ -51,18 +51,18 @@ func (m *multiturnRun) run(ctx context.Context, r *runner) {
 			break
 		}
 		r.wg.Add(1)
-		go func(id int, conv *dataset.Conversation) {
+		go func(id int, conv *dataset.Conversation, slotWait int64) {
 			defer r.wg.Done()
 			if r.sem != nil {
 				defer func() { <-r.sem }()
 			}
-			m.converse(ctx, r, id, conv, at)
-		}(i+1, &m.convs[i%len(m.convs)])
+			m.converse(ctx, r, id, conv, at, slotWait)
+		}(i+1, &m.convs[i%len(m.convs)], p.slotWait)
 	}
 }
 
 // converse sends one conversation's turns one after another.
-func (m *multiturnRun) converse(ctx context.Context, r *runner, id int, conv *dataset.Conversation, at int64) {
+func (m *multiturnRun) converse(ctx context.Context, r *runner, id int, conv *dataset.Conversation, at, slotWait int64) {
 	var history []transport.Message
 	histLen := 0
 	if conv.System != "" {
@@ -83,6 +83,9 @@ func (m *multiturnRun) converse(ctx context.Context, r *runner, id int, conv *da
 		histLen += t.UserLen
 		rec := r.newRecord(due)
 		rec.Conversation, rec.Turn = id, k+1
+		if k == 0 {
+			rec.SlotWaitNs = slotWait
+		}
 		tio := m.turns.Register(rec.RequestID, append([]transport.Message(nil), history...))
 		req := Request{Prompt: t.User, PromptLen: histLen, OutputLen: t.OutputLen, OffsetNs: -1}
 		r.client.Do(ctx, &req, rec)

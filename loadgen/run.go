@@ -358,6 +358,7 @@ func (r *runner) send(ctx context.Context, reqs []Request) {
 			break
 		}
 		rec := r.newRecord(at)
+		rec.SlotWaitNs = p.slotWait
 		req := &reqs[i%len(reqs)]
 		r.wg.Add(1)
 		go func() {

@@ -107,6 +107,9 @@ type Prior struct {
 	// elasticity is how its decode steps grew with the batch (the batch
 	// rule's e), from its gaps file.
 	elasticity stepElasticity
+	// late is how late its load generator normally started a request
+	// (the rules' normal lateness), from its records.
+	late int64
 	// itlP99 is its p99 gap band (live.MatchBand compares a run's with it).
 	itlP99 *result.CriticalBand
 	// cpu is its server's CPU a token (nil: it measured none).
@@ -154,6 +157,9 @@ func LoadPrior(path string) (*Prior, error) {
 	if _, gaps, err := readGaps(dir); err == nil && len(gaps) > 0 {
 		p.tail, p.haveTail = tailMean(slices.Values(gaps), p.Crit), true
 		p.inFlight, p.elasticity = normalInFlight(gaps), batchElasticity(gaps)
+	}
+	if b := doc.BPFBench; b != nil {
+		p.late = medianLate(b.Records)
 	}
 	return p, nil
 }

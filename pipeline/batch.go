@@ -8,6 +8,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
 	"github.com/bpfbench/bpfbench/live"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // The batch rule. An engine computes the tokens of every request in
@@ -18,9 +19,11 @@ import (
 // batch is bigger only because those requests are still in flight, and
 // at a steady request rate they are still in flight because their own
 // gaps were slowed: by a neighbour on the CPU, a slow client, the disk.
-// So, after the walk, the part of a gap's server_compute excess that the
-// bigger batch explains is given to what kept the other requests in
-// flight, in proportion to the excess their gaps had so far:
+// Or because they came together: a load generator short of CPU wakes
+// late for its sends and sends several at once. So, after the walk, the
+// part of a gap's server_compute excess that the bigger batch explains is
+// given to what made the requests being decoded overlap, in proportion
+// to how late each was started and the excess its gaps had so far:
 //
 //   - k is the number of the run's requests being decoded at the gap's
 //     end (between their first token and their last: those waiting for
@@ -38,16 +41,22 @@ import (
 //     memory-bound decode, llmsim's step). Assumed 1 before it was
 //     measured, the rule gave a slower step's own time (llmsim's, 15 →
 //     25 ms) to the other requests' small cpu_runqueue and io_block;
-//   - the weights are, over the other requests in flight, the excess
-//     each cause added to their gaps so far, net (what a cause took below
+//   - the weights are, over the requests in flight (the gap's own too:
+//     a request that came late or ran slow shares its steps with the
+//     others as much as they share theirs with it), client for how much
+//     later than normal the load generator started each (its own queue
+//     time, not a wait for a slot under --max-concurrency; normal is the
+//     baseline's median), and the excess each cause added to their gaps
+//     so far, net (what a cause took below
 //     normal in some gaps offsets what it added in others: a cause that
 //     only varies around normal is no reason; its positive parts alone
 //     gave llmsim's slower step 7-19% to cpu_runqueue), a gap in progress
 //     pro-rated to this one's end: the server's causes only, server_compute counted
 //     without its own batch part (a batch grown by a batch is not a
-//     reason). net_backpressure and client are left out: they name what
-//     held a gap's own connection back, and another request's slow reader
-//     is not this request's; a batch grown by slow readers stays
+//     reason). The gaps' net_backpressure and client are left out: they
+//     name what held a connection's reads back, and an engine streams
+//     on while a reader stalls (its batch does not hold the stalled
+//     request longer); a batch grown by slow readers stays
 //     server_compute. A compute-bound slowdown (a slower model) keeps its
 //     server_compute; contention that slowed the requests gets the steps
 //     it filled.
@@ -192,7 +201,7 @@ func batchElasticity(gs []critGap) stepElasticity {
 // batchRule applies the batch rule to gs in place (n0: the normal number
 // in flight, 0 leaves gs as they are; e the step's elasticity to the
 // batch).
-func batchRule(gs []critGap, base critpath.Baseline, n0, e float64) batchMoved {
+func batchRule(gs []critGap, base critpath.Baseline, n0, e float64, late lateness) batchMoved {
 	var moved batchMoved
 	if n0 <= 0 || len(gs) == 0 {
 		return moved
@@ -204,6 +213,8 @@ func batchRule(gs []critGap, base critpath.Baseline, n0, e float64) batchMoved {
 		own := w.cum[g.request]
 		if own == nil {
 			own = new([critpath.NumCauses]int64)
+			own[critpath.Client] = late.excess(g.request)
+			w.sum[critpath.Client] += own[critpath.Client]
 			w.cum[g.request] = own
 		}
 		if b := w.batch[i]; b > 0 {
@@ -315,18 +326,20 @@ func (w *batchSweep) depart(t int64) {
 	}
 }
 
-// weights are what kept the requests being decoded beside g's in flight
-// until g's end: their gaps' excess so far, and of each one's gap in
-// progress the part up to g's end (a stalled reader's long gap is why
-// it is still there while it lasts).
+// weights are what made the requests being decoded at g's end overlap:
+// how late each was started and its gaps' excess so far (g's request's
+// too: a request that came late or ran slow is why it shares its steps
+// with the others as much as they are why they share its), and of each
+// other one's gap in progress the part up to g's end (a stalled
+// reader's long gap is why it is still there while it lasts).
 func (w *batchSweep) weights(g *critGap) [critpath.NumCauses]int64 {
 	var out [critpath.NumCauses]int64
 	for r, c := range w.cum {
-		if r == g.request {
-			continue
-		}
 		for j := range out {
 			out[j] += c[j]
+		}
+		if r == g.request {
+			continue // its gap in progress is g
 		}
 		ix := w.byReq[r]
 		if n := w.next[r]; n < len(ix) {
@@ -340,4 +353,58 @@ func (w *batchSweep) weights(g *critGap) [critpath.NumCauses]int64 {
 		}
 	}
 	return out
+}
+
+// lateness is how late the load generator itself started each request
+// against its schedule (loadgen.Record.LateNs, by request), and how late
+// it normally did (the baseline's median).
+type lateness struct {
+	of     map[int32]int64
+	normal int64
+}
+
+// excess is how much later than normal request r was started (signed,
+// like every other cause's excess: 0 for a request not known).
+func (l lateness) excess(r int32) int64 {
+	v, ok := l.of[r]
+	if !ok {
+		return 0
+	}
+	return v - l.normal
+}
+
+// normalLate is the median lateness of the requests that have their
+// first gap among gs.
+func normalLate(gs []critGap, late map[int32]int64) int64 {
+	var xs []int64
+	for _, g := range gs {
+		if v, ok := late[g.request]; ok && g.index == 0 {
+			xs = append(xs, v)
+		}
+	}
+	return median(xs)
+}
+
+// medianLate is the median lateness of a run's measured requests.
+func medianLate(recs []result.Request) int64 {
+	var xs []int64
+	for i := range recs {
+		if r := &recs[i]; !r.Warmup && r.Success {
+			xs = append(xs, r.LateNs())
+		}
+	}
+	return median(xs)
+}
+
+// median is the median of xs (sorted in place; 0 when empty).
+func median(xs []int64) int64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	m := len(xs) / 2
+	if len(xs)%2 == 1 {
+		return xs[m]
+	}
+	return (xs[m-1] + xs[m]) / 2
 }

@@ -41,7 +41,7 @@ func TestBatchRule(t *testing.T) {
 		// Four requests in flight, each gap 12 ms: 4 ms waiting for the
 		// CPU, 8 ms computing (4 streams' tokens at 2 ms each).
 		gs := batchGaps(10, 4, 10, 100*ms, 12*ms, 4*ms)
-		moved := batchRule(gs, base, 1, 1)
+		moved := batchRule(gs, base, 1, 1, lateness{})
 		if moved.gaps == 0 {
 			t.Fatal("nothing moved")
 		}
@@ -66,7 +66,7 @@ func TestBatchRule(t *testing.T) {
 		// normal, the other 0.5 ms the only reason they linger).
 		gs := batchGaps(20, 4, 10, 100*ms, 10*ms, 0)
 		before := gs[len(gs)-1].ns
-		batchRule(gs, base, 1, 1)
+		batchRule(gs, base, 1, 1, lateness{})
 		if got := gs[len(gs)-1].ns; got != before {
 			t.Errorf("a compute-bound slowdown changed: %v, want %v", got, before)
 		}
@@ -85,19 +85,19 @@ func TestBatchRule(t *testing.T) {
 			}
 			gs[i].ns[critpath.ServerCompute] = 10 * ms
 		}
-		if moved := batchRule(gs, b, 1, 1); moved.ns != 0 {
+		if moved := batchRule(gs, b, 1, 1, lateness{}); moved.ns != 0 {
 			t.Errorf("moved %+v to a cause whose excess nets to nothing", moved)
 		}
 	})
 	t.Run("no more in flight than normal", func(t *testing.T) {
 		gs := batchGaps(30, 1, 10, 100*ms, 12*ms, 4*ms)
-		if moved := batchRule(gs, base, 1, 1); moved.gaps != 0 {
+		if moved := batchRule(gs, base, 1, 1, lateness{}); moved.gaps != 0 {
 			t.Errorf("moved %+v with one request in flight", moved)
 		}
 	})
 	t.Run("no baseline number", func(t *testing.T) {
 		gs := batchGaps(40, 4, 10, 100*ms, 12*ms, 4*ms)
-		if moved := batchRule(gs, base, 0, 1); moved.gaps != 0 {
+		if moved := batchRule(gs, base, 0, 1, lateness{}); moved.gaps != 0 {
 			t.Errorf("moved %+v without a normal number in flight", moved)
 		}
 	})
@@ -110,7 +110,7 @@ func TestBatchRule(t *testing.T) {
 		long[0].ns[critpath.ServerCompute] = 2 * ms
 		long[1].ns[critpath.CPURunqueue] = 100 * ms
 		gs = append(long, gs...)
-		batchRule(gs, base, 1, 1)
+		batchRule(gs, base, 1, 1, lateness{})
 		for _, g := range gs[2:] {
 			if g.index == 0 {
 				continue
@@ -129,10 +129,41 @@ func TestBatchRule(t *testing.T) {
 		stall[0].ns[critpath.ServerCompute] = 2 * ms
 		stall[1].ns[critpath.NetBackpressure] = 100 * ms
 		gs = append(stall, gs...)
-		if moved := batchRule(gs, base, 1, 1); moved.gaps != 0 {
+		if moved := batchRule(gs, base, 1, 1, lateness{}); moved.gaps != 0 {
 			t.Errorf("moved %+v to another connection's slow reader", moved)
 		}
 	})
+}
+
+// Requests the client started late share their steps because they came
+// together: the batch is the client's.
+func TestBatchRuleLateness(t *testing.T) {
+	ms := int64(1e6)
+	base := critpath.Baseline{}
+	base.ITL[critpath.ServerCompute] = 2 * ms
+	base.TTFT[critpath.ServerCompute] = 2 * ms
+	// A load generator short of CPU sends request 60 45 ms late, with
+	// request 61 on time (0.5 ms is its normal lateness): the two
+	// share every step, 4 ms a gap for two streams' tokens. That
+	// batch is the client's: request 60's steps carry 61 because 60
+	// came late, and 61's carry 60 for the same reason.
+	gs := batchGaps(60, 2, 10, 100*ms, 4*ms, 0)
+	late := lateness{of: map[int32]int64{60: 45 * ms, 61: ms / 2}, normal: ms / 2}
+	moved := batchRule(gs, base, 1, 1, late)
+	if moved.gaps != uint64(len(gs)) {
+		t.Errorf("moved %+v, want every one of the %d gaps", moved, len(gs))
+	}
+	for _, g := range gs {
+		if g.ns[critpath.ServerCompute] != 2*ms || g.ns[critpath.Client] != 2*ms {
+			t.Errorf("gap %d/%d: %v, want its 2 ms beyond normal on client", g.request, g.index, g.ns)
+		}
+	}
+	// Both started as late as normal: no reason, nothing moves.
+	gs = batchGaps(60, 2, 10, 100*ms, 4*ms, 0)
+	late.of[60] = ms / 2
+	if moved := batchRule(gs, base, 1, 1, late); moved.gaps != 0 {
+		t.Errorf("moved %+v with every request started as late as normal", moved)
+	}
 }
 
 // A run's p99 band against the baseline run's own: what it added per gap
@@ -209,7 +240,7 @@ func TestBatchElasticity(t *testing.T) {
 		moveSome bool
 	}{{0, false}, {1, true}} {
 		gs := batchGaps(10, 4, 10, 100*ms, 11*ms, 1*ms)
-		moved := batchRule(gs, base, 1, c.e)
+		moved := batchRule(gs, base, 1, c.e, lateness{})
 		if (moved.ns > 0) != c.moveSome {
 			t.Errorf("elasticity %v: moved %d ns in %d gaps", c.e, moved.ns, moved.gaps)
 		}

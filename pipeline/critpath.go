@@ -95,6 +95,10 @@ type critStream struct {
 	stats result.CriticalStats
 	// base is the normal gap critResult compared the gaps with.
 	base critpath.Baseline
+	// late is how late the load generator itself started each request
+	// against its schedule (loadgen.Record.LateNs), for the batch and
+	// prefill rules.
+	late map[int32]int64
 	// dump, when set (BPFBENCH_CRITPATH_DUMP), receives every gap's path.
 	dump     *json.Encoder
 	dumpFile *os.File
@@ -132,7 +136,7 @@ func (c *critStream) dumpGap(g critpath.Gap) {
 
 func newCritStream(maxHeld int, floor int64) *critStream {
 	eng := critpath.New(critpath.Options{CPUs: new(affinity.Counter).CPUs})
-	c := &critStream{eng: eng, feed: feed.NewFeed(eng, maxHeld), slow: live.Slowest{N: critSlowest}}
+	c := &critStream{eng: eng, feed: feed.NewFeed(eng, maxHeld), slow: live.Slowest{N: critSlowest}, late: map[int32]int64{}}
 	c.eng.SetFloor(floor)
 	if p := os.Getenv(critDumpEnv); p != "" {
 		// "%p" is this process's pid: one file per run when a test
@@ -156,6 +160,7 @@ func (c *critStream) addRecord(r *loadgen.Record) {
 	}
 	port := uint16(r.LocalPort)
 	c.stats.Reads += uint64(len(r.ChunkNs))
+	c.late[int32(r.Index)] = r.LateNs()
 	var ps, pe int64
 	if r.PausedNs != nil {
 		ps, pe = r.PausedNs[0], r.PausedNs[1]
@@ -193,9 +198,9 @@ type critPhase struct {
 // moveBatched applies the batch rule (batch.go) and then the prefill
 // rule (prefill.go) to gaps, once: the log then holds the gaps after
 // them, and out their totals and what they moved.
-func (c *critStream) moveBatched(gaps []critGap, base critpath.Baseline, n0 float64, el stepElasticity, out *result.CriticalPath) {
-	moved := batchRule(gaps, base, n0, el.E)
-	pre := prefillRule(gaps, base)
+func (c *critStream) moveBatched(gaps []critGap, base critpath.Baseline, n0 float64, el stepElasticity, late lateness, out *result.CriticalPath) {
+	moved := batchRule(gaps, base, n0, el.E, late)
+	pre := prefillRule(gaps, base, late)
 	if moved.gaps == 0 && pre.gaps == 0 {
 		return
 	}
@@ -232,9 +237,11 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 	gaps := slices.Collect(c.gaps.all())
 	var n0 float64 // the normal number of requests in flight
 	var el stepElasticity
+	late := lateness{of: c.late}
 	switch {
 	case prior != nil:
 		out.Baseline, base, n0, el = prior.Name(), prior.Crit, prior.inFlight, prior.elasticity
+		late.normal = prior.late
 		if prior.haveTail {
 			baseTail = &prior.tail
 		}
@@ -242,10 +249,13 @@ func (c *critStream) critResult(runStart int64, phases []critPhase, name func(ti
 		out.Baseline = phases[0].name
 		first := inPhase(slices.Values(gaps), phases[0])
 		base, n0, el = baselineOf(slices.Values(first)), normalInFlight(first), batchElasticity(first)
+		late.normal = normalLate(first, c.late)
 	default:
 		base, n0, el = baselineOf(slices.Values(gaps)), normalInFlight(gaps), batchElasticity(gaps)
+		late.normal = normalLate(gaps, c.late)
 	}
-	c.moveBatched(gaps, base, n0, el, out)
+	c.moveBatched(gaps, base, n0, el, late, out)
+	out.Stats.NormalLateMs = ms(late.normal)
 	out.Stats.NormalInFlight = n0
 	if n0 > 0 {
 		out.Stats.BatchElasticity, out.Stats.BatchElasticityMeasured = &el.E, el.Measured

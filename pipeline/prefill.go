@@ -27,7 +27,9 @@ import (
 // its server_compute above normal to what delayed those requests to
 // their first token: their first gaps' excess over the normal first gap,
 // the server's causes only (live.ServerReason), server_compute among them (a
-// prefill slowed by a slower model keeps the compute it moved). A run
+// prefill slowed by a slower model keeps the compute it moved), and
+// client for how much later than normal the load generator started them
+// (a client short of CPU sends late and in bunches: lateness, batch.go). A run
 // whose requests arrive at random has prefills in its decode gaps in
 // its baseline too, their requests' first gaps are mostly compute, and
 // little moves.
@@ -39,7 +41,7 @@ import (
 
 // prefillRule applies the prefill rule to gs in place, against the normal
 // gap base.
-func prefillRule(gs []critGap, base critpath.Baseline) batchMoved {
+func prefillRule(gs []critGap, base critpath.Baseline, late lateness) batchMoved {
 	var moved batchMoved
 	type first struct {
 		at int64
@@ -77,6 +79,7 @@ func prefillRule(gs []critGap, base critpath.Baseline) batchMoved {
 					w[c] += max(q.ns[c]-normalFirst[c], 0)
 				}
 			}
+			w[critpath.Client] += max(late.excess(q.request), 0)
 		}
 		if given := give(g, over, w); given > 0 {
 			moved.ns += given

@@ -34,7 +34,7 @@ func TestPrefillRule(t *testing.T) {
 		// against the normal 6, the 3 ms above it go where request 2's
 		// first gap exceeded normal: 12 ms cpu_runqueue, 2 ms compute.
 		gs := prefillGaps(20, 9, 29, map[critpath.Cause]int64{critpath.CPURunqueue: 12, critpath.ServerCompute: 12})
-		moved := prefillRule(gs, base)
+		moved := prefillRule(gs, base, lateness{})
 		g := gs[1]
 		// 3 ms × 12/14 to cpu_runqueue; the compute's share stays.
 		want := int64(3 * float64(ms) * 12 / 14)
@@ -45,9 +45,20 @@ func TestPrefillRule(t *testing.T) {
 			t.Errorf("first gaps changed: %v %v", gs[0].ns, gs[2].ns)
 		}
 	})
+	t.Run("a request the client sent late", func(t *testing.T) {
+		// Request 2 came 19 ms late from the load generator (1 ms is
+		// normal) and was prefilled at once, in request 1's decode gap:
+		// what its first token waited for is the client's lateness.
+		gs := prefillGaps(9, 9, 15, map[critpath.Cause]int64{critpath.ServerCompute: 10})
+		late := lateness{of: map[int32]int64{1: ms, 2: 19 * ms}, normal: ms}
+		moved := prefillRule(gs, base, late)
+		if g := gs[1]; moved.ns != 3*ms || g.ns[critpath.Client] != 3*ms || g.ns[critpath.ServerCompute] != 6*ms {
+			t.Errorf("moved %+v, gap %v: want its 3 ms above normal on client", moved, g.ns)
+		}
+	})
 	t.Run("a prefill slowed by a slower model keeps its compute", func(t *testing.T) {
 		gs := prefillGaps(9, 9, 15, map[critpath.Cause]int64{critpath.ServerCompute: 15})
-		if moved := prefillRule(gs, base); moved.gaps != 0 || gs[1].ns[critpath.ServerCompute] != 9*ms {
+		if moved := prefillRule(gs, base, lateness{}); moved.gaps != 0 || gs[1].ns[critpath.ServerCompute] != 9*ms {
 			t.Errorf("moved %+v, gap %v: want nothing moved", moved, gs[1].ns)
 		}
 	})
@@ -55,14 +66,14 @@ func TestPrefillRule(t *testing.T) {
 		// Request 2's first token came with request 1's (prefilled in
 		// one step): request 1's decode gap carries no prefill.
 		gs := prefillGaps(20, 9, 10, map[critpath.Cause]int64{critpath.CPURunqueue: 12, critpath.ServerCompute: 12})
-		if moved := prefillRule(gs, base); moved.gaps != 0 {
+		if moved := prefillRule(gs, base, lateness{}); moved.gaps != 0 {
 			t.Errorf("moved %+v: want nothing", moved)
 		}
 	})
 	t.Run("the request's own first token", func(t *testing.T) {
 		gs := prefillGaps(20, 9, 29, nil)
 		gs[2].request = 1
-		if moved := prefillRule(gs, base); moved.gaps != 0 {
+		if moved := prefillRule(gs, base, lateness{}); moved.gaps != 0 {
 			t.Errorf("moved %+v: want nothing", moved)
 		}
 	})

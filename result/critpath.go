@@ -278,6 +278,12 @@ type CriticalStats struct {
 	// PrefillGaps gaps.
 	PrefillMovedMs float64 `json:"prefill_moved_ms,omitempty"`
 	PrefillGaps    uint64  `json:"prefill_gaps,omitempty"`
+	// NormalLateMs is how late the load generator normally started a
+	// request against its schedule (the baseline's median; its own
+	// queue time, not a wait for a slot under --max-concurrency): the two
+	// rules count a request started later than that as a client reason
+	// for the batch and the prefills it then shared.
+	NormalLateMs float64 `json:"normal_late_ms,omitempty"`
 	// Interrupts: running steps that gave a part of their time to the block
 	// or network interrupts that ran on the thread's CPU meanwhile.
 	Interrupts uint64 `json:"interrupts"`

@@ -296,6 +296,7 @@ func (e *encoder) record(r *Request) {
 	e.intOmit(`,"turn":`, int64(r.Turn))
 	e.int(`,"scheduled_ns":`, r.ScheduledNs)
 	e.int(`,"start_ns":`, r.StartNs)
+	e.intOmit(`,"slot_wait_ns":`, r.SlotWaitNs)
 	e.intOmit(`,"conn_ns":`, r.ConnNs)
 	e.intOmit(`,"sent_ns":`, r.SentNs)
 	e.intOmit(`,"first_byte_ns":`, r.FirstByteNs)

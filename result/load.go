@@ -178,6 +178,9 @@ type Request struct {
 	// are measured from it); StartNs-ScheduledNs is the client queue time.
 	ScheduledNs int64 `json:"scheduled_ns"`
 	StartNs     int64 `json:"start_ns"`
+	// SlotWaitNs is the part of the queue time spent waiting for a free
+	// slot under --max-concurrency (the run's cap, not a late client).
+	SlotWaitNs int64 `json:"slot_wait_ns,omitempty"`
 	// ConnNs is when a connection was obtained, SentNs when the request was
 	// fully written to it, FirstByteNs when the first response byte arrived.
 	ConnNs      int64 `json:"conn_ns,omitempty"`
@@ -270,6 +273,11 @@ func (r *Request) LatencyNs() int64 {
 	}
 	return r.LastNs - r.StartNs
 }
+
+// LateNs is how late the client itself started the request: its queue
+// time less the wait for a slot under --max-concurrency (a load
+// generator short of CPU wakes late for its sends).
+func (r *Request) LateNs() int64 { return max(r.QueueNs()-r.SlotWaitNs, 0) }
 
 // QueueNs is how late the client started the request against its schedule.
 func (r *Request) QueueNs() int64 {

@@ -468,12 +468,20 @@ func (cfg *ValidateConfig) plan() (*Scenario, loadgen.Config, error) {
 	for i := range reqs {
 		reqs[i].OffsetNs = -1
 	}
+	// A slow-reading request is longer than the others, so that it is
+	// still streaming when it stops reading; the baseline phase has a
+	// request as long at the same place, read at once, so that what the
+	// phase adds to the tail is the stalled reads, not a longer request in
+	// an engine's batch (a CPU engine's step costs time per request it
+	// carries).
 	slow := make([]int, len(cfg.Injections)) // each slow-reading injection's request
 	for k, inj := range cfg.Injections {
 		if inj.SlowRead > 0 {
-			slow[k] = firstOf(k) + slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
+			at := slowOffset(perPhase, cfg.Rate, cfg.Phase, inj.SlowRead)
+			slow[k] = firstOf(k) + at
 			reqs[slow[k]].OutputLen = max(3*cfg.OutputLen, 200)
 			reqs[slow[k]].SlowRead = inj.SlowRead
+			reqs[at].OutputLen = reqs[slow[k]].OutputLen
 		}
 	}
 	load := cfg.Load

@@ -128,3 +128,33 @@ func TestValidationVerdict(t *testing.T) {
 		}
 	}
 }
+
+// The client row's slow reader is a longer request than the others; the
+// baseline phase has one as long at the same place in the phase, read at
+// once, so that the row's phase differs from the baseline by the stalled
+// reads alone.
+func TestPlanMatchesTheSlowReadersLength(t *testing.T) {
+	cfg := ValidateConfig{Phase: 10 * time.Second, Rate: 4, OutputLen: 32, Injections: []Injection{CPUInjection([]int{0}), ClientInjection(2 * time.Second)}}
+	sc, load, err := cfg.plan()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqs := load.Scenario.Requests
+	slow := sc.slow[1]
+	at := slowOffset(40, 4, cfg.Phase, 2*time.Second)
+	if reqs[slow].SlowRead != 2*time.Second || reqs[slow].OutputLen != 200 {
+		t.Fatalf("the slow reader (request %d): %+v", slow, reqs[slow])
+	}
+	if reqs[at].OutputLen != 200 || reqs[at].SlowRead != 0 || at >= 40 {
+		t.Errorf("the baseline's request %d: %+v, want one of 200 tokens read at once", at, reqs[at])
+	}
+	long := 0
+	for _, r := range reqs {
+		if r.OutputLen != 32 {
+			long++
+		}
+	}
+	if long != 2 {
+		t.Errorf("%d requests of other than 32 tokens, want 2 (the slow reader and its baseline twin)", long)
+	}
+}
