@@ -79,6 +79,9 @@ var (
 	recorderGapsDesc = prometheus.NewDesc("bpfbench_incident_recorder_gaps",
 		"The token gaps a target's flight recorder holds (the last incidents.recorder_window).",
 		[]string{"target"}, nil)
+	liveStoreDesc = prometheus.NewDesc("bpfbench_live_store_entries",
+		"What a target's live view holds in each bounded store: spans (the history its walk reads: at most 1,048,576 shared over the live targets), streams (connections whose writes are grouped: at most 65,536, idle ones expire after 5 minutes), connections (those whose gaps are summed apart: at most 4,096, the rest as one).",
+		[]string{"target", "store"}, nil)
 	liveUnwalkedDesc = prometheus.NewDesc("bpfbench_live_gaps_unwalked_total",
 		"Gaps and first bytes of a target the live view did not walk, all in the histograms: below the running p90, left out of the uniform sample walked while the walk costs over its target (reason sampled: the cause seconds estimate them), or over its budget (reason budget, 5% of a CPU over all live targets: not in the cause seconds, which then cover the walked gaps); at or above the p90, over its ceiling (reason ceiling, four times the budget: overload, the p99 bands' causes cover their walked gaps).",
 		[]string{"target", "reason"}, nil)
@@ -619,6 +622,7 @@ func (v *liveViews) Describe(ch chan<- *prometheus.Desc) {
 	ch <- liveUnwalkedDesc
 	ch <- recorderBytesDesc
 	ch <- recorderGapsDesc
+	ch <- liveStoreDesc
 }
 
 // Collect implements prometheus.Collector: every target that had a live
@@ -643,6 +647,12 @@ func (v *liveViews) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.Unwalked-t.UnwalkedSlow), name, "budget")
 		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.UnwalkedSlow), name, "ceiling")
 		ch <- prometheus.MustNewConstMetric(liveUnwalkedDesc, prometheus.CounterValue, float64(t.SampledOut), name, "sampled")
+		if lt.run != nil {
+			st := lt.run.tr.Stores()
+			ch <- prometheus.MustNewConstMetric(liveStoreDesc, prometheus.GaugeValue, float64(st.Held), name, "spans")
+			ch <- prometheus.MustNewConstMetric(liveStoreDesc, prometheus.GaugeValue, float64(st.Streams), name, "streams")
+			ch <- prometheus.MustNewConstMetric(liveStoreDesc, prometheus.GaugeValue, float64(st.Conns), name, "connections")
+		}
 		if lt.run != nil && lt.run.rec != nil {
 			st := lt.run.rec.Stats()
 			ch <- prometheus.MustNewConstMetric(recorderBytesDesc, prometheus.GaugeValue, float64(st.Bytes), name)

@@ -227,6 +227,17 @@ func TestLiveSessionLifecycle(t *testing.T) {
 	if g := fams["bpfbench_streams_active"]; len(g) == 1 && g[0].GetGauge().GetValue() != 1 {
 		t.Errorf("bpfbench_streams_active %v, want 1", g[0].GetGauge().GetValue())
 	}
+	stores := map[string]float64{}
+	for _, m := range fams["bpfbench_live_store_entries"] {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "store" {
+				stores[l.GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	if len(stores) != 3 || stores["spans"] <= 0 || stores["streams"] < 1 || stores["connections"] < 1 {
+		t.Errorf("bpfbench_live_store_entries %v, want spans held, and the stream's connection grouped and summed", stores)
+	}
 	var unexplained float64
 	for _, m := range fams["bpfbench_token_gap_cause_seconds_total"] {
 		for _, l := range m.GetLabel() {

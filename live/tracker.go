@@ -1043,6 +1043,25 @@ func (t *Tracker) Totals(now int64) Totals {
 	return out
 }
 
+// Stores are the sizes of the tracker's bounded stores, each with its
+// bound: the spans of history held for the walk (MaxHeld, Options.MaxHeld:
+// a lag's and the open gaps' worth), the connections whose writes are
+// grouped into streams (MaxStreams, idle ones expire) and those whose
+// gaps are summed apart (MaxConns, the rest as one).
+type Stores struct {
+	Held, MaxHeld       int
+	Streams, MaxStreams int
+	Conns, MaxConns     int
+}
+
+// Stores are the stores' sizes now.
+func (t *Tracker) Stores() Stores {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return Stores{Held: t.feed.Held, MaxHeld: t.feed.MaxHeld, Streams: t.streams.Len(), MaxStreams: t.streams.MaxConns,
+		Conns: len(t.conns), MaxConns: maxConnsKept}
+}
+
 func cloneLog2(h hist.Log2) hist.Log2 {
 	h.Slots = slices.Clone(h.Slots)
 	return h

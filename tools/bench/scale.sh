@@ -26,10 +26,12 @@
 #   (from its file descriptors) and its resident memory at the end.
 # soak: the daemon with K live targets (the first of BENCH_SCALE_TARGETS)
 #   as in daemon, for SECONDS, its memory and CPU printed every
-#   BENCH_SOAK_EVERY seconds (60): resident memory, the Go heap in use
-#   and the gaps its live views took (from its metrics), and its CPU over
-#   the interval. Memory is bounded when it stops growing once the stores are
-#   full.
+#   BENCH_SOAK_EVERY seconds (60): resident memory, the Go heap in use,
+#   the gaps its live views took, what each bounded store holds (the live
+#   views' spans, streams and summed connections,
+#   bpfbench_live_store_entries; the flight recorders' MB and gaps), all
+#   from its metrics, and its CPU over the interval. Memory is bounded when
+#   it stops growing once the stores are full.
 #
 # SECONDS defaults to 20 (the brief's shortest window for CPU accounting).
 # Needs root and `make build`; builds fanout into bin/.
@@ -168,9 +170,13 @@ daemon() {
 	done
 }
 
-# metric NAME prints the sum of metric NAME's samples in the daemon's
-# metrics ($murl).
-metric() { curl -fsS "$murl" 2>/dev/null | awk -v n="$1" '$1 == n || index($1, n "{") == 1 {s += $2} END {printf "%.0f", s}'; }
+# metric NAME [LABEL] prints the sum of metric NAME's samples (those
+# with LABEL, e.g. store="spans", when given) in the daemon's metrics
+# ($murl).
+metric() {
+	curl -fsS "$murl" 2>/dev/null | awk -v n="$1" -v l="${2:-}" \
+		'($1 == n || index($1, n "{") == 1) && index($1, l) > 0 {s += $2} END {printf "%.0f", s}'
+}
 
 soak() {
 	hz=$(getconf CLK_TCK)
@@ -179,7 +185,7 @@ soak() {
 	mport=$(free_port)
 	murl=http://127.0.0.1:$mport/metrics
 	start_daemon "$k" soak "127.0.0.1:$mport"
-	printf '%-8s %8s %8s %8s %12s\n' t_s rss_MB heap_MB cpu_% live_gaps
+	printf '%-8s %8s %8s %8s %12s %9s %8s %6s %7s %9s\n' t_s rss_MB heap_MB cpu_% live_gaps spans streams conns rec_MB rec_gaps
 	t=0
 	c0=$(cpu_ticks "$d")
 	while [ "$t" -lt "$secs" ]; do
@@ -189,7 +195,12 @@ soak() {
 		rss=$(awk '/^VmRSS/ {print $2}' "/proc/$d/status")
 		heap=$(metric go_memstats_heap_inuse_bytes)
 		gaps=$(metric bpfbench_token_gap_seconds_count)
-		python3 -c "print(f'{$t:<8d} {$rss / 1024:8.0f} {${heap:-0} / 2**20:8.0f} {($c1 - $c0) / $hz / $every * 100:8.2f} {${gaps:-0}:12d}')"
+		spans=$(metric bpfbench_live_store_entries 'store="spans"')
+		streams=$(metric bpfbench_live_store_entries 'store="streams"')
+		conns=$(metric bpfbench_live_store_entries 'store="connections"')
+		recb=$(metric bpfbench_incident_recorder_bytes)
+		recg=$(metric bpfbench_incident_recorder_gaps)
+		python3 -c "print(f'{$t:<8d} {$rss / 1024:8.0f} {${heap:-0} / 2**20:8.0f} {($c1 - $c0) / $hz / $every * 100:8.2f} {${gaps:-0}:12d} {${spans:-0}:9d} {${streams:-0}:8d} {${conns:-0}:6d} {${recb:-0} / 2**20:7.1f} {${recg:-0}:9d}')"
 		c0=$c1
 	done
 	kill "$d" "${cls[@]}" "${srvs[@]}" 2>/dev/null || true
