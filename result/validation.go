@@ -60,6 +60,10 @@ type ValidationRow struct {
 	// Weak: the injection added less than MinAddedMs to the tail's gaps,
 	// too little to judge: the row is "injection too weak", not a miss.
 	Weak bool `json:"injection_too_weak,omitempty"`
+	// Missed says why the injection took effect outside its phase (with
+	// Weak: nothing of it to judge there), e.g. a slow reader whose first
+	// token waited in the server's queue until the phase was over.
+	Missed string `json:"injection_missed_its_phase,omitempty"`
 	// Correct: the top cause is the injected one.
 	Correct bool `json:"correct"`
 }

@@ -4,6 +4,7 @@
 package validate
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -419,6 +420,11 @@ func Validate(ctx context.Context, cfg ValidateConfig) (*Validation, *run.RunRes
 	}
 	injOf := v.judge(cfg.Injections, sc.achieved, byName, critByName)
 	for i := range v.Rows {
+		if why := sc.missed(injOf[i], byName[v.Rows[i].Injection], res.Doc, cfg.Rate); why != "" {
+			v.Rows[i].Missed, v.Rows[i].Weak, v.Rows[i].Correct = why, true, false
+		}
+	}
+	for i := range v.Rows {
 		v.Rows[i].WritebackMiB, _ = sc.WritebackMiB(v.Rows[i].Injection)
 	}
 	v.BaselineWritebackMiB, _ = sc.WritebackMiB(sc.baseline)
@@ -723,7 +729,12 @@ func (v *Validation) retryWeak(ctx context.Context, cfg ValidateConfig, injOf []
 		var again []Injection
 		at := map[string]int{} // an injection's name: its row
 		for i, row := range v.Rows {
-			if row.Weak && injOf[i].Stronger != nil {
+			switch {
+			case row.Missed != "":
+				// Once more as it was, after a baseline of its own.
+				again = append(again, injOf[i])
+				at[injOf[i].Name] = i
+			case row.Weak && injOf[i].Stronger != nil:
 				injOf[i] = injOf[i].Stronger()
 				again = append(again, injOf[i])
 				at[injOf[i].Name] = i
@@ -746,7 +757,11 @@ func (v *Validation) retryWeak(ctx context.Context, cfg ValidateConfig, injOf []
 		for _, r := range rv.Rows {
 			i := at[r.Injection]
 			r.Retry, r.RetryDir = try, rc.OutDir
-			r.Earlier = append(slices.Clone(v.Rows[i].Earlier), fmt.Sprintf("%s: added %.1f ms per tail gap", v.Rows[i].Achieved, v.Rows[i].AddedMs))
+			was := fmt.Sprintf("%s: added %.1f ms per tail gap", v.Rows[i].Achieved, v.Rows[i].AddedMs)
+			if m := v.Rows[i].Missed; m != "" {
+				was = v.Rows[i].Achieved + ": missed its phase, " + m
+			}
+			r.Earlier = append(slices.Clone(v.Rows[i].Earlier), was)
 			v.Rows[i] = r
 		}
 		if rerr != nil {
@@ -754,6 +769,35 @@ func (v *Validation) retryWeak(ctx context.Context, cfg ValidateConfig, injOf []
 		}
 	}
 	return err
+}
+
+// missed says why injection inj took effect outside its phase p ("" when
+// it did not, or cannot tell): a slow reader whose stall ended after the
+// phase, its first token having waited in the server's queue (a backlog
+// the phase before left, that a server near its capacity at the run's
+// rate does not drain), made no gap of the phase longer.
+func (s *Scenario) missed(inj Injection, p result.Phase, doc *result.Document, rate float64) string {
+	k := slices.IndexFunc(s.injections, func(i Injection) bool { return i.Name == inj.Name })
+	if inj.SlowRead <= 0 || k < 0 || k >= len(s.slow) || doc == nil || doc.BPFBench == nil {
+		return ""
+	}
+	b := doc.BPFBench
+	end := b.StartNs + int64(p.EndS*1e9)
+	for i := range b.Records {
+		r := &b.Records[i]
+		if r.Index != s.slow[k] || r.Warmup {
+			continue
+		}
+		switch {
+		case r.PausedNs == nil:
+			return fmt.Sprintf("request %d never stopped reading (%s)", r.Index, cmp.Or(r.Error, "no first token"))
+		case r.PausedNs[1] >= end:
+			return fmt.Sprintf("request %d's stall ended %.1f s after the phase, its first token %.1f s after it was sent: the server queued it (near its capacity at %.3g req/s, a backlog the phase before left is not drained; a lower --rate keeps the phases apart)",
+				r.Index, float64(r.PausedNs[1]-end)/1e9, float64(r.TTFTNs())/1e9, rate)
+		}
+		return ""
+	}
+	return ""
 }
 
 // slowOffset is the index in its phase of the slow-reading request: a
@@ -836,6 +880,8 @@ func (v *Validation) WriteMatrix(w io.Writer) {
 		}
 		verdict := "ok"
 		switch {
+		case r.Missed != "":
+			verdict = "injection missed its phase: " + r.Missed
 		case r.Weak:
 			verdict = fmt.Sprintf("injection too weak (added %.1f ms per tail gap, under %.1f ms)", r.AddedMs, v.MinAddedMs)
 		case !r.Correct:

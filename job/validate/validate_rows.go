@@ -147,6 +147,10 @@ func (c ValidateRowsConfig) Injections(pid int) (injs []Injection, note string, 
 func (v *Validation) Verdict(minShare, maxUnexplained float64) error {
 	var bad, weak []string
 	for _, r := range v.Rows {
+		if r.Missed != "" {
+			bad = append(bad, fmt.Sprintf("%s (the injection missed its phase: %s)", r.Injection, r.Missed))
+			continue
+		}
 		if r.Weak {
 			weak = append(weak, fmt.Sprintf("%s (added %.1f ms per tail gap)", r.Injection, r.AddedMs))
 			continue

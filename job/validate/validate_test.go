@@ -11,6 +11,7 @@ import (
 
 	"github.com/bpfbench/bpfbench/host"
 	"github.com/bpfbench/bpfbench/loadgen"
+	"github.com/bpfbench/bpfbench/result"
 )
 
 // Stronger is the same injection twice as strong: the kernel time and the
@@ -156,5 +157,30 @@ func TestPlanMatchesTheSlowReadersLength(t *testing.T) {
 	}
 	if long != 2 {
 		t.Errorf("%d requests of other than 32 tokens, want 2 (the slow reader and its baseline twin)", long)
+	}
+}
+
+// A slow reader whose stall ended after its phase (its first token waited
+// in the server's queue) missed the phase: the row is not judged, and is
+// run once more as it was.
+func TestSlowReaderMissedItsPhase(t *testing.T) {
+	client := ClientInjection(3 * time.Second)
+	sc := &Scenario{injections: []Injection{CPUInjection([]int{0}), client}, slow: []int{0, 62}}
+	const s = int64(time.Second)
+	doc := &result.Document{Loadgen: result.Loadgen{BPFBench: &result.LoadDetail{StartNs: 100 * s}}}
+	phase := result.Phase{Name: "client", StartS: 14, EndS: 20}
+	rec := result.Request{Index: 62, Success: true, StartNs: 115 * s, ChunkNs: []int64{121 * s}, PausedNs: &[2]int64{121 * s, 124 * s}}
+	doc.BPFBench.Records = []result.Request{rec}
+	why := sc.missed(client, phase, doc, 4)
+	if !strings.Contains(why, "request 62's stall ended 4.0 s after the phase, its first token 6.0 s after it was sent") {
+		t.Errorf("missed: %q", why)
+	}
+	// Its first token at once: the stall inside the phase.
+	doc.BPFBench.Records[0].ChunkNs[0], doc.BPFBench.Records[0].PausedNs = 115*s+s/10, &[2]int64{115*s + s/10, 118*s + s/10}
+	if why := sc.missed(client, phase, doc, 4); why != "" {
+		t.Errorf("a stall inside its phase missed: %q", why)
+	}
+	if why := sc.missed(sc.injections[0], phase, doc, 4); why != "" {
+		t.Errorf("the cpu injection missed: %q", why)
 	}
 }
