@@ -382,7 +382,7 @@ func normalLate(gs []critGap, late map[int32]int64) int64 {
 			xs = append(xs, v)
 		}
 	}
-	return median(xs)
+	return critpath.Median(xs)
 }
 
 // medianLate is the median lateness of a run's measured requests.
@@ -393,18 +393,5 @@ func medianLate(recs []result.Request) int64 {
 			xs = append(xs, r.LateNs())
 		}
 	}
-	return median(xs)
-}
-
-// median is the median of xs (sorted in place; 0 when empty).
-func median(xs []int64) int64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	slices.Sort(xs)
-	m := len(xs) / 2
-	if len(xs)%2 == 1 {
-		return xs[m]
-	}
-	return (xs[m-1] + xs[m]) / 2
+	return critpath.Median(xs)
 }
