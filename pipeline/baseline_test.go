@@ -244,3 +244,33 @@ func TestPhasesLeaveOutSteal(t *testing.T) {
 		t.Errorf("a gaps file of the first format: %+v, %v", back, err)
 	}
 }
+
+// A baseline run's normal lateness is the median of its measured
+// requests' own lateness (less a slot wait under --max-concurrency).
+func TestPriorNormalLateness(t *testing.T) {
+	dir := writeRun(t, gapsOf(10, 50, 9, 0, 1e12), nil)
+	doc, err := result.Load(filepath.Join(dir, "result.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc.BPFBench = &result.LoadDetail{}
+	for i, late := range []int64{1, 2, 9, 3, 100} {
+		// Request 4 waited 97 ms of its 100 for a slot: 3 ms late.
+		r := result.Request{Index: i, Success: true, ScheduledNs: 1e9, StartNs: 1e9 + late*msNs}
+		if i == 4 {
+			r.SlotWaitNs = 97 * msNs
+		}
+		doc.BPFBench.Records = append(doc.BPFBench.Records, r)
+	}
+	doc.BPFBench.Records = append(doc.BPFBench.Records, result.Request{Index: -1, Warmup: true, Success: true, ScheduledNs: 1e9, StartNs: 2e9})
+	if err := doc.WriteFile(filepath.Join(dir, "result.json")); err != nil {
+		t.Fatal(err)
+	}
+	prior, err := LoadPrior(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prior.late != 3*msNs {
+		t.Errorf("normal lateness %d ns, want the median of 1, 2, 3, 3, 9 ms", prior.late)
+	}
+}
