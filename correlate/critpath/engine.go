@@ -381,6 +381,14 @@ func (rq *runqIndex) prune(hz int64) int {
 		rest := append(keep, rq.segs[cut:]...)
 		clear(rq.segs[len(rest):])
 		rq.segs = rest
+		// The longest is of those held: one long wait, gone, would
+		// otherwise widen every later search back from a step (a host's
+		// stall of a second once made each step of a live view scan a
+		// second of its process's waits for good).
+		rq.maxLen = 0
+		for i := range rq.segs {
+			rq.maxLen = max(rq.maxLen, rq.segs[i].End-rq.segs[i].Start)
+		}
 	}
 	return cut - n
 }
