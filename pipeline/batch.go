@@ -214,7 +214,6 @@ func batchRule(gs []critGap, base critpath.Baseline, n0, e float64, late latenes
 		if own == nil {
 			own = new([critpath.NumCauses]int64)
 			own[critpath.Client] = late.excess(g.request)
-			w.sum[critpath.Client] += own[critpath.Client]
 			w.cum[g.request] = own
 		}
 		if b := w.batch[i]; b > 0 {
@@ -223,9 +222,8 @@ func batchRule(gs []critGap, base critpath.Baseline, n0, e float64, late latenes
 				moved.gaps++
 			}
 		}
-		for c := range w.sum {
+		for c := range own {
 			own[c] += w.over[i][c]
-			w.sum[c] += w.over[i][c]
 		}
 		w.next[g.request]++
 	}
@@ -265,11 +263,10 @@ type batchSweep struct {
 	// them not yet swept (its gap in progress).
 	byReq map[int32][]int
 	next  map[int32]int
-	// leaves are the requests by their last gap's end; sum is the excess
-	// so far of the requests being decoded (cum each one's).
+	// leaves are the requests by their last gap's end; cum is the excess
+	// so far of each request being decoded.
 	leaves []batchLeave
 	li     int
-	sum    [critpath.NumCauses]int64
 	cum    map[int32]*[critpath.NumCauses]int64
 }
 
@@ -313,16 +310,10 @@ func newBatchSweep(gs []critGap, base critpath.Baseline, n0, e float64) *batchSw
 	return w
 }
 
-// depart takes out of the sum the requests whose last gap ended before t.
+// depart forgets the requests whose last gap ended before t.
 func (w *batchSweep) depart(t int64) {
 	for ; w.li < len(w.leaves) && w.leaves[w.li].at < t; w.li++ {
-		r := w.leaves[w.li].req
-		if c := w.cum[r]; c != nil {
-			for j := range w.sum {
-				w.sum[j] -= c[j]
-			}
-			delete(w.cum, r)
-		}
+		delete(w.cum, w.leaves[w.li].req)
 	}
 }
 
