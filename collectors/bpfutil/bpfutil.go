@@ -74,14 +74,37 @@ func SumPerCPU(m *ebpf.Map, key uint32) (uint64, error) {
 
 // CString converts a NUL-padded C char array to a string.
 func CString[T ~int8 | ~uint8](b []T) string {
+	n := 0
+	for n < len(b) && b[n] != 0 {
+		n++
+	}
 	var sb strings.Builder
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
+	sb.Grow(n)
+	for _, c := range b[:n] {
 		sb.WriteByte(byte(c))
 	}
 	return sb.String()
+}
+
+// Comms interns the task names of a reader's records (a kernel's comm,
+// 16 bytes): a name seen before costs a map lookup, not an allocation. A
+// reader's own; not safe for concurrent use.
+type Comms struct{ m map[[16]int8]string }
+
+// maxComms bounds the names a Comms holds; past it, it starts afresh.
+const maxComms = 4096
+
+// Of is b's name.
+func (c *Comms) Of(b [16]int8) string {
+	if s, ok := c.m[b]; ok {
+		return s
+	}
+	if c.m == nil || len(c.m) >= maxComms {
+		c.m = make(map[[16]int8]string)
+	}
+	s := CString(b[:])
+	c.m[b] = s
+	return s
 }
 
 // Dur formats seconds compactly for the sections' views: 0, 12µs, 3.4ms, 1.25s.

@@ -34,6 +34,7 @@ const ClientSlot = 2
 // generator, as the client.
 func NewSection(opts collectors.Options) *Section {
 	s := &Section{pid: opts.Pid, total: NewAggregator(), interval: NewAggregator(), client: opts.Recorder != nil && !opts.Live}
+	var comms bpfutil.Comms
 	s.Collector = New(Config{
 		Logger: opts.Logger,
 		Wakers: true, SoftirqVector: true, Tree: true, DataEdges: opts.Recorder != nil, IRQTime: true,
@@ -41,7 +42,7 @@ func NewSection(opts collectors.Options) *Section {
 			s.total.Add(e)
 			s.interval.Add(e)
 			if opts.Recorder != nil {
-				record(opts.Recorder, e)
+				record(opts.Recorder, e, &comms)
 			}
 		},
 	})
@@ -170,7 +171,7 @@ func foldedOf(e *Event) (sleep, runq, io int64) {
 // off-CPU spans it closes (the run-queue span first), with the waker of a
 // sleep and the holder of a preemption; a fork or exit of the target tree
 // into a SpanFork. The load generator's threads are flagged Client.
-func record(r collectors.Recorder, e *Event) {
+func record(r collectors.Recorder, e *Event, comms *bpfutil.Comms) {
 	client := e.Flags&FlagClient != 0
 	switch RecKind(e.Kind) {
 	case RecFork, RecExit:
@@ -179,13 +180,13 @@ func record(r collectors.Recorder, e *Event) {
 		if RecKind(e.Kind) == RecExit {
 			sp.Detail = "exit"
 		} else {
-			sp.WakerTid, sp.WakerTgid, sp.WakerComm = e.WakerTid, e.WakerTgid, bpfutil.CString(e.WakerComm[:])
+			sp.WakerTid, sp.WakerTgid, sp.WakerComm = e.WakerTid, e.WakerTgid, comms.Of(e.WakerComm)
 		}
 		r.Record(sp)
 		return
 	case RecData:
 		r.Record(collectors.Span{Kind: collectors.SpanData, Start: int64(e.WakeTs), End: int64(e.Ts), Tid: e.Tid, Tgid: e.Tgid,
-			Detail: "unix", Client: client, Slot: e.Slot, WakerTid: e.WakerTid, WakerTgid: e.WakerTgid, WakerComm: bpfutil.CString(e.WakerComm[:])})
+			Detail: "unix", Client: client, Slot: e.Slot, WakerTid: e.WakerTid, WakerTgid: e.WakerTgid, WakerComm: comms.Of(e.WakerComm)})
 		return
 	case RecSwitch:
 	default:
@@ -194,7 +195,7 @@ func record(r collectors.Recorder, e *Event) {
 	end := int64(e.Ts)
 	var holder string
 	if e.HolderTid != 0 {
-		holder = bpfutil.CString(e.HolderComm[:])
+		holder = comms.Of(e.HolderComm)
 	}
 	st := State(e.State)
 	off := st < NumStates && e.OffcpuNs > 0
@@ -218,7 +219,7 @@ func record(r collectors.Recorder, e *Event) {
 			sp.WakeTs = int64(e.WakeTs)
 			sp.WakeCtx = wakeCtxName(ctx, e.WakeVec)
 			if ctx == WakeTask || e.WakerTid != 0 {
-				sp.WakerTid, sp.WakerTgid, sp.WakerComm = e.WakerTid, e.WakerTgid, bpfutil.CString(e.WakerComm[:])
+				sp.WakerTid, sp.WakerTgid, sp.WakerComm = e.WakerTid, e.WakerTgid, comms.Of(e.WakerComm)
 			}
 		}
 		r.Record(sp)

@@ -18,6 +18,10 @@ type activeIndex struct {
 	// last empty.
 	lo, maxLen int64
 	loSet      bool
+	// free holds the arrays of buckets pruned, cleared, for the next
+	// new buckets: a bucket's array grown anew from nothing for every
+	// 4 ms of a busy server was most of the intake's allocations.
+	free [][]activeSeg
 }
 
 // activeSeg is what the timed-wait rule reads of a segment.
@@ -31,6 +35,9 @@ type activeSeg struct {
 const (
 	bucketNs = 4e6
 	longNs   = 50e6
+	// maxFree bounds the arrays kept for reuse: a burst's many buckets
+	// are let go once it has passed.
+	maxFree = 64
 )
 
 func (a *activeIndex) add(s Segment) {
@@ -47,7 +54,12 @@ func (a *activeIndex) add(s Segment) {
 		a.lo, a.loSet = k, true
 	}
 	a.maxLen = max(a.maxLen, s.End-s.Start)
-	a.buckets[k] = append(a.buckets[k], e)
+	b, ok := a.buckets[k]
+	if !ok && len(a.free) > 0 {
+		b = a.free[len(a.free)-1]
+		a.free = a.free[:len(a.free)-1]
+	}
+	a.buckets[k] = append(b, e)
 }
 
 // each calls fn with every entry that overlaps [x, y).
@@ -95,7 +107,13 @@ func (a *activeIndex) prune(hz int64) {
 		}
 	}
 	for ; len(a.buckets) > 0 && (a.lo+1)*bucketNs+longNs <= hz; a.lo++ {
-		delete(a.buckets, a.lo)
+		if b, ok := a.buckets[a.lo]; ok {
+			delete(a.buckets, a.lo)
+			if len(a.free) < maxFree {
+				clear(b)
+				a.free = append(a.free, b[:0])
+			}
+		}
 	}
 	a.loSet = len(a.buckets) > 0
 }

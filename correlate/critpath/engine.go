@@ -249,7 +249,13 @@ func (e *Engine) SetSkip(skip func(Read) bool) { e.skip = skip }
 func insert[T any](s []T, x T, k int64, key func(*T) int64) []T {
 	i := len(s)
 	if i > 0 && key(&s[i-1]) > k {
-		i = sort.Search(len(s), func(j int) bool { return key(&s[j]) > k })
+		// Most come a few places out of order (a run-queue wait ends
+		// after the segments that started later): look back a few first.
+		for i--; i > 0 && len(s)-i < insertProbe && key(&s[i-1]) > k; i-- {
+		}
+		if i > 0 && key(&s[i-1]) > k {
+			i = sort.Search(i, func(j int) bool { return key(&s[j]) > k })
+		}
 	}
 	s = append(s, x)
 	if i < len(s)-1 {
@@ -258,6 +264,9 @@ func insert[T any](s []T, x T, k int64, key func(*T) int64) []T {
 	}
 	return s
 }
+
+// insertProbe: insert looks back this many places before it searches.
+const insertProbe = 8
 
 // roomFor makes room for one more at the end of s, a history whose front
 // prune cuts off as time passes (s = s[cut:]): base is the array s was
@@ -368,29 +377,37 @@ func (rq *runqIndex) add(s Segment) {
 // prune forgets the segments ending at or before hz, and says how many.
 func (rq *runqIndex) prune(hz int64) int {
 	// Those ending before the horizon, found among the ones that start
-	// before it less the longest's length.
+	// before it less the longest's length. The few of those still held
+	// move up to just before the rest, which stays where it is (moving
+	// the whole index to its array's front on every prune was most of
+	// the live view's pruning).
 	cut := sort.Search(len(rq.segs), func(j int) bool { return rq.segs[j].Start >= hz-rq.maxLen })
-	keep := rq.segs[:0]
-	for _, sg := range rq.segs[:cut] {
-		if sg.End > hz {
-			keep = append(keep, sg)
+	w := cut
+	var gone int64
+	for j := cut - 1; j >= 0; j-- {
+		if sg := &rq.segs[j]; sg.End > hz {
+			w--
+			rq.segs[w] = *sg
+		} else {
+			gone = max(gone, sg.End-sg.Start)
 		}
 	}
-	n := len(keep)
-	if n < cut {
-		rest := append(keep, rq.segs[cut:]...)
-		clear(rq.segs[len(rest):])
-		rq.segs = rest
-		// The longest is of those held: one long wait, gone, would
-		// otherwise widen every later search back from a step (a host's
-		// stall of a second once made each step of a live view scan a
-		// second of its process's waits for good).
+	if w == 0 {
+		return 0
+	}
+	clear(rq.segs[:w])
+	rq.segs = rq.segs[w:]
+	// The longest is of those held: one long wait, gone, would otherwise
+	// widen every later search back from a step (a host's stall of a
+	// second once made each step of a live view scan a second of its
+	// process's waits for good).
+	if gone >= rq.maxLen {
 		rq.maxLen = 0
 		for i := range rq.segs {
 			rq.maxLen = max(rq.maxLen, rq.segs[i].End-rq.segs[i].Start)
 		}
 	}
-	return cut - n
+	return w
 }
 
 // runqIndex is a process's Runnable segments with holders, by Start.

@@ -49,3 +49,58 @@ func TestRoomForReusesTheArray(t *testing.T) {
 		t.Errorf("array of %d for a history of 100", cap(base))
 	}
 }
+
+// insert keeps a history sorted by key, equal keys in their arrival order,
+// whether an entry comes a place or a thousand out of order.
+func TestInsertKeepsTheOrder(t *testing.T) {
+	var s []Segment
+	rng := uint64(7)
+	for i := range 5000 {
+		rng = rng*6364136223846793005 + 1442695040888963407
+		back := int64(rng>>33) % 3
+		switch {
+		case i%97 == 0:
+			back = int64(rng>>40) % 4000
+		case i%13 == 0:
+			back = 12
+		}
+		k := int64(i) - back
+		s = insert(s, Segment{Start: k, End: int64(i)}, k, segStart)
+	}
+	for i := 1; i < len(s); i++ {
+		a, b := s[i-1], s[i]
+		if a.Start > b.Start || a.Start == b.Start && a.End > b.End {
+			t.Fatalf("s[%d] %+v before s[%d] %+v", i-1, a, i, b)
+		}
+	}
+}
+
+// The active index reuses the arrays of the buckets it pruned: a server
+// that runs for long adds segments without allocating anew for each bucket.
+func TestActiveIndexReusesBuckets(t *testing.T) {
+	var a activeIndex
+	add := func(from, to int64) {
+		for ts := from; ts < to; ts += 100e3 {
+			a.add(Segment{Start: ts, End: ts + 50e3, State: Running})
+		}
+	}
+	add(0, 1e9)
+	a.prune(1e9)
+	if len(a.free) == 0 {
+		t.Fatal("no bucket kept for reuse after a prune")
+	}
+	base := int64(2e9)
+	allocs := testing.AllocsPerRun(5, func() {
+		add(base, base+40e6)
+		a.prune(base + 40e6 + 2*longNs)
+		base += 1e9
+	})
+	if allocs > 1 {
+		t.Errorf("%.1f allocations for 10 buckets of reused arrays, want at most 1", allocs)
+	}
+	var n int
+	a.each(0, 1<<62, func(*activeSeg) { n++ })
+	if n != 0 {
+		t.Errorf("%d entries left after pruning them all", n)
+	}
+}
