@@ -7,7 +7,10 @@
 # modes: live (the default: the walk samples the short gaps over its
 # target), exact (--live-walk-target 0: every gap walked) and nolive
 # (--no-live); the order rotates by one each round, so that each pair of
-# modes runs in both orders (ABBA).
+# modes runs in both orders (ABBA). BENCH_LIVE_MODES picks the modes
+# ("live exact nolive"); with BENCH_LIVE_OLD=PATH, another build's
+# bpfbench, the mode "old" is that build in live mode, to compare two
+# builds on one engine and one load (BENCH_LIVE_MODES="old live").
 #
 #   sudo tools/bench/livecost.sh [ROUNDS] [SECONDS]     # 4 rounds of 20 s: ~6 min
 #
@@ -29,6 +32,14 @@ bin=$PWD/bin
 rounds=${1:-4}
 secs=${2:-20}
 streams=${BENCH_LIVE_STREAMS:-8}
+read -r -a modes <<<"${BENCH_LIVE_MODES:-live exact nolive}"
+for m in "${modes[@]}"; do
+	case $m in
+	live | exact | nolive) ;;
+	old) [ -x "${BENCH_LIVE_OLD:-}" ] || { echo "livecost.sh: the mode old needs BENCH_LIVE_OLD, another build's bpfbench" >&2; exit 1; } ;;
+	*) echo "livecost.sh: unknown mode $m (live, exact, nolive, old)" >&2; exit 1 ;;
+	esac
+done
 read -r -a engine_args <<<"${BENCH_LIVE_ENGINE:--t 1 -np 4 -c 2048}"
 cache=${BPFBENCH_LLAMA_CACHE:-/var/cache/bpfbench/llama}
 server=${BPFBENCH_LLAMA_SERVER:-$cache/bin/llama-server}
@@ -60,7 +71,7 @@ for _ in $(seq 300); do
 	kill -0 "$srv" 2>/dev/null || { echo "livecost.sh: llama-server exited:" >&2; tail -n 5 "$work/server.log" >&2; exit 1; }
 	sleep 0.2
 done
-load_secs=$((rounds * 3 * (secs + 8) + 20))
+load_secs=$((rounds * ${#modes[@]} * (secs + 8) + 20))
 taskset -c 1 "$bin/bpfbench" load --target "$url" --model tiny-llama --max-concurrency "$streams" --num-requests 0 --input-len 32 \
 	--output-len 96 --duration "${load_secs}s" --no-progress --result "$work/load.json" >"$work/load.log" 2>&1 &
 load=$!
@@ -102,17 +113,16 @@ PY
 printf '%-5s %-7s %9s %9s %10s %9s %10s %8s %11s %7s %9s\n' round mode attach_% steady_% live_% walk_% intake_% gaps spans stride sampled
 for r in $(seq "$rounds"); do
 	kill -0 "$load" 2>/dev/null || { echo "livecost.sh: the client stopped:" >&2; tail -n 5 "$work/load.log" >&2; exit 1; }
-	case $((r % 3)) in
-	1) order="live exact nolive" ;;
-	2) order="exact nolive live" ;;
-	0) order="nolive live exact" ;;
-	esac
-	for m in $order; do
+	# The modes rotated by one each round.
+	order=("${modes[@]:$(((r - 1) % ${#modes[@]}))}" "${modes[@]:0:$(((r - 1) % ${#modes[@]}))}")
+	for m in "${order[@]}"; do
 		extra=()
+		exe=$bin/bpfbench
 		[ "$m" = nolive ] && extra=(--no-live)
 		[ "$m" = exact ] && extra=(--live-walk-target 0)
+		[ "$m" = old ] && exe=$BENCH_LIVE_OLD
 		f=$work/$m-$r
-		rusage "$secs" "$bin/bpfbench" attach "$srv" --duration "${secs}s" -o json --cpus 1 "${extra[@]}" >"$f.json" 2>"$f.err" 3>"$f.rusage" ||
+		rusage "$secs" "$exe" attach "$srv" --duration "${secs}s" -o json --cpus 1 "${extra[@]}" >"$f.json" 2>"$f.err" 3>"$f.rusage" ||
 			{ echo "livecost.sh: attach failed:" >&2; tail -n 5 "$f.err" >&2; exit 1; }
 		python3 - "$r" "$m" "$secs" "$f.json" "$f.rusage" <<'PY'
 import json, sys
@@ -136,33 +146,43 @@ PY
 done | tee "$work/table"
 python3 - "$work/table" <<'PY'
 import statistics, sys
-live, exact, nolive, own, own_exact = {}, {}, {}, [], []
-steady = {"live": {}, "exact": {}, "nolive": {}}
+att, steady, own = {}, {}, {}
 for line in open(sys.argv[1]):
     f = line.split()
     if not f or not f[0].isdigit():
         continue
-    {"live": live, "exact": exact, "nolive": nolive}[f[1]][f[0]] = float(f[2])
+    att.setdefault(f[1], {})[f[0]] = float(f[2])
     if float(f[3]) >= 0:  # -100: the steady reading failed (attach ended early)
-        steady[f[1]][f[0]] = float(f[3])
-    if f[1] == "live":
-        own.append(float(f[4]))
-    if f[1] == "exact":
-        own_exact.append(float(f[4]))
-diff = [live[r] - nolive[r] for r in live if r in nolive]
-dexact = [exact[r] - live[r] for r in live if r in exact]
+        steady.setdefault(f[1], {})[f[0]] = float(f[3])
+    if f[1] != "nolive":
+        own.setdefault(f[1], {})[f[0]] = float(f[4])
 med = statistics.median
+def rng(v):
+    v = list(v)
+    return f"median {med(v):.2f}% (range {min(v):.2f}-{max(v):.2f})"
+def paired(a, b, d=att):
+    x = [d[a][r] - d[b][r] for r in d.get(a, {}) if r in d.get(b, {})]
+    if not x:
+        return None
+    return f"median {med(x):+.2f} points (range {min(x):+.2f} to {max(x):+.2f}, {len(x)} rounds)"
 print()
-print(f"live view, its own accounting: median {med(own):.2f}% of a CPU (range {min(own):.2f}-{max(own):.2f}), budget 0.5%: {'met' if med(own) <= 0.5 else 'MISSED'}")
-print(f"attach with the live view: median {med(live.values()):.2f}% of a CPU (range {min(live.values()):.2f}-{max(live.values()):.2f}), budget 1.5%: {'met' if med(live.values()) <= 1.5 else 'MISSED'}")
-print(f"attach --no-live: median {med(nolive.values()):.2f}% (range {min(nolive.values()):.2f}-{max(nolive.values()):.2f})")
-sl, sn = steady["live"], steady["nolive"]
-sd = [sl[r] - sn[r] for r in sl if r in sn]
-if sl and sn and sd:
-    print(f"steady (past its start: STEADY_FROM s in, to 0.5 s before the end): attach {med(sl.values()):.2f}% (range {min(sl.values()):.2f}-{max(sl.values()):.2f}), "
-      f"budget 1.5%: {'met' if med(sl.values()) <= 1.5 else 'MISSED'}; --no-live {med(sn.values()):.2f}% (range {min(sn.values()):.2f}-{max(sn.values()):.2f}); "
-      f"paired live - no-live {med(sd):+.2f} points (range {min(sd):+.2f} to {max(sd):+.2f})")
-print(f"paired live - no-live, attach's CPU: median {med(diff):+.2f} points (range {min(diff):+.2f} to {max(diff):+.2f}, {len(diff)} rounds)")
-print(f"every gap walked (--live-walk-target 0): the live view's own {med(own_exact):.2f}% (range {min(own_exact):.2f}-{max(own_exact):.2f}); "
-      f"paired exact - live, attach's CPU: median {med(dexact):+.2f} points (range {min(dexact):+.2f} to {max(dexact):+.2f})")
+if "live" in own:
+    print(f"live view, its own accounting: {rng(own['live'].values())} of a CPU, budget 0.5%: {'met' if med(own['live'].values()) <= 0.5 else 'MISSED'}")
+if "live" in att:
+    print(f"attach with the live view: {rng(att['live'].values())} of a CPU, budget 1.5%: {'met' if med(att['live'].values()) <= 1.5 else 'MISSED'}")
+if "nolive" in att:
+    print(f"attach --no-live: {rng(att['nolive'].values())}")
+sl, sn = steady.get("live", {}), steady.get("nolive", {})
+if sl:
+    line = f"steady (past its start: STEADY_FROM s in, to 0.5 s before the end): attach {rng(sl.values())}, budget 1.5%: {'met' if med(sl.values()) <= 1.5 else 'MISSED'}"
+    if sn and paired("live", "nolive", steady):
+        line += f"; --no-live {rng(sn.values())}; paired live - no-live {paired('live', 'nolive', steady)}"
+    print(line)
+if paired("live", "nolive"):
+    print(f"paired live - no-live, attach's CPU: {paired('live', 'nolive')}")
+if "exact" in own and paired("exact", "live"):
+    print(f"every gap walked (--live-walk-target 0): the live view's own {rng(own['exact'].values())}; paired exact - live, attach's CPU: {paired('exact', 'live')}")
+if "old" in own and paired("live", "old"):
+    print(f"the other build (BENCH_LIVE_OLD): the live view's own {rng(own['old'].values())}; paired this build - old, attach's CPU: {paired('live', 'old')}; "
+          f"the live view's own: {paired('live', 'old', own)}")
 PY
