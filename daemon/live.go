@@ -79,6 +79,9 @@ var (
 	recorderGapsDesc = prometheus.NewDesc("bpfbench_incident_recorder_gaps",
 		"The token gaps a target's flight recorder holds (the last incidents.recorder_window).",
 		[]string{"target"}, nil)
+	recorderPathQDesc = prometheus.NewDesc("bpfbench_incident_recorder_path_quantile",
+		"The quantile of a target's gaps above which its flight recorder keeps a gap's path now: 0.9, higher while the paths do not fit its bytes with its window.",
+		[]string{"target"}, nil)
 	liveStoreDesc = prometheus.NewDesc("bpfbench_live_store_entries",
 		"What a target's live view holds in each bounded store: spans (the history its walk reads: at most 1,048,576 shared over the live targets), streams (connections whose writes are grouped: at most 65,536, idle ones expire after 5 minutes), connections (those whose gaps are summed apart: at most 4,096, the rest as one).",
 		[]string{"target", "store"}, nil)
@@ -622,6 +625,7 @@ func (v *liveViews) Describe(ch chan<- *prometheus.Desc) {
 	ch <- liveUnwalkedDesc
 	ch <- recorderBytesDesc
 	ch <- recorderGapsDesc
+	ch <- recorderPathQDesc
 	ch <- liveStoreDesc
 }
 
@@ -657,6 +661,7 @@ func (v *liveViews) Collect(ch chan<- prometheus.Metric) {
 			st := lt.run.rec.Stats()
 			ch <- prometheus.MustNewConstMetric(recorderBytesDesc, prometheus.GaugeValue, float64(st.Bytes), name)
 			ch <- prometheus.MustNewConstMetric(recorderGapsDesc, prometheus.GaugeValue, float64(st.Gaps), name)
+			ch <- prometheus.MustNewConstMetric(recorderPathQDesc, prometheus.GaugeValue, st.PathQuantile, name)
 		}
 	}
 }

@@ -111,6 +111,7 @@ func Build(c Capture) *result.Document {
 		WindowStartS: float64(c.FromNs-c.AtNs) / 1e9, WindowEndS: float64(c.ToNs-c.AtNs) / 1e9,
 		FromNs: c.FromNs, ToNs: c.ToNs, TriggerNs: c.AtNs,
 		Gaps: len(c.Gaps), Paths: len(paths), Evicted: c.Stats.Evicted,
+		PathQuantile: c.Stats.PathQuantile, PathsShed: c.Stats.PathsShed,
 		P99Ms: live.Ms(c.Reading.P99Ns), NormalP99Ms: live.Ms(c.Reading.Normal.P99Ns),
 		NormalMedianMs: live.Ms(c.Reading.Normal.MedianNs), Baseline: c.Reading.Normal.Name}
 	if c.Reading.Since > 0 {
@@ -121,6 +122,10 @@ func Build(c Capture) *result.Document {
 	inc.Verdict = verdict(inc, cp)
 	doc := &result.Document{SchemaVersion: result.SchemaVersion, Manifest: c.Manifest, CriticalPath: cp, Incident: inc}
 	doc.Diagnosis = []string{"incident: " + inc.Verdict}
+	if c.Stats.PathsShed > 0 || c.Stats.PathQuantile > live.PathQuantiles[0] {
+		doc.Diagnosis = append(doc.Diagnosis, fmt.Sprintf("the recorder keeps the paths of the gaps above their p%.0f now (the p%.0f when its bytes allow) and dropped %d paths to hold its window in its byte bound: the slowest gaps' paths are kept (raise incidents.recorder_bytes for more)",
+			100*c.Stats.PathQuantile, 100*live.PathQuantiles[0], c.Stats.PathsShed))
+	}
 	if c.Stats.Evicted > 0 {
 		doc.Diagnosis = append(doc.Diagnosis, fmt.Sprintf("the recorder's byte bound dropped %d gaps before its window ended: the window kept is shorter than asked (raise incidents.recorder_bytes)", c.Stats.Evicted))
 	}

@@ -35,7 +35,7 @@ func fill(rec *live.Recorder, from, to, d, runq int64) {
 func capture(t *testing.T, at int64) Capture {
 	t.Helper()
 	rec := live.NewRecorder(0, 0)
-	rec.SetPathAbove(15e6, 15e6)
+	rec.SetPathAbove(func(float64) (int64, int64) { return 15e6, 15e6 })
 	fill(rec, 1e9, 60e9, 10e6, 1e6)
 	fill(rec, 60e9, at+5e9, 50e6, 40e6)
 	base := critpath.Baseline{}
@@ -72,6 +72,15 @@ func TestBuild(t *testing.T) {
 	}
 	if in.WindowStartS != -89 || in.WindowEndS != 5 || in.Paths != 1750 || in.Gaps != c.Stats.Gaps {
 		t.Errorf("window %+v: want -89 s to +5 s, the 1,750 slow gaps' paths, every gap held", in)
+	}
+	if in.PathQuantile != 0.9 || len(doc.Diagnosis) != 1 {
+		t.Errorf("paths above the p%.0f, diagnosis %q: want the p90 and the verdict alone", 100*in.PathQuantile, doc.Diagnosis)
+	}
+	// A recorder that shed paths to hold its window says so.
+	c.Stats.PathQuantile, c.Stats.PathsShed = 0.99, 120
+	doc = Build(c)
+	if in := doc.Incident; in.PathQuantile != 0.99 || in.PathsShed != 120 || len(doc.Diagnosis) != 2 || !strings.Contains(doc.Diagnosis[1], "above their p99") {
+		t.Errorf("incident %+v, diagnosis %q: want the paths above the p99 and the 120 shed said", in, doc.Diagnosis)
 	}
 }
 

@@ -16,11 +16,16 @@ const (
 
 // Recorder is a target's flight recorder: the gaps its live view walked
 // over the last Window, each one's time by cause (a Gap), and for the slow
-// ones (longer than PathAbove when they were walked) their step-by-step
-// critical path. It is bounded by Window and by MaxBytes (its own estimate
-// of the memory it holds), the oldest gap evicted first; what the bytes
-// evicted before the window did is counted (Evicted). An incident is read
-// from it (Window). Safe for concurrent use.
+// ones their step-by-step critical path. It is bounded by Window and by
+// MaxBytes (its own estimate of the memory it holds). A path costs ten to
+// a hundred times its gap, so the window is kept before the paths: while
+// the bytes are over the bound inside the window, the recorder keeps
+// paths only above a higher quantile of the session's gaps (PathQuantiles:
+// the p90, then the p95, then the p99) and drops the paths it holds below
+// it, oldest first (PathsShed); only at the last does it evict the oldest
+// gaps (Evicted). Once it holds less than half its bound it goes back down
+// a quantile. An incident is read from it (Window). Safe for concurrent
+// use.
 type Recorder struct {
 	mu       sync.Mutex
 	window   int64
@@ -31,10 +36,20 @@ type Recorder struct {
 	evicted  uint64
 	added    uint64 // every gap ever added (a sequence for since)
 	paths    int
-	// pathAbove[kind]: a gap of the kind (0 the first token's, 1 later)
-	// longer than it keeps its path; 0 keeps every path.
-	pathAbove [2]int64
+	// pathAt[level][kind]: at level, a gap of the kind (0 the first
+	// token's, 1 later) longer than it keeps its path; 0 keeps every
+	// path. level indexes PathQuantiles; shed is the index in q up to
+	// which the paths below the level's have been dropped; pathsShed
+	// counts those dropped.
+	pathAt    [len(PathQuantiles)][2]int64
+	level     int
+	shed      int
+	pathsShed uint64
 }
+
+// PathQuantiles are the quantiles of the session's gaps above which a
+// recorder keeps a gap's path, the first while its bytes allow.
+var PathQuantiles = [...]float64{0.9, 0.95, 0.99}
 
 // Recorded is a gap in the recorder: its causes, and its path (Steps
 // set) when it was slow.
@@ -74,11 +89,23 @@ func sizeOf(r Recorded) int {
 }
 
 // SetPathAbove sets the durations above which a first token's gap and a
-// later gap keep their path.
-func (r *Recorder) SetPathAbove(first, later int64) {
+// later gap keep their path, at each of PathQuantiles: q(p) is the
+// session's p-quantile of the first tokens' gaps and of the later ones.
+func (r *Recorder) SetPathAbove(q func(p float64) (first, later int64)) {
+	var at [len(PathQuantiles)][2]int64
+	for i, p := range PathQuantiles {
+		at[i][0], at[i][1] = q(p)
+	}
 	r.mu.Lock()
-	r.pathAbove = [2]int64{first, later}
+	r.pathAt = at
 	r.mu.Unlock()
+}
+
+func kindOf(index int) int {
+	if index <= 1 {
+		return 0
+	}
+	return 1
 }
 
 // Add records a gap (its steps are copied when kept: the engine's buffer
@@ -91,13 +118,9 @@ func (r *Recorder) AddUnwalked(g critpath.Gap) { r.add(g, true) }
 func (r *Recorder) add(g critpath.Gap, unwalked bool) {
 	rec := Recorded{Gap: CompactOf(g)}
 	rec.Gap.Unwalked = unwalked
-	kind := 1
-	if g.Index <= 1 {
-		kind = 0
-	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if g.Duration() > r.pathAbove[kind] && len(g.Steps) > 0 {
+	if g.Duration() > r.pathAt[r.level][kindOf(g.Index)] && len(g.Steps) > 0 {
 		p := g
 		p.Steps = slices.Clone(g.Steps)
 		rec.Path = &p
@@ -109,8 +132,9 @@ func (r *Recorder) add(g critpath.Gap, unwalked bool) {
 	r.evict(g.End)
 }
 
-// evict drops the gaps older than the window before now, then the oldest
-// while the bytes are over the bound (under r.mu).
+// evict drops the gaps older than the window before now; while the bytes
+// are over the bound inside the window, the paths below a higher quantile,
+// then the oldest gaps (under r.mu).
 func (r *Recorder) evict(now int64) {
 	for r.head < len(r.q) {
 		old := r.q[r.head]
@@ -119,14 +143,48 @@ func (r *Recorder) evict(now int64) {
 			break
 		}
 		if inWindow {
+			if r.shedPaths() {
+				continue
+			}
 			r.evicted++
 		}
 		r.drop()
 	}
+	r.shed = max(r.shed, r.head)
 	// Compact the slice once half of it is dropped.
 	if r.head > 1024 && r.head*2 > len(r.q) {
 		r.q = append(r.q[:0], r.q[r.head:]...)
+		r.shed -= r.head
 		r.head = 0
+	}
+}
+
+// shedPaths drops the paths held below the level's durations, oldest
+// first, until the bytes are within the bound, going up a level when
+// none is left below this one's; false when none is left at the top
+// (under r.mu).
+func (r *Recorder) shedPaths() bool {
+	for {
+		at := r.pathAt[r.level]
+		for ; r.shed < len(r.q) && r.bytes > r.maxBytes; r.shed++ {
+			rec := &r.q[r.shed]
+			if rec.Path == nil || rec.Gap.Duration() > at[kindOf(int(rec.Gap.Index))] {
+				continue
+			}
+			r.bytes -= sizeOf(*rec)
+			rec.Path = nil
+			r.bytes += sizeOf(*rec)
+			r.paths--
+			r.pathsShed++
+		}
+		if r.bytes <= r.maxBytes {
+			return true
+		}
+		if r.level == len(PathQuantiles)-1 {
+			return false
+		}
+		r.level++
+		r.shed = r.head
 	}
 }
 
@@ -142,9 +200,13 @@ func (r *Recorder) drop() {
 
 // Expire drops what is older than the window before now (a quiet target
 // records no gap to push it out).
+// Under half its bound, it goes back down a quantile.
 func (r *Recorder) Expire(now int64) {
 	r.mu.Lock()
 	r.evict(now)
+	if r.level > 0 && r.bytes < r.maxBytes/2 {
+		r.level--
+	}
 	r.mu.Unlock()
 }
 
@@ -156,13 +218,19 @@ type RecorderStats struct {
 	FromNs int64
 	// Evicted are the gaps the byte bound dropped before their window.
 	Evicted uint64
+	// PathQuantile is the quantile of the session's gaps above which a
+	// gap keeps its path now (PathQuantiles); PathsShed the paths the
+	// byte bound dropped to keep the window.
+	PathQuantile float64
+	PathsShed    uint64
 }
 
 // Stats is what r holds now.
 func (r *Recorder) Stats() RecorderStats {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st := RecorderStats{Gaps: len(r.q) - r.head, Paths: r.paths, Bytes: r.bytes, Evicted: r.evicted}
+	st := RecorderStats{Gaps: len(r.q) - r.head, Paths: r.paths, Bytes: r.bytes, Evicted: r.evicted,
+		PathQuantile: PathQuantiles[r.level], PathsShed: r.pathsShed}
 	if st.Gaps > 0 {
 		st.FromNs = r.q[r.head].Gap.End
 	}

@@ -427,8 +427,9 @@ func (t *Tracker) advance(wm, now int64) {
 	}
 	t.feed.Retained()
 	if r := t.opt.Recorder; r != nil && now != math.MaxInt64 {
-		// The slow gaps keep their path: those above the session's p90.
-		r.SetPathAbove(int64(t.ttfb.Quantile(0.9)), int64(t.itl.Quantile(0.9)))
+		// The slow gaps keep their path: those above the session's p90
+		// (higher while the recorder's bytes are short).
+		r.SetPathAbove(func(p float64) (int64, int64) { return int64(t.ttfb.Quantile(p)), int64(t.itl.Quantile(p)) })
 		r.Expire(wm)
 	}
 }

@@ -118,7 +118,7 @@ func TestRecorderBounds(t *testing.T) {
 	// Paths above 20 ms only: the 10 ms gaps keep none, and the window
 	// (60 s) bounds what is held.
 	rec = NewRecorder(10e9, maxBytes)
-	rec.SetPathAbove(20e6, 20e6)
+	rec.SetPathAbove(func(float64) (int64, int64) { return 20e6, 20e6 })
 	for i := range 30_000 {
 		d := int64(10e6)
 		if i%100 == 0 {
@@ -133,5 +133,64 @@ func TestRecorderBounds(t *testing.T) {
 	w := rec.Window(29e9, 30e9)
 	if len(w) != 1001 || w[0].Gap.End != 29e9 {
 		t.Errorf("window of the last second: %d gaps from %d", len(w), w[0].Gap.End)
+	}
+}
+
+// The recorder keeps its window before its paths: when the slow tenth's
+// paths do not fit its bytes, it keeps them only above the p95, then the
+// p99, dropping those it held below, and evicts no gap of the window; once
+// the load falls it goes back to the p90.
+func TestRecorderKeepsTheWindowBeforeThePaths(t *testing.T) {
+	const maxBytes = 4 << 20
+	rec := NewRecorder(20e9, maxBytes)
+	at := map[float64]int64{0.9: 10e6, 0.95: 20e6, 0.99: 40e6}
+	rec.SetPathAbove(func(p float64) (int64, int64) { return at[p], at[p] })
+	slow := func(i int) int64 {
+		switch r := i % 100; {
+		case r == 0:
+			return 50e6
+		case r < 5:
+			return 30e6
+		case r < 10:
+			return 15e6
+		}
+		return 5e6
+	}
+	var end int64
+	for i := range 40_000 { // 40 s of 1,000 gaps a second
+		end = int64(i+1) * 1e6
+		g := gapAt(i%100, end, slow(i), 1e6)
+		for range 18 { // a path of 20 steps
+			g.Steps = append(g.Steps, g.Steps[0])
+		}
+		rec.Add(g)
+		if i%100 == 0 {
+			rec.Expire(end)
+		}
+	}
+	st := rec.Stats()
+	if st.Evicted != 0 || st.Gaps != 20_001 || st.Bytes > maxBytes {
+		t.Errorf("stats %+v: want the whole 20 s window (20,001 gaps) within %d bytes, no gap evicted", st, maxBytes)
+	}
+	if st.PathQuantile != 0.99 || st.PathsShed == 0 || st.Paths != 200 {
+		t.Errorf("stats %+v: want the paths above the p99 only (200 in the window), those below shed", st)
+	}
+	for _, r := range rec.Window(0, end) {
+		if r.Path != nil && r.Gap.Duration() <= at[0.99] {
+			t.Fatalf("a path of %d ns kept at the p99 (%d ns)", r.Gap.Duration(), at[0.99])
+		}
+	}
+	t.Logf("20 s of 1,000 gaps a second, paths of 20 steps: %d gaps and %d paths in %d bytes, %d paths shed", st.Gaps, st.Paths, st.Bytes, st.PathsShed)
+	// The load falls to 100 fast gaps a second: the old ones leave the
+	// window, and the recorder goes back down to the p90.
+	for i := range 3000 {
+		end += 10e6
+		rec.Add(gapAt(i%100, end, 5e6, 1e6))
+		if i%10 == 0 {
+			rec.Expire(end)
+		}
+	}
+	if st := rec.Stats(); st.PathQuantile != 0.9 || st.Evicted != 0 {
+		t.Errorf("stats %+v after the load fell: want the paths above the p90 again", st)
 	}
 }

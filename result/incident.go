@@ -28,12 +28,16 @@ type Incident struct {
 	ToNs         int64   `json:"to_ns"`
 	TriggerNs    int64   `json:"trigger_ns"`
 	// Gaps are the gaps kept in the window, Paths those of them kept with
-	// their steps (the slow ones: above the session's p90 when walked);
-	// Evicted the gaps the recorder's byte bound dropped before its window
-	// ended (a window shorter than asked: EvictedNote says so).
-	Gaps    int    `json:"gaps"`
-	Paths   int    `json:"paths"`
-	Evicted uint64 `json:"evicted"`
+	// their steps (the slow ones: above the session's PathQuantile when
+	// walked, the p90 unless the paths did not fit the recorder's bytes
+	// with its window; PathsShed the paths it dropped for that); Evicted
+	// the gaps the recorder's byte bound dropped before its window ended
+	// (a window shorter than asked: the diagnosis says so).
+	Gaps         int     `json:"gaps"`
+	Paths        int     `json:"paths"`
+	PathQuantile float64 `json:"path_quantile"`
+	PathsShed    uint64  `json:"paths_shed"`
+	Evicted      uint64  `json:"evicted"`
 	// P99Ms is the p99 of the gaps after the first token over the rule's
 	// recent window at the trigger; NormalP99Ms and NormalMedianMs the
 	// normal gap's (Baseline names it).
