@@ -123,8 +123,8 @@ func Build(c Capture) *result.Document {
 	doc := &result.Document{SchemaVersion: result.SchemaVersion, Manifest: c.Manifest, CriticalPath: cp, Incident: inc}
 	doc.Diagnosis = []string{"incident: " + inc.Verdict}
 	if c.Stats.PathsShed > 0 || c.Stats.PathQuantile > live.PathQuantiles[0] {
-		doc.Diagnosis = append(doc.Diagnosis, fmt.Sprintf("the recorder keeps the paths of the gaps above their p%.0f now (the p%.0f when its bytes allow) and dropped %d paths to hold its window in its byte bound: the slowest gaps' paths are kept (raise incidents.recorder_bytes for more)",
-			100*c.Stats.PathQuantile, 100*live.PathQuantiles[0], c.Stats.PathsShed))
+		doc.Diagnosis = append(doc.Diagnosis, fmt.Sprintf("the recorder dropped the paths of its %d shortest slow gaps to hold its window in its byte bound, and takes new ones above their p%.0f now (the p%.0f when its bytes allow): the slowest gaps' paths are kept (raise incidents.recorder_bytes for more)",
+			c.Stats.PathsShed, 100*c.Stats.PathQuantile, 100*live.PathQuantiles[0]))
 	}
 	if c.Stats.Evicted > 0 {
 		doc.Diagnosis = append(doc.Diagnosis, fmt.Sprintf("the recorder's byte bound dropped %d gaps before its window ended: the window kept is shorter than asked (raise incidents.recorder_bytes)", c.Stats.Evicted))

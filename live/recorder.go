@@ -1,6 +1,7 @@
 package live
 
 import (
+	"container/heap"
 	"slices"
 	"sync"
 	"unsafe"
@@ -19,13 +20,13 @@ const (
 // ones their step-by-step critical path. It is bounded by Window and by
 // MaxBytes (its own estimate of the memory it holds). A path costs ten to
 // a hundred times its gap, so the window is kept before the paths: while
-// the bytes are over the bound inside the window, the recorder keeps
-// paths only above a higher quantile of the session's gaps (PathQuantiles:
-// the p90, then the p95, then the p99) and drops the paths it holds below
-// it, oldest first (PathsShed); only at the last does it evict the oldest
-// gaps (Evicted). Once it holds less than half its bound it goes back down
-// a quantile. An incident is read from it (Window). Safe for concurrent
-// use.
+// the bytes are over the bound inside the window, the recorder drops the
+// paths of the shortest gaps it holds (PathsShed), and takes new paths
+// only above a higher quantile of the session's gaps (PathQuantiles: the
+// p90, then the p95, then the p99; back down a quantile once it holds less
+// than half its bound); only when no path is left does it evict the
+// oldest gaps (Evicted). An incident is read from it (Window). Safe for
+// concurrent use.
 type Recorder struct {
 	mu       sync.Mutex
 	window   int64
@@ -37,14 +38,35 @@ type Recorder struct {
 	added    uint64 // every gap ever added (a sequence for since)
 	paths    int
 	// pathAt[level][kind]: at level, a gap of the kind (0 the first
-	// token's, 1 later) longer than it keeps its path; 0 keeps every
-	// path. level indexes PathQuantiles; shed is the index in q up to
-	// which the paths below the level's have been dropped; pathsShed
-	// counts those dropped.
+	// token's, 1 later) longer than it takes its path; 0 takes every
+	// path. level indexes PathQuantiles. byLen holds the paths by their
+	// gap's duration, shortest first (and some of gaps gone: skipped);
+	// pathsShed counts those dropped.
 	pathAt    [len(PathQuantiles)][2]int64
 	level     int
-	shed      int
+	byLen     pathHeap
 	pathsShed uint64
+}
+
+// pathRef is a path held: its gap's sequence number and duration.
+type pathRef struct {
+	seq uint64
+	dur int64
+}
+
+// pathHeap is a min-heap of paths by their gap's duration
+// (container/heap).
+type pathHeap []pathRef
+
+func (h pathHeap) Len() int           { return len(h) }
+func (h pathHeap) Less(i, j int) bool { return h[i].dur < h[j].dur }
+func (h pathHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *pathHeap) Push(x any)        { *h = append(*h, x.(pathRef)) }
+func (h *pathHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // PathQuantiles are the quantiles of the session's gaps above which a
@@ -125,6 +147,7 @@ func (r *Recorder) add(g critpath.Gap, unwalked bool) {
 		p.Steps = slices.Clone(g.Steps)
 		rec.Path = &p
 		r.paths++
+		heap.Push(&r.byLen, pathRef{seq: r.added, dur: g.Duration()})
 	}
 	r.bytes += sizeOf(rec)
 	r.q = append(r.q, rec)
@@ -133,8 +156,8 @@ func (r *Recorder) add(g critpath.Gap, unwalked bool) {
 }
 
 // evict drops the gaps older than the window before now; while the bytes
-// are over the bound inside the window, the paths below a higher quantile,
-// then the oldest gaps (under r.mu).
+// are over the bound inside the window, the shortest gaps' paths, then the
+// oldest gaps (under r.mu).
 func (r *Recorder) evict(now int64) {
 	for r.head < len(r.q) {
 		old := r.q[r.head]
@@ -150,42 +173,50 @@ func (r *Recorder) evict(now int64) {
 		}
 		r.drop()
 	}
-	r.shed = max(r.shed, r.head)
-	// Compact the slice once half of it is dropped.
+	// Compact the slice once half of it is dropped, and the heap once
+	// most of it is of gaps gone.
 	if r.head > 1024 && r.head*2 > len(r.q) {
 		r.q = append(r.q[:0], r.q[r.head:]...)
-		r.shed -= r.head
 		r.head = 0
+	}
+	if len(r.byLen) > 2*r.paths+1024 {
+		keep := r.byLen[:0]
+		for _, p := range r.byLen {
+			if rec := r.at(p.seq); rec != nil && rec.Path != nil {
+				keep = append(keep, p)
+			}
+		}
+		r.byLen = keep
+		heap.Init(&r.byLen)
 	}
 }
 
-// shedPaths drops the paths held below the level's durations, oldest
-// first, until the bytes are within the bound, going up a level when
-// none is left below this one's; false when none is left at the top
-// (under r.mu).
-func (r *Recorder) shedPaths() bool {
-	for {
-		at := r.pathAt[r.level]
-		for ; r.shed < len(r.q) && r.bytes > r.maxBytes; r.shed++ {
-			rec := &r.q[r.shed]
-			if rec.Path == nil || rec.Gap.Duration() > at[kindOf(int(rec.Gap.Index))] {
-				continue
-			}
-			r.bytes -= sizeOf(*rec)
-			rec.Path = nil
-			r.bytes += sizeOf(*rec)
-			r.paths--
-			r.pathsShed++
-		}
-		if r.bytes <= r.maxBytes {
-			return true
-		}
-		if r.level == len(PathQuantiles)-1 {
-			return false
-		}
-		r.level++
-		r.shed = r.head
+// at is the gap of sequence number seq, nil when it is gone (under r.mu).
+func (r *Recorder) at(seq uint64) *Recorded {
+	first := r.added - uint64(len(r.q)-r.head)
+	if seq < first || seq >= r.added {
+		return nil
 	}
+	return &r.q[r.head+int(seq-first)]
+}
+
+// shedPaths drops the paths of the shortest gaps held until the bytes are
+// within the bound, and takes new paths only above the next quantile up;
+// false when no path is left (under r.mu).
+func (r *Recorder) shedPaths() bool {
+	r.level = min(r.level+1, len(PathQuantiles)-1)
+	for r.bytes > r.maxBytes && len(r.byLen) > 0 {
+		rec := r.at(heap.Pop(&r.byLen).(pathRef).seq)
+		if rec == nil || rec.Path == nil {
+			continue
+		}
+		r.bytes -= sizeOf(*rec)
+		rec.Path = nil
+		r.bytes += sizeOf(*rec)
+		r.paths--
+		r.pathsShed++
+	}
+	return r.bytes <= r.maxBytes
 }
 
 func (r *Recorder) drop() {

@@ -1,6 +1,7 @@
 package live
 
 import (
+	"math"
 	"testing"
 
 	"github.com/bpfbench/bpfbench/correlate/critpath"
@@ -95,9 +96,10 @@ func TestTriggerCriteria(t *testing.T) {
 	}
 }
 
-// The recorder keeps its window and its byte bound: 1,000 streams'
-// gaps, every path kept, stay within MaxBytes, the oldest evicted (and
-// counted) first; with a path threshold only the slow gaps keep theirs.
+// The recorder keeps its window and its byte bound: 1,000 streams' gaps
+// stay within MaxBytes; when the gaps alone are over it, every path goes
+// first, then the oldest gaps (counted); with a path threshold only the
+// slow gaps keep theirs.
 func TestRecorderBounds(t *testing.T) {
 	const maxBytes = 4 << 20
 	rec := NewRecorder(60e9, maxBytes)
@@ -110,10 +112,10 @@ func TestRecorderBounds(t *testing.T) {
 	if st.Bytes > maxBytes {
 		t.Errorf("holds %d bytes, bound %d", st.Bytes, maxBytes)
 	}
-	if st.Evicted == 0 || st.Gaps == 0 || st.Paths != st.Gaps {
-		t.Errorf("stats %+v: want evictions by bytes and every held gap with its path", st)
+	if st.Evicted == 0 || st.Gaps == 0 || st.Paths != 0 || st.PathsShed == 0 {
+		t.Errorf("stats %+v: want every path shed, then evictions by bytes", st)
 	}
-	t.Logf("1,000 streams, 20 s of 10,000 gaps/s with paths: %d gaps held in %d bytes (%d B a gap), %d evicted", st.Gaps, st.Bytes, st.Bytes/st.Gaps, st.Evicted)
+	t.Logf("1,000 streams, 20 s of 10,000 gaps/s with paths: %d gaps held in %d bytes (%d B a gap), %d evicted, %d paths shed", st.Gaps, st.Bytes, st.Bytes/st.Gaps, st.Evicted, st.PathsShed)
 
 	// Paths above 20 ms only: the 10 ms gaps keep none, and the window
 	// (60 s) bounds what is held.
@@ -192,5 +194,31 @@ func TestRecorderKeepsTheWindowBeforeThePaths(t *testing.T) {
 	}
 	if st := rec.Stats(); st.PathQuantile != 0.9 || st.Evicted != 0 {
 		t.Errorf("stats %+v after the load fell: want the paths above the p90 again", st)
+	}
+	// Gaps alike (a narrow distribution: the quantiles a bucket apart,
+	// a tenth of the gaps over the "p99"): the quantile keeps no bound,
+	// the shortest paths go first and the window stays whole.
+	rec = NewRecorder(20e9, maxBytes)
+	rec.SetPathAbove(func(float64) (int64, int64) { return 49e6, 49e6 })
+	for i := range 40_000 {
+		end = int64(i+1) * 1e6
+		g := gapAt(i%100, end, 49e6+int64(i%10)*100e3, 1e6)
+		for range 18 {
+			g.Steps = append(g.Steps, g.Steps[0])
+		}
+		rec.Add(g)
+	}
+	st = rec.Stats()
+	if st.Evicted != 0 || st.Gaps != 20_001 || st.Bytes > maxBytes || st.Paths == 0 {
+		t.Errorf("stats %+v: want the whole window within %d bytes with some paths, no gap evicted", st, maxBytes)
+	}
+	short := int64(math.MaxInt64)
+	for _, r := range rec.Window(0, end) {
+		if r.Path != nil {
+			short = min(short, r.Gap.Duration())
+		}
+	}
+	if short < 49e6+8*100e3 {
+		t.Errorf("a path of %d ns kept: want the longest gaps' (49.8 ms and more)", short)
 	}
 }

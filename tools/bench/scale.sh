@@ -170,12 +170,12 @@ daemon() {
 	done
 }
 
-# metric NAME [LABEL] prints the sum of metric NAME's samples (those
-# with LABEL, e.g. store="spans", when given) in the daemon's metrics
-# ($murl).
+# metric NAME [LABEL [FORMAT]] prints the sum of metric NAME's samples
+# (those with LABEL, e.g. store="spans", when given) in the daemon's
+# metrics ($murl), as FORMAT (%.0f).
 metric() {
-	curl -fsS "$murl" 2>/dev/null | awk -v n="$1" -v l="${2:-}" \
-		'($1 == n || index($1, n "{") == 1) && index($1, l) > 0 {s += $2} END {printf "%.0f", s}'
+	curl -fsS "$murl" 2>/dev/null | awk -v n="$1" -v l="${2:-}" -v f="${3:-%.0f}" \
+		'($1 == n || index($1, n "{") == 1) && index($1, l) > 0 {s += $2} END {printf f, s}'
 }
 
 soak() {
@@ -185,7 +185,7 @@ soak() {
 	mport=$(free_port)
 	murl=http://127.0.0.1:$mport/metrics
 	start_daemon "$k" soak "127.0.0.1:$mport"
-	printf '%-8s %8s %8s %8s %12s %9s %8s %6s %7s %9s\n' t_s rss_MB heap_MB cpu_% live_gaps spans streams conns rec_MB rec_gaps
+	printf '%-8s %8s %8s %8s %12s %9s %8s %6s %7s %9s %7s %8s\n' t_s rss_MB heap_MB cpu_% live_gaps spans streams conns rec_MB rec_gaps rec_pq rec_win_s
 	t=0
 	c0=$(cpu_ticks "$d")
 	while [ "$t" -lt "$secs" ]; do
@@ -195,12 +195,18 @@ soak() {
 		rss=$(awk '/^VmRSS/ {print $2}' "/proc/$d/status")
 		heap=$(metric go_memstats_heap_inuse_bytes)
 		gaps=$(metric bpfbench_token_gap_seconds_count)
+		live_gaps=$gaps
 		spans=$(metric bpfbench_live_store_entries 'store="spans"')
 		streams=$(metric bpfbench_live_store_entries 'store="streams"')
 		conns=$(metric bpfbench_live_store_entries 'store="connections"')
 		recb=$(metric bpfbench_incident_recorder_bytes)
 		recg=$(metric bpfbench_incident_recorder_gaps)
-		python3 -c "print(f'{$t:<8d} {$rss / 1024:8.0f} {${heap:-0} / 2**20:8.0f} {($c1 - $c0) / $hz / $every * 100:8.2f} {${gaps:-0}:12d} {${spans:-0}:9d} {${streams:-0}:8d} {${conns:-0}:6d} {${recb:-0} / 2**20:7.1f} {${recg:-0}:9d}')"
+		recq=$(metric bpfbench_incident_recorder_path_quantile '' %.2f)
+		# The seconds of gaps the recorder holds, at the rate of the gaps
+		# and first bytes since the last reading.
+		gaps=$((gaps + $(metric bpfbench_time_to_first_byte_seconds_count)))
+		python3 -c "print(f'{$t:<8d} {$rss / 1024:8.0f} {${heap:-0} / 2**20:8.0f} {($c1 - $c0) / $hz / $every * 100:8.2f} {${live_gaps:-0}:12d} {${spans:-0}:9d} {${streams:-0}:8d} {${conns:-0}:6d} {${recb:-0} / 2**20:7.1f} {${recg:-0}:9d} {${recq:-0}:7.2f} {${recg:-0} / max((${gaps:-0} - ${g0:-0}) / $every, 1):8.0f}')"
+		g0=$gaps
 		c0=$c1
 	done
 	kill "$d" "${cls[@]}" "${srvs[@]}" 2>/dev/null || true
