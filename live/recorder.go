@@ -123,6 +123,8 @@ func (r *Recorder) SetPathAbove(q func(p float64) (first, later int64)) {
 	r.mu.Unlock()
 }
 
+// kindOf is a gap's kind by its index: 0 a first token's (the first
+// write and the gap after it), 1 a later gap's.
 func kindOf(index int) int {
 	if index <= 1 {
 		return 0

@@ -494,10 +494,7 @@ func (t *Tracker) SetMaxHeld(n int) {
 // it, counted as sampled out: the totals estimate it.
 func (t *Tracker) skip(r critpath.Read) bool {
 	d := r.End - r.Start
-	kind := 1
-	if r.Index <= 1 {
-		kind = 0
-	}
+	kind := kindOf(r.Index)
 	t.weight = 1
 	if t.thr[kind] <= 0 || d >= t.thr[kind] {
 		// At or above the p90: walked (sampled between the p90 and the
