@@ -166,10 +166,12 @@ func tcpExt(t *testing.T, ns string, names ...string) map[string]uint64 {
 
 // netPair is a pair of network namespaces joined by a veth pair: the server
 // side (10.x.y.1 on vethA in nsA) and the client side (10.x.y.2 in nsB).
+// A routed pair (newRoutedLink) has a router namespace nsR between them.
 type netPair struct {
 	nsA, nsB   string
 	vethA      string
 	serverAddr string
+	nsR, toB   string // the router's namespace and its link toward the client
 }
 
 func ipCmd(t *testing.T, args ...string) {
@@ -208,10 +210,62 @@ func newLink(t *testing.T) *netPair {
 	return l
 }
 
-// shape puts a tbf qdisc on the server's side of the link, through netlink.
+// newRoutedLink joins the server's namespace to the client's through a
+// router namespace that forwards between two veth pairs: the server at
+// 10.x.y.1/25, the router at .2 and .129, the client at .130/25. A queue
+// shaped on the router drops segments the way a bottleneck on the path does:
+// the sender learns of them only from its acks, and retransmits. A qdisc on
+// the sender's own link does not: the stack hears of its drop at once and
+// reduces its window without a retransmission, and TCP small queues keep the
+// local queue from filling at all.
+func newRoutedLink(t *testing.T) *netPair {
+	t.Helper()
+	privtest.RequireTool(t, "ip", "apt-get install iproute2")
+	id := os.Getpid()%100000 + 100000*0
+	l := &netPair{
+		nsA:   fmt.Sprintf("bbtcpA%d", id),
+		nsB:   fmt.Sprintf("bbtcpB%d", id),
+		nsR:   fmt.Sprintf("bbtcpR%d", id),
+		vethA: fmt.Sprintf("bbva%d", id),
+		toB:   fmt.Sprintf("bbrb%d", id),
+	}
+	fromA, vethB := fmt.Sprintf("bbra%d", id), fmt.Sprintf("bbvb%d", id)
+	subnet := fmt.Sprintf("10.%d.%d", 100+id%100, (id/100)%250)
+	l.serverAddr = subnet + ".1"
+	t.Cleanup(func() {
+		for _, ns := range []string{l.nsA, l.nsR, l.nsB} {
+			_ = exec.Command("ip", "netns", "del", ns).Run()
+		}
+	})
+	for _, ns := range []string{l.nsA, l.nsR, l.nsB} {
+		ipCmd(t, "netns", "add", ns)
+		ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+	}
+	ipCmd(t, "link", "add", l.vethA, "netns", l.nsA, "type", "veth", "peer", "name", fromA, "netns", l.nsR)
+	ipCmd(t, "link", "add", l.toB, "netns", l.nsR, "type", "veth", "peer", "name", vethB, "netns", l.nsB)
+	ipCmd(t, "-n", l.nsA, "addr", "add", subnet+".1/25", "dev", l.vethA)
+	ipCmd(t, "-n", l.nsR, "addr", "add", subnet+".2/25", "dev", fromA)
+	ipCmd(t, "-n", l.nsR, "addr", "add", subnet+".129/25", "dev", l.toB)
+	ipCmd(t, "-n", l.nsB, "addr", "add", subnet+".130/25", "dev", vethB)
+	for _, ln := range [][2]string{{l.nsA, l.vethA}, {l.nsR, fromA}, {l.nsR, l.toB}, {l.nsB, vethB}} {
+		ipCmd(t, "-n", ln[0], "link", "set", ln[1], "up")
+	}
+	ipCmd(t, "-n", l.nsA, "route", "add", "default", "via", subnet+".2")
+	ipCmd(t, "-n", l.nsB, "route", "add", "default", "via", subnet+".129")
+	if out, err := exec.Command("ip", "netns", "exec", l.nsR, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward").CombinedOutput(); err != nil {
+		t.Fatalf("forwarding in %s: %v: %s", l.nsR, err, out)
+	}
+	return l
+}
+
+// shape puts a tbf qdisc on the router's link toward the client, through
+// netlink: the bottleneck of the server's sends.
 func (l *netPair) shape(t *testing.T, rate uint64, limit, burst uint32) {
 	t.Helper()
-	ns, err := netns.GetFromName(l.nsA)
+	if l.nsR == "" {
+		t.Fatal("shape needs a routed link (newRoutedLink)")
+	}
+	ns, err := netns.GetFromName(l.nsR)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +275,7 @@ func (l *netPair) shape(t *testing.T, rate uint64, limit, burst uint32) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	lk, err := h.LinkByName(l.vethA)
+	lk, err := h.LinkByName(l.toB)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +286,7 @@ func (l *netPair) shape(t *testing.T, rate uint64, limit, burst uint32) {
 		Buffer:     netlink.Xmittime(rate, burst),
 	}
 	if err := h.QdiscAdd(q); err != nil {
-		t.Fatalf("adding tbf to %s: %v", l.vethA, err)
+		t.Fatalf("adding tbf to %s: %v", l.toB, err)
 	}
 }
 
@@ -423,7 +477,7 @@ func TestZeroWindowOfOneSlowReader(t *testing.T) {
 // retransmits; the sender is busy the whole time.
 func TestShapedLink(t *testing.T) {
 	privtest.Require(t)
-	l := newLink(t)
+	l := newRoutedLink(t)
 	child := testproc.Start(t, "tcpserve", l.nsA, l.serverAddr+":0", "0")
 	port := child.Tids[0]
 
