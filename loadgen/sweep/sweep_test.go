@@ -304,6 +304,31 @@ func TestProbeWaitsForTheCapacityToHold(t *testing.T) {
 	}
 }
 
+// A server that slowed after the search: the search's pass level and the
+// levels under it fail. The pass side moves down at each level's first
+// failing run, so the default budget reaches a level that passes every run
+// (three runs a level would spend it four levels down, with no answer).
+func TestKneePassSideFailsLater(t *testing.T) {
+	s := &scripted{capacity: 16}
+	s.verdict = func(v float64, _ int) bool {
+		if s.runs > 8 { // the search is over: the knee moved from 10 to 6
+			return v <= 6
+		}
+		return v <= 10
+	}
+	res := search(t, s, Config{Step: 1})
+	in := res.Interval
+	if in == nil || !in.Stable || in.Low == 0 {
+		t.Fatalf("interval %+v: want a stable one with a passing level within the budget of %d", in, DefaultRepeatBudget)
+	}
+	if in.Low > 6 || in.Low <= 5 {
+		t.Errorf("interval [%.3f, %.3f], want the pass at the knee's new place, 6, within a step", in.Low, in.High)
+	}
+	if res.Answer != in.Low {
+		t.Errorf("answer %.3f, want the interval's pass %.3f", res.Answer, in.Low)
+	}
+}
+
 // A server that sped up after the search: the search's fail level passes
 // every confirming run. It is a pass then, and the fail side moves up
 // until a level fails every run; the interval has a failing level.
