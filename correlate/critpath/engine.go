@@ -117,6 +117,41 @@ type history struct {
 	cuda    []CUDACall // sorted by Start
 	// maxCuda is the longest CUDA call held.
 	maxCuda int64
+	// hint is from's last answer (searchNear).
+	hint int
+}
+
+// hintSteps is how far from its last answer searchNear looks before it
+// falls back to a binary search.
+const hintSteps = 8
+
+// searchNear is sort.Search(n, f), f false then true over [0, n): the
+// first index where f holds. It looks within hintSteps of *hint, its last
+// answer, first (the walk asks of nearby times in turn), and keeps the
+// answer there.
+func searchNear(n int, hint *int, f func(int) bool) int {
+	i := min(max(*hint, 0), n)
+	for range hintSteps {
+		switch {
+		case i < n && !f(i):
+			i++
+		case i > 0 && f(i-1):
+			i--
+		default:
+			*hint = i
+			return i
+		}
+	}
+	i = sort.Search(n, f)
+	*hint = i
+	return i
+}
+
+// from returns the index of h's last segment that starts at or before x,
+// 0 when none does: where a walk over the segments that overlap x starts.
+func (h *history) from(x int64) int {
+	s := h.segs
+	return max(searchNear(len(s), &h.hint, func(j int) bool { return s[j].Start > x })-1, 0)
 }
 
 // Engine builds each gap's critical path as events arrive. Events may be
@@ -415,6 +450,8 @@ type runqIndex struct {
 	segs   []Segment
 	base   []Segment // the array segs was last allocated as (roomFor)
 	maxLen int64     // the longest held
+	// hintEnd, hintStart: siblingWaits' last answers (searchNear).
+	hintEnd, hintStart int
 }
 
 // unindex takes h out of its process's entry in procs.

@@ -1,6 +1,10 @@
 package critpath
 
-import "testing"
+import (
+	"math/rand/v2"
+	"sort"
+	"testing"
+)
 
 // roomFor keeps a history that is pruned at its front as fast as it grows
 // in one array, its order and contents intact, the slots it left cleared.
@@ -102,5 +106,41 @@ func TestActiveIndexReusesBuckets(t *testing.T) {
 	a.each(0, 1<<62, func(*activeSeg) { n++ })
 	if n != 0 {
 		t.Errorf("%d entries left after pruning them all", n)
+	}
+}
+
+// TestFromAgreesWithSearch: the hinted lookup of a thread's segments
+// answers what a binary search does, for questions near its last answer
+// and far from it, with starts that repeat.
+func TestFromAgreesWithSearch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	h := &history{}
+	at := int64(0)
+	for range 500 {
+		at += rng.Int64N(3) * 10 // some starts repeat
+		h.segs = append(h.segs, Segment{Start: at, End: at + 10})
+	}
+	want := func(x int64) int {
+		i := sort.Search(len(h.segs), func(j int) bool { return h.segs[j].Start > x })
+		return max(i-1, 0)
+	}
+	x := int64(0)
+	for n := range 20000 {
+		if n%50 == 0 {
+			x = rng.Int64N(at+40) - 20 // far
+		} else {
+			x += rng.Int64N(41) - 20 // near
+		}
+		if got, w := h.from(x), want(x); got != w {
+			t.Fatalf("from(%d) = %d, want %d", x, got, w)
+		}
+	}
+	h.segs = h.segs[:3] // pruned under the hint
+	if got, w := h.from(at), want(at); got != w {
+		t.Fatalf("from(%d) after a prune = %d, want %d", at, got, w)
+	}
+	h.segs = nil
+	if got := h.from(5); got != 0 {
+		t.Fatalf("from on no segments = %d", got)
 	}
 }

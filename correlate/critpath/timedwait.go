@@ -261,11 +261,7 @@ func (e *Engine) activeClaims(h *history, st Step) {
 // ran at the send.
 func (e *Engine) claimsOf(o *history, x, y int64, depth int) {
 	s := o.segs
-	i := sort.Search(len(s), func(j int) bool { return s[j].Start > x })
-	if i > 0 {
-		i--
-	}
-	for ; i < len(s); i++ {
+	for i := o.from(x); i < len(s); i++ {
 		sg := &s[i]
 		if sg.End <= x {
 			continue

@@ -365,10 +365,7 @@ func (e *Engine) walk(tid uint32, a, b int64, depth int) {
 		a = d.Written
 	}
 	s := h.segs
-	i := sort.Search(len(s), func(j int) bool { return s[j].Start > a })
-	if i > 0 {
-		i--
-	}
+	i := h.from(a)
 	t := a
 	for ; i < len(s) && t < b; i++ {
 		sg := &s[i]
@@ -578,8 +575,8 @@ func (e *Engine) siblingWaits(h *history, st Step) {
 	crowd := e.crowd[:0]
 	if rq := e.procRunq[h.th.Tgid]; rq != nil {
 		s := rq.segs
-		i := sort.Search(len(s), func(j int) bool { return s[j].Start >= st.End })
-		j := sort.Search(i, func(j int) bool { return s[j].Start >= st.Start-rq.maxLen })
+		i := searchNear(len(s), &rq.hintEnd, func(j int) bool { return s[j].Start >= st.End })
+		j := searchNear(i, &rq.hintStart, func(j int) bool { return s[j].Start >= st.Start-rq.maxLen })
 		for ; j < i; j++ {
 			sg := &s[j]
 			if sg.End <= st.Start {
@@ -984,12 +981,8 @@ func (e *Engine) heldByTarget(h *history, oh *history, x, y int64, depth int) {
 		e.emit(Step{Start: a, End: b, Thread: h.th, State: Runnable, Cause: CPURunqueue, Depth: depth})
 	}
 	s := oh.segs
-	i := sort.Search(len(s), func(j int) bool { return s[j].Start > x })
-	if i > 0 {
-		i--
-	}
 	t := x
-	for ; i < len(s) && t < y; i++ {
+	for i := oh.from(x); i < len(s) && t < y; i++ {
 		sg := &s[i]
 		if sg.End <= t {
 			continue
