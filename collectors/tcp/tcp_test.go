@@ -181,7 +181,19 @@ func ipCmd(t *testing.T, args ...string) {
 	}
 }
 
-func newLink(t *testing.T) *netPair {
+func newLink(t *testing.T) *netPair { return makeLink(t, false) }
+
+// newRoutedLink joins the server's namespace to the client's through a
+// router namespace that forwards between two veth pairs: the server at
+// 10.x.y.1/25, the router at .2 and .129, the client at .130/25. A queue
+// shaped on the router drops segments the way a bottleneck on the path does:
+// the sender learns of them only from its acks, and retransmits. A qdisc on
+// the sender's own link does not: the stack hears of its drop at once and
+// reduces its window without a retransmission, and TCP small queues keep the
+// local queue from filling at all.
+func newRoutedLink(t *testing.T) *netPair { return makeLink(t, true) }
+
+func makeLink(t *testing.T, routed bool) *netPair {
 	t.Helper()
 	privtest.RequireTool(t, "ip", "apt-get install iproute2")
 	id := os.Getpid()%100000 + 100000*0
@@ -193,67 +205,44 @@ func newLink(t *testing.T) *netPair {
 	vethB := fmt.Sprintf("bbvb%d", id)
 	subnet := fmt.Sprintf("10.%d.%d", 100+id%100, (id/100)%250)
 	l.serverAddr = subnet + ".1"
-	t.Cleanup(func() {
-		_ = exec.Command("ip", "netns", "del", l.nsA).Run()
-		_ = exec.Command("ip", "netns", "del", l.nsB).Run()
-	})
-	ipCmd(t, "netns", "add", l.nsA)
-	ipCmd(t, "netns", "add", l.nsB)
-	ipCmd(t, "link", "add", l.vethA, "netns", l.nsA, "type", "veth", "peer", "name", vethB, "netns", l.nsB)
-	ipCmd(t, "-n", l.nsA, "addr", "add", subnet+".1/24", "dev", l.vethA)
-	ipCmd(t, "-n", l.nsB, "addr", "add", subnet+".2/24", "dev", vethB)
-	for _, ns := range []string{l.nsA, l.nsB} {
-		ipCmd(t, "-n", ns, "link", "set", "lo", "up")
+	spaces := []string{l.nsA, l.nsB}
+	if routed {
+		l.nsR, l.toB = fmt.Sprintf("bbtcpR%d", id), fmt.Sprintf("bbrb%d", id)
+		spaces = append(spaces, l.nsR)
 	}
-	ipCmd(t, "-n", l.nsA, "link", "set", l.vethA, "up")
-	ipCmd(t, "-n", l.nsB, "link", "set", vethB, "up")
-	return l
-}
-
-// newRoutedLink joins the server's namespace to the client's through a
-// router namespace that forwards between two veth pairs: the server at
-// 10.x.y.1/25, the router at .2 and .129, the client at .130/25. A queue
-// shaped on the router drops segments the way a bottleneck on the path does:
-// the sender learns of them only from its acks, and retransmits. A qdisc on
-// the sender's own link does not: the stack hears of its drop at once and
-// reduces its window without a retransmission, and TCP small queues keep the
-// local queue from filling at all.
-func newRoutedLink(t *testing.T) *netPair {
-	t.Helper()
-	privtest.RequireTool(t, "ip", "apt-get install iproute2")
-	id := os.Getpid()%100000 + 100000*0
-	l := &netPair{
-		nsA:   fmt.Sprintf("bbtcpA%d", id),
-		nsB:   fmt.Sprintf("bbtcpB%d", id),
-		nsR:   fmt.Sprintf("bbtcpR%d", id),
-		vethA: fmt.Sprintf("bbva%d", id),
-		toB:   fmt.Sprintf("bbrb%d", id),
-	}
-	fromA, vethB := fmt.Sprintf("bbra%d", id), fmt.Sprintf("bbvb%d", id)
-	subnet := fmt.Sprintf("10.%d.%d", 100+id%100, (id/100)%250)
-	l.serverAddr = subnet + ".1"
 	t.Cleanup(func() {
-		for _, ns := range []string{l.nsA, l.nsR, l.nsB} {
+		for _, ns := range spaces {
 			_ = exec.Command("ip", "netns", "del", ns).Run()
 		}
 	})
-	for _, ns := range []string{l.nsA, l.nsR, l.nsB} {
+	for _, ns := range spaces {
 		ipCmd(t, "netns", "add", ns)
 		ipCmd(t, "-n", ns, "link", "set", "lo", "up")
 	}
-	ipCmd(t, "link", "add", l.vethA, "netns", l.nsA, "type", "veth", "peer", "name", fromA, "netns", l.nsR)
-	ipCmd(t, "link", "add", l.toB, "netns", l.nsR, "type", "veth", "peer", "name", vethB, "netns", l.nsB)
-	ipCmd(t, "-n", l.nsA, "addr", "add", subnet+".1/25", "dev", l.vethA)
-	ipCmd(t, "-n", l.nsR, "addr", "add", subnet+".2/25", "dev", fromA)
-	ipCmd(t, "-n", l.nsR, "addr", "add", subnet+".129/25", "dev", l.toB)
-	ipCmd(t, "-n", l.nsB, "addr", "add", subnet+".130/25", "dev", vethB)
-	for _, ln := range [][2]string{{l.nsA, l.vethA}, {l.nsR, fromA}, {l.nsR, l.toB}, {l.nsB, vethB}} {
+	links := [][2]string{{l.nsA, l.vethA}, {l.nsB, vethB}}
+	if !routed {
+		ipCmd(t, "link", "add", l.vethA, "netns", l.nsA, "type", "veth", "peer", "name", vethB, "netns", l.nsB)
+		ipCmd(t, "-n", l.nsA, "addr", "add", subnet+".1/24", "dev", l.vethA)
+		ipCmd(t, "-n", l.nsB, "addr", "add", subnet+".2/24", "dev", vethB)
+	} else {
+		fromA := fmt.Sprintf("bbra%d", id)
+		ipCmd(t, "link", "add", l.vethA, "netns", l.nsA, "type", "veth", "peer", "name", fromA, "netns", l.nsR)
+		ipCmd(t, "link", "add", l.toB, "netns", l.nsR, "type", "veth", "peer", "name", vethB, "netns", l.nsB)
+		ipCmd(t, "-n", l.nsA, "addr", "add", subnet+".1/25", "dev", l.vethA)
+		ipCmd(t, "-n", l.nsR, "addr", "add", subnet+".2/25", "dev", fromA)
+		ipCmd(t, "-n", l.nsR, "addr", "add", subnet+".129/25", "dev", l.toB)
+		ipCmd(t, "-n", l.nsB, "addr", "add", subnet+".130/25", "dev", vethB)
+		links = append(links, [2]string{l.nsR, fromA}, [2]string{l.nsR, l.toB})
+	}
+	for _, ln := range links {
 		ipCmd(t, "-n", ln[0], "link", "set", ln[1], "up")
 	}
-	ipCmd(t, "-n", l.nsA, "route", "add", "default", "via", subnet+".2")
-	ipCmd(t, "-n", l.nsB, "route", "add", "default", "via", subnet+".129")
-	if out, err := exec.Command("ip", "netns", "exec", l.nsR, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward").CombinedOutput(); err != nil {
-		t.Fatalf("forwarding in %s: %v: %s", l.nsR, err, out)
+	if routed {
+		ipCmd(t, "-n", l.nsA, "route", "add", "default", "via", subnet+".2")
+		ipCmd(t, "-n", l.nsB, "route", "add", "default", "via", subnet+".129")
+		if out, err := exec.Command("ip", "netns", "exec", l.nsR, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward").CombinedOutput(); err != nil {
+			t.Fatalf("forwarding in %s: %v: %s", l.nsR, err, out)
+		}
 	}
 	return l
 }
