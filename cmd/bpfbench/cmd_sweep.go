@@ -34,7 +34,8 @@ func newSweepCmd() *cobra.Command {
 		Long: `Finds the highest request rate (or concurrency) that meets every SLO. One short
 step near the boundary is noise, so the highest passing and the lowest
 failing level are run again until each has --repeats runs with one verdict
-(a level whose runs disagree moves its side a step out), within
+(a level whose runs disagree moves its side a step out; the passing side
+moves at its first failing run), within
 --repeat-budget more steps; the answer is the highest level whose every run
 passed, and the knee is given with its interval and the runs behind it:
 "the knee is at 14.1 req/s (95% interval 12.6-15.4 req/s from a logistic
