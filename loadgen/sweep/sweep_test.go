@@ -304,19 +304,25 @@ func TestProbeWaitsForTheCapacityToHold(t *testing.T) {
 	}
 }
 
+// kneeMoves is a server whose knee is at 10 during the search (its first
+// 8 runs) and at to after it.
+func kneeMoves(to float64) *scripted {
+	s := &scripted{capacity: 16}
+	s.verdict = func(v float64, _ int) bool {
+		if s.runs > 8 {
+			return v <= to
+		}
+		return v <= 10
+	}
+	return s
+}
+
 // A server that slowed after the search: the search's pass level and the
 // levels under it fail. The pass side moves down at each level's first
 // failing run, so the default budget reaches a level that passes every run
 // (three runs a level would spend it four levels down, with no answer).
 func TestKneePassSideFailsLater(t *testing.T) {
-	s := &scripted{capacity: 16}
-	s.verdict = func(v float64, _ int) bool {
-		if s.runs > 8 { // the search is over: the knee moved from 10 to 6
-			return v <= 6
-		}
-		return v <= 10
-	}
-	res := search(t, s, Config{Step: 1})
+	res := search(t, kneeMoves(6), Config{Step: 1})
 	in := res.Interval
 	if in == nil || !in.Stable || in.Low == 0 {
 		t.Fatalf("interval %+v: want a stable one with a passing level within the budget of %d", in, DefaultRepeatBudget)
@@ -333,14 +339,7 @@ func TestKneePassSideFailsLater(t *testing.T) {
 // every confirming run. It is a pass then, and the fail side moves up
 // until a level fails every run; the interval has a failing level.
 func TestKneeFailSidePassesLater(t *testing.T) {
-	s := &scripted{capacity: 16}
-	s.verdict = func(v float64, _ int) bool {
-		if s.runs > 8 { // the search is over: the knee moved from 10 to 12.5
-			return v <= 12.5
-		}
-		return v <= 10
-	}
-	res := search(t, s, Config{Step: 1, RepeatBudget: 30})
+	res := search(t, kneeMoves(12.5), Config{Step: 1, RepeatBudget: 30})
 	in := res.Interval
 	if in == nil || !in.Stable || in.High == 0 {
 		t.Fatalf("interval %+v: want a stable one with a failing level", in)
