@@ -127,13 +127,19 @@ const bandSample = 16384
 // critpath, and keeps the interval's and the session's figures in bounded
 // memory. Safe for concurrent use.
 type Tracker struct {
-	mu      sync.Mutex
-	opt     Options
-	eng     *critpath.Engine
-	feed    *feed.Feed
-	streams *Streams
-	roll    *Rolling
-	pre     prefills // the live prefill rule's first tokens (prefill.go)
+	mu  sync.Mutex
+	opt Options
+	// inMu guards the intake's queue (in) and its counters (records,
+	// timed, recordNs, recordSq, clockNs, clockNext); take holds mu, then
+	// inMu briefly. spare (under mu) is the batch taken last, kept for its
+	// array.
+	inMu      sync.Mutex
+	in, spare []collectors.Span
+	eng       *critpath.Engine
+	feed      *feed.Feed
+	streams   *Streams
+	roll      *Rolling
+	pre       prefills // the live prefill rule's first tokens (prefill.go)
 	// gapBase is the normal gap the prefill rule judges one advance's
 	// gaps by, taken at its first gap (gapBaseOK): once a gap, the
 	// current window's before one closes sorted its sample every time
@@ -158,10 +164,11 @@ type Tracker struct {
 	conns map[uint16]*connBlame
 	other connBlame
 	// cost is the tracker's own time: the walk (on the advancing thread's
-	// CPU clock when it has one of its own) and the spans' intake.
-	walkNs, recordNs int64
-	records, timed   uint64
-	recordSq         float64 // the sum of the timed intakes' squares (ns²)
+	// CPU clock when it has one of its own) and the spans' intake: their
+	// queueing (recordNs: the timed sample's) and their taking (takeNs).
+	walkNs, recordNs, takeNs int64
+	records, timed           uint64
+	recordSq                 float64 // the sum of the timed intakes' squares (ns²)
 	// clockNs is the clock's own cost in a timed intake (clockCost),
 	// taken out of each; it is read again once timed reaches clockNext.
 	clockNs   int64
@@ -255,32 +262,94 @@ func NewTracker(opt Options) *Tracker {
 	return t
 }
 
-// Record takes a span of the session (collectors.Recorder).
+// Record takes a span of the session (collectors.Recorder): it is queued
+// for the next advance (take), under a lock of its own that the walk never
+// holds, so that a reader does not wait for a walk and the spans are taken
+// in one batch on the advancing thread, its caches warm. Past maxQueued
+// spans waiting, the reader takes them itself.
 func (t *Tracker) Record(sp collectors.Span) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	// One span in recordSample is timed on its thread's CPU clock (a
-	// system call each way: too dear for every span); the intake's cost is
+	// system call each way: too dear for every span); the queue's cost is
 	// estimated from them (Cost.RecordSeconds).
+	t.inMu.Lock()
 	t.records++
-	if t.records%recordSample == 0 {
-		if t.timed >= t.clockNext {
-			t.clockNs, t.clockNext = clockCost(), t.timed+clockEvery
+	sampled := t.records%recordSample == 0
+	if !sampled {
+		full := t.queue(sp)
+		t.inMu.Unlock()
+		if full {
+			t.takeNow()
 		}
-		if c0, ok := threadCPU(); ok {
-			t.record(sp)
-			// Over 1 ms: the goroutine moved to another thread
-			// mid-span (two threads' clocks), not an intake's time.
-			if c1, ok := threadCPU(); ok && c1 >= c0 && c1-c0 < 1e6 {
-				d := max(c1-c0-t.clockNs, 0)
-				t.recordNs += d
-				t.recordSq += float64(d) * float64(d)
-				t.timed++
-			}
-			return
-		}
+		return
 	}
-	t.record(sp)
+	if t.timed >= t.clockNext {
+		t.clockNext = t.timed + clockEvery
+		t.inMu.Unlock()
+		c := clockCost()
+		t.inMu.Lock()
+		t.clockNs = c
+	}
+	c0, ok := threadCPU()
+	full := t.queue(sp)
+	// Over 1 ms: the goroutine moved to another thread mid-span (two
+	// threads' clocks), not a queueing's time.
+	if c1, ok1 := threadCPU(); ok && ok1 && c1 >= c0 && c1-c0 < 1e6 {
+		d := max(c1-c0-t.clockNs, 0)
+		t.recordNs += d
+		t.recordSq += float64(d) * float64(d)
+		t.timed++
+	}
+	t.inMu.Unlock()
+	if full {
+		t.takeNow()
+	}
+}
+
+// queue appends sp to the spans waiting for take (under t.inMu); true
+// when maxQueued wait.
+func (t *Tracker) queue(sp collectors.Span) bool {
+	t.in = append(t.in, sp)
+	return len(t.in) >= maxQueued
+}
+
+// maxQueued bounds the spans waiting for the next advance (216 bytes a
+// span: 3.5 MiB, twice with the batch being taken; at 10,000 spans a
+// second, 1.6 s of them).
+const maxQueued = 1 << 14
+
+// takeNow takes the queued spans on the caller's thread (a reader's,
+// locked to its thread, or the benchmark's).
+func (t *Tracker) takeNow() {
+	t.mu.Lock()
+	t.take(true)
+	t.mu.Unlock()
+}
+
+// take passes the queued spans to the streams and the feed (under t.mu),
+// timed whole: on the spend clock where the caller is the advancing thread
+// or a reader (own: a thread of its own), else on the wall clock.
+func (t *Tracker) take(own bool) {
+	t.inMu.Lock()
+	batch := t.in
+	t.in, t.spare = t.spare[:0], nil
+	t.inMu.Unlock()
+	if len(batch) == 0 {
+		t.spare = batch
+		return
+	}
+	clock := nanotime
+	if own {
+		clock = t.spend
+	}
+	c0 := clock()
+	for i := range batch {
+		t.record(batch[i])
+	}
+	if d := clock() - c0; d >= 0 {
+		t.takeNs += d
+	}
+	clear(batch)
+	t.spare = batch[:0]
 }
 
 // recordSample: one span in it has its intake timed.
@@ -357,11 +426,12 @@ func (t *Tracker) record(sp collectors.Span) {
 // Advance walks the gaps that ended before now less the lag (now:
 // CLOCK_MONOTONIC ns).
 func (t *Tracker) Advance(now int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.take(true)
 	c0, own := threadCPU()
 	own = own && t.opt.ThreadClock
 	w0 := nanotime()
-	t.mu.Lock()
-	defer t.mu.Unlock()
 	// The watermark waits for the scheduler's reader, which a loaded host
 	// starves first (attach runs at nice 19): a gap walked before its
 	// thread's spans came would read as running (the tail rule). At most
@@ -382,6 +452,7 @@ func (t *Tracker) Advance(now int64) {
 func (t *Tracker) Finish() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.take(false)
 	t.advance(math.MaxInt64, math.MaxInt64)
 }
 
@@ -706,6 +777,7 @@ func (t *Tracker) Normal() Normal {
 func (t *Tracker) Origin() int64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.take(false)
 	return t.origin
 }
 
@@ -713,6 +785,7 @@ func (t *Tracker) Origin() int64 {
 func (t *Tracker) Targets() map[uint32]bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.take(false)
 	return maps.Clone(t.feed.Tgids)
 }
 
@@ -941,6 +1014,7 @@ type Result struct {
 func (t *Tracker) Result(now int64, name func(uint32) string) Result {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.take(false)
 	base, bname := t.baseline()
 	cp := &result.CriticalPath{Rule: Rule, Baseline: bname, Causes: critpath.CauseNames(),
 		Gaps: t.agg.Gaps, GapMs: Ms(t.agg.GapNs), TotalsMs: CausesMs(t.agg.Ns),
@@ -993,16 +1067,20 @@ type ConnBlame struct {
 type Cost struct {
 	// WalkSeconds is the CPU time of the walks (the advancing thread's CPU
 	// clock; wall time inside the walk where the caller did not lock a
-	// thread for it), RecordSeconds the CPU time of taking Records spans,
-	// estimated from a sample of them (RecordsTimed).
+	// thread for it), RecordSeconds the CPU time of taking Records spans:
+	// their queueing on the readers' threads, estimated from a sample of
+	// them (RecordsTimed), and their taking in batches at each advance
+	// (TakeSeconds, timed whole on the clock of the walk).
 	WalkSeconds   float64 `json:"walk_seconds"`
 	RecordSeconds float64 `json:"record_seconds"`
+	TakeSeconds   float64 `json:"take_seconds"`
 	Records       uint64  `json:"records"`
-	// RecordsTimed: the spans whose intake was timed (one in 64, less
-	// the clock's own cost, RecordClockNs), from which RecordSeconds is
-	// estimated (their mean times Records);
-	// RecordSecondsError is its relative 95% bound, 1.96 standard errors
-	// of that mean (0 when fewer than two were timed: no bound).
+	// RecordsTimed: the spans whose queueing was timed (one in 64, less
+	// the clock's own cost, RecordClockNs), from which the queueing's
+	// part of RecordSeconds is estimated (their mean times Records);
+	// RecordSecondsError is RecordSeconds' relative 95% bound, 1.96
+	// standard errors of that mean over the whole (0 when fewer than two
+	// were timed: no bound).
 	RecordsTimed       uint64  `json:"records_timed"`
 	RecordSecondsError float64 `json:"record_seconds_error"`
 	// RecordClockNs is the clock's own cost taken out of each timed
@@ -1036,6 +1114,7 @@ type Totals struct {
 func (t *Tracker) Totals(now int64) Totals {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.take(false)
 	out := Totals{Gap: cloneLog2(t.gapH), FirstByte: cloneLog2(t.ttfbH), CauseNs: t.agg.Ns,
 		Active: t.streams.Active(now), Dropped: t.feed.Stats.Dropped, Late: t.eng.Stats().Late, Unwalked: t.unwalked, SampledOut: t.sampledOut, UnwalkedSlow: t.unwalkedSlow}
 	return out
@@ -1056,6 +1135,7 @@ type Stores struct {
 func (t *Tracker) Stores() Stores {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.take(false)
 	return Stores{Held: t.feed.Held, MaxHeld: t.feed.MaxHeld, Streams: t.streams.Len(), MaxStreams: t.streams.MaxConns,
 		Conns: len(t.conns), MaxConns: maxConnsKept}
 }
@@ -1090,13 +1170,19 @@ func (t *Tracker) connections(n int) []ConnBlame {
 
 // cost is the tracker's time so far (under t.mu).
 func (t *Tracker) cost(now int64) Cost {
-	c := Cost{WalkSeconds: float64(t.walkNs) / 1e9, Records: t.records, RecordsTimed: t.timed, RecordClockNs: t.clockNs}
-	if t.timed > 0 {
-		mean := float64(t.recordNs) / float64(t.timed)
-		c.RecordSeconds = mean * float64(t.records) / 1e9
-		if n := float64(t.timed); t.timed > 1 && mean > 0 {
-			v := max(t.recordSq/n-mean*mean, 0) * n / (n - 1)
-			c.RecordSecondsError = z95 * math.Sqrt(v/n) / mean
+	t.inMu.Lock()
+	records, timed, recordNs, recordSq, clockNs := t.records, t.timed, t.recordNs, t.recordSq, t.clockNs
+	t.inMu.Unlock()
+	c := Cost{WalkSeconds: float64(t.walkNs) / 1e9, Records: records, RecordsTimed: timed, RecordClockNs: clockNs,
+		TakeSeconds: float64(t.takeNs) / 1e9}
+	c.RecordSeconds = c.TakeSeconds
+	if timed > 0 {
+		mean := float64(recordNs) / float64(timed)
+		queued := mean * float64(records) / 1e9
+		c.RecordSeconds += queued
+		if n := float64(timed); timed > 1 && mean > 0 && c.RecordSeconds > 0 {
+			v := max(recordSq/n-mean*mean, 0) * n / (n - 1)
+			c.RecordSecondsError = z95 * math.Sqrt(v/n) / mean * queued / c.RecordSeconds
 		}
 	}
 	if d := now - t.origin; t.origin != 0 && d > 0 {

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/bpfbench/bpfbench/collectors"
 	"github.com/bpfbench/bpfbench/correlate/critpath"
@@ -445,5 +446,42 @@ func TestTrackerBandAgainstBaselineBand(t *testing.T) {
 	// the baseline's band did not have.)
 	if sh := shares(band); sh["server_compute"] != 0 || TopOf(sh) != "cpu_runqueue" {
 		t.Errorf("against the baseline's band: shares %v, want no server_compute and cpu_runqueue on top", sh)
+	}
+}
+
+// A reader's span is queued without waiting for a walk (which holds the
+// tracker's lock); past maxQueued spans waiting, the reader takes them
+// itself, and none is lost.
+func TestRecordQueuesBesideTheWalk(t *testing.T) {
+	tr := NewTracker(Options{})
+	tr.mu.Lock() // a walk under way
+	queued := make(chan struct{})
+	go func() {
+		for i := range maxQueued - 1 {
+			tr.Record(collectors.Span{Kind: collectors.SpanRunqueue, Start: int64(i) * 10, End: int64(i)*10 + 5, Tid: 7, Tgid: 7})
+		}
+		close(queued)
+	}()
+	select {
+	case <-queued:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Record waited for the walk's lock")
+	}
+	tr.mu.Unlock()
+	for i := maxQueued - 1; i < 3*maxQueued; i++ {
+		tr.Record(collectors.Span{Kind: collectors.SpanRunqueue, Start: int64(i) * 10, End: int64(i)*10 + 5, Tid: 7, Tgid: 7})
+	}
+	tr.inMu.Lock()
+	waiting := len(tr.in)
+	tr.inMu.Unlock()
+	if waiting >= maxQueued {
+		t.Errorf("%d spans waiting, the bound is %d", waiting, maxQueued)
+	}
+	tr.Finish()
+	if st := tr.feed.Stats; st.Spans+st.Dropped != 3*maxQueued {
+		t.Errorf("%d spans taken and %d dropped for the history's bound, want %d in all", st.Spans, st.Dropped, 3*maxQueued)
+	}
+	if c := tr.cost(1); c.Records != 3*maxQueued || c.TakeSeconds <= 0 {
+		t.Errorf("cost %+v: want %d records and the batches' time", c, 3*maxQueued)
 	}
 }

@@ -475,31 +475,9 @@ func drainLocked[T any](ctx context.Context, b *Base, period time.Duration, fn f
 			b.log.Warn("restricting the reader to --cpus", "err", err)
 		}
 	}
-	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
-	if err != nil {
-		return fmt.Errorf("creating the %s reader's epoll: %w", b.name, err)
-	}
-	defer unix.Close(ep)
-	stopFd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
-	if err != nil {
-		return fmt.Errorf("creating the %s reader's eventfd: %w", b.name, err)
-	}
-	defer unix.Close(stopFd)
-	for _, fd := range []int{b.events.FD(), stopFd} {
-		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
-			return fmt.Errorf("polling the %s ring buffer: %w", b.name, err)
-		}
-	}
-	stop := context.AfterFunc(ctx, func() {
-		var one = [8]byte{1}
-		_, _ = unix.Write(stopFd, one[:])
-	})
-	defer stop()
-
 	var rec ringbuf.Record
 	size := int(unsafe.Sizeof(*new(T)))
 	past := time.Unix(1, 0)
-	events := make([]unix.EpollEvent, 2)
 	cpu0 := threadCPU()
 	defer func() { b.cpuNs.Add(threadCPU() - cpu0) }()
 	drain := func() error {
@@ -519,11 +497,14 @@ func drainLocked[T any](ctx context.Context, b *Base, period time.Duration, fn f
 			fn((*T)(unsafe.Pointer(&rec.RawSample[0])))
 		}
 	}
-	ms := int(period / time.Millisecond)
+	wait, closeWait, err := b.waiter(ctx, period)
+	if err != nil {
+		return err
+	}
+	defer closeWait()
 	for {
-		_, werr := unix.EpollWait(ep, events, ms)
-		if werr != nil && !errors.Is(werr, unix.EINTR) {
-			return fmt.Errorf("waiting on the %s ring buffer: %w", b.name, werr)
+		if err := wait(); err != nil {
+			return err
 		}
 		b.wakeups.Add(1)
 		done := ctx.Err() != nil
@@ -540,6 +521,100 @@ func drainLocked[T any](ctx context.Context, b *Base, period time.Duration, fn f
 			return nil
 		}
 	}
+}
+
+// waiter returns wait, which returns when the kernel woke the ring's
+// readers, period passed or ctx is done. It parks the reader on the Go
+// runtime's poller (a copy of the ring's descriptor): a thread blocked in
+// a system call instead keeps its P in a system call, which the runtime's
+// monitor takes back after 10 ms, and each time starts polling again every
+// 20 µs (a wakeup of its own thousands of times a second: most of an idle
+// reader's cost). Where the descriptor cannot be polled so, the reader
+// blocks in epoll_wait.
+func (b *Base) waiter(ctx context.Context, period time.Duration) (wait func() error, closeWait func(), err error) {
+	if wait, closeWait, ok := b.pollWaiter(ctx, period); ok {
+		return wait, closeWait, nil
+	}
+	return b.epollWaiter(ctx, period)
+}
+
+func (b *Base) pollWaiter(ctx context.Context, period time.Duration) (wait func() error, closeWait func(), ok bool) {
+	fd, err := unix.FcntlInt(uintptr(b.events.FD()), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, false
+	}
+	// Non-blocking: os.NewFile puts it on the poller (a map's descriptor
+	// has no read or write for the flag to change).
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, nil, false
+	}
+	f := os.NewFile(uintptr(fd), b.name+" ring")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, nil, false
+	}
+	// A descriptor the poller did not take has no deadlines
+	// (os.ErrNoDeadline).
+	if err := f.SetReadDeadline(time.Time{}); err != nil {
+		f.Close()
+		return nil, nil, false
+	}
+	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
+	wait = func() error {
+		if err := f.SetReadDeadline(time.Now().Add(period)); err != nil {
+			return fmt.Errorf("waiting on the %s ring buffer: %w", b.name, err)
+		}
+		if ctx.Err() != nil {
+			return nil // stop's deadline may have come before this one
+		}
+		first := true
+		err := rc.Read(func(uintptr) bool {
+			// The first call asks the poller to wait; the next is after
+			// a wakeup.
+			w := !first
+			first = false
+			return w
+		})
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return fmt.Errorf("waiting on the %s ring buffer: %w", b.name, err)
+		}
+		return nil
+	}
+	return wait, func() { stop(); f.Close() }, true
+}
+
+func (b *Base) epollWaiter(ctx context.Context, period time.Duration) (wait func() error, closeWait func(), err error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating the %s reader's epoll: %w", b.name, err)
+	}
+	stopFd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		unix.Close(ep)
+		return nil, nil, fmt.Errorf("creating the %s reader's eventfd: %w", b.name, err)
+	}
+	for _, fd := range []int{b.events.FD(), stopFd} {
+		if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			unix.Close(ep)
+			unix.Close(stopFd)
+			return nil, nil, fmt.Errorf("polling the %s ring buffer: %w", b.name, err)
+		}
+	}
+	stop := context.AfterFunc(ctx, func() {
+		var one = [8]byte{1}
+		_, _ = unix.Write(stopFd, one[:])
+	})
+	events := make([]unix.EpollEvent, 2)
+	ms := int(period / time.Millisecond)
+	wait = func() error {
+		if _, err := unix.EpollWait(ep, events, ms); err != nil && !errors.Is(err, unix.EINTR) {
+			return fmt.Errorf("waiting on the %s ring buffer: %w", b.name, err)
+		}
+		return nil
+	}
+	return wait, func() { stop(); unix.Close(ep); unix.Close(stopFd) }, nil
 }
 
 func threadCPU() uint64 {
