@@ -372,8 +372,8 @@ func writeLive(w io.Writer, r *live.Result) {
 	for _, c := range l.Connections[:min(len(l.Connections), 3)] {
 		fmt.Fprintf(w, "  connection from port %d: %d gaps, %.0f ms, most %s (%.0f ms)\n", c.Port, c.Gaps, c.GapMs, c.Top, c.CausesMs[c.Top])
 	}
-	fmt.Fprintf(w, "  the live view's own cost: %.3f CPU-s walking, %.3f s taking %d spans (estimated from %d timed, ±%.0f%%, less the clock's own %d ns each; %.2f%% of a CPU)\n",
-		l.Cost.WalkSeconds, l.Cost.RecordSeconds, l.Cost.Records, l.Cost.RecordsTimed, 100*l.Cost.RecordSecondsError, l.Cost.RecordClockNs, 100*l.Cost.CPUFraction)
+	fmt.Fprintf(w, "  the live view's own cost: %.3f CPU-s walking, %.3f s taking %d spans (%.3f s of it in batches, timed whole; their queueing estimated from %d timed, ±%.0f%% of the whole, less the clock's own %d ns each; %.2f%% of a CPU)\n",
+		l.Cost.WalkSeconds, l.Cost.RecordSeconds, l.Cost.Records, l.Cost.TakeSeconds, l.Cost.RecordsTimed, 100*l.Cost.RecordSecondsError, l.Cost.RecordClockNs, 100*l.Cost.CPUFraction)
 	if l.UnwalkedGaps > 0 {
 		slow := ""
 		if l.UnwalkedSlowGaps > 0 {

@@ -20,7 +20,8 @@
 # left running, without its start, which loads the programs and dumps the
 # sockets once, 0.2-0.3 s of CPU); with the live view, the live view's own time
 # (live.cost: its walk on the advancing thread's CPU clock, its intake of
-# spans estimated from a timed sample) and how the walk sampled
+# spans: their batches timed whole, their queueing estimated from a timed
+# sample) and how the walk sampled
 # (live.sampling: the largest stride, the gaps left out). Then the budgets:
 # the live view <= 0.5% of a CPU (its own accounting, median over rounds)
 # and the whole of attach <= 1.5% (median, whole and steady), with the paired differences
