@@ -263,10 +263,11 @@ func NewTracker(opt Options) *Tracker {
 }
 
 // Record takes a span of the session (collectors.Recorder): it is queued
-// for the next advance (take), under a lock of its own that the walk never
-// holds, so that a reader does not wait for a walk and the spans are taken
-// in one batch on the advancing thread, its caches warm. Past maxQueued
-// spans waiting, the reader takes them itself.
+// under a lock of its own that the walk never holds, so that a reader
+// never waits for a walk, and the queue is taken in batches: by the reader
+// every takeBatch spans while no walk holds the tracker (the batch still
+// in its cache), else by the next advance; past maxQueued spans waiting,
+// the reader takes them whatever the walk is doing.
 func (t *Tracker) Record(sp collectors.Span) {
 	// One span in recordSample is timed on its thread's CPU clock (a
 	// system call each way: too dear for every span); the queue's cost is
@@ -275,11 +276,9 @@ func (t *Tracker) Record(sp collectors.Span) {
 	t.records++
 	sampled := t.records%recordSample == 0
 	if !sampled {
-		full := t.queue(sp)
+		n := t.queue(sp)
 		t.inMu.Unlock()
-		if full {
-			t.takeNow()
-		}
+		t.takeSome(n)
 		return
 	}
 	if t.timed >= t.clockNext {
@@ -290,7 +289,7 @@ func (t *Tracker) Record(sp collectors.Span) {
 		t.clockNs = c
 	}
 	c0, ok := threadCPU()
-	full := t.queue(sp)
+	n := t.queue(sp)
 	// Over 1 ms: the goroutine moved to another thread mid-span (two
 	// threads' clocks), not a queueing's time.
 	if c1, ok1 := threadCPU(); ok && ok1 && c1 >= c0 && c1-c0 < 1e6 {
@@ -300,17 +299,33 @@ func (t *Tracker) Record(sp collectors.Span) {
 		t.timed++
 	}
 	t.inMu.Unlock()
-	if full {
+	t.takeSome(n)
+}
+
+// queue appends sp to the spans waiting for take (under t.inMu) and
+// says how many wait.
+func (t *Tracker) queue(sp collectors.Span) int {
+	t.in = append(t.in, sp)
+	return len(t.in)
+}
+
+// takeSome, with n spans waiting, takes them on the reader's thread once
+// takeBatch wait and no walk holds the lock (a batch taken while its
+// spans are still in the cache), and whatever the walk is doing once
+// maxQueued wait.
+func (t *Tracker) takeSome(n int) {
+	switch {
+	case n >= maxQueued:
 		t.takeNow()
+	case n >= takeBatch && n%takeBatch == 0 && t.mu.TryLock():
+		t.take(true)
+		t.mu.Unlock()
 	}
 }
 
-// queue appends sp to the spans waiting for take (under t.inMu); true
-// when maxQueued wait.
-func (t *Tracker) queue(sp collectors.Span) bool {
-	t.in = append(t.in, sp)
-	return len(t.in) >= maxQueued
-}
+// takeBatch: the spans a reader takes at once when the walk is not
+// running (54 KiB of them).
+const takeBatch = 256
 
 // maxQueued bounds the spans waiting for the next advance (216 bytes a
 // span: 3.5 MiB, twice with the batch being taken; at 10,000 spans a
