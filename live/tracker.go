@@ -269,18 +269,22 @@ func NewTracker(opt Options) *Tracker {
 // in its cache), else by the next advance; past maxQueued spans waiting,
 // the reader takes them whatever the walk is doing.
 func (t *Tracker) Record(sp collectors.Span) {
-	// One span in recordSample is timed on its thread's CPU clock (a
-	// system call each way: too dear for every span); the queue's cost is
-	// estimated from them (Cost.RecordSeconds).
 	t.inMu.Lock()
 	t.records++
-	sampled := t.records%recordSample == 0
-	if !sampled {
-		n := t.queue(sp)
-		t.inMu.Unlock()
-		t.takeSome(n)
-		return
+	if t.records%recordSample == 0 {
+		t.queueTimed(sp)
+	} else {
+		t.in = append(t.in, sp)
 	}
+	n := len(t.in)
+	t.inMu.Unlock()
+	t.takeSome(n)
+}
+
+// queueTimed queues sp timed on its thread's CPU clock (under t.inMu): one
+// span in recordSample is (a system call each way: too dear for every
+// span), and the queue's cost is estimated from them (Cost.RecordSeconds).
+func (t *Tracker) queueTimed(sp collectors.Span) {
 	if t.timed >= t.clockNext {
 		t.clockNext = t.timed + clockEvery
 		t.inMu.Unlock()
@@ -289,7 +293,7 @@ func (t *Tracker) Record(sp collectors.Span) {
 		t.clockNs = c
 	}
 	c0, ok := threadCPU()
-	n := t.queue(sp)
+	t.in = append(t.in, sp)
 	// Over 1 ms: the goroutine moved to another thread mid-span (two
 	// threads' clocks), not a queueing's time.
 	if c1, ok1 := threadCPU(); ok && ok1 && c1 >= c0 && c1-c0 < 1e6 {
@@ -298,15 +302,6 @@ func (t *Tracker) Record(sp collectors.Span) {
 		t.recordSq += float64(d) * float64(d)
 		t.timed++
 	}
-	t.inMu.Unlock()
-	t.takeSome(n)
-}
-
-// queue appends sp to the spans waiting for take (under t.inMu) and
-// says how many wait.
-func (t *Tracker) queue(sp collectors.Span) int {
-	t.in = append(t.in, sp)
-	return len(t.in)
 }
 
 // takeSome, with n spans waiting, takes them on the reader's thread once
@@ -1084,8 +1079,9 @@ type Cost struct {
 	// clock; wall time inside the walk where the caller did not lock a
 	// thread for it), RecordSeconds the CPU time of taking Records spans:
 	// their queueing on the readers' threads, estimated from a sample of
-	// them (RecordsTimed), and their taking in batches at each advance
-	// (TakeSeconds, timed whole on the clock of the walk).
+	// them (RecordsTimed), and their taking in batches, by a reader or at
+	// an advance (TakeSeconds, each batch timed whole on its thread's CPU
+	// clock where the tracker has ThreadClock).
 	WalkSeconds   float64 `json:"walk_seconds"`
 	RecordSeconds float64 `json:"record_seconds"`
 	TakeSeconds   float64 `json:"take_seconds"`
