@@ -97,7 +97,7 @@ func BaselineOf(gs iter.Seq[Gap]) critpath.Baseline {
 // gaps: the gaps at least as long as their p99 (every gap's), with each
 // cause's share of their excess over base. A gap the walk left out
 // (Unwalked) sets the p99 and has no causes to share: the band's gaps,
-// totals and shares are the walked ones'.
+// totals and shares are the walked ones' (Unwalked counts the others).
 func Band(gs iter.Seq[Gap], base critpath.Baseline, ttft bool) *result.CriticalBand {
 	var durs []int64
 	for g := range gs {
@@ -114,7 +114,11 @@ func Band(gs iter.Seq[Gap], base critpath.Baseline, ttft bool) *result.CriticalB
 	var tot, exc [critpath.NumCauses]int64
 	var excess int64
 	for g := range gs {
-		if (g.Index == 0) != ttft || g.Duration() < from || g.Unwalked {
+		if (g.Index == 0) != ttft || g.Duration() < from {
+			continue
+		}
+		if g.Unwalked {
+			b.Unwalked++
 			continue
 		}
 		b.Gaps++

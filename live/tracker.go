@@ -81,8 +81,9 @@ type Options struct {
 	// kind are walked as a uniform sample of 1 in a stride (doubled, up to
 	// 64, at each advance over the target; halved at each under a third
 	// of it), each one walked standing for the stride; once that stride
-	// is at its bound, the gaps between the p90 and the p95 are sampled
-	// too, with a stride of their own. The p95 and slower gaps are walked
+	// is at its bound, the gaps between the p90 and the lower end of the
+	// running p99's 95% interval (exactQuantile) are sampled too, with a
+	// stride of their own. The gaps from that quantile up are walked
 	// whole (the p99 bands and the slowest gaps stay exact); the totals of
 	// the causes, gaps and neighbours become estimates with a 95% bound
 	// (Summary.Sampling).
@@ -181,12 +182,19 @@ type Tracker struct {
 	// are the p90s of the first tokens' gaps and the later ones' at its
 	// start; lastAdvance is when the previous advance started.
 	walkFrom, walkAllow, lastAdvance int64
-	thr                              [2]int64
-	// thrExact are the p95s: the gaps at or above them are walked (the
-	// p99 bands stay exact) within the ceiling (ceilAllow: what is left
-	// of its bucket, overCeiling); between the p90 and the p95 the walk
-	// samples with stride2 once stride is at its bound (WalkTarget).
+	// spentNs is the walk's spend since walkFrom at the last reading of
+	// the clock, spentStale set once a walk ran after it (spent).
+	spentNs    int64
+	spentStale bool
+	thr        [2]int64
+	// thrExact are the quantiles exactQ (exactQuantile: the lower end of
+	// the running p99's 95% interval) of each kind: the gaps at or above
+	// them are walked (the p99 bands stay exact) within the ceiling
+	// (ceilAllow: what is left of its bucket, overCeiling); between the
+	// p90 and them the walk samples with stride2 once stride is at its
+	// bound (WalkTarget).
 	thrExact  [2]int64
+	exactQ    [2]float64
 	ceilAllow int64
 	// unwalked gaps (skip) and their time; unwalkedSlow those of them at
 	// or above the p90, left out over the ceiling.
@@ -476,6 +484,7 @@ func (t *Tracker) advance(wm, now int64) {
 	// gaps is walked whole, a sustained excess is shed.
 	wall := t.clock()
 	t.walkFrom = t.spend()
+	t.spentNs, t.spentStale = 0, false
 	burst := int64(t.opt.WalkBudget * walkBurst)
 	switch {
 	case now == math.MaxInt64:
@@ -494,7 +503,8 @@ func (t *Tracker) advance(wm, now int64) {
 	}
 	t.lastAdvance = wall
 	t.thr = [2]int64{int64(t.ttfb.Quantile(0.9)), int64(t.itl.Quantile(0.9))}
-	t.thrExact = [2]int64{int64(t.ttfb.Quantile(0.95)), int64(t.itl.Quantile(0.95))}
+	t.exactQ = [2]float64{exactQuantile(t.ttfb.Count()), exactQuantile(t.itl.Count())}
+	t.thrExact = [2]int64{int64(t.ttfb.Quantile(t.exactQ[0])), int64(t.itl.Quantile(t.exactQ[1]))}
 	t.gapBaseOK = false
 	t.eng.FlushFunc(wm, t.gap)
 	t.pre.expire(wm - t.opt.Keep)
@@ -515,10 +525,26 @@ func (t *Tracker) advance(wm, now int64) {
 	}
 }
 
+// exactQuantile is the quantile from which the gaps of a kind are walked
+// whole, n gaps of it seen: the lower end of the 95% interval of the p99
+// (QuantileBounds' rank, n·0.99 − 1.96·√(n·0.99·0.01), over n), so that a
+// gap at or above the p99 of every gap is walked unless the running p99
+// is off by more than its interval; never under the p90 (few gaps seen:
+// every gap above the p90 walked). With 1,000 gaps it is the p98.4, with
+// 10,000 the p98.8: the gaps walked whole are about 1.2-1.6% of them, where
+// the p95 walked 5% (the walk's floor on a saturated engine, over its
+// target at any stride).
+func exactQuantile(n uint64) float64 {
+	if n == 0 {
+		return 0.9
+	}
+	return max(0.99-z95*math.Sqrt(0.99*0.01/float64(n)), 0.9)
+}
+
 // adaptStride doubles the sample's stride when an advance's walk cost
 // more than the target (rate: a fraction of a CPU), and halves it when it
 // cost less than a third of it (under t.mu). The stride of the gaps
-// between the p90 and the p95 (stride2) moves only while the other is at
+// between the p90 and the exact quantile (stride2) moves only while the other is at
 // its bound: up after it, down before it.
 func (t *Tracker) adaptStride(rate float64) {
 	switch {
@@ -569,18 +595,38 @@ func (t *Tracker) SetMaxHeld(n int) {
 // baseline's durations (the normal gap's median and p99 are every gap's)
 // and the flight recorder's window, not in the causes.
 //
-// Below the p95, with Options.WalkTarget, r is walked as one of a uniform
+// Below the exact quantile (exactQuantile), with Options.WalkTarget, r is walked as one of a uniform
 // sample of 1 in its stratum's stride (below the p90: stride; between the
-// p90 and the p95: stride2; the walked gap's weight: gap) or left out of
+// p90 and the exact quantile: stride2; the walked gap's weight: gap) or left out of
 // it, counted as sampled out: the totals estimate it.
 func (t *Tracker) skip(r critpath.Read) bool {
+	if t.skipOne(r) {
+		return true
+	}
+	t.spentStale = true // the walk of r spends
+	return false
+}
+
+// spent is what the walk has spent since the advance started (under
+// t.mu), read from the spend clock only when a walk ran since its last
+// reading: a gap left out spends next to nothing, and a reading of the
+// thread's CPU clock is a system call (with every gap asking, it was
+// half of skip's time and a tenth of the flush's).
+func (t *Tracker) spent() int64 {
+	if t.spentStale {
+		t.spentNs = t.spend() - t.walkFrom
+		t.spentStale = false
+	}
+	return t.spentNs
+}
+
+func (t *Tracker) skipOne(r critpath.Read) bool {
 	d := r.End - r.Start
 	kind := kindOf(r.Index)
 	t.weight = 1
 	if t.thr[kind] <= 0 || d >= t.thr[kind] {
 		// At or above the p90: walked (sampled between the p90 and the
-		// p95) unless the walk is past its ceiling. The clock is read
-		// for these only (a tenth of the gaps).
+		// exact quantile) unless the walk is past its ceiling.
 		if t.overCeiling() {
 			t.unwalk(r, kind)
 			t.unwalkedSlow++
@@ -592,7 +638,7 @@ func (t *Tracker) skip(r critpath.Read) bool {
 	}
 	stride := t.stride2
 	if d < t.thr[kind] {
-		if t.opt.WalkBudget > 0 && t.spend()-t.walkFrom >= t.walkAllow {
+		if t.opt.WalkBudget > 0 && t.spent() >= t.walkAllow {
 			t.unwalk(r, kind)
 			return true
 		}
@@ -619,7 +665,7 @@ func (t *Tracker) skip(r critpath.Read) bool {
 // tenth alone costs more than ceilingFactor times the budget), in which
 // even the slowest gaps are left out until the bucket fills again.
 func (t *Tracker) overCeiling() bool {
-	return t.opt.WalkBudget > 0 && t.spend()-t.walkFrom >= t.ceilAllow
+	return t.opt.WalkBudget > 0 && t.spent() >= t.ceilAllow
 }
 
 // unwalk leaves r out over the walk's budget or ceiling, counted as
@@ -978,10 +1024,14 @@ type Sampling struct {
 	Stride    int     `json:"stride"`
 	StrideMax int     `json:"stride_max"`
 	// StrideP90 and StrideP90Max are the stride of the gaps between the
-	// p90 and the p95 of their kind (sampled once Stride is at its bound
-	// and the walk still costs over its target).
-	StrideP90    int `json:"stride_p90_p95"`
-	StrideP90Max int `json:"stride_p90_p95_max"`
+	// p90 and the exact quantile of their kind (sampled once Stride is at
+	// its bound and the walk still costs over its target).
+	StrideP90    int `json:"stride_p90_exact"`
+	StrideP90Max int `json:"stride_p90_exact_max"`
+	// ExactFrom is the quantile of the first tokens' gaps and of the
+	// later ones' from which they were walked whole at the end: the lower
+	// end of the 95% interval of their running p99.
+	ExactFrom [2]float64 `json:"exact_from_quantile"`
 	// Walked: gaps walked as the sample, each standing for the stride it
 	// was drawn at; Out: those left out of it, OutMs their time.
 	Walked uint64  `json:"sampled_walked"`
@@ -1001,8 +1051,8 @@ func (t *Tracker) sampling() *Sampling {
 	if t.sampledOut == 0 && t.strideMax <= 1 {
 		return nil
 	}
-	s := &Sampling{Note: "below the running p90 of their kind, the gaps were walked as a uniform sample of 1 in the stride (between the p90 and the p95, 1 in stride_p90_p95), each walked one standing for its stride: critical_path's totals, gap count, noisy neighbours and connections are estimates within totals_bound_ms (95%); the p95 and slower gaps, so the p99 bands, and the slowest gaps are walked whole",
-		TargetCPU: t.opt.WalkTarget, Stride: t.stride, StrideMax: t.strideMax, StrideP90: t.stride2, StrideP90Max: t.stride2Max,
+	s := &Sampling{Note: "below the running p90 of their kind, the gaps were walked as a uniform sample of 1 in the stride (between the p90 and exact_from_quantile, 1 in stride_p90_exact), each walked one standing for its stride: critical_path's totals, gap count, noisy neighbours and connections are estimates within totals_bound_ms (95%); the gaps from exact_from_quantile up (the lower end of the running p99's 95% interval), so the p99 bands, and the slowest gaps are walked whole (a band's gaps walked as the sample instead: its unwalked)",
+		TargetCPU: t.opt.WalkTarget, Stride: t.stride, StrideMax: t.strideMax, StrideP90: t.stride2, StrideP90Max: t.stride2Max, ExactFrom: t.exactQ,
 		Walked: t.sampledIn, Out: t.sampledOut,
 		OutMs: Ms(t.sampledOutNs), BoundsMs: map[string]float64{}}
 	for c, name := range critpath.CauseNames() {

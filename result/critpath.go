@@ -115,6 +115,11 @@ type CriticalBand struct {
 	ExcessMs     float64            `json:"excess_ms"`
 	ExcessShares map[string]float64 `json:"excess_shares"`
 	Top          string             `json:"top_cause"`
+	// Unwalked are the band's gaps the live view's walk left out (over
+	// its ceiling, or sampled: below the running p99's interval when
+	// they came): their durations are in from_ms, their causes are not
+	// in the totals and shares (Gaps does not count them).
+	Unwalked int `json:"unwalked,omitempty"`
 	// ExcessOver, when set, says the excess is over the baseline run's
 	// own p99 band, not its normal gap: each cause's time per gap above
 	// that band's (the p99 band of `run --baseline DIR`).

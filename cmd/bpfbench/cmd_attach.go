@@ -21,6 +21,7 @@ import (
 	"github.com/bpfbench/bpfbench/exporter/report"
 	runjob "github.com/bpfbench/bpfbench/job/run"
 	"github.com/bpfbench/bpfbench/live"
+	"github.com/bpfbench/bpfbench/result"
 	"github.com/bpfbench/bpfbench/session"
 
 	"github.com/bpfbench/bpfbench/internal/caps"
@@ -62,7 +63,8 @@ p99 gap's excess by cause against the server's own recent quiet window (or
 critical path and the slowest gaps. --no-live leaves it out (it streams the
 server's scheduler events, which costs more). The walk aims at
 --live-walk-target percent of a CPU: over it, the gaps below the running p90
-(and then those to the p95) are walked as a uniform sample and the cause
+(and then those to the lower end of the p99's 95% interval) are walked as a
+uniform sample and the cause
 totals become estimates with a 95% bound (said in the summary); 0 walks
 every gap.`,
 		Example: `  bpfbench attach $(pgrep -f vllm) --duration 30s
@@ -383,8 +385,12 @@ func writeLive(w io.Writer, r *live.Result) {
 			l.UnwalkedGaps, l.UnwalkedMs, slow, r.CriticalPath.Gaps)
 	}
 	if sm := l.Sampling; sm != nil {
-		fmt.Fprintf(w, "  (estimated: below the p90 the gaps were walked 1 in %d (up to 1 in %d), from the p90 to the p95 1 in %d (up to %d), to keep the walk near %.2f%% of a CPU; %d gaps, %.0f ms, left out, %d walked for them; the cause totals are within ±%.0f ms of every gap's (95%%), the p99 bands and slowest gaps exact)\n",
-			sm.Stride, sm.StrideMax, sm.StrideP90, sm.StrideP90Max, 100*sm.TargetCPU, sm.Out, sm.OutMs, sm.Walked, maxBound(sm.BoundsMs))
+		exact := "the p99 bands and slowest gaps exact"
+		if n := bandUnwalked(r.CriticalPath); n > 0 {
+			exact = fmt.Sprintf("the slowest gaps exact, the p99 bands' causes of their walked gaps (%d came below the p99's interval and were left out with the sample)", n)
+		}
+		fmt.Fprintf(w, "  (estimated: below the p90 the gaps were walked 1 in %d (up to 1 in %d), from the p90 to the p%.1f (the lower end of the running p99's 95%% interval) 1 in %d (up to %d), to keep the walk near %.2f%% of a CPU; %d gaps, %.0f ms, left out, %d walked for them; the cause totals are within ±%.0f ms of every gap's (95%%), %s)\n",
+			sm.Stride, sm.StrideMax, 100*sm.ExactFrom[1], sm.StrideP90, sm.StrideP90Max, 100*sm.TargetCPU, sm.Out, sm.OutMs, sm.Walked, maxBound(sm.BoundsMs), exact)
 	}
 	if l.BandSampled {
 		fmt.Fprintln(w, "  (the p99 bands are of a uniform sample: "+l.Accuracy+")")
@@ -392,6 +398,19 @@ func writeLive(w io.Writer, r *live.Result) {
 			fmt.Fprintf(w, "  (the sampled p99 gap lies in %.2f-%.2f ms, 95%%)\n", b[0], b[1])
 		}
 	}
+}
+
+// bandUnwalked is the p99 bands' gaps the walk left out.
+func bandUnwalked(cp *result.CriticalPath) int {
+	n := 0
+	if cp != nil {
+		for _, b := range []*result.CriticalBand{cp.ITLP99, cp.TTFTP99} {
+			if b != nil {
+				n += b.Unwalked
+			}
+		}
+	}
+	return n
 }
 
 // threadComm names a thread from /proc (the engine knows only the
