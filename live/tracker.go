@@ -289,9 +289,13 @@ func (t *Tracker) Record(sp collectors.Span) {
 	t.takeSome(n)
 }
 
-// queueTimed queues sp timed on its thread's CPU clock (under t.inMu): one
-// span in recordSample is (a system call each way: too dear for every
-// span), and the queue's cost is estimated from them (Cost.RecordSeconds).
+// queueTimed queues sp timed (under t.inMu): one span in recordSample
+// is, and the queue's cost is estimated from them (Cost.RecordSeconds).
+// A queueing takes tens of ns: it is timed on the monotonic clock (read
+// without a system call), not the thread's CPU clock, whose system call
+// each way cost ten times the queueing and left it cold (the estimate
+// read 5× the profile's share). Wall time counts an interrupt or a
+// preemption inside the few ns timed: an overestimate, rare at this size.
 func (t *Tracker) queueTimed(sp collectors.Span) {
 	if t.timed >= t.clockNext {
 		t.clockNext = t.timed + clockEvery
@@ -300,11 +304,10 @@ func (t *Tracker) queueTimed(sp collectors.Span) {
 		t.inMu.Lock()
 		t.clockNs = c
 	}
-	c0, ok := threadCPU()
+	c0 := nanotime()
 	t.in = append(t.in, sp)
-	// Over 1 ms: the goroutine moved to another thread mid-span (two
-	// threads' clocks), not a queueing's time.
-	if c1, ok1 := threadCPU(); ok && ok1 && c1 >= c0 && c1-c0 < 1e6 {
+	// Over 1 ms: the thread was descheduled, not a queueing's time.
+	if c1 := nanotime(); c1 >= c0 && c1-c0 < 1e6 {
 		d := max(c1-c0-t.clockNs, 0)
 		t.recordNs += d
 		t.recordSq += float64(d) * float64(d)
@@ -377,18 +380,17 @@ const recordSample = 64
 // intakes.
 const clockEvery = 1024
 
-// clockCost is what two readings of the thread's CPU clock with nothing
-// between them take, the median of clockReads pairs: a timed intake holds
-// the return from the first system call and the entry into the second
-// (about 300 ns here, against an intake of a few hundred), which is the
-// clock's, not the intake's.
+// clockCost is what two readings of the monotonic clock with nothing
+// between them take, the median of clockReads pairs: a timed queueing
+// holds one reading's end and the other's start, which are the clock's,
+// not the queueing's.
 func clockCost() int64 {
 	var d [clockReads]int64
 	n := 0
 	for range clockReads {
-		c0, ok0 := threadCPU()
-		c1, ok1 := threadCPU()
-		if ok0 && ok1 && c1 >= c0 && c1-c0 < 1e6 {
+		c0 := nanotime()
+		c1 := nanotime()
+		if c1 >= c0 && c1-c0 < 1e6 {
 			d[n] = c1 - c0
 			n++
 		}
@@ -1136,8 +1138,8 @@ type Cost struct {
 	RecordSeconds float64 `json:"record_seconds"`
 	TakeSeconds   float64 `json:"take_seconds"`
 	Records       uint64  `json:"records"`
-	// RecordsTimed: the spans whose queueing was timed (one in 64, less
-	// the clock's own cost, RecordClockNs), from which the queueing's
+	// RecordsTimed: the spans whose queueing was timed (one in 64, on
+	// the monotonic clock, less its own cost, RecordClockNs), from which the queueing's
 	// part of RecordSeconds is estimated (their mean times Records);
 	// RecordSecondsError is RecordSeconds' relative 95% bound, 1.96
 	// standard errors of that mean over the whole (0 when fewer than two
