@@ -166,6 +166,10 @@ type Engine struct {
 	// the read as handled (its caller's own account) and walks nothing.
 	skip    func(Read) bool
 	threads map[uint32]*history
+	// lastHist is thread's last answer: a switch-in's segments come
+	// one after another, of one thread (a map lookup each was a tenth of
+	// the live view's intake).
+	lastHist *history
 	// procs are the target threads of each process (tgid), for the
 	// sibling rule of running steps; procRunq their Runnable segments
 	// with holders, by Start, so that the rule looks at one list.
@@ -354,12 +358,16 @@ func (e *Engine) admit(t int64) bool {
 }
 
 func (e *Engine) thread(tid uint32) *history {
+	if e.lastHist != nil && e.lastHist.th.Tid == tid {
+		return e.lastHist
+	}
 	h := e.threads[tid]
 	if h == nil {
 		h = &history{th: Thread{Tid: tid}}
 		e.threads[tid] = h
 		e.histList = nil // rebuilt by meanwhile
 	}
+	e.lastHist = h
 	return h
 }
 
@@ -712,6 +720,9 @@ func (e *Engine) pruneThread(tid uint32, h *history, hz, stale int64) {
 		e.stats.Pruned += uint64(len(h.segs) + len(h.cuda))
 		e.unindex(h)
 		delete(e.threads, tid)
+		if e.lastHist == h {
+			e.lastHist = nil
+		}
 		delete(e.withCUDA, tid)
 		e.histList = nil
 	}

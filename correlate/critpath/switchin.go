@@ -32,7 +32,9 @@ type SwitchIn struct {
 // first record yields no Running segment (its previous switch-in is not
 // known). The zero value is ready to use.
 type Switches struct {
-	lastIn map[uint32]int64
+	// lastIn is each thread's last switch-in, updated in place (one
+	// lookup a switch-in).
+	lastIn map[uint32]*int64
 	// holders is a slab the segments' one-holder lists are cut from (a
 	// list of its own was an allocation a switch-in); a slab is let go
 	// when the last segment cut from it is.
@@ -56,13 +58,18 @@ func (w *Switches) oneHolder(h Holder) []Holder {
 // Segments appends r's segments to out.
 func (w *Switches) Segments(r SwitchIn, out []Segment) []Segment {
 	if w.lastIn == nil {
-		w.lastIn = map[uint32]int64{}
+		w.lastIn = map[uint32]*int64{}
 	}
 	out0 := r.Ts - max(r.OffCPU, 0)
-	if prev, ok := w.lastIn[r.Thread.Tid]; ok && out0 > prev {
-		out = append(out, Segment{Thread: r.Thread, State: Running, Start: prev, End: out0, IRQ: r.IRQ, Folded: r.Folded})
+	if prev := w.lastIn[r.Thread.Tid]; prev != nil {
+		if out0 > *prev {
+			out = append(out, Segment{Thread: r.Thread, State: Running, Start: *prev, End: out0, IRQ: r.IRQ, Folded: r.Folded})
+		}
+		*prev = r.Ts
+	} else {
+		ts := r.Ts
+		w.lastIn[r.Thread.Tid] = &ts
 	}
-	w.lastIn[r.Thread.Tid] = r.Ts
 	if out0 == r.Ts {
 		return out
 	}

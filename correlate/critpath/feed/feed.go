@@ -48,7 +48,13 @@ type Feed struct {
 	// spare as the off-CPU spans take them.
 	runq  map[uint32]*collectors.Span
 	spare []*collectors.Span
-	segs  []critpath.Segment
+	// next is the last run-queue span while hasNext, held apart until
+	// its off-CPU span, which most often comes next (park).
+	next    collectors.Span
+	hasNext bool
+	// lastTgid is the last process added to Tgids.
+	lastTgid uint32
+	segs     []critpath.Segment
 }
 
 // feedPort is a client port's last send and arrival, as the spans came.
@@ -102,24 +108,34 @@ func (f *Feed) Record(sp collectors.Span) {
 	}
 	f.Stats.Spans++
 	f.Held++
-	if sp.Tgid != 0 && !sp.Client {
+	if sp.Tgid != 0 && !sp.Client && sp.Tgid != f.lastTgid {
 		f.Tgids[sp.Tgid] = true
+		f.lastTgid = sp.Tgid
 	}
 	switch sp.Kind {
 	case collectors.SpanRunqueue:
+		f.park()
 		p := f.runq[sp.Tid]
 		if p != nil {
 			f.switchIn(*p, nil) // a switch-in with no off-CPU interval known
-		} else if n := len(f.spare); n > 0 {
-			p = f.spare[n-1]
-			f.spare = f.spare[:n-1]
-			f.runq[sp.Tid] = p
-		} else {
-			p = new(collectors.Span)
-			f.runq[sp.Tid] = p
+			*p = sp
+			break
 		}
-		*p = sp
+		// The switch-in's off-CPU span comes next, most often: held
+		// apart until then (no map insert and delete a switch-in).
+		f.next, f.hasNext = sp, true
 	case collectors.SpanOffCPU:
+		if f.hasNext && f.next.Tid == sp.Tid {
+			f.hasNext = false
+			if f.next.End != sp.End {
+				f.switchIn(f.next, nil)
+				f.switchIn(sp, nil)
+			} else {
+				f.switchIn(sp, &f.next)
+			}
+			break
+		}
+		f.park()
 		p := f.runq[sp.Tid]
 		if p != nil {
 			delete(f.runq, sp.Tid)
@@ -150,6 +166,28 @@ func (f *Feed) Record(sp collectors.Span) {
 		f.ports[sp.LocalPort] = p
 		f.Eng.AddArrival(critpath.Arrival{Time: sp.End, Port: sp.LocalPort, Bytes: int64(sp.Bytes)})
 	}
+}
+
+// park moves the run-queue span held apart (next) into runq: another
+// span came between it and its off-CPU span.
+func (f *Feed) park() {
+	if !f.hasNext {
+		return
+	}
+	f.hasNext = false
+	sp := f.next
+	p := f.runq[sp.Tid]
+	if p != nil {
+		f.switchIn(*p, nil)
+	} else if n := len(f.spare); n > 0 {
+		p = f.spare[n-1]
+		f.spare = f.spare[:n-1]
+		f.runq[sp.Tid] = p
+	} else {
+		p = new(collectors.Span)
+		f.runq[sp.Tid] = p
+	}
+	*p = sp
 }
 
 // sendTime is when a send left. sock_send_length fires as sendmsg
