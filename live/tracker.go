@@ -193,8 +193,11 @@ type Tracker struct {
 	// (ceilAllow: what is left of its bucket, overCeiling); between the
 	// p90 and them the walk samples with stride2 once stride is at its
 	// bound (WalkTarget).
-	thrExact  [2]int64
-	exactQ    [2]float64
+	thrExact [2]int64
+	exactQ   [2]float64
+	// ivLast is the last interval's own exact quantile of the later
+	// gaps (ivExact), for the next interval's first advance.
+	ivLast    int64
 	ceilAllow int64
 	// unwalked gaps (skip) and their time; unwalkedSlow those of them at
 	// or above the p90, left out over the ceiling.
@@ -507,6 +510,22 @@ func (t *Tracker) advance(wm, now int64) {
 	t.thr = [2]int64{int64(t.ttfb.Quantile(0.9)), int64(t.itl.Quantile(0.9))}
 	t.exactQ = [2]float64{exactQuantile(t.ttfb.Count()), exactQuantile(t.itl.Count())}
 	t.thrExact = [2]int64{int64(t.ttfb.Quantile(t.exactQ[0])), int64(t.itl.Quantile(t.exactQ[1]))}
+	// An interval's p99 band (Interval) is its own gaps': a quiet interval
+	// after a slow one has its slowest gaps under the session's quantile.
+	// They are walked whole from the lower of the two (the interval's
+	// own once it has gaps, every gap above its p90 with few; before its
+	// first, the last interval's).
+	if q := t.ivExact(); q > 0 {
+		t.thrExact[1] = min(t.thrExact[1], q)
+	} else if t.ivLast > 0 {
+		t.thrExact[1] = min(t.thrExact[1], t.ivLast)
+	}
+	// A quantile is interpolated in its histogram's bucket (1/64 wide):
+	// gaps of the bucket's lowest value (many alike, as a server's steps
+	// are) would fall under it. From the bucket's lowest value up.
+	for k, v := range t.thrExact {
+		t.thrExact[k] = v - v/65
+	}
 	t.gapBaseOK = false
 	t.eng.FlushFunc(wm, t.gap)
 	t.pre.expire(wm - t.opt.Keep)
@@ -525,6 +544,16 @@ func (t *Tracker) advance(wm, now int64) {
 		r.SetPathAbove(func(p float64) (int64, int64) { return int64(t.ttfb.Quantile(p)), int64(t.itl.Quantile(p)) })
 		r.Expire(wm)
 	}
+}
+
+// ivExact is the interval's quantile from which its later gaps are
+// walked whole (exactQuantile of its own), 0 before its first gap.
+func (t *Tracker) ivExact() int64 {
+	n := t.iv.itl.Count()
+	if n == 0 {
+		return 0
+	}
+	return int64(t.iv.itl.Quantile(exactQuantile(n)))
 }
 
 // exactQuantile is the quantile from which the gaps of a kind are walked
@@ -626,12 +655,15 @@ func (t *Tracker) skipOne(r critpath.Read) bool {
 	d := r.End - r.Start
 	kind := kindOf(r.Index)
 	t.weight = 1
-	if t.thr[kind] <= 0 || d >= t.thr[kind] {
+	if t.thr[kind] <= 0 || d >= t.thr[kind] || d >= t.thrExact[kind] {
 		// At or above the p90: walked (sampled between the p90 and the
-		// exact quantile) unless the walk is past its ceiling.
+		// exact quantile, which an interval's own may put under the
+		// p90) unless the walk is past its ceiling.
 		if t.overCeiling() {
 			t.unwalk(r, kind)
-			t.unwalkedSlow++
+			if d >= t.thr[kind] {
+				t.unwalkedSlow++
+			}
 			return true
 		}
 		if t.thr[kind] <= 0 || d >= t.thrExact[kind] {
@@ -895,6 +927,9 @@ func (t *Tracker) Interval(now int64, seconds float64) IntervalView {
 		t.dropped++
 	}
 	t.views = append(t.views, v)
+	if q := t.ivExact(); q > 0 {
+		t.ivLast = q
+	}
 	iv.reset()
 	iv.firsts = 0
 	iv.agg = critpath.Aggregate{}

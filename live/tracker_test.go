@@ -494,3 +494,38 @@ func TestRecordQueuesBesideTheWalk(t *testing.T) {
 		t.Errorf("cost %+v: want %d records and the batches' time", c, 3*maxQueued)
 	}
 }
+
+// An interval's p99 band is its own gaps': after a slow phase, a quiet
+// interval's slowest gaps lie under the session's p99, and they are still
+// walked whole while the walk samples the rest (its band's shares would
+// otherwise be of no walked gap: "unexplained").
+func TestIntervalBandWalkedWhole(t *testing.T) {
+	tr := NewTracker(Options{WalkTarget: 0.0025})
+	var fake int64
+	tr.clock = func() int64 { fake += 1e6; return fake }
+	tr.spend = tr.clock
+	s := &server{t: tr, now: 1e9, lastOut: 1e9 - 8*ms, conns: 4, period: 10 * ms, runq: 15 * ms, jitter: 5}
+	s.requests()
+	var quiet []IntervalView
+	for sec := range 60 {
+		for range 100 {
+			s.step(sec < 30 && s.now%(100*ms) < 50*ms) // slow first, then quiet
+			if s.now > int64(sec+1)*1e9+1e9 {
+				break
+			}
+		}
+		tr.Advance(s.now)
+		if v := tr.Interval(s.now, 1); sec >= 40 {
+			quiet = append(quiet, v)
+		}
+	}
+	tr.Finish()
+	if sm := tr.Result(0, nil).Live.Sampling; sm == nil || sm.Out == 0 {
+		t.Fatalf("sampling %+v: want gaps left out of the walk", sm)
+	}
+	for _, v := range quiet {
+		if v.ITLP99 == nil || v.ITLP99.Gaps == 0 || v.ITLP99.Unwalked > 0 {
+			t.Errorf("interval at %.0f s: band %+v: want its slowest gaps walked whole", v.AtS, v.ITLP99)
+		}
+	}
+}
