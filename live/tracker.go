@@ -513,8 +513,7 @@ func (t *Tracker) advance(wm, now int64) {
 	// An interval's p99 band (Interval) is its own gaps': a quiet interval
 	// after a slow one has its slowest gaps under the session's quantile.
 	// They are walked whole from the lower of the two (the interval's
-	// own once it has gaps, every gap above its p90 with few; before its
-	// first, the last interval's).
+	// own once it has gaps; before its first, the last interval's).
 	if q := t.ivExact(); q > 0 {
 		t.thrExact[1] = min(t.thrExact[1], q)
 	} else if t.ivLast > 0 {
@@ -547,13 +546,15 @@ func (t *Tracker) advance(wm, now int64) {
 }
 
 // ivExact is the interval's quantile from which its later gaps are
-// walked whole (exactQuantile of its own), 0 before its first gap.
+// walked whole (exactQuantile of its own, never under its p95: with its
+// first few gaps that is near their slowest, where the p90 walked a
+// tenth of every interval's first hundred), 0 before its first gap.
 func (t *Tracker) ivExact() int64 {
 	n := t.iv.itl.Count()
 	if n == 0 {
 		return 0
 	}
-	return int64(t.iv.itl.Quantile(exactQuantile(n)))
+	return int64(t.iv.itl.Quantile(max(exactQuantile(n), 0.95)))
 }
 
 // exactQuantile is the quantile from which the gaps of a kind are walked
