@@ -113,6 +113,34 @@ func (f *Feed) Record(sp collectors.Span) {
 		f.lastTgid = sp.Tgid
 	}
 	switch sp.Kind {
+	case collectors.SpanRunqueue, collectors.SpanOffCPU:
+		f.switchSpan(sp)
+	case collectors.SpanCUDA:
+		f.Stats.CUDACalls++
+		f.Eng.AddCUDA(critpath.CUDACall{Tid: sp.Tid, Start: sp.Start, End: sp.End, Name: sp.Detail})
+	case collectors.SpanSend:
+		f.Stats.Sends++
+		f.Eng.AddSend(critpath.Send{Time: f.sendTime(sp), Tid: sp.Tid, Port: sp.Port, Bytes: int64(sp.Bytes)})
+	case collectors.SpanData:
+		f.Stats.DataEdges++
+		f.Eng.AddData(critpath.Data{Reader: critpath.Thread{Tid: sp.Tid, Tgid: sp.Tgid},
+			Writer: critpath.Thread{Tid: sp.WakerTid, Tgid: sp.WakerTgid, Comm: sp.WakerComm}, Written: sp.Start, Read: sp.End})
+	case collectors.SpanTCP:
+		f.Stats.Holds++
+		f.Eng.AddHold(critpath.Hold{Port: sp.Port, Start: sp.Start, End: sp.End, Kind: sp.Detail})
+	case collectors.SpanArrival:
+		f.Stats.Arrivals++
+		p := f.ports[sp.LocalPort]
+		p.arrival, p.bytes = max(p.arrival, sp.End), sp.Bytes
+		f.ports[sp.LocalPort] = p
+		f.Eng.AddArrival(critpath.Arrival{Time: sp.End, Port: sp.LocalPort, Bytes: int64(sp.Bytes)})
+	}
+}
+
+// switchSpan takes a scheduler span: a switch-in's run-queue span and its
+// off-CPU span, paired by thread.
+func (f *Feed) switchSpan(sp collectors.Span) {
+	switch sp.Kind {
 	case collectors.SpanRunqueue:
 		f.park()
 		p := f.runq[sp.Tid]
@@ -146,25 +174,6 @@ func (f *Feed) Record(sp collectors.Span) {
 			}
 		}
 		f.switchIn(sp, p)
-	case collectors.SpanCUDA:
-		f.Stats.CUDACalls++
-		f.Eng.AddCUDA(critpath.CUDACall{Tid: sp.Tid, Start: sp.Start, End: sp.End, Name: sp.Detail})
-	case collectors.SpanSend:
-		f.Stats.Sends++
-		f.Eng.AddSend(critpath.Send{Time: f.sendTime(sp), Tid: sp.Tid, Port: sp.Port, Bytes: int64(sp.Bytes)})
-	case collectors.SpanData:
-		f.Stats.DataEdges++
-		f.Eng.AddData(critpath.Data{Reader: critpath.Thread{Tid: sp.Tid, Tgid: sp.Tgid},
-			Writer: critpath.Thread{Tid: sp.WakerTid, Tgid: sp.WakerTgid, Comm: sp.WakerComm}, Written: sp.Start, Read: sp.End})
-	case collectors.SpanTCP:
-		f.Stats.Holds++
-		f.Eng.AddHold(critpath.Hold{Port: sp.Port, Start: sp.Start, End: sp.End, Kind: sp.Detail})
-	case collectors.SpanArrival:
-		f.Stats.Arrivals++
-		p := f.ports[sp.LocalPort]
-		p.arrival, p.bytes = max(p.arrival, sp.End), sp.Bytes
-		f.ports[sp.LocalPort] = p
-		f.Eng.AddArrival(critpath.Arrival{Time: sp.End, Port: sp.LocalPort, Bytes: int64(sp.Bytes)})
 	}
 }
 
