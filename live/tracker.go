@@ -519,12 +519,6 @@ func (t *Tracker) advance(wm, now int64) {
 	} else if t.ivLast > 0 {
 		t.thrExact[1] = min(t.thrExact[1], t.ivLast)
 	}
-	// A quantile is interpolated in its histogram's bucket (1/64 wide):
-	// gaps of the bucket's lowest value (many alike, as a server's steps
-	// are) would fall under it. From the bucket's lowest value up.
-	for k, v := range t.thrExact {
-		t.thrExact[k] = v - v/65
-	}
 	t.gapBaseOK = false
 	t.eng.FlushFunc(wm, t.gap)
 	t.pre.expire(wm - t.opt.Keep)
